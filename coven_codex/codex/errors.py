@@ -1,0 +1,120 @@
+"""Classifying Codex failures into codes the chat can act on (DESIGN §6).
+
+First match wins; exit codes are looked at before text. Each code carries a hint
+that tells the user what to do.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+
+MESSAGE_LIMIT = 200
+
+
+class ErrorCode(StrEnum):
+    OUTER_TIMEOUT = "OUTER_TIMEOUT"
+    KILL_TIMEOUT = "KILL_TIMEOUT"
+    AUTH = "AUTH"
+    RATE_LIMIT = "RATE_LIMIT"
+    MODEL = "MODEL"
+    NETWORK = "NETWORK"
+    STREAM_IDLE = "STREAM_IDLE"
+    QUOTA = "QUOTA"
+    CONTEXT_LENGTH = "CONTEXT_LENGTH"
+    SANDBOX = "SANDBOX"
+    VERSION = "VERSION"
+    PROCESS_EXITED = "PROCESS_EXITED"
+    UNKNOWN = "UNKNOWN"
+
+
+HINTS: dict[ErrorCode, str] = {
+    ErrorCode.OUTER_TIMEOUT: "The turn ran longer than the turn timeout; raise turn_timeout in coven.toml "
+    "or ask for a smaller step.",
+    ErrorCode.KILL_TIMEOUT: "Codex was killed after it did not stop in time; the session will resume. "
+    "If this repeats, check the machine's load and raise kill_grace.",
+    ErrorCode.AUTH: "Codex could not authenticate: run `codex login` (or set the API key variable your "
+    "model provider's env_key names), then `coven-codex validate`.",
+    ErrorCode.RATE_LIMIT: "The model provider is rate-limiting requests; wait a minute and send the "
+    "thought again, or lower the number of concurrent sessions.",
+    ErrorCode.MODEL: "The configured model does not exist or is not available to this account; fix "
+    "`model` in the Codex base config.",
+    ErrorCode.NETWORK: "Codex could not reach the model provider; check the network, proxy and the "
+    "provider's base_url.",
+    ErrorCode.STREAM_IDLE: "The model stopped streaming; the turn was abandoned. Send the thought again; "
+    "raise stream_idle_timeout if the model is slow.",
+    ErrorCode.QUOTA: "The account is out of quota or credit; add credit or switch account.",
+    ErrorCode.CONTEXT_LENGTH: "The conversation no longer fits the model's context; start a new "
+    "conversation or ask Codex to summarise.",
+    ErrorCode.SANDBOX: "Codex's sandbox refused an action; widen sandbox_mode in the Codex base config "
+    "if the action is wanted.",
+    ErrorCode.VERSION: "This Codex CLI version is too old or too new; install a supported version "
+    "(see `coven-codex validate`).",
+    ErrorCode.PROCESS_EXITED: "The Codex process ended unexpectedly; the session will be resumed. "
+    "Run `coven-codex validate` if this repeats.",
+    ErrorCode.UNKNOWN: "Codex reported an error; see the daemon log for details and run "
+    "`coven-codex validate`.",
+}
+
+_TEXT_RULES: tuple[tuple[ErrorCode, re.Pattern[str]], ...] = (
+    (
+        ErrorCode.AUTH,
+        re.compile(
+            r"not (?:authenticated|logged in)|auth(?:entication)? fail|\b401\b|unauthori[sz]ed"
+            r"|invalid api key|incorrect api key|missing api key|login required",
+            re.I,
+        ),
+    ),
+    (ErrorCode.RATE_LIMIT, re.compile(r"rate.?limit|\b429\b|too many requests", re.I)),
+    (
+        ErrorCode.MODEL,
+        re.compile(r"model[_ ]not[_ ]found|invalid model|model .*does not exist|unknown model", re.I),
+    ),
+    (
+        ErrorCode.NETWORK,
+        re.compile(
+            r"network|connection (?:refused|reset|closed|error)|error sending request|dns|"
+            r"could not connect|failed to connect|timed out connecting",
+            re.I,
+        ),
+    ),
+    (ErrorCode.STREAM_IDLE, re.compile(r"stream.{0,20}idle|idle.{0,20}stream|stream disconnected", re.I)),
+    (ErrorCode.QUOTA, re.compile(r"quota|\b402\b|insufficient.?credit|billing", re.I)),
+    (
+        ErrorCode.CONTEXT_LENGTH,
+        re.compile(r"context.?(?:length|window)|too many tokens|maximum context", re.I),
+    ),
+    (ErrorCode.SANDBOX, re.compile(r"sandbox|permission denied", re.I)),
+    (ErrorCode.VERSION, re.compile(r"\bversion\b|upgrade|deprecated", re.I)),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ClassifiedError:
+    code: ErrorCode
+    message: str
+    hint: str
+
+
+def classify(message: str, exit_code: int | None = None) -> ClassifiedError:
+    """Classify a Codex failure by exit code, then by message text."""
+    code = ErrorCode.UNKNOWN
+    if exit_code == 124:
+        code = ErrorCode.OUTER_TIMEOUT
+    elif exit_code == 137:
+        code = ErrorCode.KILL_TIMEOUT
+    else:
+        for candidate, pattern in _TEXT_RULES:
+            if pattern.search(message):
+                code = candidate
+                break
+    return ClassifiedError(code=code, message=shorten(message), hint=HINTS[code])
+
+
+def shorten(message: str, limit: int = MESSAGE_LIMIT) -> str:
+    """Collapse whitespace and cut to ``limit`` characters (with an ellipsis)."""
+    flat = " ".join(message.split())
+    if len(flat) <= limit:
+        return flat
+    return flat[: limit - 1] + "…"

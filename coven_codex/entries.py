@@ -1,0 +1,248 @@
+"""Chat entries: the unit of the journal (DESIGN §2).
+
+Every entry has ``id``, ``kind``, ``conversation``, ``sender``, ``text`` and ``ts``.
+Kinds add their own fields. Entries of a kind this version does not know are kept
+as :class:`GenericEntry` with every field intact, so they round-trip without loss.
+Unknown *fields* on known kinds are kept too (``extra="allow"``).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+    field_serializer,
+    field_validator,
+)
+
+DEFAULT_CONVERSATION = "default"
+CODEX_SENDER = "codex"
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def new_entry_id() -> str:
+    return uuid.uuid4().hex
+
+
+class BaseEntry(BaseModel):
+    """Fields shared by every kind."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    id: str | None = None
+    kind: str
+    conversation: str = DEFAULT_CONVERSATION
+    sender: str = "user"
+    text: str = ""
+    ts: datetime = Field(default_factory=utc_now)
+
+    @field_validator("ts")
+    @classmethod
+    def _ts_is_utc(cls, value: datetime) -> datetime:
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+    @field_serializer("ts")
+    def _ts_iso(self, value: datetime) -> str:
+        return value.isoformat().replace("+00:00", "Z")
+
+    def to_json(self) -> str:
+        """One JSON object on one line (no newline), UTF-8 safe."""
+        return json.dumps(self.model_dump(mode="json", exclude_none=False), ensure_ascii=False,
+                          separators=(",", ":"))
+
+    def with_id(self, entry_id: str) -> BaseEntry:
+        return self.model_copy(update={"id": entry_id})
+
+
+class ThoughtEntry(BaseEntry):
+    """A user's message for Codex (chat → Codex)."""
+
+    kind: Literal["thought"] = "thought"
+
+
+class ResponseEntry(BaseEntry):
+    """Codex's assistant text (one complete reply item)."""
+
+    kind: Literal["response"] = "response"
+    sender: str = CODEX_SENDER
+    thread_id: str | None = None
+    turn_id: str | None = None
+
+
+class DeltaEntry(BaseEntry):
+    """An ephemeral piece of a reply being streamed; the final ``response`` follows.
+
+    Readers that do not stream may ignore ``delta`` entries entirely.
+    """
+
+    kind: Literal["delta"] = "delta"
+    sender: str = CODEX_SENDER
+    item_id: str | None = None
+
+
+class ReasoningEntry(BaseEntry):
+    """A reasoning summary Codex produced."""
+
+    kind: Literal["reasoning"] = "reasoning"
+    sender: str = CODEX_SENDER
+
+
+class ToolCallEntry(BaseEntry):
+    """Codex called a tool (MCP spell, shell command, ...)."""
+
+    kind: Literal["tool_call"] = "tool_call"
+    sender: str = CODEX_SENDER
+    tool: str
+    arguments: Any = None
+    call_id: str | None = None
+
+
+class ToolResultEntry(BaseEntry):
+    """The result of a tool call, paired with its call by ``call_id``."""
+
+    kind: Literal["tool_result"] = "tool_result"
+    sender: str = CODEX_SENDER
+    call_id: str | None = None
+    tool: str | None = None
+    is_error: bool = False
+
+
+StatusState = str
+"""Known states: session_started, session_resumed, session_waiting, session_ended,
+turn_started, turn_completed, turn_aborted. Others may appear."""
+
+
+class StatusEntry(BaseEntry):
+    """Session and turn lifecycle."""
+
+    kind: Literal["status"] = "status"
+    sender: str = CODEX_SENDER
+    state: StatusState
+    thread_id: str | None = None
+    turn_id: str | None = None
+
+
+class ErrorEntry(BaseEntry):
+    """A classified failure (DESIGN §6) or a bad journal line."""
+
+    kind: Literal["error"] = "error"
+    sender: str = CODEX_SENDER
+    code: str = "UNKNOWN"
+    hint: str = ""
+
+
+class CancelEntry(BaseEntry):
+    """Chat asks Codex to stop the running turn of this conversation."""
+
+    kind: Literal["cancel"] = "cancel"
+
+
+class ApprovalRequestEntry(BaseEntry):
+    """Codex asks permission for an action; answered by an ``approval`` entry."""
+
+    kind: Literal["approval_request"] = "approval_request"
+    sender: str = CODEX_SENDER
+    request_id: str
+    action: str = ""
+    call_id: str | None = None
+
+
+class ApprovalEntry(BaseEntry):
+    """Chat's answer to an ``approval_request``."""
+
+    kind: Literal["approval"] = "approval"
+    request_id: str
+    decision: Literal["approve", "deny"]
+
+
+class GenericEntry(BaseEntry):
+    """An entry of a kind this version does not know; kept whole so it round-trips."""
+
+
+KNOWN_KINDS: frozenset[str] = frozenset(
+    {
+        "thought",
+        "response",
+        "delta",
+        "reasoning",
+        "tool_call",
+        "tool_result",
+        "status",
+        "error",
+        "cancel",
+        "approval_request",
+        "approval",
+    }
+)
+
+
+def _kind_tag(value: Any) -> str:
+    kind = value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
+    if isinstance(kind, str) and kind in KNOWN_KINDS and not isinstance(value, GenericEntry):
+        return kind
+    return "generic"
+
+
+Entry = Annotated[
+    Annotated[ThoughtEntry, Tag("thought")]
+    | Annotated[ResponseEntry, Tag("response")]
+    | Annotated[DeltaEntry, Tag("delta")]
+    | Annotated[ReasoningEntry, Tag("reasoning")]
+    | Annotated[ToolCallEntry, Tag("tool_call")]
+    | Annotated[ToolResultEntry, Tag("tool_result")]
+    | Annotated[StatusEntry, Tag("status")]
+    | Annotated[ErrorEntry, Tag("error")]
+    | Annotated[CancelEntry, Tag("cancel")]
+    | Annotated[ApprovalRequestEntry, Tag("approval_request")]
+    | Annotated[ApprovalEntry, Tag("approval")]
+    | Annotated[GenericEntry, Tag("generic")],
+    Discriminator(_kind_tag),
+]
+"""Any chat entry; validate with :func:`parse_entry`."""
+
+_ENTRY_ADAPTER: TypeAdapter[BaseEntry] = TypeAdapter(Entry)
+
+
+class EntryError(ValueError):
+    """A journal line that is not a valid entry."""
+
+
+def parse_entry(data: Any) -> BaseEntry:
+    """Validate a decoded JSON object into the right entry class.
+
+    Raises :class:`EntryError` with a readable reason when it is not an entry.
+    """
+    if not isinstance(data, dict):
+        raise EntryError(f"an entry must be a JSON object, got {type(data).__name__}")
+    if not isinstance(data.get("kind"), str) or not data["kind"]:
+        raise EntryError("an entry needs a non-empty string 'kind'")
+    try:
+        return _ENTRY_ADAPTER.validate_python(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"][1:]) or "entry"
+        raise EntryError(f"invalid {data['kind']} entry: {where}: {first['msg']}") from None
+
+
+def parse_entry_json(line: str | bytes) -> BaseEntry:
+    """Decode one JSON line into an entry; raises :class:`EntryError` on any problem."""
+    try:
+        data = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise EntryError(f"not JSON: {exc}") from None
+    return parse_entry(data)

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Set up everything coven-codex needs on a fresh machine, idempotently:
+# a virtualenv in .venv with the package and its dev tools, and the pinned Codex CLIs.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+py="${PYTHON:-}"
+if [ -z "$py" ]; then
+  for candidate in python3.13 python3.12 python3.11 python3; do
+    if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+      py="$candidate"; break
+    fi
+  done
+fi
+if [ -z "$py" ]; then
+  echo "setup: Python 3.11 or newer is required (set PYTHON=/path/to/python3.11)" >&2
+  exit 1
+fi
+if ! command -v npm >/dev/null 2>&1; then
+  echo "setup: npm (Node.js 18+) is required to install the Codex CLI (apt-get install nodejs npm)" >&2
+  exit 1
+fi
+if [ ! -x .venv/bin/python ]; then
+  "$py" -m venv .venv
+fi
+stamp=.venv/.coven-setup-stamp
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip >&2
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]' >&2
+  touch "$stamp"
+fi
+scripts/install-codex.sh >&2
