@@ -1,0 +1,145 @@
+"""Settings: defaults, overridden by ``coven.toml``, overridden by command-line flags (DESIGN §3).
+
+All settings live in one pydantic model so that ``run``, ``validate`` and ``spells`` read
+them the same way. Out-of-range timeouts are clamped with a warning, not rejected.
+"""
+
+from __future__ import annotations
+
+import logging
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+log = logging.getLogger(__name__)
+
+TURN_TIMEOUT_RANGE = (30.0, 3600.0)
+STREAM_IDLE_MIN = 10.0
+
+
+class SettingsError(ValueError):
+    """A settings file or value the user must fix; the message says how."""
+
+
+class Settings(BaseModel):
+    """Every setting of the daemon. Field names are the keys of ``coven.toml``."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+
+    workspace: Path = Field(default_factory=Path.cwd, description="Directory Codex works in.")
+    journal: Path | None = Field(default=None, description="The chat journal (JSONL file).")
+    codex_path: str | None = Field(
+        default=None, description="Codex executable: a path, or a bare name looked up on PATH."
+    )
+    codex_home: Path | None = Field(
+        default=None, description="Isolated CODEX_HOME; default <workspace>/.codex."
+    )
+    codex_config: Path | None = Field(
+        default=None, description="The user's base Codex config.toml to copy into CODEX_HOME."
+    )
+    codex: dict[str, Any] = Field(
+        default_factory=dict, description="Inline base Codex config ([codex] table of coven.toml)."
+    )
+    driver: Literal["auto", "app-server", "exec"] = Field(
+        default="auto", description="How thoughts reach Codex; auto picks by version."
+    )
+    spells: list[str] = Field(default_factory=list, description="Spell sources as module:object.")
+    agents_template: Path | None = Field(
+        default=None, description="Template for AGENTS.md with $VARNAME substitution."
+    )
+    agents_vars: dict[str, str] = Field(default_factory=dict, description="Values for the template.")
+    turn_timeout: float = Field(default=600.0, description="Seconds a turn may run (30-3600).")
+    stream_idle_timeout: float = Field(
+        default=540.0, description="Seconds without model output before a turn is abandoned."
+    )
+    kill_grace: float = Field(default=5.0, ge=0.1, le=120.0, description="Seconds between TERM and KILL.")
+    max_sessions: int = Field(default=8, ge=1, le=256, description="Live Codex processes at most.")
+    idle_reap: float = Field(
+        default=1800.0, ge=1.0, description="Seconds after which an idle session's process is ended."
+    )
+    mid_turn: Literal["queue", "steer"] = Field(
+        default="queue", description="What a thought arriving during a running turn does."
+    )
+    approval_policy: Literal["ask", "approve", "deny"] = Field(
+        default="ask", description="How Codex's approval requests are answered by default."
+    )
+    approval_timeout: float = Field(
+        default=300.0, ge=1.0, description="Seconds to wait for an approval answer before denying."
+    )
+    stream_deltas: bool = Field(default=True, description="Write streaming `delta` entries.")
+    durability: Literal["always", "batched", "never"] = Field(
+        default="batched", description="Journal fsync policy."
+    )
+    state_dir: Path | None = Field(
+        default=None, description="Where cursors and session state live; default <workspace>/.coven."
+    )
+    restart_backoff: float = Field(default=1.0, ge=0.0, le=300.0, description="First restart delay.")
+
+    @model_validator(mode="after")
+    def _clamp_timeouts(self) -> Settings:
+        low, high = TURN_TIMEOUT_RANGE
+        if not low <= self.turn_timeout <= high:
+            clamped = min(max(self.turn_timeout, low), high)
+            log.warning("turn_timeout %.0fs is outside %d-%ds; using %.0fs", self.turn_timeout, low, high,
+                        clamped)
+            self.turn_timeout = clamped
+        idle_high = self.turn_timeout - 1
+        if not STREAM_IDLE_MIN <= self.stream_idle_timeout <= idle_high:
+            clamped = min(max(self.stream_idle_timeout, STREAM_IDLE_MIN), idle_high)
+            log.warning(
+                "stream_idle_timeout %.0fs is outside %d-%.0fs; using %.0fs",
+                self.stream_idle_timeout, STREAM_IDLE_MIN, idle_high, clamped,
+            )
+            self.stream_idle_timeout = clamped
+        return self
+
+    @property
+    def resolved_codex_home(self) -> Path:
+        return (self.codex_home or self.workspace / ".codex").resolve()
+
+    @property
+    def resolved_state_dir(self) -> Path:
+        return (self.state_dir or self.workspace / ".coven").resolve()
+
+
+def read_settings_file(path: Path) -> dict[str, Any]:
+    """Read ``coven.toml`` into a plain dict; relative paths stay relative to the file."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise SettingsError(f"config file {path} does not exist; create it or drop --config") from None
+    except OSError as exc:
+        raise SettingsError(f"cannot read config file {path}: {exc.strerror}; check its permissions") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise SettingsError(f"config file {path} is not valid TOML: {exc}") from None
+    base = path.parent
+    for key in ("workspace", "journal", "codex_home", "codex_config", "agents_template", "state_dir"):
+        value = data.get(key)
+        if isinstance(value, str) and not Path(value).expanduser().is_absolute():
+            data[key] = str(base / value)
+    return data
+
+
+def load_settings(config_file: Path | None = None, overrides: dict[str, Any] | None = None) -> Settings:
+    """Defaults < ``config_file`` < ``overrides`` (flags; ``None`` values are ignored)."""
+    data: dict[str, Any] = read_settings_file(config_file) if config_file is not None else {}
+    for key, value in (overrides or {}).items():
+        if value is not None and value != []:
+            data[key] = value
+    try:
+        settings = Settings.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}" for err in exc.errors()
+        )
+        where = f" in {config_file}" if config_file else ""
+        raise SettingsError(f"invalid settings{where}: {problems}") from None
+    for name in ("workspace", "journal", "codex_home", "codex_config", "agents_template", "state_dir"):
+        value = getattr(settings, name)
+        if isinstance(value, Path):
+            setattr(settings, name, value.expanduser())
+    return settings
