@@ -111,7 +111,9 @@ def read_settings_file(path: Path) -> dict[str, Any]:
     except FileNotFoundError:
         raise SettingsError(f"config file {path} does not exist; create it or drop --config") from None
     except OSError as exc:
-        raise SettingsError(f"cannot read config file {path}: {exc.strerror}; check its permissions") from None
+        raise SettingsError(
+            f"cannot read config file {path}: {exc.strerror}; check its permissions"
+        ) from None
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
