@@ -1,0 +1,62 @@
+"""Shared fixtures: where the pinned Codex CLIs are, and process-leak checks."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CODEX_VERSIONS = ("0.169.0", "0.47.0")
+
+
+def codex_binary(version: str) -> Path:
+    """Path of the pinned Codex CLI ``version``; installs it (npm) if it is missing."""
+    path = ROOT / ".codex-cli" / version / "node_modules" / ".bin" / "codex"
+    if not path.exists():
+        subprocess.run([str(ROOT / "scripts" / "install-codex.sh"), version], check=True,
+                       stdout=subprocess.DEVNULL)
+    return path
+
+
+@pytest.fixture(params=CODEX_VERSIONS, ids=lambda v: f"codex-{v}")
+def codex_version(request: pytest.FixtureRequest) -> str:
+    """Parametrises a test over every supported Codex CLI version."""
+    return str(request.param)
+
+
+@pytest.fixture
+def codex_bin(codex_version: str) -> Path:
+    return codex_binary(codex_version)
+
+
+@pytest.fixture
+def codex_bin_169() -> Path:
+    return codex_binary("0.169.0")
+
+
+@pytest.fixture
+def codex_bin_047() -> Path:
+    return codex_binary("0.47.0")
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_processes() -> object:
+    """Every test must end every process it started (checked with psutil)."""
+    import psutil
+
+    me = psutil.Process(os.getpid())
+    before = {p.pid for p in me.children(recursive=True)}
+    yield
+    leaked = []
+    for proc in me.children(recursive=True):
+        if proc.pid in before:
+            continue
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                leaked.append(f"{proc.pid} {' '.join(proc.cmdline())[:120]}")
+        except psutil.NoSuchProcess:
+            continue
+    assert not leaked, f"processes left running by this test: {leaked}"
