@@ -1,0 +1,138 @@
+"""Just enough HTTP/1.1 for a local test server: keep-alive, Content-Length and chunked
+request bodies, gzip/deflate request encodings, chunked streaming responses."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import zlib
+from dataclasses import dataclass
+from http import HTTPStatus
+
+MAX_HEADER_LINES = 200
+MAX_BODY_BYTES = 256 * 2**20
+
+
+class HttpProtocolError(Exception):
+    """The peer sent something that is not HTTP/1.1 we understand; the connection is closed."""
+
+
+class UnsupportedEncodingError(Exception):
+    """The request body uses a Content-Encoding this server cannot decode."""
+
+
+@dataclass(frozen=True, slots=True)
+class HttpRequest:
+    method: str
+    target: str
+    version: str
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def keep_alive(self) -> bool:
+        connection = self.headers.get("connection", "").lower()
+        if self.version == "HTTP/1.0":
+            return connection == "keep-alive"
+        return connection != "close"
+
+
+async def read_request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> HttpRequest | None:
+    """Read one request; ``None`` when the peer closed the connection between requests."""
+    request_line = await reader.readline()
+    while request_line in (b"\r\n", b"\n"):
+        request_line = await reader.readline()
+    if not request_line:
+        return None
+    parts = request_line.decode("latin-1").strip().split()
+    if len(parts) != 3 or not parts[2].startswith("HTTP/"):
+        raise HttpProtocolError(f"bad request line {request_line[:80]!r}")
+    method, target, version = parts
+    headers: dict[str, str] = {}
+    for _ in range(MAX_HEADER_LINES):
+        line = await reader.readline()
+        if line in (b"\r\n", b"\n", b""):
+            break
+        name, sep, value = line.decode("latin-1").partition(":")
+        if not sep:
+            raise HttpProtocolError(f"bad header line {line[:80]!r}")
+        key = name.strip().lower()
+        headers[key] = f"{headers[key]}, {value.strip()}" if key in headers else value.strip()
+    else:
+        raise HttpProtocolError("too many header lines")
+    if headers.get("expect", "").lower() == "100-continue":
+        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        await writer.drain()
+    body = await _read_body(reader, headers)
+    return HttpRequest(method.upper(), target, version, headers, body)
+
+
+async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        parts: list[bytes] = []
+        total = 0
+        while True:
+            size_line = await reader.readline()
+            try:
+                size = int(size_line.split(b";")[0].strip(), 16)
+            except ValueError:
+                raise HttpProtocolError(f"bad chunk size {size_line[:40]!r}") from None
+            if size == 0:
+                while (await reader.readline()) not in (b"\r\n", b"\n", b""):
+                    pass  # trailers are read and ignored
+                return b"".join(parts)
+            total += size
+            if total > MAX_BODY_BYTES:
+                raise HttpProtocolError("request body too large")
+            parts.append(await reader.readexactly(size))
+            await reader.readline()
+    length_text = headers.get("content-length")
+    if length_text is None:
+        return b""
+    try:
+        length = int(length_text)
+    except ValueError:
+        raise HttpProtocolError(f"bad Content-Length {length_text!r}") from None
+    if length < 0 or length > MAX_BODY_BYTES:
+        raise HttpProtocolError(f"Content-Length {length} out of range")
+    return await reader.readexactly(length)
+
+
+def decode_body(body: bytes, content_encoding: str) -> bytes:
+    """Undo ``Content-Encoding`` (identity, gzip, deflate; applied in order, possibly stacked)."""
+    codings = [c.strip().lower() for c in content_encoding.split(",") if c.strip()]
+    for coding in reversed(codings):
+        if coding == "identity":
+            continue
+        if coding in {"gzip", "x-gzip"}:
+            body = gzip.decompress(body)
+        elif coding == "deflate":
+            body = zlib.decompress(body)
+        else:
+            raise UnsupportedEncodingError(coding)
+    return body
+
+
+def response_head(status: int, headers: list[tuple[str, str]]) -> bytes:
+    reason = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "Status"
+    lines = [f"HTTP/1.1 {status} {reason}"] + [f"{name}: {value}" for name, value in headers]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def full_response(status: int, body: bytes, content_type: str, *, keep_alive: bool,
+                  extra_headers: tuple[tuple[str, str], ...] = ()) -> bytes:
+    headers = [
+        ("content-type", content_type),
+        ("content-length", str(len(body))),
+        ("connection", "keep-alive" if keep_alive else "close"),
+        *extra_headers,
+    ]
+    return response_head(status, headers) + body
+
+
+def chunk(data: bytes) -> bytes:
+    """One chunk of a ``Transfer-Encoding: chunked`` response (never the terminating one)."""
+    return b"%x\r\n%s\r\n" % (len(data), data) if data else b""
+
+
+LAST_CHUNK = b"0\r\n\r\n"
