@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from pathlib import Path
 from typing import Final
 
@@ -244,7 +244,7 @@ async def tail_lines(
     on_notice: NoticeCallback | None = None,
     poll_interval: float = DEFAULT_POLL_INTERVAL,
     notifier: NotifierKind = "auto",
-) -> AsyncIterator[Line]:
+) -> AsyncGenerator[Line, None]:
     """Yield the complete lines of ``path`` from byte ``start`` on, forever.
 
     It never ends by itself: cancel the consuming task or leave the loop (then close the

@@ -1,0 +1,263 @@
+"""The file journal: JSONL, appended under an exclusive lock, tailed by the line tailer."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Final
+
+from coven_codex.entries import BaseEntry, new_entry_id
+from coven_codex.journal.cursors import FileCursorStore, fsync_directory
+from coven_codex.journal.decoding import decode_line
+from coven_codex.journal.group_commit import GroupCommit
+from coven_codex.journal.protocol import (
+    Durability,
+    JournalError,
+    JournalItem,
+    JournalRecord,
+    Position,
+)
+from coven_codex.tailing import DEFAULT_MAX_LINE_BYTES, LineSplitter, TailNotice, tail_lines
+from coven_codex.tailing.notices import NoticeCallback
+
+logger = logging.getLogger(__name__)
+
+DURABILITIES: Final = ("always", "batched", "never")
+READ_CHUNK: Final = 1 << 20
+FILE_MODE: Final = 0o600
+_SYNC = getattr(os, "fdatasync", os.fsync)
+
+
+def encode_entry(entry: BaseEntry, max_line_bytes: int) -> bytes:
+    """The entry as one newline-terminated UTF-8 line; refuses lines readers would reject."""
+    line = entry.to_json().encode("utf-8") + b"\n"
+    if len(line) - 1 > max_line_bytes:
+        raise JournalError(
+            f"entry {entry.id} is {len(line) - 1} bytes long, over the journal's {max_line_bytes}-byte"
+            " line limit; shorten its text or raise max_line_bytes for every reader and writer"
+        )
+    return line
+
+
+def with_id(entry: BaseEntry) -> BaseEntry:
+    return entry if entry.id else entry.with_id(new_entry_id())
+
+
+class FileJournal:
+    """A JSONL journal file that several processes may append to and read at once.
+
+    ``durability``: ``"always"`` fsyncs every append before it returns; ``"batched"``
+    (default) also returns only once the line is on disk, but appends in flight at the
+    same time share one fsync (group commit); ``"never"`` leaves flushing to the OS
+    (a process crash loses nothing, a power cut may lose the last seconds).
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        durability: Durability = "batched",
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        force_polling: bool | None = None,
+        on_notice: NoticeCallback | None = None,
+    ) -> None:
+        if durability not in DURABILITIES:
+            raise JournalError(f"unknown durability {durability!r}: use one of {', '.join(DURABILITIES)}")
+        self.path = Path(path)
+        self.durability: Durability = durability
+        self.max_line_bytes = max_line_bytes
+        self._force_polling = force_polling
+        self._on_notice = on_notice
+        self._cursors = FileCursorStore(self.path.with_name(self.path.name + ".cursors"))
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+        self._identity: tuple[int, int] | None = None
+        self._known_end = -1
+        self._closed = False
+        self._group_commit = GroupCommit(self._sync)
+
+    def __repr__(self) -> str:
+        return f"FileJournal({str(self.path)!r}, durability={self.durability!r})"
+
+    # -- appending -------------------------------------------------------------------------
+
+    def _open_for_append(self) -> int:
+        """The append descriptor, reopened if the file was removed or replaced."""
+        try:
+            st = os.stat(self.path)
+            identity: tuple[int, int] | None = (st.st_dev, st.st_ino)
+        except FileNotFoundError:
+            identity = None
+        if self._fd is not None and identity == self._identity:
+            return self._fd
+        if self._fd is not None:
+            logger.warning("%s was replaced or removed; appending to the file now at that path", self.path)
+            os.close(self._fd)
+            self._fd = None
+        created = identity is None
+        if created:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+        st = os.fstat(fd)
+        self._fd = fd
+        self._identity = (st.st_dev, st.st_ino)
+        self._known_end = -1
+        if created and self.durability != "never":
+            fsync_directory(self.path.parent)
+        return fd
+
+    def _write_line(self, fd: int, line: bytes) -> tuple[int, int]:
+        """Write ``line`` at the end of the file; the caller holds the exclusive lock."""
+        start = os.fstat(fd).st_size
+        if start != self._known_end and start > 0 and os.pread(fd, 1, start - 1) != b"\n":
+            # Someone left an unterminated line: end it, so ours is not glued to it.
+            logger.warning("%s ended with an unterminated line at %d; terminating it", self.path, start)
+            os.write(fd, b"\n")
+            start += 1
+        view = memoryview(line)
+        written = 0
+        try:
+            while written < len(line):
+                written += os.write(fd, view[written:])
+        except OSError:
+            if written:
+                os.ftruncate(fd, start)  # never leave half a line behind
+            raise
+        end = start + len(line)
+        self._known_end = end
+        return start, end
+
+    def _append_blocking(self, line: bytes) -> tuple[int, int]:
+        with self._lock:
+            if self._closed:
+                raise JournalError(f"the journal {self.path} is closed")
+            try:
+                fd = self._open_for_append()
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                try:
+                    start, end = self._write_line(fd, line)
+                finally:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                if self.durability == "always":
+                    _SYNC(fd)
+            except OSError as exc:
+                raise JournalError(
+                    f"cannot append to {self.path}: {exc.strerror}; check that the file is writable"
+                    " and the disk is not full"
+                ) from None
+        return start, end
+
+    def _sync(self) -> None:
+        with self._lock:  # a private descriptor, so appends need not wait for the flush
+            if self._fd is None:
+                return
+            fd = os.dup(self._fd)
+        try:
+            _SYNC(fd)
+        except OSError as exc:
+            raise JournalError(f"cannot flush {self.path} to disk: {exc.strerror}") from None
+        finally:
+            os.close(fd)
+
+    async def append(self, entry: BaseEntry) -> JournalRecord:
+        entry = with_id(entry)
+        line = encode_entry(entry, self.max_line_bytes)
+        start, end = await asyncio.to_thread(self._append_blocking, line)
+        if self.durability == "batched":
+            await self._group_commit.wait_durable()
+        return JournalRecord(entry, start, end)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    async def tail(self, start: Position = 0) -> AsyncIterator[JournalItem]:
+        lines = tail_lines(
+            self.path,
+            start,
+            max_line_bytes=self.max_line_bytes,
+            force_polling=self._force_polling,
+            on_notice=self._report_notice,
+        )
+        async with contextlib.aclosing(lines):
+            async for line in lines:
+                yield decode_line(
+                    line.data, line.start, line.end, too_long=line.too_long, max_line_bytes=self.max_line_bytes
+                )
+
+    def _report_notice(self, notice: TailNotice) -> None:
+        if self._on_notice is not None:
+            self._on_notice(notice)
+
+    def _read_blocking(self, start: Position, end: Position | None) -> list[JournalItem]:
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return []
+        items: list[JournalItem] = []
+        try:
+            limit = os.fstat(fd).st_size if end is None else end
+            splitter = LineSplitter(start, max_line_bytes=self.max_line_bytes)
+            while splitter.offset < limit:
+                chunk = os.pread(fd, min(READ_CHUNK, limit - splitter.offset), splitter.offset)
+                if not chunk:
+                    break
+                for line in splitter.feed(chunk):
+                    items.append(
+                        decode_line(
+                            line.data, line.start, line.end, too_long=line.too_long,
+                            max_line_bytes=self.max_line_bytes,
+                        )
+                    )
+        finally:
+            os.close(fd)
+        return items
+
+    async def read(self, start: Position = 0, end: Position | None = None) -> list[JournalItem]:
+        if start < 0 or (end is not None and end < start):
+            raise JournalError(f"invalid range {start}..{end}")
+        return await asyncio.to_thread(self._read_blocking, start, end)
+
+    def _end_position_blocking(self) -> Position:
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return 0
+        try:
+            position = os.fstat(fd).st_size
+            # Exclude an unterminated last line: search back for the last newline.
+            while position > 0:
+                size = min(READ_CHUNK, position)
+                block = os.pread(fd, size, position - size)
+                if block.endswith(b"\n"):
+                    return position
+                newline = block.rfind(b"\n")
+                if newline >= 0:
+                    return position - size + newline + 1
+                position -= size
+            return 0
+        finally:
+            os.close(fd)
+
+    async def end_position(self) -> Position:
+        return await asyncio.to_thread(self._end_position_blocking)
+
+    # -- cursors and lifecycle -------------------------------------------------------------
+
+    async def load_cursor(self, name: str) -> Position | None:
+        return await asyncio.to_thread(self._cursors.load, name)
+
+    async def save_cursor(self, name: str, position: Position) -> None:
+        await asyncio.to_thread(self._cursors.save, name, position)
+
+    async def aclose(self) -> None:
+        await self._group_commit.drain()
+        with self._lock:
+            self._closed = True
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None

@@ -1,0 +1,107 @@
+"""The journal contract (DESIGN §2): an ordered, append-only log of chat entries."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
+
+from coven_codex.entries import DEFAULT_CONVERSATION, BaseEntry, ErrorEntry
+
+Position = int
+"""Opaque and ordered. For the file backend, a byte offset at a line boundary."""
+
+Durability = Literal["always", "batched", "never"]
+
+BAD_LINE_CODE = "BAD_LINE"
+MAX_CURSOR_NAME = 80
+
+
+class JournalError(Exception):
+    """A journal operation failed; the message says what happened and what to do."""
+
+
+class CursorError(JournalError):
+    """A cursor name is invalid or a saved cursor cannot be read."""
+
+
+@dataclass(frozen=True, slots=True)
+class JournalRecord:
+    """An entry read from (or appended to) the journal, with where it lies."""
+
+    entry: BaseEntry
+    """Always has an ``id``."""
+    start: Position
+    end: Position
+    """Resume from here to continue after this record."""
+
+
+@dataclass(frozen=True, slots=True)
+class BadLine:
+    """A line that is not a valid entry; readers report it and go on."""
+
+    start: Position
+    end: Position
+    reason: str
+
+    def to_error_entry(self, conversation: str | None = None) -> ErrorEntry:
+        """An ``error`` entry (code ``BAD_LINE``) naming the line's position.
+
+        Its id is derived from the position, so reporting the same line twice
+        gives the same entry.
+        """
+        return ErrorEntry(
+            id=f"bad-line@{self.start}",
+            code=BAD_LINE_CODE,
+            text=f"journal line at position {self.start} was skipped: {self.reason}",
+            hint="Fix the program that wrote it: every line must be one JSON chat entry"
+            " (see docs/journal-protocol.md).",
+            conversation=conversation or DEFAULT_CONVERSATION,
+        )
+
+
+JournalItem = JournalRecord | BadLine
+
+
+@runtime_checkable
+class Journal(Protocol):
+    async def append(self, entry: BaseEntry) -> JournalRecord:
+        """Append ``entry`` (an ``id`` is assigned when it has none) and return its record."""
+        ...
+
+    def tail(self, start: Position = 0) -> AsyncIterator[JournalItem]:
+        """Every item from ``start`` on, live. Never ends by itself."""
+        ...
+
+    async def read(self, start: Position = 0, end: Position | None = None) -> list[JournalItem]:
+        """The items lying between ``start`` and ``end`` (the current end when None)."""
+        ...
+
+    async def end_position(self) -> Position:
+        """The position just after the last complete item."""
+        ...
+
+    async def load_cursor(self, name: str) -> Position | None:
+        """The position saved under ``name``, or None if there is none."""
+        ...
+
+    async def save_cursor(self, name: str, position: Position) -> None:
+        """Save ``position`` under ``name``, atomically and durably."""
+        ...
+
+    async def aclose(self) -> None: ...
+
+
+def check_cursor_name(name: str) -> str:
+    """Cursor names: 1 to 80 printable characters (stored escaped, any text is safe)."""
+    if not isinstance(name, str) or not 1 <= len(name) <= MAX_CURSOR_NAME or not name.isprintable():
+        raise CursorError(
+            f"invalid cursor name {name!r}: use 1 to {MAX_CURSOR_NAME} printable characters"
+        )
+    return name
+
+
+def check_position(position: Position) -> Position:
+    if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+        raise CursorError(f"invalid cursor position {position!r}: positions are integers >= 0")
+    return position
