@@ -1,0 +1,59 @@
+"""``coven-codex chat``: the console chat adapter."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import getpass
+import os
+import sys
+from pathlib import Path
+
+from coven_codex.chat.console import ConsoleChat, stdin_lines
+from coven_codex.entries import DEFAULT_CONVERSATION
+from coven_codex.journal import FileJournal
+
+HELP = "chat with Codex in this terminal through a journal (the daemon must be running on it)"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--journal", type=Path, required=True, help="the journal file the daemon follows")
+    parser.add_argument("--conversation", default=DEFAULT_CONVERSATION,
+                        help=f"conversation to join (default {DEFAULT_CONVERSATION!r})")
+    parser.add_argument("--sender", default=None, help="your name in the journal (default: your login name)")
+    parser.add_argument("--history", type=int, default=50, help="entries of history shown on start (default 50)")
+    parser.add_argument("--no-colour", "--no-color", dest="colour", action="store_false",
+                        help="plain text even on a terminal")
+
+
+def execute(args: argparse.Namespace) -> int:
+    journal_path: Path = args.journal
+    if not journal_path.parent.is_dir():
+        print(f"coven-codex chat: the journal's folder {journal_path.parent} does not exist; "
+              "create it or pass the --journal the daemon uses", file=sys.stderr)
+        return 2
+    if args.history < 0:
+        print("coven-codex chat: --history must be 0 or more", file=sys.stderr)
+        return 2
+    sender = args.sender or _login_name()
+    colour = bool(args.colour and sys.stdout.isatty() and os.environ.get("NO_COLOR") is None)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_chat(journal_path, args.conversation, sender, colour, args.history))
+    return 0
+
+
+def _login_name() -> str:
+    try:
+        return getpass.getuser()
+    except OSError:
+        return "user"
+
+
+async def _chat(path: Path, conversation: str, sender: str, colour: bool, history: int) -> None:
+    journal = FileJournal(path)
+    try:
+        chat = ConsoleChat(journal, conversation, sender, sys.stdout, colour=colour, history=history)
+        await chat.run(stdin_lines())
+    finally:
+        await journal.aclose()

@@ -1,0 +1,99 @@
+import asyncio
+import io
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from coven_codex.chat.console import ConsoleChat
+from coven_codex.entries import (
+    ApprovalEntry,
+    ApprovalRequestEntry,
+    CancelEntry,
+    DeltaEntry,
+    ErrorEntry,
+    ResponseEntry,
+    ThoughtEntry,
+    ToolCallEntry,
+    ToolResultEntry,
+)
+from coven_codex.journal import FileJournal, JournalRecord
+
+
+class Keyboard:
+    """Lines typed one by one, each only when the test says so."""
+
+    def __init__(self) -> None:
+        self.queue: asyncio.Queue[str | None] = asyncio.Queue()
+
+    async def lines(self) -> AsyncIterator[str]:
+        while (line := await self.queue.get()) is not None:
+            yield line
+
+
+async def _wait_for(out: io.StringIO, text: str, timeout: float = 5) -> None:
+    async with asyncio.timeout(timeout):
+        while text not in out.getvalue():
+            await asyncio.sleep(0.01)
+
+
+async def _entries(journal: FileJournal) -> list[object]:
+    return [item.entry for item in await journal.read() if isinstance(item, JournalRecord)]
+
+
+async def test_console_chat_round_trip(tmp_path: Path) -> None:
+    journal = FileJournal(tmp_path / "j.jsonl")
+    await journal.append(ThoughtEntry(text="earlier question", sender="ann", conversation="c1"))
+    await journal.append(ResponseEntry(text="earlier answer", conversation="c1"))
+    await journal.append(ResponseEntry(text="other conversation", conversation="c2"))
+    out, keys = io.StringIO(), Keyboard()
+    chat = ConsoleChat(journal, "c1", "ann", out)
+    task = asyncio.create_task(chat.run(keys.lines()))
+    await _wait_for(out, "[conversation c1")
+    assert "earlier question" in out.getvalue() and "earlier answer" in out.getvalue()
+    assert "other conversation" not in out.getvalue()
+
+    await keys.queue.put("hello codex\n")
+    async with asyncio.timeout(5):
+        while not any(isinstance(e, ThoughtEntry) and e.text == "hello codex" for e in await _entries(journal)):
+            await asyncio.sleep(0.01)
+
+    for chunk in ("Hel", "lo ", "there"):
+        await journal.append(DeltaEntry(text=chunk, conversation="c1"))
+    await _wait_for(out, "codex: Hello there")
+    await journal.append(ResponseEntry(text="Hello there!", conversation="c1"))
+    await journal.append(ToolCallEntry(tool="add", arguments={"a": 1}, call_id="k", conversation="c1"))
+    await journal.append(ToolResultEntry(text="2", tool="add", call_id="k", conversation="c1"))
+    await journal.append(ErrorEntry(text="401 Unauthorized", code="AUTH", hint="codex login", conversation="c1"))
+    await journal.append(ApprovalRequestEntry(request_id="r9", action="run rm -rf build", conversation="c1"))
+    await _wait_for(out, "approval needed [r9]")
+    screen = out.getvalue()
+    assert "codex: Hello there!\n" in screen  # the streamed reply is completed, not repeated
+    assert screen.count("Hello there") == 1
+    assert "→ add(" in screen and "← add 2" in screen
+    assert "error AUTH: 401 Unauthorized" in screen and "hint: codex login" in screen
+
+    await keys.queue.put("/approve\n")
+    await keys.queue.put("/cancel\n")
+    await keys.queue.put("/conversation c2\n")
+    await _wait_for(out, "other conversation")
+    await keys.queue.put("/quit\n")
+    await asyncio.wait_for(task, 5)
+
+    entries = await _entries(journal)
+    approvals = [e for e in entries if isinstance(e, ApprovalEntry)]
+    assert [(a.request_id, a.decision, a.conversation) for a in approvals] == [("r9", "approve", "c1")]
+    assert any(isinstance(e, CancelEntry) and e.conversation == "c1" for e in entries)
+    await journal.aclose()
+
+
+async def test_approve_without_a_request_says_so(tmp_path: Path) -> None:
+    journal = FileJournal(tmp_path / "j.jsonl")
+    out, keys = io.StringIO(), Keyboard()
+    task = asyncio.create_task(ConsoleChat(journal, "c", "bob", out).run(keys.lines()))
+    await keys.queue.put("/deny\n")
+    await keys.queue.put("/nonsense\n")
+    await keys.queue.put(None)
+    await asyncio.wait_for(task, 5)
+    assert "no approval request is waiting" in out.getvalue()
+    assert "unknown command /nonsense" in out.getvalue()
+    assert await _entries(journal) == []
+    await journal.aclose()
