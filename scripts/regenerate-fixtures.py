@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""Regenerate tests/fixtures/rollouts/ from the real Codex CLIs and the scripted model server.
+
+Usage: .venv/bin/python scripts/regenerate-fixtures.py [--version 0.169.0 ...] [--scenario NAME ...]
+
+For every pinned Codex version and scenario it runs ``codex exec --json`` (and ``exec resume``
+for later turns) in a temporary workspace against ScriptedModelServer, then stores:
+
+- ``<version>/<scenario>.jsonl``: the rollout file, machine-specific paths replaced with
+  placeholders (``/workspace``, ``/codex-home``, ``/python``, ``/repo``) and very long strings
+  (instructions, skills text) cut, so fixtures stay a few KB while keeping every record;
+- ``<version>/<scenario>.exec.jsonl``: what ``codex exec --json`` printed (one line per turn
+  run, prefixed by a ``{"turn": n, "exit_code": ...}`` line), for errors that never reach the
+  rollout.
+
+The pinned CLIs come from scripts/install-codex.sh (``.codex-cli/<version>/``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from coven_codex.testing import (  # noqa: E402
+    CallTool,
+    ErrorEvent,
+    HttpError,
+    Reasoning,
+    Reply,
+    RunCommand,
+    ScriptedModelServer,
+    TurnScript,
+    write_codex_config,
+)
+from coven_codex.testing.mcp_echo_server import mcp_server_entry  # noqa: E402
+
+FIXTURES = ROOT / "tests" / "fixtures" / "rollouts"
+VERSIONS = ("0.169.0", "0.47.0")
+MAX_STRING = 240
+TURN_TIMEOUT = 120.0
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Prompts (one per turn; later turns resume the thread) and the model's script."""
+
+    prompts: Sequence[str]
+    script: Sequence[TurnScript]
+    description: str
+    extra_config: dict[str, Any] = field(default_factory=dict)
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "single_reply": Scenario(["say hello"], [(Reasoning("The user wants a greeting."), Reply("Hello there!"))],
+                             "one turn: a reasoning summary and a text reply"),
+    "multi_turn": Scenario(["first question", "second question"],
+                           [Reply("first answer"), (Reply("second answer, part one"), Reply("part two"))],
+                           "two turns (the second by `exec resume`), the second with two messages"),
+    "mcp_tool": Scenario(["echo ping please"],
+                         [(Reply("Calling the tool."), CallTool("echo.echo", {"text": "ping"})),
+                          Reply("The tool said: echo: ping")],
+                         "an MCP tool call and its result, then a reply"),
+    "mcp_tool_error": Scenario(["make it fail"], [CallTool("echo.fail", {"reason": "broken on purpose"}),
+                                                  Reply("The tool failed.")],
+                               "an MCP tool call whose result is an error"),
+    "shell_command": Scenario(["run echo"], [RunCommand("echo hi-from-shell"), Reply("Ran it.")],
+                              "a shell command call (exec_command on 0.169, shell on 0.47) and its output"),
+    "http_401": Scenario(["hi"], [HttpError(401, "Incorrect API key provided")],
+                         "the model endpoint answers 401"),
+    "http_429": Scenario(["hi"], [HttpError(429, "Rate limit reached for requests")],
+                         "the model endpoint answers 429"),
+    "response_failed": Scenario(["hi"], [(Reply("partial"), ErrorEvent("The model had an internal error"))],
+                                "the stream ends with response.failed"),
+    "error_then_resume": Scenario(["hi", "try again"], [HttpError(500, "upstream broke"), Reply("works now")],
+                                  "a failed turn (HTTP 500), then a resumed turn that succeeds"),
+}
+
+
+def codex_path(version: str) -> Path:
+    path = ROOT / ".codex-cli" / version / "node_modules" / ".bin" / "codex"
+    if not path.exists():
+        subprocess.run([str(ROOT / "scripts" / "install-codex.sh"), version], check=True, stdout=subprocess.DEVNULL)
+    return path
+
+
+async def run_turn(codex: Path, args: list[str], prompt: str, *, cwd: Path, env: dict[str, str]
+                   ) -> tuple[int, list[str]]:
+    """Run one ``codex exec`` turn; the prompt goes on stdin (``-``)."""
+    proc = await asyncio.create_subprocess_exec(
+        str(codex), "exec", "--json", "--skip-git-repo-check", *args, "-", cwd=cwd, env=env,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        async with asyncio.timeout(TURN_TIMEOUT):
+            stdout, stderr = await proc.communicate(prompt.encode())
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    lines = stdout.decode().splitlines()
+    if stderr.strip():
+        lines.append(json.dumps({"stderr": stderr.decode()[-2000:]}))
+    return proc.returncode if proc.returncode is not None else -1, lines
+
+
+def thread_id_of(exec_lines: list[str]) -> str:
+    for line in exec_lines:
+        if line.startswith("{") and '"thread.started"' in line:
+            return str(json.loads(line)["thread_id"])
+    raise RuntimeError(f"codex exec did not report a thread id: {exec_lines[:5]}")
+
+
+class Sanitizer:
+    def __init__(self, replacements: dict[str, str]) -> None:
+        # Longest first so that a path is not half-replaced by its prefix.
+        self._pairs = sorted(replacements.items(), key=lambda pair: -len(pair[0]))
+
+    def text(self, value: str) -> str:
+        for old, new in self._pairs:
+            value = value.replace(old, new)
+        return value
+
+    def value(self, value: Any) -> Any:
+        if isinstance(value, str):
+            value = self.text(value)
+            if len(value) > MAX_STRING:
+                return value[:MAX_STRING] + f"…[cut {len(value) - MAX_STRING} chars]"
+            return value
+        if isinstance(value, list):
+            return [self.value(item) for item in value]
+        if isinstance(value, dict):
+            return {key: self.value(item) for key, item in value.items()}
+        return value
+
+    def line(self, line: str) -> str:
+        try:
+            data = json.loads(line)
+        except ValueError:
+            return self.text(line)
+        return json.dumps(self.value(data), ensure_ascii=False, separators=(",", ":"))
+
+
+async def generate(version: str, name: str, scenario: Scenario) -> None:
+    codex = codex_path(version)
+    root = Path(tempfile.mkdtemp(prefix="coven-fixture-"))
+    try:
+        workspace, home = root / "workspace", root / "codex-home"
+        workspace.mkdir()
+        async with ScriptedModelServer(scenario.script) as server:
+            env = {**os.environ, **write_codex_config(home, server.base_url, mcp_servers={"echo": mcp_server_entry()},
+                                                      extra=scenario.extra_config)}
+            exec_lines: list[str] = []
+            thread_id: str | None = None
+            for turn, prompt in enumerate(scenario.prompts, start=1):
+                args = ["resume", thread_id] if thread_id else []
+                code, lines = await run_turn(codex, args, prompt, cwd=workspace, env=env)
+                exec_lines.append(json.dumps({"turn": turn, "exit_code": code}))
+                exec_lines.extend(lines)
+                thread_id = thread_id or thread_id_of(lines)
+        rollouts = sorted(home.glob("sessions/*/*/*/rollout-*.jsonl"))
+        if len(rollouts) != 1:
+            raise RuntimeError(f"{version} {name}: expected one rollout file, found {rollouts}")
+        sanitizer = Sanitizer({str(workspace): "/workspace", str(home): "/codex-home", str(root): "/tmp-root",
+                               sys.executable: "/python", str(ROOT): "/repo", f"{Path.home()}/": "/home/user/"})
+        target = FIXTURES / version
+        target.mkdir(parents=True, exist_ok=True)
+        rollout_lines = rollouts[0].read_text(encoding="utf-8").splitlines()
+        (target / f"{name}.jsonl").write_text("".join(sanitizer.line(x) + "\n" for x in rollout_lines),
+                                              encoding="utf-8")
+        (target / f"{name}.exec.jsonl").write_text("".join(sanitizer.line(x) + "\n" for x in exec_lines),
+                                                   encoding="utf-8")
+        print(f"{version:8} {name:18} {len(rollout_lines):3} rollout lines  thread {thread_id}")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def write_index(versions: Sequence[str]) -> None:
+    index = {name: {"prompts": list(s.prompts), "description": s.description} for name, s in SCENARIOS.items()}
+    (FIXTURES / "scenarios.json").write_text(json.dumps({"versions": list(versions), "scenarios": index},
+                                                        indent=2) + "\n", encoding="utf-8")
+
+
+async def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--version", action="append", choices=VERSIONS, help="only this Codex version")
+    parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS), help="only this scenario")
+    args = parser.parse_args(argv)
+    versions = args.version or list(VERSIONS)
+    for version in versions:
+        for name in args.scenario or list(SCENARIOS):
+            await generate(version, name, SCENARIOS[name])
+    write_index(VERSIONS)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(asyncio.run(main()))
