@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TextIO
@@ -191,8 +192,6 @@ class ConsoleChat:
 
 async def stdin_lines() -> AsyncIterator[str]:
     """Lines typed on standard input (a terminal or a pipe), read without blocking the loop."""
-    import sys
-
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
