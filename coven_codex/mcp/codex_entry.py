@@ -1,0 +1,71 @@
+"""The ``[mcp_servers.coven]`` table of Codex's ``config.toml`` that launches the shim.
+
+Verified on the real CLIs: 0.169.0 and 0.47.0 both accept ``startup_timeout_sec`` and
+``tool_timeout_sec``; ``default_tools_approval_mode`` exists in 0.169.0 (without it a tool call
+fails with "requires approval" under ``approval_policy = "never"``), is unknown to 0.47.0 (which
+ignores unknown keys and needs no approval), so it is written for every version after 0.47.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from mcp_shim import wire
+
+SERVER_NAME = "coven"
+STARTUP_TIMEOUT = 20.0
+TOOL_TIMEOUT_MARGIN = 10.0
+_APPROVAL_MODE_AFTER = (0, 47)
+
+
+def parse_version(version: str | None) -> tuple[int, ...] | None:
+    """``"0.169.0"`` / ``"codex-cli 0.47.0"`` to ``(0, 169, 0)``; None when there is no version."""
+    if not version:
+        return None
+    match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", version)
+    if match is None:
+        return None
+    return tuple(int(part) for part in match.groups(default="0"))
+
+
+def supports_approval_mode(codex_version: str | None) -> bool:
+    parsed = parse_version(codex_version)
+    return parsed is None or parsed[:2] > _APPROVAL_MODE_AFTER
+
+
+def shim_command(socket_path: Path) -> tuple[str, list[str], dict[str, str]]:
+    """How to start the shim without PATH: this interpreter, no ``site`` (fast), the package dir."""
+    package_parent = str(Path(wire.__file__).resolve().parent.parent)
+    args = ["-S", "-m", "mcp_shim", "--socket", str(socket_path)]
+    return sys.executable, args, {"PYTHONPATH": package_parent}
+
+
+def codex_mcp_entry(
+    socket_path: Path | str,
+    secret: str,
+    codex_version: str | None,
+    *,
+    startup_timeout: float = STARTUP_TIMEOUT,
+    tool_timeout: float | None = None,
+) -> dict[str, Any]:
+    """The ``[mcp_servers.coven]`` table for ``codex_version`` (merge it under ``mcp_servers``).
+
+    ``tool_timeout`` should exceed the longest spell timeout (``registry.longest_timeout``) so
+    that the spell's own timeout, with its clear message, fires first.
+    """
+    command, args, env = shim_command(Path(socket_path))
+    env[wire.SECRET_ENV] = secret
+    entry: dict[str, Any] = {
+        "command": command,
+        "args": args,
+        "env": env,
+        "startup_timeout_sec": float(startup_timeout),
+    }
+    if tool_timeout is not None:
+        entry["tool_timeout_sec"] = float(tool_timeout + TOOL_TIMEOUT_MARGIN)
+    if supports_approval_mode(codex_version):
+        entry["default_tools_approval_mode"] = "approve"
+    return entry

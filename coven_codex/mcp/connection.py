@@ -1,0 +1,243 @@
+"""One shim connection: the secret handshake, then MCP over newline-delimited JSON.
+
+Requests run concurrently (each in its own task, at most ``max_in_flight`` at once; past that the
+connection stops reading, which pushes back on the client). ``notifications/cancelled`` cancels
+the matching task, which then sends no response. Nothing a client sends can end the daemon:
+unparseable or oversized messages get a JSON-RPC error, and any failure ends only this connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import os
+import socket
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from coven_codex.mcp.framing import OVERSIZED, FrameDecoder, encode
+from coven_codex.mcp.protocol import (
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    ClientResponse,
+    Invalid,
+    Notification,
+    Request,
+    classify,
+    error_response,
+    id_key,
+    is_request_id,
+)
+from coven_codex.mcp.session import McpSession
+from mcp_shim import wire
+
+log = logging.getLogger(__name__)
+
+READ_CHUNK = 1 << 20
+THREAD_PARSE_BYTES = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    max_message_bytes: int = 32 * 2**20
+    max_in_flight: int = 64
+    handshake_timeout: float = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    pid: int | None
+    uid: int | None
+
+    def __str__(self) -> str:
+        return f"pid {self.pid}" if self.pid is not None else "an unknown process"
+
+
+def peer_of(writer: asyncio.StreamWriter) -> Peer:
+    sock = writer.get_extra_info("socket")
+    option = getattr(socket, "SO_PEERCRED", None)
+    if sock is None or option is None:
+        return Peer(None, None)
+    try:
+        raw = sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i"))
+    except OSError:
+        return Peer(None, None)
+    pid, uid, _gid = struct.unpack("3i", raw)
+    return Peer(pid, uid)
+
+
+class Connection:
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        session: McpSession,
+        secret: str,
+        limits: ConnectionLimits,
+    ) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._session = session
+        self._secret = secret.encode()
+        self._limits = limits
+        self._in_flight: dict[tuple[bool, Any], asyncio.Task[None]] = {}
+        self._slots = asyncio.Semaphore(limits.max_in_flight)
+        self.peer = peer_of(writer)
+
+    async def run(self) -> None:
+        """Serve until the client closes; never raises (except cancellation)."""
+        try:
+            leftover = await self._handshake()
+            if leftover is not None:
+                await self._serve(leftover)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("MCP connection from %s failed; closing it", self.peer)
+        finally:
+            self._writer.close()
+            with contextlib.suppress(ConnectionError, OSError):
+                await self._writer.wait_closed()
+
+    async def _handshake(self) -> bytes | None:
+        """Check the hello line; return bytes read past it, or None after refusing."""
+        if self.peer.uid is not None and self.peer.uid != os.getuid():
+            return await self._refused(f"connection from another user (uid {self.peer.uid})")
+        data = b""
+        try:
+            async with asyncio.timeout(self._limits.handshake_timeout):
+                while b"\n" not in data:
+                    chunk = await self._reader.read(wire.HANDSHAKE_MAX_BYTES)
+                    if not chunk:
+                        log.info("MCP connection from %s closed before the handshake", self.peer)
+                        return None
+                    data += chunk
+                    if len(data) > wire.HANDSHAKE_MAX_BYTES and b"\n" not in data:
+                        return await self._refused("handshake line too long")
+        except TimeoutError:
+            return await self._refused(f"no handshake within {self._limits.handshake_timeout:g}s")
+        line, _, leftover = data.partition(b"\n")
+        hello = wire.parse_line(line)
+        if hello is None or hello.get("coven") != "hello":
+            return await self._refused("the first line was not a coven handshake")
+        if hello.get("version") != wire.WIRE_VERSION:
+            return await self._refused(f"unsupported handshake version {hello.get('version')!r}")
+        offered = hello.get("secret")
+        if not isinstance(offered, str) or not hmac.compare_digest(offered.encode(), self._secret):
+            return await self._refused("wrong session secret")
+        self._writer.write(wire.welcome())
+        await self._writer.drain()
+        log.debug("MCP shim from %s authenticated", self.peer)
+        return leftover
+
+    async def _refused(self, reason: str) -> bytes | None:
+        """Log and tell the client why it is refused; None, for the handshake's caller."""
+        log.warning("refused an MCP connection from %s: %s", self.peer, reason)
+        with contextlib.suppress(ConnectionError, OSError):
+            self._writer.write(wire.refused(reason))
+            await self._writer.drain()
+        return None
+
+    async def _serve(self, leftover: bytes) -> None:
+        decoder = FrameDecoder(self._limits.max_message_bytes)
+        try:
+            data = leftover
+            while True:
+                for frame in decoder.feed(data):
+                    await self._on_frame(frame)
+                data = await self._reader.read(READ_CHUNK)
+                if not data:
+                    break
+        except (ConnectionError, OSError) as exc:
+            log.info("MCP connection from %s broke: %s", self.peer, exc)
+            await self._cancel_in_flight()
+            return
+        except asyncio.CancelledError:
+            await self._cancel_in_flight()
+            raise
+        # The client half-closed: finish what it asked for, then close.
+        tasks = list(self._in_flight.values())
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _cancel_in_flight(self) -> None:
+        tasks = list(self._in_flight.values())
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _on_frame(self, frame: bytes | object) -> None:
+        if frame is OVERSIZED:
+            limit = self._limits.max_message_bytes
+            log.warning("MCP client %s sent a message over %d bytes; dropped", self.peer, limit)
+            self._send(error_response(None, INVALID_REQUEST, f"message too large (limit {limit} bytes)"))
+            return
+        assert isinstance(frame, bytes)
+        try:
+            if len(frame) >= THREAD_PARSE_BYTES:
+                value = await asyncio.to_thread(json.loads, frame)
+            else:
+                value = json.loads(frame)
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            self._send(error_response(None, PARSE_ERROR, "Parse error: the message is not valid JSON"))
+            return
+        message = classify(value)
+        if isinstance(message, Request):
+            await self._start(message)
+        elif isinstance(message, Notification):
+            self._on_notification(message)
+        elif isinstance(message, Invalid):
+            self._send(error_response(message.id, INVALID_REQUEST, f"Invalid request: {message.message}"))
+        elif isinstance(message, ClientResponse):
+            log.debug("ignoring a response (id %r) from the MCP client: this server sends no requests",
+                      message.id)
+
+    async def _start(self, request: Request) -> None:
+        key = id_key(request.id)
+        if key in self._in_flight:
+            self._send(error_response(request.id, INVALID_REQUEST,
+                                      f"Invalid request: id {request.id!r} is already in use"))
+            return
+        await self._slots.acquire()
+        task = asyncio.create_task(self._answer(request), name=f"mcp-{request.method}-{request.id!r}")
+        self._in_flight[key] = task
+
+    async def _answer(self, request: Request) -> None:
+        key = id_key(request.id)
+        try:
+            response = await self._session.handle(request, self._send)
+            self._send(response)
+            await self._writer.drain()
+        except asyncio.CancelledError:
+            log.info("MCP request %r (%s) cancelled by the client", request.id, request.method)
+        except (ConnectionError, OSError):
+            log.info("could not answer MCP request %r: the client is gone", request.id)
+        finally:
+            self._in_flight.pop(key, None)
+            self._slots.release()
+
+    def _on_notification(self, notification: Notification) -> None:
+        if notification.method != "notifications/cancelled":
+            self._session.notification(notification.method, notification.params)
+            return
+        request_id = notification.params.get("requestId")
+        if not isinstance(request_id, str | int | float) or not is_request_id(request_id):
+            return
+        task = self._in_flight.get(id_key(request_id))
+        if task is not None:
+            reason = notification.params.get("reason")
+            log.info("MCP client cancelled request %r%s", request_id, f" ({reason})" if reason else "")
+            task.cancel()
+
+    def _send(self, message: dict[str, Any]) -> None:
+        if self._writer.is_closing():
+            return
+        try:
+            self._writer.write(encode(message))
+        except (ConnectionError, OSError, RuntimeError):
+            log.debug("dropping a message to a closed MCP connection")

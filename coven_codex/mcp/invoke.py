@@ -1,0 +1,93 @@
+"""Running one spell call: validate, run (sync spells off the event loop), time out, convert.
+
+A spell's failure never escapes as an exception: it becomes a ``CallToolResult`` with
+``isError: true`` whose text says what happened (the spell's own exception message may be shown;
+tracebacks and daemon internals go to the log only).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import logging
+from collections.abc import Mapping
+from concurrent.futures import Executor
+from typing import Any
+
+from coven_codex.mcp.context import SpellContext
+from coven_codex.mcp.registry import Spell
+from coven_codex.mcp.schema import ArgumentError, ResultError
+
+log = logging.getLogger(__name__)
+
+MAX_ERROR_TEXT = 2000
+
+
+class SpellError(Exception):
+    """Raise from a spell to fail with exactly this message (no exception type shown)."""
+
+
+def error_result(text: str) -> dict[str, Any]:
+    """A ``CallToolResult`` reporting a failure to the model."""
+    return {"content": [{"type": "text", "text": text}], "isError": True}
+
+
+async def call_spell(
+    spell: Spell,
+    arguments: Mapping[str, Any] | None,
+    context: SpellContext,
+    executor: Executor | None = None,
+) -> dict[str, Any]:
+    """Run ``spell`` with ``arguments``; always returns a ``CallToolResult`` (or is cancelled)."""
+    try:
+        args, kwargs = spell.arguments.bind(arguments)
+    except ArgumentError as exc:
+        return error_result(f"invalid arguments for spell {spell.name!r}: {exc}")
+    if spell.arguments.context_parameter is not None:
+        kwargs[spell.arguments.context_parameter] = context
+    try:
+        async with asyncio.timeout(spell.timeout):
+            value = await _run(spell, args, kwargs, executor)
+    except TimeoutError:
+        context.mark_cancelled()
+        log.warning("spell %s timed out after %gs", spell.name, spell.timeout)
+        return error_result(f"spell {spell.name!r} timed out after {spell.timeout:g} seconds")
+    except asyncio.CancelledError:
+        context.mark_cancelled()
+        raise
+    except SpellError as exc:
+        log.info("spell %s refused: %s", spell.name, exc)
+        return error_result(_clip(str(exc)))
+    except Exception as exc:
+        log.exception("spell %s raised", spell.name)
+        return error_result(_clip(f"spell {spell.name!r} failed: {type(exc).__name__}: {exc}"))
+    try:
+        content, structured = spell.result.to_content(value)
+    except ResultError as exc:
+        log.error("spell %s returned a value not matching its return type: %s", spell.name, exc)
+        return error_result(
+            f"spell {spell.name!r} returned a value that does not match its declared return type"
+        )
+    except Exception:
+        log.exception("spell %s returned a value that cannot be serialised", spell.name)
+        return error_result(f"spell {spell.name!r} returned a value that cannot be turned into JSON")
+    result: dict[str, Any] = {"content": content, "isError": False}
+    if structured is not None:
+        result["structuredContent"] = structured
+    return result
+
+
+async def _run(spell: Spell, args: list[Any], kwargs: dict[str, Any], executor: Executor | None) -> Any:
+    if spell.is_async:
+        return await spell.function(*args, **kwargs)
+    loop = asyncio.get_running_loop()
+    call = functools.partial(spell.function, *args, **kwargs)
+    value = await loop.run_in_executor(executor, contextvars.copy_context().run, call)
+    if asyncio.iscoroutine(value):  # a sync wrapper around a coroutine function
+        return await value
+    return value
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_ERROR_TEXT else text[: MAX_ERROR_TEXT - 1] + "…"

@@ -1,0 +1,8 @@
+"""The coven MCP shim: what Codex launches as its stdio MCP server.
+
+It relays newline-delimited JSON-RPC between its stdin/stdout and the coven daemon's Unix
+socket after proving, in a one-line handshake, that this daemon configured it. Standard
+library only, so that it starts in milliseconds (run it with ``python -S -m mcp_shim``).
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,93 @@
+"""``coven-mcp-shim`` / ``python -S -m mcp_shim --socket PATH`` (secret in ``$COVEN_MCP_SECRET``)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+from mcp_shim import __version__, wire
+from mcp_shim.relay import ShimError, connect, relay
+
+USAGE = (
+    "usage: coven-mcp-shim [--socket PATH]\n"
+    "Relays MCP (newline-delimited JSON-RPC on stdin/stdout) to the coven daemon.\n"
+    f"The socket defaults to ${wire.SOCKET_ENV}; the session secret is read from ${wire.SECRET_ENV}.\n"
+    "Codex launches this for you from the [mcp_servers.coven] entry `coven-codex run` writes.\n"
+)
+DAEMON_UNAVAILABLE = -32000
+
+
+def _parse(argv: Sequence[str]) -> str | None:
+    socket_path = os.environ.get(wire.SOCKET_ENV)
+    args = list(argv)
+    while args:
+        arg = args.pop(0)
+        if arg in ("-h", "--help"):
+            sys.stdout.write(USAGE)
+            raise SystemExit(0)
+        if arg == "--version":
+            sys.stdout.write(f"coven-mcp-shim {__version__}\n")
+            raise SystemExit(0)
+        if arg == "--socket" and args:
+            socket_path = args.pop(0)
+        elif arg.startswith("--socket="):
+            socket_path = arg.split("=", 1)[1]
+        else:
+            sys.stderr.write(f"coven-mcp-shim: unexpected argument {arg!r}\n{USAGE}")
+            raise SystemExit(2)
+    return socket_path
+
+
+def answer_with_error(message: str, stdin_fd: int = 0, stdout_fd: int = 1) -> None:
+    """Answer the client's first request with an MCP error saying ``message``."""
+    buffer = b""
+    while True:
+        try:
+            chunk = os.read(stdin_fd, 1 << 16)
+        except OSError:
+            return
+        if not chunk:
+            return
+        buffer += chunk
+        *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            try:
+                request = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(request, dict) and "method" in request and "id" in request:
+                error = {"code": DAEMON_UNAVAILABLE, "message": message}
+                reply = {"jsonrpc": "2.0", "id": request["id"], "error": error}
+                with contextlib.suppress(OSError):
+                    os.write(stdout_fd, json.dumps(reply).encode() + b"\n")
+                return
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    socket_path = _parse(sys.argv[1:] if argv is None else argv)
+    secret = os.environ.get(wire.SECRET_ENV, "")
+    try:
+        if not socket_path:
+            raise ShimError(
+                f"no daemon socket given (pass --socket PATH or set ${wire.SOCKET_ENV}); "
+                "let `coven-codex run` write Codex's MCP entry"
+            )
+        if not secret:
+            raise ShimError(
+                f"${wire.SECRET_ENV} is not set, so the daemon would refuse this shim; "
+                "let `coven-codex run` write Codex's MCP entry"
+            )
+        sock = connect(socket_path, secret)
+    except ShimError as exc:
+        sys.stderr.write(f"coven-mcp-shim: {exc}\n")
+        sys.stderr.flush()
+        answer_with_error(f"coven spells are unavailable: {exc}")
+        return 1
+    return relay(sock)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
