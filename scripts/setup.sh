@@ -20,6 +20,14 @@ if ! command -v npm >/dev/null 2>&1; then
   echo "setup: npm (Node.js 18+) is required to install the Codex CLI (apt-get install nodejs npm)" >&2
   exit 1
 fi
+if ! command -v tmux >/dev/null 2>&1; then
+  # the console chat's terminal test runs it under tmux
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    (apt-get update -qq && apt-get install -y -qq tmux) >&2
+  else
+    echo "setup: warning: tmux is missing (needed by the terminal test); install it with your package manager" >&2
+  fi
+fi
 if [ ! -x .venv/bin/python ]; then
   "$py" -m venv .venv
 fi
