@@ -1,0 +1,41 @@
+from pathlib import Path
+
+from coven_codex.settings import Settings
+from coven_codex.validate.framework import ProbeContext, Status
+from coven_codex.validate.spell_probes import probe_shim_handshake, probe_shim_version, probe_spells
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _context(tmp_path: Path, spells: list[str]) -> ProbeContext:
+    return ProbeContext(settings=Settings(workspace=tmp_path, spells=spells))
+
+
+async def test_spells_pass_and_the_handshake_lists_them() -> None:
+    context = _context(ROOT, ["examples.spells_example:spells"])
+    result = await probe_spells(context)
+    assert result.status is Status.PASS, result
+    assert "add" in result.detail and "divide" in result.detail
+    handshake = await probe_shim_handshake(context)
+    assert handshake.status is Status.PASS, handshake
+    assert "4 tool(s)" in handshake.detail
+
+
+async def test_missing_spell_module_fails_with_a_fix(tmp_path: Path) -> None:
+    result = await probe_spells(_context(tmp_path, ["no_such_module_xyz:spells"]))
+    assert result.status is Status.FAIL
+    assert "no_such_module_xyz" in result.detail
+    assert result.fix
+
+
+async def test_spell_module_that_raises_on_import_fails(tmp_path: Path) -> None:
+    (tmp_path / "broken_spells.py").write_text("raise RuntimeError('config missing')\n")
+    result = await probe_spells(_context(tmp_path, ["broken_spells:spells"]))
+    assert result.status is Status.FAIL
+    assert "config missing" in result.detail
+
+
+async def test_shim_version_answers(tmp_path: Path) -> None:
+    result = await probe_shim_version(_context(tmp_path, []))
+    assert result.status is Status.PASS, result
+    assert result.detail.startswith("coven-mcp-shim ")
