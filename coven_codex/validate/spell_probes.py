@@ -47,7 +47,7 @@ async def probe_spells(context: ProbeContext) -> ProbeResult:
 
 
 async def probe_shim_version(context: ProbeContext) -> ProbeResult:
-    command, args, extra_env = shim_command(Path("unused.sock"))
+    command, _, extra_env = shim_command(Path("unused.sock"))
     env = {**os.environ, **extra_env}
     started = time.monotonic()
     process = await asyncio.create_subprocess_exec(
