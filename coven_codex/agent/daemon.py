@@ -1,0 +1,155 @@
+"""The daemon: start-up recovery, the task group that runs everything, clean shutdown.
+
+Start-up, in this order (each step relies on the ones before):
+
+1. take the state directory's lock (one daemon per state directory);
+2. end Codex process trees a killed predecessor left behind, so no rollout is still growing
+   and no two processes write one thread;
+3. load every session state and resolve in-flight thoughts against the rollouts;
+4. read the journal from the oldest position any cursor needs to its end, collecting the ids
+   of entries the daemon wrote (egress drops replayed entries with those ids);
+5. start the sessions (their egress resumes at once) and the ingress reader.
+
+Shutdown (``stop`` set, e.g. by SIGINT/SIGTERM): stop reading the journal, interrupt running
+turns and give them ``kill_grace`` seconds, end every Codex process tree, let egress take the
+last rollout lines, cancel the tasks, save every state and the ingress cursor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+from typing import Protocol
+
+from coven_codex.agent.egress import AppendHook
+from coven_codex.agent.ingress import CURSOR_NAME, Ingress
+from coven_codex.agent.manager import SessionManager
+from coven_codex.agent.processes import ProcessRegistry, end_stale_processes
+from coven_codex.agent.recovery import codex_received, find_unclaimed_rollout
+from coven_codex.agent.session import LinkFactory, RolloutLocator, SessionServices
+from coven_codex.agent.slots import SlotPool
+from coven_codex.agent.state import SessionState, StateStore
+from coven_codex.agent.statelock import StateLock
+from coven_codex.entries import CODEX_SENDER
+from coven_codex.journal import Journal, JournalRecord
+from coven_codex.settings import Settings
+
+log = logging.getLogger(__name__)
+
+EGRESS_DRAIN = 2.0
+
+
+class Ready(Protocol):
+    def __call__(self) -> None: ...
+
+
+class Daemon:
+    def __init__(self, settings: Settings, journal: Journal, make_link: LinkFactory, *,
+                 locate_rollout: RolloutLocator, codex_home: Path, on_append: AppendHook | None = None) -> None:
+        self.settings = settings
+        self.journal = journal
+        self.make_link = make_link
+        self.locate_rollout = locate_rollout
+        self.codex_home = codex_home
+        self.state_dir = settings.resolved_state_dir
+        self.store = StateStore(self.state_dir, durable=settings.durability == "always")
+        self.processes = ProcessRegistry(self.state_dir)
+        self.on_append = on_append
+        self.manager: SessionManager | None = None
+        self.ingress: Ingress | None = None
+
+    async def run(self, stop: asyncio.Event, ready: Ready | None = None) -> None:
+        """Serve until ``stop`` is set, then shut down cleanly."""
+        self.store.prepare()
+        with StateLock(self.state_dir):
+            await asyncio.to_thread(end_stale_processes, self.state_dir, self.settings.kill_grace)
+            states = self.store.load_all()
+            for state in states.values():
+                await self._recover_in_flight(state, states)
+            cursor = await self.journal.load_cursor(CURSOR_NAME) or 0
+            live_from = await self.journal.end_position()
+            known_ids = await self._known_ids(states, cursor)
+            for state in states.values():
+                state.forget_delivered_before(cursor)
+            await self._serve(states, cursor, live_from, known_ids, stop=stop, ready=ready)
+
+    async def _serve(self, states: dict[str, SessionState], cursor: int, live_from: int, known_ids: set[str], *,
+                     stop: asyncio.Event, ready: Ready | None) -> None:
+        async with asyncio.TaskGroup() as group:
+            ingress_box: list[Ingress] = []
+
+            def finish_thought(position: int) -> None:
+                ingress_box[0].finish(position)
+
+            services = SessionServices(
+                settings=self.settings, journal=self.journal, store=self.store,
+                slots=SlotPool(self.settings.max_sessions), processes=self.processes,
+                make_link=self.make_link, locate_rollout=self.locate_rollout,
+                finish_thought=finish_thought,
+                known_ids=known_ids, on_append=self.on_append,
+            )
+            manager = SessionManager(services, group)
+            self.manager = manager
+            for state in states.values():
+                manager.restore(state)
+            ingress = Ingress(self.journal, manager, start=cursor, live_from=live_from, known_ids=known_ids)
+            ingress_box.append(ingress)
+            self.ingress = ingress
+            ingress_task = group.create_task(ingress.run(), name="ingress")
+            log.info("daemon running: %d conversation(s) restored, journal read from %d", len(states), cursor)
+            if ready is not None:
+                ready()
+            stop_task = group.create_task(stop.wait(), name="stop")
+            await asyncio.wait([ingress_task, stop_task], return_when=asyncio.FIRST_COMPLETED)
+            log.info("shutting down: no new thoughts; stopping turns and Codex processes")
+            ingress_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await ingress_task
+            await manager.shutdown(grace=self.settings.kill_grace, drain=EGRESS_DRAIN)
+            await ingress.save()
+            stop_task.cancel()
+        log.info("daemon stopped cleanly")
+
+    async def _recover_in_flight(self, state: SessionState, states: dict[str, SessionState]) -> None:
+        in_flight = state.in_flight
+        if in_flight is None:
+            return
+        rollout: Path | None = Path(state.rollout_path) if state.rollout_path else None
+        if state.thread_id is None:
+            claimed = {s.thread_id for s in states.values() if s.thread_id}
+            found = await asyncio.to_thread(find_unclaimed_rollout, self.codex_home, in_flight.text, claimed)
+            if found is not None:
+                state.thread_id, rollout = found
+                state.rollout_path = str(rollout)
+                state.egress_offset = 0
+                state.user_messages = 0
+        elif rollout is None:
+            with contextlib.suppress(Exception):
+                rollout = await self.locate_rollout(state.thread_id)
+                state.rollout_path = str(rollout)
+        received = rollout is not None and rollout.exists() and await asyncio.to_thread(
+            codex_received, rollout, in_flight, by_client_id=self.make_link.records_client_id)
+        if received:
+            log.info("conversation %r: thought %s reached Codex before the restart; not sending it again",
+                     state.conversation, in_flight.thought_id)
+            state.delivered[in_flight.thought_id] = in_flight.position
+            state.user_messages = max(state.user_messages, in_flight.user_messages_before + 1)
+        else:
+            log.info("conversation %r: thought %s had not reached Codex; it will be sent",
+                     state.conversation, in_flight.thought_id)
+        state.in_flight = None
+        self.store.save(state)
+
+    async def _known_ids(self, states: dict[str, SessionState], cursor: int) -> set[str]:
+        positions = [cursor]
+        for state in states.values():
+            if state.thread_id is not None:
+                positions.append(state.egress_journal_position or 0)
+        start = min(positions)
+        items = await self.journal.read(start)
+        ids = {item.entry.id for item in items
+               if isinstance(item, JournalRecord) and item.entry.sender == CODEX_SENDER and item.entry.id}
+        log.debug("read the journal from %d: %d entries of ours", start, len(ids))
+        return ids

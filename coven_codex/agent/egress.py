@@ -1,0 +1,94 @@
+"""Egress: one session's rollout file → chat entries → the journal, exactly once.
+
+The rollout is tailed from byte 0. Lines before the saved ``egress_offset`` are only fed to the
+translator (so it rebuilds the state it keeps between lines, e.g. which reply was already
+seen); their entries were written before. From the saved offset on, each line's entries are
+appended to the journal and only then is the offset advanced past the line.
+
+Ordering and ids give exactly-once:
+
+- the journal append comes before the offset save, so a crash can only make us *repeat* a line;
+- entry ids are deterministic (``<thread>:<line start>:<index>``), and at start-up the daemon
+  collects the ids already in the journal after the session's ``egress_journal_position``;
+  a repeated entry finds its id there and is dropped.
+
+Offsets are saved by the session's coalescing saver, not once per line: a lagging saved offset
+only makes the restart re-read (and drop) a few more lines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from coven_codex.agent.state import SessionState
+from coven_codex.entries import BaseEntry, DeltaEntry
+from coven_codex.journal import Journal
+from coven_codex.rollout import RolloutTranslator
+from coven_codex.tailing import Line, TailNotice, tail_lines
+
+log = logging.getLogger(__name__)
+
+AppendHook = Callable[[Line, BaseEntry, float], None]
+"""Called after each append with the rollout line, the entry and ``time.perf_counter()`` (benchmarks)."""
+
+
+class Egress:
+    def __init__(self, *, state: SessionState, journal: Journal, known_ids: set[str],
+                 on_progress: Callable[[], None], on_line: Callable[[Line], None] | None = None,
+                 write_deltas: bool = False, on_append: AppendHook | None = None) -> None:
+        self._state = state
+        self._journal = journal
+        self._known_ids = known_ids
+        self._on_progress = on_progress
+        self._on_line = on_line
+        self._write_deltas = write_deltas
+        self._on_append = on_append
+        self.lines_seen = 0
+        self._last_end: int | None = None
+        self._progressed = asyncio.Event()
+
+    async def run(self, rollout: Path, thread_id: str) -> None:
+        """Tail ``rollout`` until cancelled."""
+        translator = RolloutTranslator(self._state.conversation, thread_id)
+        resume_at = self._state.egress_offset
+        log.debug("egress for %r: %s from byte %d", self._state.conversation, rollout, resume_at)
+        async for line in tail_lines(rollout, 0, on_notice=self._notice):
+            self.lines_seen += 1
+            entries = translator.feed(line)
+            if line.end <= resume_at:
+                continue
+            if self._on_line is not None:
+                self._on_line(line)
+            for entry in entries:
+                await self._write(line, entry)
+            # Both fields change together, with no await in between, so any snapshot the saver
+            # takes pairs an offset with a journal position at or before the next line's entries.
+            self._state.egress_offset = line.end
+            if self._last_end is not None:
+                self._state.egress_journal_position = self._last_end
+            self._on_progress()
+            self._progressed.set()
+
+    async def reached(self, offset: int) -> None:
+        """Return once every line before ``offset`` is in the journal."""
+        while self._state.egress_offset < offset:
+            self._progressed.clear()
+            await self._progressed.wait()
+
+    async def _write(self, line: Line, entry: BaseEntry) -> None:
+        if isinstance(entry, DeltaEntry) and not self._write_deltas:
+            return
+        if entry.id is not None and entry.id in self._known_ids:
+            log.debug("egress: dropping replayed entry %s", entry.id)
+            return
+        record = await self._journal.append(entry)
+        self._last_end = record.end
+        if self._on_append is not None:
+            self._on_append(line, record.entry, time.perf_counter())
+
+    def _notice(self, notice: TailNotice) -> None:
+        log.warning("rollout of conversation %r: %s", self._state.conversation, notice)

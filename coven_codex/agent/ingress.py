@@ -1,0 +1,133 @@
+"""Ingress: one journal tail that routes chat entries to the sessions.
+
+The reader starts at the saved ingress cursor and follows the journal live. For each item:
+
+- a bad line becomes one ``error`` entry naming its position (its id is derived from the
+  position, so a re-read after a restart does not report it twice);
+- entries written by the daemon itself (``sender == "codex"``) are passed over;
+- ``thought``, ``cancel`` and ``approval`` entries go to the :class:`Router`;
+- every other kind is passed over.
+
+The cursor is a :class:`~coven_codex.agent.cursor.LowWaterCursor`; a thought stays pending
+until its session reports it delivered (or dropped), and the saved position never passes a
+pending thought. Saving is coalesced: a background task saves the newest position whenever it
+changed, so a burst of deliveries costs one durable write, and shutdown saves the final one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Protocol
+
+from coven_codex.agent.cursor import LowWaterCursor
+from coven_codex.entries import (
+    CODEX_SENDER,
+    ApprovalEntry,
+    BaseEntry,
+    CancelEntry,
+    ThoughtEntry,
+)
+from coven_codex.journal import BadLine, Journal, JournalRecord
+
+log = logging.getLogger(__name__)
+
+CURSOR_NAME = "agent-ingress"
+
+
+class Router(Protocol):
+    """Where routed entries go (the session manager)."""
+
+    def route_thought(self, entry: ThoughtEntry, position: int) -> bool:
+        """Take a thought; ``True`` if it is now pending (will call :meth:`Ingress.finish`)."""
+        ...
+
+    def route_cancel(self, entry: CancelEntry, *, live: bool) -> None: ...
+
+    def route_approval(self, entry: ApprovalEntry, *, live: bool) -> None: ...
+
+
+class Ingress:
+    """Reads the journal from ``start`` and routes entries; see the module docstring.
+
+    ``live_from`` is the journal's end when the daemon started: cancels and approvals before it
+    were meant for turns and requests that did not survive the restart, so they are only logged.
+    ``known_ids`` holds the ids of entries the daemon already wrote after ``start``.
+    """
+
+    def __init__(self, journal: Journal, router: Router, *, start: int, live_from: int,
+                 known_ids: set[str], cursor_name: str = CURSOR_NAME) -> None:
+        self._journal = journal
+        self._router = router
+        self._live_from = live_from
+        self._known_ids = known_ids
+        self._cursor_name = cursor_name
+        self.cursor = LowWaterCursor(start)
+        self._start = start
+        self._saved: int | None = start
+        self._dirty = asyncio.Event()
+
+    async def run(self) -> None:
+        """Tail and route until cancelled; the cursor saver runs alongside."""
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._save_loop(), name="ingress-cursor")
+            await self._read()
+
+    async def _read(self) -> None:
+        async for item in self._journal.tail(self._start):
+            if isinstance(item, BadLine):
+                await self._report_bad_line(item)
+                self._consumed(item.start, item.end, pending=False)
+                continue
+            pending = self._route(item)
+            self._consumed(item.start, item.end, pending=pending)
+
+    def _route(self, record: JournalRecord) -> bool:
+        entry: BaseEntry = record.entry
+        if entry.sender == CODEX_SENDER:
+            return False
+        live = record.start >= self._live_from
+        if isinstance(entry, ThoughtEntry):
+            return self._router.route_thought(entry, record.start)
+        if isinstance(entry, CancelEntry):
+            self._router.route_cancel(entry, live=live)
+        elif isinstance(entry, ApprovalEntry):
+            self._router.route_approval(entry, live=live)
+        return False
+
+    async def _report_bad_line(self, bad: BadLine) -> None:
+        error = bad.to_error_entry()
+        entry_id = error.id or f"bad-line@{bad.start}"
+        if entry_id in self._known_ids:
+            return
+        log.warning("journal line at byte %d is not an entry: %s", bad.start, bad.reason)
+        self._known_ids.add(entry_id)
+        await self._journal.append(error)
+
+    def _consumed(self, start: int, end: int, *, pending: bool) -> None:
+        self.cursor.read(start, end, pending=pending)
+        self._mark()
+
+    def finish(self, position: int) -> None:
+        """A routed thought (starting at ``position``) is delivered or dropped for good."""
+        self.cursor.finish(position)
+        self._mark()
+
+    def _mark(self) -> None:
+        if self.cursor.position != self._saved:
+            self._dirty.set()
+
+    async def _save_loop(self) -> None:
+        while True:
+            await self._dirty.wait()
+            self._dirty.clear()
+            await self.save()
+
+    async def save(self) -> None:
+        """Save the cursor now if it moved (also called once more at shutdown)."""
+        position = self.cursor.position
+        if position == self._saved:
+            return
+        await self._journal.save_cursor(self._cursor_name, position)
+        self._saved = position
+        log.debug("ingress cursor saved at %d", position)

@@ -1,0 +1,121 @@
+"""What a session needs from a running Codex: the *link* interface the agent codes against.
+
+A link wraps one of the CODEX drivers (app-server or exec, see :mod:`coven_codex.agent.links`)
+and reduces it to a few calls and a stream of :data:`LinkEvent`. Sessions never talk to a
+driver directly, so the orchestration logic does not depend on which driver runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadReady:
+    """Codex told us the thread id (and, when it knows, the rollout file)."""
+
+    thread_id: str
+    rollout_path: Path | None
+
+
+@dataclass(frozen=True, slots=True)
+class TurnStarted:
+    turn_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class TurnEnded:
+    """A turn is over; ``status`` is ``completed``, ``interrupted`` or ``failed``."""
+
+    turn_id: str | None
+    status: str
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalAsked:
+    """Codex asks permission for ``action``; answer with :meth:`CodexLink.answer`."""
+
+    request_id: str
+    action: str
+    call_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class CodexReportedError:
+    """Codex reported a failure (model HTTP error, stream error, ...) while staying alive."""
+
+    message: str
+    will_retry: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessExited:
+    """The Codex process ended. ``expected`` when we asked it to (or an exec turn finished)."""
+
+    returncode: int | None
+    detail: str
+    expected: bool
+
+
+LinkEvent = ThreadReady | TurnStarted | TurnEnded | ApprovalAsked | CodexReportedError | ProcessExited
+
+
+class LinkError(RuntimeError):
+    """A request to Codex failed; ``delivered`` says whether Codex may have received the input."""
+
+    def __init__(self, message: str, *, delivered: bool = False) -> None:
+        super().__init__(message)
+        self.delivered = delivered
+
+
+class CodexLink(Protocol):
+    """One conversation's connection to Codex."""
+
+    @property
+    def persistent(self) -> bool:
+        """``True`` if one process serves many turns (app-server); ``False`` for one per turn (exec)."""
+        ...
+
+    @property
+    def supports_steer(self) -> bool: ...
+
+    @property
+    def records_client_id(self) -> bool:
+        """Codex records our thought id in the rollout (in-flight thoughts resolve by id, not count)."""
+        ...
+
+    @property
+    def thread_id(self) -> str | None: ...
+
+    @property
+    def pids(self) -> list[int]:
+        """Process-group leaders currently running for this link."""
+        ...
+
+    async def open(self, resume_thread: str | None) -> None:
+        """Start Codex (for persistent links) and start or resume the thread."""
+        ...
+
+    async def send(self, thought_id: str, text: str) -> None:
+        """Start a turn with ``text``; returns once Codex has the input (bytes written / accepted)."""
+        ...
+
+    async def steer(self, thought_id: str, text: str) -> None:
+        """Add ``text`` to the running turn."""
+        ...
+
+    async def interrupt(self) -> None: ...
+
+    async def answer(self, request_id: str, approve: bool) -> None: ...
+
+    def events(self) -> AsyncIterator[LinkEvent]:
+        """Events until the link is closed; ends after a :class:`ProcessExited` of a persistent link."""
+        ...
+
+    async def close(self) -> None:
+        """End every process of this link (whole trees); safe to call twice."""
+        ...

@@ -1,0 +1,117 @@
+"""Which Codex processes this daemon runs, recorded so a restarted daemon can end strays.
+
+Codex processes lead their own process groups, so ``kill -9`` of the daemon does not take
+them down. An app-server notices its stdin closing and exits by itself (verified on 0.169:
+it records ``turn_aborted`` and exits within milliseconds); an exec process may go on with its
+turn. Two Codex processes must never write one thread, so every process-group leader is
+recorded in ``<state_dir>/processes.json`` (pid and psutil ``create_time``, which rules out a
+reused pid) and :func:`end_stale_processes` ends what the previous run left before any session
+starts: it first gives each leader a moment to exit on its own, then TERM, then KILL to the
+group, then kills any recorded descendant that escaped the group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+from pathlib import Path
+
+import psutil
+
+from coven_codex.agent.state import atomic_write
+
+log = logging.getLogger(__name__)
+
+FILE_NAME = "processes.json"
+SETTLE = 1.0
+
+
+def _identity(pid: int) -> dict[str, float | int] | None:
+    try:
+        return {"pid": pid, "create_time": psutil.Process(pid).create_time()}
+    except psutil.Error:
+        return None
+
+
+class ProcessRegistry:
+    def __init__(self, state_dir: Path) -> None:
+        self.path = state_dir / FILE_NAME
+        self._records: dict[str, list[dict[str, float | int]]] = {}
+
+    def record(self, conversation: str, pids: list[int]) -> None:
+        identities = [ident for pid in pids if (ident := _identity(pid)) is not None]
+        if identities == self._records.get(conversation):
+            return
+        self._records[conversation] = identities
+        self._flush()
+
+    def forget(self, conversation: str) -> None:
+        if self._records.pop(conversation, None) is not None:
+            self._flush()
+
+    def _flush(self) -> None:
+        data = json.dumps(self._records).encode("utf-8")
+        atomic_write(self.path, data, durable=False)
+
+
+def load_recorded(state_dir: Path) -> list[psutil.Process]:
+    """The recorded processes of a previous run that are still alive (pid reuse ruled out)."""
+    path = state_dir / FILE_NAME
+    try:
+        records = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return []
+    except (OSError, json.JSONDecodeError) as exc:
+        log.warning("cannot read %s (%s); not looking for stray Codex processes", path, exc)
+        return []
+    alive: list[psutil.Process] = []
+    for entries in records.values() if isinstance(records, dict) else []:
+        for item in entries:
+            with contextlib.suppress(psutil.Error, KeyError, TypeError):
+                proc = psutil.Process(int(item["pid"]))
+                same = abs(proc.create_time() - float(item["create_time"])) < 0.01
+                if same and proc.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(proc)
+    return alive
+
+
+def end_stale_processes(state_dir: Path, grace: float) -> list[int]:
+    """End Codex process trees left by a previous run; return the leader pids that were found."""
+    leaders = load_recorded(state_dir)
+    if not leaders:
+        with contextlib.suppress(FileNotFoundError):
+            (state_dir / FILE_NAME).unlink()
+        return []
+    log.warning("found %d Codex process(es) left by a previous run; ending them", len(leaders))
+    tree: dict[int, psutil.Process] = {}
+    for leader in leaders:
+        tree[leader.pid] = leader
+        with contextlib.suppress(psutil.Error):
+            for child in leader.children(recursive=True):
+                tree[child.pid] = child
+    _, alive = psutil.wait_procs(leaders, timeout=min(SETTLE, grace))
+    for leader in alive:
+        _signal_group(leader.pid, signal.SIGTERM)
+    _, alive = psutil.wait_procs(alive, timeout=grace)
+    for leader in alive:
+        _signal_group(leader.pid, signal.SIGKILL)
+    # Group members (the native binary, MCP servers) may outlive their leader: psutil checks
+    # each one's create_time, so only the very processes snapshotted above are killed.
+    stragglers = []
+    for proc in tree.values():
+        with contextlib.suppress(psutil.Error):
+            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                proc.kill()
+                stragglers.append(proc)
+    psutil.wait_procs(stragglers, timeout=grace)
+    with contextlib.suppress(FileNotFoundError):
+        (state_dir / FILE_NAME).unlink()
+    return [leader.pid for leader in leaders]
+
+
+def _signal_group(pgid: int, signum: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)

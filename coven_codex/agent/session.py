@@ -1,0 +1,608 @@
+"""One conversation's session: its queue of thoughts, its Codex link, its egress.
+
+A :class:`Session` is one task that owns everything of its conversation, so there are no
+locks between conversations. It reacts to one inbox of messages (thoughts, cancels,
+approvals from ingress; events from its Codex link; eviction requests from the slot pool) and
+to two timers (idle reaping, the turn deadline). Its egress runs alongside as a child task.
+
+Delivering a thought (ingress exactly-once):
+
+1. the thought is written ahead as ``in_flight`` into the session state (atomic file);
+2. it is handed to Codex (app-server ``turn/start`` with ``clientUserMessageId = thought id``,
+   or exec's stdin);
+3. it moves to ``delivered`` (state saved again), and only then is the ingress cursor told.
+
+After a crash between 1 and 3 the daemon resolves the in-flight thought against Codex's own
+rollout (:mod:`coven_codex.agent.recovery`) before ingress re-reads the journal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from coven_codex.agent.egress import AppendHook, Egress
+from coven_codex.agent.link import (
+    ApprovalAsked,
+    CodexLink,
+    CodexReportedError,
+    LinkError,
+    LinkEvent,
+    ProcessExited,
+    ThreadReady,
+    TurnEnded,
+    TurnStarted,
+)
+from coven_codex.agent.processes import ProcessRegistry
+from coven_codex.agent.slots import SlotPool
+from coven_codex.agent.state import InFlight, SessionState, StateStore
+from coven_codex.codex.errors import ErrorCode, classify, shorten
+from coven_codex.entries import (
+    ApprovalEntry,
+    ApprovalRequestEntry,
+    BaseEntry,
+    CancelEntry,
+    ErrorEntry,
+    StatusEntry,
+    ThoughtEntry,
+)
+from coven_codex.journal import Journal
+from coven_codex.settings import Settings
+
+log = logging.getLogger(__name__)
+
+MAX_BACKOFF = 60.0
+DELIVERY_ATTEMPTS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class PendingThought:
+    entry_id: str
+    text: str
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class _LinkMessage:
+    generation: int
+    event: LinkEvent
+
+
+@dataclass(frozen=True, slots=True)
+class _Evict:
+    pass
+
+
+_Message = PendingThought | CancelEntry | ApprovalEntry | _LinkMessage | _Evict
+
+
+class LinkFactory(Protocol):
+    """Makes the link for a conversation; knows how in-flight thoughts are resolved."""
+
+    @property
+    def records_client_id(self) -> bool: ...
+
+    def __call__(self, conversation: str) -> CodexLink: ...
+
+
+class RolloutLocator(Protocol):
+    async def __call__(self, thread_id: str) -> Path: ...
+
+
+@dataclass(slots=True)
+class SessionServices:
+    """What every session shares: the daemon's journal, stores, pool and settings."""
+
+    settings: Settings
+    journal: Journal
+    store: StateStore
+    slots: SlotPool
+    processes: ProcessRegistry
+    make_link: LinkFactory
+    locate_rollout: RolloutLocator
+    finish_thought: Callable[[int], None]
+    known_ids: set[str]
+    on_append: AppendHook | None = None
+
+
+class Session:
+    def __init__(self, state: SessionState, services: SessionServices) -> None:
+        self.state = state
+        self.conversation = state.conversation
+        self._svc = services
+        self._settings = services.settings
+        self._inbox: asyncio.Queue[_Message] = asyncio.Queue()
+        self._queue: deque[PendingThought] = deque()
+        self._queued_ids: set[str] = set()
+        self._link: CodexLink | None = None
+        self._generation = 0
+        self._turn_active = False
+        self._turn_deadline: float | None = None
+        self._interrupt_sent_at: float | None = None
+        self._idle_since: float | None = None
+        self._restart_at: float | None = None
+        self._restart_wanted = False
+        self._failures = 0
+        self._approvals: dict[str, float] = {}
+        self._stopping = False
+        self._save_lock = asyncio.Lock()
+        self._save_wanted = asyncio.Event()
+        self._group: asyncio.TaskGroup | None = None
+        self._egress_task: asyncio.Task[None] | None = None
+        self._pump_task: asyncio.Task[None] | None = None
+        self._told_waiting = False
+        self._no_turn = asyncio.Event()
+        self._no_turn.set()
+        self.egress = Egress(state=state, journal=services.journal, known_ids=services.known_ids,
+                             on_progress=self._save_wanted.set, write_deltas=False,
+                             on_append=services.on_append)
+
+    # -- routing (called synchronously by ingress) -------------------------------------------
+    def offer_thought(self, entry: ThoughtEntry, position: int) -> bool:
+        """Queue a thought unless it was delivered before; ``True`` if it is now pending."""
+        assert entry.id is not None
+        if entry.id in self.state.delivered or entry.id in self._queued_ids:
+            return False
+        self._queued_ids.add(entry.id)
+        self._inbox.put_nowait(PendingThought(entry.id, entry.text, position))
+        return True
+
+    def offer_cancel(self, entry: CancelEntry) -> None:
+        self._inbox.put_nowait(entry)
+
+    def offer_approval(self, entry: ApprovalEntry) -> None:
+        self._inbox.put_nowait(entry)
+
+    @property
+    def busy(self) -> bool:
+        return self._turn_active or bool(self._queue)
+
+    @property
+    def live(self) -> bool:
+        return self._link is not None
+
+    # -- the task ------------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Serve the conversation until cancelled (:meth:`shutdown` ends processes first)."""
+        async with asyncio.TaskGroup() as group:
+            self._group = group
+            group.create_task(self._save_loop(), name=f"state-saver:{self.conversation}")
+            self._start_egress()
+            while True:
+                message = await self._next_message()
+                if message is not None:
+                    await self._handle(message)
+                await self._check_timers()
+                if not self._stopping:
+                    await self._advance()
+
+    async def _next_message(self) -> _Message | None:
+        timeout = self._next_timeout()
+        if timeout is None:
+            return await self._inbox.get()
+        try:
+            return await asyncio.wait_for(self._inbox.get(), timeout=max(timeout, 0.0))
+        except TimeoutError:
+            return None
+
+    def _next_timeout(self) -> float | None:
+        now = time.monotonic()
+        deadlines: list[float] = []
+        if self._turn_deadline is not None:
+            deadlines.append(self._turn_deadline)
+        if self._interrupt_sent_at is not None:
+            deadlines.append(self._interrupt_sent_at + self._settings.kill_grace)
+        if self._idle_since is not None and self._link is not None:
+            deadlines.append(self._idle_since + self._settings.idle_reap)
+        if self._restart_at is not None:
+            deadlines.append(self._restart_at)
+        deadlines.extend(asked + self._settings.approval_timeout for asked in self._approvals.values())
+        return min(deadlines) - now if deadlines else None
+
+    # -- messages ------------------------------------------------------------------------------
+    async def _handle(self, message: _Message) -> None:
+        if isinstance(message, PendingThought):
+            self._queue.append(message)
+        elif isinstance(message, CancelEntry):
+            await self._cancel()
+        elif isinstance(message, ApprovalEntry):
+            await self._approval(message)
+        elif isinstance(message, _Evict):
+            if self._link is not None and not self.busy:
+                log.info("conversation %r: ending its idle Codex process for another conversation",
+                         self.conversation)
+                await self._end_link(reason="slot needed by another conversation")
+        elif message.generation == self._generation:
+            await self._link_event(message.event)
+
+    async def _cancel(self) -> None:
+        if self._link is None or not self._turn_active:
+            await self._emit(StatusEntry(state="cancel_ignored", text="nothing is running to cancel"))
+            return
+        log.info("conversation %r: interrupting the running turn", self.conversation)
+        try:
+            await self._link.interrupt()
+        except LinkError as exc:
+            log.warning("conversation %r: interrupt failed: %s", self.conversation, exc)
+            return
+        self._interrupt_sent_at = time.monotonic()
+
+    async def _approval(self, entry: ApprovalEntry) -> None:
+        if entry.request_id not in self._approvals or self._link is None:
+            log.info("conversation %r: approval for unknown or expired request %s ignored",
+                     self.conversation, entry.request_id)
+            return
+        del self._approvals[entry.request_id]
+        try:
+            await self._link.answer(entry.request_id, entry.decision == "approve")
+        except LinkError as exc:
+            await self._error(classify(str(exc)).code, f"could not pass the approval on to Codex: {exc}",
+                              "The Codex process may have ended; the session will be resumed.")
+
+    async def _link_event(self, event: LinkEvent) -> None:
+        if isinstance(event, ThreadReady):
+            await self._thread_ready(event)
+        elif isinstance(event, TurnStarted):
+            self._set_turn_active()
+        elif isinstance(event, TurnEnded):
+            self._turn_finished()
+            if event.status == "failed" and event.error:
+                c = classify(event.error)
+                await self._error(c.code, c.message, c.hint)
+        elif isinstance(event, ApprovalAsked):
+            await self._approval_asked(event)
+        elif isinstance(event, CodexReportedError):
+            if not event.will_retry:
+                log.info("conversation %r: Codex reported: %s", self.conversation, shorten(event.message))
+        else:
+            await self._process_exited(event)
+
+    async def _thread_ready(self, event: ThreadReady) -> None:
+        changed = event.thread_id != self.state.thread_id
+        if changed:
+            self.state.thread_id = event.thread_id
+            self.state.rollout_path = None
+            self.state.egress_offset = 0
+            self.state.user_messages = 0
+        if event.rollout_path is not None:
+            self.state.rollout_path = str(event.rollout_path)
+        if changed or event.rollout_path is not None:
+            await self._save_now()
+        self._start_egress()
+
+    async def _approval_asked(self, event: ApprovalAsked) -> None:
+        policy = self._settings.approval_policy
+        await self._emit(ApprovalRequestEntry(request_id=event.request_id, action=event.action,
+                                              call_id=event.call_id, text=event.action))
+        if policy == "ask":
+            self._approvals[event.request_id] = time.monotonic()
+            return
+        if self._link is not None:
+            with contextlib.suppress(LinkError):
+                await self._link.answer(event.request_id, policy == "approve")
+
+    async def _process_exited(self, event: ProcessExited) -> None:
+        link = self._link
+        self._link = None
+        self._generation += 1
+        self._approvals.clear()
+        if link is not None:
+            await link.close()
+            self._svc.processes.forget(self.conversation)
+        self._svc.slots.release(self.conversation)
+        self._idle_since = None
+        was_turn = self._turn_active
+        self._turn_finished()
+        if event.expected or self._stopping:
+            return
+        self._failures += 1
+        delay = min(self._settings.restart_backoff * 2 ** (self._failures - 1), MAX_BACKOFF)
+        c = classify(event.detail or "the Codex process ended", event.returncode)
+        code = c.code if c.code is not ErrorCode.UNKNOWN else ErrorCode.PROCESS_EXITED
+        where = " during a turn" if was_turn else ""
+        await self._error(code, shorten(f"Codex exited{where} (exit {event.returncode}): {c.message}"),
+                          "The session will be resumed in a moment; send the thought again if its reply is "
+                          "missing. Run `coven-codex validate` if this repeats.")
+        log.warning("conversation %r: Codex exited (%s); resuming in %.1fs", self.conversation,
+                    event.returncode, delay)
+        self._restart_at = time.monotonic() + delay
+        self._restart_wanted = True
+
+    def _set_turn_active(self) -> None:
+        self._turn_active = True
+        self._no_turn.clear()
+
+    def _turn_finished(self) -> None:
+        self._no_turn.set()
+        self._turn_active = False
+        self._turn_deadline = None
+        self._interrupt_sent_at = None
+
+    # -- timers ------------------------------------------------------------------------------------
+    async def _check_timers(self) -> None:
+        now = time.monotonic()
+        if self._turn_deadline is not None and now >= self._turn_deadline and self._link is not None:
+            self._turn_deadline = None
+            c = classify("turn timeout", 124)
+            await self._error(c.code, f"the turn ran longer than {self._settings.turn_timeout:.0f}s and was "
+                              "stopped", c.hint)
+            with contextlib.suppress(LinkError):
+                await self._link.interrupt()
+            self._interrupt_sent_at = now
+        if (self._interrupt_sent_at is not None and now >= self._interrupt_sent_at + self._settings.kill_grace
+                and self._link is not None):
+            log.warning("conversation %r: the turn did not stop after interrupt; ending Codex", self.conversation)
+            await self._end_link(reason="turn did not stop")
+        for request_id, asked in list(self._approvals.items()):
+            if now >= asked + self._settings.approval_timeout and self._link is not None:
+                del self._approvals[request_id]
+                await self._emit(StatusEntry(state="approval_timeout",
+                                             text=f"no answer to approval {request_id}; denied"))
+                with contextlib.suppress(LinkError):
+                    await self._link.answer(request_id, False)
+        if (self._idle_since is not None and self._link is not None and not self.busy
+                and now >= self._idle_since + self._settings.idle_reap):
+            log.info("conversation %r: idle for %.0fs; ending its Codex process", self.conversation,
+                     self._settings.idle_reap)
+            await self._end_link(reason="idle")
+
+    # -- progress ----------------------------------------------------------------------------------
+    async def _advance(self) -> None:
+        if self._restart_at is not None:
+            if time.monotonic() < self._restart_at:
+                return
+            self._restart_at = None
+        if self._turn_active:
+            if self._queue and self._can_steer():
+                await self._deliver(self._queue[0], steer=True)
+            return
+        if self._queue:
+            self._mark_busy()
+            if self._link is None and not await self._open_link():
+                return
+            await self._deliver(self._queue[0])
+            return
+        if self._restart_wanted and self._link is None:
+            self._restart_wanted = False
+            await self._open_link()
+        if self._link is not None and self._link.persistent and self._idle_since is None:
+            self._idle_since = time.monotonic()
+            self._svc.slots.mark_idle(self.conversation, self._request_evict)
+        elif self._link is not None and not self._link.persistent:
+            await self._end_link(reason="turn over")
+
+    def _can_steer(self) -> bool:
+        return (self._settings.mid_turn == "steer" and self._link is not None and self._link.supports_steer
+                and self._interrupt_sent_at is None)
+
+    def _mark_busy(self) -> None:
+        self._idle_since = None
+        self._svc.slots.mark_busy(self.conversation)
+
+    def _request_evict(self) -> None:
+        self._inbox.put_nowait(_Evict())
+
+    async def _open_link(self) -> bool:
+        slots = self._svc.slots
+        if not slots.try_acquire(self.conversation):
+            if not self._told_waiting:
+                self._told_waiting = True
+                await self._emit(StatusEntry(
+                    state="session_waiting",
+                    text=f"waiting for a free Codex process slot ({slots.size} in use); your thought is "
+                         "queued and will be delivered in order",
+                ))
+            await slots.acquire(self.conversation)
+        self._told_waiting = False
+        link = self._svc.make_link(self.conversation)
+        resume = self.state.thread_id
+        try:
+            await link.open(resume)
+        except LinkError as exc:
+            await link.close()
+            slots.release(self.conversation)
+            self._failures += 1
+            delay = min(self._settings.restart_backoff * 2 ** (self._failures - 1), MAX_BACKOFF)
+            self._restart_at = time.monotonic() + delay
+            c = classify(str(exc))
+            await self._error(c.code, f"could not start Codex: {c.message}", c.hint)
+            return False
+        self._link = link
+        self._generation += 1
+        self._svc.processes.record(self.conversation, link.pids)
+        generation = self._generation
+        assert self._group is not None
+        self._pump_task = self._group.create_task(self._pump(link, generation),
+                                                  name=f"link-events:{self.conversation}")
+        if link.persistent:
+            state = "session_resumed" if resume else "session_started"
+            await self._emit(StatusEntry(state=state, thread_id=link.thread_id or resume))
+        if link.thread_id is not None and link.thread_id != self.state.thread_id:
+            await self._thread_ready(ThreadReady(link.thread_id, None))
+        return True
+
+    async def _pump(self, link: CodexLink, generation: int) -> None:
+        async for event in link.events():
+            self._inbox.put_nowait(_LinkMessage(generation, event))
+            if link.persistent and isinstance(event, ThreadReady | TurnStarted):
+                self._svc.processes.record(self.conversation, link.pids)
+
+    async def _deliver(self, thought: PendingThought, *, steer: bool = False) -> None:
+        link = self._link
+        assert link is not None
+        self.state.in_flight = InFlight(thought_id=thought.entry_id, position=thought.position, text=thought.text,
+                                        thread_id=self.state.thread_id,
+                                        user_messages_before=self.state.user_messages)
+        await self._save_now()
+        try:
+            if steer:
+                await link.steer(thought.entry_id, thought.text)
+            else:
+                await link.send(thought.entry_id, thought.text)
+        except LinkError as exc:
+            await self._delivery_failed(thought, exc)
+            return
+        if not link.persistent:
+            self._svc.processes.record(self.conversation, link.pids)
+        self._queue.popleft()
+        self._queued_ids.discard(thought.entry_id)
+        self.state.in_flight = None
+        self.state.delivered[thought.entry_id] = thought.position
+        self.state.user_messages += 1
+        self._failures = 0
+        if not steer:
+            self._set_turn_active()
+            self._turn_deadline = time.monotonic() + self._settings.turn_timeout
+        await self._save_now()
+        self._svc.finish_thought(thought.position)
+
+    async def _delivery_failed(self, thought: PendingThought, exc: LinkError) -> None:
+        log.warning("conversation %r: handing thought %s to Codex failed: %s", self.conversation,
+                    thought.entry_id, exc)
+        if exc.delivered:
+            # Codex may have it: leave it in flight; the recovery check decides after the restart.
+            self._queue.popleft()
+            self._queued_ids.discard(thought.entry_id)
+        else:
+            self.state.in_flight = None
+            await self._save_now()
+        self._failures += 1
+        if self._failures >= DELIVERY_ATTEMPTS and not exc.delivered:
+            self._queue.popleft()
+            self._queued_ids.discard(thought.entry_id)
+            self._failures = 0
+            c = classify(str(exc))
+            await self._error(c.code, f"the thought could not be handed to Codex: {c.message}",
+                              "Send it again once `coven-codex validate` passes.")
+            self._svc.finish_thought(thought.position)
+        await self._end_link(reason="delivery failed", expected=False)
+
+    async def _end_link(self, *, reason: str, expected: bool = True) -> None:
+        link = self._link
+        if link is None:
+            return
+        self._link = None
+        self._generation += 1
+        self._approvals.clear()
+        self._idle_since = None
+        log.debug("conversation %r: closing Codex link (%s)", self.conversation, reason)
+        await link.close()
+        self._svc.processes.forget(self.conversation)
+        self._svc.slots.release(self.conversation)
+        if self._turn_active:
+            self._turn_finished()
+        if not expected:
+            delay = min(self._settings.restart_backoff * 2 ** max(self._failures - 1, 0), MAX_BACKOFF)
+            self._restart_at = time.monotonic() + delay
+
+    # -- egress ------------------------------------------------------------------------------------
+    def _start_egress(self) -> None:
+        if self._egress_task is not None or self.state.thread_id is None or self._group is None:
+            return
+        self._egress_task = self._group.create_task(self._run_egress(self.state.thread_id),
+                                                    name=f"egress:{self.conversation}")
+
+    async def _run_egress(self, thread_id: str) -> None:
+        path = Path(self.state.rollout_path) if self.state.rollout_path else None
+        if path is None:
+            path = await self._svc.locate_rollout(thread_id)
+            self.state.rollout_path = str(path)
+            self._save_wanted.set()
+        await self.egress.run(path, thread_id)
+
+    async def drain_egress(self, limit: float) -> None:
+        """Wait (up to ``limit`` seconds) until egress has every complete line of the rollout."""
+        if self.state.rollout_path is None or self._egress_task is None:
+            return
+        target = complete_length(Path(self.state.rollout_path))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.egress.reached(target), limit)
+
+    # -- persistence -------------------------------------------------------------------------------
+    async def _save_now(self) -> None:
+        async with self._save_lock:
+            data = self.state.model_dump_json().encode("utf-8")
+            await self._write(data)
+
+    async def _write(self, data: bytes) -> None:
+        if self._svc.store.durable:
+            await asyncio.to_thread(self._svc.store.write, self.conversation, data)
+        else:
+            self._svc.store.write(self.conversation, data)
+
+    async def _save_loop(self) -> None:
+        while True:
+            await self._save_wanted.wait()
+            self._save_wanted.clear()
+            await self._save_now()
+
+    # -- output ------------------------------------------------------------------------------------
+    async def _emit(self, entry: BaseEntry) -> None:
+        entry.conversation = self.conversation
+        await self._svc.journal.append(entry)
+
+    async def _error(self, code: str, message: str, hint: str) -> None:
+        log.warning("conversation %r: %s: %s", self.conversation, code, message)
+        await self._emit(ErrorEntry(code=str(code), text=shorten(message), hint=hint))
+
+    async def report_crash(self, exc: BaseException) -> None:
+        """After :meth:`run` failed with a bug: end the process, reset, tell the conversation."""
+        self._egress_task = None
+        self._pump_task = None
+        self._group = None
+        with contextlib.suppress(Exception):
+            await self._end_link(reason="session failed", expected=False)
+        self._turn_finished()
+        with contextlib.suppress(Exception):
+            await self._error(ErrorCode.UNKNOWN, f"internal error in the session: {exc!r}",
+                              "The session restarts by itself; please report this with the daemon log.")
+
+    # -- shutdown ----------------------------------------------------------------------------------
+    async def stop_turn(self) -> None:
+        """Shutdown step 1: no new turns; interrupt a running one."""
+        self._stopping = True
+        if self._link is not None and self._turn_active:
+            with contextlib.suppress(LinkError):
+                await self._link.interrupt()
+
+    async def wait_turn_over(self, limit: float) -> None:
+        if self._link is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._no_turn.wait(), limit)
+
+    async def close(self) -> None:
+        """Shutdown step 2: end the Codex process tree."""
+        self._stopping = True
+        await self._end_link(reason="shutdown")
+
+    async def final_save(self) -> None:
+        """Shutdown step 4 (after the tasks are cancelled): save the state one last time."""
+        self._svc.store.write(self.conversation, self.state.model_dump_json().encode("utf-8"))
+
+
+def complete_length(path: Path) -> int:
+    """The length of ``path`` up to and including its last newline (0 if unreadable)."""
+    try:
+        with path.open("rb") as handle:
+            size = handle.seek(0, 2)
+            step = 4096
+            position = size
+            while position > 0:
+                start = max(0, position - step)
+                handle.seek(start)
+                chunk = handle.read(position - start)
+                index = chunk.rfind(b"\n")
+                if index >= 0:
+                    return start + index + 1
+                position = start
+    except OSError:
+        return 0
+    return 0

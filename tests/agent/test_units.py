@@ -1,0 +1,142 @@
+"""Unit tests of the agent's pure parts: state files, the ingress cursor, the slot pool, recovery."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from coven_codex.agent.cursor import LowWaterCursor
+from coven_codex.agent.recovery import codex_received, find_unclaimed_rollout, user_messages
+from coven_codex.agent.slots import SlotPool
+from coven_codex.agent.state import InFlight, SessionState, StateStore, state_file_name
+from coven_codex.agent.statelock import StateLock
+from coven_codex.agent.state import StateError
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "rollouts"
+
+
+def test_state_round_trip_and_atomic_replace(tmp_path: Path) -> None:
+    store = StateStore(tmp_path, durable=True)
+    store.prepare()
+    state = SessionState(conversation="chan/#1", thread_id="t", egress_offset=42)
+    state.delivered["a"] = 10
+    state.in_flight = InFlight(thought_id="b", position=20, text="hi", user_messages_before=1)
+    store.save(state)
+    again = StateStore(tmp_path).load_all()
+    assert again["chan/#1"] == state
+    assert [p.name for p in store.sessions_dir.iterdir()] == [state_file_name("chan/#1")]
+    assert oct(store.path_for("chan/#1").stat().st_mode & 0o777) == "0o600"
+
+
+def test_state_file_names_are_distinct_and_safe() -> None:
+    names = {state_file_name(c) for c in ["a", "A", "a/b", "a_b", "../x", "ünï", ""]}
+    assert len(names) == 7
+    assert all("/" not in n and not n.startswith(".") for n in names)
+
+
+def test_corrupt_state_is_set_aside(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    store = StateStore(tmp_path)
+    store.prepare()
+    store.path_for("x").write_text("{not json")
+    assert store.load_all() == {}
+    assert store.load("x") == SessionState(conversation="x")
+    assert store.path_for("x").with_suffix(".corrupt").exists()
+    assert "unreadable" in caplog.text
+
+
+def test_forget_delivered_before() -> None:
+    state = SessionState(conversation="c", delivered={"a": 1, "b": 5, "c": 9})
+    state.forget_delivered_before(5)
+    assert state.delivered == {"b": 5, "c": 9}
+
+
+def test_low_water_cursor_never_passes_a_pending_item() -> None:
+    cursor = LowWaterCursor(0)
+    cursor.read(0, 10, pending=True)
+    cursor.read(10, 20, pending=False)
+    cursor.read(20, 30, pending=True)
+    assert cursor.position == 0
+    cursor.finish(20)
+    assert cursor.position == 0
+    cursor.finish(0)
+    assert cursor.position == 30
+    assert cursor.pending == 0
+
+
+async def test_slot_pool_bounds_and_evicts_idle_holders() -> None:
+    pool = SlotPool(1)
+    assert pool.try_acquire("a")
+    evicted: list[str] = []
+    pool.mark_idle("a", lambda: (evicted.append("a"), pool.release("a")))
+    waiter = asyncio.create_task(pool.acquire("b"))
+    await asyncio.sleep(0)
+    assert evicted == ["a"]
+    await asyncio.wait_for(waiter, 1)
+    assert pool.holds("b") and not pool.holds("a")
+    # A busy holder is not evicted: the waiter waits until it releases.
+    pool.mark_busy("b")
+    waiter = asyncio.create_task(pool.acquire("c"))
+    await asyncio.sleep(0.01)
+    assert not waiter.done() and pool.waiting == 1
+    pool.release("b")
+    await asyncio.wait_for(waiter, 1)
+    assert pool.holds("c")
+
+
+async def test_slot_pool_cancelled_waiter_passes_the_slot_on() -> None:
+    pool = SlotPool(1)
+    assert pool.try_acquire("a")
+    first = asyncio.create_task(pool.acquire("b"))
+    second = asyncio.create_task(pool.acquire("c"))
+    await asyncio.sleep(0)
+    pool.release("a")
+    first.cancel()
+    await asyncio.gather(first, return_exceptions=True)
+    await asyncio.wait_for(second, 1)
+    assert pool.holds("c") and pool.in_use == 1
+
+
+def test_user_messages_of_both_versions() -> None:
+    old = user_messages(FIXTURES / "0.47.0" / "multi_turn.jsonl")
+    assert old.texts == ["first question", "second question"]
+    new = user_messages(FIXTURES / "0.169.0" / "multi_turn.jsonl")
+    assert len(new.texts) == 2
+
+
+def test_codex_received_by_count_and_by_client_id(tmp_path: Path) -> None:
+    rollout = FIXTURES / "0.47.0" / "multi_turn.jsonl"
+    assert codex_received(rollout, InFlight(thought_id="x", position=0, text="second question",
+                                            user_messages_before=1), by_client_id=False)
+    assert not codex_received(rollout, InFlight(thought_id="x", position=0, text="third",
+                                                user_messages_before=2), by_client_id=False)
+    line = {"timestamp": "t", "type": "event_msg", "payload": {
+        "type": "item_completed", "item": {"type": "UserMessage", "client_id": "th-1",
+                                           "content": [{"type": "text", "text": "hi"}]}}}
+    path = tmp_path / "rollout.jsonl"
+    path.write_text(json.dumps(line) + "\n")
+    assert codex_received(path, InFlight(thought_id="th-1", position=0, text="hi"), by_client_id=True)
+    assert not codex_received(path, InFlight(thought_id="th-2", position=0, text="hi", user_messages_before=0),
+                              by_client_id=True)
+
+
+def test_find_unclaimed_rollout(tmp_path: Path) -> None:
+    day = tmp_path / "sessions" / "2026" / "01" / "02"
+    day.mkdir(parents=True)
+    thread = "01a20260-11ee-7302-a67e-71167b52e354"
+    target = day / f"rollout-2026-01-02T00-00-00-{thread}.jsonl"
+    target.write_bytes((FIXTURES / "0.47.0" / "multi_turn.jsonl").read_bytes())
+    assert find_unclaimed_rollout(tmp_path, "first question", set()) == (thread, target)
+    assert find_unclaimed_rollout(tmp_path, "first question", {thread}) is None
+    assert find_unclaimed_rollout(tmp_path, "second question", set()) is None
+
+
+def test_state_lock_excludes_a_second_daemon(tmp_path: Path) -> None:
+    with StateLock(tmp_path):
+        with pytest.raises(StateError, match=f"pid {os.getpid()}"):
+            StateLock(tmp_path).acquire()
+    with StateLock(tmp_path):
+        pass
