@@ -1,0 +1,163 @@
+"""Finding the Codex executable (issue 4 item 1, DESIGN §5).
+
+Lookup order:
+
+1. an explicit path (``codex_path`` containing a ``/`` or starting with ``~``): used as is;
+2. a bare name (``codex_path`` without a slash, default ``codex``) looked up on ``PATH``;
+3. the same name in npm's global prefix (``<npm prefix -g>/bin/<name>``), asked with a timeout.
+
+A configured name must match ``^[A-Za-z0-9_-]+$`` before anything is looked up, so a name
+cannot smuggle a path or shell syntax. Whatever is found is refused when it, or the file it
+resolves to through symlinks, lies inside the workspace: a ``codex`` checked into the
+repository Codex works on must not be able to hijack the bridge.
+
+The functions here are synchronous (they stat files and may run ``npm`` for a few seconds);
+call them through ``asyncio.to_thread`` from async code.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from coven_codex.codex.process import run_captured
+
+log = logging.getLogger(__name__)
+
+DEFAULT_NAME = "codex"
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9_-]+$")
+NPM_PREFIX_TIMEOUT = 5.0
+
+
+class DiscoveryError(RuntimeError):
+    """The Codex executable could not be found or was refused; the message says what to do."""
+
+
+@dataclass(frozen=True, slots=True)
+class FoundExecutable:
+    """Where Codex was found and how."""
+
+    path: Path  # absolute path as found (may be a symlink, e.g. npm's ``.bin/codex``)
+    resolved: Path  # ``path`` with every symlink resolved
+    source: str  # "explicit", "PATH" or "npm"
+
+
+def is_explicit_path(configured: str) -> bool:
+    """A configured value is a path (not a name) when it has a separator or starts with ``~``."""
+    return "/" in configured or os.sep in configured or configured.startswith("~")
+
+
+def validate_name(name: str) -> str:
+    """Return ``name`` if it is a plain executable name, else raise :class:`DiscoveryError`."""
+    if not NAME_PATTERN.fullmatch(name):
+        raise DiscoveryError(
+            f"codex_path {name!r} is not a plain executable name (letters, digits, '_' and '-' only); "
+            "give an absolute path to the executable instead"
+        )
+    return name
+
+
+def find_codex(
+    configured: str | None,
+    workspace: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    npm_timeout: float = NPM_PREFIX_TIMEOUT,
+) -> FoundExecutable:
+    """Find the Codex executable; see the module docstring for the order and the refusals."""
+    environ = os.environ if env is None else env
+    value = (configured or DEFAULT_NAME).strip()
+    if not value:
+        value = DEFAULT_NAME
+    if is_explicit_path(value):
+        found = _explicit(value)
+    else:
+        name = validate_name(value)
+        looked_up = _on_path(name, environ) or _in_npm_prefix(name, environ, npm_timeout)
+        if looked_up is None:
+            raise DiscoveryError(
+                f"Codex executable {name!r} was found neither on PATH nor in npm's global prefix; "
+                "install it (`npm install -g @openai/codex`) or set codex_path to its absolute path"
+            )
+        found = looked_up
+    refuse_inside_workspace(found, workspace)
+    log.debug("Codex executable %s (via %s, resolves to %s)", found.path, found.source, found.resolved)
+    return found
+
+
+def refuse_inside_workspace(found: FoundExecutable, workspace: Path) -> None:
+    """Raise :class:`DiscoveryError` if the executable (or its symlink target) is in ``workspace``."""
+    root = workspace.expanduser().resolve()
+    for candidate in (found.path, found.resolved):
+        if candidate == root or candidate.is_relative_to(root):
+            raise DiscoveryError(
+                f"refusing Codex executable {found.path}: it lies inside the workspace {root}, where a "
+                "checked-in file could hijack the bridge; install Codex outside the workspace and "
+                "point codex_path at it"
+            )
+
+
+def _explicit(value: str) -> FoundExecutable:
+    path = Path(value).expanduser()
+    if not path.is_absolute():
+        path = Path.cwd() / path
+    path = Path(os.path.normpath(path))
+    if not path.exists():
+        raise DiscoveryError(f"codex_path {path} does not exist; fix codex_path or install Codex there")
+    return _checked(path, "explicit")
+
+
+def _on_path(name: str, environ: Mapping[str, str]) -> FoundExecutable | None:
+    search = environ.get("PATH", os.defpath)
+    hit = shutil.which(name, path=search)
+    if hit is None:
+        return None
+    path = Path(hit)
+    if not path.is_absolute():
+        path = Path.cwd() / path
+    return _checked(Path(os.path.normpath(path)), "PATH")
+
+
+def npm_global_prefix(environ: Mapping[str, str], timeout: float = NPM_PREFIX_TIMEOUT) -> Path | None:
+    """``npm prefix -g``, or ``None`` if npm is missing, fails or takes longer than ``timeout``."""
+    npm = shutil.which("npm", path=environ.get("PATH", os.defpath))
+    if npm is None:
+        return None
+    try:
+        done = run_captured([npm, "prefix", "-g"], env=environ, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        log.warning("`npm prefix -g` took longer than %.0fs; not looking for Codex there", timeout)
+        return None
+    except OSError as exc:
+        log.warning("cannot run npm (%s); not looking for Codex in its global prefix", exc)
+        return None
+    lines = [line.strip() for line in done.stdout.splitlines() if line.strip()]
+    if done.returncode != 0 or not lines:
+        log.warning("`npm prefix -g` failed (exit %s); not looking for Codex there", done.returncode)
+        return None
+    return Path(lines[-1])
+
+
+def _in_npm_prefix(name: str, environ: Mapping[str, str], timeout: float) -> FoundExecutable | None:
+    prefix = npm_global_prefix(environ, timeout)
+    if prefix is None:
+        return None
+    candidate = prefix / "bin" / name
+    if candidate.is_file() and os.access(candidate, os.X_OK):
+        return _checked(candidate, "npm")
+    return None
+
+
+def _checked(path: Path, source: str) -> FoundExecutable:
+    resolved = path.resolve()
+    if not resolved.is_file():
+        raise DiscoveryError(f"Codex executable {path} is not a file; point codex_path at the executable")
+    if not os.access(resolved, os.X_OK):
+        raise DiscoveryError(f"Codex executable {path} is not executable; run `chmod +x {path}`")
+    return FoundExecutable(path=path, resolved=resolved, source=source)

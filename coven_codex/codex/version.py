@@ -1,0 +1,127 @@
+"""The installed Codex CLI's version and what it can do.
+
+``codex --version`` prints a line like ``codex-cli 0.169.0``. :func:`detect_version` runs it
+with a timeout (5 s by default) and :func:`parse_version` turns the output into a
+:class:`CodexVersion` whose capability flags decide the driver and config details.
+
+Capability thresholds are the versions we verified, not guesses: the app-server v2 protocol
+(``thread/start``, ``turn/start`` with ``clientUserMessageId``, ``turn/steer``, v2 approval
+requests) and ``default_tools_approval_mode`` for MCP servers were verified on 0.169.0 and are
+absent from 0.47.0. Versions in between are treated like the older one (the exec driver works on
+every version); a user can still force ``driver = "app-server"`` for them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import total_ordering
+from pathlib import Path
+
+from coven_codex.codex.process import run_captured
+
+VERSION_TIMEOUT = 5.0
+VERIFIED_APP_SERVER = (0, 169, 0)
+VERIFIED_TOOLS_APPROVAL_MODE = (0, 169, 0)
+OLDEST_SUPPORTED = (0, 47, 0)
+
+_VERSION_RE = re.compile(r"(?:^|\s)v?(\d+)\.(\d+)\.(\d+)(?:[-+.]([0-9A-Za-z.\-+]+))?(?=\s|$)")
+
+
+class VersionError(RuntimeError):
+    """The version could not be determined; the message says what to do."""
+
+
+@total_ordering
+@dataclass(frozen=True, slots=True)
+class CodexVersion:
+    major: int
+    minor: int
+    patch: int
+    raw: str = ""  # the whole ``--version`` output line, for messages
+    suffix: str = ""  # pre-release / build suffix, e.g. "alpha.3"
+
+    @property
+    def triple(self) -> tuple[int, int, int]:
+        return (self.major, self.minor, self.patch)
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, CodexVersion):
+            return NotImplemented
+        return self.triple < other.triple
+
+    def __str__(self) -> str:
+        base = f"{self.major}.{self.minor}.{self.patch}"
+        return f"{base}-{self.suffix}" if self.suffix else base
+
+    def at_least(self, triple: tuple[int, int, int]) -> bool:
+        return self.triple >= triple
+
+    @property
+    def supports_app_server(self) -> bool:
+        """The app-server v2 protocol (thread/turn methods, v2 approvals) is available."""
+        return self.at_least(VERIFIED_APP_SERVER)
+
+    @property
+    def supports_steer(self) -> bool:
+        """``turn/steer`` (append input to a running turn) is available."""
+        return self.supports_app_server
+
+    @property
+    def supports_client_message_id(self) -> bool:
+        """``turn/start`` accepts ``clientUserMessageId`` and records it in the rollout."""
+        return self.supports_app_server
+
+    @property
+    def supports_tools_approval_mode(self) -> bool:
+        """``[mcp_servers.X] default_tools_approval_mode`` is understood (and needed)."""
+        return self.at_least(VERIFIED_TOOLS_APPROVAL_MODE)
+
+    @property
+    def supported(self) -> bool:
+        """At least the oldest version the bridge was verified with."""
+        return self.at_least(OLDEST_SUPPORTED)
+
+    @property
+    def default_driver(self) -> str:
+        """``"app-server"`` where supported, else ``"exec"``."""
+        return "app-server" if self.supports_app_server else "exec"
+
+
+def parse_version(output: str) -> CodexVersion:
+    """Parse ``codex --version`` output (``codex-cli 0.169.0``); raise :class:`VersionError`."""
+    for line in output.splitlines():
+        match = _VERSION_RE.search(line.strip())
+        if match:
+            major, minor, patch, suffix = match.groups()
+            return CodexVersion(int(major), int(minor), int(patch), raw=line.strip(), suffix=suffix or "")
+    shown = " ".join(output.split())[:120] or "(nothing)"
+    raise VersionError(
+        f"cannot read a version from `codex --version` output: {shown}; check that codex_path "
+        "points at the OpenAI Codex CLI"
+    )
+
+
+def detect_version(
+    executable: Path, *, env: Mapping[str, str] | None = None, timeout: float = VERSION_TIMEOUT
+) -> CodexVersion:
+    """Run ``<executable> --version`` (with ``timeout``) and parse it."""
+    try:
+        done = run_captured(
+            [str(executable), "--version"], env=os.environ if env is None else env, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        raise VersionError(
+            f"`{executable} --version` did not answer within {timeout:.0f}s; check the installation"
+        ) from None
+    except OSError as exc:
+        raise VersionError(f"cannot run `{executable} --version`: {exc}; check the installation") from None
+    if done.returncode != 0:
+        detail = " ".join((done.stderr or done.stdout).split())[:160]
+        raise VersionError(
+            f"`{executable} --version` failed with exit {done.returncode}: {detail}; reinstall Codex"
+        )
+    return parse_version(done.stdout)
