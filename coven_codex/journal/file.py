@@ -8,7 +8,7 @@ import fcntl
 import logging
 import os
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Final
 
@@ -175,7 +175,7 @@ class FileJournal:
 
     # -- reading ---------------------------------------------------------------------------
 
-    async def tail(self, start: Position = 0) -> AsyncIterator[JournalItem]:
+    async def tail(self, start: Position = 0) -> AsyncGenerator[JournalItem, None]:
         lines = tail_lines(
             self.path,
             start,

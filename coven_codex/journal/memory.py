@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 from coven_codex.entries import BaseEntry
 from coven_codex.journal.decoding import decode_line
@@ -22,32 +22,48 @@ from coven_codex.tailing import DEFAULT_MAX_LINE_BYTES
 logger = logging.getLogger(__name__)
 
 
+class MemoryStore:
+    """What a memory journal holds; several :class:`MemoryJournal` handles may share it."""
+
+    def __init__(self) -> None:
+        self.items: list[JournalItem] = []
+        self.cursors: dict[str, Position] = {}
+        self.grew = asyncio.Event()
+
+    def push(self, item: JournalItem) -> None:
+        self.items.append(item)
+        grew, self.grew = self.grew, asyncio.Event()
+        grew.set()
+
+
 class MemoryJournal:
     """Items live in a list; item ``i`` lies at positions ``i``..``i + 1``.
 
     Entries go through the same encoding and decoding as in a file, so an entry read
     back equals one read from a :class:`FileJournal`. :meth:`append_raw` stores an
-    arbitrary line, to exercise how consumers deal with bad lines.
+    arbitrary line, to exercise how consumers deal with bad lines. :meth:`reopen` gives
+    another handle on the same items and cursors (what a restart would see).
     """
 
-    def __init__(self, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
+    def __init__(self, *, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES, store: MemoryStore | None = None) -> None:
         self.max_line_bytes = max_line_bytes
-        self._items: list[JournalItem] = []
-        self._cursors: dict[str, Position] = {}
-        self._grew = asyncio.Event()
+        self.store = store if store is not None else MemoryStore()
+        self._items = self.store.items
+        self._cursors = self.store.cursors
         self._closed = False
 
     def __repr__(self) -> str:
         return f"MemoryJournal({len(self._items)} items)"
+
+    def reopen(self) -> MemoryJournal:
+        return MemoryJournal(max_line_bytes=self.max_line_bytes, store=self.store)
 
     def _push(self, data: bytes) -> JournalItem:
         if self._closed:
             raise JournalError("the journal is closed")
         start = len(self._items)
         item = decode_line(data, start, start + 1, max_line_bytes=self.max_line_bytes)
-        self._items.append(item)
-        grew, self._grew = self._grew, asyncio.Event()
-        grew.set()
+        self.store.push(item)
         return item
 
     async def append(self, entry: BaseEntry) -> JournalRecord:
@@ -61,7 +77,7 @@ class MemoryJournal:
         """Store one line as a file would hold it (without its newline), valid or not."""
         return self._push(data)
 
-    async def tail(self, start: Position = 0) -> AsyncIterator[JournalItem]:
+    async def tail(self, start: Position = 0) -> AsyncGenerator[JournalItem, None]:
         position = check_position(start)
         if position > len(self._items):
             logger.warning("tail start %d is past the end (%d); reading from 0", position, len(self._items))
@@ -71,7 +87,7 @@ class MemoryJournal:
                 item = self._items[position]
                 position += 1
                 yield item
-            await self._grew.wait()
+            await self.store.grew.wait()
 
     async def read(self, start: Position = 0, end: Position | None = None) -> list[JournalItem]:
         if start < 0 or (end is not None and end < start):

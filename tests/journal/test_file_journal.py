@@ -1,0 +1,161 @@
+"""File-journal specifics: torn lines from foreign writers, durability, cursor files."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from coven_codex.entries import ThoughtEntry
+from coven_codex.journal import BadLine, CursorError, FileJournal, JournalError, JournalRecord, file
+from coven_codex.journal.decoding import decode_line
+from coven_codex.tailing import TailNotice, TailNoticeKind
+
+
+async def test_an_unterminated_foreign_line_does_not_swallow_the_next_entry(tmp_path: Path) -> None:
+    path = tmp_path / "j.jsonl"
+    path.write_bytes(b'{"kind": "thought", "text": "ok"}\n{"kind": "thought", "te')  # a writer crashed
+    journal = FileJournal(path)
+    assert await journal.end_position() == 34  # the torn line is not part of the journal yet
+    record = await journal.append(ThoughtEntry(text="next"))
+    items = await journal.read()
+    assert [type(item) for item in items] == [JournalRecord, BadLine, JournalRecord]
+    assert items[1].start == 34
+    assert record == items[2]
+    assert record.start == items[1].end
+    await journal.aclose()
+
+
+async def test_creates_missing_directories_and_file(tmp_path: Path) -> None:
+    path = tmp_path / "a" / "b" / "j.jsonl"
+    journal = FileJournal(path, durability="always")
+    assert await journal.end_position() == 0
+    assert await journal.read() == []
+    record = await journal.append(ThoughtEntry(text="first"))
+    assert record.start == 0
+    assert path.read_bytes().endswith(b"\n")
+    assert path.stat().st_mode & 0o777 == 0o600
+    await journal.aclose()
+
+
+async def test_a_removed_journal_file_is_recreated(tmp_path: Path) -> None:
+    path = tmp_path / "j.jsonl"
+    journal = FileJournal(path)
+    await journal.append(ThoughtEntry(text="one"))
+    path.unlink()
+    record = await journal.append(ThoughtEntry(text="two"))
+    assert record.start == 0
+    assert [item.entry.text for item in await journal.read() if isinstance(item, JournalRecord)] == ["two"]
+    await journal.aclose()
+
+
+def test_unknown_durability_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(JournalError, match="always, batched, never"):
+        FileJournal(tmp_path / "j", durability="sometimes")  # type: ignore[arg-type]  # deliberately invalid
+
+
+@pytest.mark.parametrize(("durability", "expected"), [("always", "each"), ("batched", "shared"), ("never", "none")])
+async def test_durability_modes_flush_as_documented(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durability: str, expected: str
+) -> None:
+    syncs = 0
+    real_sync = file._SYNC
+
+    def counting_sync(fd: int) -> None:
+        nonlocal syncs
+        syncs += 1
+        real_sync(fd)
+
+    monkeypatch.setattr(file, "_SYNC", counting_sync)
+    journal = FileJournal(tmp_path / "j.jsonl", durability=durability)  # type: ignore[arg-type]  # parametrised
+    await journal.append(ThoughtEntry(text="warm-up"))  # creating the file syncs the directory, not the file
+    syncs = 0
+    await asyncio.gather(*(journal.append(ThoughtEntry(text=str(i))) for i in range(100)))
+    await journal.aclose()
+    if expected == "each":
+        assert syncs == 100
+    elif expected == "shared":
+        assert 1 <= syncs < 100
+    else:
+        assert syncs == 0
+
+
+async def test_batched_append_returns_only_after_a_flush(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    flushed_sizes: list[int] = []
+    real_sync = file._SYNC
+
+    def recording_sync(fd: int) -> None:
+        real_sync(fd)
+        flushed_sizes.append(os.fstat(fd).st_size)
+
+    monkeypatch.setattr(file, "_SYNC", recording_sync)
+    journal = FileJournal(tmp_path / "j.jsonl", durability="batched")
+    for i in range(5):
+        record = await journal.append(ThoughtEntry(text=str(i)))
+        assert flushed_sizes and flushed_sizes[-1] >= record.end
+    await journal.aclose()
+
+
+async def test_cursor_files_are_written_atomically(tmp_path: Path) -> None:
+    journal = FileJournal(tmp_path / "j.jsonl")
+    await journal.save_cursor("ingress/default", 123)
+    cursor_dir = tmp_path / "j.jsonl.cursors"
+    files = sorted(p.name for p in cursor_dir.iterdir())
+    assert files == ["ingress%2Fdefault.json"]  # escaped, and no temporary file left behind
+    assert json.loads((cursor_dir / files[0]).read_text())["position"] == 123
+    await journal.aclose()
+
+
+async def test_a_failed_cursor_save_keeps_the_old_value(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    journal = FileJournal(tmp_path / "j.jsonl")
+    await journal.save_cursor("c", 1)
+
+    def failing_replace(source: object, target: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", failing_replace)
+    with pytest.raises(CursorError, match="No space left on device"):
+        await journal.save_cursor("c", 2)
+    monkeypatch.undo()
+    assert await journal.load_cursor("c") == 1
+    assert [p.name for p in (tmp_path / "j.jsonl.cursors").iterdir()] == ["c.json"]
+
+
+@pytest.mark.parametrize("content", [b"", b"{", b'{"position": -3}', b'{"position": "12"}', b"[]"])
+async def test_a_corrupt_cursor_says_what_to_do(tmp_path: Path, content: bytes) -> None:
+    journal = FileJournal(tmp_path / "j.jsonl")
+    await journal.save_cursor("c", 5)
+    (tmp_path / "j.jsonl.cursors" / "c.json").write_bytes(content)
+    with pytest.raises(CursorError, match=r"corrupt.*delete it"):
+        await journal.load_cursor("c")
+
+
+async def test_tail_reports_a_truncated_journal(tmp_path: Path) -> None:
+    notices: list[TailNotice] = []
+    path = tmp_path / "j.jsonl"
+    journal = FileJournal(path, on_notice=notices.append)
+    await journal.append(ThoughtEntry(text="a"))
+    items = journal.tail(10_000)
+    first = await anext(items)
+    assert isinstance(first, JournalRecord) and first.entry.text == "a"
+    assert [n.kind for n in notices] == [TailNoticeKind.TRUNCATED]
+    await items.aclose()
+    await journal.aclose()
+
+
+async def test_append_after_close_is_refused(tmp_path: Path) -> None:
+    journal = FileJournal(tmp_path / "j.jsonl")
+    await journal.aclose()
+    with pytest.raises(JournalError, match="closed"):
+        await journal.append(ThoughtEntry(text="late"))
+
+
+def test_decoding_never_raises_on_hostile_input() -> None:
+    deep = b"[" * 100_000 + b"]" * 100_000
+    item = decode_line(deep, 7, 200_008, max_line_bytes=10**6)
+    assert isinstance(item, BadLine) and item.start == 7
+    error = item.to_error_entry("room")
+    assert error.id == "bad-line@7" and error.conversation == "room" and "position 7" in error.text
