@@ -14,6 +14,7 @@ import hmac
 import json
 import logging
 import os
+import select
 import socket
 import struct
 from dataclasses import dataclass
@@ -68,6 +69,19 @@ def peer_of(writer: asyncio.StreamWriter) -> Peer:
         return Peer(None, None)
     pid, uid, _gid = struct.unpack("3i", raw)
     return Peer(pid, uid)
+
+
+def _peer_gone(writer: asyncio.StreamWriter) -> bool:
+    """True when the peer closed both directions (POLLHUP), not just its sending side."""
+    sock = writer.get_extra_info("socket")
+    if sock is None:
+        return True
+    poller = select.poll()
+    try:
+        poller.register(sock.fileno(), select.POLLHUP)
+        return any(event & select.POLLHUP for _, event in poller.poll(0))
+    except (OSError, ValueError):
+        return True
 
 
 class Connection:
@@ -159,7 +173,11 @@ class Connection:
         except asyncio.CancelledError:
             await self._cancel_in_flight()
             raise
-        # The client half-closed: finish what it asked for, then close.
+        if _peer_gone(self._writer):
+            log.debug("MCP client %s closed the connection; cancelling its calls", self.peer)
+            await self._cancel_in_flight()
+            return
+        # The client only half-closed: finish what it asked for, then close.
         tasks = list(self._in_flight.values())
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)

@@ -72,7 +72,7 @@ def _resolve(source: str, search_paths: Iterable[Path]) -> object:
         raise SpellLoadError(
             f"spell source {source!r} is not of the form module:object (for example myspells:spells)"
         )
-    added = [str(Path(p).resolve()) for p in search_paths]
+    added = list(dict.fromkeys(str(Path(p).resolve()) for p in search_paths))
     for path in reversed(added):
         if path not in sys.path:
             sys.path.insert(0, path)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -116,7 +117,7 @@ def plan_arguments(function: Callable[..., Any], spell_name: str) -> ArgumentPla
     context_parameter: str | None = None
     for index, parameter in enumerate(signature.parameters.values()):
         annotation = hints.get(parameter.name, parameter.annotation)
-        if annotation is SpellContext:
+        if _is_context(annotation):
             context_parameter = parameter.name
             continue
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
@@ -203,6 +204,14 @@ def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
     if kept_refs:
         result["$defs"] = definitions
     return result
+
+
+def _is_context(annotation: Any) -> bool:
+    """``SpellContext`` or ``SpellContext | None``."""
+    if annotation is SpellContext:
+        return True
+    arguments = [a for a in typing.get_args(annotation) if a is not type(None)]
+    return typing.get_origin(annotation) in (typing.Union, types.UnionType) and arguments == [SpellContext]
 
 
 def _signature(function: Callable[..., Any]) -> inspect.Signature:

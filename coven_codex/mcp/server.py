@@ -153,6 +153,10 @@ class SpellServer:
                 instructions=self._instructions,
             )
             await Connection(reader, writer, session, self.secret, self._limits).run()
+        except asyncio.CancelledError:
+            # close() cancelled us and awaits us; ending normally keeps asyncio's stream
+            # callback from logging the cancellation as an error.
+            return
         finally:
             self._connections.discard(task)
 

@@ -20,7 +20,6 @@ def toolbelt(registry: SpellRegistry, server_name: str = SERVER_NAME) -> dict[st
     return {
         "server": server_name,
         "generator": f"coven-codex {__version__}",
-        "codex_tool_prefix": f"mcp__{server_name}__",
         "tools": registry.tool_definitions(),
     }
 

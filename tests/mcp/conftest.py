@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 from collections.abc import AsyncIterator
@@ -17,7 +18,7 @@ from mcp_shim import wire
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from mcp_sample_spells import registry as sample_registry  # noqa: E402
+from mcp_sample_spells import registry as sample_registry
 
 
 @pytest.fixture
@@ -82,7 +83,5 @@ class RawClient:
 
     async def close(self) -> None:
         self.writer.close()
-        try:
+        with contextlib.suppress(ConnectionError, OSError):
             await self.writer.wait_closed()
-        except (ConnectionError, OSError):
-            pass

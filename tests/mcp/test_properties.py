@@ -1,0 +1,95 @@
+"""Property-based tests of the framing and the dispatch."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from coven_codex.mcp.framing import OVERSIZED, FrameDecoder, encode
+from coven_codex.mcp.protocol import ClientResponse, Invalid, Notification, Request, classify
+from coven_codex.mcp.session import McpSession
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=20,
+)
+
+
+@st.composite
+def chunkings(draw: st.DrawFn, data: bytes) -> list[bytes]:
+    cuts = sorted(draw(st.lists(st.integers(0, len(data)), max_size=12)))
+    pieces, last = [], 0
+    for cut in cuts:
+        pieces.append(data[last:cut])
+        last = cut
+    pieces.append(data[last:])
+    return pieces
+
+
+@given(st.lists(json_values, max_size=8), st.data())
+def test_any_chunking_yields_the_same_messages(messages: list[Any], data: st.DataObject) -> None:
+    stream = b"".join(encode(message) for message in messages)
+    decoder = FrameDecoder(1 << 20)
+    frames = []
+    for piece in data.draw(chunkings(stream)):
+        frames += decoder.feed(piece)
+    assert all(isinstance(frame, bytes) for frame in frames)
+    assert [json.loads(frame) for frame in frames if isinstance(frame, bytes)] == messages
+    assert decoder.pending_bytes == 0
+
+
+@given(st.lists(st.binary(max_size=60).map(lambda b: b.replace(b"\n", b"")), max_size=10),
+       st.integers(1, 40), st.data())
+def test_oversized_lines_are_reported_once_and_others_pass(
+    lines: list[bytes], limit: int, data: st.DataObject
+) -> None:
+    stream = b"".join(line + b"\n" for line in lines)
+    decoder = FrameDecoder(limit)
+    frames = []
+    for piece in data.draw(chunkings(stream)):
+        frames += decoder.feed(piece)
+    expected = [OVERSIZED if len(line) > limit else line for line in lines if len(line) > limit or line.strip()]
+    assert frames == expected
+    assert decoder.pending_bytes <= limit
+
+
+@given(json_values)
+def test_classify_never_raises_and_keeps_valid_ids(value: Any) -> None:
+    message = classify(value)
+    assert isinstance(message, Request | Notification | ClientResponse | Invalid)
+    if isinstance(message, Request):
+        assert message.id == value["id"] and type(message.id) is type(value["id"])
+
+
+method_names = st.sampled_from(["initialize", "ping", "tools/list", "tools/call", "server/discover", "x/y"]) | st.text()
+request_ids = st.integers() | st.text() | st.floats(allow_nan=False, allow_infinity=False)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(request_ids, method_names, st.dictionaries(st.sampled_from(
+    ["name", "arguments", "cursor", "protocolVersion", "_meta", "clientInfo"]) | st.text(max_size=5),
+    json_values | st.sampled_from(["add", "shout", "explode"]), max_size=4))
+def test_dispatch_always_answers_with_the_request_id(request_id: Any, method: str, params: dict[str, Any]) -> None:
+    from mcp_sample_spells import registry
+
+    session = McpSession(registry)
+    message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+    request = classify(message)
+    assert isinstance(request, Request)
+    sent: list[dict[str, Any]] = []
+    response = asyncio.run(session.handle(request, sent.append))
+    assert response["jsonrpc"] == "2.0"
+    assert response["id"] == request_id and type(response["id"]) is type(request_id)
+    assert ("result" in response) != ("error" in response)
+    if "error" in response:
+        assert response["error"]["code"] in (-32601, -32602, -32603)
+        assert response["error"]["code"] != -32603, response
+    else:
+        json.dumps(response)
+        if method == "tools/call":
+            assert isinstance(response["result"]["isError"], bool)

@@ -1,0 +1,149 @@
+"""JSON-RPC / MCP protocol details over the raw socket (after the handshake)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+from conftest import RawClient
+
+from coven_codex.mcp import SpellServer
+
+
+@pytest.fixture
+async def client(server: SpellServer) -> AsyncIterator[RawClient]:
+    raw = await RawClient.connect(server)
+    yield raw
+    await raw.close()
+
+
+@pytest.mark.parametrize(
+    ("offered", "answered"),
+    [("2025-06-18", "2025-06-18"), ("2025-11-25", "2025-11-25"), ("2024-11-05", "2024-11-05"),
+     ("2099-01-01", "2025-11-25"), ("2026-07-28", "2025-11-25")],
+)
+async def test_initialize_negotiates_the_protocol_version(client: RawClient, offered: str, answered: str) -> None:
+    response = await client.initialize(offered)
+    assert response["id"] == 0
+    result = response["result"]
+    assert result["protocolVersion"] == answered
+    assert result["capabilities"] == {"tools": {"listChanged": False}}
+    assert result["serverInfo"]["name"] == "coven"
+
+
+async def test_server_discover_fails_cleanly_with_method_not_found(client: RawClient) -> None:
+    response = await client.request("server/discover", {"_meta": {}}, request_id="probe")
+    assert response == {"jsonrpc": "2.0", "id": "probe",
+                        "error": {"code": -32601, "message": "Method not found", "data": "server/discover"}}
+    assert (await client.initialize())["result"]["protocolVersion"] == "2025-06-18"
+
+
+async def test_ids_are_echoed_with_their_original_type(client: RawClient) -> None:
+    await client.initialize()
+    for request_id in (7, "7", 7.5, "", -3, "a-long-id-" * 20):
+        response = await client.request("ping", request_id=request_id)
+        assert response == {"jsonrpc": "2.0", "id": request_id, "result": {}}
+        assert type(response["id"]) is type(request_id)
+
+
+@pytest.mark.parametrize(
+    ("raw", "code", "echoed_id"),
+    [
+        (b"{not json\n", -32700, None),
+        (b'"just a string"\n', -32600, None),
+        (b'[{"jsonrpc": "2.0", "id": 1, "method": "ping"}]\n', -32600, None),
+        (b'{"jsonrpc": "1.0", "id": 4, "method": "ping"}\n', -32600, 4),
+        (b'{"jsonrpc": "2.0", "id": 5, "method": 12}\n', -32600, 5),
+        (b'{"jsonrpc": "2.0", "id": null, "method": "ping"}\n', -32600, None),
+        (b'{"jsonrpc": "2.0", "id": 6, "method": "ping", "params": "x"}\n', -32600, 6),
+        (b'{"jsonrpc": "2.0", "id": 8, "method": "resources/list"}\n', -32601, 8),
+        (b'{"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "nope"}}\n', -32602, 9),
+        (b'{"jsonrpc": "2.0", "id": 10, "method": "tools/call", "params": {"arguments": {}}}\n', -32602, 10),
+        (b'{"jsonrpc": "2.0", "id": 11, "method": "tools/call", "params": {"name": "add", "arguments": [1]}}\n',
+         -32602, 11),
+        (b'{"jsonrpc": "2.0", "id": 12, "method": "tools/list", "params": {"cursor": "bogus"}}\n', -32602, 12),
+        (b'{"jsonrpc": "2.0", "id": 13, "method": "tools/list", "params": [1, 2]}\n', -32602, 13),
+        (b'{"jsonrpc": "2.0", "id": 14, "method": "initialize", "params": {}}\n', -32602, 14),
+    ],
+)
+async def test_errors_have_the_right_codes(client: RawClient, raw: bytes, code: int, echoed_id: object) -> None:
+    await client.send(raw)
+    response = await client.receive()
+    assert response["jsonrpc"] == "2.0"
+    assert response["id"] == echoed_id
+    assert response["error"]["code"] == code
+    assert "Traceback" not in str(response)
+    assert (await client.request("ping", request_id=99))["result"] == {}
+
+
+async def test_unknown_tool_error_names_it(client: RawClient) -> None:
+    response = await client.request("tools/call", {"name": "nope", "arguments": {}})
+    assert response["error"] == {"code": -32602, "message": "Unknown tool: nope"}
+
+
+async def test_notifications_and_client_responses_get_no_answer(client: RawClient) -> None:
+    await client.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    await client.send({"jsonrpc": "2.0", "method": "notifications/whatever", "params": {"x": 1}})
+    await client.send({"jsonrpc": "2.0", "id": 77, "result": {}})
+    await client.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 404}})
+    assert await client.request("ping", request_id="after") == {"jsonrpc": "2.0", "id": "after", "result": {}}
+
+
+async def test_several_calls_in_flight_finish_out_of_order(client: RawClient) -> None:
+    await client.initialize()
+    await client.send({"jsonrpc": "2.0", "id": "slow", "method": "tools/call",
+                       "params": {"name": "sleep", "arguments": {"seconds": 1.0}}})
+    for index in range(5):
+        await client.send({"jsonrpc": "2.0", "id": index, "method": "tools/call",
+                           "params": {"name": "add", "arguments": {"a": index}}})
+    order = [(await client.receive())["id"] for _ in range(6)]
+    assert order[-1] == "slow"
+    assert sorted(order[:-1]) == [0, 1, 2, 3, 4]
+
+
+async def test_duplicate_in_flight_id_is_refused(client: RawClient) -> None:
+    call = {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+            "params": {"name": "sleep", "arguments": {"seconds": 0.5}}}
+    await client.send(call)
+    await client.send(call)
+    first = await client.receive()
+    assert first["error"]["code"] == -32600 and first["id"] == 3
+    second = await client.receive()
+    assert second["result"]["content"][0]["text"] == "slept 0.5"
+
+
+async def test_cancelled_request_gets_no_response_and_stops_the_spell(client: RawClient) -> None:
+    await client.send({"jsonrpc": "2.0", "id": "long", "method": "tools/call",
+                       "params": {"name": "sleep", "arguments": {"seconds": 30}}})
+    await asyncio.sleep(0.2)
+    await client.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                       "params": {"requestId": "long", "reason": "user pressed stop"}})
+    response = await client.request("ping", request_id="next")
+    assert response["id"] == "next"
+    with pytest.raises(TimeoutError):
+        await client.receive(timeout=0.5)
+
+
+async def test_progress_notifications_only_with_a_progress_token(client: RawClient) -> None:
+    await client.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                       "params": {"name": "progress_sync", "arguments": {"steps": 2}, "_meta": {"progressToken": "t"}}})
+    messages = [await client.receive() for _ in range(3)]
+    assert [m.get("method") for m in messages] == ["notifications/progress"] * 2 + [None]
+    assert [m["params"]["progress"] for m in messages[:2]] == [1, 2]
+    assert all(m["params"]["progressToken"] == "t" for m in messages[:2])
+    assert messages[2]["result"]["content"] == [{"type": "text", "text": "done"}]
+    plain = await client.request("tools/call", {"name": "progress", "arguments": {"steps": 2}}, request_id=2)
+    assert plain["result"]["content"][0]["text"] == "done"
+
+
+async def test_timeouts_and_spell_errors_are_tool_errors(client: RawClient) -> None:
+    slow = await client.request("tools/call", {"name": "too_slow", "arguments": {}})
+    assert slow["result"] == {"content": [{"type": "text", "text": "spell 'too_slow' timed out after 0.5 seconds"}],
+                              "isError": True}
+    slow_sync = await client.request("tools/call", {"name": "too_slow_sync", "arguments": {}})
+    assert slow_sync["result"]["isError"] is True
+    refused = await client.request("tools/call", {"name": "refuse", "arguments": {"reason": "no way"}})
+    assert refused["result"] == {"content": [{"type": "text", "text": "no way"}], "isError": True}
+    none = await client.request("tools/call", {"name": "nothing"})
+    assert none["result"] == {"content": [], "isError": False}
