@@ -1,1 +1,32 @@
+"""Codex rollout files: parse lines into typed records, translate records into chat
+entries, locate a thread's file. See ``docs/rollout.md``."""
 
+from coven_codex.rollout.error_entries import error_entry_from_message
+from coven_codex.rollout.parser import parse_line, peek_envelope
+from coven_codex.rollout.records import RolloutParseError, RolloutRecord
+from coven_codex.rollout.translator import (
+    BAD_LINE_CODE,
+    TURN_ABORTED,
+    TURN_COMPLETED,
+    TURN_END_STATES,
+    TURN_FAILED,
+    TURN_STARTED,
+    RolloutTranslator,
+    display_tool_name,
+)
+
+__all__ = [
+    "BAD_LINE_CODE",
+    "TURN_ABORTED",
+    "TURN_COMPLETED",
+    "TURN_END_STATES",
+    "TURN_FAILED",
+    "TURN_STARTED",
+    "RolloutParseError",
+    "RolloutRecord",
+    "RolloutTranslator",
+    "display_tool_name",
+    "error_entry_from_message",
+    "parse_line",
+    "peek_envelope",
+]

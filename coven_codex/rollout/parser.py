@@ -1,0 +1,245 @@
+"""Rollout line → typed record. Never raises: anything unreadable becomes a
+:class:`~coven_codex.rollout.records.RolloutParseError` carrying the line's byte offset."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+from coven_codex.rollout.records import (
+    AgentMessageEvent,
+    AgentReasoningEvent,
+    ErrorMessageEvent,
+    ItemCompletedEvent,
+    JsonObject,
+    MessageItem,
+    OtherEvent,
+    OtherPayload,
+    OtherResponseItem,
+    Payload,
+    ReasoningItem,
+    RolloutParseError,
+    RolloutRecord,
+    SessionMeta,
+    ToolCallCompletedEvent,
+    ToolCallItem,
+    ToolOutputItem,
+    TurnAbortedEvent,
+    TurnCompleteEvent,
+    TurnContext,
+    TurnStartedEvent,
+    UserMessageEvent,
+)
+
+EXCERPT_CHARS = 80
+
+
+def parse_line(data: bytes, offset: int) -> RolloutRecord | RolloutParseError:
+    """Decode one rollout line (without its newline) that starts at byte ``offset``."""
+    try:
+        obj = json.loads(data.decode("utf-8"))  # explicit: json.loads(bytes) would guess UTF-16/32
+    except UnicodeDecodeError as exc:
+        return _error(data, offset, f"not UTF-8 ({exc.reason} at byte {exc.start})")
+    except ValueError as exc:
+        reason = "blank line" if not data.strip() else f"not JSON ({exc})"
+        return _error(data, offset, reason)
+    except RecursionError:
+        return _error(data, offset, "JSON nested too deeply")
+    if not isinstance(obj, dict):
+        return _error(data, offset, f"a rollout line must be a JSON object, got {type(obj).__name__}")
+    return record_from_object(obj, offset, data)
+
+
+def record_from_object(obj: JsonObject, offset: int, data: bytes = b"") -> RolloutRecord | RolloutParseError:
+    """Type an already decoded line object."""
+    kind = obj.get("type")
+    if not isinstance(kind, str):
+        return _error(data or _dump(obj), offset, "the line has no string 'type'")
+    if "payload" not in obj:
+        return _error(data or _dump(obj), offset, f"the {kind} line has no 'payload'")
+    payload = obj["payload"]
+    timestamp = obj.get("timestamp")
+    payload_type = payload.get("type") if isinstance(payload, dict) else None
+    typed: Payload
+    if not isinstance(payload, dict):
+        typed = OtherPayload(payload)
+    else:
+        try:
+            typed = _type_payload(kind, payload_type, payload)
+        except (TypeError, ValueError, AttributeError, KeyError, RecursionError):
+            # A payload shaped in a way no typer foresaw is still a record: kept whole.
+            typed = OtherPayload(payload)
+    return RolloutRecord(
+        offset=offset,
+        timestamp=timestamp if isinstance(timestamp, str) else None,
+        type=kind,
+        payload_type=payload_type if isinstance(payload_type, str) else None,
+        payload=typed,
+        raw=obj,
+    )
+
+
+def _dump(obj: Any) -> bytes:
+    return json.dumps(obj, ensure_ascii=False)[:EXCERPT_CHARS].encode()
+
+
+def _error(data: bytes, offset: int, reason: str) -> RolloutParseError:
+    return RolloutParseError(offset, reason, data[:EXCERPT_CHARS].decode("utf-8", "replace"))
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def content_text(content: Any) -> str:
+    """Join the ``text`` of every part of a content list (or return a plain string)."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    return "".join(part["text"] for part in content if isinstance(part, dict) and isinstance(part.get("text"), str))
+
+
+def output_text(output: Any) -> str:
+    """The text of a tool output as recorded (string, content list, or ``{"content": ...}``)."""
+    if isinstance(output, str):
+        return output
+    if isinstance(output, list):
+        return "\n".join(part["text"] for part in output
+                         if isinstance(part, dict) and isinstance(part.get("text"), str))
+    if isinstance(output, dict):
+        if "content" in output:
+            return output_text(output["content"])
+        return json.dumps(output, ensure_ascii=False)
+    return "" if output is None else json.dumps(output)
+
+
+# -- payload typing -------------------------------------------------------------------------------
+def _session_meta(p: JsonObject) -> Payload:
+    # 0.47 nests the meta in some versions under "meta"; take the flat form first.
+    meta = p["meta"] if isinstance(p.get("meta"), dict) and "id" not in p else p
+    return SessionMeta(_str(meta.get("id")), _str(meta.get("cwd")), _str(meta.get("cli_version")),
+                       _str(meta.get("originator")), meta.get("source"), p)
+
+
+def _turn_context(p: JsonObject) -> Payload:
+    return TurnContext(_str(p.get("turn_id")), _str(p.get("cwd")), _str(p.get("model")), p)
+
+
+def _response_item(item_type: Any, p: JsonObject) -> Payload:
+    if item_type == "message":
+        return MessageItem(_str(p.get("role")), content_text(p.get("content")), _str(p.get("id")), p)
+    if item_type == "reasoning":
+        summary = p.get("summary")
+        parts = summary if isinstance(summary, list) else []
+        texts = tuple(part["text"] for part in parts if isinstance(part, dict) and isinstance(part.get("text"), str))
+        return ReasoningItem(texts, _str(p.get("id")), p)
+    if item_type == "function_call":
+        arguments = p.get("arguments")
+        arguments_text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+        return ToolCallItem("function_call", _str(p.get("call_id")), _str(p.get("name")) or "",
+                            _str(p.get("namespace")), arguments_text, p)
+    if item_type == "custom_tool_call":
+        tool_input = p.get("input")
+        return ToolCallItem("custom_tool_call", _str(p.get("call_id")), _str(p.get("name")) or "", None,
+                            tool_input if isinstance(tool_input, str) else json.dumps(tool_input), p)
+    if item_type == "local_shell_call":
+        return ToolCallItem("local_shell_call", _str(p.get("call_id")) or _str(p.get("id")), "local_shell", None,
+                            json.dumps(p.get("action")), p)
+    if item_type in {"function_call_output", "custom_tool_call_output"}:
+        return ToolOutputItem(item_type, _str(p.get("call_id")), output_text(p.get("output")), p)
+    return OtherResponseItem(_str(item_type), p)
+
+
+_TOOL_ITEM_TYPES = frozenset({"McpToolCall", "CommandExecution", "DynamicToolCall", "FileChange", "WebSearch"})
+_FAILED_STATUSES = frozenset({"failed", "error", "declined", "cancelled"})
+
+
+def _item_completed(p: JsonObject) -> Payload:
+    item = p.get("item")
+    turn_id = _str(p.get("turn_id"))
+    if not isinstance(item, dict):
+        return ItemCompletedEvent("", turn_id, p)
+    item_type = _str(item.get("type")) or ""
+    if item_type == "AgentMessage":
+        return AgentMessageEvent(content_text(item.get("content")), _str(item.get("id")), turn_id, p)
+    if item_type == "UserMessage":
+        return UserMessageEvent(content_text(item.get("content")), _str(item.get("client_id")), turn_id, p)
+    if item_type == "Reasoning":
+        summary = item.get("summary_text")
+        text = "\n".join(s for s in summary if isinstance(s, str)) if isinstance(summary, list) else ""
+        return AgentReasoningEvent(text, _str(item.get("id")), turn_id, p)
+    if item_type in _TOOL_ITEM_TYPES:
+        status = _str(item.get("status"))
+        result = item.get("result")
+        exit_code = item.get("exit_code")
+        failed = (
+            (status or "").lower() in _FAILED_STATUSES
+            or (isinstance(result, dict) and result.get("isError") is True)
+            or (isinstance(exit_code, int) and not isinstance(exit_code, bool) and exit_code != 0)
+        )
+        return ToolCallCompletedEvent(item_type, _str(item.get("id")), status, failed, turn_id, p)
+    return ItemCompletedEvent(item_type, turn_id, p)
+
+
+def _task_complete(p: JsonObject) -> Payload:
+    error = p.get("error")
+    message: str | None = None
+    info: Any = None
+    if isinstance(error, dict):
+        message = _str(error.get("message")) or json.dumps(error)
+        info = error.get("codex_error_info")
+    elif isinstance(error, str):
+        message = error
+    return TurnCompleteEvent(_str(p.get("turn_id")), _str(p.get("last_agent_message")), message, info, p)
+
+
+_EVENT_TYPERS: dict[str, Callable[[JsonObject], Payload]] = {
+    "user_message": lambda p: UserMessageEvent(_str(p.get("message")) or "", _str(p.get("client_id")),
+                                               _str(p.get("turn_id")), p),
+    "agent_message": lambda p: AgentMessageEvent(_str(p.get("message")) or "", _str(p.get("id")),
+                                                 _str(p.get("turn_id")), p),
+    "agent_reasoning": lambda p: AgentReasoningEvent(_str(p.get("text")) or "", None, _str(p.get("turn_id")), p),
+    "item_completed": _item_completed,
+    "task_started": lambda p: TurnStartedEvent(_str(p.get("turn_id")), p),
+    "turn_started": lambda p: TurnStartedEvent(_str(p.get("turn_id")), p),
+    "task_complete": _task_complete,
+    "turn_complete": _task_complete,
+    "turn_aborted": lambda p: TurnAbortedEvent(_str(p.get("turn_id")), _str(p.get("reason")), p),
+    "error": lambda p: ErrorMessageEvent("error", _str(p.get("message")) or json.dumps(p),
+                                         p.get("codex_error_info"), p),
+    "stream_error": lambda p: ErrorMessageEvent("stream_error", _str(p.get("message")) or json.dumps(p),
+                                                p.get("codex_error_info"), p),
+}
+
+
+def _type_payload(kind: str, payload_type: Any, p: JsonObject) -> Payload:
+    if kind == "event_msg":
+        typer = _EVENT_TYPERS.get(payload_type) if isinstance(payload_type, str) else None
+        return typer(p) if typer is not None else OtherEvent(_str(payload_type), p)
+    if kind == "response_item":
+        return _response_item(payload_type, p)
+    if kind == "session_meta":
+        return _session_meta(p)
+    if kind == "turn_context":
+        return _turn_context(p)
+    return OtherPayload(p)
+
+
+# -- envelope peeking (fast path) -----------------------------------------------------------------
+_HEADER = re.compile(
+    rb'\{"timestamp":"[^"\\]*",(?:"ordinal":\d+,)?"type":"(?P<type>[A-Za-z_]+)","payload":'
+    rb'(?:\{"type":"(?P<ptype>[A-Za-z_]+)")?'
+)
+
+
+def peek_envelope(data: bytes) -> tuple[str, str | None] | None:
+    """``(type, payload type)`` read from the start of a line as Codex serialises it, without
+    decoding the line; ``None`` when the line does not start the way Codex writes it."""
+    match = _HEADER.match(data)
+    if match is None:
+        return None
+    ptype = match["ptype"]
+    return match["type"].decode(), ptype.decode() if ptype is not None else None

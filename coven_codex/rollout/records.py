@@ -1,0 +1,254 @@
+"""Typed records of Codex rollout files (``$CODEX_HOME/sessions/**/rollout-*.jsonl``).
+
+Every line is ``{"timestamp", "type", "payload"}`` (0.169 adds ``ordinal`` and sometimes
+``metadata``). :class:`RolloutRecord` keeps the envelope and a typed view of the payload;
+every typed payload keeps the whole payload object in ``raw`` (fields this version does not
+know are kept, never dropped) and every record keeps its whole line object in ``raw``.
+
+What each Codex version writes is described in ``docs/rollout.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+JsonObject = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionMeta:
+    """``session_meta``: the thread's identity (first line of a file)."""
+
+    thread_id: str | None
+    cwd: str | None
+    cli_version: str | None
+    originator: str | None
+    source: Any
+    raw: JsonObject
+
+
+@dataclass(frozen=True, slots=True)
+class TurnContext:
+    """``turn_context``: settings of the turn about to run (``turn_id`` on 0.169 only)."""
+
+    turn_id: str | None
+    cwd: str | None
+    model: str | None
+    raw: JsonObject
+
+
+@dataclass(frozen=True, slots=True)
+class MessageItem:
+    """``response_item`` ``message``: a model-visible message (user, developer, assistant)."""
+
+    role: str | None
+    text: str
+    item_id: str | None
+    raw: JsonObject
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningItem:
+    """``response_item`` ``reasoning``: summary texts of a reasoning item."""
+
+    summary: tuple[str, ...]
+    item_id: str | None
+    raw: JsonObject
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallItem:
+    """``response_item`` ``function_call`` / ``custom_tool_call`` / ``local_shell_call``.
+
+    ``arguments`` is the JSON text Codex recorded (``input`` for custom tools; the action
+    for local shell calls, re-encoded). ``namespace`` is set for 0.169 MCP calls
+    (``mcp__<server>``).
+    """
+
+    item_type: str
+    call_id: str | None
+    name: str
+    namespace: str | None
+    arguments: str
+    raw: JsonObject
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutputItem:
+    """``response_item`` ``function_call_output`` / ``custom_tool_call_output``.
+
+    ``output`` is the text sent back to the model (content lists joined).
+    """
+
+    item_type: str
+    call_id: str | None
+    output: str
+    raw: JsonObject
+
+
+@dataclass(frozen=True, slots=True)
+class UserMessageEvent:
+    """The user's prompt as an event: 0.47 ``user_message``; 0.169 ``item_completed`` with a
+    ``UserMessage`` item (which carries ``client_id`` = the ``clientUserMessageId`` given to
+    ``turn/start``)."""
+
+    text: str
+    client_id: str | None
+    turn_id: str | None
+    raw: JsonObject
+
+
+@dataclass(frozen=True, slots=True)
+class AgentMessageEvent:
+    """The assistant's text as an event: 0.47 ``agent_message``; 0.169 ``item_completed`` with
+    an ``AgentMessage`` item."""
+
+    text: str
+    item_id: str | None
+    turn_id: str | None
+    raw: JsonObject
+
+
+@dataclass(frozen=True, slots=True)
+class AgentReasoningEvent:
+    """A reasoning summary as an event: 0.47 ``agent_reasoning``; 0.169 ``item_completed``
+    with a ``Reasoning`` item."""
+
+    text: str
+    item_id: str | None
+    turn_id: str | None
+    raw: JsonObject
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallCompletedEvent:
+    """0.169 ``item_completed`` with an ``McpToolCall`` / ``CommandExecution`` /
+    ``DynamicToolCall`` item: how the call ended (``failed`` is its verdict)."""
+
+    item_type: str
+    call_id: str | None
+    status: str | None
+    failed: bool
+    turn_id: str | None
+    raw: JsonObject
+
+
+@dataclass(frozen=True, slots=True)
+class ItemCompletedEvent:
+    """0.169 ``item_completed`` with an item type not listed above."""
+
+    item_type: str
+    turn_id: str | None
+    raw: JsonObject
+
+
+@dataclass(frozen=True, slots=True)
+class TurnStartedEvent:
+    """``task_started`` (0.169; also ``turn_started`` in some versions)."""
+
+    turn_id: str | None
+    raw: JsonObject
+
+
+@dataclass(frozen=True, slots=True)
+class TurnCompleteEvent:
+    """``task_complete`` / ``turn_complete``; ``error_message`` is set when the turn failed
+    (0.169 writes the model error here, e.g. ``unexpected status 401 Unauthorized: ...``)."""
+
+    turn_id: str | None
+    last_agent_message: str | None
+    error_message: str | None
+    error_info: Any
+    raw: JsonObject
+
+
+@dataclass(frozen=True, slots=True)
+class TurnAbortedEvent:
+    """``turn_aborted``: the turn was interrupted (``reason`` such as ``interrupted``)."""
+
+    turn_id: str | None
+    reason: str | None
+    raw: JsonObject
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorMessageEvent:
+    """``error`` (fatal for the turn) or ``stream_error`` (Codex is retrying) events."""
+
+    event_type: str
+    message: str
+    error_info: Any
+    raw: JsonObject
+
+
+@dataclass(frozen=True, slots=True)
+class OtherEvent:
+    """An ``event_msg`` payload that carries nothing for the chat (``token_count``,
+    ``thread_settings_applied``) or is unknown."""
+
+    event_type: str | None
+    raw: JsonObject
+
+
+@dataclass(frozen=True, slots=True)
+class OtherResponseItem:
+    """A ``response_item`` payload type not listed above (kept whole)."""
+
+    item_type: str | None
+    raw: JsonObject
+
+
+@dataclass(frozen=True, slots=True)
+class OtherPayload:
+    """Any other record type (``world_state``, ``token_usage_record``, ``compacted``, unknown
+    ones) or a payload that is not an object; ``value`` is the payload as decoded."""
+
+    value: Any
+
+
+Payload = (
+    SessionMeta
+    | TurnContext
+    | MessageItem
+    | ReasoningItem
+    | ToolCallItem
+    | ToolOutputItem
+    | UserMessageEvent
+    | AgentMessageEvent
+    | AgentReasoningEvent
+    | ToolCallCompletedEvent
+    | ItemCompletedEvent
+    | TurnStartedEvent
+    | TurnCompleteEvent
+    | TurnAbortedEvent
+    | ErrorMessageEvent
+    | OtherEvent
+    | OtherResponseItem
+    | OtherPayload
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutRecord:
+    """One decoded line: envelope ``type``, ``payload_type`` (the payload's own ``type``, if
+    any), typed ``payload``, and the whole line object in ``raw``."""
+
+    offset: int
+    timestamp: str | None
+    type: str
+    payload_type: str | None
+    payload: Payload
+    raw: JsonObject
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutParseError:
+    """A line that is not a rollout record; ``offset`` is the byte offset of its first byte."""
+
+    offset: int
+    reason: str
+    excerpt: str
+
+    def describe(self) -> str:
+        return f"unreadable rollout line at byte {self.offset}: {self.reason}"

@@ -1,0 +1,234 @@
+"""Rollout records → chat entries (DESIGN §2).
+
+Sources of truth (each reply exactly once, see ``docs/rollout.md``):
+
+- assistant text: the *event* (0.47 ``event_msg/agent_message``, 0.169 ``event_msg/
+  item_completed`` with an ``AgentMessage``); the duplicate ``response_item/message`` with
+  ``role: assistant`` is ignored. Events are written even when the turn then fails.
+- reasoning: the event likewise (``agent_reasoning`` / ``Reasoning`` item).
+- tool calls and results: ``response_item`` ``function_call`` / ``function_call_output``
+  (both versions), paired by ``call_id``; 0.169's ``McpToolCall`` / ``CommandExecution``
+  events only mark the call failed.
+- turn lifecycle: ``task_started`` → ``turn_started``; ``task_complete`` → ``turn_completed``,
+  or an ``error`` entry plus ``turn_failed`` when it carries an error; ``turn_aborted``.
+  0.47 records no turn events: its ``user_message`` event yields ``turn_started`` and it
+  never records the end of a turn (the driver sees the process end).
+- the user's own prompt is never echoed.
+
+Entry ids are ``f"{thread_id}:{line_start}:{index}"``: feeding the same file again from
+offset 0 gives the same entries with the same ids. The only state carried between lines
+is the ``call_id`` → tool name map, the failed call ids and whether turn events were seen.
+
+Fast path: lines whose envelope (read without decoding) says they carry nothing for the
+chat are skipped undecoded unless ``decode_all`` is set; such a line is still reported as
+an error when it is visibly torn (does not end with ``}``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from coven_codex.entries import (
+    BaseEntry,
+    ErrorEntry,
+    ReasoningEntry,
+    ResponseEntry,
+    StatusEntry,
+    ToolCallEntry,
+    ToolResultEntry,
+)
+from coven_codex.rollout.error_entries import error_entry_from_message
+from coven_codex.rollout.parser import parse_line, peek_envelope
+from coven_codex.rollout.records import (
+    AgentMessageEvent,
+    AgentReasoningEvent,
+    ErrorMessageEvent,
+    RolloutParseError,
+    RolloutRecord,
+    ToolCallCompletedEvent,
+    ToolCallItem,
+    ToolOutputItem,
+    TurnAbortedEvent,
+    TurnCompleteEvent,
+    TurnStartedEvent,
+    UserMessageEvent,
+)
+from coven_codex.rollout.tool_output import clean_tool_output
+from coven_codex.tailing import Line
+
+logger = logging.getLogger(__name__)
+
+TURN_STARTED = "turn_started"
+TURN_COMPLETED = "turn_completed"
+TURN_FAILED = "turn_failed"
+TURN_ABORTED = "turn_aborted"
+TURN_END_STATES: frozenset[str] = frozenset({TURN_COMPLETED, TURN_FAILED, TURN_ABORTED})
+BAD_LINE_CODE = "BAD_LINE"
+
+SKIPPED_ENVELOPES: frozenset[tuple[str, str | None]] = frozenset(
+    {
+        ("session_meta", None),
+        ("turn_context", None),
+        ("world_state", None),
+        ("token_usage_record", None),
+        ("compacted", None),
+        ("response_item", "message"),
+        ("response_item", "reasoning"),
+        ("event_msg", "token_count"),
+        ("event_msg", "thread_settings_applied"),
+    }
+)
+"""Envelopes that never produce an entry: skipped without decoding on the fast path."""
+
+TEXT_PREVIEW = 200
+
+
+class RolloutTranslator:
+    """Translates one thread's rollout lines, in file order, into chat entries."""
+
+    def __init__(self, conversation: str, thread_id: str, *, decode_all: bool = False) -> None:
+        self.conversation = conversation
+        self.thread_id = thread_id
+        self._decode_all = decode_all
+        self._tool_names: dict[str, str] = {}
+        self._failed_calls: set[str] = set()
+        self._saw_turn_events = False
+
+    # -- input ----------------------------------------------------------------------------
+    def feed(self, line: Line) -> list[BaseEntry]:
+        """Entries for one complete line from the tailer."""
+        if line.too_long:
+            return [self._bad_line(line.start, "the line is longer than the tailer's limit and was skipped")]
+        return self.feed_bytes(line.data, line.start)
+
+    def feed_bytes(self, data: bytes, start: int) -> list[BaseEntry]:
+        """Entries for one line (without its newline) starting at byte ``start``."""
+        if not self._decode_all:
+            envelope = peek_envelope(data)
+            if envelope is not None and envelope in SKIPPED_ENVELOPES:
+                if data.rstrip().endswith(b"}"):
+                    return []
+                return [self._bad_line(start, "torn line (it does not end with '}')")]
+        parsed = parse_line(data, start)
+        if isinstance(parsed, RolloutParseError):
+            if parsed.reason == "blank line":
+                return []
+            return [self._bad_line(start, parsed.reason)]
+        return self.feed_record(parsed)
+
+    def feed_record(self, record: RolloutRecord) -> list[BaseEntry]:
+        """Entries for one parsed record (ids use ``record.offset``)."""
+        entries = self._translate(record)
+        for index, entry in enumerate(entries):
+            entry.id = f"{self.thread_id}:{record.offset}:{index}"
+        return entries
+
+    # -- translation ----------------------------------------------------------------------
+    def _common(self, record: RolloutRecord) -> dict[str, Any]:
+        fields: dict[str, Any] = {"conversation": self.conversation}
+        if record.timestamp is not None:
+            fields["ts"] = record.timestamp
+        return fields
+
+    def _translate(self, record: RolloutRecord) -> list[BaseEntry]:
+        payload = record.payload
+        common = self._common(record)
+        if isinstance(payload, AgentMessageEvent):
+            if not payload.text:
+                return []
+            extra: dict[str, Any] = {"item_id": payload.item_id} if payload.item_id is not None else {}
+            return [ResponseEntry(text=payload.text, thread_id=self.thread_id, turn_id=payload.turn_id,
+                                  **extra, **common)]
+        if isinstance(payload, AgentReasoningEvent):
+            return [ReasoningEntry(text=payload.text, **common)] if payload.text else []
+        if isinstance(payload, ToolCallItem):
+            return [self._tool_call(payload, common)]
+        if isinstance(payload, ToolOutputItem):
+            return [self._tool_result(payload, common)]
+        if isinstance(payload, ToolCallCompletedEvent):
+            if payload.failed and payload.call_id is not None:
+                self._failed_calls.add(payload.call_id)
+            return []
+        if isinstance(payload, TurnStartedEvent):
+            self._saw_turn_events = True
+            return [self._status(TURN_STARTED, payload.turn_id, "turn started", common)]
+        if isinstance(payload, UserMessageEvent):
+            if self._saw_turn_events or payload.turn_id is not None or record.payload_type != "user_message":
+                return []
+            return [self._status(TURN_STARTED, None, "turn started", common)]
+        if isinstance(payload, TurnCompleteEvent):
+            self._saw_turn_events = True
+            if payload.error_message is None:
+                return [self._status(TURN_COMPLETED, payload.turn_id, "turn completed", common)]
+            error = self._error(payload.error_message, payload.error_info, payload.turn_id, common)
+            return [error, self._status(TURN_FAILED, payload.turn_id, f"turn failed: {error.code}", common)]
+        if isinstance(payload, TurnAbortedEvent):
+            reason = payload.reason or "aborted"
+            return [self._status(TURN_ABORTED, payload.turn_id, f"turn aborted ({reason})", common,
+                                 reason=payload.reason)]
+        if isinstance(payload, ErrorMessageEvent):
+            transient = payload.event_type == "stream_error"  # Codex retries after a stream_error
+            return [self._error(payload.message, payload.error_info, None, common, transient=transient)]
+        return []
+
+    def _tool_call(self, item: ToolCallItem, common: dict[str, Any]) -> ToolCallEntry:
+        tool, server = display_tool_name(item.name, item.namespace)
+        if item.call_id is not None:
+            self._tool_names[item.call_id] = tool
+        try:
+            arguments: Any = json.loads(item.arguments)
+        except ValueError:
+            arguments = item.arguments
+        extra: dict[str, Any] = {}
+        if server is not None:
+            extra["mcp_server"] = server
+        return ToolCallEntry(tool=tool, arguments=arguments, call_id=item.call_id,
+                             text=_preview(f"{tool} {item.arguments}"), **extra, **common)
+
+    def _tool_result(self, item: ToolOutputItem, common: dict[str, Any]) -> ToolResultEntry:
+        output = clean_tool_output(item.output)
+        failed = item.call_id in self._failed_calls or (output.exit_code not in (None, 0))
+        extra: dict[str, Any] = {} if output.exit_code is None else {"exit_code": output.exit_code}
+        tool = self._tool_names.get(item.call_id) if item.call_id is not None else None
+        return ToolResultEntry(call_id=item.call_id, tool=tool, is_error=failed, text=output.text, **extra, **common)
+
+    def _status(self, state: str, turn_id: str | None, text: str, common: dict[str, Any],
+                **extra: Any) -> StatusEntry:
+        return StatusEntry(state=state, thread_id=self.thread_id, turn_id=turn_id, text=text, **extra, **common)
+
+    def _error(self, message: str, error_info: Any, turn_id: str | None, common: dict[str, Any], *,
+               transient: bool = False) -> ErrorEntry:
+        entry = error_entry_from_message(message, conversation=self.conversation, thread_id=self.thread_id,
+                                         turn_id=turn_id, error_info=error_info, ts=common.get("ts"))
+        if transient:
+            return entry.model_copy(update={"transient": True})
+        return entry
+
+    def _bad_line(self, start: int, reason: str) -> ErrorEntry:
+        logger.warning("rollout of thread %s: unreadable line at byte %d: %s", self.thread_id, start, reason)
+        fields: dict[str, Any] = {"thread_id": self.thread_id, "offset": start}  # extra fields of the entry
+        return ErrorEntry(id=f"{self.thread_id}:{start}:0", conversation=self.conversation, code=BAD_LINE_CODE,
+                          text=f"Skipped an unreadable line of the Codex rollout at byte {start}: {reason}",
+                          hint="Codex wrote a line this version cannot read; the rest of the session goes on. "
+                               "If it repeats, check that the Codex CLI version is supported (coven-codex validate).",
+                          **fields)
+
+
+def display_tool_name(name: str, namespace: str | None) -> tuple[str, str | None]:
+    """``(tool, mcp server)``: MCP tools as ``"<server>.<tool>"`` for both wire forms
+    (0.169 ``namespace="mcp__srv"``, 0.47 ``"srv__tool"``); built-in tools by their name."""
+    if namespace:
+        server = namespace.removeprefix("mcp__").removesuffix("__")
+        return f"{server}.{name}", server
+    if name.startswith("mcp__"):
+        name = name[len("mcp__") :]
+    server, sep, tool = name.partition("__")
+    if sep and server and tool:
+        return f"{server}.{tool}", server
+    return name, None
+
+
+def _preview(text: str) -> str:
+    return text if len(text) <= TEXT_PREVIEW else text[: TEXT_PREVIEW - 1] + "…"
