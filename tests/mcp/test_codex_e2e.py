@@ -1,0 +1,65 @@
+"""The real Codex CLI calls spells through the shim; the results reach the model and the rollout."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from coven_codex.mcp import SpellRegistry, SpellServer, codex_mcp_entry
+from coven_codex.testing import CallTool, Reply, ScriptedModelServer, write_codex_config
+
+
+@pytest.mark.codex
+async def test_real_codex_calls_spells(
+    codex_bin: Path, codex_version: str, registry: SpellRegistry, tmp_path: Path
+) -> None:
+    script = [
+        CallTool("coven.add", {"a": 20, "b": 22}, call_id="call-add"),
+        CallTool("coven.stats", {"points": [{"x": 1, "y": 1}]}, call_id="call-stats"),
+        CallTool("coven.explode", {"message": "on purpose"}, call_id="call-explode"),
+        CallTool("coven.add", {"a": "twenty"}, call_id="call-bad"),
+        Reply("all spells cast"),
+    ]
+    home = tmp_path / "home"
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    async with SpellServer(registry, label="e2e") as spells, ScriptedModelServer(script) as model:
+        entry = codex_mcp_entry(spells.socket_path, spells.secret, codex_version,
+                                tool_timeout=registry.longest_timeout)
+        env = write_codex_config(home, model.base_url, mcp_servers={"coven": entry})
+        process = await asyncio.create_subprocess_exec(
+            str(codex_bin), "exec", "--json", "--skip-git-repo-check", "cast the spells", cwd=workspace,
+            env={**os.environ, **env}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            async with asyncio.timeout(180):
+                stdout, stderr = await process.communicate()
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+    assert process.returncode == 0, stderr.decode()[-3000:]
+    outputs = {output.call_id: output.output for output in model.requests.function_call_outputs()}
+    assert set(outputs) == {"call-add", "call-stats", "call-explode", "call-bad"}, outputs
+    assert "42" in outputs["call-add"]
+    assert '"total":2.0' in outputs["call-stats"].replace(" ", "")
+    assert "spell 'explode' failed: RuntimeError: kaboom: on purpose" in outputs["call-explode"]
+    assert "Traceback" not in outputs["call-explode"]
+    assert "invalid arguments for spell 'add': a: Input should be a valid integer" in outputs["call-bad"]
+    assert any(json.loads(line).get("item", {}).get("text") == "all spells cast"
+               for line in stdout.decode().splitlines() if line.startswith("{"))
+
+    (rollout,) = list((home / "sessions").rglob("rollout-*.jsonl"))
+    recorded = {}
+    for line in rollout.read_text().splitlines():
+        record = json.loads(line)
+        payload = record.get("payload", {})
+        if record.get("type") == "response_item" and payload.get("type") == "function_call_output":
+            recorded[payload["call_id"]] = json.dumps(payload["output"])
+    assert set(recorded) == set(outputs)
+    assert "42" in recorded["call-add"]
+    assert "kaboom: on purpose" in recorded["call-explode"]
