@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from coven_codex.agent.state import SessionState
-from coven_codex.entries import BaseEntry, DeltaEntry
+from coven_codex.entries import BaseEntry, DeltaEntry, ErrorEntry
 from coven_codex.journal import Journal
 from coven_codex.rollout import RolloutTranslator
 from coven_codex.tailing import Line, TailNotice, tail_lines
@@ -48,6 +48,8 @@ class Egress:
         self._write_deltas = write_deltas
         self._on_append = on_append
         self.lines_seen = 0
+        self.errors_seen = 0
+        """``error`` entries this egress produced from the rollout (written or already there)."""
         self._last_end: int | None = None
         self._progressed = asyncio.Event()
 
@@ -82,6 +84,8 @@ class Egress:
     async def _write(self, line: Line, entry: BaseEntry) -> None:
         if isinstance(entry, DeltaEntry) and not self._write_deltas:
             return
+        if isinstance(entry, ErrorEntry):
+            self.errors_seen += 1
         if entry.id is not None and entry.id in self._known_ids:
             log.debug("egress: dropping replayed entry %s", entry.id)
             return

@@ -33,6 +33,8 @@ class TurnEnded:
     turn_id: str | None
     status: str
     error: str | None = None
+    exit_code: int | None = None
+    """Set when the turn ended because its process died (exec)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +96,11 @@ class CodexLink(Protocol):
     @property
     def pids(self) -> list[int]:
         """Process-group leaders currently running for this link."""
+        ...
+
+    @property
+    def tree_tokens(self) -> list[str]:
+        """The process-tree markers of this link's processes (see :mod:`coven_codex.codex.process`)."""
         ...
 
     async def open(self, resume_thread: str | None) -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 import psutil
 
 from coven_codex.agent.state import atomic_write
+from coven_codex.codex.process import marked_processes
 
 log = logging.getLogger(__name__)
 
@@ -29,20 +30,24 @@ FILE_NAME = "processes.json"
 SETTLE = 1.0
 
 
-def _identity(pid: int) -> dict[str, float | int] | None:
+def _identity(pid: int, token: str | None) -> dict[str, float | int | str] | None:
     try:
-        return {"pid": pid, "create_time": psutil.Process(pid).create_time()}
+        record: dict[str, float | int | str] = {"pid": pid, "create_time": psutil.Process(pid).create_time()}
     except psutil.Error:
         return None
+    if token:
+        record["token"] = token
+    return record
 
 
 class ProcessRegistry:
     def __init__(self, state_dir: Path) -> None:
         self.path = state_dir / FILE_NAME
-        self._records: dict[str, list[dict[str, float | int]]] = {}
+        self._records: dict[str, list[dict[str, float | int | str]]] = {}
 
-    def record(self, conversation: str, pids: list[int]) -> None:
-        identities = [ident for pid in pids if (ident := _identity(pid)) is not None]
+    def record(self, conversation: str, pids: list[int], tokens: list[str]) -> None:
+        identities = [ident for pid, token in zip(pids, tokens + [""] * len(pids), strict=False)
+                      if (ident := _identity(pid, token)) is not None]
         if identities == self._records.get(conversation):
             return
         self._records[conversation] = identities
@@ -57,36 +62,43 @@ class ProcessRegistry:
         atomic_write(self.path, data, durable=False)
 
 
-def load_recorded(state_dir: Path) -> list[psutil.Process]:
-    """The recorded processes of a previous run that are still alive (pid reuse ruled out)."""
+def load_recorded(state_dir: Path) -> tuple[list[psutil.Process], list[str]]:
+    """The recorded leaders of a previous run still alive (pid reuse ruled out), and all tree tokens."""
     path = state_dir / FILE_NAME
     try:
         records = json.loads(path.read_bytes())
     except FileNotFoundError:
-        return []
+        return [], []
     except (OSError, json.JSONDecodeError) as exc:
         log.warning("cannot read %s (%s); not looking for stray Codex processes", path, exc)
-        return []
+        return [], []
     alive: list[psutil.Process] = []
+    tokens: list[str] = []
     for entries in records.values() if isinstance(records, dict) else []:
         for item in entries:
-            with contextlib.suppress(psutil.Error, KeyError, TypeError):
+            if isinstance(item, dict) and isinstance(item.get("token"), str):
+                tokens.append(item["token"])
+            with contextlib.suppress(psutil.Error, KeyError, TypeError, ValueError):
                 proc = psutil.Process(int(item["pid"]))
                 same = abs(proc.create_time() - float(item["create_time"])) < 0.01
                 if same and proc.status() != psutil.STATUS_ZOMBIE:
                     alive.append(proc)
-    return alive
+    return alive, tokens
 
 
 def end_stale_processes(state_dir: Path, grace: float) -> list[int]:
     """End Codex process trees left by a previous run; return the leader pids that were found."""
-    leaders = load_recorded(state_dir)
-    if not leaders:
+    leaders, tokens = load_recorded(state_dir)
+    tree: dict[int, psutil.Process] = {}
+    for token in tokens:
+        # Descendants orphaned when their parent died carry their tree's marker in the environment.
+        tree.update((p.pid, p) for p in marked_processes(token))
+    if not leaders and not tree:
         with contextlib.suppress(FileNotFoundError):
             (state_dir / FILE_NAME).unlink()
         return []
-    log.warning("found %d Codex process(es) left by a previous run; ending them", len(leaders))
-    tree: dict[int, psutil.Process] = {}
+    log.warning("found Codex processes left by a previous run (%d leaders, %d marked); ending them",
+                len(leaders), len(tree))
     for leader in leaders:
         tree[leader.pid] = leader
         with contextlib.suppress(psutil.Error):

@@ -17,6 +17,7 @@ Only call this once no Codex process of the previous run is alive (see
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -114,3 +115,26 @@ def find_unclaimed_rollout(codex_home: Path, text: str, claimed: set[str]) -> tu
         if texts and texts[0] == text:
             return thread, path
     return None
+
+
+class RolloutNotFound(LookupError):
+    """No rollout file for the thread appeared in time."""
+
+
+async def find_rollout(codex_home: Path, thread_id: str, wait_seconds: float) -> Path:
+    """The rollout file of ``thread_id`` under ``codex_home/sessions``, waiting up to ``wait_seconds``.
+
+    Codex creates the file when the thread's first turn starts, so a caller that learned the
+    thread id from ``thread.started`` may be a few milliseconds early; this checks again every
+    50 ms until the deadline (only while locating, never while idle).
+    """
+    pattern = f"*/*/*/rollout-*-{thread_id}.jsonl"
+    sessions = codex_home / "sessions"
+    deadline = asyncio.get_running_loop().time() + wait_seconds
+    while True:
+        found = sorted(sessions.glob(pattern)) if sessions.is_dir() else []
+        if found:
+            return found[-1]
+        if asyncio.get_running_loop().time() >= deadline:
+            raise RolloutNotFound(f"no rollout file for thread {thread_id} under {sessions} after {wait_seconds:.0f}s")
+        await asyncio.sleep(0.05)

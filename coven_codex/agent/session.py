@@ -43,7 +43,7 @@ from coven_codex.agent.link import (
 from coven_codex.agent.processes import ProcessRegistry
 from coven_codex.agent.slots import SlotPool
 from coven_codex.agent.state import InFlight, SessionState, StateStore
-from coven_codex.codex.errors import ErrorCode, classify, shorten
+from coven_codex.codex.errors import HINTS, ErrorCode, classify, shorten
 from coven_codex.entries import (
     ApprovalEntry,
     ApprovalRequestEntry,
@@ -60,6 +60,7 @@ log = logging.getLogger(__name__)
 
 MAX_BACKOFF = 60.0
 DELIVERY_ATTEMPTS = 3
+ERROR_DRAIN = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +139,7 @@ class Session:
         self._egress_task: asyncio.Task[None] | None = None
         self._pump_task: asyncio.Task[None] | None = None
         self._told_waiting = False
+        self._errors_at_turn_start = 0
         self._no_turn = asyncio.Event()
         self._no_turn.set()
         self.egress = Egress(state=state, journal=services.journal, known_ids=services.known_ids,
@@ -254,8 +256,7 @@ class Session:
         elif isinstance(event, TurnEnded):
             self._turn_finished()
             if event.status == "failed" and event.error:
-                c = classify(event.error)
-                await self._error(c.code, c.message, c.hint)
+                await self._turn_failed(event)
         elif isinstance(event, ApprovalAsked):
             await self._approval_asked(event)
         elif isinstance(event, CodexReportedError):
@@ -263,6 +264,23 @@ class Session:
                 log.info("conversation %r: Codex reported: %s", self.conversation, shorten(event.message))
         else:
             await self._process_exited(event)
+
+    async def _turn_failed(self, event: TurnEnded) -> None:
+        """Tell the conversation why the turn failed, unless the rollout already did.
+
+        Codex 0.169 records a failed turn's error in the rollout (egress writes it); 0.47 does
+        not, and a dying process records nothing. So: let egress catch up with the rollout, and
+        write the driver's error only if egress produced none during this turn.
+        """
+        await self.drain_egress(ERROR_DRAIN)
+        if self.egress.errors_seen > self._errors_at_turn_start:
+            return
+        assert event.error is not None
+        c = classify(event.error, event.exit_code)
+        code = c.code
+        if code is ErrorCode.UNKNOWN and event.exit_code not in (None, 0):
+            code = ErrorCode.PROCESS_EXITED
+        await self._error(code, c.message, HINTS[code])
 
     async def _thread_ready(self, event: ThreadReady) -> None:
         changed = event.thread_id != self.state.thread_id
@@ -416,7 +434,7 @@ class Session:
             return False
         self._link = link
         self._generation += 1
-        self._svc.processes.record(self.conversation, link.pids)
+        self._svc.processes.record(self.conversation, link.pids, link.tree_tokens)
         generation = self._generation
         assert self._group is not None
         self._pump_task = self._group.create_task(self._pump(link, generation),
@@ -432,7 +450,7 @@ class Session:
         async for event in link.events():
             self._inbox.put_nowait(_LinkMessage(generation, event))
             if link.persistent and isinstance(event, ThreadReady | TurnStarted):
-                self._svc.processes.record(self.conversation, link.pids)
+                self._svc.processes.record(self.conversation, link.pids, link.tree_tokens)
 
     async def _deliver(self, thought: PendingThought, *, steer: bool = False) -> None:
         link = self._link
@@ -450,7 +468,7 @@ class Session:
             await self._delivery_failed(thought, exc)
             return
         if not link.persistent:
-            self._svc.processes.record(self.conversation, link.pids)
+            self._svc.processes.record(self.conversation, link.pids, link.tree_tokens)
         self._queue.popleft()
         self._queued_ids.discard(thought.entry_id)
         self.state.in_flight = None
@@ -458,6 +476,7 @@ class Session:
         self.state.user_messages += 1
         self._failures = 0
         if not steer:
+            self._errors_at_turn_start = self.egress.errors_seen
             self._set_turn_active()
             self._turn_deadline = time.monotonic() + self._settings.turn_timeout
         await self._save_now()
@@ -511,8 +530,12 @@ class Session:
 
     async def _run_egress(self, thread_id: str) -> None:
         path = Path(self.state.rollout_path) if self.state.rollout_path else None
-        if path is None:
-            path = await self._svc.locate_rollout(thread_id)
+        while path is None:
+            try:
+                path = await self._svc.locate_rollout(thread_id)
+            except LookupError as exc:
+                log.warning("conversation %r: %s; looking again", self.conversation, exc)
+                continue
             self.state.rollout_path = str(path)
             self._save_wanted.set()
         await self.egress.run(path, thread_id)

@@ -1,0 +1,143 @@
+"""Everything ``coven-codex run`` sets up before the daemon runs, from one :class:`Settings`.
+
+1. find the Codex executable (refusing one inside the workspace) and read its version;
+2. pick the driver: ``app-server`` for versions that speak its v2 protocol, else ``exec``
+   (``driver`` in the settings overrides);
+3. load the spells and start their MCP server on a private socket (when there are spells);
+4. prepare the isolated ``CODEX_HOME`` (base config + coven's keys + the MCP entry);
+5. open the journal and run the :class:`~coven_codex.agent.daemon.Daemon` until ``stop``.
+
+Every failure a user can cause raises :class:`BootstrapError` with what to do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from coven_codex.agent.daemon import Daemon, Ready
+from coven_codex.agent.egress import AppendHook
+from coven_codex.agent.link import CodexLink
+from coven_codex.agent.links.app_server import AppServerLink, WireHook
+from coven_codex.agent.links.exec import ExecLink, StdinHook
+from coven_codex.agent.recovery import find_rollout
+from coven_codex.agent.state import StateError
+from coven_codex.codex.discovery import DiscoveryError, find_codex
+from coven_codex.codex.home import CodexHomeError, DriverKind, prepare_codex_home
+from coven_codex.codex.version import CodexVersion, VersionError, detect_version
+from coven_codex.journal import FileJournal, JournalError
+from coven_codex.mcp import SpellLoadError, SpellServer, SpellServerError, codex_mcp_entry, load_spell_sources
+from coven_codex.settings import Settings
+
+log = logging.getLogger(__name__)
+
+ROLLOUT_LOCATE_TIMEOUT = 10.0
+
+
+class BootstrapError(RuntimeError):
+    """The daemon cannot start; the message says what to do."""
+
+
+@dataclass(slots=True)
+class Hooks:
+    """Instrumentation for benchmarks (all optional)."""
+
+    on_append: AppendHook | None = None
+    wire: WireHook | None = None
+    exec_stdin: StdinHook | None = None
+
+
+@dataclass(slots=True)
+class LinkMaker:
+    """Makes a link per conversation for the chosen driver."""
+
+    driver: DriverKind
+    executable: Path
+    env: Mapping[str, str] = field(repr=False)
+    cwd: Path
+    grace: float
+    hooks: Hooks
+
+    @property
+    def records_client_id(self) -> bool:
+        return self.driver == "app-server"
+
+    def __call__(self, conversation: str) -> CodexLink:
+        if self.driver == "app-server":
+            return AppServerLink(self.executable, env=self.env, cwd=self.cwd, grace=self.grace,
+                                 wire_hook=self.hooks.wire)
+        return ExecLink(self.executable, env=self.env, cwd=self.cwd, grace=self.grace,
+                        stdin_hook=self.hooks.exec_stdin)
+
+
+def choose_driver(settings: Settings, version: CodexVersion) -> DriverKind:
+    if settings.driver == "app-server":
+        if not version.supports_app_server:
+            log.warning("driver app-server was asked for, but Codex %s predates the protocol it needs; "
+                        "trying anyway", version)
+        return "app-server"
+    if settings.driver == "exec":
+        return "exec"
+    return "app-server" if version.supports_app_server else "exec"
+
+
+async def run_daemon(settings: Settings, stop: asyncio.Event, *, ready: Ready | None = None,
+                     hooks: Hooks | None = None, environ: Mapping[str, str] | None = None) -> None:
+    """Set everything up and serve until ``stop`` is set; raises :class:`BootstrapError`."""
+    hooks = hooks or Hooks()
+    env_in = dict(os.environ if environ is None else environ)
+    if settings.journal is None:
+        raise BootstrapError("no journal given: pass --journal PATH or set journal in coven.toml")
+    workspace = settings.workspace.expanduser().resolve()
+    if not workspace.is_dir():
+        raise BootstrapError(f"the workspace {workspace} is not a directory; create it or fix --workspace")
+    try:
+        found = await asyncio.to_thread(find_codex, settings.codex_path, workspace, env=env_in)
+        version = await asyncio.to_thread(detect_version, found.path, env=env_in)
+    except (DiscoveryError, VersionError) as exc:
+        raise BootstrapError(str(exc)) from None
+    driver = choose_driver(settings, version)
+    log.info("Codex %s at %s; driver %s", version, found.path, driver)
+    async with contextlib.AsyncExitStack() as stack:
+        owned: dict[tuple[str, ...], dict[str, object]] = {}
+        if settings.spells:
+            try:
+                registry = await asyncio.to_thread(load_spell_sources, settings.spells, search_paths=[workspace])
+                server = SpellServer(registry, label=str(workspace))
+                await stack.enter_async_context(server)
+            except (SpellLoadError, SpellServerError) as exc:
+                raise BootstrapError(str(exc)) from None
+            owned[("mcp_servers", "coven")] = codex_mcp_entry(server.socket_path, server.secret, str(version))
+        try:
+            home = await asyncio.to_thread(
+                prepare_codex_home, settings.resolved_codex_home, workspace, driver=driver,
+                base_config=settings.codex_config, inline_config=settings.codex, owned_tables=owned,
+                agents_template=settings.agents_template, agents_vars=settings.agents_vars, environ=env_in)
+        except CodexHomeError as exc:
+            raise BootstrapError(str(exc)) from None
+        if not home.has_credentials:
+            log.warning("no Codex credentials found (no auth.json, no API key variable); Codex will fail "
+                        "with AUTH errors until you run `codex login` or set an API key")
+        try:
+            journal = FileJournal(settings.journal, durability=settings.durability)
+        except JournalError as exc:
+            raise BootstrapError(str(exc)) from None
+        stack.push_async_callback(journal.aclose)
+        maker = LinkMaker(driver=driver, executable=found.path, env=home.env, cwd=workspace,
+                          grace=settings.kill_grace, hooks=hooks)
+        codex_home = home.path
+
+        async def locate(thread_id: str) -> Path:
+            return await find_rollout(codex_home, thread_id, ROLLOUT_LOCATE_TIMEOUT)
+
+        daemon = Daemon(settings, journal, maker, locate_rollout=locate, codex_home=codex_home,
+                        on_append=hooks.on_append)
+        try:
+            await daemon.run(stop, ready)
+        except (StateError, JournalError) as exc:
+            raise BootstrapError(str(exc)) from None

@@ -1,0 +1,102 @@
+"""``coven-codex run``: the daemon (DESIGN §3).
+
+Flags win over ``coven.toml`` (``--config``), which wins over the defaults. Runs until SIGINT or
+SIGTERM, then stops intake, lets running turns stop (``--kill-grace``), ends every Codex
+process tree, saves cursors and exits 0. A second signal during shutdown exits at once (1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from coven_codex.agent.bootstrap import BootstrapError, run_daemon
+from coven_codex.settings import Settings, SettingsError, load_settings
+
+log = logging.getLogger(__name__)
+
+HELP = "run the daemon: bridge a chat journal and Codex until SIGINT/SIGTERM"
+
+_FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("--workspace", {"type": Path, "help": "directory Codex works in (default: the current one)"}),
+    ("--journal", {"type": Path, "help": "the chat journal, a JSONL file (created if missing)"}),
+    ("--codex-config", {"type": Path, "dest": "codex_config",
+                        "help": "your base Codex config.toml, copied into the isolated CODEX_HOME"}),
+    ("--spells", {"nargs": "+", "metavar": "MODULE:OBJECT", "help": "Python functions Codex may call as tools"}),
+    ("--codex-path", {"dest": "codex_path", "help": "the Codex executable (a path, or a name on PATH)"}),
+    ("--codex-home", {"type": Path, "dest": "codex_home",
+                      "help": "isolated CODEX_HOME (default WORKSPACE/.codex)"}),
+    ("--state-dir", {"type": Path, "dest": "state_dir",
+                     "help": "cursors and session state (default WORKSPACE/.coven)"}),
+    ("--driver", {"choices": ["auto", "app-server", "exec"], "help": "how thoughts reach Codex (default auto)"}),
+    ("--max-sessions", {"type": int, "dest": "max_sessions", "help": "live Codex processes at most (default 8)"}),
+    ("--idle-reap", {"type": float, "dest": "idle_reap",
+                     "help": "seconds after which an idle conversation's Codex ends (default 1800)"}),
+    ("--turn-timeout", {"type": float, "dest": "turn_timeout", "help": "seconds a turn may run, 30-3600 (600)"}),
+    ("--stream-idle-timeout", {"type": float, "dest": "stream_idle_timeout",
+                               "help": "seconds without model output before a turn is abandoned (540)"}),
+    ("--kill-grace", {"type": float, "dest": "kill_grace", "help": "seconds between TERM and KILL (default 5)"}),
+    ("--mid-turn", {"choices": ["queue", "steer"], "dest": "mid_turn",
+                    "help": "a thought arriving during a turn waits (queue) or joins it (steer)"}),
+    ("--approval-policy", {"choices": ["ask", "approve", "deny"], "dest": "approval_policy",
+                           "help": "answer Codex's approval requests by asking the chat, or always"}),
+    ("--durability", {"choices": ["always", "batched", "never"], "help": "journal and state fsync policy"}),
+    ("--restart-backoff", {"type": float, "dest": "restart_backoff",
+                           "help": "first delay before a dead Codex is restarted (doubles, max 60 s)"}),
+)
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", type=Path, help="coven.toml with the same settings as the flags")
+    for flag, options in _FLAGS:
+        parser.add_argument(flag, default=None, **options)
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    overrides = {
+        name: getattr(args, name, None)
+        for name in Settings.model_fields
+        if hasattr(args, name)
+    }
+    return load_settings(args.config, overrides)
+
+
+def execute(args: argparse.Namespace) -> int:
+    try:
+        settings = settings_from_args(args)
+    except SettingsError as exc:
+        print(f"coven-codex run: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(_main(settings))
+    except BootstrapError as exc:
+        print(f"coven-codex run: {exc}", file=sys.stderr)
+        return 1
+
+
+async def _main(settings: Settings) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    signals = (signal.SIGINT, signal.SIGTERM)
+
+    def on_signal(signum: signal.Signals) -> None:
+        if stop.is_set():
+            log.error("second %s during shutdown: exiting now", signum.name)
+            os._exit(1)
+        log.info("%s received: shutting down", signum.name)
+        stop.set()
+
+    for signum in signals:
+        loop.add_signal_handler(signum, on_signal, signum)
+    try:
+        await run_daemon(settings, stop, ready=lambda: log.info("ready (pid %d)", os.getpid()))
+    finally:
+        for signum in signals:
+            loop.remove_signal_handler(signum)
+    return 0
