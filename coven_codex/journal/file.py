@@ -133,25 +133,41 @@ class FileJournal:
         self._known_end = end
         return start, end
 
-    def _append_blocking(self, line: bytes) -> tuple[int, int]:
-        with self._lock:
+    def _append_locked(self, line: bytes, *, wait: bool) -> tuple[int, int] | None:
+        """Lock, write, unlock (and fsync when durability is "always").
+
+        With ``wait=False`` it gives up (returns None) instead of waiting for a lock
+        someone else holds, so it can run on the event loop without blocking it.
+        """
+        if not self._lock.acquire(blocking=wait):
+            return None
+        try:
             if self._closed:
                 raise JournalError(f"the journal {self.path} is closed")
+            fd = self._open_for_append()
             try:
-                fd = self._open_for_append()
-                fcntl.flock(fd, fcntl.LOCK_EX)
-                try:
-                    start, end = self._write_line(fd, line)
-                finally:
-                    fcntl.flock(fd, fcntl.LOCK_UN)
-                if self.durability == "always":
-                    _SYNC(fd)
-            except OSError as exc:
-                raise JournalError(
-                    f"cannot append to {self.path}: {exc.strerror}; check that the file is writable"
-                    " and the disk is not full"
-                ) from None
-        return start, end
+                fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return None
+            try:
+                start, end = self._write_line(fd, line)
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            if self.durability == "always":
+                _SYNC(fd)
+            return start, end
+        except OSError as exc:
+            raise JournalError(
+                f"cannot append to {self.path}: {exc.strerror}; check that the file is writable"
+                " and the disk is not full"
+            ) from None
+        finally:
+            self._lock.release()
+
+    def _append_blocking(self, line: bytes) -> tuple[int, int]:
+        positions = self._append_locked(line, wait=True)
+        assert positions is not None
+        return positions
 
     def _sync(self) -> None:
         with self._lock:  # a private descriptor, so appends need not wait for the flush
@@ -168,7 +184,13 @@ class FileJournal:
     async def append(self, entry: BaseEntry) -> JournalRecord:
         entry = with_id(entry)
         line = encode_entry(entry, self.max_line_bytes)
-        start, end = await asyncio.to_thread(self._append_blocking, line)
+        # Fast path: an uncontended write of one line to the page cache takes microseconds,
+        # less than a hop to a worker thread; anything that could block (a lock held
+        # elsewhere, an fsync) goes to a thread.
+        positions = None if self.durability == "always" else self._append_locked(line, wait=False)
+        if positions is None:
+            positions = await asyncio.to_thread(self._append_blocking, line)
+        start, end = positions
         if self.durability == "batched":
             await self._group_commit.wait_durable()
         return JournalRecord(entry, start, end)
