@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_entry_for_new_and_old_codex() -> None:
     new = codex_mcp_entry("/run/x/mcp.sock", "s" * 32, "0.169.0", tool_timeout=30)
     assert new["command"] == sys.executable
-    assert new["args"] == ["-S", "-m", "mcp_shim", "--socket", "/run/x/mcp.sock"]
+    assert new["args"][0] == "-S" and new["args"][-2:] == ["--socket", "/run/x/mcp.sock"]
+    assert Path(new["args"][1]) == Path(new["env"]["PYTHONPATH"], "mcp_shim", "__main__.py")
     assert new["env"][wire.SECRET_ENV] == "s" * 32
     assert Path(new["env"]["PYTHONPATH"], "mcp_shim", "__main__.py").is_file()
     assert new["default_tools_approval_mode"] == "approve"
