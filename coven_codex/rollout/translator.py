@@ -16,8 +16,11 @@ Sources of truth (each reply exactly once, see ``docs/rollout.md``):
 - the user's own prompt is never echoed.
 
 Entry ids are ``f"{thread_id}:{line_start}:{index}"``: feeding the same file again from
-offset 0 gives the same entries with the same ids. The only state carried between lines
-is the ``call_id`` → tool name map, the failed call ids and whether turn events were seen.
+offset 0 gives the same entries with the same ids (and the same ``ts``: each entry takes
+its line's timestamp, or the previous line's when it has none; only entries before the
+first timestamped line fall back to the time of reading). The state carried between lines
+is the ``call_id`` → tool name map, the failed call ids, whether turn events were seen and
+the last timestamp.
 
 Fast path: lines whose envelope (read without decoding) says they carry nothing for the
 chat are skipped undecoded unless ``decode_all`` is set; such a line is still reported as
@@ -28,7 +31,10 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import UTC, datetime
 from typing import Any
+
+from pydantic import ValidationError
 
 from coven_codex.entries import (
     BaseEntry,
@@ -95,6 +101,7 @@ class RolloutTranslator:
         self._tool_names: dict[str, str] = {}
         self._failed_calls: set[str] = set()
         self._saw_turn_events = False
+        self._last_timestamp: datetime | None = None
 
     # -- input ----------------------------------------------------------------------------
     def feed(self, line: Line) -> list[BaseEntry]:
@@ -120,16 +127,21 @@ class RolloutTranslator:
 
     def feed_record(self, record: RolloutRecord) -> list[BaseEntry]:
         """Entries for one parsed record (ids use ``record.offset``)."""
-        entries = self._translate(record)
+        try:
+            entries = self._translate(record)
+        except ValidationError as exc:  # a value no entry field accepts: report, never raise
+            return [self._bad_line(record.offset, f"cannot make a chat entry of it ({exc.errors()[0]['msg']})")]
         for index, entry in enumerate(entries):
             entry.id = f"{self.thread_id}:{record.offset}:{index}"
         return entries
 
     # -- translation ----------------------------------------------------------------------
     def _common(self, record: RolloutRecord) -> dict[str, Any]:
-        fields: dict[str, Any] = {"conversation": self.conversation}
         if record.timestamp is not None:
-            fields["ts"] = record.timestamp
+            self._last_timestamp = _parse_timestamp(record.timestamp) or self._last_timestamp
+        fields: dict[str, Any] = {"conversation": self.conversation}
+        if self._last_timestamp is not None:
+            fields["ts"] = self._last_timestamp  # lines without one take the previous line's time
         return fields
 
     def _translate(self, record: RolloutRecord) -> list[BaseEntry]:
@@ -209,6 +221,8 @@ class RolloutTranslator:
     def _bad_line(self, start: int, reason: str) -> ErrorEntry:
         logger.warning("rollout of thread %s: unreadable line at byte %d: %s", self.thread_id, start, reason)
         fields: dict[str, Any] = {"thread_id": self.thread_id, "offset": start}  # extra fields of the entry
+        if self._last_timestamp is not None:
+            fields["ts"] = self._last_timestamp
         return ErrorEntry(id=f"{self.thread_id}:{start}:0", conversation=self.conversation, code=BAD_LINE_CODE,
                           text=f"Skipped an unreadable line of the Codex rollout at byte {start}: {reason}",
                           hint="Codex wrote a line this version cannot read; the rest of the session goes on. "
@@ -228,6 +242,14 @@ def display_tool_name(name: str, namespace: str | None) -> tuple[str, str | None
     if sep and server and tool:
         return f"{server}.{tool}", server
     return name, None
+
+
+def _parse_timestamp(text: str) -> datetime | None:
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 def _preview(text: str) -> str:
