@@ -18,13 +18,13 @@ import secrets
 import socket
 import stat
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 
 from coven_codex.mcp.connection import Connection, ConnectionLimits
 from coven_codex.mcp.registry import SpellRegistry
 from coven_codex.mcp.session import McpSession
+from coven_codex.mcp.threads import SpellThreads
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +81,9 @@ class SpellServer:
         self._page_size = page_size
         self._socket_dir: Path | None = None
         self._created_dir = False
+        self._server_bound = False
         self._server: asyncio.Server | None = None
-        self._executor: ThreadPoolExecutor | None = None
+        self._executor: SpellThreads | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
     @property
@@ -105,6 +106,13 @@ class SpellServer:
         await self.close()
 
     async def start(self) -> None:
+        try:
+            await self._start()
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _start(self) -> None:
         self._socket_dir, self._created_dir = _prepare_dir(self._requested_dir)
         path = self.socket_path
         if len(os.fsencode(path)) > SUN_PATH_MAX:
@@ -113,8 +121,9 @@ class SpellServer:
                 "limit of Unix sockets; pass a shorter socket_dir (or none, for a private temp dir)"
             )
         _remove_stale_socket(path)
-        self._executor = ThreadPoolExecutor(max_workers=self._spell_threads, thread_name_prefix="spell")
+        self._executor = SpellThreads(self._spell_threads, name=f"spell-{self.label}" if self.label else "spell")
         self._server = await asyncio.start_unix_server(self._on_connect, path=str(path))
+        self._server_bound = True
         os.chmod(path, 0o600)
         log.info("spell server %s listening on %s with %d spells", self.label or "", path, len(self.registry))
 
@@ -132,8 +141,10 @@ class SpellServer:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
         if self._socket_dir is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.socket_path)
+            if self._server_bound:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.socket_path)
+                self._server_bound = False
             if self._created_dir:
                 with contextlib.suppress(OSError):
                     os.rmdir(self._socket_dir)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from dataclasses import dataclass
 from typing import Annotated
@@ -14,13 +13,11 @@ from typing_extensions import TypedDict
 from coven_codex.mcp import SpellContext, SpellError, SpellRegistry, spell
 
 registry = SpellRegistry(default_timeout=20.0)
-SYNC_THREADS: set[str] = set()
 
 
 @registry.spell
 def add(a: int, b: int = 2) -> int:
     """Add two integers."""
-    SYNC_THREADS.add(threading.current_thread().name)
     return a + b
 
 

@@ -248,3 +248,29 @@ def test_example_spells_load() -> None:
     root = Path(__file__).resolve().parents[2]
     registry = load_spells("examples.spells_example:spells", search_paths=[root])
     assert {"add", "summarize", "countdown", "divide"} <= {s.name for s in registry}
+
+
+def test_spell_threads_run_concurrently_and_never_block_exit() -> None:
+    from coven_codex.mcp.threads import SpellThreads
+
+    threads = SpellThreads(3)
+    release = threading.Event()
+    started = threading.Barrier(4)
+
+    def wait_for_release() -> str:
+        started.wait(timeout=10)
+        release.wait(timeout=10)
+        return threading.current_thread().name
+
+    futures = [threads.submit(wait_for_release) for _ in range(3)]
+    started.wait(timeout=10)  # all three run at once
+    release.set()
+    names = {future.result(timeout=10) for future in futures}
+    assert len(names) == 3
+    assert all(thread.daemon for thread in threading.enumerate() if thread.name in names)
+    assert [threads.submit(lambda i=i: i * 2).result(timeout=10) for i in range(5)] == [0, 2, 4, 6, 8]
+    blocked = threads.submit(release.clear)
+    blocked.result(timeout=10)
+    threads.shutdown(cancel_futures=True)
+    with pytest.raises(RuntimeError, match="shut down"):
+        threads.submit(lambda: None)

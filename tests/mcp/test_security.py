@@ -49,6 +49,7 @@ async def test_too_long_socket_path_is_refused_clearly(registry: SpellRegistry, 
     with pytest.raises(SpellServerError, match="over the 107-byte limit"):
         async with SpellServer(registry, socket_dir=deep):
             pass
+    assert not deep.exists(), "a failed start must remove the directory it created"
 
 
 async def test_a_second_server_on_a_live_socket_is_refused(server: SpellServer, registry: SpellRegistry) -> None:
