@@ -5,4 +5,6 @@ socket after proving, in a one-line handshake, that this daemon configured it. S
 library only, so that it starts in milliseconds (run it with ``python -S -m mcp_shim``).
 """
 
-__version__ = "0.1.0"
+from mcp_shim.wire import SHIM_VERSION as __version__
+
+__all__ = ["__version__"]

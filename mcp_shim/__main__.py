@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 
-from mcp_shim import __version__, wire
+from mcp_shim import wire
 from mcp_shim.relay import ShimError, connect, relay
 
 USAGE = (
@@ -31,7 +31,7 @@ def _parse(argv: list[str]) -> str | None:
             sys.stdout.write(USAGE)
             raise SystemExit(0)
         if arg == "--version":
-            sys.stdout.write(f"coven-mcp-shim {__version__}\n")
+            sys.stdout.write(f"coven-mcp-shim {wire.SHIM_VERSION}\n")
             raise SystemExit(0)
         if arg == "--socket" and args:
             socket_path = args.pop(0)

@@ -15,6 +15,7 @@ nothing at load time: ``json`` (which pulls in ``re``) is imported only off the 
 
 from __future__ import annotations
 
+SHIM_VERSION = "0.1.0"
 WIRE_VERSION = 1
 SECRET_ENV = "COVEN_MCP_SECRET"
 SOCKET_ENV = "COVEN_MCP_SOCKET"

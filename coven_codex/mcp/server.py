@@ -125,7 +125,8 @@ class SpellServer:
         self._server = await asyncio.start_unix_server(self._on_connect, path=str(path))
         self._server_bound = True
         os.chmod(path, 0o600)
-        log.info("spell server %s listening on %s with %d spells", self.label or "", path, len(self.registry))
+        log.info("spell server%s listening on %s with %d spells", f" {self.label!r}" if self.label else "", path,
+                 len(self.registry))
 
     async def close(self) -> None:
         """Stop listening, end every connection (cancelling its calls), remove the socket."""

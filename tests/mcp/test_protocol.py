@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
-from conftest import RawClient
+from mcp_helpers import RawClient
 
 from coven_codex.mcp import SpellServer
 

@@ -7,8 +7,8 @@ import json
 from typing import Any
 
 import mcp_types
-from conftest import shim_parameters
 from mcp import Client, ClientSession, stdio_client
+from mcp_helpers import shim_parameters
 
 from coven_codex.mcp import SpellRegistry, SpellServer
 

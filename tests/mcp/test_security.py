@@ -11,7 +11,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from conftest import RawClient
+from mcp_helpers import RawClient
 
 from coven_codex.mcp import ConnectionLimits, SpellRegistry, SpellServer, SpellServerError
 from mcp_shim import wire

@@ -88,3 +88,20 @@ async def test_shim_exits_when_the_daemon_goes_away(registry: Any) -> None:
     code, stderr = await _finish(process)
     assert code == 1
     assert "the coven daemon closed the connection" in stderr
+
+
+def test_module_and_script_entry_points_start() -> None:
+    import shutil
+    import subprocess
+    import sys
+
+    script = Path(sys.executable).with_name("coven-mcp-shim")
+    commands = [[sys.executable, "-m", "mcp_shim", "--version"]]
+    if script.exists() or shutil.which("coven-mcp-shim"):
+        commands.append([str(script if script.exists() else shutil.which("coven-mcp-shim")), "--version"])
+    for command in commands:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=30, check=True)
+        assert done.stdout.strip() == f"coven-mcp-shim {wire.SHIM_VERSION}"
+    bad = subprocess.run([sys.executable, "-m", "mcp_shim", "--bogus"],
+                         capture_output=True, text=True, timeout=30, check=False)
+    assert bad.returncode == 2 and "unexpected argument '--bogus'" in bad.stderr
