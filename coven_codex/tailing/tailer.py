@@ -62,6 +62,8 @@ class _Follower:
         self._fd: int | None = None
         self._identity: tuple[int, int] | None = None
         self._opened_once = False
+        self.missing = True
+        """The path did not exist at the last catch-up."""
         self._splitter = LineSplitter(start, max_line_bytes=max_line_bytes)
 
     def close(self) -> None:
@@ -129,6 +131,7 @@ class _Follower:
 
     def catch_up(self) -> Iterator[list[Line]]:
         """Every complete line now readable, in batches (one per chunk read)."""
+        self.missing = True
         if self._fd is None:
             fd = self._open()
             if fd is None:
@@ -140,6 +143,7 @@ class _Follower:
                 st = os.stat(self._path)
             except (FileNotFoundError, NotADirectoryError):
                 return  # removed: keep the old file until a new one appears
+            self.missing = False
             assert self._fd is not None
             if (st.st_dev, st.st_ino) != self._identity:
                 yield from self._drain()  # finish the old file first
@@ -208,9 +212,16 @@ class _WakerFactory:
                 return "polling"
         return default_notifier() if notifier == "auto" else notifier
 
-    @property
-    def watching_ancestor(self) -> bool:
-        return self.target[0] != self._path.parent
+    def stale(self, file_missing: bool) -> bool:
+        """Whether the watched directory is no longer the right one.
+
+        While the file's directory is missing, an ancestor is watched until it reappears.
+        The kernel may not report the removal of a directory whose deleted file is still
+        open here (the open file pins it), so that case is checked when the file is missing.
+        """
+        if self.target[0] != self._path.parent:
+            return watch_target(self._path) != self.target
+        return file_missing and not self.target[0].is_dir()
 
     def create(self) -> Waker:
         for _attempt in range(100):
@@ -265,7 +276,7 @@ async def tail_lines(
             for batch in follower.catch_up():
                 for line in batch:
                     yield line
-            if waker.dead or (factory.watching_ancestor and watch_target(path) != factory.target):
+            if waker.dead or factory.stale(follower.missing):
                 await waker.aclose()
                 waker = factory.create()
                 continue

@@ -142,3 +142,21 @@ async def test_too_long_lines_come_out_flagged_and_empty(tmp_path: Path, collect
     await tail.wait_lines(3)
     assert tail.lines[1] == Line(b"", 5, 10_006, too_long=True)
     assert tail.lines[2] == Line(b"after", 10_006, 10_012)
+
+
+async def test_directory_removed_and_recreated(tmp_path: Path, collect: Make) -> None:
+    directory = tmp_path / "sessions"
+    directory.mkdir()
+    path = directory / "log"
+    path.write_bytes(b"first\n")
+    tail = collect(path).start()
+    await tail.wait_lines(1)
+    path.unlink()
+    directory.rmdir()
+    await asyncio.sleep(0.1)
+    directory.mkdir()
+    await asyncio.sleep(0.05)
+    path.write_bytes(b"second\n")
+    assert await tail.wait_lines(2) == [b"first", b"second"]
+    append(path, b"third\n")
+    assert await tail.wait_lines(3) == [b"first", b"second", b"third"]

@@ -135,3 +135,10 @@ async def test_a_tail_never_ends_and_cancels_promptly(tmp_path: Path, collect: M
     done, _pending = await asyncio.wait({tail.task}, timeout=2)
     assert done == {tail.task}
     assert tail.task.cancelled()
+
+
+def test_watch_target_is_the_nearest_existing_directory(tmp_path: Path) -> None:
+    assert tailer.watch_target(tmp_path / "f.log") == (tmp_path, "f.log")
+    assert tailer.watch_target(tmp_path / "a" / "b" / "f.log") == (tmp_path, "a")
+    (tmp_path / "a").mkdir()
+    assert tailer.watch_target(tmp_path / "a" / "b" / "f.log") == (tmp_path / "a", "b")
