@@ -93,3 +93,27 @@ def test_dispatch_always_answers_with_the_request_id(request_id: Any, method: st
         json.dumps(response)
         if method == "tools/call":
             assert isinstance(response["result"]["isError"], bool)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.binary(max_size=200) | json_values.map(lambda v: json.dumps(v).encode()), min_size=1, max_size=6))
+def test_a_live_server_survives_any_byte_stream(lines: list[bytes]) -> None:
+    from mcp_helpers import RawClient
+    from mcp_sample_spells import registry
+
+    from coven_codex.mcp import SpellServer
+
+    async def scenario() -> None:
+        async with SpellServer(registry) as server:
+            client = await RawClient.connect(server)
+            await client.send(b"\n".join(line.replace(b"\n", b" ") for line in lines) + b"\n")
+            await client.send({"jsonrpc": "2.0", "id": "probe-id", "method": "ping"})
+            while True:
+                answer = await client.receive()
+                assert answer["jsonrpc"] == "2.0"
+                assert "result" in answer or answer["error"]["code"] in (-32700, -32600, -32601, -32602)
+                if answer.get("id") == "probe-id" and answer.get("result") == {}:
+                    break
+            await client.close()
+
+    asyncio.run(scenario())
