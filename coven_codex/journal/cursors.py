@@ -56,7 +56,9 @@ class FileCursorStore:
         check_position(position)
         payload = json.dumps({"name": name, "position": position}).encode() + b"\n"
         try:
-            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if not self.directory.is_dir():
+                self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+                fsync_directory(self.directory.parent)
             temporary = self.directory / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
             fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
             try:

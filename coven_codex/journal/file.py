@@ -87,8 +87,11 @@ class FileJournal:
 
     # -- appending -------------------------------------------------------------------------
 
-    def _open_for_append(self) -> int:
-        """The append descriptor, reopened if the file was removed or replaced."""
+    def _open_for_append(self, *, may_open: bool) -> int | None:
+        """The append descriptor, (re)opened if needed and ``may_open``, else None.
+
+        Reopens when the file was removed or replaced since it was opened.
+        """
         try:
             st = os.stat(self.path)
             identity: tuple[int, int] | None = (st.st_dev, st.st_ino)
@@ -96,6 +99,8 @@ class FileJournal:
             identity = None
         if self._fd is not None and identity == self._identity:
             return self._fd
+        if not may_open:
+            return None
         if self._fd is not None:
             logger.warning("%s was replaced or removed; appending to the file now at that path", self.path)
             os.close(self._fd)
@@ -144,7 +149,9 @@ class FileJournal:
         try:
             if self._closed:
                 raise JournalError(f"the journal {self.path} is closed")
-            fd = self._open_for_append()
+            fd = self._open_for_append(may_open=wait)  # opening may create and fsync: not on the loop
+            if fd is None:
+                return None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

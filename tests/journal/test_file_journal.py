@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import os
 from pathlib import Path
@@ -159,3 +160,24 @@ def test_decoding_never_raises_on_hostile_input() -> None:
     assert isinstance(item, BadLine) and item.start == 7
     error = item.to_error_entry("room")
     assert error.id == "bad-line@7" and error.conversation == "room" and "position 7" in error.text
+
+
+async def test_append_waits_for_a_lock_held_elsewhere(tmp_path: Path) -> None:
+    path = tmp_path / "j.jsonl"
+    journal = FileJournal(path, durability="never")
+    await journal.append(ThoughtEntry(text="opened"))
+    other = os.open(path, os.O_WRONLY | os.O_APPEND)  # another open file description: another locker
+    try:
+        fcntl.flock(other, fcntl.LOCK_EX)
+        pending = asyncio.create_task(journal.append(ThoughtEntry(text="waits")))
+        await asyncio.sleep(0.2)
+        assert not pending.done()  # neither written nor blocking the event loop
+        os.write(other, b'{"kind": "thought", "text": "holder"}\n')
+        fcntl.flock(other, fcntl.LOCK_UN)
+        record = await asyncio.wait_for(pending, 10)
+    finally:
+        os.close(other)
+    texts = [item.entry.text for item in await journal.read() if isinstance(item, JournalRecord)]
+    assert texts == ["opened", "holder", "waits"]
+    assert record.end == path.stat().st_size
+    await journal.aclose()
