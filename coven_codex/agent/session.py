@@ -139,6 +139,7 @@ class Session:
         self._egress_task: asyncio.Task[None] | None = None
         self._pump_task: asyncio.Task[None] | None = None
         self._told_waiting = False
+        self._last_open_error: str | None = None
         self._errors_at_turn_start = 0
         self._no_turn = asyncio.Event()
         self._no_turn.set()
@@ -322,10 +323,16 @@ class Session:
             return
         self._failures += 1
         delay = min(self._settings.restart_backoff * 2 ** (self._failures - 1), MAX_BACKOFF)
-        c = classify(event.detail or "the Codex process ended", event.returncode)
-        code = c.code if c.code is not ErrorCode.UNKNOWN else ErrorCode.PROCESS_EXITED
         where = " during a turn" if was_turn else ""
-        await self._error(code, shorten(f"Codex exited{where} (exit {event.returncode}): {c.message}"),
+        if event.returncode is not None and event.returncode < 0:
+            # Killed by a signal: whatever it last wrote on stderr is not the reason.
+            code = ErrorCode.PROCESS_EXITED
+            message = f"Codex was killed{where} by signal {-event.returncode}"
+        else:
+            c = classify(event.detail or "the Codex process ended", event.returncode)
+            code = c.code if c.code is not ErrorCode.UNKNOWN else ErrorCode.PROCESS_EXITED
+            message = f"Codex exited{where} (exit {event.returncode}): {c.message}"
+        await self._error(code, shorten(message),
                           "The session will be resumed in a moment; send the thought again if its reply is "
                           "missing. Run `coven-codex validate` if this repeats.")
         log.warning("conversation %r: Codex exited (%s); resuming in %.1fs", self.conversation,
@@ -430,8 +437,15 @@ class Session:
             delay = min(self._settings.restart_backoff * 2 ** (self._failures - 1), MAX_BACKOFF)
             self._restart_at = time.monotonic() + delay
             c = classify(str(exc))
-            await self._error(c.code, f"could not start Codex: {c.message}", c.hint)
+            if str(exc) != self._last_open_error:
+                # Retries that fail the same way are logged, not written to the chat each time.
+                self._last_open_error = str(exc)
+                await self._error(c.code, f"could not start Codex: {c.message}", c.hint)
+            else:
+                log.warning("conversation %r: Codex still fails to start (%s); next try in %.1fs",
+                            self.conversation, exc, delay)
             return False
+        self._last_open_error = None
         self._link = link
         self._generation += 1
         self._svc.processes.record(self.conversation, link.pids, link.tree_tokens)

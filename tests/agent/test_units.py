@@ -12,9 +12,8 @@ import pytest
 from coven_codex.agent.cursor import LowWaterCursor
 from coven_codex.agent.recovery import codex_received, find_unclaimed_rollout, user_messages
 from coven_codex.agent.slots import SlotPool
-from coven_codex.agent.state import InFlight, SessionState, StateStore, state_file_name
+from coven_codex.agent.state import InFlight, SessionState, StateError, StateStore, state_file_name
 from coven_codex.agent.statelock import StateLock
-from coven_codex.agent.state import StateError
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "rollouts"
 
@@ -135,8 +134,7 @@ def test_find_unclaimed_rollout(tmp_path: Path) -> None:
 
 
 def test_state_lock_excludes_a_second_daemon(tmp_path: Path) -> None:
-    with StateLock(tmp_path):
-        with pytest.raises(StateError, match=f"pid {os.getpid()}"):
-            StateLock(tmp_path).acquire()
+    with StateLock(tmp_path), pytest.raises(StateError, match=f"pid {os.getpid()}"):
+        StateLock(tmp_path).acquire()
     with StateLock(tmp_path):
         pass

@@ -101,7 +101,8 @@ class AppServerLink:
         except OSError as exc:
             raise LinkError(f"cannot start {self._argv[0]}: {exc.strerror or exc}") from None
         self._tasks = [asyncio.create_task(self._read_stdout(), name="app-server-stdout"),
-                       asyncio.create_task(self._read_stderr(), name="app-server-stderr")]
+                       asyncio.create_task(self._read_stderr(), name="app-server-stderr"),
+                       asyncio.create_task(self._watch_leader(), name="app-server-leader")]
         await self._request("initialize", {"clientInfo": {"name": "coven-codex", "title": "coven-codex",
                                                           "version": __version__}})
         await self._send({"method": "initialized"})
@@ -210,12 +211,28 @@ class AppServerLink:
         await child.wait_exit()
         returncode = child.returncode
         self._exited.set()
+        # Let stderr reach its end too: its last lines say why Codex stopped.
+        with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+            await asyncio.wait_for(asyncio.shield(self._tasks[1]), 1.0)
+        detail = " | ".join(self._stderr) or f"exit {returncode}"
         for future in self._pending.values():
             if not future.done():
-                future.set_exception(LinkError(f"the Codex app-server exited (exit {returncode})"))
-        detail = " | ".join(self._stderr) or f"exit {returncode}"
+                future.set_exception(LinkError(f"the Codex app-server exited (exit {returncode}): {_why(self._stderr)}"))
         self._events.put_nowait(ProcessExited(returncode, detail, expected=self._closing))
         self._events.put_nowait(None)
+
+    async def _watch_leader(self) -> None:
+        """If the process we started dies (say, the npm wrapper is killed), end its whole tree.
+
+        The native binary it started would otherwise keep our pipes open and run on unseen.
+        """
+        child = self._child
+        assert child is not None
+        await child.wait_exit()
+        if not self._closing:
+            log.warning("Codex app-server %d exited (exit %s); ending what is left of its process tree",
+                        child.pid, child.returncode)
+            await terminate_tree(child, self._grace)
 
     async def _read_stderr(self) -> None:
         child = self._child
@@ -321,6 +338,14 @@ class AppServerLink:
                     await asyncio.wait_for(asyncio.shield(task), 1.0)
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def _why(stderr: deque[str]) -> str:
+    """The most telling stderr line: the last one that says "error", else the last one."""
+    for line in reversed(stderr):
+        if "error" in line.lower():
+            return line
+    return stderr[-1] if stderr else "no output on stderr"
 
 
 class _RpcError(Exception):

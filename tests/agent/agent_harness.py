@@ -1,0 +1,166 @@
+"""Harness for the agent's end-to-end tests: the daemon as a real subprocess
+(``python -m coven_codex run``), the real Codex CLI, the scripted model server in the test
+process, a FileJournal on disk; plus a check that no process of the run is left behind."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import tomlkit
+
+from coven_codex.entries import BaseEntry, ThoughtEntry
+from coven_codex.journal import FileJournal, JournalRecord
+from coven_codex.testing.codex_config import DEFAULT_ENV_KEY, codex_config
+from coven_codex.testing.model_server import ScriptedModelServer
+from coven_codex.testing.request_log import HARNESS_PREFIXES, RecordedRequest
+from coven_codex.testing.responders import Responder, echo_responder
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def codex_processes(codex_home: Path) -> list[psutil.Process]:
+    """Every living process started for ``codex_home`` (Codex and its children inherit CODEX_HOME)."""
+    found = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if proc.environ().get("CODEX_HOME") == str(codex_home):
+                found.append(proc)
+    return found
+
+
+@dataclass
+class Daemon:
+    process: asyncio.subprocess.Process
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@dataclass
+class AgentHarness:
+    tmp: Path
+    codex_bin: Path
+    server: ScriptedModelServer
+    extra_args: list[str] = field(default_factory=list)
+    daemons: list[Daemon] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.workspace = self.tmp / "ws"
+        self.workspace.mkdir(exist_ok=True)
+        self.journal_path = self.tmp / "journal.jsonl"
+        self.codex_home = (self.workspace / ".codex").resolve()
+        self.base_config = self.tmp / "base.toml"
+        self.write_base_config()
+        self.journal = FileJournal(self.journal_path, durability="never")
+        self._runs = 0
+
+    def write_base_config(self, **extra: Any) -> None:
+        config = codex_config(self.server.base_url, extra=extra or None)
+        self.base_config.write_text(tomlkit.dumps(config))
+
+    @property
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k not in {"CODEX_HOME", "OPENAI_API_KEY"}}
+        env[DEFAULT_ENV_KEY] = "scripted-test-key"
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    async def start(self, *args: str) -> Daemon:
+        self._runs += 1
+        log_path = self.tmp / f"daemon-{self._runs}.log"
+        argv = [sys.executable, "-m", "coven_codex", "--log-level", "DEBUG", "run",
+                "--workspace", str(self.workspace), "--journal", str(self.journal_path),
+                "--codex-config", str(self.base_config), "--codex-path", str(self.codex_bin),
+                "--kill-grace", "3", "--restart-backoff", "0.2", *self.extra_args, *args]
+        with log_path.open("wb") as log:
+            process = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL, stdout=log,
+                                                           stderr=log, env=self.env, cwd=str(self.tmp))
+        daemon = Daemon(process, log_path)
+        self.daemons.append(daemon)
+        return daemon
+
+    async def stop(self, daemon: Daemon, *, timeout: float = 30.0) -> int:
+        daemon.process.send_signal(signal.SIGTERM)
+        try:
+            return await asyncio.wait_for(daemon.process.wait(), timeout)
+        except TimeoutError:
+            daemon.process.kill()
+            await daemon.process.wait()
+            raise AssertionError(f"daemon did not stop within {timeout}s:\n{daemon.log()[-3000:]}") from None
+
+    async def kill9(self, daemon: Daemon) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            daemon.process.kill()
+        await daemon.process.wait()
+
+    async def think(self, conversation: str, text: str, **fields: Any) -> JournalRecord:
+        return await self.journal.append(ThoughtEntry(conversation=conversation, text=text, **fields))
+
+    async def append(self, entry: BaseEntry) -> JournalRecord:
+        return await self.journal.append(entry)
+
+    async def entries(self) -> list[BaseEntry]:
+        return [item.entry for item in await self.journal.read() if isinstance(item, JournalRecord)]
+
+    async def wait_for(self, predicate: Callable[[list[BaseEntry]], bool], *, timeout: float = 60.0,
+                       what: str = "entries") -> list[BaseEntry]:
+        deadline = time.monotonic() + timeout
+        while True:
+            entries = await self.entries()
+            if predicate(entries):
+                return entries
+            if time.monotonic() > deadline:
+                logs = "\n".join(d.log()[-4000:] for d in self.daemons[-1:])
+                shown = "\n".join(f"  {e.conversation} {e.kind} {getattr(e, 'state', '')} {e.text[:80]!r}"
+                                  for e in entries[-30:])
+                raise AssertionError(f"timed out waiting for {what}; journal tail:\n{shown}\nlog:\n{logs}")
+            await asyncio.sleep(0.05)
+
+    async def cleanup(self) -> None:
+        for daemon in self.daemons:
+            if daemon.process.returncode is None:
+                daemon.process.kill()
+                await daemon.process.wait()
+        await self.journal.aclose()
+
+
+def replies(entries: list[BaseEntry], conversation: str | None = None) -> list[str]:
+    return [e.text for e in entries
+            if e.kind == "response" and (conversation is None or e.conversation == conversation)]
+
+
+def user_prompts(request: RecordedRequest) -> list[str]:
+    return [t for t in request.user_texts() if not t.startswith(HARNESS_PREFIXES)]
+
+
+def make_responder(rules: dict[str, Callable[[RecordedRequest], Any]]) -> Responder:
+    """Echo, except prompts starting with a rule's prefix (the newest user text decides)."""
+
+    def respond(request: RecordedRequest) -> Any:
+        prompts = user_prompts(request)
+        last = prompts[-1] if prompts else ""
+        if request.input_items() and request.input_items()[-1].get("type") == "function_call_output":
+            return echo_responder(request)
+        for prefix, rule in rules.items():
+            if last.startswith(prefix):
+                return rule(request)
+        return echo_responder(request)
+
+    return respond

@@ -1,0 +1,148 @@
+"""End to end: ``coven-codex run`` as a subprocess, the real Codex CLI, the scripted model server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import pytest
+from agent_harness import AgentHarness, codex_processes, make_responder, replies, user_prompts
+
+from coven_codex.entries import ApprovalEntry, ApprovalRequestEntry, BaseEntry, CancelEntry, ErrorEntry
+from coven_codex.testing.model_server import ScriptedModelServer
+from coven_codex.testing.steps import CallTool, HttpError, Reply, Stall
+
+pytestmark = [pytest.mark.codex, pytest.mark.timeout(240)]
+
+Factory = Callable[[Path, ScriptedModelServer], AgentHarness]
+
+
+def statuses(entries: list[BaseEntry], conversation: str, state: str) -> list[BaseEntry]:
+    return [e for e in entries if e.kind == "status" and e.conversation == conversation
+            and getattr(e, "state", None) == state]
+
+
+async def test_two_conversations_multi_turn(codex_bin: Path, model_server: ScriptedModelServer,
+                                            harness_factory: Factory) -> None:
+    h = harness_factory(codex_bin, model_server)
+    daemon = await h.start()
+    for turn in range(3):
+        await h.think("alpha", f"alpha question {turn}")
+        await h.think("beta", f"beta question {turn}")
+    expected_a = [f"echo: alpha question {t}" for t in range(3)]
+    expected_b = [f"echo: beta question {t}" for t in range(3)]
+    entries = await h.wait_for(lambda es: len(replies(es)) >= 6, what="six replies")
+    assert await h.stop(daemon) == 0
+    entries = await h.entries()
+    assert replies(entries, "alpha") == expected_a
+    assert replies(entries, "beta") == expected_b
+    ids = [e.id for e in entries]
+    assert len(ids) == len(set(ids))
+    # Each conversation is one Codex thread whose history holds exactly its own thoughts.
+    last_alpha = [r for r in model_server.requests.responses_requests() if "alpha question 2" in r.user_texts()]
+    assert user_prompts(last_alpha[-1]) == [f"alpha question {t}" for t in range(3)]
+    assert not codex_processes(h.codex_home)
+
+
+async def test_thought_sent_mid_turn_is_queued(codex_bin: Path, harness_factory: Factory) -> None:
+    responder = make_responder({"slow": lambda r: (Stall(2.0), Reply("slow done"))})
+    async with ScriptedModelServer(responder=responder) as server:
+        h = harness_factory(codex_bin, server)
+        daemon = await h.start()
+        await h.think("c", "slow first")
+        await h.wait_for(lambda es: bool(statuses(es, "c", "turn_started")), what="turn start")
+        await h.think("c", "second while busy")
+        entries = await h.wait_for(lambda es: len(replies(es, "c")) >= 2, what="two replies")
+        assert replies(entries, "c") == ["slow done", "echo: second while busy"]
+        prompts = [user_prompts(r)[-1] for r in server.requests.responses_requests()]
+        assert prompts == ["slow first", "second while busy"]
+        assert await h.stop(daemon) == 0
+
+
+async def test_cancel_stops_the_turn(codex_bin: Path, harness_factory: Factory) -> None:
+    responder = make_responder({"forever": lambda r: (Stall(60.0), Reply("never"))})
+    async with ScriptedModelServer(responder=responder) as server:
+        h = harness_factory(codex_bin, server)
+        daemon = await h.start()
+        await h.think("c", "forever and ever")
+        await server.requests.wait_for(1)
+        await h.append(CancelEntry(conversation="c"))
+        # The turn ends (0.169 records turn_aborted; 0.47's exec process is interrupted) and the
+        # conversation goes on.
+        await h.think("c", "after cancel")
+        entries = await h.wait_for(lambda es: "echo: after cancel" in replies(es, "c"), what="reply after cancel")
+        assert "never" not in replies(entries, "c")
+        assert await h.stop(daemon) == 0
+
+
+async def test_model_401_becomes_auth_error(codex_bin: Path, harness_factory: Factory) -> None:
+    async with ScriptedModelServer([HttpError(401, "Incorrect API key provided", times=10)]) as server:
+        h = harness_factory(codex_bin, server)
+        daemon = await h.start()
+        await h.think("c", "hi")
+        entries = await h.wait_for(lambda es: any(e.kind == "error" for e in es if e.conversation == "c"),
+                                   what="an error entry")
+        await asyncio.sleep(1.5)  # a duplicate error would show up in this time
+        entries = await h.entries()
+        errors = [e for e in entries if isinstance(e, ErrorEntry) and e.conversation == "c"]
+        assert [e.code for e in errors] == ["AUTH"], [e.text for e in errors]
+        assert errors[0].hint and len(errors[0].text) <= 200
+        assert await h.stop(daemon) == 0
+
+
+async def test_approval_round_trip(codex_bin_169: Path, harness_factory: Factory, tmp_path: Path) -> None:
+    escalated = {"cmd": "touch approved.txt", "sandbox_permissions": "require_escalated", "login": False,
+                 "tty": False, "yield_time_ms": 5000, "justification": "create approved.txt"}
+    script = [CallTool("exec_command", escalated), Reply("command ran")]
+    async with ScriptedModelServer(script, responder=lambda r: Reply("extra")) as server:
+        h = harness_factory(codex_bin_169, server)
+        h.write_base_config(approval_policy="on-request")
+        daemon = await h.start()
+        await h.think("c", "please touch the file")
+        entries = await h.wait_for(lambda es: any(isinstance(e, ApprovalRequestEntry) for e in es),
+                                   what="approval request")
+        request = next(e for e in entries if isinstance(e, ApprovalRequestEntry))
+        assert request.conversation == "c" and "touch" in request.text
+        await h.append(ApprovalEntry(conversation="c", request_id=request.request_id, decision="approve"))
+        entries = await h.wait_for(lambda es: "command ran" in replies(es, "c"), what="reply after approval")
+        assert (h.workspace / "approved.txt").exists()
+        assert any(e.kind == "tool_result" for e in entries)
+        assert await h.stop(daemon) == 0
+
+
+async def test_killed_codex_becomes_error_and_session_resumes(codex_bin_169: Path,
+                                                              harness_factory: Factory) -> None:
+    responder = make_responder({"slow": lambda r: (Stall(30.0), Reply("never"))})
+    async with ScriptedModelServer(responder=responder) as server:
+        h = harness_factory(codex_bin_169, server)
+        daemon = await h.start()
+        await h.think("c", "hello")
+        await h.wait_for(lambda es: "echo: hello" in replies(es, "c"), what="first reply")
+        await h.think("c", "slow one")
+        await server.requests.wait_for(2)
+        leaders = [p for p in codex_processes(h.codex_home) if _parent(p) == daemon.pid]
+        assert leaders, "no Codex process found"
+        for proc in leaders:  # the npm wrapper: the daemon must notice and end the native binary too
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        entries = await h.wait_for(lambda es: any(isinstance(e, ErrorEntry) for e in es), what="error entry")
+        error = next(e for e in entries if isinstance(e, ErrorEntry))
+        assert error.conversation == "c" and error.code == "PROCESS_EXITED"
+        await h.wait_for(lambda es: len(statuses(es, "c", "session_resumed")) >= 1, what="session resumed")
+        await h.think("c", "after the crash")
+        entries = await h.wait_for(lambda es: "echo: after the crash" in replies(es, "c"), what="reply")
+        thread_ids = {getattr(e, "thread_id", None) for e in entries if e.kind == "response"}
+        assert len(thread_ids) == 1  # resumed, not a new thread
+        last = server.requests.responses_requests()[-1]
+        assert user_prompts(last)[0] == "hello"
+        assert await h.stop(daemon) == 0
+
+
+def _parent(proc: psutil.Process) -> int | None:
+    try:
+        return proc.ppid()
+    except psutil.Error:
+        return None
