@@ -215,9 +215,10 @@ class AppServerLink:
         with contextlib.suppress(TimeoutError, asyncio.CancelledError):
             await asyncio.wait_for(asyncio.shield(self._tasks[1]), 1.0)
         detail = " | ".join(self._stderr) or f"exit {returncode}"
+        why = f"the Codex app-server exited (exit {returncode}): {_why(self._stderr)}"
         for future in self._pending.values():
             if not future.done():
-                future.set_exception(LinkError(f"the Codex app-server exited (exit {returncode}): {_why(self._stderr)}"))
+                future.set_exception(LinkError(why))
         self._events.put_nowait(ProcessExited(returncode, detail, expected=self._closing))
         self._events.put_nowait(None)
 
