@@ -50,6 +50,19 @@ def watch_target(path: Path) -> tuple[Path, str]:
     return directory, child.name
 
 
+def watched_path(path: Path) -> Path:
+    """The path whose directory to watch: for a symlink, its final target (writes happen there).
+
+    Re-pointing the symlink itself is then not noticed until the old target changes.
+    """
+    try:
+        if path.is_symlink():
+            return path.resolve()
+    except OSError:
+        pass
+    return path
+
+
 class _Follower:
     """The synchronous file-reading half of the tailer: one open file and its splitter."""
 
@@ -184,7 +197,8 @@ class _WakerFactory:
         self._path = path
         self._poll_interval = poll_interval
         self._on_notice = on_notice
-        self.target = watch_target(path)
+        self._watched = watched_path(path)
+        self.target = watch_target(self._watched)
         self._kind = self._choose(force_polling, notifier)
 
     def _fall_back(self, reason: str) -> None:
@@ -219,13 +233,14 @@ class _WakerFactory:
         The kernel may not report the removal of a directory whose deleted file is still
         open here (the open file pins it), so that case is checked when the file is missing.
         """
-        if self.target[0] != self._path.parent:
-            return watch_target(self._path) != self.target
+        if self.target[0] != self._watched.parent:
+            return watch_target(self._watched) != self.target
         return file_missing and not self.target[0].is_dir()
 
     def create(self) -> Waker:
         for _attempt in range(100):
-            self.target = watch_target(self._path)
+            self._watched = watched_path(self._path)
+            self.target = watch_target(self._watched)
             directory, name = self.target
             try:
                 if self._kind == "inotify":

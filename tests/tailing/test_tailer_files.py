@@ -160,3 +160,16 @@ async def test_directory_removed_and_recreated(tmp_path: Path, collect: Make) ->
     assert await tail.wait_lines(2) == [b"first", b"second"]
     append(path, b"third\n")
     assert await tail.wait_lines(3) == [b"first", b"second", b"third"]
+
+
+async def test_a_symlinked_file_is_followed_where_it_is_written(tmp_path: Path, collect: Make) -> None:
+    real_dir = tmp_path / "data"
+    real_dir.mkdir()
+    target = real_dir / "journal.jsonl"
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(target)  # dangling until the target is created
+    tail = await collect(link).started()
+    append(target, b"through the link\n")
+    assert await tail.wait_lines(1) == [b"through the link"]
+    append(target, b"again\n")
+    assert await tail.wait_lines(2) == [b"through the link", b"again"]
