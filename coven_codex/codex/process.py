@@ -74,6 +74,22 @@ class ChildProcess:
     def returncode(self) -> int | None:
         return self.process.returncode
 
+    @property
+    def stdin(self) -> asyncio.StreamWriter | None:
+        return self.process.stdin
+
+    @property
+    def stdout(self) -> asyncio.StreamReader | None:
+        return self.process.stdout
+
+    @property
+    def stderr(self) -> asyncio.StreamReader | None:
+        return self.process.stderr
+
+    async def wait(self) -> int:
+        """Like ``Process.wait()``: the exit code, once the process exited and its pipes closed."""
+        return await self.process.wait()
+
     async def wait_exit(self, seconds: float | None = None) -> bool:
         """Wait until the process itself has exited (pipes may still be open); ``False`` on timeout."""
         try:

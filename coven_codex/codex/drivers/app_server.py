@@ -1,0 +1,578 @@
+"""The app-server driver: one long-running ``codex app-server`` per conversation (Codex 0.169+).
+
+The protocol (verified against ``codex app-server generate-json-schema`` and the real 0.169.0):
+JSON-RPC messages, one JSON object per line, on the process's stdin/stdout (no ``"jsonrpc"``
+member). ``initialize`` (``clientInfo``) then the ``initialized`` notification; ``thread/start``
+(``cwd``) or ``thread/resume`` (``threadId``), whose result carries ``thread.id``; per thought
+``turn/start`` (``threadId``, ``input: [{type: text, text}]``, ``clientUserMessageId``), answered
+with ``turn.id`` before ``turn/started``; ``turn/steer`` (``expectedTurnId``) adds input to the
+running turn; ``turn/interrupt`` (``turnId``) ends it with status ``interrupted``.
+
+Notifications used: ``turn/started``, ``item/agentMessage/delta`` (``itemId``, ``delta``),
+``item/completed`` (``item.type == "agentMessage"``), ``error`` (``error.message``,
+``willRetry``), ``turn/completed`` (``turn.status`` ``completed|interrupted|failed`` and
+``turn.error.message``; a model answering 401 gives ``unexpected status 401 Unauthorized: ...``
+there), ``serverRequest/resolved``. Server requests used: ``item/commandExecution/requestApproval``
+and ``item/fileChange/requestApproval`` (answer ``{decision: accept|decline}``), the legacy
+``execCommandApproval``/``applyPatchApproval`` (``approved|denied``) and
+``mcpServer/elicitation/request`` (``{action: accept|decline}``); any other server request is
+answered with a JSON-RPC error so Codex does not wait for it.
+
+Verified quirks: the thread's rollout file appears only with its first turn, and a thread
+without one cannot be resumed (``thread/resume`` fails); the driver then starts a new thread
+and says so in :class:`~coven_codex.codex.drivers.base.ThreadStarted`. ``approval_policy =
+"untrusted"`` is rejected by 0.169 ("no longer supported"). The app-server exits when its stdin
+closes, which is how :meth:`aclose` asks it to stop before ending the process tree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+import uuid
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from coven_codex import __version__
+from coven_codex.codex.drivers.base import (
+    AgentMessageCompleted,
+    ApprovalRequested,
+    ApprovalResolved,
+    CodexDriver,
+    Delta,
+    DriverError,
+    DriverFailed,
+    PendingThought,
+    ResolvedBy,
+    Submission,
+    ThreadStarted,
+    TurnClock,
+    TurnFinished,
+    TurnStarted,
+    TurnStatus,
+    process_error,
+)
+from coven_codex.codex.errors import HINTS, ClassifiedError, ErrorCode, classify, shorten
+from coven_codex.codex.process import ChildProcess, spawn, terminate_tree
+
+log = logging.getLogger(__name__)
+
+STDERR_LINES = 20
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+_APPROVAL_ACTIONS = {
+    "item/commandExecution/requestApproval": "run a command",
+    "item/fileChange/requestApproval": "change files",
+    "execCommandApproval": "run a command",
+    "applyPatchApproval": "apply a patch",
+    "mcpServer/elicitation/request": "answer a tool's request",
+}
+
+
+_STATUSES: dict[str, TurnStatus] = {"completed": "completed", "interrupted": "interrupted", "failed": "failed"}
+
+
+class RpcError(Exception):
+    """The app-server answered a request with an error."""
+
+
+@dataclass(slots=True)
+class _Turn:
+    client_ids: list[str]
+    clock: TurnClock
+    turn_id: str | None = None
+    announced: bool = False
+    forced_error: ClassifiedError | None = None
+    cancel_requested: bool = False
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+    watchdog: asyncio.Task[None] | None = None
+
+
+@dataclass(slots=True)
+class _Approval:
+    rpc_id: int | str
+    method: str
+    timer: asyncio.Task[None] | None = None
+
+
+class AppServerDriver(CodexDriver):
+    """See :mod:`coven_codex.codex.drivers.base` for the interface and this module for the wire."""
+
+    kind: ClassVar[str] = "app-server"
+    supports_steer: ClassVar[bool] = True
+    records_client_id: ClassVar[bool] = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._child: ChildProcess | None = None
+        self._runner: asyncio.Task[None] | None = None
+        self._tg: asyncio.TaskGroup | None = None
+        self._tg_ready = asyncio.Event()
+        self._next_id = 0
+        self._rpc: dict[int, asyncio.Future[Any]] = {}
+        self._turn: _Turn | None = None
+        self._approvals: dict[str, _Approval] = {}
+        self._stderr: deque[str] = deque(maxlen=STDERR_LINES)
+        self._lock = asyncio.Lock()
+        self._closing = False
+        self._failed: ClassifiedError | None = None
+        self._closed = False
+
+    # -- properties ----------------------------------------------------------------------------
+    @property
+    def busy(self) -> bool:
+        return self._turn is not None
+
+    @property
+    def pids(self) -> list[int]:
+        child = self._child
+        return [child.pid] if child is not None and child.returncode is None else []
+
+    @property
+    def failed(self) -> ClassifiedError | None:
+        """Why the driver died, if it did."""
+        return self._failed
+
+    # -- start -----------------------------------------------------------------------------------
+    async def start(self, resume_thread_id: str | None) -> None:
+        if self._child is not None:
+            raise DriverError("the app-server driver was already started")
+        argv = [str(self.executable), "app-server"]
+        try:
+            self._child = await spawn(argv, env=self.env, cwd=self.workspace)
+        except OSError as exc:
+            raise DriverError(f"cannot start {argv[0]} app-server: {exc.strerror or exc}") from None
+        self._runner = asyncio.create_task(self._run(self._child), name="codex-app-server")
+        await self._tg_ready.wait()
+        try:
+            await self._open_thread(resume_thread_id)
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def _open_thread(self, resume_thread_id: str | None) -> None:
+        try:
+            await self._request("initialize", {
+                "clientInfo": {"name": "coven-codex", "title": "coven-codex", "version": __version__},
+            })
+            await self._write({"method": "initialized"})
+            result: Any = None
+            note = None
+            if resume_thread_id is not None:
+                try:
+                    result = await self._request("thread/resume", {"threadId": resume_thread_id})
+                except RpcError as exc:
+                    note = f"could not resume thread {resume_thread_id} ({exc}); started a new thread"
+                    log.warning("%s", note)
+            resumed = result is not None
+            if result is None:
+                result = await self._request("thread/start", {"cwd": str(self.workspace)})
+        except RpcError as exc:
+            raise DriverError(f"the Codex app-server refused to open the thread: {exc}") from None
+        thread = result.get("thread") if isinstance(result, dict) else None
+        thread_id = thread.get("id") if isinstance(thread, dict) else None
+        if not isinstance(thread_id, str) or not thread_id:
+            raise DriverError("the Codex app-server opened a thread without telling its id")
+        self._thread_id = thread_id
+        await self._events.deliver(ThreadStarted(thread_id, resumed=resumed, note=note))
+
+    async def _run(self, child: ChildProcess) -> None:
+        try:
+            async with asyncio.TaskGroup() as tg:
+                self._tg = tg
+                self._tg_ready.set()
+                tg.create_task(self._events.run(), name="driver-events")
+                tg.create_task(self._read_stdout(child), name="app-server-stdout")
+                tg.create_task(self._read_stderr(child), name="app-server-stderr")
+                tg.create_task(self._watch_exit(child), name="app-server-exit")
+        except* Exception as group:
+            for exc in group.exceptions:
+                log.error("app-server driver task failed", exc_info=exc)
+            self._fail(classify(f"internal error in the app-server driver: {group.exceptions[0]}"),
+                             child.returncode)
+        finally:
+            self._tg_ready.set()
+
+    # -- thoughts ----------------------------------------------------------------------------------
+    async def submit(self, text: str, client_id: str) -> Submission:
+        async with self._lock:
+            self._check_alive()
+            thought = PendingThought(text, client_id)
+            turn = self._turn
+            if turn is None and not self._queue:
+                await self._start_turn(thought)
+                return "started"
+            if turn is not None and self.settings.mid_turn == "steer" and turn.turn_id is not None:
+                try:
+                    await self._request("turn/steer", {
+                        "threadId": self._require_thread(),
+                        "expectedTurnId": turn.turn_id,
+                        "input": [{"type": "text", "text": text}],
+                        "clientUserMessageId": client_id,
+                    })
+                except RpcError as exc:
+                    log.info("could not steer turn %s (%s); queueing the thought", turn.turn_id, exc)
+                else:
+                    turn.client_ids.append(client_id)
+                    turn.clock.touch()
+                    return "steered"
+            self._queue.append(thought)
+            if self._turn is None:
+                self._spawn(self._pump())
+            return "queued"
+
+    async def _pump(self) -> None:
+        async with self._lock:
+            await self._pump_locked()
+
+    async def _pump_locked(self) -> None:
+        """Start the next queued thought if no turn runs (the caller holds the lock)."""
+        while self._turn is None and self._queue and self._failed is None and not self._closing:
+            thought = self._queue.popleft()
+            try:
+                await self._start_turn(thought)
+            except DriverError:
+                return
+
+    async def _start_turn(self, thought: PendingThought) -> None:
+        turn = _Turn([thought.client_id], TurnClock(self.settings.turn_timeout, self.settings.stream_idle_timeout))
+        self._turn = turn
+        turn.watchdog = self._spawn(self._watch_turn(turn))
+        try:
+            result = await self._request("turn/start", {
+                "threadId": self._require_thread(),
+                "input": [{"type": "text", "text": thought.text}],
+                "clientUserMessageId": thought.client_id,
+            })
+        except RpcError as exc:
+            self._finish_turn(turn, "failed", classify(f"Codex refused the thought: {exc}"))
+            return
+        started = result.get("turn") if isinstance(result, dict) else None
+        if isinstance(started, dict) and isinstance(started.get("id"), str) and turn.turn_id is None:
+            turn.turn_id = started["id"]
+        if turn.cancel_requested and not turn.ended.is_set():
+            self._spawn(self._interrupt(turn))
+
+    # -- cancel and approvals ----------------------------------------------------------------------
+    async def cancel(self) -> bool:
+        turn = self._turn
+        if turn is None or self._failed is not None:
+            return False
+        turn.cancel_requested = True
+        if turn.turn_id is not None:
+            await self._interrupt(turn)
+        return True
+
+    async def _interrupt(self, turn: _Turn) -> None:
+        if turn.turn_id is None or turn.ended.is_set():
+            return
+        try:
+            await self._request("turn/interrupt", {"threadId": self._require_thread(), "turnId": turn.turn_id})
+        except RpcError as exc:
+            log.info("turn/interrupt of %s: %s", turn.turn_id, exc)
+        except DriverError as exc:
+            log.info("turn/interrupt of %s not sent: %s", turn.turn_id, exc)
+
+    async def answer_approval(self, request_id: str, approve: bool) -> None:
+        approval = self._approvals.get(request_id)
+        if approval is None:
+            raise DriverError(f"no pending approval request {request_id!r} (answered, expired or unknown)")
+        await self._resolve_approval(request_id, approve, "chat")
+
+    async def _resolve_approval(self, request_id: str, approve: bool, by: ResolvedBy) -> None:
+        approval = self._approvals.pop(request_id, None)
+        if approval is None:
+            return
+        if approval.timer is not None and approval.timer is not asyncio.current_task():
+            approval.timer.cancel()
+        if self._turn is not None:
+            self._turn.clock.approval_ended()
+        await self._write({"id": approval.rpc_id, "result": _approval_answer(approval.method, approve)})
+        self._events.emit(ApprovalResolved(request_id, approve, by))
+
+    async def _approval_timeout(self, request_id: str) -> None:
+        await asyncio.sleep(self.settings.approval_timeout)
+        log.info("approval request %s unanswered after %.0fs; declining", request_id, self.settings.approval_timeout)
+        with contextlib.suppress(DriverError):
+            await self._resolve_approval(request_id, False, "timeout")
+
+    # -- closing -----------------------------------------------------------------------------------
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._closing = True
+        child = self._child
+        if child is not None:
+            if child.returncode is None and child.stdin is not None:
+                with contextlib.suppress(OSError, RuntimeError):
+                    child.stdin.close()
+                await child.wait_exit(self.settings.kill_grace)
+            await terminate_tree(child, self.settings.kill_grace)
+        self._fail_pending_rpcs(DriverError("the driver is closed"))
+        if self._runner is not None:
+            self._runner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._runner
+        await self._events.drain()
+
+    # -- reading -----------------------------------------------------------------------------------
+    async def _read_stdout(self, child: ChildProcess) -> None:
+        assert child.stdout is not None
+        with contextlib.suppress(ConnectionError):
+            while line := await child.stdout.readline():
+                self._dispatch(line)
+
+    async def _read_stderr(self, child: ChildProcess) -> None:
+        assert child.stderr is not None
+        with contextlib.suppress(ConnectionError, ValueError):
+            while line := await child.stderr.readline():
+                text = ANSI.sub("", line.decode("utf-8", "replace")).strip()
+                if text:
+                    self._stderr.append(text[:400])
+                    log.debug("app-server stderr: %s", text[:400])
+
+    async def _watch_exit(self, child: ChildProcess) -> None:
+        await child.exited.wait()
+        if self._closing:
+            return
+        # give stderr a moment to deliver the last words of the process
+        await asyncio.sleep(0.1)
+        self._fail(process_error(child.returncode, list(self._stderr), what="the Codex app-server"),
+                   child.returncode)
+        await terminate_tree(child, self.settings.kill_grace)
+
+    def _fail(self, error: ClassifiedError, returncode: int | None) -> None:
+        if self._failed is not None or self._closing:
+            return
+        self._failed = error
+        log.error("Codex app-server failed: %s", error.message)
+        self._fail_pending_rpcs(DriverError(error.message))
+        undelivered = self.queued
+        self._queue.clear()
+        turn, self._turn = self._turn, None
+        if turn is not None:
+            turn.ended.set()
+            if turn.watchdog is not None:
+                turn.watchdog.cancel()
+        for approval in self._approvals.values():
+            if approval.timer is not None:
+                approval.timer.cancel()
+        self._approvals.clear()
+        self._events.emit(DriverFailed(error, returncode, undelivered))
+
+    def _dispatch(self, line: bytes) -> None:
+        try:
+            message = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            log.warning("app-server wrote a line that is not JSON: %r", line[:200])
+            return
+        if not isinstance(message, dict):
+            return
+        if self._turn is not None:
+            self._turn.clock.touch()
+        method = message.get("method")
+        params = message.get("params")
+        params = params if isinstance(params, dict) else {}
+        if method is None:
+            self._on_response(message)
+        elif "id" in message:
+            self._on_server_request(message["id"], str(method), params)
+        else:
+            self._on_notification(str(method), params)
+
+    def _on_response(self, message: Mapping[str, Any]) -> None:
+        rpc_id = message.get("id")
+        future = self._rpc.get(rpc_id) if isinstance(rpc_id, int) else None
+        if future is None or future.done():
+            return
+        error = message.get("error")
+        if error is not None:
+            text = error.get("message", str(error)) if isinstance(error, dict) else str(error)
+            future.set_exception(RpcError(text))
+        else:
+            future.set_result(message.get("result"))
+
+    def _on_notification(self, method: str, params: Mapping[str, Any]) -> None:
+        turn = self._turn
+        if method == "item/agentMessage/delta":
+            if self.settings.stream_deltas and isinstance(params.get("delta"), str):
+                self._events.emit(Delta(str(params.get("itemId", "")), params["delta"]))
+        elif method == "item/completed":
+            item = params.get("item")
+            if isinstance(item, dict) and item.get("type") == "agentMessage":
+                self._events.emit(AgentMessageCompleted(str(item.get("id", "")), str(item.get("text", ""))))
+        elif method == "turn/started":
+            data = params.get("turn")
+            turn_id = data.get("id") if isinstance(data, dict) else None
+            if turn is not None and (turn.turn_id is None or turn.turn_id == turn_id):
+                turn.turn_id = turn_id if isinstance(turn_id, str) else turn.turn_id
+                if not turn.announced:
+                    turn.announced = True
+                    self._events.emit(TurnStarted(turn.turn_id, tuple(turn.client_ids)))
+        elif method == "turn/completed":
+            data = params.get("turn")
+            if not isinstance(data, dict) or turn is None:
+                return
+            if turn.turn_id is not None and data.get("id") != turn.turn_id:
+                return
+            turn.turn_id = turn.turn_id or data.get("id")
+            status = _STATUSES.get(str(data.get("status")), "failed")
+            error_data = data.get("error")
+            error = None
+            if isinstance(error_data, dict) and error_data.get("message"):
+                error = classify(str(error_data["message"]))
+            if status == "failed" and error is None:
+                error = classify("the turn failed without a reason from Codex")
+            self._finish_turn(turn, status, error)
+        elif method == "error":
+            error_data = params.get("error")
+            text = error_data.get("message") if isinstance(error_data, dict) else None
+            if params.get("willRetry"):
+                log.info("Codex will retry after: %s", shorten(str(text)))
+            else:
+                log.warning("Codex reported: %s", shorten(str(text)))
+        elif method == "serverRequest/resolved":
+            rpc_id = params.get("requestId")
+            for request_id, approval in list(self._approvals.items()):
+                if approval.rpc_id == rpc_id:
+                    self._approvals.pop(request_id)
+                    if approval.timer is not None:
+                        approval.timer.cancel()
+                    if turn is not None:
+                        turn.clock.approval_ended()
+
+    def _on_server_request(self, rpc_id: int | str, method: str, params: Mapping[str, Any]) -> None:
+        action = _APPROVAL_ACTIONS.get(method)
+        if action is None:
+            log.info("the app-server asked %s, which coven-codex does not handle; refusing", method)
+            self._spawn(self._write_quietly({"id": rpc_id, "error": {
+                "code": -32601, "message": f"{method} is not supported by coven-codex"}}))
+            return
+        turn_id = params.get("turnId")
+        request_id = f"{turn_id}:{rpc_id}" if isinstance(turn_id, str) else f"req-{uuid.uuid4().hex[:12]}"
+        detail = _approval_detail(params)
+        text = f"{action}: {detail}" if detail else action
+        call_id = params.get("itemId") or params.get("callId")
+        approval = _Approval(rpc_id, method)
+        self._approvals[request_id] = approval
+        if self._turn is not None:
+            self._turn.clock.approval_started()
+        policy = self.settings.approval_policy
+        if policy == "ask":
+            self._events.emit(ApprovalRequested(request_id, text, call_id if isinstance(call_id, str) else None))
+            approval.timer = self._spawn(self._approval_timeout(request_id))
+        else:
+            self._spawn(self._resolve_approval(request_id, policy == "approve", "policy"))
+
+    # -- turn bookkeeping --------------------------------------------------------------------------
+    def _finish_turn(self, turn: _Turn, status: TurnStatus, error: ClassifiedError | None) -> None:
+        if turn.ended.is_set():
+            return
+        turn.ended.set()
+        if turn.forced_error is not None:
+            status, error = "failed", turn.forced_error
+        if self._turn is turn:
+            self._turn = None
+        if turn.watchdog is not None and turn.watchdog is not asyncio.current_task():
+            turn.watchdog.cancel()
+        for request_id in [r for r in self._approvals if turn.turn_id and r.startswith(f"{turn.turn_id}:")]:
+            approval = self._approvals.pop(request_id)
+            if approval.timer is not None:
+                approval.timer.cancel()
+        self._events.emit(TurnFinished(turn.turn_id, status, tuple(turn.client_ids), error))
+        if self._queue:
+            self._spawn(self._pump())
+
+    async def _watch_turn(self, turn: _Turn) -> None:
+        error = await turn.clock.expired()
+        if turn.ended.is_set():
+            return
+        log.warning("turn %s: %s; interrupting it", turn.turn_id, error.message)
+        turn.forced_error = error
+        await self._interrupt(turn)
+        try:
+            await asyncio.wait_for(turn.ended.wait(), self.settings.kill_grace)
+        except TimeoutError:
+            stuck = ClassifiedError(
+                ErrorCode.KILL_TIMEOUT,
+                shorten(f"{error.message}; Codex did not stop the turn within {self.settings.kill_grace:.0f}s"),
+                HINTS[ErrorCode.KILL_TIMEOUT],
+            )
+            child = self._child
+            self._fail(stuck, None)
+            if child is not None:
+                await terminate_tree(child, self.settings.kill_grace)
+
+    # -- wire ----------------------------------------------------------------------------------------
+    def _check_alive(self) -> None:
+        if self._failed is not None:
+            raise DriverError(f"the Codex app-server is gone ({self._failed.message}); start a new driver")
+        if self._closing or self._child is None:
+            raise DriverError("the app-server driver is not running")
+
+    def _require_thread(self) -> str:
+        if self._thread_id is None:
+            raise DriverError("the Codex thread is not open yet")
+        return self._thread_id
+
+    async def _request(self, method: str, params: Mapping[str, Any]) -> Any:
+        self._next_id += 1
+        rpc_id = self._next_id
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._rpc[rpc_id] = future
+        try:
+            await self._write({"id": rpc_id, "method": method, "params": dict(params)})
+            return await asyncio.wait_for(future, self.settings.request_timeout)
+        except TimeoutError:
+            raise DriverError(
+                f"the Codex app-server did not answer {method} within {self.settings.request_timeout:.0f}s"
+            ) from None
+        finally:
+            self._rpc.pop(rpc_id, None)
+
+    async def _write(self, message: Mapping[str, Any]) -> None:
+        child = self._child
+        if child is None or child.stdin is None or child.exited.is_set() or self._failed is not None:
+            raise DriverError("the Codex app-server is not running")
+        data = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+        try:
+            child.stdin.write(data)
+            await child.stdin.drain()
+        except (ConnectionError, RuntimeError) as exc:
+            raise DriverError(f"lost the Codex app-server's stdin: {exc}") from None
+
+    async def _write_quietly(self, message: Mapping[str, Any]) -> None:
+        with contextlib.suppress(DriverError):
+            await self._write(message)
+
+    def _fail_pending_rpcs(self, error: Exception) -> None:
+        for future in self._rpc.values():
+            if not future.done():
+                future.set_exception(error)
+
+    def _spawn(self, coro: Any) -> asyncio.Task[None]:
+        if self._tg is None:
+            raise DriverError("the app-server driver is not running")
+        task: asyncio.Task[None] = self._tg.create_task(coro)
+        return task
+
+
+def _approval_answer(method: str, approve: bool) -> dict[str, Any]:
+    if method in ("execCommandApproval", "applyPatchApproval"):
+        return {"decision": "approved" if approve else "denied"}
+    if method == "mcpServer/elicitation/request":
+        return {"action": "accept", "content": {}} if approve else {"action": "decline"}
+    return {"decision": "accept" if approve else "decline"}
+
+
+def _approval_detail(params: Mapping[str, Any]) -> str:
+    detail = params.get("command") or params.get("message") or params.get("reason") or ""
+    if isinstance(detail, list):
+        detail = " ".join(str(part) for part in detail)
+    return shorten(str(detail), 160)

@@ -1,0 +1,392 @@
+"""The driver interface: how a thought reaches Codex, whichever way the CLI is driven.
+
+A driver serves one conversation (one Codex thread). Two implementations exist:
+:class:`~coven_codex.codex.drivers.app_server.AppServerDriver` (one long-running
+``codex app-server`` speaking JSON-RPC; Codex 0.169+) and
+:class:`~coven_codex.codex.drivers.exec.ExecDriver` (one ``codex exec --json ... resume <id> -``
+process per turn; every version). :func:`coven_codex.codex.drivers.create_driver` picks one.
+
+Construction::
+
+    driver = create_driver(executable, version, workspace, env=home.env,
+                           settings=DriverSettings.from_settings(settings), sink=on_event)
+
+``sink`` is an ``async`` callable receiving :data:`DriverEvent` values, one at a time and in
+order, from a dispatcher task of the driver (so the sink may call back into the driver, e.g.
+``submit`` the next thought, without deadlocking). :func:`queue_sink` adapts an
+``asyncio.Queue``. An exception raised by the sink is logged and does not stop the driver.
+
+Calls:
+
+- ``await start(resume_thread_id)``: start Codex and open the thread (app-server), or just
+  remember the thread to resume (exec, which starts a process per turn). When it returns,
+  a :class:`ThreadStarted` for an app-server thread has been *delivered* to the sink (the agent
+  persists the id there). For exec the thread id is known only when the first turn's process
+  prints it; :class:`ThreadStarted` is emitted then, before that turn ends.
+- ``await submit(text, client_id) -> Submission``: hand over a thought; returns once Codex
+  accepted it (app-server: ``turn/start``/``turn/steer`` answered) or its bytes are written to
+  the process's stdin (exec), or once it is queued behind the running turn. Queued thoughts
+  start in order as turns end. With ``mid_turn="steer"`` (app-server only) a thought arriving
+  during a running turn is added to it with ``turn/steer``. ``client_id`` is the journal entry id;
+  the app-server passes it as ``clientUserMessageId`` so the rollout records it.
+- ``await cancel() -> bool``: interrupt the running turn (``turn/interrupt``; exec: SIGINT, then
+  the process tree is ended after ``kill_grace``). Queued thoughts stay queued and run next.
+  ``False`` if no turn was running.
+- ``await answer_approval(request_id, approve)``: answer an :class:`ApprovalRequested`.
+  Unanswered requests are declined after ``approval_timeout``; with ``approval_policy``
+  ``"approve"``/``"deny"`` they are answered at once (:class:`ApprovalResolved` says so).
+- ``await aclose()``: end every Codex process tree of the driver; safe to call twice.
+
+Errors: every failure reaches the sink classified (:class:`~coven_codex.codex.errors.ClassifiedError`):
+a failed turn (the model answered 401, the turn timed out, ...) is a :class:`TurnFinished` with
+``status="failed"``; a Codex process that dies is :class:`DriverFailed` for the app-server (the
+driver is then dead: create a new one and ``start(thread_id)`` to resume) and a failed
+:class:`TurnFinished` for exec (whose next turn simply starts a new process that resumes).
+Calls on a driver that cannot serve them raise :class:`DriverError`.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+import logging
+import re
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar, Literal
+
+from coven_codex.codex.errors import HINTS, ClassifiedError, ErrorCode, classify, shorten
+from coven_codex.codex.version import CodexVersion
+
+log = logging.getLogger(__name__)
+
+MidTurn = Literal["queue", "steer"]
+ApprovalPolicy = Literal["ask", "approve", "deny"]
+TurnStatus = Literal["completed", "interrupted", "failed"]
+Submission = Literal["started", "steered", "queued"]
+ResolvedBy = Literal["chat", "policy", "timeout"]
+
+
+@dataclass(frozen=True, slots=True)
+class DriverSettings:
+    """The settings a driver needs (see :class:`coven_codex.settings.Settings`)."""
+
+    turn_timeout: float = 600.0
+    stream_idle_timeout: float = 540.0
+    kill_grace: float = 5.0
+    mid_turn: MidTurn = "queue"
+    approval_policy: ApprovalPolicy = "ask"
+    approval_timeout: float = 300.0
+    stream_deltas: bool = True
+    request_timeout: float = 60.0  # app-server: seconds to wait for an answer to a request
+
+    @classmethod
+    def from_settings(cls, settings: object) -> DriverSettings:
+        """Take the matching fields from a :class:`coven_codex.settings.Settings`."""
+        names = ("turn_timeout", "stream_idle_timeout", "kill_grace", "mid_turn", "approval_policy",
+                 "approval_timeout", "stream_deltas")
+        return cls(**{name: getattr(settings, name) for name in names if hasattr(settings, name)})
+
+
+# -- events -----------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ThreadStarted:
+    """The Codex thread id is known: persist it now so a restart resumes this thread.
+
+    ``resumed`` is ``False`` when a new thread was started, including when resuming the
+    requested one failed (the reason is in ``note``).
+    """
+
+    thread_id: str
+    resumed: bool
+    note: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TurnStarted:
+    turn_id: str | None
+    client_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnFinished:
+    """A turn ended. ``client_ids``: the thoughts it carried (started with it or steered in)."""
+
+    turn_id: str | None
+    status: TurnStatus
+    client_ids: tuple[str, ...]
+    error: ClassifiedError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "completed"
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequested:
+    """Codex asks permission for ``action`` (e.g. ``run a command: touch x``)."""
+
+    request_id: str
+    action: str
+    call_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalResolved:
+    """An approval request was answered, by the chat, by the policy or by the timeout."""
+
+    request_id: str
+    approved: bool
+    by: ResolvedBy
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    """A piece of assistant text as it streams (app-server only; ephemeral)."""
+
+    item_id: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class AgentMessageCompleted:
+    """An assistant message is complete (the app-server's ``item/completed``; exec's item event)."""
+
+    item_id: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class DriverFailed:
+    """The driver cannot go on (its Codex process died or stopped answering).
+
+    ``undelivered``: client ids of queued thoughts that never reached Codex. Thoughts of the
+    interrupted turn may or may not have reached it (the rollout tells).
+    """
+
+    error: ClassifiedError
+    returncode: int | None
+    undelivered: tuple[str, ...] = ()
+
+
+DriverEvent = (
+    ThreadStarted
+    | TurnStarted
+    | TurnFinished
+    | ApprovalRequested
+    | ApprovalResolved
+    | Delta
+    | AgentMessageCompleted
+    | DriverFailed
+)
+EventSink = Callable[[DriverEvent], Awaitable[None]]
+
+
+def queue_sink(queue: asyncio.Queue[DriverEvent]) -> EventSink:
+    """An :data:`EventSink` that puts every event on ``queue``."""
+
+    async def put(event: DriverEvent) -> None:
+        await queue.put(event)
+
+    return put
+
+
+class DriverError(RuntimeError):
+    """A driver call that cannot be served (not started, dead, unknown approval, ...)."""
+
+
+# -- classification helpers -------------------------------------------------------------------
+def describe_exit(returncode: int | None) -> str:
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        return f"killed by signal {-returncode}"
+    return f"exit {returncode}"
+
+
+def process_error(
+    returncode: int | None, stderr_lines: Sequence[str], *, what: str = "Codex"
+) -> ClassifiedError:
+    """Classify an unexpected process end.
+
+    A process killed by a signal is ``PROCESS_EXITED``. Otherwise its last *error* lines on
+    stderr (Codex logs warnings there too, e.g. about the sandbox, which must not decide the
+    code) are classified; when they say nothing known, it is ``PROCESS_EXITED`` as well.
+    """
+    detail = f"{what} exited unexpectedly ({describe_exit(returncode)})"
+    errors = [line for line in stderr_lines if _ERROR_LINE.search(line) and not _WARNING_LINE.search(line)]
+    tail = " | ".join(errors[-2:])
+    if tail and (returncode is None or returncode > 0):
+        by_text = classify(tail)
+        if by_text.code is not ErrorCode.UNKNOWN:
+            return by_text
+    if tail:
+        detail = f"{detail}: {tail}"
+    return ClassifiedError(ErrorCode.PROCESS_EXITED, shorten(detail), HINTS[ErrorCode.PROCESS_EXITED])
+
+
+_ERROR_LINE = re.compile(r"\berror\b|\bfatal\b|panicked", re.I)
+_WARNING_LINE = re.compile(r"^\s*(?:WARNING|WARN)\b|\sWARN\s", re.I)
+
+
+def timeout_error(turn_timeout: float) -> ClassifiedError:
+    return classify(f"the turn ran longer than the turn timeout ({turn_timeout:.0f}s)", exit_code=124)
+
+
+def idle_error(idle_timeout: float) -> ClassifiedError:
+    return classify(f"no output from Codex for {idle_timeout:.0f}s: stream idle, turn abandoned")
+
+
+# -- shared machinery -------------------------------------------------------------------------
+@dataclass(slots=True)
+class PendingThought:
+    text: str
+    client_id: str
+
+
+@dataclass(slots=True)
+class EventDispatcher:
+    """Delivers events to the sink in order from its own task."""
+
+    sink: EventSink
+    _queue: asyncio.Queue[tuple[DriverEvent, asyncio.Future[None] | None]] = field(
+        default_factory=asyncio.Queue
+    )
+
+    def emit(self, event: DriverEvent) -> None:
+        self._queue.put_nowait((event, None))
+
+    async def deliver(self, event: DriverEvent) -> None:
+        """Emit ``event`` and wait until the sink has handled it."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait((event, done))
+        await done
+
+    async def run(self) -> None:
+        while True:
+            event, done = await self._queue.get()
+            try:
+                await self.sink(event)
+            except Exception:
+                log.exception("the driver's event sink failed on %s", type(event).__name__)
+            finally:
+                if done is not None and not done.done():
+                    done.set_result(None)
+
+    async def drain(self) -> None:
+        """Deliver what is queued (used while closing, after :meth:`run` was cancelled)."""
+        while not self._queue.empty():
+            event, done = self._queue.get_nowait()
+            with contextlib.suppress(Exception):
+                await self.sink(event)
+            if done is not None and not done.done():
+                done.set_result(None)
+
+
+class TurnClock:
+    """Deadlines of one running turn: the turn timeout and the stream-idle timeout.
+
+    :meth:`expired` sleeps until the next deadline (no polling while nothing happens) and
+    returns the error once one has passed. Activity pushes the idle deadline back; while
+    approvals are pending the idle deadline does not apply.
+    """
+
+    def __init__(self, turn_timeout: float, idle_timeout: float) -> None:
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._turn_timeout = turn_timeout
+        self._idle_timeout = idle_timeout
+        self._deadline = loop.time() + turn_timeout
+        self._last_activity = loop.time()
+        self._waiting_for_approval = 0
+        self._changed = asyncio.Event()
+
+    def touch(self) -> None:
+        self._last_activity = self._loop.time()
+
+    def approval_started(self) -> None:
+        self._waiting_for_approval += 1
+        self._changed.set()
+
+    def approval_ended(self) -> None:
+        self._waiting_for_approval = max(0, self._waiting_for_approval - 1)
+        self.touch()
+        self._changed.set()
+
+    async def expired(self) -> ClassifiedError:
+        while True:
+            now = self._loop.time()
+            if now >= self._deadline:
+                return timeout_error(self._turn_timeout)
+            idle_at = self._last_activity + self._idle_timeout
+            if not self._waiting_for_approval and now >= idle_at:
+                return idle_error(self._idle_timeout)
+            wake = self._deadline if self._waiting_for_approval else min(self._deadline, idle_at)
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), max(0.0, wake - now))
+
+
+class CodexDriver(abc.ABC):
+    """The interface both drivers implement; see the module docstring."""
+
+    kind: ClassVar[str]
+    supports_steer: ClassVar[bool]
+    records_client_id: ClassVar[bool]
+
+    def __init__(
+        self,
+        executable: Path,
+        version: CodexVersion,
+        workspace: Path,
+        *,
+        env: Mapping[str, str],
+        settings: DriverSettings,
+        sink: EventSink,
+    ) -> None:
+        self.executable = executable
+        self.version = version
+        self.workspace = workspace
+        self.env = dict(env)
+        self.settings = settings
+        self._events = EventDispatcher(sink)
+        self._queue: deque[PendingThought] = deque()
+        self._thread_id: str | None = None
+
+    @property
+    def thread_id(self) -> str | None:
+        """The Codex thread, once known."""
+        return self._thread_id
+
+    @property
+    def queued(self) -> tuple[str, ...]:
+        """Client ids of thoughts waiting for the running turn to end."""
+        return tuple(thought.client_id for thought in self._queue)
+
+    @property
+    @abc.abstractmethod
+    def busy(self) -> bool:
+        """A turn is running."""
+
+    @property
+    @abc.abstractmethod
+    def pids(self) -> list[int]:
+        """Process-group leaders currently running for this driver."""
+
+    @abc.abstractmethod
+    async def start(self, resume_thread_id: str | None) -> None: ...
+
+    @abc.abstractmethod
+    async def submit(self, text: str, client_id: str) -> Submission: ...
+
+    @abc.abstractmethod
+    async def cancel(self) -> bool: ...
+
+    @abc.abstractmethod
+    async def answer_approval(self, request_id: str, approve: bool) -> None: ...
+
+    @abc.abstractmethod
+    async def aclose(self) -> None: ...

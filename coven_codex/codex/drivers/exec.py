@@ -1,0 +1,309 @@
+"""The exec driver: one ``codex exec`` process per turn (every Codex version, e.g. 0.47).
+
+Each thought runs ``codex exec --json --skip-git-repo-check - `` (first turn of a new thread)
+or ``codex exec --json --skip-git-repo-check resume <thread-id> -`` with the thought on stdin
+(written, then stdin closed). Thoughts arriving while a turn runs are queued and run in order;
+``mid_turn = "steer"`` is not possible here and falls back to queueing.
+
+``--json`` prints one event per line (verified on 0.47.0 and 0.169.0): ``thread.started``
+(``thread_id``; first, before the model is called, so the id is persisted before the turn
+ends), ``turn.started``, ``item.completed`` (``item.type`` ``agent_message`` with ``text``;
+0.169 also reports warnings as ``error`` *items*, which are not failures), ``error``
+(``message``), and ``turn.completed`` or ``turn.failed`` (``error.message``; a model answering
+401 gives ``exceeded retry limit, last status: 401 Unauthorized`` on 0.47 and ``unexpected
+status 401 Unauthorized: ...`` on 0.169). The exit code is 0 after a completed turn, 1 after a
+failed one. 0.47 silently starts a *new* thread when asked to resume an unknown id; the driver
+notices (the ``thread_id`` differs) and reports it in ``ThreadStarted``.
+
+``cancel`` sends SIGINT to the turn's process group and ends the tree after ``kill_grace``.
+A turn that exceeds ``turn_timeout`` (or is silent for ``stream_idle_timeout``) has its
+process tree ended and finishes as failed (``OUTER_TIMEOUT``/``STREAM_IDLE``). A process that
+dies (``kill -9``) finishes its turn as failed with a classified error; the next thought
+starts a new process that resumes the thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+import signal
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from coven_codex.codex.drivers.base import (
+    AgentMessageCompleted,
+    CodexDriver,
+    DriverError,
+    DriverFailed,
+    PendingThought,
+    Submission,
+    ThreadStarted,
+    TurnClock,
+    TurnFinished,
+    TurnStarted,
+    TurnStatus,
+    process_error,
+)
+from coven_codex.codex.errors import ClassifiedError, classify, shorten
+from coven_codex.codex.process import ChildProcess, signal_group, spawn, terminate_tree
+
+log = logging.getLogger(__name__)
+
+STDERR_LINES = 20
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+@dataclass(slots=True)
+class _ExecTurn:
+    thought: PendingThought
+    child: ChildProcess
+    clock: TurnClock
+    completed: bool = False
+    failure: str | None = None
+    last_error: str | None = None
+    cancel_requested: bool = False
+    forced_error: ClassifiedError | None = None
+    stderr: deque[str] = field(default_factory=lambda: deque(maxlen=STDERR_LINES))
+
+
+class ExecDriver(CodexDriver):
+    """See :mod:`coven_codex.codex.drivers.base` for the interface and this module for the CLI."""
+
+    kind: ClassVar[str] = "exec"
+    supports_steer: ClassVar[bool] = False
+    records_client_id: ClassVar[bool] = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._turn: _ExecTurn | None = None
+        self._runner: asyncio.Task[None] | None = None
+        self._tg: asyncio.TaskGroup | None = None
+        self._tg_ready = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self._announced = False
+        self._closing = False
+        self._closed = False
+        self._failed: ClassifiedError | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self._turn is not None
+
+    @property
+    def pids(self) -> list[int]:
+        turn = self._turn
+        return [turn.child.pid] if turn is not None and turn.child.returncode is None else []
+
+    async def start(self, resume_thread_id: str | None) -> None:
+        if self._runner is not None:
+            raise DriverError("the exec driver was already started")
+        self._thread_id = resume_thread_id
+        self._runner = asyncio.create_task(self._run(), name="codex-exec-driver")
+        await self._tg_ready.wait()
+
+    async def _run(self) -> None:
+        try:
+            async with asyncio.TaskGroup() as tg:
+                self._tg = tg
+                self._tg_ready.set()
+                tg.create_task(self._events.run(), name="driver-events")
+        finally:
+            self._tg_ready.set()
+
+    # -- thoughts ----------------------------------------------------------------------------------
+    async def submit(self, text: str, client_id: str) -> Submission:
+        async with self._lock:
+            self._check_alive()
+            thought = PendingThought(text, client_id)
+            if self._turn is None and not self._queue:
+                await self._start_turn(thought)
+                return "started"
+            self._queue.append(thought)
+            return "queued"
+
+    async def _pump(self) -> None:
+        async with self._lock:
+            while self._turn is None and self._queue and not self._closing and self._failed is None:
+                thought = self._queue.popleft()
+                try:
+                    await self._start_turn(thought)
+                except DriverError as exc:
+                    log.error("cannot start the next Codex turn: %s", exc)
+                    return
+
+    def _argv(self) -> list[str]:
+        argv = [str(self.executable), "exec", "--json", "--skip-git-repo-check"]
+        if self._thread_id is not None:
+            argv += ["resume", self._thread_id]
+        return [*argv, "-"]
+
+    async def _start_turn(self, thought: PendingThought) -> None:
+        if self._tg is None:
+            raise DriverError("the exec driver is not started")
+        try:
+            child = await spawn(self._argv(), env=self.env, cwd=self.workspace)
+        except OSError as exc:
+            error = classify(f"cannot start {self.executable}: {exc.strerror or exc}")
+            self._failed = error
+            undelivered = (thought.client_id, *self.queued)
+            self._queue.clear()
+            self._events.emit(DriverFailed(error, None, undelivered))
+            raise DriverError(error.message) from None
+        turn = _ExecTurn(thought, child, TurnClock(self.settings.turn_timeout, self.settings.stream_idle_timeout))
+        self._turn = turn
+        assert child.stdin is not None
+        try:
+            child.stdin.write(thought.text.encode("utf-8"))
+            await child.stdin.drain()
+            child.stdin.close()
+        except (ConnectionError, RuntimeError) as exc:
+            log.warning("could not write the thought to codex exec: %s", exc)
+        self._tg.create_task(self._drive(turn), name=f"codex-exec-{child.pid}")
+
+    # -- one turn ----------------------------------------------------------------------------------
+    async def _drive(self, turn: _ExecTurn) -> None:
+        child = turn.child
+        try:
+            async with asyncio.TaskGroup() as tg:
+                reader = tg.create_task(self._read_events(turn))
+                tg.create_task(self._read_stderr(turn))
+                watchdog = tg.create_task(self._watch(turn))
+                await child.exited.wait()
+                # what is left of the tree (the native binary when only its wrapper was killed)
+                await terminate_tree(child, self.settings.kill_grace)
+                await reader
+                watchdog.cancel()
+        finally:
+            if child.returncode is None:
+                await terminate_tree(child, self.settings.kill_grace)
+        status, error = self._outcome(turn)
+        if self._turn is turn:
+            self._turn = None
+        self._events.emit(TurnFinished(None, status, (turn.thought.client_id,), error))
+        if self._queue and not self._closing:
+            await self._pump()
+
+    def _outcome(self, turn: _ExecTurn) -> tuple[TurnStatus, ClassifiedError | None]:
+        if turn.forced_error is not None:
+            return "failed", turn.forced_error
+        if turn.completed:
+            return "completed", None
+        if turn.failure is not None:
+            return "failed", classify(turn.failure)
+        if turn.cancel_requested:
+            return "interrupted", None
+        lines = [*turn.stderr, *([f"error: {turn.last_error}"] if turn.last_error else [])]
+        return "failed", process_error(turn.child.returncode, lines, what="codex exec")
+
+    async def _read_events(self, turn: _ExecTurn) -> None:
+        stdout = turn.child.stdout
+        assert stdout is not None
+        with contextlib.suppress(ConnectionError, ValueError):
+            while line := await stdout.readline():
+                turn.clock.touch()
+                try:
+                    event = json.loads(line)
+                except (json.JSONDecodeError, UnicodeDecodeError):
+                    log.debug("codex exec wrote a line that is not JSON: %r", line[:200])
+                    continue
+                if isinstance(event, dict):
+                    self._on_event(turn, event)
+
+    def _on_event(self, turn: _ExecTurn, event: Mapping[str, Any]) -> None:
+        kind = event.get("type")
+        if kind == "thread.started":
+            thread_id = event.get("thread_id")
+            if isinstance(thread_id, str) and thread_id:
+                self._on_thread(thread_id)
+        elif kind == "turn.started":
+            self._events.emit(TurnStarted(None, (turn.thought.client_id,)))
+        elif kind == "item.completed":
+            item = event.get("item")
+            if isinstance(item, dict) and item.get("type") == "agent_message":
+                self._events.emit(AgentMessageCompleted(str(item.get("id", "")), str(item.get("text", ""))))
+            elif isinstance(item, dict) and item.get("type") == "error":
+                log.info("codex exec warning: %s", shorten(str(item.get("message", ""))))
+        elif kind == "error":
+            turn.last_error = str(event.get("message", ""))
+        elif kind == "turn.completed":
+            turn.completed = True
+        elif kind == "turn.failed":
+            error = event.get("error")
+            message = error.get("message") if isinstance(error, dict) else None
+            turn.failure = str(message or turn.last_error or "the turn failed without a reason from Codex")
+
+    def _on_thread(self, thread_id: str) -> None:
+        previous = self._thread_id
+        if self._announced and previous == thread_id:
+            return
+        self._announced = True
+        self._thread_id = thread_id
+        if previous is None:
+            self._events.emit(ThreadStarted(thread_id, resumed=False))
+        elif previous == thread_id:
+            self._events.emit(ThreadStarted(thread_id, resumed=True))
+        else:
+            note = f"Codex did not resume thread {previous} and started {thread_id} instead"
+            log.warning("%s", note)
+            self._events.emit(ThreadStarted(thread_id, resumed=False, note=note))
+
+    async def _read_stderr(self, turn: _ExecTurn) -> None:
+        stderr = turn.child.stderr
+        assert stderr is not None
+        with contextlib.suppress(ConnectionError, ValueError):
+            while line := await stderr.readline():
+                text = ANSI.sub("", line.decode("utf-8", "replace")).strip()
+                if text:
+                    turn.stderr.append(text[:400])
+                    log.debug("codex exec stderr: %s", text[:400])
+
+    async def _watch(self, turn: _ExecTurn) -> None:
+        error = await turn.clock.expired()
+        if turn.child.returncode is not None:
+            return
+        log.warning("codex exec turn: %s; ending its process", error.message)
+        turn.forced_error = error
+        await terminate_tree(turn.child, self.settings.kill_grace)
+
+    # -- cancel, approvals, close ------------------------------------------------------------------
+    async def cancel(self) -> bool:
+        turn = self._turn
+        if turn is None or turn.child.returncode is not None:
+            return False
+        turn.cancel_requested = True
+        signal_group(turn.child.pid, signal.SIGINT)
+        if not await turn.child.wait_exit(self.settings.kill_grace):
+            await terminate_tree(turn.child, self.settings.kill_grace)
+        return True
+
+    async def answer_approval(self, request_id: str, approve: bool) -> None:
+        raise DriverError(
+            f"approval {request_id!r} cannot be answered: `codex exec` never asks for approval "
+            "(approval_policy is 'never' with the exec driver)"
+        )
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._closing = True
+        turn = self._turn
+        if turn is not None:
+            await terminate_tree(turn.child, self.settings.kill_grace)
+        if self._runner is not None:
+            self._runner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._runner
+        await self._events.drain()
+
+    def _check_alive(self) -> None:
+        if self._failed is not None:
+            raise DriverError(f"the exec driver failed ({self._failed.message}); start a new driver")
+        if self._closing or self._runner is None:
+            raise DriverError("the exec driver is not running")
+

@@ -1,0 +1,107 @@
+"""Helpers for driver tests: a prepared CODEX_HOME against the scripted model server, and an
+event recorder that tests can wait on."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from coven_codex.codex.drivers import CodexDriver, DriverChoice, DriverEvent, DriverSettings, create_driver
+from coven_codex.codex.home import CodexHome, prepare_codex_home
+from coven_codex.codex.version import parse_version
+from coven_codex.testing import ScriptedModelServer, codex_config
+from coven_codex.testing.codex_config import DEFAULT_ENV_KEY
+
+E = TypeVar("E")
+
+
+class Recorder:
+    """An event sink that keeps every event and lets a test wait for one."""
+
+    def __init__(self) -> None:
+        self.events: list[DriverEvent] = []
+        self._changed = asyncio.Condition()
+
+    async def __call__(self, event: DriverEvent) -> None:
+        async with self._changed:
+            self.events.append(event)
+            self._changed.notify_all()
+
+    def of(self, kind: type[E]) -> list[E]:
+        return [e for e in self.events if isinstance(e, kind)]
+
+    async def wait_for(self, kind: type[E], predicate: Callable[[E], bool] = lambda _e: True,
+                       *, count: int = 1, timeout: float = 60.0) -> list[E]:
+        async def matched() -> list[E]:
+            async with self._changed:
+                while True:
+                    found = [e for e in self.events if isinstance(e, kind) and predicate(e)]
+                    if len(found) >= count:
+                        return found
+                    await self._changed.wait()
+
+        try:
+            return await asyncio.wait_for(matched(), timeout)
+        except TimeoutError:
+            raise AssertionError(f"no {count}x {kind.__name__} within {timeout}s; events: {self.events}") from None
+
+
+@dataclass
+class CodexSetup:
+    """A workspace, an isolated CODEX_HOME pointing at ``server``, and a way to make drivers."""
+
+    executable: Path
+    version: str
+    workspace: Path
+    home: CodexHome
+    server: ScriptedModelServer
+
+    def driver(self, recorder: Recorder, *, choice: DriverChoice = "auto", **settings: Any) -> CodexDriver:
+        return create_driver(
+            self.executable,
+            parse_version(f"codex-cli {self.version}"),
+            self.workspace,
+            env=self.home.env,
+            settings=DriverSettings(**{"kill_grace": 3.0, **settings}),
+            sink=recorder,
+            choice=choice,
+        )
+
+    def rollouts(self) -> list[Path]:
+        return sorted((self.home.path / "sessions").rglob("rollout-*.jsonl"))
+
+
+def make_setup(tmp_path: Path, executable: Path, version: str, server: ScriptedModelServer, *,
+               driver: str, extra: dict[str, Any] | None = None) -> CodexSetup:
+    workspace = tmp_path / "ws"
+    workspace.mkdir(exist_ok=True)
+    user_home = tmp_path / "user-home"
+    user_home.mkdir(exist_ok=True)
+    config = codex_config(server.base_url, extra=extra)
+    config.pop("approval_policy")  # let coven's per-driver default apply unless `extra` sets one
+    if extra and "approval_policy" in extra:
+        config["approval_policy"] = extra["approval_policy"]
+    home = prepare_codex_home(
+        workspace / ".codex",
+        workspace,
+        driver="app-server" if driver == "app-server" else "exec",
+        inline_config=config,
+        environ={"HOME": str(user_home), "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                 DEFAULT_ENV_KEY: "scripted-test-key"},
+    )
+    return CodexSetup(executable, version, workspace, home, server)
+
+
+def texts(items: Iterable[Any]) -> list[str]:
+    return [getattr(item, "text", "") for item in items]
+
+
+@pytest.fixture
+def recorder() -> Recorder:
+    return Recorder()
