@@ -138,8 +138,8 @@ async def main() -> None:
         idle_configs: dict[str, dict[str, Any] | None] = {"no tailer (event loop only)": None, **TAILERS,
                                                           "polling 100 ms (our fallback)": {"force_polling": True}}
         base_cpu = None
-        for name, options in idle_configs.items():
-            cpu, switches, wall = await measure_idle(directory, options, idle_seconds)
+        for name, idle_options in idle_configs.items():
+            cpu, switches, wall = await measure_idle(directory, idle_options, idle_seconds)
             if base_cpu is None:
                 base_cpu = cpu
             idle_rows.append([name, f"{wall:.1f}", f"{cpu * 1000:.1f}", f"{100 * cpu / wall:.3f}",
