@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import json
 import logging
 import os
 import select
@@ -20,8 +19,9 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from coven_codex.mcp.framing import OVERSIZED, FrameDecoder, encode
+from coven_codex.mcp.framing import OVERSIZED, FrameDecoder, decode, encode
 from coven_codex.mcp.protocol import (
+    INTERNAL_ERROR,
     INVALID_REQUEST,
     PARSE_ERROR,
     ClientResponse,
@@ -198,9 +198,9 @@ class Connection:
         assert isinstance(frame, bytes)
         try:
             if len(frame) >= THREAD_PARSE_BYTES:
-                value = await asyncio.to_thread(json.loads, frame)
+                value = await asyncio.to_thread(decode, frame)
             else:
-                value = json.loads(frame)
+                value = decode(frame)
         except (ValueError, UnicodeDecodeError, RecursionError):
             self._send(error_response(None, PARSE_ERROR, "Parse error: the message is not valid JSON"))
             return
@@ -256,6 +256,14 @@ class Connection:
         if self._writer.is_closing():
             return
         try:
-            self._writer.write(encode(message))
+            data = encode(message)
+        except (TypeError, ValueError):
+            log.exception("an MCP message cannot be encoded as JSON")
+            if "id" not in message:
+                return
+            data = encode(error_response(message["id"], INTERNAL_ERROR,
+                                         "internal error in the coven MCP server; see the daemon log"))
+        try:
+            self._writer.write(data)
         except (ConnectionError, OSError, RuntimeError):
             log.debug("dropping a message to a closed MCP connection")

@@ -71,4 +71,13 @@ class FrameDecoder:
 
 def encode(message: Any) -> bytes:
     """One message as a line (compact UTF-8 JSON; JSON escapes keep raw newlines out)."""
-    return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+    return json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+
+
+def _no_constants(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def decode(frame: bytes) -> object:
+    """Parse one frame; ``NaN``/``Infinity`` (which Python's json accepts) are refused too."""
+    return json.loads(frame, parse_constant=_no_constants)

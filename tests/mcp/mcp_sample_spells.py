@@ -135,6 +135,16 @@ def make_blob(size: int) -> str:
     return "x" * size
 
 
+class Ratio(BaseModel):
+    value: float
+
+
+@registry.spell
+def ratio(a: float, b: float) -> Ratio:
+    """a / b, infinite for b == 0 (which JSON cannot carry)."""
+    return Ratio(value=a / b if b else float("inf"))
+
+
 @registry.spell
 def nothing() -> None:
     """Returns nothing."""

@@ -51,6 +51,7 @@ async def test_ids_are_echoed_with_their_original_type(client: RawClient) -> Non
     ("raw", "code", "echoed_id"),
     [
         (b"{not json\n", -32700, None),
+        (b'{"jsonrpc": "2.0", "id": NaN, "method": "ping"}\n', -32700, None),
         (b'"just a string"\n', -32600, None),
         (b'[{"jsonrpc": "2.0", "id": 1, "method": "ping"}]\n', -32600, None),
         (b'{"jsonrpc": "1.0", "id": 4, "method": "ping"}\n', -32600, 4),
@@ -147,3 +148,9 @@ async def test_timeouts_and_spell_errors_are_tool_errors(client: RawClient) -> N
     assert refused["result"] == {"content": [{"type": "text", "text": "no way"}], "isError": True}
     none = await client.request("tools/call", {"name": "nothing"})
     assert none["result"] == {"content": [], "isError": False}
+
+
+async def test_non_finite_results_become_tool_errors(client: RawClient) -> None:
+    response = await client.request("tools/call", {"name": "ratio", "arguments": {"a": 1.0, "b": 0.0}})
+    assert response["result"]["isError"] is True
+    assert "cannot be turned into JSON" in response["result"]["content"][0]["text"]
