@@ -8,6 +8,7 @@ is truncated and moves to the new file when another one is renamed over it.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 from collections.abc import AsyncGenerator, Iterator
@@ -291,6 +292,7 @@ async def tail_lines(
             for batch in follower.catch_up():
                 for line in batch:
                     yield line
+                await asyncio.sleep(0)  # a long catch-up must not starve the rest of the loop
             if waker.dead or factory.stale(follower.missing):
                 await waker.aclose()
                 waker = factory.create()
