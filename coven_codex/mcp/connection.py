@@ -1,9 +1,11 @@
 """One shim connection: the secret handshake, then MCP over newline-delimited JSON.
 
-Requests run concurrently (each in its own task, at most ``max_in_flight`` at once; past that the
-connection stops reading, which pushes back on the client). ``notifications/cancelled`` cancels
-the matching task, which then sends no response. Nothing a client sends can end the daemon:
-unparseable or oversized messages get a JSON-RPC error, and any failure ends only this connection.
+Requests run concurrently, each in its own task; at most ``max_in_flight`` ``tools/call`` run at
+once, the rest wait their turn (pings and lists never wait behind spells). Past ``max_pending``
+unanswered requests the connection stops reading, which pushes back on the client.
+``notifications/cancelled`` cancels the matching task, which then sends no response. Nothing a
+client sends can end the daemon: unparseable or oversized messages get a JSON-RPC error, and any
+failure ends only this connection.
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ THREAD_PARSE_BYTES = 1 << 20
 @dataclass(frozen=True, slots=True)
 class ConnectionLimits:
     max_message_bytes: int = 32 * 2**20
-    max_in_flight: int = 64
+    max_in_flight: int = 64  # tools/call running at once; more wait (and can be cancelled)
+    max_pending: int = 1024  # requests accepted but unanswered; past this the connection stops reading
     handshake_timeout: float = 5.0
 
 
@@ -100,6 +103,7 @@ class Connection:
         self._limits = limits
         self._in_flight: dict[tuple[bool, Any], asyncio.Task[None]] = {}
         self._slots = asyncio.Semaphore(limits.max_in_flight)
+        self._room = asyncio.Event()
         self.peer = peer_of(writer)
 
     async def run(self) -> None:
@@ -221,14 +225,20 @@ class Connection:
             self._send(error_response(request.id, INVALID_REQUEST,
                                       f"Invalid request: id {request.id!r} is already in use"))
             return
-        await self._slots.acquire()
+        while len(self._in_flight) >= self._limits.max_pending:
+            self._room.clear()
+            await self._room.wait()
         task = asyncio.create_task(self._answer(request), name=f"mcp-{request.method}-{request.id!r}")
         self._in_flight[key] = task
 
     async def _answer(self, request: Request) -> None:
         key = id_key(request.id)
         try:
-            response = await self._session.handle(request, self._send)
+            if request.method == "tools/call":
+                async with self._slots:
+                    response = await self._session.handle(request, self._send)
+            else:
+                response = await self._session.handle(request, self._send)
             self._send(response)
             await self._writer.drain()
         except asyncio.CancelledError:
@@ -237,7 +247,8 @@ class Connection:
             log.info("could not answer MCP request %r: the client is gone", request.id)
         finally:
             self._in_flight.pop(key, None)
-            self._slots.release()
+            if len(self._in_flight) < self._limits.max_pending:
+                self._room.set()
 
     def _on_notification(self, notification: Notification) -> None:
         if notification.method != "notifications/cancelled":

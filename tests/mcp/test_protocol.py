@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import pytest
 from mcp_helpers import RawClient
 
-from coven_codex.mcp import SpellServer
+from coven_codex.mcp import ConnectionLimits, SpellRegistry, SpellServer
 
 
 @pytest.fixture
@@ -154,3 +154,16 @@ async def test_non_finite_results_become_tool_errors(client: RawClient) -> None:
     response = await client.request("tools/call", {"name": "ratio", "arguments": {"a": 1.0, "b": 0.0}})
     assert response["result"]["isError"] is True
     assert "cannot be turned into JSON" in response["result"]["content"][0]["text"]
+
+
+async def test_calls_past_the_limit_wait_and_stay_cancellable(registry: SpellRegistry) -> None:
+    async with SpellServer(registry, limits=ConnectionLimits(max_in_flight=1)) as server:
+        client = await RawClient.connect(server)
+        for request_id, seconds in (("A", 30), ("B", 0.1)):
+            await client.send({"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
+                               "params": {"name": "sleep", "arguments": {"seconds": seconds}}})
+        assert (await client.request("ping", request_id="P"))["id"] == "P"  # not stuck behind A
+        await client.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "A"}})
+        answer = await client.receive()
+        assert answer["id"] == "B" and answer["result"]["content"][0]["text"] == "slept 0.1"
+        await client.close()
