@@ -1,5 +1,6 @@
 """Helpers for driver tests: a prepared CODEX_HOME against the scripted model server, and an
-event recorder that tests can wait on."""
+event recorder that tests can wait on (imported by the test modules; the fixture is in
+``conftest.py``)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
-
-import pytest
 
 from coven_codex.codex.drivers import CodexDriver, DriverChoice, DriverEvent, DriverSettings, create_driver
 from coven_codex.codex.home import CodexHome, prepare_codex_home
@@ -100,8 +99,3 @@ def make_setup(tmp_path: Path, executable: Path, version: str, server: ScriptedM
 
 def texts(items: Iterable[Any]) -> list[str]:
     return [getattr(item, "text", "") for item in items]
-
-
-@pytest.fixture
-def recorder() -> Recorder:
-    return Recorder()

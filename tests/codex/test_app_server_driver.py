@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from conftest import CodexSetup, Recorder, make_setup, texts
+from codex_driver_helpers import Recorder, make_setup, texts
 
 from coven_codex.codex.drivers import (
     AgentMessageCompleted,
