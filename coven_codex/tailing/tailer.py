@@ -31,6 +31,9 @@ from coven_codex.tailing.wakers import (
 
 READ_CHUNK: Final = 1 << 20
 """Bytes read per system call while catching up."""
+_FAIR_LINES: Final = 256
+_FAIR_BYTES: Final = READ_CHUNK // 2
+"""After a batch this big, let other tasks run before going on."""
 
 
 class TailError(OSError):
@@ -292,7 +295,8 @@ async def tail_lines(
             for batch in follower.catch_up():
                 for line in batch:
                     yield line
-                await asyncio.sleep(0)  # a long catch-up must not starve the rest of the loop
+                if len(batch) >= _FAIR_LINES or batch[-1].end - batch[0].start >= _FAIR_BYTES:
+                    await asyncio.sleep(0)  # a long catch-up must not starve the rest of the loop
             if waker.dead or factory.stale(follower.missing):
                 await waker.aclose()
                 waker = factory.create()
