@@ -12,6 +12,7 @@ import contextlib
 import os
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Final, Literal, Protocol
 
@@ -71,6 +72,9 @@ class WatchfilesWaker:
         self._stop = threading.Event()
         self._dead = False
         self._pending: asyncio.Future[object] | None = None
+        # Its own thread: an idle watch blocks it indefinitely, which must not starve the
+        # loop's default executor (asyncio.to_thread) of workers.
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="coven-watchfiles")
         # debug, force_polling, poll_delay_ms, recursive, ignore_permission_denied
         self._notify = RustNotify([str(directory)], False, False, 0, False, False)
 
@@ -83,7 +87,7 @@ class WatchfilesWaker:
         while True:
             if self._pending is None:
                 self._pending = loop.run_in_executor(
-                    None, self._notify.watch, WATCHFILES_DEBOUNCE_MS, WATCHFILES_STEP_MS, 0, self._stop
+                    self._thread, self._notify.watch, WATCHFILES_DEBOUNCE_MS, WATCHFILES_STEP_MS, 0, self._stop
                 )
             # Shielded: a cancelled wait leaves the thread running; aclose() stops and reaps it.
             result = await asyncio.shield(self._pending)
@@ -109,6 +113,7 @@ class WatchfilesWaker:
                 await asyncio.shield(self._pending)
             self._pending = None
         self._notify.close()
+        self._thread.shutdown(wait=False)
 
 
 class PollingWaker:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -142,3 +143,15 @@ def test_watch_target_is_the_nearest_existing_directory(tmp_path: Path) -> None:
     assert tailer.watch_target(tmp_path / "a" / "b" / "f.log") == (tmp_path, "a")
     (tmp_path / "a").mkdir()
     assert tailer.watch_target(tmp_path / "a" / "b" / "f.log") == (tmp_path / "a", "b")
+
+
+async def test_idle_watchfiles_tails_leave_the_default_executor_free(tmp_path: Path) -> None:
+    default_workers = min(32, (os.cpu_count() or 1) + 4)
+    tails = [
+        await Collector(tmp_path / f"log{i}", notifier="watchfiles").started() for i in range(default_workers + 2)
+    ]
+    try:
+        assert await asyncio.wait_for(asyncio.to_thread(lambda: "free"), 5) == "free"
+    finally:
+        for tail in tails:
+            await tail.stop()
