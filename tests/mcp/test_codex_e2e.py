@@ -63,3 +63,33 @@ async def test_real_codex_calls_spells(
     assert set(recorded) == set(outputs)
     assert "42" in recorded["call-add"]
     assert "kaboom: on purpose" in recorded["call-explode"]
+
+
+@pytest.mark.codex
+async def test_real_codex_without_the_daemon_still_answers(
+    codex_bin: Path, codex_version: str, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    async with ScriptedModelServer([Reply("answered anyway")]) as model:
+        entry = codex_mcp_entry(tmp_path / "gone.sock", "a-secret-of-sufficient-length", codex_version)
+        env = write_codex_config(home, model.base_url, mcp_servers={"coven": entry})
+        process = await asyncio.create_subprocess_exec(
+            str(codex_bin), "exec", "--json", "--skip-git-repo-check", "hello", cwd=workspace,
+            env={**os.environ, **env}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            async with asyncio.timeout(180):
+                stdout, _ = await process.communicate()
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+    events = [json.loads(line) for line in stdout.decode().splitlines() if line.startswith("{")]
+    assert any(event.get("item", {}).get("text") == "answered anyway" for event in events)
+    offered = json.dumps(model.requests.responses_requests()[0].json["tools"])
+    assert "coven" not in offered  # no spells offered, and no crash
+    if codex_version == "0.47.0":  # 0.169 does not report MCP start-up failures in `exec --json`
+        errors = [event["message"] for event in events if event.get("type") == "error"]
+        assert any("the coven daemon is not running" in message and "coven-codex run" in message
+                   for message in errors), errors
