@@ -69,6 +69,8 @@ class FileJournal:
     ) -> None:
         if durability not in DURABILITIES:
             raise JournalError(f"unknown durability {durability!r}: use one of {', '.join(DURABILITIES)}")
+        if max_line_bytes < 1:
+            raise JournalError(f"max_line_bytes must be at least 1, got {max_line_bytes}")
         self.path = Path(path)
         self.durability: Durability = durability
         self.max_line_bytes = max_line_bytes
@@ -213,10 +215,20 @@ class FileJournal:
             on_notice=self._report_notice,
         )
         async with contextlib.aclosing(lines):
-            async for line in lines:
-                yield decode_line(
-                    line.data, line.start, line.end, too_long=line.too_long, max_line_bytes=self.max_line_bytes
-                )
+            try:
+                async for line in lines:
+                    yield decode_line(
+                        line.data, line.start, line.end, too_long=line.too_long,
+                        max_line_bytes=self.max_line_bytes,
+                    )
+            except OSError as exc:
+                raise self._read_error(exc) from None
+
+    def _read_error(self, exc: OSError) -> JournalError:
+        return JournalError(
+            f"cannot read the journal {self.path}: {exc.strerror or exc};"
+            " check that it is a readable regular file"
+        )
 
     def _report_notice(self, notice: TailNotice) -> None:
         if self._on_notice is not None:
@@ -249,7 +261,10 @@ class FileJournal:
     async def read(self, start: Position = 0, end: Position | None = None) -> list[JournalItem]:
         if start < 0 or (end is not None and end < start):
             raise JournalError(f"invalid range {start}..{end}")
-        return await asyncio.to_thread(self._read_blocking, start, end)
+        try:
+            return await asyncio.to_thread(self._read_blocking, start, end)
+        except OSError as exc:
+            raise self._read_error(exc) from None
 
     def _end_position_blocking(self) -> Position:
         try:
@@ -273,7 +288,10 @@ class FileJournal:
             os.close(fd)
 
     async def end_position(self) -> Position:
-        return await asyncio.to_thread(self._end_position_blocking)
+        try:
+            return await asyncio.to_thread(self._end_position_blocking)
+        except OSError as exc:
+            raise self._read_error(exc) from None
 
     # -- cursors and lifecycle -------------------------------------------------------------
 

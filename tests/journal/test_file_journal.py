@@ -181,3 +181,22 @@ async def test_append_waits_for_a_lock_held_elsewhere(tmp_path: Path) -> None:
     assert texts == ["opened", "holder", "waits"]
     assert record.end == path.stat().st_size
     await journal.aclose()
+
+
+async def test_a_directory_in_place_of_the_journal_is_explained(tmp_path: Path) -> None:
+    path = tmp_path / "j.jsonl"
+    path.mkdir()
+    journal = FileJournal(path)
+    with pytest.raises(JournalError, match="cannot append"):
+        await journal.append(ThoughtEntry(text="x"))
+    with pytest.raises(JournalError, match="readable regular file"):
+        await journal.read()
+    with pytest.raises(JournalError, match="readable regular file"):
+        await journal.end_position()
+    with pytest.raises(JournalError, match="readable regular file"):
+        await anext(journal.tail())
+
+
+def test_a_nonsense_line_limit_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(JournalError, match="max_line_bytes"):
+        FileJournal(tmp_path / "j", max_line_bytes=0)
