@@ -42,9 +42,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, ModuleType | None
     parser.add_argument("--version", action="version", version=f"coven-codex {__version__}")
     parser.add_argument(
         "--log-level",
-        default="INFO",
+        default=None,
         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        help="logging threshold for the daemon's log on stderr (default INFO)",
+        help="logging threshold for the log on stderr (default: INFO for run, WARNING otherwise)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     modules: dict[str, ModuleType | None] = {}
@@ -65,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     logging.basicConfig(
-        level=getattr(logging, args.log_level),
+        level=getattr(logging, args.log_level or ("INFO" if args.command == "run" else "WARNING")),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )

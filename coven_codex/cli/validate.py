@@ -1,0 +1,48 @@
+"""``coven-codex validate``: the preflight."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any
+
+from coven_codex.settings import SettingsError, load_settings, read_settings_file
+from coven_codex.validate.framework import ProbeContext, exit_code, run_plan
+from coven_codex.validate.plan import PLAN
+from coven_codex.validate.report import render_json, render_table
+
+HELP = "check the whole environment (Codex, credentials, folders, spells, shim, config) and say what to fix"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workspace", type=Path, help="the directory Codex will work in (default: .)")
+    parser.add_argument("--config", type=Path, help="coven.toml with the daemon's settings")
+    parser.add_argument("--journal", type=Path, help="the chat journal the daemon will follow")
+    parser.add_argument("--codex-path", dest="codex_path", help="Codex executable: absolute path or bare name")
+    parser.add_argument("--codex-config", dest="codex_config", type=Path, help="your base Codex config.toml")
+    parser.add_argument("--driver", choices=["auto", "app-server", "exec"], help="force a driver")
+    parser.add_argument("--spells", nargs="+", metavar="MODULE:OBJECT", help="spell sources to check")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+
+
+def execute(args: argparse.Namespace) -> int:
+    overrides: dict[str, Any] = {
+        "workspace": args.workspace,
+        "journal": args.journal,
+        "codex_path": args.codex_path,
+        "codex_config": args.codex_config,
+        "driver": args.driver,
+        "spells": args.spells,
+    }
+    try:
+        raw = read_settings_file(args.config) if args.config else {}
+        settings = load_settings(args.config, overrides)
+    except SettingsError as exc:
+        print(f"coven-codex validate: {exc}", file=sys.stderr)
+        return 2
+    raw.update({key: value for key, value in overrides.items() if value is not None})
+    outcomes = asyncio.run(run_plan(PLAN, ProbeContext(settings=settings, raw_settings=raw)))
+    print(render_json(outcomes) if args.json else render_table(outcomes))
+    return exit_code(outcomes)
