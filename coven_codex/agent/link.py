@@ -38,6 +38,14 @@ class TurnEnded:
 
 
 @dataclass(frozen=True, slots=True)
+class Delta:
+    """A piece of a reply being streamed (ephemeral; the complete reply comes from the rollout)."""
+
+    item_id: str | None
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
 class ApprovalAsked:
     """Codex asks permission for ``action``; answer with :meth:`CodexLink.answer`."""
 
@@ -63,7 +71,7 @@ class ProcessExited:
     expected: bool
 
 
-LinkEvent = ThreadReady | TurnStarted | TurnEnded | ApprovalAsked | CodexReportedError | ProcessExited
+LinkEvent = ThreadReady | TurnStarted | TurnEnded | Delta | ApprovalAsked | CodexReportedError | ProcessExited
 
 
 class LinkError(RuntimeError):
@@ -96,6 +104,11 @@ class CodexLink(Protocol):
     @property
     def pids(self) -> list[int]:
         """Process-group leaders currently running for this link."""
+        ...
+
+    @property
+    def last_activity(self) -> float:
+        """``time.monotonic()`` of the last output Codex wrote (for the stream-idle timeout)."""
         ...
 
     @property

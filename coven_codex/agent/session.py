@@ -33,6 +33,7 @@ from coven_codex.agent.link import (
     ApprovalAsked,
     CodexLink,
     CodexReportedError,
+    Delta,
     LinkError,
     LinkEvent,
     ProcessExited,
@@ -41,6 +42,7 @@ from coven_codex.agent.link import (
     TurnStarted,
 )
 from coven_codex.agent.processes import ProcessRegistry
+from coven_codex.agent.recovery import codex_received
 from coven_codex.agent.slots import SlotPool
 from coven_codex.agent.state import InFlight, SessionState, StateStore
 from coven_codex.codex.errors import HINTS, ErrorCode, classify, shorten
@@ -49,6 +51,7 @@ from coven_codex.entries import (
     ApprovalRequestEntry,
     BaseEntry,
     CancelEntry,
+    DeltaEntry,
     ErrorEntry,
     StatusEntry,
     ThoughtEntry,
@@ -143,9 +146,8 @@ class Session:
         self._errors_at_turn_start = 0
         self._no_turn = asyncio.Event()
         self._no_turn.set()
-        self.egress = Egress(state=state, journal=services.journal, known_ids=services.known_ids,
-                             on_progress=self._save_wanted.set, write_deltas=False,
-                             on_append=services.on_append)
+        self._last_activity = time.monotonic()
+        self.egress = self._new_egress()
 
     # -- routing (called synchronously by ingress) -------------------------------------------
     def offer_thought(self, entry: ThoughtEntry, position: int) -> bool:
@@ -206,6 +208,8 @@ class Session:
             deadlines.append(self._idle_since + self._settings.idle_reap)
         if self._restart_at is not None:
             deadlines.append(self._restart_at)
+        if self._turn_active and self._interrupt_sent_at is None:
+            deadlines.append(self._stream_idle_deadline())
         deadlines.extend(asked + self._settings.approval_timeout for asked in self._approvals.values())
         return min(deadlines) - now if deadlines else None
 
@@ -258,6 +262,9 @@ class Session:
             self._turn_finished()
             if event.status == "failed" and event.error:
                 await self._turn_failed(event)
+        elif isinstance(event, Delta):
+            if self._settings.stream_deltas and event.text:
+                await self._emit(DeltaEntry(item_id=event.item_id, text=event.text))
         elif isinstance(event, ApprovalAsked):
             await self._approval_asked(event)
         elif isinstance(event, CodexReportedError):
@@ -286,6 +293,10 @@ class Session:
     async def _thread_ready(self, event: ThreadReady) -> None:
         changed = event.thread_id != self.state.thread_id
         if changed:
+            if self.state.thread_id is not None:
+                log.warning("conversation %r: Codex thread %s replaced by %s", self.conversation,
+                            self.state.thread_id, event.thread_id)
+            await self._stop_egress()
             self.state.thread_id = event.thread_id
             self.state.rollout_path = None
             self.state.egress_offset = 0
@@ -341,6 +352,8 @@ class Session:
         self._restart_wanted = True
 
     def _set_turn_active(self) -> None:
+        if not self._turn_active:
+            self._saw_activity()
         self._turn_active = True
         self._no_turn.clear()
 
@@ -351,8 +364,23 @@ class Session:
         self._interrupt_sent_at = None
 
     # -- timers ------------------------------------------------------------------------------------
+    def _stream_idle_deadline(self) -> float:
+        last = self._last_activity
+        if self._link is not None:
+            last = max(last, self._link.last_activity)
+        return last + self._settings.stream_idle_timeout
+
     async def _check_timers(self) -> None:
         now = time.monotonic()
+        if (self._turn_active and self._interrupt_sent_at is None and self._link is not None
+                and now >= self._stream_idle_deadline()):
+            c = classify("stream idle", None)
+            quiet = self._settings.stream_idle_timeout
+            await self._error(c.code, f"no output from Codex or the model for {quiet:.0f}s; the turn was abandoned",
+                              c.hint)
+            with contextlib.suppress(LinkError):
+                await self._link.interrupt()
+            self._interrupt_sent_at = now
         if self._turn_deadline is not None and now >= self._turn_deadline and self._link is not None:
             self._turn_deadline = None
             c = classify("turn timeout", 124)
@@ -377,6 +405,8 @@ class Session:
             log.info("conversation %r: idle for %.0fs; ending its Codex process", self.conversation,
                      self._settings.idle_reap)
             await self._end_link(reason="idle")
+            await self._emit(StatusEntry(state="session_ended", thread_id=self.state.thread_id,
+                                         text="idle: Codex was stopped; the next thought resumes the session"))
 
     # -- progress ----------------------------------------------------------------------------------
     async def _advance(self) -> None:
@@ -454,7 +484,7 @@ class Session:
         self._pump_task = self._group.create_task(self._pump(link, generation),
                                                   name=f"link-events:{self.conversation}")
         if link.persistent:
-            state = "session_resumed" if resume else "session_started"
+            state = "session_resumed" if resume is not None and link.thread_id == resume else "session_started"
             await self._emit(StatusEntry(state=state, thread_id=link.thread_id or resume))
         if link.thread_id is not None and link.thread_id != self.state.thread_id:
             await self._thread_ready(ThreadReady(link.thread_id, None))
@@ -483,6 +513,9 @@ class Session:
             return
         if not link.persistent:
             self._svc.processes.record(self.conversation, link.pids, link.tree_tokens)
+        await self._delivered(thought, steer=steer)
+
+    async def _delivered(self, thought: PendingThought, *, steer: bool) -> None:
         self._queue.popleft()
         self._queued_ids.discard(thought.entry_id)
         self.state.in_flight = None
@@ -499,15 +532,21 @@ class Session:
     async def _delivery_failed(self, thought: PendingThought, exc: LinkError) -> None:
         log.warning("conversation %r: handing thought %s to Codex failed: %s", self.conversation,
                     thought.entry_id, exc)
-        if exc.delivered:
-            # Codex may have it: leave it in flight; the recovery check decides after the restart.
-            self._queue.popleft()
-            self._queued_ids.discard(thought.entry_id)
-        else:
-            self.state.in_flight = None
-            await self._save_now()
+        link = self._link
+        by_client_id = link.records_client_id if link is not None else False
+        await self._end_link(reason="delivery failed", expected=False)
+        in_flight = self.state.in_flight
+        if exc.delivered and in_flight is not None and self.state.rollout_path:
+            # The process died after the bytes left: its rollout (final now) says whether it had them.
+            rollout = Path(self.state.rollout_path)
+            if await asyncio.to_thread(codex_received, rollout, in_flight, by_client_id=by_client_id):
+                await self._delivered(thought, steer=False)
+                self._turn_finished()
+                return
+        self.state.in_flight = None
+        await self._save_now()
         self._failures += 1
-        if self._failures >= DELIVERY_ATTEMPTS and not exc.delivered:
+        if self._failures >= DELIVERY_ATTEMPTS:
             self._queue.popleft()
             self._queued_ids.discard(thought.entry_id)
             self._failures = 0
@@ -515,7 +554,6 @@ class Session:
             await self._error(c.code, f"the thought could not be handed to Codex: {c.message}",
                               "Send it again once `coven-codex validate` passes.")
             self._svc.finish_thought(thought.position)
-        await self._end_link(reason="delivery failed", expected=False)
 
     async def _end_link(self, *, reason: str, expected: bool = True) -> None:
         link = self._link
@@ -536,6 +574,23 @@ class Session:
             self._restart_at = time.monotonic() + delay
 
     # -- egress ------------------------------------------------------------------------------------
+    async def _stop_egress(self) -> None:
+        task, self._egress_task = self._egress_task, None
+        if task is None:
+            return
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        self.egress = self._new_egress()
+
+    def _new_egress(self) -> Egress:
+        return Egress(state=self.state, journal=self._svc.journal, known_ids=self._svc.known_ids,
+                      on_progress=self._save_wanted.set, on_line=self._saw_activity,
+                      on_append=self._svc.on_append)
+
+    def _saw_activity(self, _line: object = None) -> None:
+        self._last_activity = time.monotonic()
+
     def _start_egress(self) -> None:
         if self._egress_task is not None or self.state.thread_id is None or self._group is None:
             return

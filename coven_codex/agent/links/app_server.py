@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import secrets
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -28,6 +29,7 @@ from coven_codex import __version__
 from coven_codex.agent.link import (
     ApprovalAsked,
     CodexReportedError,
+    Delta,
     LinkError,
     LinkEvent,
     ProcessExited,
@@ -74,6 +76,8 @@ class AppServerLink:
         self._turn_id: str | None = None
         self._closing = False
         self._exited = asyncio.Event()
+        self._nonce = secrets.token_hex(3)  # keeps approval ids of a restarted app-server distinct
+        self.last_activity = time.monotonic()
 
     @property
     def thread_id(self) -> str | None:
@@ -246,6 +250,7 @@ class AppServerLink:
                     log.debug("app-server stderr: %s", text[:400])
 
     def _dispatch(self, line: bytes) -> None:
+        self.last_activity = time.monotonic()
         try:
             message = json.loads(line)
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -276,7 +281,9 @@ class AppServerLink:
             future.set_result(message.get("result"))
 
     def _on_notification(self, method: str, params: dict[str, Any]) -> None:
-        if method == "turn/started":
+        if method == "item/agentMessage/delta":
+            self._events.put_nowait(Delta(params.get("itemId"), str(params.get("delta", ""))))
+        elif method == "turn/started":
             turn = params.get("turn") or {}
             self._turn_id = turn.get("id") or self._turn_id
             self._events.put_nowait(TurnStarted(self._turn_id))
@@ -303,7 +310,7 @@ class AppServerLink:
         detail = params.get("command") or params.get("reason") or ""
         if isinstance(detail, list):
             detail = " ".join(str(part) for part in detail)
-        request_id = f"{self._thread_id}:{rpc_id}"
+        request_id = f"{self._thread_id}:{self._nonce}:{rpc_id}"
         self._server_requests[request_id] = (rpc_id, method)
         text = f"{action}: {detail}" if detail else action
         call_id = params.get("itemId") or params.get("callId")

@@ -57,6 +57,7 @@ class ExecLink:
         self._reader: asyncio.Task[None] | None = None
         self._events: asyncio.Queue[LinkEvent | None] = asyncio.Queue()
         self._closing = False
+        self.last_activity = time.monotonic()
 
     @property
     def thread_id(self) -> str | None:
@@ -110,6 +111,7 @@ class ExecLink:
         failure: str | None = None
         try:
             while line := await stdout.readline():
+                self.last_activity = time.monotonic()
                 failure = self._dispatch(line) or failure
         except (ValueError, ConnectionError) as exc:
             log.error("codex exec output unreadable: %s", exc)
