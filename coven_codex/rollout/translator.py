@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -101,7 +102,21 @@ class RolloutTranslator:
         self._tool_names: dict[str, str] = {}
         self._failed_calls: set[str] = set()
         self._saw_turn_events = False
-        self._last_timestamp: datetime | None = None
+        self._last_timestamp_text: str | None = None
+        self._parsed_timestamp_text: str | None = None
+        self._parsed_timestamp: datetime | None = None
+        self._handlers: dict[type, Callable[[RolloutRecord], list[BaseEntry]]] = {
+            AgentMessageEvent: self._agent_message,
+            AgentReasoningEvent: self._agent_reasoning,
+            ToolCallItem: self._tool_call_item,
+            ToolOutputItem: self._tool_output_item,
+            ToolCallCompletedEvent: self._tool_call_completed,
+            TurnStartedEvent: self._turn_started,
+            UserMessageEvent: self._user_message,
+            TurnCompleteEvent: self._turn_complete,
+            TurnAbortedEvent: self._turn_aborted,
+            ErrorMessageEvent: self._error_event,
+        }
 
     # -- input ----------------------------------------------------------------------------
     def feed(self, line: Line) -> list[BaseEntry]:
@@ -128,62 +143,96 @@ class RolloutTranslator:
     def feed_record(self, record: RolloutRecord) -> list[BaseEntry]:
         """Entries for one parsed record (ids use ``record.offset``)."""
         try:
-            entries = self._translate(record)
+            return self._translate(record)
         except ValidationError as exc:  # a value no entry field accepts: report, never raise
             return [self._bad_line(record.offset, f"cannot make a chat entry of it ({exc.errors()[0]['msg']})")]
-        for index, entry in enumerate(entries):
-            entry.id = f"{self.thread_id}:{record.offset}:{index}"
-        return entries
 
     # -- translation ----------------------------------------------------------------------
-    def _common(self, record: RolloutRecord) -> dict[str, Any]:
-        if record.timestamp is not None:
-            self._last_timestamp = _parse_timestamp(record.timestamp) or self._last_timestamp
-        fields: dict[str, Any] = {"conversation": self.conversation}
-        if self._last_timestamp is not None:
-            fields["ts"] = self._last_timestamp  # lines without one take the previous line's time
+    def _common(self, offset: int, index: int = 0) -> dict[str, Any]:
+        """Fields of the ``index``-th entry of the line at ``offset``: its id, conversation and
+        time (``ts`` parsed only when an entry needs it)."""
+        fields: dict[str, Any] = {"id": f"{self.thread_id}:{offset}:{index}", "conversation": self.conversation}
+        text = self._last_timestamp_text
+        if text is not None:
+            if text != self._parsed_timestamp_text:
+                self._parsed_timestamp = _parse_timestamp(text) or self._parsed_timestamp
+                self._parsed_timestamp_text = text
+            if self._parsed_timestamp is not None:
+                fields["ts"] = self._parsed_timestamp  # lines without one take the previous line's time
         return fields
 
     def _translate(self, record: RolloutRecord) -> list[BaseEntry]:
+        if record.timestamp is not None:
+            self._last_timestamp_text = record.timestamp
+        handler = self._handlers.get(type(record.payload))
+        return handler(record) if handler is not None else []
+
+    def _agent_message(self, record: RolloutRecord) -> list[BaseEntry]:
         payload = record.payload
-        common = self._common(record)
-        if isinstance(payload, AgentMessageEvent):
-            if not payload.text:
-                return []
-            extra: dict[str, Any] = {"item_id": payload.item_id} if payload.item_id is not None else {}
-            return [ResponseEntry(text=payload.text, thread_id=self.thread_id, turn_id=payload.turn_id,
-                                  **extra, **common)]
-        if isinstance(payload, AgentReasoningEvent):
-            return [ReasoningEntry(text=payload.text, **common)] if payload.text else []
-        if isinstance(payload, ToolCallItem):
-            return [self._tool_call(payload, common)]
-        if isinstance(payload, ToolOutputItem):
-            return [self._tool_result(payload, common)]
-        if isinstance(payload, ToolCallCompletedEvent):
-            if payload.failed and payload.call_id is not None:
-                self._failed_calls.add(payload.call_id)
+        assert isinstance(payload, AgentMessageEvent)
+        if not payload.text:
             return []
-        if isinstance(payload, TurnStartedEvent):
-            self._saw_turn_events = True
-            return [self._status(TURN_STARTED, payload.turn_id, "turn started", common)]
-        if isinstance(payload, UserMessageEvent):
-            if self._saw_turn_events or payload.turn_id is not None or record.payload_type != "user_message":
-                return []
-            return [self._status(TURN_STARTED, None, "turn started", common)]
-        if isinstance(payload, TurnCompleteEvent):
-            self._saw_turn_events = True
-            if payload.error_message is None:
-                return [self._status(TURN_COMPLETED, payload.turn_id, "turn completed", common)]
-            error = self._error(payload.error_message, payload.error_info, payload.turn_id, common)
-            return [error, self._status(TURN_FAILED, payload.turn_id, f"turn failed: {error.code}", common)]
-        if isinstance(payload, TurnAbortedEvent):
-            reason = payload.reason or "aborted"
-            return [self._status(TURN_ABORTED, payload.turn_id, f"turn aborted ({reason})", common,
-                                 reason=payload.reason)]
-        if isinstance(payload, ErrorMessageEvent):
-            transient = payload.event_type == "stream_error"  # Codex retries after a stream_error
-            return [self._error(payload.message, payload.error_info, None, common, transient=transient)]
+        extra: dict[str, Any] = {"item_id": payload.item_id} if payload.item_id is not None else {}
+        return [ResponseEntry(text=payload.text, thread_id=self.thread_id, turn_id=payload.turn_id,
+                              **extra, **self._common(record.offset))]
+
+    def _agent_reasoning(self, record: RolloutRecord) -> list[BaseEntry]:
+        payload = record.payload
+        assert isinstance(payload, AgentReasoningEvent)
+        return [ReasoningEntry(text=payload.text, **self._common(record.offset))] if payload.text else []
+
+    def _tool_call_item(self, record: RolloutRecord) -> list[BaseEntry]:
+        assert isinstance(record.payload, ToolCallItem)
+        return [self._tool_call(record.payload, self._common(record.offset))]
+
+    def _tool_output_item(self, record: RolloutRecord) -> list[BaseEntry]:
+        assert isinstance(record.payload, ToolOutputItem)
+        return [self._tool_result(record.payload, self._common(record.offset))]
+
+    def _tool_call_completed(self, record: RolloutRecord) -> list[BaseEntry]:
+        payload = record.payload
+        assert isinstance(payload, ToolCallCompletedEvent)
+        if payload.failed and payload.call_id is not None:
+            self._failed_calls.add(payload.call_id)
         return []
+
+    def _turn_started(self, record: RolloutRecord) -> list[BaseEntry]:
+        assert isinstance(record.payload, TurnStartedEvent)
+        self._saw_turn_events = True
+        return [self._status(TURN_STARTED, record.payload.turn_id, "turn started", self._common(record.offset))]
+
+    def _user_message(self, record: RolloutRecord) -> list[BaseEntry]:
+        payload = record.payload
+        assert isinstance(payload, UserMessageEvent)
+        # 0.47 records no turn events: its user_message event is where a turn visibly starts.
+        if self._saw_turn_events or payload.turn_id is not None or record.payload_type != "user_message":
+            return []
+        return [self._status(TURN_STARTED, None, "turn started", self._common(record.offset))]
+
+    def _turn_complete(self, record: RolloutRecord) -> list[BaseEntry]:
+        payload = record.payload
+        assert isinstance(payload, TurnCompleteEvent)
+        self._saw_turn_events = True
+        if payload.error_message is None:
+            return [self._status(TURN_COMPLETED, payload.turn_id, "turn completed", self._common(record.offset))]
+        error = self._error(payload.error_message, payload.error_info, payload.turn_id, self._common(record.offset))
+        return [error, self._status(TURN_FAILED, payload.turn_id, f"turn failed: {error.code}",
+                                    self._common(record.offset, 1))]
+
+    def _turn_aborted(self, record: RolloutRecord) -> list[BaseEntry]:
+        payload = record.payload
+        assert isinstance(payload, TurnAbortedEvent)
+        reason = payload.reason or "aborted"
+        return [self._status(TURN_ABORTED, payload.turn_id, f"turn aborted ({reason})",
+                             self._common(record.offset),
+                             reason=payload.reason)]
+
+    def _error_event(self, record: RolloutRecord) -> list[BaseEntry]:
+        payload = record.payload
+        assert isinstance(payload, ErrorMessageEvent)
+        transient = payload.event_type == "stream_error"  # Codex retries after a stream_error
+        return [self._error(payload.message, payload.error_info, None, self._common(record.offset),
+                            transient=transient)]
 
     def _tool_call(self, item: ToolCallItem, common: dict[str, Any]) -> ToolCallEntry:
         tool, server = display_tool_name(item.name, item.namespace)
@@ -204,26 +253,28 @@ class RolloutTranslator:
         failed = item.call_id in self._failed_calls or (output.exit_code not in (None, 0))
         extra: dict[str, Any] = {} if output.exit_code is None else {"exit_code": output.exit_code}
         tool = self._tool_names.get(item.call_id) if item.call_id is not None else None
-        return ToolResultEntry(call_id=item.call_id, tool=tool, is_error=failed, text=output.text, **extra, **common)
+        return ToolResultEntry(call_id=item.call_id, tool=tool, is_error=failed, text=output.text,
+                                               **extra, **common)
 
     def _status(self, state: str, turn_id: str | None, text: str, common: dict[str, Any],
                 **extra: Any) -> StatusEntry:
-        return StatusEntry(state=state, thread_id=self.thread_id, turn_id=turn_id, text=text, **extra, **common)
+        return StatusEntry(state=state, thread_id=self.thread_id, turn_id=turn_id, text=text,
+                                           **extra, **common)
 
     def _error(self, message: str, error_info: Any, turn_id: str | None, common: dict[str, Any], *,
                transient: bool = False) -> ErrorEntry:
         entry = error_entry_from_message(message, conversation=self.conversation, thread_id=self.thread_id,
-                                         turn_id=turn_id, error_info=error_info, ts=common.get("ts"))
+                                         turn_id=turn_id, error_info=error_info, ts=common.get("ts"),
+                                         entry_id=common["id"])
         if transient:
             return entry.model_copy(update={"transient": True})
         return entry
 
     def _bad_line(self, start: int, reason: str) -> ErrorEntry:
         logger.warning("rollout of thread %s: unreadable line at byte %d: %s", self.thread_id, start, reason)
-        fields: dict[str, Any] = {"thread_id": self.thread_id, "offset": start}  # extra fields of the entry
-        if self._last_timestamp is not None:
-            fields["ts"] = self._last_timestamp
-        return ErrorEntry(id=f"{self.thread_id}:{start}:0", conversation=self.conversation, code=BAD_LINE_CODE,
+        fields: dict[str, Any] = self._common(start)
+        fields.update(thread_id=self.thread_id, offset=start)  # extra fields of the entry
+        return ErrorEntry(code=BAD_LINE_CODE,
                           text=f"Skipped an unreadable line of the Codex rollout at byte {start}: {reason}",
                           hint="Codex wrote a line this version cannot read; the rest of the session goes on. "
                                "If it repeats, check that the Codex CLI version is supported (coven-codex validate).",
@@ -249,7 +300,7 @@ def _parse_timestamp(text: str) -> datetime | None:
         value = datetime.fromisoformat(text)
     except ValueError:
         return None
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    return value.astimezone(UTC) if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 def _preview(text: str) -> str:
