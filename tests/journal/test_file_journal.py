@@ -200,3 +200,21 @@ async def test_a_directory_in_place_of_the_journal_is_explained(tmp_path: Path) 
 def test_a_nonsense_line_limit_is_refused(tmp_path: Path) -> None:
     with pytest.raises(JournalError, match="max_line_bytes"):
         FileJournal(tmp_path / "j", max_line_bytes=0)
+
+
+@pytest.mark.parametrize("durability", ["always", "batched"])
+async def test_a_failed_flush_fails_the_append(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durability: str
+) -> None:
+    journal = FileJournal(tmp_path / "j.jsonl", durability=durability)  # type: ignore[arg-type]  # parametrised
+    await journal.append(ThoughtEntry(text="fine"))
+
+    def broken_disk(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(file, "_SYNC", broken_disk)
+    results = await asyncio.gather(*(journal.append(ThoughtEntry(text=str(i))) for i in range(5)),
+                                   return_exceptions=True)
+    assert all(isinstance(r, JournalError) and "Input/output error" in str(r) for r in results)
+    monkeypatch.undo()
+    await journal.aclose()
