@@ -117,6 +117,7 @@ class Connection:
         except Exception:
             log.exception("MCP connection from %s failed; closing it", self.peer)
         finally:
+            await self._cancel_in_flight()  # normally none are left; never leave a call unowned
             self._writer.close()
             with contextlib.suppress(ConnectionError, OSError):
                 await self._writer.wait_closed()
