@@ -46,10 +46,14 @@ async def call_spell(
         return error_result(f"invalid arguments for spell {spell.name!r}: {exc}")
     if spell.arguments.context_parameter is not None:
         kwargs[spell.arguments.context_parameter] = context
+    deadline = asyncio.timeout(spell.timeout)
     try:
-        async with asyncio.timeout(spell.timeout):
+        async with deadline:
             value = await _run(spell, args, kwargs, executor)
-    except TimeoutError:
+    except TimeoutError as exc:
+        if not deadline.expired():  # the spell's own TimeoutError, not our deadline
+            log.exception("spell %s raised", spell.name)
+            return error_result(_clip(f"spell {spell.name!r} failed: {type(exc).__name__}: {exc}"))
         context.mark_cancelled()
         log.warning("spell %s timed out after %gs", spell.name, spell.timeout)
         return error_result(f"spell {spell.name!r} timed out after {spell.timeout:g} seconds")

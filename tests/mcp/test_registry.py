@@ -13,6 +13,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from coven_codex.mcp import (
+    Spell,
     SpellContext,
     SpellDefinitionError,
     SpellLoadError,
@@ -25,6 +26,12 @@ from coven_codex.mcp.invoke import call_spell
 
 def _context(name: str = "t") -> SpellContext:
     return SpellContext(spell_name=name)
+
+
+def _get(registry: SpellRegistry, name: str) -> Spell:
+    found = registry.get(name)
+    assert found is not None, f"no spell {name!r}"
+    return found
 
 
 @pytest.mark.parametrize("name", ["a", "A.b-c_9", "x" * 128])
@@ -99,7 +106,7 @@ def test_context_parameter_is_hidden_and_injected() -> None:
         return ctx.spell_name
 
     assert registry.tool_definitions()[0]["inputSchema"]["properties"] == {}
-    result = asyncio.run(call_spell(registry.get("who"), {}, _context("who")))  # type: ignore[arg-type]
+    result = asyncio.run(call_spell(_get(registry, "who"), {}, _context("who")))
     assert result["content"] == [{"type": "text", "text": "who"}]
 
 
@@ -121,7 +128,7 @@ def test_output_schema_only_for_structured_returns() -> None:
     for function in (model, mapping, text, untyped):
         registry.register(function)
     schemas = {d["name"]: d.get("outputSchema") for d in registry.tool_definitions()}
-    assert schemas["model"]["type"] == "object"  # type: ignore[index]
+    assert (schemas["model"] or {})["type"] == "object"
     assert schemas["mapping"] == {"type": "object", "additionalProperties": {"type": "integer"}}
     assert schemas["text"] is None and schemas["untyped"] is None
 
@@ -146,7 +153,7 @@ def test_sync_spells_run_off_the_event_loop_thread() -> None:
     def where() -> str:
         return threading.current_thread().name
 
-    result = asyncio.run(call_spell(registry.get("where"), None, _context()))  # type: ignore[arg-type]
+    result = asyncio.run(call_spell(_get(registry, "where"), None, _context()))
     assert result["content"][0]["text"] != threading.main_thread().name
 
 
@@ -179,7 +186,7 @@ def test_wrong_return_value_is_an_error_without_internals() -> None:
     def liar() -> int:
         return "not a number"  # type: ignore[return-value]  # the point of the test
 
-    result = asyncio.run(call_spell(registry.get("liar"), {}, _context()))  # type: ignore[arg-type]
+    result = asyncio.run(call_spell(_get(registry, "liar"), {}, _context()))
     assert result == {"content": [{"type": "text", "text":
                                    "spell 'liar' returned a value that does not match its declared return type"}],
                       "isError": True}
@@ -192,7 +199,7 @@ def test_parameters_named_like_model_attributes_work() -> None:
     def odd(json: str, copy: int, model_config: bool = False, /) -> str:
         return f"{json}-{copy}-{model_config}"
 
-    result = asyncio.run(call_spell(registry.get("odd"), {"json": "j", "copy": 2}, _context()))  # type: ignore[arg-type]
+    result = asyncio.run(call_spell(_get(registry, "odd"), {"json": "j", "copy": 2}, _context()))
     assert result["content"][0]["text"] == "j-2-False"
 
 
@@ -221,7 +228,7 @@ def test_load_spells_accepts_function_list_and_registry(tmp_path: Path) -> None:
     assert [s.name for s in load_spells("spellmod_a:three", search_paths=[tmp_path])] == ["three"]
     loaded = load_spells("spellmod_a:listed", search_paths=[tmp_path])
     assert [s.name for s in loaded] == ["two.renamed", "three"]
-    assert loaded.get("two.renamed").timeout == 5  # type: ignore[union-attr]
+    assert _get(loaded, "two.renamed").timeout == 5
     assert [s.name for s in load_spells("spellmod_a:Holder.registry", search_paths=[tmp_path])] == ["one"]
     combined = load_spell_sources(["spellmod_a:reg", "spellmod_a:listed"], search_paths=[tmp_path])
     assert len(combined) == 3
@@ -274,3 +281,14 @@ def test_spell_threads_run_concurrently_and_never_block_exit() -> None:
     threads.shutdown(cancel_futures=True)
     with pytest.raises(RuntimeError, match="shut down"):
         threads.submit(lambda: None)
+
+
+def test_a_spells_own_timeout_error_is_not_reported_as_the_deadline() -> None:
+    registry = SpellRegistry()
+
+    @registry.spell
+    async def flaky() -> str:
+        raise TimeoutError("upstream took too long")
+
+    result = asyncio.run(call_spell(_get(registry, "flaky"), {}, _context()))
+    assert result["content"][0]["text"] == "spell 'flaky' failed: TimeoutError: upstream took too long"
