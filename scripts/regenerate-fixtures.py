@@ -11,7 +11,7 @@ for later turns) in a temporary workspace against ScriptedModelServer, then stor
   (instructions, skills text) cut, so fixtures stay a few KB while keeping every record;
 - ``<version>/<scenario>.exec.jsonl``: what ``codex exec --json`` printed (one line per turn
   run, prefixed by a ``{"turn": n, "exit_code": ...}`` line), for errors that never reach the
-  rollout.
+  rollout; for app-server scenarios, the JSON-RPC messages the server sent (deltas left out).
 
 The pinned CLIs come from scripts/install-codex.sh (``.codex-cli/<version>/``).
 """
@@ -26,7 +26,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,6 +61,10 @@ class Scenario:
     script: Sequence[TurnScript]
     description: str
     extra_config: dict[str, Any] = field(default_factory=dict)
+    driver: str = "exec"
+    """``exec`` (``codex exec --json``, later turns by ``exec resume``) or ``app-server``
+    (one ``codex app-server`` process, ``turn/start`` with ``clientUserMessageId``)."""
+    versions: tuple[str, ...] = VERSIONS
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -86,6 +90,11 @@ SCENARIOS: dict[str, Scenario] = {
                                 "the stream ends with response.failed"),
     "error_then_resume": Scenario(["hi", "try again"], [HttpError(500, "upstream broke"), Reply("works now")],
                                   "a failed turn (HTTP 500), then a resumed turn that succeeds"),
+    "app_server_two_turns": Scenario(["first via app-server", "second via app-server"],
+                                     [Reply("app answer one"), Reply("app answer two")],
+                                     "two turns through `codex app-server` with clientUserMessageId "
+                                     "thought-1 / thought-2 (recorded as client_id)",
+                                     driver="app-server", versions=("0.169.0",)),
 }
 
 
@@ -113,6 +122,68 @@ async def run_turn(codex: Path, args: list[str], prompt: str, *, cwd: Path, env:
     if stderr.strip():
         lines.append(json.dumps({"stderr": stderr.decode()[-2000:]}))
     return proc.returncode if proc.returncode is not None else -1, lines
+
+
+class AppServer:
+    """A minimal JSON-RPC client for ``codex app-server`` (newline-delimited JSON on stdio)."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.next_id = 0
+        self.transcript: list[str] = []
+
+    async def send(self, method: str, params: dict[str, Any] | None = None, *, notify: bool = False) -> int:
+        message: dict[str, Any] = {"method": method}
+        if params is not None:
+            message["params"] = params
+        if not notify:
+            self.next_id += 1
+            message["id"] = self.next_id
+        assert self.proc.stdin is not None
+        self.proc.stdin.write((json.dumps(message) + "\n").encode())
+        await self.proc.stdin.drain()
+        return self.next_id
+
+    async def until(self, done: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        async with asyncio.timeout(TURN_TIMEOUT):
+            while True:
+                raw = await self.proc.stdout.readline()
+                if not raw:
+                    raise RuntimeError("codex app-server closed its output")
+                message = json.loads(raw)
+                if not str(message.get("method", "")).endswith("/delta"):
+                    self.transcript.append(raw.decode().rstrip("\n"))
+                if done(message):
+                    return dict(message)
+
+
+async def run_app_server(codex: Path, prompts: Sequence[str], *, cwd: Path, env: dict[str, str]
+                         ) -> tuple[str, list[str]]:
+    proc = await asyncio.create_subprocess_exec(str(codex), "app-server", cwd=cwd, env=env, stdin=subprocess.PIPE,
+                                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    client = AppServer(proc)
+    try:
+        request = await client.send("initialize", {"clientInfo": {"name": "coven-fixtures", "version": "1"}})
+        await client.until(lambda m: m.get("id") == request)
+        await client.send("initialized", notify=True)
+        request = await client.send("thread/start", {"cwd": str(cwd)})
+        started = await client.until(lambda m: m.get("id") == request)
+        thread_id = str(started["result"]["thread"]["id"])
+        for number, prompt in enumerate(prompts, start=1):
+            await client.send("turn/start", {"threadId": thread_id, "input": [{"type": "text", "text": prompt}],
+                                             "clientUserMessageId": f"thought-{number}"})
+            await client.until(lambda m: m.get("method") == "turn/completed")
+    finally:
+        if proc.stdin is not None:
+            proc.stdin.close()
+        try:
+            async with asyncio.timeout(10):
+                await proc.wait()
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+    return thread_id, client.transcript
 
 
 def thread_id_of(exec_lines: list[str]) -> str:
@@ -163,7 +234,9 @@ async def generate(version: str, name: str, scenario: Scenario) -> None:
                                                       extra=scenario.extra_config)}
             exec_lines: list[str] = []
             thread_id: str | None = None
-            for turn, prompt in enumerate(scenario.prompts, start=1):
+            if scenario.driver == "app-server":
+                thread_id, exec_lines = await run_app_server(codex, scenario.prompts, cwd=workspace, env=env)
+            for turn, prompt in enumerate(scenario.prompts if scenario.driver == "exec" else (), start=1):
                 args = ["resume", thread_id] if thread_id else []
                 code, lines = await run_turn(codex, args, prompt, cwd=workspace, env=env)
                 exec_lines.append(json.dumps({"turn": turn, "exit_code": code}))
@@ -187,7 +260,8 @@ async def generate(version: str, name: str, scenario: Scenario) -> None:
 
 
 def write_index(versions: Sequence[str]) -> None:
-    index = {name: {"prompts": list(s.prompts), "description": s.description} for name, s in SCENARIOS.items()}
+    index = {name: {"prompts": list(s.prompts), "description": s.description, "driver": s.driver,
+                    "versions": list(s.versions)} for name, s in SCENARIOS.items()}
     (FIXTURES / "scenarios.json").write_text(json.dumps({"versions": list(versions), "scenarios": index},
                                                         indent=2) + "\n", encoding="utf-8")
 
@@ -200,7 +274,8 @@ async def main(argv: list[str] | None = None) -> int:
     versions = args.version or list(VERSIONS)
     for version in versions:
         for name in args.scenario or list(SCENARIOS):
-            await generate(version, name, SCENARIOS[name])
+            if version in SCENARIOS[name].versions:
+                await generate(version, name, SCENARIOS[name])
     write_index(VERSIONS)
     return 0
 

@@ -155,3 +155,14 @@ def test_peek_envelope_reads_only_codex_shaped_lines() -> None:
     assert peek_envelope(b'{"timestamp":"x","type":"world_state","payload":{"full":true}}') == ("world_state", None)
     assert peek_envelope(b'{"type":"event_msg","timestamp":"x","payload":{}}') is None
     assert peek_envelope(b"garbage") is None
+
+
+def test_app_server_turns_record_the_client_message_id() -> None:
+    """turn/start's clientUserMessageId comes back as client_id: after a crash the rollout tells
+    which thoughts Codex already received."""
+    users = []
+    for line in lines_of(fixture_path("0.169.0", "app_server_two_turns").read_bytes()):
+        record = parse_line(line.data, line.start)
+        if isinstance(record, RolloutRecord) and isinstance(record.payload, r.UserMessageEvent):
+            users.append((record.payload.text, record.payload.client_id))
+    assert users == [("first via app-server", "thought-1"), ("second via app-server", "thought-2")]
