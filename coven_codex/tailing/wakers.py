@@ -72,11 +72,11 @@ class WatchfilesWaker:
         self._stop = threading.Event()
         self._dead = False
         self._pending: asyncio.Future[object] | None = None
+        # debug, force_polling, poll_delay_ms, recursive, ignore_permission_denied
+        self._notify = RustNotify([str(directory)], False, False, 0, False, False)
         # Its own thread: an idle watch blocks it indefinitely, which must not starve the
         # loop's default executor (asyncio.to_thread) of workers.
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="coven-watchfiles")
-        # debug, force_polling, poll_delay_ms, recursive, ignore_permission_denied
-        self._notify = RustNotify([str(directory)], False, False, 0, False, False)
 
     @property
     def dead(self) -> bool:
