@@ -37,6 +37,11 @@ class LowWaterCursor:
             self._done.discard(heapq.heappop(self._heap))
 
     @property
+    def read_end(self) -> int:
+        """Where the reader is: the end of the last item it consumed."""
+        return self._read_end
+
+    @property
     def pending(self) -> int:
         return self._pending
 

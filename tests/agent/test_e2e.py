@@ -146,3 +146,67 @@ def _parent(proc: psutil.Process) -> int | None:
         return proc.ppid()
     except psutil.Error:
         return None
+
+
+async def test_max_sessions_bound_waits_and_evicts_idle(codex_bin_169: Path, model_server: ScriptedModelServer,
+                                                        harness_factory: Factory) -> None:
+    h = harness_factory(codex_bin_169, model_server)
+    daemon = await h.start("--max-sessions", "1")
+    await h.think("one", "first of one")
+    await h.wait_for(lambda es: "echo: first of one" in replies(es, "one"), what="reply in one")
+    await h.think("two", "first of two")
+    entries = await h.wait_for(lambda es: "echo: first of two" in replies(es, "two"), what="reply in two")
+    # "two" had to wait for the slot "one" held (idle, so it was asked to give it back) and was told so.
+    assert statuses(entries, "two", "session_waiting")
+    assert not statuses(entries, "one", "session_waiting")
+    await h.think("one", "second of one")
+    await h.wait_for(lambda es: "echo: second of one" in replies(es, "one"), what="second reply in one")
+    assert len([p for p in codex_processes(h.codex_home) if _parent(p) == daemon.pid]) <= 1
+    assert await h.stop(daemon) == 0
+
+
+async def test_idle_session_is_reaped_and_resumed(codex_bin_169: Path, model_server: ScriptedModelServer,
+                                                 harness_factory: Factory) -> None:
+    h = harness_factory(codex_bin_169, model_server)
+    daemon = await h.start("--idle-reap", "1")
+    await h.think("c", "before the nap")
+    await h.wait_for(lambda es: "echo: before the nap" in replies(es, "c"), what="first reply")
+    await h.wait_for(lambda es: bool(statuses(es, "c", "session_ended")), what="idle reaping")
+    assert not [p for p in codex_processes(h.codex_home) if _parent(p) == daemon.pid]
+    await h.think("c", "after the nap")
+    entries = await h.wait_for(lambda es: "echo: after the nap" in replies(es, "c"), what="reply after reaping")
+    assert statuses(entries, "c", "session_resumed")
+    last = model_server.requests.responses_requests()[-1]
+    assert user_prompts(last) == ["before the nap", "after the nap"]
+    assert await h.stop(daemon) == 0
+
+
+async def test_steer_adds_a_thought_to_the_running_turn(codex_bin_169: Path, harness_factory: Factory) -> None:
+    responder = make_responder({"slow": lambda r: (Stall(2.0), Reply("slow done"))})
+    async with ScriptedModelServer(responder=responder) as server:
+        h = harness_factory(codex_bin_169, server)
+        daemon = await h.start("--mid-turn", "steer")
+        await h.think("c", "slow first")
+        await server.requests.wait_for(1)
+        await h.think("c", "steered in")
+        await h.wait_for(lambda es: len(statuses(es, "c", "turn_completed")) >= 1, what="turn completed")
+        prompts = [user_prompts(r) for r in server.requests.responses_requests()]
+        # The steered thought joined the running turn: a follow-up request of the same turn carries it.
+        assert any(p[-1] == "steered in" for p in prompts), prompts
+        assert len(statuses(await h.entries(), "c", "turn_started")) == 1
+        assert await h.stop(daemon) == 0
+
+
+async def test_stream_idle_timeout_abandons_the_turn(codex_bin_169: Path, harness_factory: Factory) -> None:
+    responder = make_responder({"mute": lambda r: (Stall(40.0), Reply("too late"))})
+    async with ScriptedModelServer(responder=responder) as server:
+        h = harness_factory(codex_bin_169, server)
+        daemon = await h.start("--stream-idle-timeout", "10")
+        await h.think("c", "mute please")
+        entries = await h.wait_for(lambda es: any(isinstance(e, ErrorEntry) for e in es), timeout=40,
+                                   what="stream idle error")
+        error = next(e for e in entries if isinstance(e, ErrorEntry))
+        assert error.code == "STREAM_IDLE" and error.conversation == "c"
+        await h.think("c", "still there?")
+        await h.wait_for(lambda es: "echo: still there?" in replies(es, "c"), what="reply after idle timeout")
+        assert await h.stop(daemon) == 0
