@@ -38,6 +38,24 @@ class SpellContext:
         self._last_progress: float | None = None
 
     @property
+    def thread_id(self) -> str | None:
+        """The calling Codex thread (Codex 0.169 sends it in ``_meta``; 0.47 sends nothing)."""
+        return self._codex_id("threadId", "thread_id")
+
+    @property
+    def turn_id(self) -> str | None:
+        """The calling Codex turn, when Codex says (0.169: ``_meta["x-codex-turn-metadata"]``)."""
+        return self._codex_id("turnId", "turn_id")
+
+    def _codex_id(self, key: str, turn_metadata_key: str) -> str | None:
+        value = self.meta.get(key)
+        if isinstance(value, str):
+            return value
+        turn = self.meta.get("x-codex-turn-metadata")
+        nested = turn.get(turn_metadata_key) if isinstance(turn, Mapping) else None
+        return nested if isinstance(nested, str) else None
+
+    @property
     def cancelled(self) -> bool:
         """True once the caller cancelled the call or its timeout passed; stop working then."""
         return self._cancelled.is_set()

@@ -292,3 +292,10 @@ def test_a_spells_own_timeout_error_is_not_reported_as_the_deadline() -> None:
 
     result = asyncio.run(call_spell(_get(registry, "flaky"), {}, _context()))
     assert result["content"][0]["text"] == "spell 'flaky' failed: TimeoutError: upstream took too long"
+
+
+def test_context_reads_codex_thread_and_turn_ids() -> None:
+    meta = {"threadId": "t-1", "x-codex-turn-metadata": {"thread_id": "t-1", "turn_id": "u-2"}, "progressToken": 1}
+    context = SpellContext(spell_name="s", meta=meta)
+    assert (context.thread_id, context.turn_id) == ("t-1", "u-2")
+    assert (SpellContext(spell_name="s").thread_id, SpellContext(spell_name="s").turn_id) == (None, None)
