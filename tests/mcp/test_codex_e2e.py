@@ -23,6 +23,7 @@ async def test_real_codex_calls_spells(
         CallTool("coven.stats", {"points": [{"x": 1, "y": 1}]}, call_id="call-stats"),
         CallTool("coven.explode", {"message": "on purpose"}, call_id="call-explode"),
         CallTool("coven.add", {"a": "twenty"}, call_id="call-bad"),
+        CallTool("coven.progress", {"steps": 3}, call_id="call-progress"),
         Reply("all spells cast"),
     ]
     home = tmp_path / "home"
@@ -44,12 +45,13 @@ async def test_real_codex_calls_spells(
                 await process.wait()
     assert process.returncode == 0, stderr.decode()[-3000:]
     outputs = {output.call_id: output.output for output in model.requests.function_call_outputs()}
-    assert set(outputs) == {"call-add", "call-stats", "call-explode", "call-bad"}, outputs
+    assert set(outputs) == {"call-add", "call-stats", "call-explode", "call-bad", "call-progress"}, outputs
     assert "42" in outputs["call-add"]
     assert '"total":2.0' in outputs["call-stats"].replace(" ", "")
     assert "spell 'explode' failed: RuntimeError: kaboom: on purpose" in outputs["call-explode"]
     assert "Traceback" not in outputs["call-explode"]
     assert "invalid arguments for spell 'add': a: Input should be a valid integer" in outputs["call-bad"]
+    assert "done" in outputs["call-progress"]  # progress notifications (0.169 asks for them) are fine
     assert any(json.loads(line).get("item", {}).get("text") == "all spells cast"
                for line in stdout.decode().splitlines() if line.startswith("{"))
 
