@@ -267,7 +267,8 @@ async def test_a_tail_never_ends_by_itself_and_cancels_at_once(journal: Journal)
 
 
 @pytest.mark.parametrize(
-    ("writers", "count"), [pytest.param(4, 1500, id="4x1500"), pytest.param(8, 10_000, marks=pytest.mark.slow, id="8x10000")]
+    ("writers", "count"),
+    [pytest.param(4, 1500, id="4x1500"), pytest.param(8, 10_000, marks=pytest.mark.slow, id="8x10000")],
 )
 async def test_appends_from_several_processes(shared_backend: SharedBackend, writers: int, count: int) -> None:
     journal = await shared_backend.open()
