@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from conftest import summary
+from rollout_helpers import summary
 
 from coven_codex.entries import BaseEntry, ErrorEntry, ResponseEntry, StatusEntry, ToolResultEntry
 from coven_codex.rollout import RolloutTranslator, error_entry_from_message, locate_rollout

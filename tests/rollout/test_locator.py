@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import fixture_path
+from rollout_helpers import fixture_path
 
 from coven_codex.rollout.locator import (
     RolloutNotFoundError,

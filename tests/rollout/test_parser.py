@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import fixture_files, fixture_path, lines_of
+from rollout_helpers import fixture_files, fixture_path, lines_of
 
 from coven_codex.rollout import RolloutParseError, RolloutRecord, parse_line, peek_envelope
 from coven_codex.rollout import records as r

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from conftest import fixture_files, lines_of
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from rollout_helpers import fixture_files, lines_of
 
 from coven_codex.entries import ErrorEntry
 from coven_codex.rollout import RolloutParseError, RolloutRecord, RolloutTranslator, parse_line, peek_envelope

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, fixture_files, fixture_path, lines_of, summary, translate
+from rollout_helpers import FIXTURES, fixture_files, fixture_path, lines_of, summary, translate
 
 from coven_codex.entries import ErrorEntry, ResponseEntry, StatusEntry, ToolCallEntry, ToolResultEntry, parse_entry_json
 from coven_codex.rollout import RolloutTranslator, display_tool_name, error_entry_from_message
