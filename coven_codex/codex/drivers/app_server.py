@@ -36,6 +36,7 @@ import uuid
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 from coven_codex import __version__
@@ -47,6 +48,8 @@ from coven_codex.codex.drivers.base import (
     Delta,
     DriverError,
     DriverFailed,
+    DriverSettings,
+    EventSink,
     PendingThought,
     ResolvedBy,
     Submission,
@@ -59,6 +62,7 @@ from coven_codex.codex.drivers.base import (
 )
 from coven_codex.codex.errors import HINTS, ClassifiedError, ErrorCode, classify, shorten
 from coven_codex.codex.process import ChildProcess, spawn, terminate_tree
+from coven_codex.codex.version import CodexVersion
 
 log = logging.getLogger(__name__)
 
@@ -107,8 +111,17 @@ class AppServerDriver(CodexDriver):
     supports_steer: ClassVar[bool] = True
     records_client_id: ClassVar[bool] = True
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self,
+        executable: Path,
+        version: CodexVersion,
+        workspace: Path,
+        *,
+        env: Mapping[str, str],
+        settings: DriverSettings,
+        sink: EventSink,
+    ) -> None:
+        super().__init__(executable, version, workspace, env=env, settings=settings, sink=sink)
         self._child: ChildProcess | None = None
         self._runner: asyncio.Task[None] | None = None
         self._tg: asyncio.TaskGroup | None = None

@@ -60,6 +60,7 @@ from typing import ClassVar, Literal
 
 from coven_codex.codex.errors import HINTS, ClassifiedError, ErrorCode, classify, shorten
 from coven_codex.codex.version import CodexVersion
+from coven_codex.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -84,11 +85,17 @@ class DriverSettings:
     request_timeout: float = 60.0  # app-server: seconds to wait for an answer to a request
 
     @classmethod
-    def from_settings(cls, settings: object) -> DriverSettings:
-        """Take the matching fields from a :class:`coven_codex.settings.Settings`."""
-        names = ("turn_timeout", "stream_idle_timeout", "kill_grace", "mid_turn", "approval_policy",
-                 "approval_timeout", "stream_deltas")
-        return cls(**{name: getattr(settings, name) for name in names if hasattr(settings, name)})
+    def from_settings(cls, settings: Settings) -> DriverSettings:
+        """The driver's part of the daemon's settings."""
+        return cls(
+            turn_timeout=settings.turn_timeout,
+            stream_idle_timeout=settings.stream_idle_timeout,
+            kill_grace=settings.kill_grace,
+            mid_turn=settings.mid_turn,
+            approval_policy=settings.approval_policy,
+            approval_timeout=settings.approval_timeout,
+            stream_deltas=settings.stream_deltas,
+        )
 
 
 # -- events -----------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ import signal
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 from coven_codex.codex.drivers.base import (
@@ -40,6 +41,8 @@ from coven_codex.codex.drivers.base import (
     CodexDriver,
     DriverError,
     DriverFailed,
+    DriverSettings,
+    EventSink,
     PendingThought,
     Submission,
     ThreadStarted,
@@ -51,6 +54,7 @@ from coven_codex.codex.drivers.base import (
 )
 from coven_codex.codex.errors import ClassifiedError, classify, shorten
 from coven_codex.codex.process import ChildProcess, signal_group, spawn, terminate_tree
+from coven_codex.codex.version import CodexVersion
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +82,17 @@ class ExecDriver(CodexDriver):
     supports_steer: ClassVar[bool] = False
     records_client_id: ClassVar[bool] = False
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self,
+        executable: Path,
+        version: CodexVersion,
+        workspace: Path,
+        *,
+        env: Mapping[str, str],
+        settings: DriverSettings,
+        sink: EventSink,
+    ) -> None:
+        super().__init__(executable, version, workspace, env=env, settings=settings, sink=sink)
         self._turn: _ExecTurn | None = None
         self._runner: asyncio.Task[None] | None = None
         self._tg: asyncio.TaskGroup | None = None

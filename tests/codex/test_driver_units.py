@@ -1,0 +1,109 @@
+"""Driver building blocks without Codex: deadlines, exit classification, factory, event delivery."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from coven_codex.codex.drivers import (
+    AppServerDriver,
+    DriverError,
+    DriverSettings,
+    ExecDriver,
+    TurnFinished,
+    choose_driver,
+    create_driver,
+    queue_sink,
+)
+from coven_codex.codex.drivers.base import DriverEvent, EventDispatcher, TurnClock, process_error
+from coven_codex.codex.errors import ErrorCode
+from coven_codex.codex.version import CodexVersion
+from coven_codex.settings import Settings
+
+NEW, OLD, MIDDLE = CodexVersion(0, 169, 0), CodexVersion(0, 47, 0), CodexVersion(0, 120, 0)
+
+
+async def test_clock_turn_timeout() -> None:
+    clock = TurnClock(turn_timeout=0.2, idle_timeout=10)
+    error = await asyncio.wait_for(clock.expired(), 2)
+    assert error.code is ErrorCode.OUTER_TIMEOUT
+
+
+async def test_clock_idle_timeout_and_activity() -> None:
+    clock = TurnClock(turn_timeout=10, idle_timeout=0.3)
+    waiter = asyncio.create_task(clock.expired())
+    for _ in range(4):
+        await asyncio.sleep(0.15)
+        clock.touch()
+        assert not waiter.done()
+    error = await asyncio.wait_for(waiter, 2)
+    assert error.code is ErrorCode.STREAM_IDLE
+
+
+async def test_clock_idle_pauses_while_an_approval_is_pending() -> None:
+    clock = TurnClock(turn_timeout=10, idle_timeout=0.2)
+    clock.approval_started()
+    waiter = asyncio.create_task(clock.expired())
+    await asyncio.sleep(0.5)
+    assert not waiter.done()
+    clock.approval_ended()  # wakes the sleeper: the idle deadline applies again from now
+    error = await asyncio.wait_for(waiter, 2)
+    assert error.code is ErrorCode.STREAM_IDLE
+
+
+def test_process_error_by_signal_ignores_log_noise() -> None:
+    noise = ["WARNING: sandbox prerequisites missing", "ERROR codex: could not find bubblewrap (sandbox)"]
+    error = process_error(-9, noise)
+    assert error.code is ErrorCode.PROCESS_EXITED
+    assert "killed by signal 9" in error.message
+
+
+def test_process_error_classifies_error_lines_of_a_failed_exit() -> None:
+    lines = ["WARNING: proceeding without sandbox", "Error: unexpected status 401 Unauthorized"]
+    assert process_error(1, lines).code is ErrorCode.AUTH
+    assert process_error(1, ["WARNING: 401 is only a warning here"]).code is ErrorCode.PROCESS_EXITED
+    assert process_error(3, []).message == "Codex exited unexpectedly (exit 3)"
+
+
+def test_choose_driver() -> None:
+    assert choose_driver(NEW) == "app-server"
+    assert choose_driver(OLD) == "exec"
+    assert choose_driver(MIDDLE) == "exec"
+    assert choose_driver(MIDDLE, "app-server") == "app-server"
+    assert choose_driver(NEW, "exec") == "exec"
+    with pytest.raises(DriverError, match="older app-server protocol"):
+        choose_driver(OLD, "app-server")
+
+
+async def test_create_driver_and_settings(tmp_path: Path) -> None:
+    queue: asyncio.Queue[DriverEvent] = asyncio.Queue()
+    settings = DriverSettings.from_settings(Settings(workspace=tmp_path, mid_turn="steer", approval_policy="deny"))
+    assert (settings.mid_turn, settings.approval_policy, settings.turn_timeout) == ("steer", "deny", 600.0)
+    new = create_driver(tmp_path / "codex", NEW, tmp_path, env={}, settings=settings, sink=queue_sink(queue))
+    old = create_driver(tmp_path / "codex", OLD, tmp_path, env={}, settings=settings, sink=queue_sink(queue))
+    assert isinstance(new, AppServerDriver) and new.records_client_id and new.supports_steer
+    assert isinstance(old, ExecDriver) and not old.records_client_id and not old.supports_steer
+    assert not new.busy and new.pids == [] and new.thread_id is None
+
+
+async def test_dispatcher_delivers_in_order_and_survives_a_failing_sink() -> None:
+    seen: list[DriverEvent] = []
+
+    async def sink(event: DriverEvent) -> None:
+        if isinstance(event, TurnFinished) and event.turn_id == "boom":
+            raise RuntimeError("sink bug")
+        seen.append(event)
+
+    dispatcher = EventDispatcher(sink)
+    runner = asyncio.create_task(dispatcher.run())
+    events = [TurnFinished(str(i), "completed", ()) for i in range(3)]
+    dispatcher.emit(events[0])
+    dispatcher.emit(TurnFinished("boom", "completed", ()))
+    dispatcher.emit(events[1])
+    await dispatcher.deliver(events[2])  # returns once the sink handled it
+    assert seen == events
+    runner.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await runner
