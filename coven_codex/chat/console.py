@@ -16,7 +16,7 @@ import contextlib
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import Literal, TextIO
 
 from coven_codex.chat.render import Painter, render_entry
 from coven_codex.entries import (
@@ -180,7 +180,7 @@ class ConsoleChat:
                 self._print("no approval request is waiting in this conversation")
                 return
             request_id = pending[0]
-        decision = "approve" if approve else "deny"
+        decision: Literal["approve", "deny"] = "approve" if approve else "deny"
         await self.journal.append(
             ApprovalEntry(conversation=self.conversation, sender=self.sender, request_id=request_id,
                           decision=decision)

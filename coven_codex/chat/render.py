@@ -74,8 +74,9 @@ def render_entry(entry: BaseEntry, painter: Painter) -> str | None:
             name = f"{entry.tool} " if entry.tool else ""
             return painter.paint(style, f"  {label} {name}{_clip(entry.text)}")
         case StatusEntry():
-            detail = f": {entry.text}" if entry.text else ""
-            return painter.paint("status", f"  [{entry.state.replace('_', ' ')}{detail}]")
+            label = entry.state.replace("_", " ")
+            detail = f": {entry.text}" if entry.text and entry.text.lower() != label else ""
+            return painter.paint("status", f"  [{label}{detail}]")
         case ErrorEntry():
             hint = f"\n  hint: {entry.hint}" if entry.hint else ""
             return painter.paint("error", f"  error {entry.code}: {entry.text}{hint}")
