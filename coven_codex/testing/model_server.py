@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import signal
@@ -232,8 +233,7 @@ class ScriptedModelServer:
                 return (HttpError(500, f"scripted model server: responder failed: {exc!r}"),)
         for index, step in enumerate(steps):
             if isinstance(step, HttpError) and step.times > 1:
-                again = (*steps[:index], HttpError(step.status, step.message, step.times - 1, step.headers),
-                         *steps[index + 1 :])
+                again = (*steps[:index], dataclasses.replace(step, times=step.times - 1), *steps[index + 1 :])
                 self._script.appendleft(again)
                 break
         return steps
@@ -248,7 +248,8 @@ class ScriptedModelServer:
             message = http_error.message or f"scripted HTTP {http_error.status}"
             error = {"message": message, "type": _ERROR_TYPES.get(http_error.status, "server_error"),
                      "code": None, "param": None}
-            await self._send_json(writer, http_error.status, {"error": error}, keep_alive=keep_alive,
+            payload = {"error": error} if http_error.body is None else http_error.body
+            await self._send_json(writer, http_error.status, payload, keep_alive=keep_alive,
                                   extra_headers=http_error.headers)
             return keep_alive
         return await self._stream(request, steps, writer)

@@ -73,6 +73,8 @@ class HttpError:
     message: str | None = None
     times: int = 1
     headers: tuple[tuple[str, str], ...] = ()
+    body: Any = None
+    """A JSON body to send instead of the default ``{"error": {"message": ...}}``."""
 
 
 @dataclass(frozen=True, slots=True)

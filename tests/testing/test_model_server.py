@@ -179,12 +179,17 @@ async def test_run_command_uses_the_offered_shell_tool() -> None:
 
 
 async def test_http_error_answers_json_and_repeats_as_often_as_asked() -> None:
-    async with ScriptedModelServer([HttpError(429, "slow down", times=2), Reply("ok")]) as server:
+    script = [HttpError(429, "slow down", times=2, headers=(("retry-after", "1"),)), HttpError(500, body={"x": 1}),
+              Reply("ok")]
+    async with ScriptedModelServer(script) as server:
         client = await Client.connect(server)
-        results = [await client.post_responses(responses_body("hi")) for _ in range(3)]
+        results = [await client.request("POST", "/v1/responses", json.dumps(responses_body("hi")).encode())
+                   for _ in range(4)]
         await client.close()
-    assert [status for status, _ in results] == [429, 429, 200]
-    assert results[0][1]["error"]["message"] == "slow down"
+    assert [status for status, _, _ in results] == [429, 429, 500, 200]
+    assert json.loads(results[0][2])["error"]["message"] == "slow down"
+    assert results[1][1]["retry-after"] == "1"
+    assert json.loads(results[2][2]) == {"x": 1}
 
 
 async def test_error_event_ends_the_stream_with_response_failed() -> None:
