@@ -229,7 +229,7 @@ def _type_payload(kind: str, payload_type: Any, p: JsonObject) -> Payload:
 
 
 # -- envelope peeking (fast path) -----------------------------------------------------------------
-_HEADER = re.compile(
+ENVELOPE_PATTERN = re.compile(
     rb'\{"timestamp":"[^"\\]*",(?:"ordinal":\d+,)?"type":"(?P<type>[A-Za-z_]+)","payload":'
     rb'(?:\{"type":"(?P<ptype>[A-Za-z_]+)")?'
 )
@@ -238,7 +238,7 @@ _HEADER = re.compile(
 def peek_envelope(data: bytes) -> tuple[str, str | None] | None:
     """``(type, payload type)`` read from the start of a line as Codex serialises it, without
     decoding the line; ``None`` when the line does not start the way Codex writes it."""
-    match = _HEADER.match(data)
+    match = ENVELOPE_PATTERN.match(data)
     if match is None:
         return None
     ptype = match["ptype"]

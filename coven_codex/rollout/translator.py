@@ -47,7 +47,7 @@ from coven_codex.entries import (
     ToolResultEntry,
 )
 from coven_codex.rollout.error_entries import error_entry_from_message
-from coven_codex.rollout.parser import parse_line, peek_envelope
+from coven_codex.rollout.parser import ENVELOPE_PATTERN, parse_line
 from coven_codex.rollout.records import (
     AgentMessageEvent,
     AgentReasoningEvent,
@@ -89,6 +89,10 @@ SKIPPED_ENVELOPES: frozenset[tuple[str, str | None]] = frozenset(
 )
 """Envelopes that never produce an entry: skipped without decoding on the fast path."""
 
+_SKIPPED_RAW: frozenset[tuple[bytes, bytes | None]] = frozenset(
+    (kind.encode(), None if payload_type is None else payload_type.encode()) for kind, payload_type in SKIPPED_ENVELOPES
+)
+
 TEXT_PREVIEW = 200
 
 
@@ -128,8 +132,8 @@ class RolloutTranslator:
     def feed_bytes(self, data: bytes, start: int) -> list[BaseEntry]:
         """Entries for one line (without its newline) starting at byte ``start``."""
         if not self._decode_all:
-            envelope = peek_envelope(data)
-            if envelope is not None and envelope in SKIPPED_ENVELOPES:
+            envelope = ENVELOPE_PATTERN.match(data)  # same test as peek_envelope, without decoding names
+            if envelope is not None and envelope.group(1, 2) in _SKIPPED_RAW:
                 if data.rstrip().endswith(b"}"):
                     return []
                 return [self._bad_line(start, "torn line (it does not end with '}')")]
