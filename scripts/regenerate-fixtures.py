@@ -42,6 +42,7 @@ from coven_codex.testing import (  # noqa: E402
     Reply,
     RunCommand,
     ScriptedModelServer,
+    Stall,
     TurnScript,
     write_codex_config,
 )
@@ -65,6 +66,8 @@ class Scenario:
     """``exec`` (``codex exec --json``, later turns by ``exec resume``) or ``app-server``
     (one ``codex app-server`` process, ``turn/start`` with ``clientUserMessageId``)."""
     versions: tuple[str, ...] = VERSIONS
+    interrupt_after: float | None = None
+    """app-server only: send ``turn/interrupt`` this many seconds after each ``turn/start``."""
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -95,6 +98,9 @@ SCENARIOS: dict[str, Scenario] = {
                                      "two turns through `codex app-server` with clientUserMessageId "
                                      "thought-1 / thought-2 (recorded as client_id)",
                                      driver="app-server", versions=("0.169.0",)),
+    "app_server_interrupt": Scenario(["start something long"], [(Reply("working on it"), Stall(5), Reply("never"))],
+                                     "a turn interrupted by app-server turn/interrupt while the model stalls",
+                                     driver="app-server", versions=("0.169.0",), interrupt_after=1.0),
 }
 
 
@@ -158,8 +164,8 @@ class AppServer:
                     return dict(message)
 
 
-async def run_app_server(codex: Path, prompts: Sequence[str], *, cwd: Path, env: dict[str, str]
-                         ) -> tuple[str, list[str]]:
+async def run_app_server(codex: Path, prompts: Sequence[str], *, cwd: Path, env: dict[str, str],
+                         interrupt_after: float | None = None) -> tuple[str, list[str]]:
     proc = await asyncio.create_subprocess_exec(str(codex), "app-server", cwd=cwd, env=env, stdin=subprocess.PIPE,
                                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     client = AppServer(proc)
@@ -171,8 +177,13 @@ async def run_app_server(codex: Path, prompts: Sequence[str], *, cwd: Path, env:
         started = await client.until(lambda m: m.get("id") == request)
         thread_id = str(started["result"]["thread"]["id"])
         for number, prompt in enumerate(prompts, start=1):
-            await client.send("turn/start", {"threadId": thread_id, "input": [{"type": "text", "text": prompt}],
-                                             "clientUserMessageId": f"thought-{number}"})
+            params = {"threadId": thread_id, "clientUserMessageId": f"thought-{number}",
+                      "input": [{"type": "text", "text": prompt}]}
+            request = await client.send("turn/start", params)
+            turn = await client.until(lambda m, request=request: m.get("id") == request)
+            if interrupt_after is not None:
+                await asyncio.sleep(interrupt_after)
+                await client.send("turn/interrupt", {"threadId": thread_id, "turnId": turn["result"]["turn"]["id"]})
             await client.until(lambda m: m.get("method") == "turn/completed")
     finally:
         if proc.stdin is not None:
@@ -235,7 +246,8 @@ async def generate(version: str, name: str, scenario: Scenario) -> None:
             exec_lines: list[str] = []
             thread_id: str | None = None
             if scenario.driver == "app-server":
-                thread_id, exec_lines = await run_app_server(codex, scenario.prompts, cwd=workspace, env=env)
+                thread_id, exec_lines = await run_app_server(codex, scenario.prompts, cwd=workspace, env=env,
+                                                             interrupt_after=scenario.interrupt_after)
             for turn, prompt in enumerate(scenario.prompts if scenario.driver == "exec" else (), start=1):
                 args = ["resume", thread_id] if thread_id else []
                 code, lines = await run_turn(codex, args, prompt, cwd=workspace, env=env)

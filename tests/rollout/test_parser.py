@@ -27,6 +27,7 @@ EXPECTED_PAYLOAD_CLASSES: dict[tuple[str, str | None], set[type]] = {
     ("event_msg", "thread_settings_applied"): {r.OtherEvent},
     ("event_msg", "task_started"): {r.TurnStartedEvent},
     ("event_msg", "task_complete"): {r.TurnCompleteEvent},
+    ("event_msg", "turn_aborted"): {r.TurnAbortedEvent},
     ("event_msg", "item_completed"): {r.AgentMessageEvent, r.UserMessageEvent, r.AgentReasoningEvent,
                                       r.ToolCallCompletedEvent},
 }

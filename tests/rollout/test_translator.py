@@ -65,6 +65,9 @@ EXPECTED: dict[str, dict[str, list[tuple[str, ...]]]] = {
     "app_server_two_turns": {
         "0.169.0": [START, ("response", "", "app answer one"), DONE, START, ("response", "", "app answer two"), DONE],
     },
+    "app_server_interrupt": {
+        "0.169.0": [START, ("response", "", "working on it"), ("status", "turn_aborted", "turn aborted (interrupted)")],
+    },
 }
 CASES = [(scenario, version) for scenario, by_version in sorted(EXPECTED.items()) for version in by_version]
 
