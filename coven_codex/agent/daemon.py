@@ -63,7 +63,7 @@ class Daemon:
     async def run(self, stop: asyncio.Event, ready: Ready | None = None) -> None:
         """Serve until ``stop`` is set, then shut down cleanly."""
         self.store.prepare()
-        with StateLock(self.state_dir):
+        with StateLock(self.state_dir), contextlib.closing(self.store):
             await asyncio.to_thread(end_stale_processes, self.state_dir, self.settings.kill_grace)
             states = self.store.load_all()
             for state in states.values():
@@ -83,11 +83,14 @@ class Daemon:
             def finish_thought(position: int) -> None:
                 ingress_box[0].finish(position)
 
+            def saved_cursor() -> int:
+                return ingress_box[0].saved_position if ingress_box else cursor
+
             services = SessionServices(
                 settings=self.settings, journal=self.journal, store=self.store,
                 slots=SlotPool(self.settings.max_sessions), processes=self.processes,
                 make_link=self.make_link, locate_rollout=self.locate_rollout,
-                finish_thought=finish_thought,
+                finish_thought=finish_thought, saved_cursor=saved_cursor,
                 known_ids=known_ids, on_append=self.on_append,
             )
             manager = SessionManager(services, group)

@@ -113,6 +113,11 @@ class Ingress:
         self.cursor.finish(position)
         self._mark()
 
+    @property
+    def saved_position(self) -> int:
+        """The last position saved durably (every thought before it is finished for good)."""
+        return self._saved if self._saved is not None else 0
+
     def _mark(self) -> None:
         if self.cursor.position != self._saved:
             self._dirty.set()

@@ -64,6 +64,7 @@ log = logging.getLogger(__name__)
 MAX_BACKOFF = 60.0
 DELIVERY_ATTEMPTS = 3
 ERROR_DRAIN = 1.0
+PRUNE_DELIVERED_AT = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +113,7 @@ class SessionServices:
     make_link: LinkFactory
     locate_rollout: RolloutLocator
     finish_thought: Callable[[int], None]
+    saved_cursor: Callable[[], int]
     known_ids: set[str]
     on_append: AppendHook | None = None
 
@@ -520,6 +522,9 @@ class Session:
         self._queued_ids.discard(thought.entry_id)
         self.state.in_flight = None
         self.state.delivered[thought.entry_id] = thought.position
+        if len(self.state.delivered) > PRUNE_DELIVERED_AT:
+            # Thoughts before the saved ingress cursor are never read again: forget their ids.
+            self.state.forget_delivered_before(self._svc.saved_cursor())
         self.state.user_messages += 1
         self._failures = 0
         if not steer:

@@ -1,6 +1,6 @@
 """Per-conversation session state, persisted under ``settings.resolved_state_dir``.
 
-One JSON file per conversation (``sessions/<slug>-<hash>.json``) holds everything a restarted
+One log per conversation (``sessions/<slug>-<hash>.state``) holds everything a restarted
 daemon needs to continue that conversation without losing or repeating a message:
 
 - the Codex thread id and the rollout file it writes;
@@ -10,9 +10,9 @@ daemon needs to continue that conversation without losing or repeating a message
 - the ingress record: ``in_flight`` (written *before* a thought is handed to Codex) and
   ``delivered`` (thought id → journal position, written after), so no thought reaches Codex twice.
 
-Writes are atomic: a temporary file in the same directory, written whole, optionally fsynced,
-then ``os.replace``d over the old file (and the directory fsynced when durable). A reader
-therefore sees the old state or the new one, never a mixture, even after ``kill -9``.
+Each save appends the whole state as one line (see :class:`StateStore`); a reader takes the last
+complete line, so it sees the old state or the new one, never a mixture, even after
+``kill -9``. Compaction rewrites a log atomically (temporary file, fsync, ``os.replace``).
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ from pydantic import BaseModel, Field, ValidationError
 log = logging.getLogger(__name__)
 
 STATE_VERSION = 1
+STATE_SUFFIX = ".state"
+COMPACT_BYTES = 256 * 1024
 _SLUG_RE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -73,7 +75,7 @@ def state_file_name(conversation: str) -> str:
     """A file name that is safe, readable and unique per conversation."""
     digest = hashlib.sha256(conversation.encode("utf-8")).hexdigest()[:12]
     slug = _SLUG_RE.sub("_", conversation)[:40].strip("._") or "conversation"
-    return f"{slug}-{digest}.json"
+    return f"{slug}-{digest}{STATE_SUFFIX}"
 
 
 def atomic_write(path: Path, data: bytes, *, durable: bool) -> None:
@@ -103,12 +105,23 @@ def fsync_dir(directory: Path) -> None:
 
 
 class StateStore:
-    """Loads and saves :class:`SessionState` files in ``<state_dir>/sessions``."""
+    """Loads and saves :class:`SessionState` logs in ``<state_dir>/sessions``.
 
-    def __init__(self, state_dir: Path, *, durable: bool = True) -> None:
+    Each conversation has one append-only log: every save appends the whole state as one JSON
+    line (one ``write()``, about a microsecond, versus a quarter of a millisecond or more for a
+    temp-file-and-rename), fsynced when ``durable``. Loading takes the last line that parses,
+    so a torn last line (possible only on power loss) falls back to the state before it; a
+    write-ahead that did not land means the hand-over it guarded never started. When a log
+    grows past ``compact_bytes`` it is rewritten atomically (temp file, fsync, rename) with only
+    its newest line.
+    """
+
+    def __init__(self, state_dir: Path, *, durable: bool = True, compact_bytes: int = COMPACT_BYTES) -> None:
         self.root = state_dir
         self.sessions_dir = state_dir / "sessions"
         self.durable = durable
+        self.compact_bytes = compact_bytes
+        self._fds: dict[str, tuple[int, int]] = {}  # conversation -> (fd, bytes written so far)
 
     def prepare(self) -> None:
         """Create the directories (0700); raise :class:`StateError` if that is impossible."""
@@ -128,11 +141,11 @@ class StateStore:
         return self.sessions_dir / state_file_name(conversation)
 
     def load_all(self) -> dict[str, SessionState]:
-        """Every saved session; unreadable files are logged and set aside, never fatal."""
+        """Every saved session; unreadable logs are logged and set aside, never fatal."""
         states: dict[str, SessionState] = {}
         if not self.sessions_dir.is_dir():
             return states
-        for path in sorted(self.sessions_dir.glob("*.json")):
+        for path in sorted(self.sessions_dir.glob(f"*{STATE_SUFFIX}")):
             state = self._load_file(path)
             if state is not None:
                 states[state.conversation] = state
@@ -150,19 +163,53 @@ class StateStore:
         except OSError as exc:
             log.error("cannot read session state %s: %s", path, exc.strerror)
             return None
-        try:
-            return SessionState.model_validate(json.loads(raw))
-        except (json.JSONDecodeError, UnicodeDecodeError, ValidationError) as exc:
-            aside = path.with_suffix(".corrupt")
-            with contextlib.suppress(OSError):
-                os.replace(path, aside)
-            log.error("session state %s is unreadable (%s); moved it to %s and starting that conversation "
-                      "afresh", path, str(exc).splitlines()[0][:120], aside)
-            return None
+        problem = "it is empty"
+        for line in reversed(raw.split(b"\n")):
+            if not line.strip():
+                continue
+            try:
+                return SessionState.model_validate(json.loads(line))
+            except (json.JSONDecodeError, UnicodeDecodeError, ValidationError) as exc:
+                problem = str(exc).splitlines()[0][:120]
+                log.warning("session state %s: skipping an unreadable line (%s)", path, problem)
+        aside = path.with_suffix(".corrupt")
+        with contextlib.suppress(OSError):
+            os.replace(path, aside)
+        log.error("session state %s is unreadable (%s); moved it to %s and starting that conversation afresh",
+                  path, problem, aside)
+        return None
 
     def save(self, state: SessionState) -> None:
         self.write(state.conversation, state.model_dump_json().encode("utf-8"))
 
     def write(self, conversation: str, data: bytes) -> None:
-        """Write a serialised state (taken by the caller at a consistent moment)."""
-        atomic_write(self.path_for(conversation), data, durable=self.durable)
+        """Append a serialised state (taken by the caller at a consistent moment)."""
+        line = data + b"\n"
+        fd, size = self._fds.get(conversation) or self._open(conversation)
+        if size + len(line) > self.compact_bytes:
+            os.close(fd)
+            atomic_write(self.path_for(conversation), line, durable=self.durable)
+            fd, size = self._open(conversation)
+            self._fds[conversation] = (fd, size)
+            return
+        view = memoryview(line)
+        while view:
+            view = view[os.write(fd, view):]
+        if self.durable:
+            os.fsync(fd)
+        self._fds[conversation] = (fd, size + len(line))
+
+    def _open(self, conversation: str) -> tuple[int, int]:
+        path = self.path_for(conversation)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        if self.durable and os.fstat(fd).st_size == 0:
+            fsync_dir(path.parent)
+        entry = (fd, os.fstat(fd).st_size)
+        self._fds[conversation] = entry
+        return entry
+
+    def close(self) -> None:
+        for fd, _size in self._fds.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._fds.clear()

@@ -37,6 +37,19 @@ def test_state_file_names_are_distinct_and_safe() -> None:
     assert all("/" not in n and not n.startswith(".") for n in names)
 
 
+def test_state_log_takes_the_last_complete_line_and_compacts(tmp_path: Path) -> None:
+    store = StateStore(tmp_path, durable=False, compact_bytes=4096)
+    store.prepare()
+    for offset in range(100):
+        store.save(SessionState(conversation="c", egress_offset=offset))
+    store.close()
+    path = store.path_for("c")
+    assert path.stat().st_size < 4096
+    with path.open("ab") as handle:
+        handle.write(b'{"version": 1, "conversation": "c", "egress_off')  # torn by a crash
+    assert StateStore(tmp_path).load("c").egress_offset == 99
+
+
 def test_corrupt_state_is_set_aside(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     store = StateStore(tmp_path)
     store.prepare()
