@@ -19,11 +19,13 @@ from dataclasses import dataclass, field
 from typing import Literal, TextIO
 
 from coven_codex.chat.render import Painter, render_entry
+from coven_codex.chat.stream_view import StreamView
 from coven_codex.entries import (
     ApprovalEntry,
     ApprovalRequestEntry,
     BaseEntry,
     CancelEntry,
+    DeltaEntry,
     ResponseEntry,
     ThoughtEntry,
 )
@@ -39,14 +41,6 @@ anything else is sent to Codex as a thought"""
 
 
 @dataclass
-class _Stream:
-    """Text of a reply being streamed by ``delta`` entries, shown inline as it arrives."""
-
-    text: str = ""
-    broken: bool = False  # another line was printed in between; the final reply is shown whole
-
-
-@dataclass
 class ConsoleChat:
     journal: Journal
     conversation: str
@@ -56,10 +50,11 @@ class ConsoleChat:
     history: int = 50
     _painter: Painter = field(init=False)
     _pending: dict[str, list[str]] = field(default_factory=dict, init=False)
-    _stream: _Stream | None = field(default=None, init=False)
+    _stream: StreamView = field(init=False)
 
     def __post_init__(self) -> None:
         self._painter = Painter(self.colour)
+        self._stream = StreamView(self.out, self._painter.paint("response", "codex: "))
 
     async def run(self, lines: AsyncIterator[str]) -> None:
         """Show history, then follow the journal and send typed lines until EOF or /quit."""
@@ -104,31 +99,15 @@ class ConsoleChat:
             pending.remove(entry.request_id)
 
     def _display(self, entry: BaseEntry) -> None:
-        if entry.kind == "delta":
-            self._show_delta(entry.text)
+        if isinstance(entry, DeltaEntry):
+            self._stream.delta(entry.item_id, entry.text)
             return
-        stream, self._stream = self._stream, None
-        if isinstance(entry, ResponseEntry) and stream is not None and not stream.broken:
-            if entry.text.startswith(stream.text):
-                self.out.write(entry.text[len(stream.text) :] + "\n")
-                self.out.flush()
-                return
-            self.out.write("\n")
-        elif stream is not None and not stream.broken:
-            self.out.write("\n")
-            if not isinstance(entry, ResponseEntry):
-                self._stream = _Stream(stream.text, broken=True)
+        if isinstance(entry, ResponseEntry) and self._stream.response(entry.text):
+            return
+        self._stream.interrupt()
         text = render_entry(entry, self._painter)
         if text is not None:
             self._print(text)
-
-    def _show_delta(self, text: str) -> None:
-        if self._stream is None or self._stream.broken:
-            self._stream = _Stream()
-            self.out.write(self._painter.paint("response", "codex: "))
-        self._stream.text += text
-        self.out.write(text)
-        self.out.flush()
 
     def _print(self, text: str) -> None:
         self.out.write(text + "\n")
@@ -166,7 +145,7 @@ class ConsoleChat:
                     self._print(f"you are in conversation {self.conversation}; /conversation NAME to switch")
                 else:
                     self.conversation = argument
-                    self._stream = None
+                    self._stream.forget()
                     self._print(self._painter.paint("status", f"[conversation {argument}]"))
                     await self._show_history(await self.journal.end_position())
             case _:
