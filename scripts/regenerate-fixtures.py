@@ -23,6 +23,7 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -67,7 +68,8 @@ class Scenario:
     (one ``codex app-server`` process, ``turn/start`` with ``clientUserMessageId``)."""
     versions: tuple[str, ...] = VERSIONS
     interrupt_after: float | None = None
-    """app-server only: send ``turn/interrupt`` this many seconds after each ``turn/start``."""
+    """Interrupt each turn this many seconds after it started: app-server ``turn/interrupt``;
+    exec: SIGINT (what Ctrl-C does)."""
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -101,6 +103,8 @@ SCENARIOS: dict[str, Scenario] = {
     "app_server_interrupt": Scenario(["start something long"], [(Reply("working on it"), Stall(5), Reply("never"))],
                                      "a turn interrupted by app-server turn/interrupt while the model stalls",
                                      driver="app-server", versions=("0.169.0",), interrupt_after=1.0),
+    "exec_sigint": Scenario(["start something long"], [(Reply("working on it"), Stall(5), Reply("never"))],
+                            "codex exec interrupted by SIGINT while the model stalls", interrupt_after=1.5),
 }
 
 
@@ -111,15 +115,22 @@ def codex_path(version: str) -> Path:
     return path
 
 
-async def run_turn(codex: Path, args: list[str], prompt: str, *, cwd: Path, env: dict[str, str]
-                   ) -> tuple[int, list[str]]:
+async def run_turn(codex: Path, args: list[str], prompt: str, *, cwd: Path, env: dict[str, str],
+                   interrupt_after: float | None = None) -> tuple[int, list[str]]:
     """Run one ``codex exec`` turn; the prompt goes on stdin (``-``)."""
     proc = await asyncio.create_subprocess_exec(
         str(codex), "exec", "--json", "--skip-git-repo-check", *args, "-", cwd=cwd, env=env,
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    async def interrupt() -> None:
+        if interrupt_after is not None:
+            await asyncio.sleep(interrupt_after)
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGINT)
+
     try:
         async with asyncio.timeout(TURN_TIMEOUT):
-            stdout, stderr = await proc.communicate(prompt.encode())
+            (stdout, stderr), _ = await asyncio.gather(proc.communicate(prompt.encode()), interrupt())
     except TimeoutError:
         proc.kill()
         await proc.wait()
@@ -250,7 +261,8 @@ async def generate(version: str, name: str, scenario: Scenario) -> None:
                                                              interrupt_after=scenario.interrupt_after)
             for turn, prompt in enumerate(scenario.prompts if scenario.driver == "exec" else (), start=1):
                 args = ["resume", thread_id] if thread_id else []
-                code, lines = await run_turn(codex, args, prompt, cwd=workspace, env=env)
+                code, lines = await run_turn(codex, args, prompt, cwd=workspace, env=env,
+                                             interrupt_after=scenario.interrupt_after)
                 exec_lines.append(json.dumps({"turn": turn, "exit_code": code}))
                 exec_lines.extend(lines)
                 thread_id = thread_id or thread_id_of(lines)

@@ -65,6 +65,10 @@ EXPECTED: dict[str, dict[str, list[tuple[str, ...]]]] = {
     "app_server_two_turns": {
         "0.169.0": [START, ("response", "", "app answer one"), DONE, START, ("response", "", "app answer two"), DONE],
     },
+    "exec_sigint": {
+        "0.169.0": [START, ("response", "", "working on it"), ("status", "turn_aborted", "turn aborted (interrupted)")],
+        "0.47.0": [START, ("response", "", "working on it"), ("status", "turn_aborted", "turn aborted (interrupted)")],
+    },
     "app_server_interrupt": {
         "0.169.0": [START, ("response", "", "working on it"), ("status", "turn_aborted", "turn aborted (interrupted)")],
     },
