@@ -26,6 +26,7 @@ import logging
 import os
 import signal
 import subprocess
+import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -208,24 +209,39 @@ def _sweep_tree(token: str, snapshot: list[psutil.Process]) -> list[int]:
 
 
 def sweep(processes: Sequence[psutil.Process], wait: float = SWEEP_WAIT) -> list[int]:
-    """Kill every process in ``processes`` that is still running; return the pids killed."""
-    alive: list[psutil.Process] = []
+    """Kill every process in ``processes`` that is still running and wait (up to ``wait``
+    seconds) until none of them runs any more; return the pids this call killed.
+
+    Processes already signalled through their group are waited for too: a killed process may
+    take a moment to go (uninterruptible sleep while it tears down), and callers rely on the
+    tree being gone when :func:`terminate_tree` returns.
+    """
+    killed: list[int] = []
     for process in processes:
-        with contextlib.suppress(psutil.Error):
-            # psutil checks the creation time, so a reused pid is never signalled.
-            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+        if _running(process):
+            with contextlib.suppress(psutil.Error):
+                # psutil checks the creation time, so a reused pid is never signalled.
                 process.kill()
-                alive.append(process)
-                log.warning("killed escaped Codex descendant %d (%s)", process.pid, process.name())
-    if alive:
-        psutil.wait_procs(alive, timeout=wait)
+                killed.append(process.pid)
+                log.warning("killed Codex descendant %d that outlived its group", process.pid)
+    deadline = time.monotonic() + wait
+    while any(_running(p) for p in processes) and time.monotonic() < deadline:
+        time.sleep(0.02)
     # Reap zombies that are our own children so they do not linger in the process table.
     me = os.getpid()
     for process in processes:
         with contextlib.suppress(psutil.Error, ChildProcessError, OSError):
             if process.ppid() == me:
                 os.waitpid(process.pid, os.WNOHANG)
-    return [p.pid for p in alive]
+    return killed
+
+
+def _running(process: psutil.Process) -> bool:
+    """Alive and not a zombie (a zombie has exited; only its parent's reaping is missing)."""
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def run_captured(

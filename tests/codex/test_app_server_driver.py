@@ -295,3 +295,18 @@ def test_rollout_client_id_shape(tmp_path: Path) -> None:
     line = {"type": "event_msg", "payload": {"type": "item_completed",
                                               "item": {"type": "UserMessage", "client_id": "x"}}}
     assert json.loads(json.dumps(line))["payload"]["item"]["client_id"] == "x"
+
+
+async def test_a_config_codex_rejects_fails_start_with_its_words(tmp_path: Path, codex_bin_169: Path,
+                                                                 recorder: Recorder) -> None:
+    async with ScriptedModelServer([]) as server:
+        setup = make_setup(tmp_path, codex_bin_169, VERSION, server, driver="app-server",
+                           extra={"approval_policy": "untrusted"})
+        driver = setup.driver(recorder)
+        with pytest.raises(DriverError, match="no longer supported"):
+            await driver.start(None)
+        await driver.aclose()
+        (failed,) = recorder.of(DriverFailed)
+        assert failed.error.code is ErrorCode.PROCESS_EXITED
+        assert "approval_policy" in failed.error.message
+        assert driver.pids == []

@@ -61,7 +61,7 @@ from coven_codex.codex.drivers.base import (
     process_error,
 )
 from coven_codex.codex.errors import HINTS, ClassifiedError, ErrorCode, classify, shorten
-from coven_codex.codex.process import ChildProcess, spawn, terminate_tree
+from coven_codex.codex.process import STREAM_LIMIT, ChildProcess, spawn, terminate_tree
 from coven_codex.codex.version import CodexVersion
 
 log = logging.getLogger(__name__)
@@ -337,9 +337,17 @@ class AppServerDriver(CodexDriver):
     # -- reading -----------------------------------------------------------------------------------
     async def _read_stdout(self, child: ChildProcess) -> None:
         assert child.stdout is not None
-        with contextlib.suppress(ConnectionError):
-            while line := await child.stdout.readline():
-                self._dispatch(line)
+        while True:
+            try:
+                line = await child.stdout.readline()
+            except ValueError:  # longer than STREAM_LIMIT: asyncio dropped it, reading goes on
+                log.error("the Codex app-server wrote a message over %d MiB; it was dropped", STREAM_LIMIT >> 20)
+                continue
+            except ConnectionError:
+                return
+            if not line:
+                return
+            self._dispatch(line)
 
     async def _read_stderr(self, child: ChildProcess) -> None:
         assert child.stderr is not None

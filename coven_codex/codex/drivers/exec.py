@@ -53,7 +53,7 @@ from coven_codex.codex.drivers.base import (
     process_error,
 )
 from coven_codex.codex.errors import ClassifiedError, classify, shorten
-from coven_codex.codex.process import ChildProcess, signal_group, spawn, terminate_tree
+from coven_codex.codex.process import STREAM_LIMIT, ChildProcess, signal_group, spawn, terminate_tree
 from coven_codex.codex.version import CodexVersion
 
 log = logging.getLogger(__name__)
@@ -216,16 +216,24 @@ class ExecDriver(CodexDriver):
     async def _read_events(self, turn: _ExecTurn) -> None:
         stdout = turn.child.stdout
         assert stdout is not None
-        with contextlib.suppress(ConnectionError, ValueError):
-            while line := await stdout.readline():
-                turn.clock.touch()
-                try:
-                    event = json.loads(line)
-                except (json.JSONDecodeError, UnicodeDecodeError):
-                    log.debug("codex exec wrote a line that is not JSON: %r", line[:200])
-                    continue
-                if isinstance(event, dict):
-                    self._on_event(turn, event)
+        while True:
+            try:
+                line = await stdout.readline()
+            except ValueError:  # longer than STREAM_LIMIT: asyncio dropped it, reading goes on
+                log.error("codex exec wrote a line over %d MiB; it was dropped", STREAM_LIMIT >> 20)
+                continue
+            except ConnectionError:
+                return
+            if not line:
+                return
+            turn.clock.touch()
+            try:
+                event = json.loads(line)
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                log.debug("codex exec wrote a line that is not JSON: %r", line[:200])
+                continue
+            if isinstance(event, dict):
+                self._on_event(turn, event)
 
     def _on_event(self, turn: _ExecTurn, event: Mapping[str, Any]) -> None:
         kind = event.get("type")
