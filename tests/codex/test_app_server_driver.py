@@ -24,6 +24,7 @@ from coven_codex.codex.drivers import (
 )
 from coven_codex.codex.errors import ErrorCode
 from coven_codex.testing import CallTool, HttpError, Reply, ScriptedModelServer, Stall
+from coven_codex.testing.mcp_echo_server import mcp_server_entry
 
 pytestmark = pytest.mark.codex
 VERSION = "0.169.0"
@@ -310,3 +311,25 @@ async def test_a_config_codex_rejects_fails_start_with_its_words(tmp_path: Path,
         assert failed.error.code is ErrorCode.PROCESS_EXITED
         assert "approval_policy" in failed.error.message
         assert driver.pids == []
+
+
+async def test_mcp_tool_approval_round_trip(tmp_path: Path, codex_bin_169: Path, recorder: Recorder) -> None:
+    """Without ``default_tools_approval_mode``, 0.169 asks (an MCP elicitation) before a tool call."""
+    entry = mcp_server_entry()
+    entry.pop("default_tools_approval_mode")
+    async with ScriptedModelServer([CallTool("echo.echo", {"text": "hi"}), Reply("done")]) as server:
+        setup = make_setup(tmp_path, codex_bin_169, VERSION, server, driver="app-server",
+                           extra={"mcp_servers": {"echo": entry}})
+        driver = setup.driver(recorder)
+        try:
+            await driver.start(None)
+            await driver.submit("use the tool", "a")
+            (asked,) = await recorder.wait_for(ApprovalRequested)
+            assert asked.action.startswith("use a tool: ") and "echo" in asked.action
+            await driver.answer_approval(asked.request_id, True)
+            (finished,) = await recorder.wait_for(TurnFinished)
+        finally:
+            await driver.aclose()
+        assert finished.ok
+        (output,) = server.requests.function_call_outputs()
+        assert "echo: hi" in output.output

@@ -74,7 +74,7 @@ _APPROVAL_ACTIONS = {
     "item/fileChange/requestApproval": "change files",
     "execCommandApproval": "run a command",
     "applyPatchApproval": "apply a patch",
-    "mcpServer/elicitation/request": "answer a tool's request",
+    "mcpServer/elicitation/request": "use a tool",
 }
 
 
