@@ -248,6 +248,7 @@ async def test_kill_9_mid_turn_then_resume(tmp_path: Path, codex_bin_169: Path, 
         assert failed.error.code in (ErrorCode.PROCESS_EXITED, ErrorCode.KILL_TIMEOUT)
         assert "exited unexpectedly" in failed.error.message
         assert failed.undelivered == ("c",)
+        assert failed.in_flight == ("b",)
         assert recorder.of(TurnFinished)[1:] == []  # the killed turn is reported by DriverFailed
         for process in tree:
             assert not process.is_running() or process.status() == psutil.STATUS_ZOMBIE

@@ -240,17 +240,14 @@ class AppServerDriver(CodexDriver):
             return "queued"
 
     async def _pump(self) -> None:
+        """Start the next queued thought if no turn runs."""
         async with self._lock:
-            await self._pump_locked()
-
-    async def _pump_locked(self) -> None:
-        """Start the next queued thought if no turn runs (the caller holds the lock)."""
-        while self._turn is None and self._queue and self._failed is None and not self._closing:
-            thought = self._queue.popleft()
-            try:
-                await self._start_turn(thought)
-            except DriverError:
-                return
+            while self._turn is None and self._queue and self._failed is None and not self._closing:
+                try:
+                    await self._start_turn(self._queue.popleft())
+                except DriverError as exc:  # the driver failed meanwhile; DriverFailed says so
+                    log.info("queued thought not started: %s", exc)
+                    return
 
     async def _start_turn(self, thought: PendingThought) -> None:
         turn = _Turn([thought.client_id], TurnClock(self.settings.turn_timeout, self.settings.stream_idle_timeout))
@@ -377,15 +374,17 @@ class AppServerDriver(CodexDriver):
         undelivered = self.queued
         self._queue.clear()
         turn, self._turn = self._turn, None
+        in_flight: tuple[str, ...] = ()
         if turn is not None:
+            in_flight = tuple(turn.client_ids)
             turn.ended.set()
-            if turn.watchdog is not None:
+            if turn.watchdog is not None and turn.watchdog is not asyncio.current_task():
                 turn.watchdog.cancel()
         for approval in self._approvals.values():
             if approval.timer is not None:
                 approval.timer.cancel()
         self._approvals.clear()
-        self._events.emit(DriverFailed(error, returncode, undelivered))
+        self._events.emit(DriverFailed(error, returncode, undelivered, in_flight))
 
     def _dispatch(self, line: bytes) -> None:
         try:

@@ -170,13 +170,15 @@ class AgentMessageCompleted:
 class DriverFailed:
     """The driver cannot go on (its Codex process died or stopped answering).
 
-    ``undelivered``: client ids of queued thoughts that never reached Codex. Thoughts of the
-    interrupted turn may or may not have reached it (the rollout tells).
+    ``undelivered``: client ids of queued thoughts that never reached Codex. ``in_flight``:
+    client ids of the turn that was running; they may or may not have reached Codex (the
+    rollout tells: the app-server records them as ``client_id``).
     """
 
     error: ClassifiedError
     returncode: int | None
     undelivered: tuple[str, ...] = ()
+    in_flight: tuple[str, ...] = ()
 
 
 DriverEvent = (
