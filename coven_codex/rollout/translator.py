@@ -12,7 +12,8 @@ Sources of truth (each reply exactly once, see ``docs/rollout.md``):
 - turn lifecycle: ``task_started`` → ``turn_started``; ``task_complete`` → ``turn_completed``,
   or an ``error`` entry plus ``turn_failed`` when it carries an error; ``turn_aborted``.
   0.47 records no turn events: its ``user_message`` event yields ``turn_started`` and it
-  never records the end of a turn (the driver sees the process end).
+  never records the end of a normal turn (the driver sees the process end); interrupted
+  turns end with ``turn_aborted`` in both versions.
 - the user's own prompt is never echoed.
 
 Entry ids are ``f"{thread_id}:{line_start}:{index}"``: feeding the same file again from
@@ -52,7 +53,6 @@ from coven_codex.rollout.records import (
     AgentMessageEvent,
     AgentReasoningEvent,
     ErrorMessageEvent,
-    RolloutParseError,
     RolloutRecord,
     ToolCallCompletedEvent,
     ToolCallItem,
@@ -94,6 +94,8 @@ _SKIPPED_RAW: frozenset[tuple[bytes, bytes | None]] = frozenset(
 )
 
 TEXT_PREVIEW = 200
+RECORD_START = b'{"timestamp":"'
+"""How every line Codex writes begins."""
 
 
 class RolloutTranslator:
@@ -130,19 +132,29 @@ class RolloutTranslator:
         return self.feed_bytes(line.data, line.start)
 
     def feed_bytes(self, data: bytes, start: int) -> list[BaseEntry]:
-        """Entries for one line (without its newline) starting at byte ``start``."""
+        """Entries for one line (without its newline) starting at byte ``start``.
+
+        A line that does not decode but holds a second record start (``{"timestamp":"``) is
+        what Codex leaves when it was killed mid-write and a resumed run appended after the
+        torn bytes: the torn part is reported, the record after it is still translated (its
+        entries' ids use the byte offset where it starts).
+        """
         if not self._decode_all:
             envelope = ENVELOPE_PATTERN.match(data)  # same test as peek_envelope, without decoding names
-            if envelope is not None and envelope.group(1, 2) in _SKIPPED_RAW:
-                if data.rstrip().endswith(b"}"):
+            if envelope is not None and envelope.group(1, 2) in _SKIPPED_RAW and data.find(RECORD_START, 1) == -1:
+                if data.endswith(b"}") or data.rstrip().endswith(b"}"):  # rstrip copies: only if needed
                     return []
                 return [self._bad_line(start, "torn line (it does not end with '}')")]
         parsed = parse_line(data, start)
-        if isinstance(parsed, RolloutParseError):
-            if parsed.reason == "blank line":
-                return []
+        if isinstance(parsed, RolloutRecord):
+            return self.feed_record(parsed)
+        if parsed.reason == "blank line":
+            return []
+        resumed_at = data.rfind(RECORD_START, 1)
+        if resumed_at == -1:
             return [self._bad_line(start, parsed.reason)]
-        return self.feed_record(parsed)
+        torn = self._bad_line(start, f"torn record ({parsed.reason}); a new record starts at byte {start + resumed_at}")
+        return [torn, *self.feed_bytes(data[resumed_at:], start + resumed_at)]
 
     def feed_record(self, record: RolloutRecord) -> list[BaseEntry]:
         """Entries for one parsed record (ids use ``record.offset``)."""

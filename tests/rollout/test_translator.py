@@ -159,6 +159,17 @@ def test_bad_lines_are_reported_with_their_offset_and_translation_continues() ->
     assert [e.text for e in entries if isinstance(e, ResponseEntry)] == ["Hello there!"]
 
 
+def test_a_record_appended_after_a_torn_one_is_still_translated() -> None:
+    """Codex killed mid-write, then resumed: the new record follows the torn bytes on one line."""
+    torn = b'{"timestamp":"2026-01-01T00:00:00Z","type":"event_msg","payload":{"type":"token_co'
+    reply = b'{"timestamp":"2026-01-01T00:00:01Z","type":"event_msg","payload":{"type":"agent_message",' \
+            b'"message":"after the crash"}}'
+    for decode_all in (False, True):
+        entries = RolloutTranslator("conv", "T", decode_all=decode_all).feed_bytes(torn + reply, 100)
+        assert [(e.kind, e.id) for e in entries] == [("error", "T:100:0"), ("response", f"T:{100 + len(torn)}:0")]
+        assert f"byte {100 + len(torn)}" in entries[0].text and entries[1].text == "after the crash"
+
+
 def test_too_long_lines_from_the_tailer_are_reported() -> None:
     (entry,) = RolloutTranslator("conv", "T").feed(Line(b"", 40, 9_000_000, too_long=True))
     assert isinstance(entry, ErrorEntry) and entry.code == "BAD_LINE" and entry.id == "T:40:0"
