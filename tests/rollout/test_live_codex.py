@@ -11,6 +11,7 @@ import subprocess
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -199,3 +200,19 @@ async def test_model_http_errors_surface_as_classified_error_entries(
             assert turn.exit_code == 1 and exec_errors
             entry = error_entry_from_message(exec_errors[-1], conversation="conv", thread_id=session.thread_id)
             assert entry.code == code and str(status) in entry.text
+
+
+async def test_locator_finds_the_file_in_the_local_time_date_folder(codex_bin: Path, tmp_path: Path) -> None:
+    """Codex names date folders in local time: pick a time zone whose date differs from UTC."""
+    now = datetime.now(UTC)
+    zone, offset = ("Etc/GMT+12", -12) if now.hour < 12 else ("Etc/GMT-14", 14)  # POSIX signs are inverted
+    local_day = (now + timedelta(hours=offset)).strftime("%Y/%m/%d")
+    assert local_day != now.strftime("%Y/%m/%d")
+    async with live_session(codex_bin, tmp_path, [Reply("hello from elsewhere")]) as (session, _server):
+        session.env["TZ"] = zone
+        assert (await session.turn("hi")).exit_code == 0
+        assert session.thread_id is not None
+        path = await locate_rollout(session.home, thread_id=session.thread_id, cwd=None, timeout=5)
+        assert path.parent.relative_to(session.home / "sessions").as_posix() == local_day
+        assert await locate_rollout(session.home, thread_id=None, cwd=session.workspace, timeout=5) == path
+        assert [e.text for e in session.all_entries() if isinstance(e, ResponseEntry)] == ["hello from elsewhere"]
