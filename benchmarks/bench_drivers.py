@@ -76,9 +76,9 @@ async def measure(version: str, choice: DriverChoice, turns: int, scratch: Path)
         config = codex_config(server.base_url)
         config.pop("approval_policy")
         env = {"HOME": str(scratch / "home"), "PATH": os.environ.get("PATH", ""), DEFAULT_ENV_KEY: "k"}
-        kind = "app-server" if choice == "app-server" else "exec"
-        home = prepare_codex_home(workspace / ".codex", workspace, driver=kind, inline_config=config,
-                                  environ=env)
+        home = prepare_codex_home(workspace / ".codex", workspace,
+                                  driver="app-server" if choice == "app-server" else "exec",
+                                  inline_config=config, environ=env)
         executable = codex(version)
         driver = create_driver(executable, detect_version(executable, env=env), workspace, env=home.env,
                                settings=DriverSettings(), sink=sink, choice=choice)

@@ -40,7 +40,7 @@ class Recorder:
         async def matched() -> list[E]:
             async with self._changed:
                 while True:
-                    found = [e for e in self.events if isinstance(e, kind) and predicate(e)]
+                    found: list[E] = [e for e in self.events if isinstance(e, kind) and predicate(e)]
                     if len(found) >= count:
                         return found
                     await self._changed.wait()

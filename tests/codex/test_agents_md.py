@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from coven_codex.codex.agents_md import TemplateError, render_template, write_agents_md
 
@@ -60,3 +62,27 @@ def test_write_agents_md_names_the_template_on_error(tmp_path: Path) -> None:
     template.write_text("$NOPE")
     with pytest.raises(TemplateError, match=r"t\.md.*\$NOPE"):
         write_agents_md(template, tmp_path, tmp_path, {})
+
+
+# -- properties ------------------------------------------------------------------------------
+
+names = st.from_regex(r"[A-Z][A-Z0-9_]{1,8}", fullmatch=True)
+plain = st.text(alphabet=st.characters(blacklist_characters="$"), max_size=30)
+
+
+@given(plain)
+def test_text_without_dollars_is_unchanged(text: str) -> None:
+    assert render_template(text, {}) == text
+
+
+@given(st.lists(st.tuples(plain, names), min_size=1, max_size=5), st.text("xyz", max_size=5))
+def test_every_used_variable_is_substituted_or_named(parts: list[tuple[str, str]], value: str) -> None:
+    template = "".join(f"{text} ${name} " for text, name in parts)
+    values = {name: value for _, name in parts}
+    rendered = render_template(template, values)
+    assert rendered == "".join(f"{text} {value} " for text, _ in parts)
+    missing = parts[-1][1]
+    del values[missing]
+    if all(name != missing for _, name in parts[:-1]):
+        with pytest.raises(TemplateError, match=rf"\${missing}\b"):
+            render_template(template, values)

@@ -14,7 +14,7 @@ from codex_driver_helpers import Recorder
 from coven_codex.codex.drivers import DriverSettings, TurnFinished, create_driver
 from coven_codex.codex.home import prepare_codex_home
 from coven_codex.codex.version import detect_version
-from coven_codex.testing import CallTool, Reply, ScriptedModelServer, codex_config
+from coven_codex.testing import CallTool, Reply, ScriptedModelServer, TurnScript, codex_config
 from coven_codex.testing.codex_config import DEFAULT_ENV_KEY
 from coven_codex.testing.mcp_echo_server import mcp_server_entry
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.codex
 
 async def test_prepared_home_runs_tools_and_instructions(tmp_path: Path, codex_bin: Path,
                                                          recorder: Recorder) -> None:
-    script = [CallTool("echo.echo", {"text": "via the merged config"}), Reply("done")]
+    script: list[TurnScript] = [CallTool("echo.echo", {"text": "via the merged config"}), Reply("done")]
     async with ScriptedModelServer(script) as server:
         base = tmp_path / "base.toml"
         config = codex_config(server.base_url)
