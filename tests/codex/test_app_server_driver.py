@@ -334,3 +334,19 @@ async def test_mcp_tool_approval_round_trip(tmp_path: Path, codex_bin_169: Path,
         assert finished.ok
         (output,) = server.requests.function_call_outputs()
         assert "echo: hi" in output.output
+
+
+async def test_silent_model_is_a_stream_idle_error(tmp_path: Path, codex_bin_169: Path,
+                                                   recorder: Recorder) -> None:
+    async with ScriptedModelServer([(Stall(30), Reply("late"))]) as server:
+        setup = make_setup(tmp_path, codex_bin_169, VERSION, server, driver="app-server")
+        driver = setup.driver(recorder, stream_idle_timeout=2.0)
+        try:
+            await driver.start(None)
+            await driver.submit("slow", "a")
+            (finished,) = await recorder.wait_for(TurnFinished, timeout=30)
+            assert not driver.busy
+        finally:
+            await driver.aclose()
+        assert finished.status == "failed"
+        assert finished.error is not None and finished.error.code is ErrorCode.STREAM_IDLE

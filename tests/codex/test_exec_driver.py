@@ -203,3 +203,19 @@ async def test_no_approvals_and_closed_driver(tmp_path: Path, codex_bin_047: Pat
         await driver.aclose()
         with pytest.raises(DriverError, match="not running"):
             await driver.submit("late", "z")
+
+
+async def test_silent_model_is_a_stream_idle_error(tmp_path: Path, codex_bin_047: Path,
+                                                   recorder: Recorder) -> None:
+    async with ScriptedModelServer([(Stall(30), Reply("late")), Reply("next")]) as server:
+        setup = make_setup(tmp_path, codex_bin_047, "0.47.0", server, driver="exec")
+        driver = setup.driver(recorder, stream_idle_timeout=2.0, kill_grace=1.0)
+        try:
+            await driver.start(None)
+            await driver.submit("slow", "a")
+            await driver.submit("then this", "b")
+            finished = await recorder.wait_for(TurnFinished, count=2, timeout=30)
+        finally:
+            await driver.aclose()
+        assert finished[0].error is not None and finished[0].error.code is ErrorCode.STREAM_IDLE
+        assert finished[1].ok
