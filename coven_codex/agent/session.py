@@ -65,6 +65,7 @@ MAX_BACKOFF = 60.0
 DELIVERY_ATTEMPTS = 3
 ERROR_DRAIN = 1.0
 PRUNE_DELIVERED_AT = 256
+CONFIRM_LOCATE = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +145,7 @@ class Session:
         self._egress_task: asyncio.Task[None] | None = None
         self._pump_task: asyncio.Task[None] | None = None
         self._told_waiting = False
+        self._unconfirmed: PendingThought | None = None
         self._last_open_error: str | None = None
         self._errors_at_turn_start = 0
         self._no_turn = asyncio.Event()
@@ -262,6 +264,8 @@ class Session:
             self._set_turn_active()
         elif isinstance(event, TurnEnded):
             self._turn_finished()
+            if self._unconfirmed is not None:
+                await self._confirm_unconfirmed()
             if event.status == "failed" and event.error:
                 await self._turn_failed(event)
         elif isinstance(event, Delta):
@@ -514,10 +518,56 @@ class Session:
             await self._delivery_failed(thought, exc)
             return
         if not link.persistent:
+            # exec: the bytes are on its stdin, but the process may die before Codex records them.
+            # Only the rollout proves receipt, so the thought stays in flight until the turn ends.
             self._svc.processes.record(self.conversation, link.pids, link.tree_tokens)
+            self._unconfirmed = thought
+            self._start_turn()
+            return
         await self._delivered(thought, steer=steer)
 
-    async def _delivered(self, thought: PendingThought, *, steer: bool) -> None:
+    def _start_turn(self) -> None:
+        self._errors_at_turn_start = self.egress.errors_seen
+        self._set_turn_active()
+        self._turn_deadline = time.monotonic() + self._settings.turn_timeout
+
+    async def _confirm_unconfirmed(self) -> None:
+        """exec: the turn is over (its process is gone); did Codex record the thought?"""
+        thought, self._unconfirmed = self._unconfirmed, None
+        in_flight = self.state.in_flight
+        if thought is None or in_flight is None:
+            return
+        rollout: Path | None = Path(self.state.rollout_path) if self.state.rollout_path else None
+        if rollout is None and self.state.thread_id is not None:
+            with contextlib.suppress(LookupError, TimeoutError):
+                rollout = await asyncio.wait_for(self._svc.locate_rollout(self.state.thread_id), CONFIRM_LOCATE)
+        received = rollout is not None and await asyncio.to_thread(
+            codex_received, rollout, in_flight, by_client_id=False)
+        if received:
+            await self._delivered(thought, steer=False, start_turn=False)
+            return
+        log.warning("conversation %r: Codex ended before recording thought %s; it will be sent again",
+                    self.conversation, thought.entry_id)
+        self.state.in_flight = None
+        await self._save_now()
+        await self._count_failure(thought, "Codex ended before it took the thought")
+
+    async def _count_failure(self, thought: PendingThought, reason: str) -> None:
+        """One more failed hand-over of ``thought``: back off, and give up after a few."""
+        self._failures += 1
+        if self._failures >= DELIVERY_ATTEMPTS:
+            self._queue.popleft()
+            self._queued_ids.discard(thought.entry_id)
+            self._failures = 0
+            c = classify(reason)
+            await self._error(c.code, f"the thought could not be handed to Codex: {c.message}",
+                              "Send it again once `coven-codex validate` passes.")
+            self._svc.finish_thought(thought.position)
+            return
+        delay = min(self._settings.restart_backoff * 2 ** (self._failures - 1), MAX_BACKOFF)
+        self._restart_at = time.monotonic() + delay
+
+    async def _delivered(self, thought: PendingThought, *, steer: bool, start_turn: bool = True) -> None:
         self._queue.popleft()
         self._queued_ids.discard(thought.entry_id)
         self.state.in_flight = None
@@ -527,10 +577,8 @@ class Session:
             self.state.forget_delivered_before(self._svc.saved_cursor())
         self.state.user_messages += 1
         self._failures = 0
-        if not steer:
-            self._errors_at_turn_start = self.egress.errors_seen
-            self._set_turn_active()
-            self._turn_deadline = time.monotonic() + self._settings.turn_timeout
+        if start_turn and not steer:
+            self._start_turn()
         await self._save_now()
         self._svc.finish_thought(thought.position)
 
@@ -545,20 +593,11 @@ class Session:
             # The process died after the bytes left: its rollout (final now) says whether it had them.
             rollout = Path(self.state.rollout_path)
             if await asyncio.to_thread(codex_received, rollout, in_flight, by_client_id=by_client_id):
-                await self._delivered(thought, steer=False)
-                self._turn_finished()
+                await self._delivered(thought, steer=False, start_turn=False)
                 return
         self.state.in_flight = None
         await self._save_now()
-        self._failures += 1
-        if self._failures >= DELIVERY_ATTEMPTS:
-            self._queue.popleft()
-            self._queued_ids.discard(thought.entry_id)
-            self._failures = 0
-            c = classify(str(exc))
-            await self._error(c.code, f"the thought could not be handed to Codex: {c.message}",
-                              "Send it again once `coven-codex validate` passes.")
-            self._svc.finish_thought(thought.position)
+        await self._count_failure(thought, str(exc))
 
     async def _end_link(self, *, reason: str, expected: bool = True) -> None:
         link = self._link
@@ -572,6 +611,8 @@ class Session:
         await link.close()
         self._svc.processes.forget(self.conversation)
         self._svc.slots.release(self.conversation)
+        if self._unconfirmed is not None:
+            await self._confirm_unconfirmed()
         if self._turn_active:
             self._turn_finished()
         if not expected:

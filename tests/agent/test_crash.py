@@ -119,3 +119,11 @@ async def test_kill9_daemon_200_thoughts_25_kills(codex_bin_169: Path, harness_f
     async with ScriptedModelServer(responder=echo_responder) as server:
         h = harness_factory(codex_bin_169, server)
         await crash_loop(h, server, thoughts=200, kills=25, seed=2026)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+async def test_kill9_daemon_exec_driver_047(codex_bin_047: Path, harness_factory: Factory) -> None:
+    async with ScriptedModelServer(responder=echo_responder) as server:
+        h = harness_factory(codex_bin_047, server)
+        await crash_loop(h, server, thoughts=60, kills=10, seed=47)
