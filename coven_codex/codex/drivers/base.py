@@ -40,9 +40,17 @@ Calls:
 Errors: every failure reaches the sink classified (:class:`~coven_codex.codex.errors.ClassifiedError`):
 a failed turn (the model answered 401, the turn timed out, ...) is a :class:`TurnFinished` with
 ``status="failed"``; a Codex process that dies is :class:`DriverFailed` for the app-server (the
-driver is then dead: create a new one and ``start(thread_id)`` to resume) and a failed
-:class:`TurnFinished` for exec (whose next turn simply starts a new process that resumes).
-Calls on a driver that cannot serve them raise :class:`DriverError`.
+driver is then dead: create a new one and ``start(thread_id)`` to resume; ``in_flight`` and
+``undelivered`` name the thoughts concerned) and a failed :class:`TurnFinished` for exec (whose
+next turn simply starts a new process that resumes). A turn running longer than
+``turn_timeout`` or silent for ``stream_idle_timeout`` (paused while an approval is pending)
+is interrupted and finishes as failed (``OUTER_TIMEOUT`` / ``STREAM_IDLE``). Calls on a driver
+that cannot serve them raise :class:`DriverError`. After ``aclose()`` no more events arrive.
+
+Events, in the order a turn produces them: :class:`ThreadStarted`, :class:`TurnStarted`,
+:class:`Delta` (app-server, if ``stream_deltas``), :class:`ApprovalRequested` /
+:class:`ApprovalResolved`, :class:`AgentMessageCompleted`, :class:`TurnFinished`; and
+:class:`DriverFailed` at any time.
 """
 
 from __future__ import annotations
