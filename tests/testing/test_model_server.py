@@ -294,10 +294,11 @@ def test_config_points_codex_at_the_server(tmp_path: Path) -> None:
     assert env == {"CODEX_HOME": str(tmp_path / "home"), provider["env_key"]: "scripted-test-key"}
 
 
-async def test_command_line_server_prints_its_url_and_serves() -> None:
+async def test_command_line_server_prints_its_url_and_serves(tmp_path: Path) -> None:
+    record = tmp_path / "requests.jsonl"
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "coven_codex.testing.model_server", "--port", "0", "--script", "echo",
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        sys.executable, "-m", "coven_codex.testing.model_server", "--port", "0", "--script", "commands",
+        "--record", str(record), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
         assert proc.stdout is not None
         async with asyncio.timeout(20):
@@ -306,11 +307,17 @@ async def test_command_line_server_prints_its_url_and_serves() -> None:
         reader, writer = await asyncio.open_connection("127.0.0.1", int(url.rsplit(":", 1)[1].split("/")[0]))
         client = Client(reader, writer)
         _, events = await client.post_responses(responses_body("ping"))
-        await client.close()
         assert done_items(events)[0]["content"][0]["text"] == "echo: ping"
+        status, _, _ = await client.request("POST", "/v1/responses", json.dumps(responses_body("/error 401")).encode(),
+                                            headers={"authorization": "Bearer secret"})
+        assert status == 401
+        await client.close()
     finally:
         proc.terminate()
         assert await proc.wait() == 0
+    recorded = [json.loads(line) for line in record.read_text().splitlines()]
+    assert [r["body"]["input"][-1]["content"][0]["text"] for r in recorded] == ["ping", "/error 401"]
+    assert recorded[1]["headers"]["authorization"] == "<redacted>" and "secret" not in record.read_text()
 
 
 @pytest.mark.codex
