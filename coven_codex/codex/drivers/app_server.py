@@ -178,7 +178,9 @@ class AppServerDriver(CodexDriver):
             note = None
             if resume_thread_id is not None:
                 try:
-                    result = await self._request("thread/resume", {"threadId": resume_thread_id})
+                    result = await self._request(
+                        "thread/resume", {"threadId": resume_thread_id, "cwd": str(self.workspace)}
+                    )
                 except RpcError as exc:
                     note = f"could not resume thread {resume_thread_id} ({exc}); started a new thread"
                     log.warning("%s", note)
