@@ -86,6 +86,21 @@ def _content_text(content: Any) -> str:
     return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
 
 
+def recorded_client_id(line: bytes) -> str | None:
+    """The ``client_id`` of a rollout line recording a user message (0.169), else ``None``."""
+    try:
+        record = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    payload = record.get("payload") if isinstance(record, dict) else None
+    if record.get("type") != "event_msg" or not isinstance(payload, dict) or payload.get("type") != "item_completed":
+        return None
+    item = payload.get("item")
+    if isinstance(item, dict) and item.get("type") == "UserMessage" and isinstance(item.get("client_id"), str):
+        return str(item["client_id"])
+    return None
+
+
 def codex_received(rollout: Path, in_flight: InFlight, *, by_client_id: bool) -> bool:
     """Whether the rollout shows that Codex received ``in_flight``."""
     messages = user_messages(rollout)

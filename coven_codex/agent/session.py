@@ -42,7 +42,7 @@ from coven_codex.agent.link import (
     TurnStarted,
 )
 from coven_codex.agent.processes import ProcessRegistry
-from coven_codex.agent.recovery import codex_received
+from coven_codex.agent.recovery import codex_received, recorded_client_id
 from coven_codex.agent.slots import SlotPool
 from coven_codex.agent.state import InFlight, SessionState, StateStore
 from coven_codex.codex.errors import HINTS, ErrorCode, classify, shorten
@@ -58,6 +58,7 @@ from coven_codex.entries import (
 )
 from coven_codex.journal import Journal
 from coven_codex.settings import Settings
+from coven_codex.tailing import Line
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +87,14 @@ class _Evict:
     pass
 
 
-_Message = PendingThought | CancelEntry | ApprovalEntry | _LinkMessage | _Evict
+@dataclass(frozen=True, slots=True)
+class _Recorded:
+    """Egress saw Codex record a user message carrying this client id."""
+
+    client_id: str
+
+
+_Message = PendingThought | CancelEntry | ApprovalEntry | _LinkMessage | _Evict | _Recorded
 
 
 class LinkFactory(Protocol):
@@ -146,6 +154,7 @@ class Session:
         self._pump_task: asyncio.Task[None] | None = None
         self._told_waiting = False
         self._unconfirmed: PendingThought | None = None
+        self._steer_refused = False
         self._last_open_error: str | None = None
         self._errors_at_turn_start = 0
         self._no_turn = asyncio.Event()
@@ -230,6 +239,11 @@ class Session:
                 log.info("conversation %r: ending its idle Codex process for another conversation",
                          self.conversation)
                 await self._end_link(reason="slot needed by another conversation")
+        elif isinstance(message, _Recorded):
+            thought = self._unconfirmed
+            if thought is not None and thought.entry_id == message.client_id:
+                self._unconfirmed = None
+                await self._delivered(thought, steer=False, start_turn=False)
         elif message.generation == self._generation:
             await self._link_event(message.event)
 
@@ -334,6 +348,8 @@ class Session:
             self._svc.processes.forget(self.conversation)
         self._svc.slots.release(self.conversation)
         self._idle_since = None
+        if self._unconfirmed is not None:
+            await self._confirm_unconfirmed()
         was_turn = self._turn_active
         self._turn_finished()
         if event.expected or self._stopping:
@@ -364,6 +380,7 @@ class Session:
         self._no_turn.clear()
 
     def _turn_finished(self) -> None:
+        self._steer_refused = False
         self._no_turn.set()
         self._turn_active = False
         self._turn_deadline = None
@@ -421,8 +438,9 @@ class Session:
                 return
             self._restart_at = None
         if self._turn_active:
-            if self._queue and self._can_steer():
-                await self._deliver(self._queue[0], steer=True)
+            waiting = [t for t in self._queue if t is not self._unconfirmed]
+            if waiting and self._can_steer():
+                await self._deliver(waiting[0], steer=True)
             return
         if self._queue:
             self._mark_busy()
@@ -441,7 +459,7 @@ class Session:
 
     def _can_steer(self) -> bool:
         return (self._settings.mid_turn == "steer" and self._link is not None and self._link.supports_steer
-                and self._interrupt_sent_at is None)
+                and self._interrupt_sent_at is None and not self._steer_refused)
 
     def _mark_busy(self) -> None:
         self._idle_since = None
@@ -509,22 +527,32 @@ class Session:
                                         thread_id=self.state.thread_id,
                                         user_messages_before=self.state.user_messages)
         await self._save_now()
+        if not steer:
+            self._unconfirmed = thought  # before sending: egress may see it recorded before send returns
         try:
             if steer:
                 await link.steer(thought.entry_id, thought.text)
             else:
                 await link.send(thought.entry_id, thought.text)
         except LinkError as exc:
+            self._unconfirmed = None
+            if steer and not exc.delivered and self._link is not None:
+                # Codex would not add to this turn (it may just have ended): queue the thought instead.
+                log.info("conversation %r: steering refused (%s); the thought waits for the next turn",
+                         self.conversation, exc)
+                self._steer_refused = True
+                return
             await self._delivery_failed(thought, exc)
             return
-        if not link.persistent:
-            # exec: the bytes are on its stdin, but the process may die before Codex records them.
-            # Only the rollout proves receipt, so the thought stays in flight until the turn ends.
-            self._svc.processes.record(self.conversation, link.pids, link.tree_tokens)
-            self._unconfirmed = thought
-            self._start_turn()
+        if steer:
+            await self._delivered(thought, steer=True)
             return
-        await self._delivered(thought, steer=steer)
+        # Codex has the bytes, but only its rollout proves it recorded them (a process may die
+        # first). The thought stays in flight until egress sees it recorded (app-server: the
+        # UserMessage with client_id = thought id) or, when the turn is over, the rollout says so.
+        if not link.persistent:
+            self._svc.processes.record(self.conversation, link.pids, link.tree_tokens)
+        self._start_turn()
 
     def _start_turn(self) -> None:
         self._errors_at_turn_start = self.egress.errors_seen
@@ -532,17 +560,18 @@ class Session:
         self._turn_deadline = time.monotonic() + self._settings.turn_timeout
 
     async def _confirm_unconfirmed(self) -> None:
-        """exec: the turn is over (its process is gone); did Codex record the thought?"""
+        """The turn is over (or its process gone) and egress did not see the thought recorded: ask the rollout."""
         thought, self._unconfirmed = self._unconfirmed, None
         in_flight = self.state.in_flight
         if thought is None or in_flight is None:
             return
+        by_client_id = self._svc.make_link.records_client_id
         rollout: Path | None = Path(self.state.rollout_path) if self.state.rollout_path else None
         if rollout is None and self.state.thread_id is not None:
             with contextlib.suppress(LookupError, TimeoutError):
                 rollout = await asyncio.wait_for(self._svc.locate_rollout(self.state.thread_id), CONFIRM_LOCATE)
         received = rollout is not None and await asyncio.to_thread(
-            codex_received, rollout, in_flight, by_client_id=False)
+            codex_received, rollout, in_flight, by_client_id=by_client_id)
         if received:
             await self._delivered(thought, steer=False, start_turn=False)
             return
@@ -556,7 +585,7 @@ class Session:
         """One more failed hand-over of ``thought``: back off, and give up after a few."""
         self._failures += 1
         if self._failures >= DELIVERY_ATTEMPTS:
-            self._queue.popleft()
+            self._queue.remove(thought)
             self._queued_ids.discard(thought.entry_id)
             self._failures = 0
             c = classify(reason)
@@ -568,7 +597,7 @@ class Session:
         self._restart_at = time.monotonic() + delay
 
     async def _delivered(self, thought: PendingThought, *, steer: bool, start_turn: bool = True) -> None:
-        self._queue.popleft()
+        self._queue.remove(thought)
         self._queued_ids.discard(thought.entry_id)
         self.state.in_flight = None
         self.state.delivered[thought.entry_id] = thought.position
@@ -631,11 +660,20 @@ class Session:
 
     def _new_egress(self) -> Egress:
         return Egress(state=self.state, journal=self._svc.journal, known_ids=self._svc.known_ids,
-                      on_progress=self._save_wanted.set, on_line=self._saw_activity,
+                      on_progress=self._save_wanted.set, on_line=self._on_rollout_line,
                       on_append=self._svc.on_append)
 
-    def _saw_activity(self, _line: object = None) -> None:
+    def _saw_activity(self) -> None:
         self._last_activity = time.monotonic()
+
+    def _on_rollout_line(self, line: Line) -> None:
+        self._saw_activity()
+        thought = self._unconfirmed
+        if thought is None or b'"client_id"' not in line.data or thought.entry_id.encode() not in line.data:
+            return
+        client_id = recorded_client_id(line.data)
+        if client_id is not None:
+            self._inbox.put_nowait(_Recorded(client_id))
 
     def _start_egress(self) -> None:
         if self._egress_task is not None or self.state.thread_id is None or self._group is None:
