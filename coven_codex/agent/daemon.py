@@ -28,7 +28,7 @@ from coven_codex.agent.ingress import CURSOR_NAME, Ingress
 from coven_codex.agent.manager import SessionManager
 from coven_codex.agent.processes import ProcessRegistry, end_stale_processes
 from coven_codex.agent.recovery import codex_received, find_unclaimed_rollout
-from coven_codex.agent.session import LinkFactory, RolloutLocator, SessionServices
+from coven_codex.agent.services import LinkFactory, RolloutLocator, SessionServices
 from coven_codex.agent.slots import SlotPool
 from coven_codex.agent.state import SessionState, StateStore
 from coven_codex.agent.statelock import StateLock

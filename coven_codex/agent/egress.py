@@ -96,3 +96,23 @@ class Egress:
 
     def _notice(self, notice: TailNotice) -> None:
         log.warning("rollout of conversation %r: %s", self._state.conversation, notice)
+
+
+def complete_length(path: Path) -> int:
+    """The length of ``path`` up to and including its last newline (0 if unreadable)."""
+    try:
+        with path.open("rb") as handle:
+            size = handle.seek(0, 2)
+            step = 4096
+            position = size
+            while position > 0:
+                start = max(0, position - step)
+                handle.seek(start)
+                chunk = handle.read(position - start)
+                index = chunk.rfind(b"\n")
+                if index >= 0:
+                    return start + index + 1
+                position = start
+    except OSError:
+        return 0
+    return 0

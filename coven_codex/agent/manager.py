@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from coven_codex.agent.session import Session, SessionServices
+from coven_codex.agent.services import SessionServices
+from coven_codex.agent.session import Session
 from coven_codex.agent.state import SessionState
 from coven_codex.entries import ApprovalEntry, CancelEntry, ThoughtEntry
 

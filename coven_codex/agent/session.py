@@ -1,19 +1,23 @@
 """One conversation's session: its queue of thoughts, its Codex link, its egress.
 
 A :class:`Session` is one task that owns everything of its conversation, so there are no
-locks between conversations. It reacts to one inbox of messages (thoughts, cancels,
-approvals from ingress; events from its Codex link; eviction requests from the slot pool) and
-to two timers (idle reaping, the turn deadline). Its egress runs alongside as a child task.
+locks between conversations. It reacts to one inbox of messages (thoughts, cancels and
+approvals from ingress; events from its Codex link; eviction requests from the slot pool;
+"recorded" notes from its egress) and to timers (turn deadline, stream-idle, interrupt grace,
+approval timeout, idle reaping, restart backoff), which are the timeout of that one wait.
 
 Delivering a thought (ingress exactly-once):
 
-1. the thought is written ahead as ``in_flight`` into the session state (atomic file);
+1. the thought is written ahead as ``in_flight`` into the session's state log;
 2. it is handed to Codex (app-server ``turn/start`` with ``clientUserMessageId = thought id``,
-   or exec's stdin);
-3. it moves to ``delivered`` (state saved again), and only then is the ingress cursor told.
+   or the stdin of a ``codex exec`` process);
+3. it becomes ``delivered`` (state saved again; only then is the ingress cursor told) once Codex
+   has *recorded* it: egress sees the ``UserMessage`` line with its ``client_id`` (0.169), or,
+   when the turn or the process ends first, the final rollout says so
+   (:func:`~coven_codex.agent.recovery.codex_received`); otherwise it is sent again.
 
-After a crash between 1 and 3 the daemon resolves the in-flight thought against Codex's own
-rollout (:mod:`coven_codex.agent.recovery`) before ingress re-reads the journal.
+After a crash between 1 and 3 the daemon resolves the in-flight thought against the rollout
+before ingress re-reads the journal.
 """
 
 from __future__ import annotations
@@ -23,12 +27,10 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
-from coven_codex.agent.egress import AppendHook, Egress
+from coven_codex.agent.egress_runner import EgressRunner
 from coven_codex.agent.link import (
     ApprovalAsked,
     CodexLink,
@@ -41,10 +43,10 @@ from coven_codex.agent.link import (
     TurnEnded,
     TurnStarted,
 )
-from coven_codex.agent.processes import ProcessRegistry
 from coven_codex.agent.recovery import codex_received, recorded_client_id
-from coven_codex.agent.slots import SlotPool
-from coven_codex.agent.state import InFlight, SessionState, StateStore
+from coven_codex.agent.saver import StateSaver
+from coven_codex.agent.services import PendingThought, SessionServices
+from coven_codex.agent.state import InFlight, SessionState
 from coven_codex.codex.errors import HINTS, ErrorCode, classify, shorten
 from coven_codex.entries import (
     ApprovalEntry,
@@ -56,8 +58,6 @@ from coven_codex.entries import (
     StatusEntry,
     ThoughtEntry,
 )
-from coven_codex.journal import Journal
-from coven_codex.settings import Settings
 from coven_codex.tailing import Line
 
 log = logging.getLogger(__name__)
@@ -67,13 +67,6 @@ DELIVERY_ATTEMPTS = 3
 ERROR_DRAIN = 1.0
 PRUNE_DELIVERED_AT = 256
 CONFIRM_LOCATE = 5.0
-
-
-@dataclass(frozen=True, slots=True)
-class PendingThought:
-    entry_id: str
-    text: str
-    position: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,36 +90,6 @@ class _Recorded:
 _Message = PendingThought | CancelEntry | ApprovalEntry | _LinkMessage | _Evict | _Recorded
 
 
-class LinkFactory(Protocol):
-    """Makes the link for a conversation; knows how in-flight thoughts are resolved."""
-
-    @property
-    def records_client_id(self) -> bool: ...
-
-    def __call__(self, conversation: str) -> CodexLink: ...
-
-
-class RolloutLocator(Protocol):
-    async def __call__(self, thread_id: str) -> Path: ...
-
-
-@dataclass(slots=True)
-class SessionServices:
-    """What every session shares: the daemon's journal, stores, pool and settings."""
-
-    settings: Settings
-    journal: Journal
-    store: StateStore
-    slots: SlotPool
-    processes: ProcessRegistry
-    make_link: LinkFactory
-    locate_rollout: RolloutLocator
-    finish_thought: Callable[[int], None]
-    saved_cursor: Callable[[], int]
-    known_ids: set[str]
-    on_append: AppendHook | None = None
-
-
 class Session:
     def __init__(self, state: SessionState, services: SessionServices) -> None:
         self.state = state
@@ -147,10 +110,8 @@ class Session:
         self._failures = 0
         self._approvals: dict[str, float] = {}
         self._stopping = False
-        self._save_lock = asyncio.Lock()
-        self._save_wanted = asyncio.Event()
+        self._saver = StateSaver(state, services.store)
         self._group: asyncio.TaskGroup | None = None
-        self._egress_task: asyncio.Task[None] | None = None
         self._pump_task: asyncio.Task[None] | None = None
         self._told_waiting = False
         self._unconfirmed: PendingThought | None = None
@@ -160,7 +121,7 @@ class Session:
         self._no_turn = asyncio.Event()
         self._no_turn.set()
         self._last_activity = time.monotonic()
-        self.egress = self._new_egress()
+        self._egress = EgressRunner(state, services, self._saver, on_line=self._on_rollout_line)
 
     # -- routing (called synchronously by ingress) -------------------------------------------
     def offer_thought(self, entry: ThoughtEntry, position: int) -> bool:
@@ -191,7 +152,7 @@ class Session:
         """Serve the conversation until cancelled (:meth:`shutdown` ends processes first)."""
         async with asyncio.TaskGroup() as group:
             self._group = group
-            group.create_task(self._save_loop(), name=f"state-saver:{self.conversation}")
+            group.create_task(self._saver.run(), name=f"state-saver:{self.conversation}")
             self._start_egress()
             while True:
                 message = await self._next_message()
@@ -301,7 +262,7 @@ class Session:
         write the driver's error only if egress produced none during this turn.
         """
         await self.drain_egress(ERROR_DRAIN)
-        if self.egress.errors_seen > self._errors_at_turn_start:
+        if self._egress.egress.errors_seen > self._errors_at_turn_start:
             return
         assert event.error is not None
         c = classify(event.error, event.exit_code)
@@ -316,7 +277,7 @@ class Session:
             if self.state.thread_id is not None:
                 log.warning("conversation %r: Codex thread %s replaced by %s", self.conversation,
                             self.state.thread_id, event.thread_id)
-            await self._stop_egress()
+            await self._egress.stop()
             self.state.thread_id = event.thread_id
             self.state.rollout_path = None
             self.state.egress_offset = 0
@@ -555,7 +516,7 @@ class Session:
         self._start_turn()
 
     def _start_turn(self) -> None:
-        self._errors_at_turn_start = self.egress.errors_seen
+        self._errors_at_turn_start = self._egress.egress.errors_seen
         self._set_turn_active()
         self._turn_deadline = time.monotonic() + self._settings.turn_timeout
 
@@ -649,20 +610,6 @@ class Session:
             self._restart_at = time.monotonic() + delay
 
     # -- egress ------------------------------------------------------------------------------------
-    async def _stop_egress(self) -> None:
-        task, self._egress_task = self._egress_task, None
-        if task is None:
-            return
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-        self.egress = self._new_egress()
-
-    def _new_egress(self) -> Egress:
-        return Egress(state=self.state, journal=self._svc.journal, known_ids=self._svc.known_ids,
-                      on_progress=self._save_wanted.set, on_line=self._on_rollout_line,
-                      on_append=self._svc.on_append)
-
     def _saw_activity(self) -> None:
         self._last_activity = time.monotonic()
 
@@ -676,48 +623,15 @@ class Session:
             self._inbox.put_nowait(_Recorded(client_id))
 
     def _start_egress(self) -> None:
-        if self._egress_task is not None or self.state.thread_id is None or self._group is None:
-            return
-        self._egress_task = self._group.create_task(self._run_egress(self.state.thread_id),
-                                                    name=f"egress:{self.conversation}")
-
-    async def _run_egress(self, thread_id: str) -> None:
-        path = Path(self.state.rollout_path) if self.state.rollout_path else None
-        while path is None:
-            try:
-                path = await self._svc.locate_rollout(thread_id)
-            except LookupError as exc:
-                log.warning("conversation %r: %s; looking again", self.conversation, exc)
-                continue
-            self.state.rollout_path = str(path)
-            self._save_wanted.set()
-        await self.egress.run(path, thread_id)
+        if self._group is not None:
+            self._egress.start(self._group)
 
     async def drain_egress(self, limit: float) -> None:
         """Wait (up to ``limit`` seconds) until egress has every complete line of the rollout."""
-        if self.state.rollout_path is None or self._egress_task is None:
-            return
-        target = complete_length(Path(self.state.rollout_path))
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.egress.reached(target), limit)
+        await self._egress.drain(limit)
 
-    # -- persistence -------------------------------------------------------------------------------
     async def _save_now(self) -> None:
-        async with self._save_lock:
-            data = self.state.model_dump_json().encode("utf-8")
-            await self._write(data)
-
-    async def _write(self, data: bytes) -> None:
-        if self._svc.store.durable:
-            await asyncio.to_thread(self._svc.store.write, self.conversation, data)
-        else:
-            self._svc.store.write(self.conversation, data)
-
-    async def _save_loop(self) -> None:
-        while True:
-            await self._save_wanted.wait()
-            self._save_wanted.clear()
-            await self._save_now()
+        await self._saver.save_now()
 
     # -- output ------------------------------------------------------------------------------------
     async def _emit(self, entry: BaseEntry) -> None:
@@ -730,7 +644,7 @@ class Session:
 
     async def report_crash(self, exc: BaseException) -> None:
         """After :meth:`run` failed with a bug: end the process, reset, tell the conversation."""
-        self._egress_task = None
+        self._egress.forget()
         self._pump_task = None
         self._group = None
         with contextlib.suppress(Exception):
@@ -761,24 +675,4 @@ class Session:
 
     async def final_save(self) -> None:
         """Shutdown step 4 (after the tasks are cancelled): save the state one last time."""
-        self._svc.store.write(self.conversation, self.state.model_dump_json().encode("utf-8"))
-
-
-def complete_length(path: Path) -> int:
-    """The length of ``path`` up to and including its last newline (0 if unreadable)."""
-    try:
-        with path.open("rb") as handle:
-            size = handle.seek(0, 2)
-            step = 4096
-            position = size
-            while position > 0:
-                start = max(0, position - step)
-                handle.seek(start)
-                chunk = handle.read(position - start)
-                index = chunk.rfind(b"\n")
-                if index >= 0:
-                    return start + index + 1
-                position = start
-    except OSError:
-        return 0
-    return 0
+        self._saver.save_blocking()

@@ -1,0 +1,75 @@
+"""Running one session's egress task: start it once the thread is known, replace it when the
+thread changes, wait for it to catch up with the rollout."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from coven_codex.agent.egress import Egress, complete_length
+from coven_codex.agent.saver import StateSaver
+from coven_codex.agent.services import SessionServices
+from coven_codex.agent.state import SessionState
+from coven_codex.tailing import Line
+
+log = logging.getLogger(__name__)
+
+
+class EgressRunner:
+    def __init__(self, state: SessionState, services: SessionServices, saver: StateSaver, *,
+                 on_line: Callable[[Line], None]) -> None:
+        self._state = state
+        self._services = services
+        self._saver = saver
+        self._on_line = on_line
+        self._task: asyncio.Task[None] | None = None
+        self.egress = self._new()
+
+    def _new(self) -> Egress:
+        return Egress(state=self._state, journal=self._services.journal, known_ids=self._services.known_ids,
+                      on_progress=self._saver.request, on_line=self._on_line, on_append=self._services.on_append)
+
+    def start(self, group: asyncio.TaskGroup) -> None:
+        """Start tailing the thread's rollout (once; a no-op until the thread is known)."""
+        thread_id = self._state.thread_id
+        if self._task is not None or thread_id is None:
+            return
+        self._task = group.create_task(self._run(thread_id), name=f"egress:{self._state.conversation}")
+
+    async def stop(self) -> None:
+        """Stop tailing (the thread changed); a fresh egress is ready for :meth:`start`."""
+        task, self._task = self._task, None
+        if task is None:
+            return
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        self.egress = self._new()
+
+    def forget(self) -> None:
+        """The task group that ran the task is gone (the session is restarting)."""
+        self._task = None
+        self.egress = self._new()
+
+    async def _run(self, thread_id: str) -> None:
+        path = Path(self._state.rollout_path) if self._state.rollout_path else None
+        while path is None:
+            try:
+                path = await self._services.locate_rollout(thread_id)
+            except LookupError as exc:
+                log.warning("conversation %r: %s; looking again", self._state.conversation, exc)
+                continue
+            self._state.rollout_path = str(path)
+            self._saver.request()
+        await self.egress.run(path, thread_id)
+
+    async def drain(self, limit: float) -> None:
+        """Wait (up to ``limit`` seconds) until every complete line of the rollout is in the journal."""
+        if self._state.rollout_path is None or self._task is None:
+            return
+        target = complete_length(Path(self._state.rollout_path))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.egress.reached(target), limit)

@@ -1,0 +1,53 @@
+"""What the sessions share, and the shapes of the callables the daemon gives them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from coven_codex.agent.egress import AppendHook
+from coven_codex.agent.link import CodexLink
+from coven_codex.agent.processes import ProcessRegistry
+from coven_codex.agent.slots import SlotPool
+from coven_codex.agent.state import StateStore
+from coven_codex.journal import Journal
+from coven_codex.settings import Settings
+
+
+@dataclass(frozen=True, slots=True)
+class PendingThought:
+    entry_id: str
+    text: str
+    position: int
+
+
+class LinkFactory(Protocol):
+    """Makes the link for a conversation; knows how in-flight thoughts are resolved."""
+
+    @property
+    def records_client_id(self) -> bool: ...
+
+    def __call__(self, conversation: str) -> CodexLink: ...
+
+
+class RolloutLocator(Protocol):
+    async def __call__(self, thread_id: str) -> Path: ...
+
+
+@dataclass(slots=True)
+class SessionServices:
+    """What every session shares: the daemon's journal, stores, pool and settings."""
+
+    settings: Settings
+    journal: Journal
+    store: StateStore
+    slots: SlotPool
+    processes: ProcessRegistry
+    make_link: LinkFactory
+    locate_rollout: RolloutLocator
+    finish_thought: Callable[[int], None]
+    saved_cursor: Callable[[], int]
+    known_ids: set[str]
+    on_append: AppendHook | None = None
