@@ -107,7 +107,9 @@ async def run_daemon(settings: Settings, stop: asyncio.Event, *, ready: Ready | 
         owned: dict[tuple[str, ...], dict[str, object]] = {}
         if settings.spells:
             try:
-                registry = await asyncio.to_thread(load_spell_sources, settings.spells, search_paths=[workspace])
+                # Imported from the current directory (like `python -m`), never from the workspace:
+                # Codex writes there, and a module it wrote must not run inside the daemon.
+                registry = await asyncio.to_thread(load_spell_sources, settings.spells, search_paths=[Path.cwd()])
                 server = SpellServer(registry, label=str(workspace))
                 await stack.enter_async_context(server)
             except (SpellLoadError, SpellServerError) as exc:

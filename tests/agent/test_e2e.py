@@ -210,3 +210,25 @@ async def test_stream_idle_timeout_abandons_the_turn(codex_bin_169: Path, harnes
         await h.think("c", "still there?")
         await h.wait_for(lambda es: "echo: still there?" in replies(es, "c"), what="reply after idle timeout")
         assert await h.stop(daemon) == 0
+
+
+SPELLS_MODULE = '''
+def shout(text: str) -> str:
+    """Upper-case the text."""
+    return text.upper() + "!"
+'''
+
+
+async def test_spells_reach_codex_through_the_daemon(codex_bin: Path, harness_factory: Factory) -> None:
+    script = [CallTool("coven.shout", {"text": "hello"}), Reply("spell done")]
+    async with ScriptedModelServer(script, responder=lambda r: Reply("extra")) as server:
+        h = harness_factory(codex_bin, server)
+        (h.tmp / "agent_test_spells.py").write_text(SPELLS_MODULE)
+        daemon = await h.start("--spells", "agent_test_spells:shout")
+        await h.think("c", "shout hello")
+        entries = await h.wait_for(lambda es: "spell done" in replies(es, "c"), what="reply after the spell")
+        results = [e for e in entries if e.kind == "tool_result" and e.conversation == "c"]
+        assert results and "HELLO!" in results[0].text and not getattr(results[0], "is_error", True)
+        outputs = [o.output for o in server.requests.function_call_outputs()]
+        assert any("HELLO!" in o for o in outputs)
+        assert await h.stop(daemon) == 0
