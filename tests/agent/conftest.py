@@ -43,4 +43,11 @@ async def harness_factory(tmp_path: Path) -> AsyncIterator[Callable[[Path, Scrip
             with contextlib.suppress(psutil.Error):
                 proc.kill()
         left = codex_processes(harness.codex_home)
-        assert not left, f"Codex processes left behind: {[(p.pid, p.name()) for p in left]}"
+        assert not left, f"Codex processes left behind: {[_describe(p) for p in left]}"
+
+
+def _describe(proc: psutil.Process) -> str:
+    try:
+        return f"{proc.pid} ppid={proc.ppid()} {' '.join(proc.cmdline())[:200]}"
+    except psutil.Error:
+        return str(proc.pid)
