@@ -1,6 +1,7 @@
 """Everything ``coven-codex run`` sets up before the daemon runs, from one :class:`Settings`.
 
-1. find the Codex executable (refusing one inside the workspace) and read its version;
+1. find the Codex executable (refusing one inside the workspace) and read its version, then
+   take the state directory's lock (one daemon per state directory);
 2. pick the driver: ``app-server`` for versions that speak its v2 protocol, else ``exec``
    (``driver`` in the settings overrides);
 3. load the spells and start their MCP server on a private socket (when there are spells);
@@ -27,6 +28,7 @@ from coven_codex.agent.links.app_server import AppServerLink, WireHook
 from coven_codex.agent.links.exec import ExecLink, StdinHook
 from coven_codex.agent.recovery import find_rollout
 from coven_codex.agent.state import StateError
+from coven_codex.agent.statelock import StateLock
 from coven_codex.codex.discovery import DiscoveryError, find_codex
 from coven_codex.codex.home import CodexHomeError, DriverKind, prepare_codex_home
 from coven_codex.codex.version import CodexVersion, VersionError, detect_version
@@ -104,6 +106,12 @@ async def run_daemon(settings: Settings, stop: asyncio.Event, *, ready: Ready | 
     driver = choose_driver(settings, version)
     log.info("Codex %s at %s; driver %s", version, found.path, driver)
     async with contextlib.AsyncExitStack() as stack:
+        # The lock comes first: a second daemon must not even rewrite the shared CODEX_HOME.
+        try:
+            settings.resolved_state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            stack.enter_context(StateLock(settings.resolved_state_dir))
+        except (StateError, OSError) as exc:
+            raise BootstrapError(str(exc)) from None
         owned: dict[tuple[str, ...], dict[str, object]] = {}
         if settings.spells:
             try:

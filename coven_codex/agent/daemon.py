@@ -1,8 +1,9 @@
 """The daemon: start-up recovery, the task group that runs everything, clean shutdown.
 
-Start-up, in this order (each step relies on the ones before):
+The caller holds the state directory's lock (:class:`~coven_codex.agent.statelock.StateLock`,
+one daemon per state directory). Start-up, in this order (each step relies on the ones before):
 
-1. take the state directory's lock (one daemon per state directory);
+1. (the lock, taken by the caller)
 2. end Codex process trees a killed predecessor left behind, so no rollout is still growing
    and no two processes write one thread;
 3. load every session state and resolve in-flight thoughts against the rollouts;
@@ -31,7 +32,6 @@ from coven_codex.agent.recovery import codex_received, find_unclaimed_rollout
 from coven_codex.agent.services import LinkFactory, RolloutLocator, SessionServices
 from coven_codex.agent.slots import SlotPool
 from coven_codex.agent.state import SessionState, StateStore
-from coven_codex.agent.statelock import StateLock
 from coven_codex.entries import CODEX_SENDER
 from coven_codex.journal import Journal, JournalRecord
 from coven_codex.settings import Settings
@@ -63,7 +63,7 @@ class Daemon:
     async def run(self, stop: asyncio.Event, ready: Ready | None = None) -> None:
         """Serve until ``stop`` is set, then shut down cleanly."""
         self.store.prepare()
-        with StateLock(self.state_dir), contextlib.closing(self.store):
+        with contextlib.closing(self.store):
             await asyncio.to_thread(end_stale_processes, self.state_dir, self.settings.kill_grace)
             states = self.store.load_all()
             for state in states.values():

@@ -232,3 +232,16 @@ async def test_spells_reach_codex_through_the_daemon(codex_bin: Path, harness_fa
         outputs = [o.output for o in server.requests.function_call_outputs()]
         assert any("HELLO!" in o for o in outputs)
         assert await h.stop(daemon) == 0
+
+
+async def test_second_daemon_on_the_same_state_is_refused(codex_bin_169: Path, model_server: ScriptedModelServer,
+                                                         harness_factory: Factory) -> None:
+    h = harness_factory(codex_bin_169, model_server)
+    first = await h.start()
+    await h.think("c", "hello")
+    await h.wait_for(lambda es: "echo: hello" in replies(es, "c"), what="first reply")
+    second = await h.start()
+    assert await asyncio.wait_for(second.process.wait(), 30) == 1
+    assert "another coven-codex daemon" in second.log()
+    assert first.process.returncode is None
+    assert await h.stop(first) == 0
