@@ -46,7 +46,7 @@ class SessionManager:
             except Exception as exc:
                 log.exception("conversation %r: session failed; restarting it", session.conversation)
                 await session.report_crash(exc)
-                await asyncio.sleep(self._services.settings.restart_backoff)
+                await asyncio.sleep(max(self._services.settings.restart_backoff, 1.0))
 
     def _session(self, conversation: str) -> Session:
         session = self.sessions.get(conversation)

@@ -445,6 +445,10 @@ class Session:
         resume = self.state.thread_id
         try:
             await link.open(resume)
+        except asyncio.CancelledError:
+            await link.close()  # shutdown while Codex was starting: do not leave it running
+            slots.release(self.conversation)
+            raise
         except LinkError as exc:
             await link.close()
             slots.release(self.conversation)

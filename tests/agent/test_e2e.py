@@ -75,6 +75,7 @@ async def test_cancel_stops_the_turn(codex_bin: Path, harness_factory: Factory) 
         await h.think("c", "after cancel")
         entries = await h.wait_for(lambda es: "echo: after cancel" in replies(es, "c"), what="reply after cancel")
         assert "never" not in replies(entries, "c")
+        assert not [e.text for e in entries if isinstance(e, ErrorEntry)]  # a cancel is not an error
         assert await h.stop(daemon) == 0
 
 

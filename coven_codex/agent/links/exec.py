@@ -57,6 +57,7 @@ class ExecLink:
         self._reader: asyncio.Task[None] | None = None
         self._events: asyncio.Queue[LinkEvent | None] = asyncio.Queue()
         self._closing = False
+        self._interrupted = False
         self.last_activity = time.monotonic()
 
     @property
@@ -89,6 +90,7 @@ class ExecLink:
         except OSError as exc:
             raise LinkError(f"cannot start {self._executable}: {exc.strerror or exc}") from None
         self._child = child
+        self._interrupted = False
         stdin = child.process.stdin
         assert stdin is not None
         try:
@@ -120,7 +122,7 @@ class ExecLink:
             await asyncio.wait_for(stderr_task, 1.0)
         stderr_task.cancel()
         code = child.returncode
-        if self._closing:
+        if self._closing or self._interrupted:
             status = "interrupted"
         elif failure is not None or code not in (0, None):
             status = "failed"
@@ -159,6 +161,7 @@ class ExecLink:
     async def interrupt(self) -> None:
         child = self._child
         if child is not None and child.returncode is None:
+            self._interrupted = True
             signal_group(child.pid, signal.SIGINT)
 
     async def answer(self, request_id: str, approve: bool) -> None:
