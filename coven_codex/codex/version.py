@@ -25,7 +25,7 @@ from coven_codex.codex.process import run_captured
 
 VERSION_TIMEOUT = 5.0
 VERIFIED_APP_SERVER = (0, 169, 0)
-VERIFIED_TOOLS_APPROVAL_MODE = (0, 169, 0)
+LAST_WITHOUT_TOOLS_APPROVAL_MODE = (0, 47, 0)
 OLDEST_SUPPORTED = (0, 47, 0)
 
 _VERSION_RE = re.compile(r"(?:^|\s)v?(\d+)\.(\d+)\.(\d+)(?:[-+.]([0-9A-Za-z.\-+]+))?(?=\s|$)")
@@ -77,8 +77,12 @@ class CodexVersion:
 
     @property
     def supports_tools_approval_mode(self) -> bool:
-        """``[mcp_servers.X] default_tools_approval_mode`` is understood (and needed)."""
-        return self.at_least(VERIFIED_TOOLS_APPROVAL_MODE)
+        """``[mcp_servers.X] default_tools_approval_mode`` should be written.
+
+        Verified understood (and needed) on 0.169.0 and unknown to 0.47.0; versions in between
+        get it too, because Codex ignores config keys it does not know.
+        """
+        return self.triple > LAST_WITHOUT_TOOLS_APPROVAL_MODE
 
     @property
     def supported(self) -> bool:

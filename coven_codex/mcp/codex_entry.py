@@ -8,32 +8,26 @@ ignores unknown keys and needs no approval), so it is written for every version 
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 from typing import Any
 
+from coven_codex.codex.version import VersionError, parse_version
 from mcp_shim import wire
 
 SERVER_NAME = "coven"
 STARTUP_TIMEOUT = 20.0
 TOOL_TIMEOUT_MARGIN = 10.0
-_APPROVAL_MODE_AFTER = (0, 47)
-
-
-def parse_version(version: str | None) -> tuple[int, ...] | None:
-    """``"0.169.0"`` / ``"codex-cli 0.47.0"`` to ``(0, 169, 0)``; None when there is no version."""
-    if not version:
-        return None
-    match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", version)
-    if match is None:
-        return None
-    return tuple(int(part) for part in match.groups(default="0"))
 
 
 def supports_approval_mode(codex_version: str | None) -> bool:
-    parsed = parse_version(codex_version)
-    return parsed is None or parsed[:2] > _APPROVAL_MODE_AFTER
+    """Whether to write ``default_tools_approval_mode``; an unknown version gets it (harmless if ignored)."""
+    if not codex_version:
+        return True
+    try:
+        return parse_version(codex_version).supports_tools_approval_mode
+    except VersionError:
+        return True
 
 
 def shim_command(socket_path: Path) -> tuple[str, list[str], dict[str, str]]:

@@ -13,7 +13,7 @@ import tomlkit
 
 from coven_codex.cli.main import main as cli_main
 from coven_codex.mcp import SpellRegistry, codex_mcp_entry, write_toolbelt
-from coven_codex.mcp.codex_entry import parse_version
+from coven_codex.mcp.codex_entry import supports_approval_mode
 from mcp_shim import wire
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,8 +32,8 @@ def test_entry_for_new_and_old_codex() -> None:
     assert "default_tools_approval_mode" not in old
     assert "tool_timeout_sec" not in old
     assert "--socket" in tomlkit.dumps({"mcp_servers": {"coven": new}})
-    assert parse_version("0.169.0") == (0, 169, 0) and parse_version("v1.2") == (1, 2, 0)
-    assert parse_version("nothing") is None
+    assert supports_approval_mode("0.100.0") and supports_approval_mode(None)
+    assert supports_approval_mode("not a version") and not supports_approval_mode("0.47.0")
 
 
 @pytest.mark.codex
