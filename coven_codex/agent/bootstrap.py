@@ -25,11 +25,13 @@ from coven_codex.agent.daemon import Daemon, Ready
 from coven_codex.agent.egress import AppendHook
 from coven_codex.agent.link import CodexLink
 from coven_codex.agent.links.app_server import AppServerLink, WireHook
+from coven_codex.agent.links.driver import DriverLink
 from coven_codex.agent.links.exec import ExecLink, StdinHook
 from coven_codex.agent.recovery import find_rollout
 from coven_codex.agent.state import StateError
 from coven_codex.agent.statelock import StateLock
 from coven_codex.codex.discovery import DiscoveryError, find_codex
+from coven_codex.codex.drivers import CodexDriver, DriverSettings, EventSink, create_driver
 from coven_codex.codex.home import CodexHomeError, DriverKind, prepare_codex_home
 from coven_codex.codex.version import CodexVersion, VersionError, detect_version
 from coven_codex.journal import FileJournal, JournalError
@@ -64,12 +66,24 @@ class LinkMaker:
     cwd: Path
     grace: float
     hooks: Hooks
+    settings: Settings
+    version: CodexVersion | None = None
+    """Set: use the CODEX drivers (:mod:`coven_codex.codex.drivers`); ``None``: the agent's own links."""
 
     @property
     def records_client_id(self) -> bool:
         return self.driver == "app-server"
 
     def __call__(self, conversation: str) -> CodexLink:
+        if self.version is not None:
+            version = self.version
+
+            def make(sink: EventSink) -> CodexDriver:
+                return create_driver(self.executable, version, self.cwd, env=self.env,
+                                     settings=DriverSettings.from_settings(self.settings), sink=sink,
+                                     choice=self.driver)
+
+            return DriverLink(make)
         if self.driver == "app-server":
             return AppServerLink(self.executable, env=self.env, cwd=self.cwd, grace=self.grace,
                                  wire_hook=self.hooks.wire)
@@ -107,9 +121,11 @@ async def run_daemon(settings: Settings, stop: asyncio.Event, *, ready: Ready | 
     log.info("Codex %s at %s; driver %s", version, found.path, driver)
     async with contextlib.AsyncExitStack() as stack:
         # The lock comes first: a second daemon must not even rewrite the shared CODEX_HOME.
+        # CODEX_HOME is locked too: the processes a daemon finds there at start are its own strays.
         try:
-            settings.resolved_state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            stack.enter_context(StateLock(settings.resolved_state_dir))
+            for directory in (settings.resolved_state_dir, settings.resolved_codex_home):
+                directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+                stack.enter_context(StateLock(directory))
         except (StateError, OSError) as exc:
             raise BootstrapError(str(exc)) from None
         owned: dict[tuple[str, ...], dict[str, object]] = {}
@@ -139,7 +155,8 @@ async def run_daemon(settings: Settings, stop: asyncio.Event, *, ready: Ready | 
             raise BootstrapError(str(exc)) from None
         stack.push_async_callback(journal.aclose)
         maker = LinkMaker(driver=driver, executable=found.path, env=home.env, cwd=workspace,
-                          grace=settings.kill_grace, hooks=hooks)
+                          grace=settings.kill_grace, hooks=hooks, settings=settings,
+                          version=version if os.environ.get("COVEN_AGENT_LINKS") != "own" else None)
         codex_home = home.path
 
         async def locate(thread_id: str) -> Path:

@@ -64,7 +64,7 @@ class Daemon:
         """Serve until ``stop`` is set, then shut down cleanly."""
         self.store.prepare()
         with contextlib.closing(self.store):
-            await asyncio.to_thread(end_stale_processes, self.state_dir, self.settings.kill_grace)
+            await asyncio.to_thread(end_stale_processes, self.state_dir, self.settings.kill_grace, self.codex_home)
             states = self.store.load_all()
             for state in states.values():
                 await self._recover_in_flight(state, states)

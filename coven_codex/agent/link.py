@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from coven_codex.codex.errors import ClassifiedError
+
 
 @dataclass(frozen=True, slots=True)
 class ThreadReady:
@@ -35,6 +37,8 @@ class TurnEnded:
     error: str | None = None
     exit_code: int | None = None
     """Set when the turn ended because its process died (exec)."""
+    classified: ClassifiedError | None = None
+    """The driver's classification of ``error``, when it made one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +59,15 @@ class ApprovalAsked:
 
 
 @dataclass(frozen=True, slots=True)
+class ApprovalSettled:
+    """An approval request was answered without the chat: by the policy or by its timeout."""
+
+    request_id: str
+    approved: bool
+    by: str
+
+
+@dataclass(frozen=True, slots=True)
 class CodexReportedError:
     """Codex reported a failure (model HTTP error, stream error, ...) while staying alive."""
 
@@ -69,9 +82,11 @@ class ProcessExited:
     returncode: int | None
     detail: str
     expected: bool
+    classified: ClassifiedError | None = None
 
 
-LinkEvent = ThreadReady | TurnStarted | TurnEnded | Delta | ApprovalAsked | CodexReportedError | ProcessExited
+LinkEvent = (ThreadReady | TurnStarted | TurnEnded | Delta | ApprovalAsked | ApprovalSettled | CodexReportedError
+             | ProcessExited)
 
 
 class LinkError(RuntimeError):
@@ -92,6 +107,11 @@ class CodexLink(Protocol):
 
     @property
     def supports_steer(self) -> bool: ...
+
+    @property
+    def enforces_turn_limits(self) -> bool:
+        """The link itself enforces turn/stream-idle timeouts and the approval policy and timeout."""
+        ...
 
     @property
     def records_client_id(self) -> bool:

@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 
 from coven_codex.agent.state import atomic_write
-from coven_codex.codex.process import marked_processes
+from coven_codex.codex.process import TREE_MARKER, marked_processes
 
 log = logging.getLogger(__name__)
 
@@ -86,13 +86,35 @@ def load_recorded(state_dir: Path) -> tuple[list[psutil.Process], list[str]]:
     return alive, tokens
 
 
-def end_stale_processes(state_dir: Path, grace: float) -> list[int]:
+def our_codex_processes(codex_home: Path) -> list[psutil.Process]:
+    """Processes started by a coven daemon (tree marker set) for this isolated ``CODEX_HOME``.
+
+    The daemon holds a lock on its ``CODEX_HOME``, so no other daemon's processes match.
+    """
+    found: list[psutil.Process] = []
+    me = os.getpid()
+    home = str(codex_home)
+    for process in psutil.process_iter():
+        if process.pid == me:
+            continue
+        with contextlib.suppress(psutil.Error, OSError):
+            environ = process.environ()
+            if environ.get("CODEX_HOME") == home and TREE_MARKER in environ:
+                found.append(process)
+    return found
+
+
+def end_stale_processes(state_dir: Path, grace: float, codex_home: Path | None = None) -> list[int]:
     """End Codex process trees left by a previous run; return the leader pids that were found."""
     leaders, tokens = load_recorded(state_dir)
     tree: dict[int, psutil.Process] = {}
     for token in tokens:
         # Descendants orphaned when their parent died carry their tree's marker in the environment.
         tree.update((p.pid, p) for p in marked_processes(token))
+    if codex_home is not None:
+        # And every process a coven daemon started for this CODEX_HOME (e.g. shells an app-server
+        # started, which outlive it when it exits because our stdin closed).
+        tree.update((p.pid, p) for p in our_codex_processes(codex_home))
     if not leaders and not tree:
         with contextlib.suppress(FileNotFoundError):
             (state_dir / FILE_NAME).unlink()

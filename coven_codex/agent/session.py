@@ -33,6 +33,7 @@ from pathlib import Path
 from coven_codex.agent.egress_runner import EgressRunner
 from coven_codex.agent.link import (
     ApprovalAsked,
+    ApprovalSettled,
     CodexLink,
     CodexReportedError,
     Delta,
@@ -174,7 +175,7 @@ class Session:
     def _next_timeout(self) -> float | None:
         now = time.monotonic()
         deadlines: list[float] = []
-        if self._turn_deadline is not None:
+        if self._turn_deadline is not None and self._own_limits:
             deadlines.append(self._turn_deadline)
         if self._interrupt_sent_at is not None:
             deadlines.append(self._interrupt_sent_at + self._settings.kill_grace)
@@ -182,9 +183,10 @@ class Session:
             deadlines.append(self._idle_since + self._settings.idle_reap)
         if self._restart_at is not None:
             deadlines.append(self._restart_at)
-        if self._turn_active and self._interrupt_sent_at is None:
-            deadlines.append(self._stream_idle_deadline())
-        deadlines.extend(asked + self._settings.approval_timeout for asked in self._approvals.values())
+        if self._own_limits:
+            if self._turn_active and self._interrupt_sent_at is None:
+                deadlines.append(self._stream_idle_deadline())
+            deadlines.extend(asked + self._settings.approval_timeout for asked in self._approvals.values())
         return min(deadlines) - now if deadlines else None
 
     # -- messages ------------------------------------------------------------------------------
@@ -248,6 +250,11 @@ class Session:
                 await self._emit(DeltaEntry(item_id=event.item_id, text=event.text))
         elif isinstance(event, ApprovalAsked):
             await self._approval_asked(event)
+        elif isinstance(event, ApprovalSettled):
+            self._approvals.pop(event.request_id, None)
+            if event.by == "timeout":
+                text = f"no answer to approval {event.request_id} within {self._settings.approval_timeout:.0f}s; denied"
+                await self._emit(StatusEntry(state="approval_timeout", text=text))
         elif isinstance(event, CodexReportedError):
             if not event.will_retry:
                 log.info("conversation %r: Codex reported: %s", self.conversation, shorten(event.message))
@@ -265,7 +272,7 @@ class Session:
         if self._egress.egress.errors_seen > self._errors_at_turn_start:
             return
         assert event.error is not None
-        c = classify(event.error, event.exit_code)
+        c = event.classified or classify(event.error, event.exit_code)
         code = c.code
         if code is ErrorCode.UNKNOWN and event.exit_code not in (None, 0):
             code = ErrorCode.PROCESS_EXITED
@@ -295,7 +302,7 @@ class Session:
         if policy == "ask":
             self._approvals[event.request_id] = time.monotonic()
             return
-        if self._link is not None:
+        if self._link is not None and self._own_limits:
             with contextlib.suppress(LinkError):
                 await self._link.answer(event.request_id, policy == "approve")
 
@@ -318,7 +325,9 @@ class Session:
         self._failures += 1
         delay = min(self._settings.restart_backoff * 2 ** (self._failures - 1), MAX_BACKOFF)
         where = " during a turn" if was_turn else ""
-        if event.returncode is not None and event.returncode < 0:
+        if event.classified is not None:
+            code, message = event.classified.code, event.classified.message
+        elif event.returncode is not None and event.returncode < 0:
             # Killed by a signal: whatever it last wrote on stderr is not the reason.
             code = ErrorCode.PROCESS_EXITED
             message = f"Codex was killed{where} by signal {-event.returncode}"
@@ -354,8 +363,16 @@ class Session:
             last = max(last, self._link.last_activity)
         return last + self._settings.stream_idle_timeout
 
+    @property
+    def _own_limits(self) -> bool:
+        """Whether this session enforces turn limits and approval timeouts (else its link does)."""
+        return self._link is not None and not self._link.enforces_turn_limits
+
     async def _check_timers(self) -> None:
         now = time.monotonic()
+        if not self._own_limits:
+            await self._check_idle(now)
+            return
         if (self._turn_active and self._interrupt_sent_at is None and self._link is not None
                 and now >= self._stream_idle_deadline()):
             c = classify("stream idle", None)
@@ -384,6 +401,9 @@ class Session:
                                              text=f"no answer to approval {request_id}; denied"))
                 with contextlib.suppress(LinkError):
                     await self._link.answer(request_id, False)
+        await self._check_idle(now)
+
+    async def _check_idle(self, now: float) -> None:
         if (self._idle_since is not None and self._link is not None and not self.busy
                 and now >= self._idle_since + self._settings.idle_reap):
             log.info("conversation %r: idle for %.0fs; ending its Codex process", self.conversation,

@@ -1,4 +1,5 @@
-"""One daemon per state directory: an exclusive ``flock`` on ``<state_dir>/daemon.lock``.
+"""One daemon per directory: an exclusive ``flock`` on ``<dir>/daemon.lock`` (the daemon takes
+one on its state directory and one on its ``CODEX_HOME``).
 
 The kernel drops the lock when the process dies, even by ``kill -9``, so a stale lock never
 blocks a restart. The file also holds the owner's pid, for the message another daemon shows.
@@ -30,8 +31,8 @@ class StateLock:
             owner = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
             os.close(fd)
             raise StateError(
-                f"another coven-codex daemon (pid {owner}) is using the state directory {self.path.parent}; "
-                "stop it first, or give this one its own --workspace or state_dir"
+                f"another coven-codex daemon (pid {owner}) is using {self.path.parent}; "
+                "stop it first, or give this one its own --workspace (or state_dir and codex_home)"
             ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)

@@ -55,6 +55,7 @@ _LEGACY_APPROVALS = {"execCommandApproval": "run a command", "applyPatchApproval
 
 class AppServerLink:
     persistent = True
+    enforces_turn_limits = False
     supports_steer = True
     records_client_id = True
 

@@ -42,6 +42,7 @@ StdinHook = Callable[[str, float], None]
 
 class ExecLink:
     persistent = False
+    enforces_turn_limits = False
     supports_steer = False
     records_client_id = False
 

@@ -1,0 +1,137 @@
+"""A :class:`~coven_codex.agent.link.CodexLink` over the CODEX drivers (:mod:`coven_codex.codex.drivers`).
+
+The drivers own the wire (app-server JSON-RPC, exec processes), the per-turn clocks (turn
+timeout, stream-idle timeout), approval policy and timeouts, and process-tree shutdown. This
+adapter only translates their events into the session's :data:`~coven_codex.agent.link.LinkEvent`
+and their errors into :class:`~coven_codex.agent.link.LinkError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+
+from coven_codex.agent.link import (
+    ApprovalAsked,
+    ApprovalSettled,
+    Delta,
+    LinkError,
+    LinkEvent,
+    ProcessExited,
+    ThreadReady,
+    TurnEnded,
+    TurnStarted,
+)
+from coven_codex.codex import drivers as d
+
+log = logging.getLogger(__name__)
+
+DriverFactory = Callable[[d.EventSink], d.CodexDriver]
+"""Builds a driver delivering its events to the given sink (see :func:`coven_codex.codex.drivers.create_driver`)."""
+
+
+class DriverLink:
+    enforces_turn_limits = True
+
+    def __init__(self, make_driver: DriverFactory) -> None:
+        self._events: asyncio.Queue[LinkEvent | None] = asyncio.Queue()
+        self._driver = make_driver(self._on_event)
+        self._closed = False
+        self.last_activity = time.monotonic()
+
+    # -- what the session asks about -------------------------------------------------------------
+    @property
+    def persistent(self) -> bool:
+        return self._driver.kind == "app-server"
+
+    @property
+    def supports_steer(self) -> bool:
+        return self._driver.supports_steer
+
+    @property
+    def records_client_id(self) -> bool:
+        return self._driver.records_client_id
+
+    @property
+    def thread_id(self) -> str | None:
+        return self._driver.thread_id
+
+    @property
+    def pids(self) -> list[int]:
+        return self._driver.pids
+
+    @property
+    def tree_tokens(self) -> list[str]:
+        return []
+
+    # -- calls ----------------------------------------------------------------------------------------
+    async def open(self, resume_thread: str | None) -> None:
+        try:
+            await self._driver.start(resume_thread)
+        except d.DriverError as exc:
+            raise LinkError(str(exc)) from None
+
+    async def send(self, thought_id: str, text: str) -> None:
+        await self._submit(thought_id, text)
+
+    async def steer(self, thought_id: str, text: str) -> None:
+        if await self._submit(thought_id, text) != "steered":
+            # The driver queued it behind the running turn instead; it will start it itself.
+            log.info("thought %s could not join the running turn; the driver runs it next", thought_id)
+
+    async def _submit(self, thought_id: str, text: str) -> d.Submission:
+        try:
+            return await self._driver.submit(text, thought_id)
+        except d.DriverError as exc:
+            # The driver may have written the request before it failed: Codex may have it.
+            raise LinkError(str(exc), delivered=True) from None
+
+    async def interrupt(self) -> None:
+        await self._driver.cancel()
+
+    async def answer(self, request_id: str, approve: bool) -> None:
+        try:
+            await self._driver.answer_approval(request_id, approve)
+        except d.DriverError as exc:
+            raise LinkError(str(exc)) from None
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self._driver.aclose()
+        self._events.put_nowait(None)
+
+    # -- events ---------------------------------------------------------------------------------------
+    async def events(self) -> AsyncIterator[LinkEvent]:
+        while (event := await self._events.get()) is not None:
+            yield event
+
+    async def _on_event(self, event: d.DriverEvent) -> None:
+        self.last_activity = time.monotonic()
+        translated = _translate(event)
+        if translated is not None:
+            self._events.put_nowait(translated)
+
+
+def _translate(event: d.DriverEvent) -> LinkEvent | None:
+    if isinstance(event, d.ThreadStarted):
+        if event.note:
+            log.warning("%s", event.note)
+        return ThreadReady(event.thread_id, None)
+    if isinstance(event, d.TurnStarted):
+        return TurnStarted(event.turn_id)
+    if isinstance(event, d.TurnFinished):
+        error = event.error
+        return TurnEnded(event.turn_id, event.status, error.message if error else None, classified=error)
+    if isinstance(event, d.Delta):
+        return Delta(event.item_id, event.text)
+    if isinstance(event, d.ApprovalRequested):
+        return ApprovalAsked(event.request_id, event.action, event.call_id)
+    if isinstance(event, d.ApprovalResolved):
+        return ApprovalSettled(event.request_id, event.approved, event.by)
+    if isinstance(event, d.DriverFailed):
+        return ProcessExited(event.returncode, event.error.message, expected=False, classified=event.error)
+    return None  # AgentMessageCompleted: the rollout is the record of replies
