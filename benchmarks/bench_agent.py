@@ -8,11 +8,12 @@ daemon running in this process (``run_daemon`` with instrumentation hooks; same 
 turn completed (plus 50 ms), so no queueing is measured:
 
 - *thought appended → bytes on Codex stdin*: from calling ``journal.append()`` to the moment
-  the app-server link has written the ``turn/start`` line (matched by ``clientUserMessageId``)
-  into the pipe. Baseline: the same append seen by a plain journal tail in this process.
+  the driver wrote the ``turn/start`` line (matched by ``clientUserMessageId``) into Codex's
+  stdin pipe (:class:`WireTap`). Baseline: the same append seen by a plain journal tail in this
+  process.
 - *journal entry behind app-server's ``item/completed``*: for each reply, from the moment the
-  link read app-server's ``item/completed`` notification of the agent message to the moment egress
-  finished appending the ``response`` entry for the same item (from the rollout line).
+  driver read app-server's ``item/completed`` notification of the agent message to the moment
+  egress finished appending the ``response`` entry for the same item (from the rollout line).
 
 Part 2, egress alone on a synthetic rollout (lines of a recorded 0.169 rollout written one by one
 with pauses): *rollout line written → entry in journal*, from ``write()`` returning to the append
@@ -24,19 +25,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import tomlkit
 
 from coven_codex.agent.bootstrap import Hooks, run_daemon
-from coven_codex.agent.egress import Egress
+from coven_codex.agent.egress import AppendHook, Egress
 from coven_codex.agent.state import SessionState
 from coven_codex.entries import BaseEntry, ThoughtEntry
 from coven_codex.journal import FileJournal, JournalRecord
@@ -66,25 +66,63 @@ def row(name: str, values_s: list[float], baseline_s: list[float] | None = None)
     return text
 
 
-async def part_app_server(thoughts: int) -> list[str]:
-    stdin_at: dict[str, float] = {}
-    notified_at: dict[str, float] = {}
-    appended_at: dict[str, float] = {}
+class WireTap:
+    """Timestamps of the daemon's pipe traffic with Codex, taken inside asyncio's stream classes.
 
-    def wire(kind: str, message: Mapping[str, Any], t: float) -> None:
-        params = message.get("params") or {}
-        if kind == "out:turn/start":
-            stdin_at[str(params.get("clientUserMessageId"))] = t
-        elif kind == "in:item/completed":
-            item = params.get("item") or {}
-            if item.get("type") == "agentMessage":
-                notified_at[str(item.get("id"))] = t
+    The driver writes JSON-RPC lines with ``StreamWriter.write`` and reads them with
+    ``StreamReader.readline``; wrapping both (in this benchmark process only) times the moment
+    ``turn/start`` bytes go into Codex's stdin and the moment an ``item/completed`` line is read.
+    """
+
+    def __init__(self) -> None:
+        self.stdin_at: dict[str, float] = {}
+        self.notified_at: dict[str, float] = {}
+        self._write = asyncio.StreamWriter.write
+        self._readline = asyncio.StreamReader.readline
+
+    def __enter__(self) -> WireTap:
+        tap = self
+        original_write, original_readline = self._write, self._readline
+
+        def write(writer: asyncio.StreamWriter, data: bytes | bytearray | memoryview) -> None:
+            original_write(writer, data)
+            if b'"turn/start"' in data:
+                now = time.perf_counter()
+                message = json.loads(bytes(data))
+                tap.stdin_at[str(message["params"].get("clientUserMessageId"))] = now
+
+        async def readline(reader: asyncio.StreamReader) -> bytes:
+            line = await original_readline(reader)
+            if b'"item/completed"' in line and b'"agentMessage"' in line:
+                now = time.perf_counter()
+                item = json.loads(line)["params"]["item"]
+                tap.notified_at[str(item.get("id"))] = now
+            return line
+
+        asyncio.StreamWriter.write = write  # type: ignore[method-assign,assignment]  # benchmark-only wrap
+        asyncio.StreamReader.readline = readline  # type: ignore[method-assign,assignment]  # benchmark-only wrap
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        asyncio.StreamWriter.write = self._write  # type: ignore[method-assign]  # restore
+        asyncio.StreamReader.readline = self._readline  # type: ignore[method-assign]  # restore
+
+
+async def part_app_server(thoughts: int) -> list[str]:
+    appended_at: dict[str, float] = {}
 
     def on_append(line: Line, entry: BaseEntry, t: float) -> None:
         item_id = getattr(entry, "item_id", None)
         if entry.kind == "response" and item_id is not None:
             appended_at[str(item_id)] = t
 
+    with WireTap() as tap:
+        return await _run_app_server(thoughts, tap, appended_at, on_append)
+
+
+async def _run_app_server(thoughts: int, tap: WireTap, appended_at: dict[str, float],
+                          on_append: AppendHook) -> list[str]:
+    stdin_at, notified_at = tap.stdin_at, tap.notified_at
     with tempfile.TemporaryDirectory(prefix="bench-agent-") as tmp_name:
         tmp = Path(tmp_name)
         workspace = tmp / "ws"
@@ -98,7 +136,7 @@ async def part_app_server(thoughts: int) -> list[str]:
             stop = asyncio.Event()
             ready = asyncio.Event()
             daemon = asyncio.create_task(run_daemon(settings, stop, ready=ready.set,
-                                                    hooks=Hooks(on_append=on_append, wire=wire)))
+                                                    hooks=Hooks(on_append=on_append)))
             await ready.wait()
             journal = FileJournal(tmp / "journal.jsonl", durability="batched")
             tail_seen: dict[str, float] = {}

@@ -2,8 +2,8 @@
 
 1. find the Codex executable (refusing one inside the workspace) and read its version, then
    take the state directory's lock (one daemon per state directory);
-2. pick the driver: ``app-server`` for versions that speak its v2 protocol, else ``exec``
-   (``driver`` in the settings overrides);
+2. pick the CODEX driver (:func:`coven_codex.codex.drivers.choose_driver`: ``app-server`` for
+   versions that speak its v2 protocol, else ``exec``; ``driver`` in the settings overrides);
 3. load the spells and start their MCP server on a private socket (when there are spells);
 4. prepare the isolated ``CODEX_HOME`` (base config + coven's keys + the MCP entry);
 5. open the journal and run the :class:`~coven_codex.agent.daemon.Daemon` until ``stop``.
@@ -24,14 +24,19 @@ from pathlib import Path
 from coven_codex.agent.daemon import Daemon, Ready
 from coven_codex.agent.egress import AppendHook
 from coven_codex.agent.link import CodexLink
-from coven_codex.agent.links.app_server import AppServerLink, WireHook
 from coven_codex.agent.links.driver import DriverLink
-from coven_codex.agent.links.exec import ExecLink, StdinHook
 from coven_codex.agent.recovery import find_rollout
 from coven_codex.agent.state import StateError
 from coven_codex.agent.statelock import StateLock
 from coven_codex.codex.discovery import DiscoveryError, find_codex
-from coven_codex.codex.drivers import CodexDriver, DriverSettings, EventSink, create_driver
+from coven_codex.codex.drivers import (
+    CodexDriver,
+    DriverError,
+    DriverSettings,
+    EventSink,
+    choose_driver,
+    create_driver,
+)
 from coven_codex.codex.home import CodexHomeError, DriverKind, prepare_codex_home
 from coven_codex.codex.version import CodexVersion, VersionError, detect_version
 from coven_codex.journal import FileJournal, JournalError
@@ -49,57 +54,40 @@ class BootstrapError(RuntimeError):
 
 @dataclass(slots=True)
 class Hooks:
-    """Instrumentation for benchmarks (all optional)."""
+    """Instrumentation for benchmarks."""
 
     on_append: AppendHook | None = None
-    wire: WireHook | None = None
-    exec_stdin: StdinHook | None = None
 
 
 @dataclass(slots=True)
 class LinkMaker:
-    """Makes a link per conversation for the chosen driver."""
+    """Makes a conversation's link: a CODEX driver (app-server or exec) behind the link adapter."""
 
     driver: DriverKind
     executable: Path
+    version: CodexVersion
     env: Mapping[str, str] = field(repr=False)
     cwd: Path
-    grace: float
-    hooks: Hooks
     settings: Settings
-    version: CodexVersion | None = None
-    """Set: use the CODEX drivers (:mod:`coven_codex.codex.drivers`); ``None``: the agent's own links."""
 
     @property
     def records_client_id(self) -> bool:
         return self.driver == "app-server"
 
     def __call__(self, conversation: str) -> CodexLink:
-        if self.version is not None:
-            version = self.version
+        def make(sink: EventSink) -> CodexDriver:
+            return create_driver(self.executable, self.version, self.cwd, env=self.env,
+                                 settings=DriverSettings.from_settings(self.settings), sink=sink, choice=self.driver)
 
-            def make(sink: EventSink) -> CodexDriver:
-                return create_driver(self.executable, version, self.cwd, env=self.env,
-                                     settings=DriverSettings.from_settings(self.settings), sink=sink,
-                                     choice=self.driver)
-
-            return DriverLink(make)
-        if self.driver == "app-server":
-            return AppServerLink(self.executable, env=self.env, cwd=self.cwd, grace=self.grace,
-                                 wire_hook=self.hooks.wire)
-        return ExecLink(self.executable, env=self.env, cwd=self.cwd, grace=self.grace,
-                        stdin_hook=self.hooks.exec_stdin)
+        return DriverLink(make)
 
 
-def choose_driver(settings: Settings, version: CodexVersion) -> DriverKind:
-    if settings.driver == "app-server":
-        if not version.supports_app_server:
-            log.warning("driver app-server was asked for, but Codex %s predates the protocol it needs; "
-                        "trying anyway", version)
-        return "app-server"
-    if settings.driver == "exec":
-        return "exec"
-    return "app-server" if version.supports_app_server else "exec"
+def choose(settings: Settings, version: CodexVersion) -> DriverKind:
+    """The driver for ``version`` and the ``driver`` setting; raises :class:`BootstrapError`."""
+    try:
+        return choose_driver(version, settings.driver)
+    except DriverError as exc:
+        raise BootstrapError(str(exc)) from None
 
 
 async def run_daemon(settings: Settings, stop: asyncio.Event, *, ready: Ready | None = None,
@@ -117,7 +105,7 @@ async def run_daemon(settings: Settings, stop: asyncio.Event, *, ready: Ready | 
         version = await asyncio.to_thread(detect_version, found.path, env=env_in)
     except (DiscoveryError, VersionError) as exc:
         raise BootstrapError(str(exc)) from None
-    driver = choose_driver(settings, version)
+    driver = choose(settings, version)
     log.info("Codex %s at %s; driver %s", version, found.path, driver)
     async with contextlib.AsyncExitStack() as stack:
         # The lock comes first: a second daemon must not even rewrite the shared CODEX_HOME.
@@ -154,9 +142,8 @@ async def run_daemon(settings: Settings, stop: asyncio.Event, *, ready: Ready | 
         except JournalError as exc:
             raise BootstrapError(str(exc)) from None
         stack.push_async_callback(journal.aclose)
-        maker = LinkMaker(driver=driver, executable=found.path, env=home.env, cwd=workspace,
-                          grace=settings.kill_grace, hooks=hooks, settings=settings,
-                          version=version if os.environ.get("COVEN_AGENT_LINKS") != "own" else None)
+        maker = LinkMaker(driver=driver, executable=found.path, version=version, env=home.env, cwd=workspace,
+                          settings=settings)
         codex_home = home.path
 
         async def locate(thread_id: str) -> Path:

@@ -35,8 +35,6 @@ class TurnEnded:
     turn_id: str | None
     status: str
     error: str | None = None
-    exit_code: int | None = None
-    """Set when the turn ended because its process died (exec)."""
     classified: ClassifiedError | None = None
     """The driver's classification of ``error``, when it made one."""
 
@@ -68,14 +66,6 @@ class ApprovalSettled:
 
 
 @dataclass(frozen=True, slots=True)
-class CodexReportedError:
-    """Codex reported a failure (model HTTP error, stream error, ...) while staying alive."""
-
-    message: str
-    will_retry: bool = False
-
-
-@dataclass(frozen=True, slots=True)
 class ProcessExited:
     """The Codex process ended. ``expected`` when we asked it to (or an exec turn finished)."""
 
@@ -85,8 +75,7 @@ class ProcessExited:
     classified: ClassifiedError | None = None
 
 
-LinkEvent = (ThreadReady | TurnStarted | TurnEnded | Delta | ApprovalAsked | ApprovalSettled | CodexReportedError
-             | ProcessExited)
+LinkEvent = ThreadReady | TurnStarted | TurnEnded | Delta | ApprovalAsked | ApprovalSettled | ProcessExited
 
 
 class LinkError(RuntimeError):
@@ -108,10 +97,7 @@ class CodexLink(Protocol):
     @property
     def supports_steer(self) -> bool: ...
 
-    @property
-    def enforces_turn_limits(self) -> bool:
-        """The link itself enforces turn/stream-idle timeouts and the approval policy and timeout."""
-        ...
+
 
     @property
     def records_client_id(self) -> bool:
@@ -124,16 +110,6 @@ class CodexLink(Protocol):
     @property
     def pids(self) -> list[int]:
         """Process-group leaders currently running for this link."""
-        ...
-
-    @property
-    def last_activity(self) -> float:
-        """``time.monotonic()`` of the last output Codex wrote (for the stream-idle timeout)."""
-        ...
-
-    @property
-    def tree_tokens(self) -> list[str]:
-        """The process-tree markers of this link's processes (see :mod:`coven_codex.codex.process`)."""
         ...
 
     async def open(self, resume_thread: str | None) -> None:

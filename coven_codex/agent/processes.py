@@ -45,9 +45,8 @@ class ProcessRegistry:
         self.path = state_dir / FILE_NAME
         self._records: dict[str, list[dict[str, float | int | str]]] = {}
 
-    def record(self, conversation: str, pids: list[int], tokens: list[str]) -> None:
-        identities = [ident for pid, token in zip(pids, tokens + [""] * len(pids), strict=False)
-                      if (ident := _identity(pid, token)) is not None]
+    def record(self, conversation: str, pids: list[int]) -> None:
+        identities = [ident for pid in pids if (ident := _identity(pid, None)) is not None]
         if identities == self._records.get(conversation):
             return
         self._records[conversation] = identities

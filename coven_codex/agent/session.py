@@ -35,7 +35,6 @@ from coven_codex.agent.link import (
     ApprovalAsked,
     ApprovalSettled,
     CodexLink,
-    CodexReportedError,
     Delta,
     LinkError,
     LinkEvent,
@@ -48,7 +47,7 @@ from coven_codex.agent.recovery import codex_received, recorded_client_id
 from coven_codex.agent.saver import StateSaver
 from coven_codex.agent.services import PendingThought, SessionServices
 from coven_codex.agent.state import InFlight, SessionState
-from coven_codex.codex.errors import HINTS, ErrorCode, classify, shorten
+from coven_codex.codex.errors import ErrorCode, classify, shorten
 from coven_codex.entries import (
     ApprovalEntry,
     ApprovalRequestEntry,
@@ -68,6 +67,8 @@ DELIVERY_ATTEMPTS = 3
 ERROR_DRAIN = 1.0
 PRUNE_DELIVERED_AT = 256
 CONFIRM_LOCATE = 5.0
+STOP_GRACE_FACTOR = 2.0
+"""After an interrupt, the driver ends a stuck turn within ``kill_grace``; we end the link after twice that."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +104,6 @@ class Session:
         self._link: CodexLink | None = None
         self._generation = 0
         self._turn_active = False
-        self._turn_deadline: float | None = None
         self._interrupt_sent_at: float | None = None
         self._idle_since: float | None = None
         self._restart_at: float | None = None
@@ -121,7 +121,6 @@ class Session:
         self._errors_at_turn_start = 0
         self._no_turn = asyncio.Event()
         self._no_turn.set()
-        self._last_activity = time.monotonic()
         self._egress = EgressRunner(state, services, self._saver, on_line=self._on_rollout_line)
 
     # -- routing (called synchronously by ingress) -------------------------------------------
@@ -175,18 +174,12 @@ class Session:
     def _next_timeout(self) -> float | None:
         now = time.monotonic()
         deadlines: list[float] = []
-        if self._turn_deadline is not None and self._own_limits:
-            deadlines.append(self._turn_deadline)
         if self._interrupt_sent_at is not None:
-            deadlines.append(self._interrupt_sent_at + self._settings.kill_grace)
+            deadlines.append(self._interrupt_sent_at + STOP_GRACE_FACTOR * self._settings.kill_grace)
         if self._idle_since is not None and self._link is not None:
             deadlines.append(self._idle_since + self._settings.idle_reap)
         if self._restart_at is not None:
             deadlines.append(self._restart_at)
-        if self._own_limits:
-            if self._turn_active and self._interrupt_sent_at is None:
-                deadlines.append(self._stream_idle_deadline())
-            deadlines.extend(asked + self._settings.approval_timeout for asked in self._approvals.values())
         return min(deadlines) - now if deadlines else None
 
     # -- messages ------------------------------------------------------------------------------
@@ -255,9 +248,6 @@ class Session:
             if event.by == "timeout":
                 text = f"no answer to approval {event.request_id} within {self._settings.approval_timeout:.0f}s; denied"
                 await self._emit(StatusEntry(state="approval_timeout", text=text))
-        elif isinstance(event, CodexReportedError):
-            if not event.will_retry:
-                log.info("conversation %r: Codex reported: %s", self.conversation, shorten(event.message))
         else:
             await self._process_exited(event)
 
@@ -272,11 +262,8 @@ class Session:
         if self._egress.egress.errors_seen > self._errors_at_turn_start:
             return
         assert event.error is not None
-        c = event.classified or classify(event.error, event.exit_code)
-        code = c.code
-        if code is ErrorCode.UNKNOWN and event.exit_code not in (None, 0):
-            code = ErrorCode.PROCESS_EXITED
-        await self._error(code, c.message, HINTS[code])
+        c = event.classified or classify(event.error)
+        await self._error(c.code, c.message, c.hint)
 
     async def _thread_ready(self, event: ThreadReady) -> None:
         changed = event.thread_id != self.state.thread_id
@@ -296,15 +283,10 @@ class Session:
         self._start_egress()
 
     async def _approval_asked(self, event: ApprovalAsked) -> None:
-        policy = self._settings.approval_policy
         await self._emit(ApprovalRequestEntry(request_id=event.request_id, action=event.action,
                                               call_id=event.call_id, text=event.action))
-        if policy == "ask":
+        if self._settings.approval_policy == "ask":
             self._approvals[event.request_id] = time.monotonic()
-            return
-        if self._link is not None and self._own_limits:
-            with contextlib.suppress(LinkError):
-                await self._link.answer(event.request_id, policy == "approve")
 
     async def _process_exited(self, event: ProcessExited) -> None:
         link = self._link
@@ -344,8 +326,6 @@ class Session:
         self._restart_wanted = True
 
     def _set_turn_active(self) -> None:
-        if not self._turn_active:
-            self._saw_activity()
         self._turn_active = True
         self._no_turn.clear()
 
@@ -353,54 +333,16 @@ class Session:
         self._steer_refused = False
         self._no_turn.set()
         self._turn_active = False
-        self._turn_deadline = None
         self._interrupt_sent_at = None
 
     # -- timers ------------------------------------------------------------------------------------
-    def _stream_idle_deadline(self) -> float:
-        last = self._last_activity
-        if self._link is not None:
-            last = max(last, self._link.last_activity)
-        return last + self._settings.stream_idle_timeout
-
-    @property
-    def _own_limits(self) -> bool:
-        """Whether this session enforces turn limits and approval timeouts (else its link does)."""
-        return self._link is not None and not self._link.enforces_turn_limits
-
     async def _check_timers(self) -> None:
+        """Turn and stream-idle timeouts, approval timeouts and policy are the driver's; these are ours."""
         now = time.monotonic()
-        if not self._own_limits:
-            await self._check_idle(now)
-            return
-        if (self._turn_active and self._interrupt_sent_at is None and self._link is not None
-                and now >= self._stream_idle_deadline()):
-            c = classify("stream idle", None)
-            quiet = self._settings.stream_idle_timeout
-            await self._error(c.code, f"no output from Codex or the model for {quiet:.0f}s; the turn was abandoned",
-                              c.hint)
-            with contextlib.suppress(LinkError):
-                await self._link.interrupt()
-            self._interrupt_sent_at = now
-        if self._turn_deadline is not None and now >= self._turn_deadline and self._link is not None:
-            self._turn_deadline = None
-            c = classify("turn timeout", 124)
-            await self._error(c.code, f"the turn ran longer than {self._settings.turn_timeout:.0f}s and was "
-                              "stopped", c.hint)
-            with contextlib.suppress(LinkError):
-                await self._link.interrupt()
-            self._interrupt_sent_at = now
-        if (self._interrupt_sent_at is not None and now >= self._interrupt_sent_at + self._settings.kill_grace
-                and self._link is not None):
+        if (self._interrupt_sent_at is not None and self._link is not None
+                and now >= self._interrupt_sent_at + STOP_GRACE_FACTOR * self._settings.kill_grace):
             log.warning("conversation %r: the turn did not stop after interrupt; ending Codex", self.conversation)
             await self._end_link(reason="turn did not stop")
-        for request_id, asked in list(self._approvals.items()):
-            if now >= asked + self._settings.approval_timeout and self._link is not None:
-                del self._approvals[request_id]
-                await self._emit(StatusEntry(state="approval_timeout",
-                                             text=f"no answer to approval {request_id}; denied"))
-                with contextlib.suppress(LinkError):
-                    await self._link.answer(request_id, False)
         await self._check_idle(now)
 
     async def _check_idle(self, now: float) -> None:
@@ -487,7 +429,7 @@ class Session:
         self._last_open_error = None
         self._link = link
         self._generation += 1
-        self._svc.processes.record(self.conversation, link.pids, link.tree_tokens)
+        self._svc.processes.record(self.conversation, link.pids)
         generation = self._generation
         assert self._group is not None
         self._pump_task = self._group.create_task(self._pump(link, generation),
@@ -503,7 +445,7 @@ class Session:
         async for event in link.events():
             self._inbox.put_nowait(_LinkMessage(generation, event))
             if link.persistent and isinstance(event, ThreadReady | TurnStarted):
-                self._svc.processes.record(self.conversation, link.pids, link.tree_tokens)
+                self._svc.processes.record(self.conversation, link.pids)
 
     async def _deliver(self, thought: PendingThought, *, steer: bool = False) -> None:
         link = self._link
@@ -536,13 +478,12 @@ class Session:
         # first). The thought stays in flight until egress sees it recorded (app-server: the
         # UserMessage with client_id = thought id) or, when the turn is over, the rollout says so.
         if not link.persistent:
-            self._svc.processes.record(self.conversation, link.pids, link.tree_tokens)
+            self._svc.processes.record(self.conversation, link.pids)
         self._start_turn()
 
     def _start_turn(self) -> None:
         self._errors_at_turn_start = self._egress.egress.errors_seen
         self._set_turn_active()
-        self._turn_deadline = time.monotonic() + self._settings.turn_timeout
 
     async def _confirm_unconfirmed(self) -> None:
         """The turn is over (or its process gone) and egress did not see the thought recorded: ask the rollout."""
@@ -634,11 +575,7 @@ class Session:
             self._restart_at = time.monotonic() + delay
 
     # -- egress ------------------------------------------------------------------------------------
-    def _saw_activity(self) -> None:
-        self._last_activity = time.monotonic()
-
     def _on_rollout_line(self, line: Line) -> None:
-        self._saw_activity()
         thought = self._unconfirmed
         if thought is None or b'"client_id"' not in line.data or thought.entry_id.encode() not in line.data:
             return

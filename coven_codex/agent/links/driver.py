@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator, Callable
 
 from coven_codex.agent.link import (
@@ -33,13 +32,10 @@ DriverFactory = Callable[[d.EventSink], d.CodexDriver]
 
 
 class DriverLink:
-    enforces_turn_limits = True
-
     def __init__(self, make_driver: DriverFactory) -> None:
         self._events: asyncio.Queue[LinkEvent | None] = asyncio.Queue()
         self._driver = make_driver(self._on_event)
         self._closed = False
-        self.last_activity = time.monotonic()
 
     # -- what the session asks about -------------------------------------------------------------
     @property
@@ -61,10 +57,6 @@ class DriverLink:
     @property
     def pids(self) -> list[int]:
         return self._driver.pids
-
-    @property
-    def tree_tokens(self) -> list[str]:
-        return []
 
     # -- calls ----------------------------------------------------------------------------------------
     async def open(self, resume_thread: str | None) -> None:
@@ -110,7 +102,6 @@ class DriverLink:
             yield event
 
     async def _on_event(self, event: d.DriverEvent) -> None:
-        self.last_activity = time.monotonic()
         translated = _translate(event)
         if translated is not None:
             self._events.put_nowait(translated)
