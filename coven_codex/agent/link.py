@@ -120,8 +120,19 @@ class CodexLink(Protocol):
         """Start a turn with ``text``; returns once Codex has the input (bytes written / accepted)."""
         ...
 
-    async def steer(self, thought_id: str, text: str) -> None:
-        """Add ``text`` to the running turn."""
+    async def steer(self, thought_id: str, text: str) -> str:
+        """Add ``text`` to the running turn: ``"steered"``; or, if the turn had just ended,
+        ``"started"`` (a new turn) or ``"queued"`` (the link starts it as its next turn)."""
+        ...
+
+    @property
+    def queued_ids(self) -> tuple[str, ...]:
+        """Thought ids the link holds back to start as the next turns by itself."""
+        ...
+
+    @property
+    def busy(self) -> bool:
+        """A turn is running in Codex."""
         ...
 
     async def interrupt(self) -> None: ...

@@ -109,7 +109,7 @@ class Session:
         self._restart_at: float | None = None
         self._restart_wanted = False
         self._failures = 0
-        self._approvals: dict[str, float] = {}
+        self._approvals: set[str] = set()
         self._stopping = False
         self._saver = StateSaver(state, services.store)
         self._group: asyncio.TaskGroup | None = None
@@ -220,7 +220,7 @@ class Session:
             log.info("conversation %r: approval for unknown or expired request %s ignored",
                      self.conversation, entry.request_id)
             return
-        del self._approvals[entry.request_id]
+        self._approvals.discard(entry.request_id)
         try:
             await self._link.answer(entry.request_id, entry.decision == "approve")
         except LinkError as exc:
@@ -234,7 +234,7 @@ class Session:
             self._set_turn_active()
         elif isinstance(event, TurnEnded):
             self._turn_finished()
-            if self._unconfirmed is not None:
+            if self._unconfirmed is not None and not self._waiting_in_driver(self._unconfirmed):
                 await self._confirm_unconfirmed()
             if event.status == "failed" and event.error:
                 await self._turn_failed(event)
@@ -244,7 +244,7 @@ class Session:
         elif isinstance(event, ApprovalAsked):
             await self._approval_asked(event)
         elif isinstance(event, ApprovalSettled):
-            self._approvals.pop(event.request_id, None)
+            self._approvals.discard(event.request_id)
             if event.by == "timeout":
                 text = f"no answer to approval {event.request_id} within {self._settings.approval_timeout:.0f}s; denied"
                 await self._emit(StatusEntry(state="approval_timeout", text=text))
@@ -286,7 +286,7 @@ class Session:
         await self._emit(ApprovalRequestEntry(request_id=event.request_id, action=event.action,
                                               call_id=event.call_id, text=event.action))
         if self._settings.approval_policy == "ask":
-            self._approvals[event.request_id] = time.monotonic()
+            self._approvals.add(event.request_id)
 
     async def _process_exited(self, event: ProcessExited) -> None:
         link = self._link
@@ -367,6 +367,8 @@ class Session:
             return
         if self._queue:
             self._mark_busy()
+            if self._unconfirmed is not None:
+                return  # the driver is starting it as its next turn
             if self._link is None and not await self._open_link():
                 return
             await self._deliver(self._queue[0])
@@ -381,8 +383,14 @@ class Session:
             await self._end_link(reason="turn over")
 
     def _can_steer(self) -> bool:
+        # One thought in flight at a time: steer only once the running turn's thought is recorded.
         return (self._settings.mid_turn == "steer" and self._link is not None and self._link.supports_steer
-                and self._interrupt_sent_at is None and not self._steer_refused)
+                and self._interrupt_sent_at is None and not self._steer_refused and self._unconfirmed is None)
+
+    def _waiting_in_driver(self, thought: PendingThought) -> bool:
+        """The driver still has ``thought``: queued as its next turn, or already running it."""
+        link = self._link
+        return link is not None and (thought.entry_id in link.queued_ids or link.busy)
 
     def _mark_busy(self) -> None:
         self._idle_since = None
@@ -454,25 +462,24 @@ class Session:
                                         thread_id=self.state.thread_id,
                                         user_messages_before=self.state.user_messages)
         await self._save_now()
-        if not steer:
-            self._unconfirmed = thought  # before sending: egress may see it recorded before send returns
+        # Set before sending: egress may see the thought recorded before the call returns.
+        self._unconfirmed = thought
         try:
             if steer:
-                await link.steer(thought.entry_id, thought.text)
+                how = await link.steer(thought.entry_id, thought.text)
             else:
                 await link.send(thought.entry_id, thought.text)
         except LinkError as exc:
             self._unconfirmed = None
-            if steer and not exc.delivered and self._link is not None:
-                # Codex would not add to this turn (it may just have ended): queue the thought instead.
-                log.info("conversation %r: steering refused (%s); the thought waits for the next turn",
-                         self.conversation, exc)
-                self._steer_refused = True
-                return
             await self._delivery_failed(thought, exc)
             return
         if steer:
-            await self._delivered(thought, steer=True)
+            # Accepted into the turn ("steered"), or the turn had just ended and the driver started
+            # it as a new turn or queued it as the next one. Either way it stays in flight until
+            # Codex records it (the UserMessage line with its client id): accepted pending input
+            # can still be dropped when the turn is cut short.
+            if how == "queued":
+                self._steer_refused = True
             return
         # Codex has the bytes, but only its rollout proves it recorded them (a process may die
         # first). The thought stays in flight until egress sees it recorded (app-server: the

@@ -91,7 +91,8 @@ async def crash_loop(h: AgentHarness, server: ScriptedModelServer, *, thoughts: 
     for conversation in CONVERSATIONS:
         final = [r for r in requests if user_prompts(r) and user_prompts(r)[-1] == f"{conversation} final"]
         assert len(final) == 1
-        assert user_prompts(final[0]) == sent[conversation], f"history of {conversation} differs"
+        history = user_prompts(final[0])
+        assert history == sent[conversation], f"history of {conversation} differs:\n{history}\n{sent[conversation]}"
 
     # -- every rollout entry reached the journal exactly once -------------------------------------
     journal = await h.entries()
@@ -134,3 +135,12 @@ async def test_kill9_daemon_exec_driver_047(codex_bin_047: Path, harness_factory
         # again. Codex's own record (the thread history) still holds every thought exactly once,
         # which is what this asserts; the per-request check is the app-server test's.
         await crash_loop(h, server, thoughts=60, kills=10, seed=47, model_sees_each_once=False)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+async def test_kill9_daemon_steering_169(codex_bin_169: Path, harness_factory: Factory) -> None:
+    async with ScriptedModelServer(responder=echo_responder) as server:
+        h = harness_factory(codex_bin_169, server)
+        h.extra_args = ["--mid-turn", "steer"]
+        await crash_loop(h, server, thoughts=60, kills=10, seed=169)

@@ -68,10 +68,19 @@ class DriverLink:
     async def send(self, thought_id: str, text: str) -> None:
         await self._submit(thought_id, text)
 
-    async def steer(self, thought_id: str, text: str) -> None:
-        if await self._submit(thought_id, text) != "steered":
-            # The driver queued it behind the running turn instead; it will start it itself.
-            log.info("thought %s could not join the running turn; the driver runs it next", thought_id)
+    async def steer(self, thought_id: str, text: str) -> str:
+        how = await self._submit(thought_id, text)
+        if how != "steered":
+            log.info("thought %s did not join a running turn: %s", thought_id, how)
+        return how
+
+    @property
+    def busy(self) -> bool:
+        return self._driver.busy
+
+    @property
+    def queued_ids(self) -> tuple[str, ...]:
+        return self._driver.queued
 
     async def _submit(self, thought_id: str, text: str) -> d.Submission:
         try:
