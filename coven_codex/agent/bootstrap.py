@@ -25,7 +25,6 @@ from coven_codex.agent.daemon import Daemon, Ready
 from coven_codex.agent.egress import AppendHook
 from coven_codex.agent.link import CodexLink
 from coven_codex.agent.links.driver import DriverLink
-from coven_codex.agent.recovery import find_rollout
 from coven_codex.agent.state import StateError
 from coven_codex.agent.statelock import StateLock
 from coven_codex.codex.discovery import DiscoveryError, find_codex
@@ -41,6 +40,7 @@ from coven_codex.codex.home import CodexHomeError, DriverKind, prepare_codex_hom
 from coven_codex.codex.version import CodexVersion, VersionError, detect_version
 from coven_codex.journal import FileJournal, JournalError
 from coven_codex.mcp import SpellLoadError, SpellServer, SpellServerError, codex_mcp_entry, load_spell_sources
+from coven_codex.rollout.locator import locate_rollout
 from coven_codex.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -147,7 +147,7 @@ async def run_daemon(settings: Settings, stop: asyncio.Event, *, ready: Ready | 
         codex_home = home.path
 
         async def locate(thread_id: str) -> Path:
-            return await find_rollout(codex_home, thread_id, ROLLOUT_LOCATE_TIMEOUT)
+            return await locate_rollout(codex_home, thread_id=thread_id, cwd=None, timeout=ROLLOUT_LOCATE_TIMEOUT)
 
         daemon = Daemon(settings, journal, maker, locate_rollout=locate, codex_home=codex_home,
                         on_append=hooks.on_append)

@@ -34,6 +34,7 @@ from coven_codex.agent.slots import SlotPool
 from coven_codex.agent.state import SessionState, StateStore
 from coven_codex.entries import CODEX_SENDER
 from coven_codex.journal import Journal, JournalRecord
+from coven_codex.rollout.locator import find_rollout
 from coven_codex.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -129,8 +130,9 @@ class Daemon:
                 state.egress_offset = 0
                 state.user_messages = 0
         elif rollout is None:
-            with contextlib.suppress(Exception):
-                rollout = await self.locate_rollout(state.thread_id)
+            # No Codex of the previous run is alive, so the file exists now or never will.
+            rollout = await asyncio.to_thread(find_rollout, self.codex_home, state.thread_id)
+            if rollout is not None:
                 state.rollout_path = str(rollout)
         received = rollout is not None and rollout.exists() and await asyncio.to_thread(
             codex_received, rollout, in_flight, by_client_id=self.make_link.records_client_id)

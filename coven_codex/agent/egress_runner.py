@@ -59,7 +59,7 @@ class EgressRunner:
         while path is None:
             try:
                 path = await self._services.locate_rollout(thread_id)
-            except LookupError as exc:
+            except (LookupError, OSError) as exc:
                 log.warning("conversation %r: %s; looking again", self._state.conversation, exc)
                 continue
             self._state.rollout_path = str(path)

@@ -17,20 +17,17 @@ Only call this once no Codex process of the previous run is alive (see
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from coven_codex.agent.state import InFlight
+from coven_codex.rollout.locator import thread_id_from_path
 
 log = logging.getLogger(__name__)
-
-_THREAD_IN_NAME = re.compile(r"([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})\.jsonl$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,11 +108,6 @@ def codex_received(rollout: Path, in_flight: InFlight, *, by_client_id: bool) ->
     return len(messages.texts) > in_flight.user_messages_before
 
 
-def thread_id_of(path: Path) -> str | None:
-    match = _THREAD_IN_NAME.search(path.name)
-    return match.group(1) if match else None
-
-
 def find_unclaimed_rollout(codex_home: Path, text: str, claimed: set[str]) -> tuple[str, Path] | None:
     """A rollout no session owns whose first user message is ``text`` (newest first)."""
     sessions = codex_home / "sessions"
@@ -123,33 +115,10 @@ def find_unclaimed_rollout(codex_home: Path, text: str, claimed: set[str]) -> tu
         return None
     candidates = sorted(sessions.rglob("rollout-*.jsonl"), key=lambda p: p.stat().st_mtime, reverse=True)
     for path in candidates:
-        thread = thread_id_of(path)
+        thread = thread_id_from_path(path)
         if thread is None or thread in claimed:
             continue
         texts = user_messages(path).texts
         if texts and texts[0] == text:
             return thread, path
     return None
-
-
-class RolloutNotFound(LookupError):
-    """No rollout file for the thread appeared in time."""
-
-
-async def find_rollout(codex_home: Path, thread_id: str, wait_seconds: float) -> Path:
-    """The rollout file of ``thread_id`` under ``codex_home/sessions``, waiting up to ``wait_seconds``.
-
-    Codex creates the file when the thread's first turn starts, so a caller that learned the
-    thread id from ``thread.started`` may be a few milliseconds early; this checks again every
-    50 ms until the deadline (only while locating, never while idle).
-    """
-    pattern = f"*/*/*/rollout-*-{thread_id}.jsonl"
-    sessions = codex_home / "sessions"
-    deadline = asyncio.get_running_loop().time() + wait_seconds
-    while True:
-        found = sorted(sessions.glob(pattern)) if sessions.is_dir() else []
-        if found:
-            return found[-1]
-        if asyncio.get_running_loop().time() >= deadline:
-            raise RolloutNotFound(f"no rollout file for thread {thread_id} under {sessions} after {wait_seconds:.0f}s")
-        await asyncio.sleep(0.05)

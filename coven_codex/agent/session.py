@@ -501,7 +501,7 @@ class Session:
         by_client_id = self._svc.make_link.records_client_id
         rollout: Path | None = Path(self.state.rollout_path) if self.state.rollout_path else None
         if rollout is None and self.state.thread_id is not None:
-            with contextlib.suppress(LookupError, TimeoutError):
+            with contextlib.suppress(LookupError, OSError, TimeoutError):
                 rollout = await asyncio.wait_for(self._svc.locate_rollout(self.state.thread_id), CONFIRM_LOCATE)
         received = rollout is not None and await asyncio.to_thread(
             codex_received, rollout, in_flight, by_client_id=by_client_id)
