@@ -283,10 +283,14 @@ class Session:
         self._start_egress()
 
     async def _approval_asked(self, event: ApprovalAsked) -> None:
-        await self._emit(ApprovalRequestEntry(request_id=event.request_id, action=event.action,
-                                              call_id=event.call_id, text=event.action))
-        if self._settings.approval_policy == "ask":
+        policy = self._settings.approval_policy
+        if policy == "ask":
             self._approvals.add(event.request_id)
+            text = event.action
+        else:
+            text = f"{event.action} (answered by approval_policy = {policy!r}; nothing to do)"
+        await self._emit(ApprovalRequestEntry(request_id=event.request_id, action=event.action,
+                                              call_id=event.call_id, text=text))
 
     async def _process_exited(self, event: ProcessExited) -> None:
         link = self._link
