@@ -246,3 +246,23 @@ async def test_second_daemon_on_the_same_state_is_refused(codex_bin_169: Path, m
     assert "another coven-codex daemon" in second.log()
     assert first.process.returncode is None
     assert await h.stop(first) == 0
+
+
+async def test_sigterm_mid_turn_exits_cleanly_and_resumes(codex_bin: Path, harness_factory: Factory) -> None:
+    responder = make_responder({"stuck": lambda r: (Stall(60.0), Reply("never"))})
+    async with ScriptedModelServer(responder=responder) as server:
+        h = harness_factory(codex_bin, server)
+        daemon = await h.start()
+        await h.think("c", "stuck in a turn")
+        await server.requests.wait_for(1)
+        started = asyncio.get_running_loop().time()
+        assert await h.stop(daemon) == 0
+        assert asyncio.get_running_loop().time() - started < 15  # kill_grace is 3 s in the harness
+        assert not codex_processes(h.codex_home)
+        # The thought reached Codex, so the next run does not send it again; the conversation goes on.
+        daemon = await h.start()
+        await h.think("c", "after the restart")
+        await h.wait_for(lambda es: "echo: after the restart" in replies(es, "c"), what="reply after restart")
+        prompts = [user_prompts(r)[-1] for r in server.requests.responses_requests()]
+        assert prompts.count("stuck in a turn") == 1
+        assert await h.stop(daemon) == 0
