@@ -266,3 +266,20 @@ async def test_sigterm_mid_turn_exits_cleanly_and_resumes(codex_bin: Path, harne
         prompts = [user_prompts(r)[-1] for r in server.requests.responses_requests()]
         assert prompts.count("stuck in a turn") == 1
         assert await h.stop(daemon) == 0
+
+
+async def test_approval_policy_approve_answers_by_itself(codex_bin_169: Path, harness_factory: Factory) -> None:
+    escalated = {"cmd": "touch auto.txt", "sandbox_permissions": "require_escalated", "login": False,
+                 "tty": False, "yield_time_ms": 5000, "justification": "create auto.txt"}
+    async with ScriptedModelServer([CallTool("exec_command", escalated), Reply("auto ran")],
+                                   responder=lambda r: Reply("extra")) as server:
+        h = harness_factory(codex_bin_169, server)
+        h.write_base_config(approval_policy="on-request")
+        daemon = await h.start("--approval-policy", "approve")
+        await h.think("c", "touch it")
+        entries = await h.wait_for(lambda es: "auto ran" in replies(es, "c"), what="reply")
+        # Nobody had to answer: the escalated command ran (whether Codex asked and the policy
+        # answered, or the driver told Codex not to ask at all).
+        assert (h.workspace / "auto.txt").exists()
+        assert not [e for e in entries if isinstance(e, ErrorEntry)]
+        assert await h.stop(daemon) == 0
