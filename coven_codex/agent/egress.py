@@ -25,9 +25,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from coven_codex.agent.state import SessionState
-from coven_codex.entries import BaseEntry, DeltaEntry, ErrorEntry
+from coven_codex.entries import BaseEntry, DeltaEntry, ErrorEntry, StatusEntry
 from coven_codex.journal import Journal
-from coven_codex.rollout import RolloutTranslator
+from coven_codex.rollout import TURN_END_STATES, RolloutTranslator
 from coven_codex.tailing import Line, TailNotice, tail_lines
 
 log = logging.getLogger(__name__)
@@ -50,6 +50,8 @@ class Egress:
         self.lines_seen = 0
         self.errors_seen = 0
         """``error`` entries this egress produced from the rollout (written or already there)."""
+        self.turn_ends_seen = 0
+        """Turn-end ``status`` entries (completed, failed, aborted) it produced likewise."""
         self._last_end: int | None = None
         self._progressed = asyncio.Event()
 
@@ -86,6 +88,8 @@ class Egress:
             return
         if isinstance(entry, ErrorEntry):
             self.errors_seen += 1
+        elif isinstance(entry, StatusEntry) and entry.state in TURN_END_STATES:
+            self.turn_ends_seen += 1
         if entry.id is not None and entry.id in self._known_ids:
             log.debug("egress: dropping replayed entry %s", entry.id)
             return

@@ -58,6 +58,7 @@ from coven_codex.entries import (
     StatusEntry,
     ThoughtEntry,
 )
+from coven_codex.rollout import TURN_ABORTED, TURN_COMPLETED, TURN_FAILED
 from coven_codex.tailing import Line
 
 log = logging.getLogger(__name__)
@@ -65,6 +66,8 @@ log = logging.getLogger(__name__)
 MAX_BACKOFF = 60.0
 DELIVERY_ATTEMPTS = 3
 ERROR_DRAIN = 1.0
+TURN_END_STATE_OF = {"completed": TURN_COMPLETED, "failed": TURN_FAILED, "interrupted": TURN_ABORTED}
+"""The status a driver's turn outcome becomes when the rollout does not record the turn's end."""
 PRUNE_DELIVERED_AT = 256
 CONFIRM_LOCATE = 5.0
 STOP_GRACE_FACTOR = 2.0
@@ -119,6 +122,7 @@ class Session:
         self._steer_refused = False
         self._last_open_error: str | None = None
         self._errors_at_turn_start = 0
+        self._turn_ends_at_turn_start = 0
         self._no_turn = asyncio.Event()
         self._no_turn.set()
         self._egress = EgressRunner(state, services, self._saver, on_line=self._on_rollout_line)
@@ -236,8 +240,7 @@ class Session:
             self._turn_finished()
             if self._unconfirmed is not None and not self._waiting_in_driver(self._unconfirmed):
                 await self._confirm_unconfirmed()
-            if event.status == "failed" and event.error:
-                await self._turn_failed(event)
+            await self._turn_over(event)
         elif isinstance(event, Delta):
             if self._settings.stream_deltas and event.text:
                 await self._emit(DeltaEntry(item_id=event.item_id, text=event.text))
@@ -251,19 +254,22 @@ class Session:
         else:
             await self._process_exited(event)
 
-    async def _turn_failed(self, event: TurnEnded) -> None:
-        """Tell the conversation why the turn failed, unless the rollout already did.
+    async def _turn_over(self, event: TurnEnded) -> None:
+        """Tell the conversation that the turn is over, and why it failed, unless the rollout did.
 
-        Codex 0.169 records a failed turn's error in the rollout (egress writes it); 0.47 does
-        not, and a dying process records nothing. So: let egress catch up with the rollout, and
-        write the driver's error only if egress produced none during this turn.
+        Codex 0.169 records a turn's end (and a failed turn's error) in the rollout, which egress
+        writes; 0.47 records neither, and a dying process records nothing. So: let egress catch
+        up with the rollout, then write what egress did not produce during this turn.
         """
         await self.drain_egress(ERROR_DRAIN)
-        if self._egress.egress.errors_seen > self._errors_at_turn_start:
-            return
-        assert event.error is not None
-        c = event.classified or classify(event.error)
-        await self._error(c.code, c.message, c.hint)
+        egress = self._egress.egress
+        if event.status == "failed" and event.error and egress.errors_seen == self._errors_at_turn_start:
+            c = event.classified or classify(event.error)
+            await self._error(c.code, c.message, c.hint)
+        if egress.turn_ends_seen == self._turn_ends_at_turn_start:
+            state = TURN_END_STATE_OF[event.status]
+            await self._emit(StatusEntry(state=state, text=state.replace("_", " "), thread_id=self.state.thread_id,
+                                         turn_id=event.turn_id))
 
     async def _thread_ready(self, event: ThreadReady) -> None:
         changed = event.thread_id != self.state.thread_id
@@ -494,6 +500,7 @@ class Session:
 
     def _start_turn(self) -> None:
         self._errors_at_turn_start = self._egress.egress.errors_seen
+        self._turn_ends_at_turn_start = self._egress.egress.turn_ends_seen
         self._set_turn_active()
 
     async def _confirm_unconfirmed(self) -> None:

@@ -41,6 +41,11 @@ async def test_two_conversations_multi_turn(codex_bin: Path, model_server: Scrip
     assert replies(entries, "beta") == expected_b
     ids = [e.id for e in entries]
     assert len(ids) == len(set(ids))
+    # Every turn ends with exactly one turn_completed status, whether the rollout records it (0.169)
+    # or only the exec process's exit tells (0.47).
+    for conversation in ("alpha", "beta"):
+        assert len(statuses(entries, conversation, "turn_started")) == 3
+        assert len(statuses(entries, conversation, "turn_completed")) == 3
     # Each conversation is one Codex thread whose history holds exactly its own thoughts.
     last_alpha = [r for r in model_server.requests.responses_requests() if "alpha question 2" in r.user_texts()]
     assert user_prompts(last_alpha[-1]) == [f"alpha question {t}" for t in range(3)]

@@ -9,17 +9,16 @@ from pathlib import Path
 import pytest
 
 from coven_codex.entries import ResponseEntry, ToolCallEntry, ToolResultEntry, parse_entry_json
-from tests.conftest import codex_binary
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.codex
-def test_demo_script_mode_calls_a_spell(tmp_path: Path) -> None:
+def test_demo_script_mode_calls_a_spell(tmp_path: Path, codex_bin: Path) -> None:
     folder = tmp_path / "demo"
     done = subprocess.run(
         [sys.executable, "-m", "coven_codex", "demo", "--dir", str(folder),
-         "--codex-path", str(codex_binary("0.169.0")), "--turn-timeout", "60",
+         "--codex-path", str(codex_bin), "--turn-timeout", "60",
          "--script", "hello", "What is 19 plus 23?"],
         capture_output=True, text=True, timeout=180, cwd=ROOT, stdin=subprocess.DEVNULL, check=False,
     )
@@ -37,3 +36,4 @@ def test_demo_script_mode_calls_a_spell(tmp_path: Path) -> None:
     assert [(r.call_id, r.text, r.is_error) for r in results] == [(calls[0].call_id, "42", False)]
     assert len(replies) == 2 and replies[1].endswith("returned 42.")
     assert "Hello from the offline demo" in replies[0]
+    assert transcript.count("[turn completed]") == 2  # each turn's end reaches the chat
