@@ -39,7 +39,15 @@ from coven_codex.codex.drivers import (
 from coven_codex.codex.home import CodexHomeError, DriverKind, prepare_codex_home
 from coven_codex.codex.version import CodexVersion, VersionError, detect_version
 from coven_codex.journal import FileJournal, JournalError
-from coven_codex.mcp import SpellLoadError, SpellServer, SpellServerError, codex_mcp_entry, load_spell_sources
+from coven_codex.mcp import (
+    TOOLBELT_FILENAME,
+    SpellLoadError,
+    SpellServer,
+    SpellServerError,
+    codex_mcp_entry,
+    load_spell_sources,
+    write_toolbelt,
+)
 from coven_codex.rollout.locator import locate_rollout
 from coven_codex.settings import Settings
 
@@ -126,7 +134,11 @@ async def run_daemon(settings: Settings, stop: asyncio.Event, *, ready: Ready | 
                 await stack.enter_async_context(server)
             except (SpellLoadError, SpellServerError) as exc:
                 raise BootstrapError(str(exc)) from None
-            owned[("mcp_servers", "coven")] = codex_mcp_entry(server.socket_path, server.secret, str(version))
+            toolbelt_path = await asyncio.to_thread(
+                write_toolbelt, registry, settings.resolved_state_dir / TOOLBELT_FILENAME)
+            log.info("%d spell(s) served; their tool definitions are in %s", len(registry), toolbelt_path)
+            owned[("mcp_servers", "coven")] = codex_mcp_entry(server.socket_path, server.secret, str(version),
+                                                              tool_timeout=registry.longest_timeout)
         try:
             home = await asyncio.to_thread(
                 prepare_codex_home, settings.resolved_codex_home, workspace, driver=driver,
