@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Set up, then run the checks and the default test suite (what CI runs).
-# Extra arguments go to pytest, e.g. scripts/test.sh -m slow
+# Set up, then run the checks and every test, including the slow crash tests (what CI runs).
+# Extra arguments replace the test selection and go to pytest, e.g. scripts/test.sh tests/journal
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 scripts/setup.sh
 echo "== ruff" && .venv/bin/ruff check coven_codex mcp_shim tests benchmarks examples
 echo "== mypy --strict" && .venv/bin/mypy
+if [ $# -eq 0 ]; then
+  set -- -m "slow or not slow"   # plain `pytest` leaves out the slow tests; CI runs them all
+fi
 echo "== pytest" && .venv/bin/python -m pytest "$@"
