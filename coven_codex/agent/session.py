@@ -261,8 +261,9 @@ class Session:
         writes; 0.47 records neither, and a dying process records nothing. So: let egress catch
         up with the rollout, then write what egress did not produce during this turn.
         """
-        await self.drain_egress(ERROR_DRAIN)
         egress = self._egress.egress
+        if not self._turn_recorded(event):
+            await self.drain_egress(ERROR_DRAIN)  # only when the rollout may still bring it
         if event.status == "failed" and event.error and egress.errors_seen == self._errors_at_turn_start:
             c = event.classified or classify(event.error)
             await self._error(c.code, c.message, c.hint)
@@ -270,6 +271,13 @@ class Session:
             state = TURN_END_STATE_OF[event.status]
             await self._emit(StatusEntry(state=state, text=state.replace("_", " "), thread_id=self.state.thread_id,
                                          turn_id=event.turn_id))
+
+    def _turn_recorded(self, event: TurnEnded) -> bool:
+        """Egress already wrote this turn's end (and its error, if it failed)."""
+        egress = self._egress.egress
+        failed = event.status == "failed" and bool(event.error)
+        error_written = not failed or egress.errors_seen > self._errors_at_turn_start
+        return error_written and egress.turn_ends_seen > self._turn_ends_at_turn_start
 
     async def _thread_ready(self, event: ThreadReady) -> None:
         changed = event.thread_id != self.state.thread_id
