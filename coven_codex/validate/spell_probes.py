@@ -11,10 +11,13 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
+from coven_codex.codex.process import run_captured
 from coven_codex.mcp import SpellLoadError, SpellRegistry, SpellServer, load_spell_sources, toolbelt
 from coven_codex.mcp.codex_entry import shim_command
 from coven_codex.validate.framework import ProbeContext, ProbeResult
@@ -48,31 +51,25 @@ async def probe_spells(context: ProbeContext) -> ProbeResult:
 
 async def probe_shim_version(context: ProbeContext) -> ProbeResult:
     command, _, extra_env = shim_command(Path("unused.sock"))
-    env = {**os.environ, **extra_env}
+    argv = [command, "-S", "-m", "mcp_shim", "--version"]
     started = time.monotonic()
-    process = await asyncio.create_subprocess_exec(
-        command, "-S", "-m", "mcp_shim", "--version",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
-    )
     try:
-        async with asyncio.timeout(SHIM_START_BOUND):
-            out, err = await process.communicate()
-    except TimeoutError:
+        done = await asyncio.to_thread(run_captured, argv, env={**os.environ, **extra_env},
+                                       timeout=SHIM_START_BOUND)
+    except subprocess.TimeoutExpired:  # run_captured has ended the whole process group
         return ProbeResult.fail(f"the shim did not answer --version within {SHIM_START_BOUND:g} s",
                                 "The machine is overloaded or Python starts slowly; check `python -S -m mcp_shim "
                                 "--version` by hand.")
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+    except OSError as exc:
+        return ProbeResult.fail(f"cannot start the shim with {command}: {exc}",
+                                "Reinstall coven-codex in this environment (pip install -e .).")
     elapsed = time.monotonic() - started
-    if process.returncode != 0 or not out.startswith(b"coven-mcp-shim "):
+    if done.returncode != 0 or not done.stdout.startswith("coven-mcp-shim "):
         return ProbeResult.fail(
-            f"`{command} -S -m mcp_shim --version` failed (exit {process.returncode}): "
-            f"{err.decode(errors='replace').strip()[:200]}",
+            f"`{' '.join(argv)}` failed (exit {done.returncode}): {done.stderr.strip()[:200]}",
             "Reinstall coven-codex in this environment (pip install -e .).",
         )
-    return ProbeResult.ok(f"{out.decode().strip()} answered in {elapsed * 1000:.0f} ms")
+    return ProbeResult.ok(f"{done.stdout.strip()} answered in {elapsed * 1000:.0f} ms")
 
 
 async def probe_shim_handshake(context: ProbeContext) -> ProbeResult:
@@ -84,7 +81,7 @@ async def probe_shim_handshake(context: ProbeContext) -> ProbeResult:
         env = {**os.environ, **extra_env, wire.SECRET_ENV: server.secret}
         process = await asyncio.create_subprocess_exec(
             command, *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, env=env,
+            stderr=asyncio.subprocess.PIPE, env=env, start_new_session=True,
         )
         try:
             started = time.monotonic()
@@ -102,8 +99,9 @@ async def probe_shim_handshake(context: ProbeContext) -> ProbeResult:
             try:
                 async with asyncio.timeout(2):
                     _, err = await process.communicate()
-            except TimeoutError:
-                process.kill()
+            except TimeoutError:  # end the shim and anything it started, which may hold the pipes
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
                 _, err = await process.communicate()
     if answer is None:
         return ProbeResult.fail(
@@ -121,9 +119,12 @@ async def probe_shim_handshake(context: ProbeContext) -> ProbeResult:
 async def _exchange(process: asyncio.subprocess.Process, messages: list[dict[str, Any]],
                     wait_for_id: int) -> dict[str, Any] | None:
     assert process.stdin is not None and process.stdout is not None
-    for message in messages:
-        process.stdin.write(json.dumps(message).encode() + b"\n")
-    await process.stdin.drain()
+    try:
+        for message in messages:
+            process.stdin.write(json.dumps(message).encode() + b"\n")
+        await process.stdin.drain()
+    except (BrokenPipeError, ConnectionResetError):
+        return None  # the shim is gone already; its stderr says why
     while line := await process.stdout.readline():
         with contextlib.suppress(json.JSONDecodeError):
             data = json.loads(line)

@@ -120,6 +120,15 @@ async def test_not_logged_in_is_a_warning_with_the_fix(tmp_path: Path) -> None:
     assert "Not logged in" in result.detail and "codex login" in result.fix
 
 
+async def test_not_logged_in_with_an_api_key_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-shown")
+    context = _context(tmp_path, codex_path=str(codex_binary("0.169.0")))
+    await codex_probes.probe_codex_found(context)
+    result = await codex_probes.probe_login(context)
+    assert result.status is Status.PASS
+    assert "$OPENAI_API_KEY will be used" in result.detail and "sk-test" not in result.detail
+
+
 async def test_no_credentials_fails(tmp_path: Path) -> None:
     result = await codex_probes.probe_credentials(_context(tmp_path))
     assert result.status is Status.FAIL and "codex login" in result.fix

@@ -8,6 +8,7 @@ from coven_codex.validate.filesystem_probes import (
     probe_codex_home,
     probe_journal,
     probe_sessions_folder,
+    probe_state_dir,
     probe_timeouts,
     probe_workspace,
 )
@@ -67,6 +68,12 @@ async def test_unwritable_workspace_fails() -> None:
     result = await probe_workspace(_context(Path("/proc")))
     assert result.status is Status.FAIL
     assert "not writable" in result.detail and "write access" in result.fix
+
+
+async def test_unwritable_state_dir_fails(tmp_path: Path) -> None:
+    result = await probe_state_dir(_context(tmp_path, state_dir=Path("/proc/coven-state")))
+    assert result.status is Status.FAIL and "state_dir" in result.fix
+    assert (await probe_state_dir(_context(tmp_path))).status is Status.PASS
 
 
 async def test_workspace_that_is_a_file_fails(tmp_path: Path) -> None:

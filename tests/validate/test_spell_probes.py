@@ -1,6 +1,10 @@
+import time
 from pathlib import Path
 
+import pytest
+
 from coven_codex.settings import Settings
+from coven_codex.validate import spell_probes
 from coven_codex.validate.framework import ProbeContext, Status
 from coven_codex.validate.spell_probes import probe_shim_handshake, probe_shim_version, probe_spells
 
@@ -39,3 +43,34 @@ async def test_shim_version_answers(tmp_path: Path) -> None:
     result = await probe_shim_version(_context(tmp_path, []))
     assert result.status is Status.PASS, result
     assert result.detail.startswith("coven-mcp-shim ")
+
+
+def _fake_shim(monkeypatch: pytest.MonkeyPatch, script: str) -> None:
+    """Make the probes launch ``sh -c script`` where they would launch the shim."""
+    monkeypatch.setattr(spell_probes, "shim_command", lambda socket: ("/bin/sh", ["-c", script], {}))
+
+
+async def test_shim_that_fails_to_start_fails_the_version_probe(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(spell_probes, "shim_command", lambda socket: ("/bin/false", [], {}))
+    result = await probe_shim_version(_context(tmp_path, []))
+    assert result.status is Status.FAIL and "Reinstall" in result.fix
+
+
+async def test_shim_that_hangs_fails_the_version_probe_within_one_second(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    slow = tmp_path / "slow-python"
+    slow.write_text("#!/bin/sh\nsleep 30\n")
+    slow.chmod(0o755)
+    monkeypatch.setattr(spell_probes, "shim_command", lambda socket: (str(slow), [], {}))
+    started = time.monotonic()
+    result = await probe_shim_version(_context(tmp_path, []))
+    assert time.monotonic() - started < 2
+    assert result.status is Status.FAIL and "within 1 s" in result.detail
+
+
+async def test_shim_that_never_answers_fails_the_handshake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_shim(monkeypatch, "echo 'coven-mcp-shim: cannot reach the daemon' >&2; exit 3")
+    result = await probe_shim_handshake(_context(tmp_path, []))
+    assert result.status is Status.FAIL
+    assert "cannot reach the daemon" in result.detail
