@@ -82,6 +82,10 @@ class LinkMaker:
     def records_client_id(self) -> bool:
         return self.driver == "app-server"
 
+    @property
+    def records_turn_end(self) -> bool:
+        return self.version.records_turn_end
+
     def __call__(self, conversation: str) -> CodexLink:
         def make(sink: EventSink) -> CodexDriver:
             return create_driver(self.executable, self.version, self.cwd, env=self.env,

@@ -29,6 +29,11 @@ class LinkFactory(Protocol):
     @property
     def records_client_id(self) -> bool: ...
 
+    @property
+    def records_turn_end(self) -> bool:
+        """Codex's rollout records each turn's end, so egress writes it and the session must not."""
+        ...
+
     def __call__(self, conversation: str) -> CodexLink: ...
 
 

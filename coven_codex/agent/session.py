@@ -258,8 +258,12 @@ class Session:
         """Tell the conversation that the turn is over, and why it failed, unless the rollout did.
 
         Codex 0.169 records a turn's end (and a failed turn's error) in the rollout, which egress
-        writes; 0.47 records neither, and a dying process records nothing. So: let egress catch
-        up with the rollout, then write what egress did not produce during this turn.
+        writes; 0.47 records neither, and a dying process records nothing. A failed turn's error
+        is written here if egress, once caught up, produced none during this turn. A turn's end is
+        written here only for versions whose rollout does not record completed turns (0.47 records
+        only ``turn_aborted``), again if egress produced none: where the rollout does record it,
+        app-server's notification can come before the rollout line, so "egress has not written
+        it yet" does not mean it will not.
         """
         egress = self._egress.egress
         if not self._turn_recorded(event):
@@ -267,7 +271,7 @@ class Session:
         if event.status == "failed" and event.error and egress.errors_seen == self._errors_at_turn_start:
             c = event.classified or classify(event.error)
             await self._error(c.code, c.message, c.hint)
-        if egress.turn_ends_seen == self._turn_ends_at_turn_start:
+        if not self._svc.make_link.records_turn_end and egress.turn_ends_seen == self._turn_ends_at_turn_start:
             state = TURN_END_STATE_OF[event.status]
             await self._emit(StatusEntry(state=state, text=state.replace("_", " "), thread_id=self.state.thread_id,
                                          turn_id=event.turn_id))
@@ -277,7 +281,8 @@ class Session:
         egress = self._egress.egress
         failed = event.status == "failed" and bool(event.error)
         error_written = not failed or egress.errors_seen > self._errors_at_turn_start
-        return error_written and egress.turn_ends_seen > self._turn_ends_at_turn_start
+        end_written = self._svc.make_link.records_turn_end or egress.turn_ends_seen > self._turn_ends_at_turn_start
+        return error_written and end_written
 
     async def _thread_ready(self, event: ThreadReady) -> None:
         changed = event.thread_id != self.state.thread_id

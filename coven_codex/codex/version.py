@@ -85,6 +85,16 @@ class CodexVersion:
         return self.triple > LAST_WITHOUT_TOOLS_APPROVAL_MODE
 
     @property
+    def records_turn_end(self) -> bool:
+        """The rollout records every turn's end (``task_complete``, ``turn_aborted``).
+
+        Verified on 0.169.0; 0.47.0 records none, so its turn ends are known only from the
+        process. Versions in between are treated like 0.47: a turn end may then be written
+        twice, but never missed.
+        """
+        return self.at_least(VERIFIED_APP_SERVER)
+
+    @property
     def supported(self) -> bool:
         """At least the oldest version the bridge was verified with."""
         return self.at_least(OLDEST_SUPPORTED)
