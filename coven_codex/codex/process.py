@@ -37,6 +37,8 @@ import psutil
 log = logging.getLogger(__name__)
 
 STREAM_LIMIT = 64 * 2**20  # app-server lines can carry whole turns (e.g. thread/resume results)
+SWEEP_ROUNDS = 5
+"""Extra sweeps for descendants forked while the tree was being killed."""
 SWEEP_WAIT = 2.0
 TREE_MARKER = "COVEN_PROCESS_TREE"
 PIPE_CLOSE_WAIT = 5.0
@@ -204,8 +206,20 @@ def marked_processes(token: str) -> list[psutil.Process]:
 
 
 def _sweep_tree(token: str, snapshot: list[psutil.Process]) -> list[int]:
+    """Kill what is left of a tree, again until a fresh look finds nothing of it running.
+
+    One pass is not enough: a descendant can fork between being listed and being killed (a
+    shell loop such as pyenv's rehash spawning ``sleep``, run by Codex's login-shell snapshot),
+    and its new child was in no list. A killed process cannot fork again, so this ends.
+    """
     known = {p.pid for p in snapshot}
-    return sweep([*snapshot, *(p for p in marked_processes(token) if p.pid not in known)])
+    killed = sweep([*snapshot, *(p for p in marked_processes(token) if p.pid not in known)])
+    for _ in range(SWEEP_ROUNDS):
+        stragglers = [p for p in marked_processes(token) if _running(p)]
+        if not stragglers:
+            break
+        killed += sweep(stragglers)
+    return killed
 
 
 def sweep(processes: Sequence[psutil.Process], wait: float = SWEEP_WAIT) -> list[int]:

@@ -35,7 +35,10 @@ async def test_two_conversations_multi_turn(codex_bin: Path, model_server: Scrip
         await h.think("beta", f"beta question {turn}")
     expected_a = [f"echo: alpha question {t}" for t in range(3)]
     expected_b = [f"echo: beta question {t}" for t in range(3)]
-    entries = await h.wait_for(lambda es: len(replies(es)) >= 6, what="six replies")
+    def all_turns_over(es: list[BaseEntry]) -> bool:
+        return len(replies(es)) >= 6 and all(len(statuses(es, c, "turn_completed")) >= 3 for c in ("alpha", "beta"))
+
+    await h.wait_for(all_turns_over, what="six replies and six turn ends")
     assert await h.stop(daemon) == 0
     entries = await h.entries()
     assert replies(entries, "alpha") == expected_a

@@ -93,3 +93,27 @@ async def test_terminating_twice_is_harmless(tmp_path: Path) -> None:
     await proc.wait_exit()
     assert await terminate_tree(proc, grace=1) == 0
     assert await terminate_tree(proc, grace=1) == 0
+
+
+# Like Codex 0.169's login-shell snapshot running pyenv's rehash: an escaped shell that keeps
+# forking short-lived children, so new ones appear while the tree is being killed.
+FORKER = """
+import subprocess, sys, time
+loop = "while true; do sleep 0.5 & done"  # forks without pause; each child lives 0.5 s
+forker = subprocess.Popen(["/bin/sh", "-c", loop], start_new_session=True)
+print(forker.pid, flush=True)
+time.sleep(60)
+"""
+
+
+async def test_children_forked_during_the_kill_are_swept_too(tmp_path: Path) -> None:
+    from coven_codex.codex.process import marked_processes
+
+    for _ in range(5):  # the race needs a fork between listing and killing; give it chances
+        proc = await spawn([PY, "-c", FORKER], env=os.environ, cwd=tmp_path)
+        (forker,) = await read_pids(proc, 1)
+        await asyncio.sleep(0.1)
+        await terminate_tree(proc, grace=0.2)
+        assert not alive(forker)
+        leftovers = [p for p in marked_processes(proc.tree_token) if p.status() != psutil.STATUS_ZOMBIE]
+        assert not leftovers, [p.cmdline() for p in leftovers]
