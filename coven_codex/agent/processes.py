@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 
 FILE_NAME = "processes.json"
 SETTLE = 1.0
+LATECOMER_ROUNDS = 5
 
 
 def _identity(pid: int, token: str | None) -> dict[str, float | int | str] | None:
@@ -140,9 +141,40 @@ def end_stale_processes(state_dir: Path, grace: float, codex_home: Path | None =
                 proc.kill()
                 stragglers.append(proc)
     psutil.wait_procs(stragglers, timeout=grace)
+    _end_latecomers(tokens, codex_home, grace)
     with contextlib.suppress(FileNotFoundError):
         (state_dir / FILE_NAME).unlink()
     return [leader.pid for leader in leaders]
+
+
+def _end_latecomers(tokens: list[str], codex_home: Path | None, grace: float) -> None:
+    """Kill, with their groups, processes the strays started while being ended; again until none.
+
+    The snapshot above misses a child started during the settle wait (an unrecorded ``codex exec``
+    wrapper starting its native binary). Such a child would go on to record its prompt after
+    recovery read the rollout, and the thought would be sent twice. Killed processes cannot
+    start more, so this ends.
+    """
+    for _ in range(LATECOMER_ROUNDS):
+        found: dict[int, psutil.Process] = {}
+        for token in tokens:
+            found.update((p.pid, p) for p in marked_processes(token))
+        if codex_home is not None:
+            found.update((p.pid, p) for p in our_codex_processes(codex_home))
+        alive = []
+        for proc in found.values():
+            with contextlib.suppress(psutil.Error):
+                if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(proc)
+        if not alive:
+            return
+        log.warning("ending %d Codex process(es) started while strays were being ended", len(alive))
+        for proc in alive:
+            with contextlib.suppress(psutil.Error, OSError):
+                if os.getpgid(proc.pid) == proc.pid:
+                    _signal_group(proc.pid, signal.SIGKILL)
+                proc.kill()
+        psutil.wait_procs(alive, timeout=grace)
 
 
 def _signal_group(pgid: int, signum: signal.Signals) -> None:

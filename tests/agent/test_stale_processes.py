@@ -1,0 +1,68 @@
+"""Start-up ends what a killed daemon left, including what those processes start meanwhile."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from coven_codex.agent.processes import end_stale_processes
+from coven_codex.codex.process import TREE_MARKER
+
+# Like an orphaned `codex exec` node wrapper the daemon had not recorded yet: it starts its native
+# binary (a child in its own group) a moment later, while the restarted daemon is ending strays.
+LATE_STARTER = """
+import subprocess, sys, time
+time.sleep(0.3)
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+print(child.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_children_started_by_unrecorded_strays_during_cleanup_are_ended(tmp_path: Path) -> None:
+    codex_home = tmp_path / ".codex"
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    env = {**os.environ, "CODEX_HOME": str(codex_home), TREE_MARKER: "stale-token"}
+    # A recorded leader of the previous run (so start-up waits for it to settle) ...
+    recorded = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env,
+                                start_new_session=True)
+    # ... and an unrecorded one that starts a child during that wait.
+    late = subprocess.Popen([sys.executable, "-c", LATE_STARTER], env=env, stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    child = None
+    try:
+        time.sleep(0.1)
+        identity = {"pid": recorded.pid, "create_time": psutil.Process(recorded.pid).create_time(),
+                    "token": "stale-token"}
+        (state_dir / "processes.json").write_text(json.dumps({"c": [identity]}))
+        end_stale_processes(state_dir, grace=0.6, codex_home=codex_home)
+        assert late.stdout is not None
+        child_line = late.stdout.readline()
+        assert child_line, "the late starter never started its child"
+        child = int(child_line)
+        time.sleep(0.05)
+        assert not _running(recorded.pid) and not _running(late.pid)
+        assert not _running(child), "a child started during clean-up outlived it"
+    finally:
+        if child is not None and _running(child):
+            psutil.Process(child).kill()
+        for proc in (recorded, late):
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+        if late.stdout is not None:
+            late.stdout.close()
