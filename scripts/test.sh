@@ -8,7 +8,6 @@ scripts/setup.sh
 echo "== ruff" && .venv/bin/ruff check coven_codex mcp_shim tests benchmarks examples
 echo "== mypy --strict" && .venv/bin/mypy
 if [ $# -eq 0 ]; then
-  # plain `pytest` leaves out the slow tests; CI runs them all except those showing an open bug
-  set -- -m "not open_bug"
+  set -- -m "slow or not slow"   # plain `pytest` leaves out the slow tests; CI runs them all
 fi
 echo "== pytest" && .venv/bin/python -m pytest "$@"

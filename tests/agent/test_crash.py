@@ -126,7 +126,6 @@ async def test_kill9_daemon_200_thoughts_25_kills(codex_bin_169: Path, harness_f
 
 
 @pytest.mark.slow
-@pytest.mark.open_bug  # 1 failure in 4 runs seen: a thought twice in Codex's own record (docs/architecture.md)
 @pytest.mark.timeout(600)
 async def test_kill9_daemon_exec_driver_047(codex_bin_047: Path, harness_factory: Factory) -> None:
     async with ScriptedModelServer(responder=echo_responder) as server:
