@@ -12,7 +12,7 @@ import re
 
 from coven_codex.rollout.tool_output import clean_tool_output
 from coven_codex.testing.request_log import RecordedRequest
-from coven_codex.testing.responders import last_user_text
+from coven_codex.testing.responders import last_user_text, pending_tool_output
 from coven_codex.testing.steps import CallTool, Reasoning, Reply, TurnScript
 
 SERVER = "coven"
@@ -29,14 +29,12 @@ INTRO = (
 
 def _tool_output(request: RecordedRequest) -> tuple[str, str] | None:
     """(tool, output) when the request carries the result of the call this turn made."""
-    items = request.input_items()
-    if not items or items[-1].get("type") not in {"function_call_output", "custom_tool_call_output"}:
+    done = pending_tool_output(request)
+    if done is None:
         return None
-    outputs = request.function_call_outputs()
-    call_id = outputs[-1].call_id if outputs else ""
-    tool = next((str(item.get("name")) for item in items
-                 if item.get("type") == "function_call" and item.get("call_id") == call_id), "spell")
-    return tool, clean_tool_output(outputs[-1].output).text if outputs else ""
+    tool = next((str(item.get("name")) for item in request.input_items()
+                 if item.get("type") == "function_call" and item.get("call_id") == done.call_id), "spell")
+    return tool, clean_tool_output(done.output).text
 
 
 def demo_responder(request: RecordedRequest) -> TurnScript:

@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from coven_codex.testing.request_log import RecordedRequest
+from coven_codex.testing.request_log import FunctionCallOutput, RecordedRequest
 from coven_codex.testing.steps import CallTool, ErrorEvent, HttpError, Reasoning, Reply, Stall, TurnScript
 
 Responder = Callable[[RecordedRequest], TurnScript]
@@ -36,19 +36,19 @@ def last_user_text(request: RecordedRequest) -> str:
     return texts[-1] if texts else ""
 
 
-def _pending_tool_output(request: RecordedRequest) -> str | None:
-    """The output of the tool call that ends the input (the model must now react to it)."""
+def pending_tool_output(request: RecordedRequest) -> FunctionCallOutput | None:
+    """The tool result that ends the input (the model must now react to it), or None."""
     items = request.input_items()
     if items and items[-1].get("type") in {"function_call_output", "custom_tool_call_output"}:
         outputs = request.function_call_outputs()
-        return outputs[-1].output if outputs else ""
+        return outputs[-1] if outputs else FunctionCallOutput("", "")
     return None
 
 
 def echo_responder(request: RecordedRequest) -> TurnScript:
-    output = _pending_tool_output(request)
+    output = pending_tool_output(request)
     if output is not None:
-        return Reply(f"tool result: {output}")
+        return Reply(f"tool result: {output.output}")
     return Reply(f"echo: {last_user_text(request)}")
 
 
@@ -56,9 +56,9 @@ _COMMAND = re.compile(r"^/(?P<verb>tool|error|fail|stall|think)\b\s*(?P<rest>.*)
 
 
 def command_responder(request: RecordedRequest) -> TurnScript:
-    output = _pending_tool_output(request)
+    output = pending_tool_output(request)
     if output is not None:
-        return Reply(f"tool result: {output}")
+        return Reply(f"tool result: {output.output}")
     text = last_user_text(request).strip()
     match = _COMMAND.match(text)
     if match is None:
@@ -99,9 +99,9 @@ def tool_rule(pattern: str, tool: str, arguments: Callable[[re.Match[str]], Any]
     regex = re.compile(pattern)
 
     def respond(request: RecordedRequest) -> TurnScript:
-        output = _pending_tool_output(request)
+        output = pending_tool_output(request)
         if output is not None:
-            return Reply(f"tool result: {output}")
+            return Reply(f"tool result: {output.output}")
         match = regex.search(last_user_text(request))
         if match is None:
             return otherwise(request)
