@@ -265,24 +265,28 @@ class Session:
         app-server's notification can come before the rollout line, so "egress has not written
         it yet" does not mean it will not.
         """
-        egress = self._egress.egress
-        if not self._turn_recorded(event):
+        if any(self._missing_from_rollout(event)):
             await self.drain_egress(ERROR_DRAIN)  # only when the rollout may still bring it
-        if event.status == "failed" and event.error and egress.errors_seen == self._errors_at_turn_start:
-            c = event.classified or classify(event.error)
+        error_missing, end_missing = self._missing_from_rollout(event)
+        if error_missing:
+            c = event.classified or classify(event.error or "")
             await self._error(c.code, c.message, c.hint)
-        if not self._svc.make_link.records_turn_end and egress.turn_ends_seen == self._turn_ends_at_turn_start:
+        if end_missing:
             state = TURN_END_STATE_OF[event.status]
             await self._emit(StatusEntry(state=state, text=state.replace("_", " "), thread_id=self.state.thread_id,
                                          turn_id=event.turn_id))
 
-    def _turn_recorded(self, event: TurnEnded) -> bool:
-        """Egress already wrote this turn's end (and its error, if it failed)."""
+    def _missing_from_rollout(self, event: TurnEnded) -> tuple[bool, bool]:
+        """(the failed turn's error, the turn's end): which egress has not written during this turn.
+
+        A turn's end counts as missing only for versions whose rollout does not record it.
+        """
         egress = self._egress.egress
         failed = event.status == "failed" and bool(event.error)
-        error_written = not failed or egress.errors_seen > self._errors_at_turn_start
-        end_written = self._svc.make_link.records_turn_end or egress.turn_ends_seen > self._turn_ends_at_turn_start
-        return error_written and end_written
+        error_missing = failed and egress.errors_seen == self._errors_at_turn_start
+        end_missing = (not self._svc.make_link.records_turn_end
+                       and egress.turn_ends_seen == self._turn_ends_at_turn_start)
+        return error_missing, end_missing
 
     async def _thread_ready(self, event: ThreadReady) -> None:
         changed = event.thread_id != self.state.thread_id
