@@ -212,9 +212,8 @@ def _sweep_tree(token: str, snapshot: list[psutil.Process]) -> list[int]:
     shell loop such as pyenv's rehash spawning ``sleep``, run by Codex's login-shell snapshot),
     and its new child was in no list. A killed process cannot fork again, so this ends.
     """
-    known = {p.pid for p in snapshot}
-    killed = sweep([*snapshot, *(p for p in marked_processes(token) if p.pid not in known)])
-    for _ in range(SWEEP_ROUNDS):
+    killed = sweep(snapshot)
+    for _ in range(1 + SWEEP_ROUNDS):  # one process-table scan when nothing is left, the usual case
         stragglers = [p for p in marked_processes(token) if _running(p)]
         if not stragglers:
             break
