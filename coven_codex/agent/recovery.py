@@ -5,9 +5,14 @@ Codex's rollout is the record of what it received, so it decides:
 - app-server (0.169): ``turn/start`` carried ``clientUserMessageId = <thought id>`` and Codex
   records it as ``client_id`` on the ``UserMessage`` item of an ``event_msg``/``item_completed``
   line; the thought was received iff that line exists;
-- exec (0.47 records only the text, as ``event_msg``/``user_message``): the thread had received
+- exec (no client id; 0.47 records only the text): the thread had received
   ``user_messages_before`` of our thoughts before this one; it was received iff the rollout holds
-  more user messages than that;
+  more user messages than that. Codex writes each user message twice: first into the model
+  history (``response_item``, ``role: user``), a moment later as an event (``event_msg``
+  ``user_message`` on 0.47, ``item_completed`` on 0.169). A process killed in between has put
+  the thought into the thread's history, which a resumed thread sends to the model, without the
+  event; so the larger of the two counts decides (messages Codex injects itself, such as the
+  environment context, are not counted: :mod:`coven_codex.rollout.injected`);
 - exec's first thought of a conversation: the thread id was not known yet, so we look for an
   unclaimed rollout in ``$CODEX_HOME/sessions`` whose first user message is the thought's text.
 
@@ -25,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from coven_codex.agent.state import InFlight
+from coven_codex.rollout.injected import is_injected
 from coven_codex.rollout.locator import thread_id_from_path
 
 log = logging.getLogger(__name__)
@@ -32,8 +38,27 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class UserMessages:
+    """The user messages of a rollout, in both forms Codex records them."""
+
     client_ids: list[str | None]
+    """From the event form: each message's client id (0.169 ``item_completed``), else ``None``."""
     texts: list[str]
+    """The event form: ``event_msg`` ``item_completed`` (0.169) or ``user_message`` (0.47)."""
+    history: list[str]
+    """The model-history form: ``response_item`` messages with ``role: user``, injected ones left out."""
+
+    @property
+    def count(self) -> int:
+        """How many messages the thread received: a torn write may have left only the history form."""
+        return max(len(self.texts), len(self.history))
+
+    @property
+    def first(self) -> str | None:
+        """The thread's first user message (the history form is written first)."""
+        for texts in (self.history, self.texts):
+            if texts:
+                return texts[0]
+        return None
 
 
 def _records(path: Path) -> Iterator[dict[str, Any]]:
@@ -57,13 +82,20 @@ def user_messages(path: Path) -> UserMessages:
     item_ids: list[str | None] = []
     item_texts: list[str] = []
     event_texts: list[str] = []
+    history: list[str] = []
     for record in _records(path):
-        if record.get("type") != "event_msg":
-            continue
         payload = record.get("payload")
         if not isinstance(payload, dict):
             continue
         kind = payload.get("type")
+        if record.get("type") == "response_item":
+            if kind == "message" and payload.get("role") == "user":
+                text = _content_text(payload.get("content"))
+                if not is_injected(text):
+                    history.append(text)
+            continue
+        if record.get("type") != "event_msg":
+            continue
         if kind == "user_message":
             event_texts.append(str(payload.get("message", "")))
         elif kind == "item_completed":
@@ -73,8 +105,8 @@ def user_messages(path: Path) -> UserMessages:
                 item_ids.append(client_id if isinstance(client_id, str) else None)
                 item_texts.append(_content_text(item.get("content")))
     if len(item_texts) >= len(event_texts):
-        return UserMessages(item_ids, item_texts)
-    return UserMessages([None] * len(event_texts), event_texts)
+        return UserMessages(item_ids, item_texts, history)
+    return UserMessages([None] * len(event_texts), event_texts, history)
 
 
 def _content_text(content: Any) -> str:
@@ -105,7 +137,7 @@ def codex_received(rollout: Path, in_flight: InFlight, *, by_client_id: bool) ->
         return True
     if by_client_id and any(cid is not None for cid in messages.client_ids):
         return False
-    return len(messages.texts) > in_flight.user_messages_before
+    return messages.count > in_flight.user_messages_before
 
 
 def find_unclaimed_rollout(codex_home: Path, text: str, claimed: set[str]) -> tuple[str, Path] | None:
@@ -118,7 +150,6 @@ def find_unclaimed_rollout(codex_home: Path, text: str, claimed: set[str]) -> tu
         thread = thread_id_from_path(path)
         if thread is None or thread in claimed:
             continue
-        texts = user_messages(path).texts
-        if texts and texts[0] == text:
+        if user_messages(path).first == text:
             return thread, path
     return None

@@ -9,16 +9,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-HARNESS_PREFIXES: tuple[str, ...] = (
-    "<environment_context>",
-    "<user_instructions>",
-    "<INSTRUCTIONS>",
-    "# AGENTS.md instructions",
-    "<permissions instructions>",
-    "<skills_instructions>",
-    "<turn_aborted>",
-    "<user_shell_command>",
-)
+from coven_codex.rollout.injected import INJECTED_PREFIXES, is_injected
+
+HARNESS_PREFIXES = INJECTED_PREFIXES
 """Texts Codex injects as ``role: user`` messages that the user never typed."""
 
 
@@ -79,7 +72,7 @@ class RecordedRequest:
         for item in self.input_items():
             if item.get("type", "message") == "message" and item.get("role") == "user":
                 text = _message_text(item)
-                if not text.startswith(HARNESS_PREFIXES):
+                if not is_injected(text):
                     texts.append(text)
         return texts
 

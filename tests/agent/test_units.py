@@ -16,6 +16,7 @@ from coven_codex.agent.state import InFlight, SessionState, StateError, StateSto
 from coven_codex.agent.statelock import StateLock
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "rollouts"
+RECOVERY_FIXTURES = FIXTURES.parent / "recovery"
 
 
 def test_state_round_trip_and_atomic_replace(tmp_path: Path) -> None:
@@ -133,6 +134,28 @@ def test_codex_received_by_count_and_by_client_id(tmp_path: Path) -> None:
     assert codex_received(path, InFlight(thought_id="th-1", position=0, text="hi"), by_client_id=True)
     assert not codex_received(path, InFlight(thought_id="th-2", position=0, text="hi", user_messages_before=0),
                               by_client_id=True)
+
+
+def test_a_thought_only_in_the_model_history_was_received() -> None:
+    # Real Codex 0.47 output: `codex exec resume` wrote the thought into the model history
+    # (response_item) and was killed before its user_message event. Resuming the thread sends
+    # that history to the model, so sending the thought again would put it there twice.
+    torn = RECOVERY_FIXTURES / "exec_0.47_killed_between_history_and_event.jsonl"
+    messages = user_messages(torn)
+    assert messages.texts == ["red thought 5"]
+    assert messages.history == ["red thought 5", "red thought 18"]  # environment context left out
+    assert messages.count == 2
+    assert codex_received(torn, InFlight(thought_id="x", position=0, text="red thought 18",
+                                         user_messages_before=1), by_client_id=False)
+    assert not codex_received(torn, InFlight(thought_id="y", position=0, text="red thought 19",
+                                             user_messages_before=2), by_client_id=False)
+
+
+def test_injected_user_messages_are_not_the_users() -> None:
+    new = user_messages(FIXTURES / "0.169.0" / "multi_turn.jsonl")
+    assert new.history == new.texts == ["first question", "second question"]
+    aborted = user_messages(FIXTURES / "0.169.0" / "exec_sigint.jsonl")
+    assert aborted.history == ["start something long"]  # not Codex's "<turn_aborted>" note
 
 
 def test_find_unclaimed_rollout(tmp_path: Path) -> None:
