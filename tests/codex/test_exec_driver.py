@@ -13,10 +13,12 @@ from codex_driver_helpers import Recorder, make_setup, texts
 from coven_codex.codex.drivers import (
     AgentMessageCompleted,
     DriverError,
+    DriverFailed,
     ThreadStarted,
     TurnFinished,
     TurnStarted,
 )
+from coven_codex.codex.drivers.exec import ExecDriver
 from coven_codex.codex.errors import ErrorCode
 from coven_codex.testing import HttpError, Reply, ScriptedModelServer, Stall
 
@@ -219,3 +221,28 @@ async def test_silent_model_is_a_stream_idle_error(tmp_path: Path, codex_bin_047
             await driver.aclose()
         assert finished[0].error is not None and finished[0].error.code is ErrorCode.STREAM_IDLE
         assert finished[1].ok
+
+
+async def test_a_bug_in_a_driver_task_fails_the_driver_instead_of_vanishing(
+        tmp_path: Path, codex_bin_047: Path, recorder: Recorder, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(self: ExecDriver, turn: object, event: object) -> None:
+        raise RuntimeError("bug in event handling")
+
+    monkeypatch.setattr(ExecDriver, "_on_event", broken)
+    async with ScriptedModelServer([Reply("a"), Reply("b")]) as server:
+        setup = make_setup(tmp_path, codex_bin_047, "0.47.0", server, driver="exec")
+        driver = setup.driver(recorder)
+        try:
+            await driver.start(None)
+            await driver.submit("first", "a")
+            assert await driver.submit("second", "b") == "queued"
+            (failed,) = await recorder.wait_for(DriverFailed, timeout=30)
+            assert "internal error in the exec driver" in failed.error.message
+            assert "bug in event handling" in failed.error.message
+            assert failed.in_flight == ("a",) and failed.undelivered == ("b",)
+            assert driver.failed is failed.error
+            with pytest.raises(DriverError, match="driver failed"):
+                await driver.submit("third", "c")
+        finally:
+            await driver.aclose()
+        assert not [p for p in psutil.process_iter() if p.pid in driver.pids]

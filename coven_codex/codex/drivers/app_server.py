@@ -31,7 +31,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import re
 import uuid
 from collections import deque
 from collections.abc import Mapping
@@ -41,6 +40,7 @@ from typing import Any, ClassVar
 
 from coven_codex import __version__
 from coven_codex.codex.drivers.base import (
+    STDERR_LINES,
     AgentMessageCompleted,
     ApprovalRequested,
     ApprovalResolved,
@@ -65,9 +65,6 @@ from coven_codex.codex.process import STREAM_LIMIT, ChildProcess, spawn, termina
 from coven_codex.codex.version import CodexVersion
 
 log = logging.getLogger(__name__)
-
-STDERR_LINES = 20
-ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 _APPROVAL_ACTIONS = {
     "item/commandExecution/requestApproval": "run a command",
@@ -110,6 +107,7 @@ class AppServerDriver(CodexDriver):
     kind: ClassVar[str] = "app-server"
     supports_steer: ClassVar[bool] = True
     records_client_id: ClassVar[bool] = True
+    label: ClassVar[str] = "the Codex app-server"
 
     def __init__(
         self,
@@ -123,18 +121,11 @@ class AppServerDriver(CodexDriver):
     ) -> None:
         super().__init__(executable, version, workspace, env=env, settings=settings, sink=sink)
         self._child: ChildProcess | None = None
-        self._runner: asyncio.Task[None] | None = None
-        self._tg: asyncio.TaskGroup | None = None
-        self._tg_ready = asyncio.Event()
         self._next_id = 0
         self._rpc: dict[int, asyncio.Future[Any]] = {}
         self._turn: _Turn | None = None
         self._approvals: dict[str, _Approval] = {}
         self._stderr: deque[str] = deque(maxlen=STDERR_LINES)
-        self._lock = asyncio.Lock()
-        self._closing = False
-        self._failed: ClassifiedError | None = None
-        self._closed = False
 
     # -- properties ----------------------------------------------------------------------------
     @property
@@ -146,11 +137,6 @@ class AppServerDriver(CodexDriver):
         child = self._child
         return [child.pid] if child is not None and child.returncode is None else []
 
-    @property
-    def failed(self) -> ClassifiedError | None:
-        """Why the driver died, if it did."""
-        return self._failed
-
     # -- start -----------------------------------------------------------------------------------
     async def start(self, resume_thread_id: str | None) -> None:
         if self._child is not None:
@@ -160,8 +146,10 @@ class AppServerDriver(CodexDriver):
             self._child = await spawn(argv, env=self.env, cwd=self.workspace)
         except OSError as exc:
             raise DriverError(f"cannot start {argv[0]} app-server: {exc.strerror or exc}") from None
-        self._runner = asyncio.create_task(self._run(self._child), name="codex-app-server")
-        await self._tg_ready.wait()
+        child = self._child
+        await self._start_runner(("app-server-stdout", self._read_stdout(child)),
+                                 ("app-server-stderr", self._collect_stderr(child.stderr, self._stderr)),
+                                 ("app-server-exit", self._watch_exit(child)))
         try:
             await self._open_thread(resume_thread_id)
         except BaseException:
@@ -196,23 +184,6 @@ class AppServerDriver(CodexDriver):
         self._thread_id = thread_id
         await self._events.deliver(ThreadStarted(thread_id, resumed=resumed, note=note))
 
-    async def _run(self, child: ChildProcess) -> None:
-        try:
-            async with asyncio.TaskGroup() as tg:
-                self._tg = tg
-                self._tg_ready.set()
-                tg.create_task(self._events.run(), name="driver-events")
-                tg.create_task(self._read_stdout(child), name="app-server-stdout")
-                tg.create_task(self._read_stderr(child), name="app-server-stderr")
-                tg.create_task(self._watch_exit(child), name="app-server-exit")
-        except* Exception as group:
-            for exc in group.exceptions:
-                log.error("app-server driver task failed", exc_info=exc)
-            self._fail(classify(f"internal error in the app-server driver: {group.exceptions[0]}"),
-                             child.returncode)
-        finally:
-            self._tg_ready.set()
-
     # -- thoughts ----------------------------------------------------------------------------------
     async def submit(self, text: str, client_id: str) -> Submission:
         async with self._lock:
@@ -240,16 +211,6 @@ class AppServerDriver(CodexDriver):
             if self._turn is None:
                 self._spawn(self._pump())
             return "queued"
-
-    async def _pump(self) -> None:
-        """Start the next queued thought if no turn runs."""
-        async with self._lock:
-            while self._turn is None and self._queue and self._failed is None and not self._closing:
-                try:
-                    await self._start_turn(self._queue.popleft())
-                except DriverError as exc:  # the driver failed meanwhile; DriverFailed says so
-                    log.info("queued thought not started: %s", exc)
-                    return
 
     async def _start_turn(self, thought: PendingThought) -> None:
         turn = _Turn([thought.client_id], TurnClock(self.settings.turn_timeout, self.settings.stream_idle_timeout))
@@ -314,11 +275,7 @@ class AppServerDriver(CodexDriver):
             await self._resolve_approval(request_id, False, "timeout")
 
     # -- closing -----------------------------------------------------------------------------------
-    async def aclose(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._closing = True
+    async def _end_processes(self) -> None:
         child = self._child
         if child is not None:
             if child.returncode is None and child.stdin is not None:
@@ -327,11 +284,6 @@ class AppServerDriver(CodexDriver):
                 await child.wait_exit(self.settings.kill_grace)
             await terminate_tree(child, self.settings.kill_grace)
         self._fail_pending_rpcs(DriverError("the driver is closed"))
-        if self._runner is not None:
-            self._runner.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._runner
-        await self._events.drain()
 
     # -- reading -----------------------------------------------------------------------------------
     async def _read_stdout(self, child: ChildProcess) -> None:
@@ -348,29 +300,21 @@ class AppServerDriver(CodexDriver):
                 return
             self._dispatch(line)
 
-    async def _read_stderr(self, child: ChildProcess) -> None:
-        assert child.stderr is not None
-        with contextlib.suppress(ConnectionError, ValueError):
-            while line := await child.stderr.readline():
-                text = ANSI.sub("", line.decode("utf-8", "replace")).strip()
-                if text:
-                    self._stderr.append(text[:400])
-                    log.debug("app-server stderr: %s", text[:400])
-
     async def _watch_exit(self, child: ChildProcess) -> None:
         await child.exited.wait()
         if self._closing:
             return
         # give stderr a moment to deliver the last words of the process
         await asyncio.sleep(0.1)
-        self._fail(process_error(child.returncode, list(self._stderr), what="the Codex app-server"),
-                   child.returncode)
+        self._fail(process_error(child.returncode, list(self._stderr), what=self.label), child.returncode)
         await terminate_tree(child, self.settings.kill_grace)
 
     def _fail(self, error: ClassifiedError, returncode: int | None) -> None:
         if self._failed is not None or self._closing:
             return
         self._failed = error
+        if returncode is None and self._child is not None:
+            returncode = self._child.returncode
         log.error("Codex app-server failed: %s", error.message)
         self._fail_pending_rpcs(DriverError(error.message))
         undelivered = self.queued
@@ -532,12 +476,6 @@ class AppServerDriver(CodexDriver):
                 await terminate_tree(child, self.settings.kill_grace)
 
     # -- wire ----------------------------------------------------------------------------------------
-    def _check_alive(self) -> None:
-        if self._failed is not None:
-            raise DriverError(f"the Codex app-server is gone ({self._failed.message}); start a new driver")
-        if self._closing or self._child is None:
-            raise DriverError("the app-server driver is not running")
-
     def _require_thread(self) -> str:
         if self._thread_id is None:
             raise DriverError("the Codex thread is not open yet")
@@ -577,12 +515,6 @@ class AppServerDriver(CodexDriver):
         for future in self._rpc.values():
             if not future.done():
                 future.set_exception(error)
-
-    def _spawn(self, coro: Any) -> asyncio.Task[None]:
-        if self._tg is None:
-            raise DriverError("the app-server driver is not running")
-        task: asyncio.Task[None] = self._tg.create_task(coro)
-        return task
 
 
 def _approval_answer(method: str, approve: bool) -> dict[str, Any]:

@@ -61,16 +61,20 @@ import contextlib
 import logging
 import re
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from coven_codex.codex.errors import HINTS, ClassifiedError, ErrorCode, classify, shorten
 from coven_codex.codex.version import CodexVersion
 from coven_codex.settings import Settings
 
 log = logging.getLogger(__name__)
+
+STDERR_LINES = 20
+"""How many of a Codex process's last stderr lines are kept to explain its end."""
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
 MidTurn = Literal["queue", "steer"]
 ApprovalPolicy = Literal["ask", "approve", "deny"]
@@ -348,11 +352,19 @@ class TurnClock:
 
 
 class CodexDriver(abc.ABC):
-    """The interface both drivers implement; see the module docstring."""
+    """The interface both drivers implement (see the module docstring), and what they share.
+
+    A driver's tasks (the event dispatcher, the readers of its processes, its timers) live in one
+    task group, run by a runner task from :meth:`_start_runner` until :meth:`aclose`. A task that
+    fails with a bug fails the driver (:meth:`_fail`) instead of vanishing. Queued thoughts are
+    started, in order, by :meth:`_pump` whenever no turn runs.
+    """
 
     kind: ClassVar[str]
     supports_steer: ClassVar[bool]
     records_client_id: ClassVar[bool]
+    label: ClassVar[str]
+    """How messages name the driver's Codex process, e.g. ``the Codex app-server``."""
 
     def __init__(
         self,
@@ -372,6 +384,14 @@ class CodexDriver(abc.ABC):
         self._events = EventDispatcher(sink)
         self._queue: deque[PendingThought] = deque()
         self._thread_id: str | None = None
+        self._runner: asyncio.Task[None] | None = None
+        self._tg: asyncio.TaskGroup | None = None
+        self._tg_ready = asyncio.Event()
+        self._lock = asyncio.Lock()
+        """Held while a thought is being handed over, so thoughts reach Codex in order."""
+        self._closing = False
+        self._closed = False
+        self._failed: ClassifiedError | None = None
 
     @property
     def thread_id(self) -> str | None:
@@ -405,5 +425,100 @@ class CodexDriver(abc.ABC):
     @abc.abstractmethod
     async def answer_approval(self, request_id: str, approve: bool) -> None: ...
 
+    @property
+    def failed(self) -> ClassifiedError | None:
+        """Why the driver died, if it did."""
+        return self._failed
+
+    async def aclose(self) -> None:
+        """End every Codex process of the driver, then its tasks; deliver what was emitted."""
+        if self._closed:
+            return
+        self._closed = True
+        self._closing = True
+        await self._end_processes()
+        if self._runner is not None:
+            self._runner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._runner
+        await self._events.drain()
+
+    # -- for the implementations ---------------------------------------------------------------
     @abc.abstractmethod
-    async def aclose(self) -> None: ...
+    async def _start_turn(self, thought: PendingThought) -> None:
+        """Hand ``thought`` to Codex as a new turn (called with :attr:`_lock` held)."""
+
+    @abc.abstractmethod
+    def _fail(self, error: ClassifiedError, returncode: int | None) -> None:
+        """The driver cannot go on: remember why, end its turn and emit :class:`DriverFailed` once."""
+
+    @abc.abstractmethod
+    async def _end_processes(self) -> None:
+        """:meth:`aclose`'s first step: end the driver's Codex process trees."""
+
+    async def _start_runner(self, *jobs: tuple[str, Coroutine[Any, Any, None]]) -> None:
+        """Start the task group with the event dispatcher and ``jobs`` (name, coroutine)."""
+        if self._runner is not None:
+            raise DriverError(f"the {self.kind} driver was already started")
+        self._runner = asyncio.create_task(self._run(jobs), name=f"codex-{self.kind}-driver")
+        await self._tg_ready.wait()
+
+    async def _run(self, jobs: tuple[tuple[str, Coroutine[Any, Any, None]], ...]) -> None:
+        try:
+            async with asyncio.TaskGroup() as tg:
+                self._tg = tg
+                self._tg_ready.set()
+                tg.create_task(self._events.run(), name="driver-events")
+                for name, job in jobs:
+                    tg.create_task(job, name=name)
+        except* Exception as group:
+            for exc in group.exceptions:
+                log.error("%s driver task failed", self.kind, exc_info=exc)
+            bug = _innermost(group)
+            self._fail(classify(f"internal error in the {self.kind} driver: {type(bug).__name__}: {bug}"), None)
+            await self._events.drain()  # the dispatcher went down with the group
+        finally:
+            self._tg_ready.set()
+            for _, coro in jobs:  # unstarted if the group failed at once: close, never leave unawaited
+                coro.close()
+
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str | None = None) -> asyncio.Task[None]:
+        """Run ``coro`` in the driver's task group."""
+        if self._tg is None:
+            coro.close()
+            raise DriverError(f"the {self.kind} driver is not running")
+        return self._tg.create_task(coro, name=name)
+
+    def _check_alive(self) -> None:
+        if self._failed is not None:
+            raise DriverError(f"the {self.kind} driver failed ({self._failed.message}); start a new driver")
+        if self._closing or self._runner is None:
+            raise DriverError(f"the {self.kind} driver is not running")
+
+    async def _pump(self) -> None:
+        """Start queued thoughts, in order, while no turn runs."""
+        async with self._lock:
+            while not self.busy and self._queue and self._failed is None and not self._closing:
+                try:
+                    await self._start_turn(self._queue.popleft())
+                except DriverError as exc:  # the driver failed meanwhile; DriverFailed says so
+                    log.info("queued thought not started: %s", exc)
+                    return
+
+    async def _collect_stderr(self, stream: asyncio.StreamReader | None, into: deque[str]) -> None:
+        """Keep the last lines a Codex process writes on stderr (they explain its end); log them."""
+        if stream is None:
+            return
+        with contextlib.suppress(ConnectionError, ValueError):
+            while line := await stream.readline():
+                text = ANSI.sub("", line.decode("utf-8", "replace")).strip()
+                if text:
+                    into.append(text[:400])
+                    log.debug("%s stderr: %s", self.label, text[:400])
+
+
+def _innermost(exc: BaseException) -> BaseException:
+    """The first exception an exception group (of groups) holds."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc

@@ -25,10 +25,8 @@ starts a new process that resumes the thread.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
-import re
 import signal
 from collections import deque
 from collections.abc import Mapping
@@ -37,6 +35,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from coven_codex.codex.drivers.base import (
+    STDERR_LINES,
     AgentMessageCompleted,
     CodexDriver,
     DriverError,
@@ -58,9 +57,6 @@ from coven_codex.codex.version import CodexVersion
 
 log = logging.getLogger(__name__)
 
-STDERR_LINES = 20
-ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-
 
 @dataclass(slots=True)
 class _ExecTurn:
@@ -81,6 +77,7 @@ class ExecDriver(CodexDriver):
     kind: ClassVar[str] = "exec"
     supports_steer: ClassVar[bool] = False
     records_client_id: ClassVar[bool] = False
+    label: ClassVar[str] = "codex exec"
 
     def __init__(
         self,
@@ -94,14 +91,7 @@ class ExecDriver(CodexDriver):
     ) -> None:
         super().__init__(executable, version, workspace, env=env, settings=settings, sink=sink)
         self._turn: _ExecTurn | None = None
-        self._runner: asyncio.Task[None] | None = None
-        self._tg: asyncio.TaskGroup | None = None
-        self._tg_ready = asyncio.Event()
-        self._lock = asyncio.Lock()
         self._announced = False
-        self._closing = False
-        self._closed = False
-        self._failed: ClassifiedError | None = None
 
     @property
     def busy(self) -> bool:
@@ -116,17 +106,7 @@ class ExecDriver(CodexDriver):
         if self._runner is not None:
             raise DriverError("the exec driver was already started")
         self._thread_id = resume_thread_id
-        self._runner = asyncio.create_task(self._run(), name="codex-exec-driver")
-        await self._tg_ready.wait()
-
-    async def _run(self) -> None:
-        try:
-            async with asyncio.TaskGroup() as tg:
-                self._tg = tg
-                self._tg_ready.set()
-                tg.create_task(self._events.run(), name="driver-events")
-        finally:
-            self._tg_ready.set()
+        await self._start_runner()
 
     # -- thoughts ----------------------------------------------------------------------------------
     async def submit(self, text: str, client_id: str) -> Submission:
@@ -138,16 +118,6 @@ class ExecDriver(CodexDriver):
                 return "started"
             self._queue.append(thought)
             return "queued"
-
-    async def _pump(self) -> None:
-        async with self._lock:
-            while self._turn is None and self._queue and not self._closing and self._failed is None:
-                thought = self._queue.popleft()
-                try:
-                    await self._start_turn(thought)
-                except DriverError as exc:
-                    log.error("cannot start the next Codex turn: %s", exc)
-                    return
 
     def _argv(self) -> list[str]:
         argv = [str(self.executable), "exec", "--json", "--skip-git-repo-check"]
@@ -162,10 +132,8 @@ class ExecDriver(CodexDriver):
             child = await spawn(self._argv(), env=self.env, cwd=self.workspace)
         except OSError as exc:
             error = classify(f"cannot start {self.executable}: {exc.strerror or exc}")
-            self._failed = error
-            undelivered = (thought.client_id, *self.queued)
-            self._queue.clear()
-            self._events.emit(DriverFailed(error, None, undelivered))
+            self._queue.appendleft(thought)  # it never reached Codex
+            self._fail(error, None)
             raise DriverError(error.message) from None
         turn = _ExecTurn(thought, child, TurnClock(self.settings.turn_timeout, self.settings.stream_idle_timeout))
         self._turn = turn
@@ -176,7 +144,7 @@ class ExecDriver(CodexDriver):
             child.stdin.close()
         except (ConnectionError, RuntimeError) as exc:
             log.warning("could not write the thought to codex exec: %s", exc)
-        self._tg.create_task(self._drive(turn), name=f"codex-exec-{child.pid}")
+        self._spawn(self._drive(turn), name=f"codex-exec-{child.pid}")
 
     # -- one turn ----------------------------------------------------------------------------------
     async def _drive(self, turn: _ExecTurn) -> None:
@@ -184,7 +152,7 @@ class ExecDriver(CodexDriver):
         try:
             async with asyncio.TaskGroup() as tg:
                 reader = tg.create_task(self._read_events(turn))
-                tg.create_task(self._read_stderr(turn))
+                tg.create_task(self._collect_stderr(child.stderr, turn.stderr))
                 watchdog = tg.create_task(self._watch(turn))
                 await child.exited.wait()
                 # what is left of the tree (the native binary when only its wrapper was killed)
@@ -211,7 +179,7 @@ class ExecDriver(CodexDriver):
         if turn.cancel_requested:
             return "interrupted", None
         lines = [*turn.stderr, *([f"error: {turn.last_error}"] if turn.last_error else [])]
-        return "failed", process_error(turn.child.returncode, lines, what="codex exec")
+        return "failed", process_error(turn.child.returncode, lines, what=self.label)
 
     async def _read_events(self, turn: _ExecTurn) -> None:
         stdout = turn.child.stdout
@@ -273,16 +241,6 @@ class ExecDriver(CodexDriver):
             log.warning("%s", note)
             self._events.emit(ThreadStarted(thread_id, resumed=False, note=note))
 
-    async def _read_stderr(self, turn: _ExecTurn) -> None:
-        stderr = turn.child.stderr
-        assert stderr is not None
-        with contextlib.suppress(ConnectionError, ValueError):
-            while line := await stderr.readline():
-                text = ANSI.sub("", line.decode("utf-8", "replace")).strip()
-                if text:
-                    turn.stderr.append(text[:400])
-                    log.debug("codex exec stderr: %s", text[:400])
-
     async def _watch(self, turn: _ExecTurn) -> None:
         error = await turn.clock.expired()
         if turn.child.returncode is not None:
@@ -308,23 +266,19 @@ class ExecDriver(CodexDriver):
             "(approval_policy is 'never' with the exec driver)"
         )
 
-    async def aclose(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._closing = True
+    async def _end_processes(self) -> None:
         turn = self._turn
         if turn is not None:
             await terminate_tree(turn.child, self.settings.kill_grace)
-        if self._runner is not None:
-            self._runner.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._runner
-        await self._events.drain()
 
-    def _check_alive(self) -> None:
-        if self._failed is not None:
-            raise DriverError(f"the exec driver failed ({self._failed.message}); start a new driver")
-        if self._closing or self._runner is None:
-            raise DriverError("the exec driver is not running")
+    def _fail(self, error: ClassifiedError, returncode: int | None) -> None:
+        if self._failed is not None or self._closing:
+            return
+        self._failed = error
+        log.error("the exec driver failed: %s", error.message)
+        turn = self._turn
+        in_flight = (turn.thought.client_id,) if turn is not None else ()
+        undelivered = self.queued
+        self._queue.clear()
+        self._events.emit(DriverFailed(error, returncode, undelivered, in_flight))
 
