@@ -478,6 +478,7 @@ class CodexDriver(abc.ABC):
             self._fail(classify(f"internal error in the {self.kind} driver: {type(bug).__name__}: {bug}"), None)
             await self._events.drain()  # the dispatcher went down with the group
         finally:
+            self._tg = None  # a finished group takes no more tasks: _spawn says the driver is not running
             self._tg_ready.set()
             for _, coro in jobs:  # unstarted if the group failed at once: close, never leave unawaited
                 coro.close()
