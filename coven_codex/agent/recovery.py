@@ -4,7 +4,8 @@ Codex's rollout is the record of what it received, so it decides:
 
 - app-server (0.169): ``turn/start`` carried ``clientUserMessageId = <thought id>`` and Codex
   records it as ``client_id`` on the ``UserMessage`` item of an ``event_msg``/``item_completed``
-  line; the thought was received iff that line exists;
+  line; the thought was received iff that line exists, or iff the model history ends with the
+  thought's text that no such item follows (a process killed between the two records, below);
 - exec (no client id; 0.47 records only the text): the thread had received
   ``user_messages_before`` of our thoughts before this one; it was received iff the rollout holds
   more user messages than that. Codex writes each user message twice: first into the model
@@ -133,10 +134,13 @@ def recorded_client_id(line: bytes) -> str | None:
 def codex_received(rollout: Path, in_flight: InFlight, *, by_client_id: bool) -> bool:
     """Whether the rollout shows that Codex received ``in_flight``."""
     messages = user_messages(rollout)
-    if by_client_id and in_flight.thought_id in messages.client_ids:
-        return True
     if by_client_id and any(cid is not None for cid in messages.client_ids):
-        return False
+        if in_flight.thought_id in messages.client_ids:
+            return True
+        # Torn: the process died after putting the thought into the model history and before the
+        # item that carries its client id. Only the newest message can be torn so.
+        torn = len(messages.history) > len(messages.texts)
+        return torn and messages.history[-1] == in_flight.text
     return messages.count > in_flight.user_messages_before
 
 

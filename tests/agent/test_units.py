@@ -151,6 +151,21 @@ def test_a_thought_only_in_the_model_history_was_received() -> None:
                                              user_messages_before=2), by_client_id=False)
 
 
+def test_a_torn_app_server_record_counts_when_the_history_ends_with_the_thought(tmp_path: Path) -> None:
+    lines = (FIXTURES / "0.169.0" / "app_server_two_turns.jsonl").read_text().splitlines(keepends=True)
+    torn = tmp_path / "rollout.jsonl"
+    torn.write_text("".join(lines[:17]))  # the second thought is in the history, its item_completed is not
+    second = InFlight(thought_id="thought-2", position=0, text="second via app-server", user_messages_before=1)
+    assert codex_received(torn, second, by_client_id=True)
+    other = InFlight(thought_id="thought-3", position=0, text="something else", user_messages_before=1)
+    assert not codex_received(torn, other, by_client_id=True)
+    whole = FIXTURES / "0.169.0" / "app_server_two_turns.jsonl"
+    assert codex_received(whole, second, by_client_id=True)
+    # Not torn: the same text sent again later is not taken for the recorded one.
+    again = InFlight(thought_id="thought-3", position=0, text="second via app-server", user_messages_before=2)
+    assert not codex_received(whole, again, by_client_id=True)
+
+
 def test_injected_user_messages_are_not_the_users() -> None:
     new = user_messages(FIXTURES / "0.169.0" / "multi_turn.jsonl")
     assert new.history == new.texts == ["first question", "second question"]
