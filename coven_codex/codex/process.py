@@ -39,7 +39,10 @@ log = logging.getLogger(__name__)
 STREAM_LIMIT = 64 * 2**20  # app-server lines can carry whole turns (e.g. thread/resume results)
 SWEEP_ROUNDS = 5
 """Extra sweeps for descendants forked while the tree was being killed."""
-SWEEP_WAIT = 2.0
+SWEEP_WAIT = 10.0
+"""How long a killed process may take to be gone. Usually milliseconds; but a process killed in
+uninterruptible sleep (``D``, e.g. a thread in an fsync on a busy disk) goes only when that call
+returns, and under load that was seen to take over 2 s."""
 TREE_MARKER = "COVEN_PROCESS_TREE"
 PIPE_CLOSE_WAIT = 5.0
 
@@ -240,6 +243,10 @@ def sweep(processes: Sequence[psutil.Process], wait: float = SWEEP_WAIT) -> list
     deadline = time.monotonic() + wait
     while any(_running(p) for p in processes) and time.monotonic() < deadline:
         time.sleep(0.02)
+    for process in processes:
+        if _running(process):
+            log.warning("Codex process %d is still not gone %.0fs after SIGKILL (uninterruptible sleep?)",
+                        process.pid, wait)
     # Reap zombies that are our own children so they do not linger in the process table.
     me = os.getpid()
     for process in processes:
