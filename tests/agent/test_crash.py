@@ -124,12 +124,13 @@ async def test_kill9_daemon_200_thoughts_25_kills(codex_bin_169: Path, harness_f
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-async def test_kill9_daemon_exec_driver_047(codex_bin_047: Path, harness_factory: Factory) -> None:
+async def test_kill9_daemon_exec_driver_047_200_thoughts_25_kills(codex_bin_047: Path,
+                                                                  harness_factory: Factory) -> None:
     async with ScriptedModelServer(responder=echo_responder) as server:
         h = harness_factory(codex_bin_047, server)
         # An exec orphaned by the kill goes on until its stdout pipe breaks, which can be between
         # writing the prompt into the thread's history and writing its user_message event.
-        await crash_loop(h, server, thoughts=60, kills=10, seed=47)
+        await crash_loop(h, server, thoughts=200, kills=25, seed=47)
 
 
 @pytest.mark.slow
