@@ -5,7 +5,7 @@ Codex's rollout is the record of what it received, so it decides:
 - app-server (0.169): ``turn/start`` carried ``clientUserMessageId = <thought id>`` and Codex
   records it as ``client_id`` on the ``UserMessage`` item of an ``event_msg``/``item_completed``
   line; the thought was received iff that line exists, or iff the model history ends with the
-  thought's text that no such item follows (a process killed between the two records, below);
+  thought's text and no such item followed it (a process killed between the two records, below);
 - exec (no client id; 0.47 records only the text): the thread had received
   ``user_messages_before`` of our thoughts before this one; it was received iff the rollout holds
   more user messages than that. Codex writes each user message twice: first into the model

@@ -199,6 +199,9 @@ async def test_no_approvals_and_closed_driver(tmp_path: Path, codex_bin_047: Pat
         setup = make_setup(tmp_path, codex_bin_047, "0.47.0", server, driver="exec")
         driver = setup.driver(recorder)
         await driver.start(None)
+        with pytest.raises(DriverError, match="already started"):
+            await driver.start("another-thread")
+        assert driver.thread_id is None
         with pytest.raises(DriverError, match="never asks for approval"):
             await driver.answer_approval("x", True)
         await driver.aclose()

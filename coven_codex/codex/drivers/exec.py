@@ -103,10 +103,8 @@ class ExecDriver(CodexDriver):
         return [turn.child.pid] if turn is not None and turn.child.returncode is None else []
 
     async def start(self, resume_thread_id: str | None) -> None:
-        if self._runner is not None:
-            raise DriverError("the exec driver was already started")
-        self._thread_id = resume_thread_id
         await self._start_runner()
+        self._thread_id = resume_thread_id  # no turn can start before start() returns
 
     # -- thoughts ----------------------------------------------------------------------------------
     async def submit(self, text: str, client_id: str) -> Submission:
