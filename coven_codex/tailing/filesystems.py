@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Final
+
+from coven_codex.tailing.libc import linux_libc
 
 # statfs(2) f_type values of network and userspace filesystems: inotify there only sees
 # changes made through this very kernel, so a writer on another machine goes unnoticed.
@@ -32,11 +32,8 @@ StatfsFunction = Callable[[bytes, ctypes.Array[ctypes.c_char]], int]
 
 
 def _load_statfs() -> StatfsFunction | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    except OSError:
+    libc = linux_libc()
+    if libc is None:
         return None
     statfs = getattr(libc, "statfs", None)
     if statfs is None:

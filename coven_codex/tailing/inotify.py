@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import ctypes.util
 import errno
 import logging
 import os
 import struct
-import sys
 from pathlib import Path
 from typing import Final
+
+from coven_codex.tailing.libc import linux_libc
 
 logger = logging.getLogger(__name__)
 
@@ -48,11 +48,8 @@ class InotifyUnavailable(OSError):
 
 
 def _load_libc() -> ctypes.CDLL | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-    except OSError:
+    libc = linux_libc()
+    if libc is None:
         return None
     for name in ("inotify_init1", "inotify_add_watch", "inotify_rm_watch"):
         if not hasattr(libc, name):
