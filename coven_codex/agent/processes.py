@@ -17,12 +17,13 @@ import json
 import logging
 import os
 import signal
+from collections.abc import Mapping
 from pathlib import Path
 
 import psutil
 
 from coven_codex.agent.state import atomic_write
-from coven_codex.codex.process import TREE_MARKER, marked_processes
+from coven_codex.codex.process import TREE_MARKER, processes_with_environ, running, signal_group
 
 log = logging.getLogger(__name__)
 
@@ -86,35 +87,28 @@ def load_recorded(state_dir: Path) -> tuple[list[psutil.Process], list[str]]:
     return alive, tokens
 
 
-def our_codex_processes(codex_home: Path) -> list[psutil.Process]:
-    """Processes started by a coven daemon (tree marker set) for this isolated ``CODEX_HOME``.
+def stray_processes(tokens: list[str], codex_home: Path | None) -> dict[int, psutil.Process]:
+    """Processes of a previous run, found in one process-table walk: those carrying one of its tree
+    ``tokens``, and every process a coven daemon started (tree marker set) for ``codex_home``.
 
-    The daemon holds a lock on its ``CODEX_HOME``, so no other daemon's processes match.
+    The latter finds e.g. shells an app-server started, which outlive it when it exits because our
+    stdin closed. The daemon holds a lock on its ``CODEX_HOME``, so no other daemon's processes match.
     """
-    found: list[psutil.Process] = []
-    me = os.getpid()
-    home = str(codex_home)
-    for process in psutil.process_iter():
-        if process.pid == me:
-            continue
-        with contextlib.suppress(psutil.Error, OSError):
-            environ = process.environ()
-            if environ.get("CODEX_HOME") == home and TREE_MARKER in environ:
-                found.append(process)
-    return found
+    wanted = set(tokens)
+    home = str(codex_home) if codex_home is not None else None
+
+    def ours(environ: Mapping[str, str]) -> bool:
+        marker = environ.get(TREE_MARKER)
+        return marker is not None and (marker in wanted or (home is not None and environ.get("CODEX_HOME") == home))
+
+    return {process.pid: process for process in processes_with_environ(ours)}
 
 
 def end_stale_processes(state_dir: Path, grace: float, codex_home: Path | None = None) -> list[int]:
     """End Codex process trees left by a previous run; return the leader pids that were found."""
     leaders, tokens = load_recorded(state_dir)
-    tree: dict[int, psutil.Process] = {}
-    for token in tokens:
-        # Descendants orphaned when their parent died carry their tree's marker in the environment.
-        tree.update((p.pid, p) for p in marked_processes(token))
-    if codex_home is not None:
-        # And every process a coven daemon started for this CODEX_HOME (e.g. shells an app-server
-        # started, which outlive it when it exits because our stdin closed).
-        tree.update((p.pid, p) for p in our_codex_processes(codex_home))
+    # Descendants orphaned when their parent died carry their tree's marker in the environment.
+    tree = stray_processes(tokens, codex_home)
     if not leaders and not tree:
         with contextlib.suppress(FileNotFoundError):
             (state_dir / FILE_NAME).unlink()
@@ -128,16 +122,16 @@ def end_stale_processes(state_dir: Path, grace: float, codex_home: Path | None =
                 tree[child.pid] = child
     _, alive = psutil.wait_procs(leaders, timeout=min(SETTLE, grace))
     for leader in alive:
-        _signal_group(leader.pid, signal.SIGTERM)
+        signal_group(leader.pid, signal.SIGTERM)
     _, alive = psutil.wait_procs(alive, timeout=grace)
     for leader in alive:
-        _signal_group(leader.pid, signal.SIGKILL)
+        signal_group(leader.pid, signal.SIGKILL)
     # Group members (the native binary, MCP servers) may outlive their leader: psutil checks
     # each one's create_time, so only the very processes snapshotted above are killed.
     stragglers = []
     for proc in tree.values():
         with contextlib.suppress(psutil.Error):
-            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+            if running(proc):
                 proc.kill()
                 stragglers.append(proc)
     psutil.wait_procs(stragglers, timeout=grace)
@@ -156,27 +150,13 @@ def _end_latecomers(tokens: list[str], codex_home: Path | None, grace: float) ->
     start more, so this ends.
     """
     for _ in range(LATECOMER_ROUNDS):
-        found: dict[int, psutil.Process] = {}
-        for token in tokens:
-            found.update((p.pid, p) for p in marked_processes(token))
-        if codex_home is not None:
-            found.update((p.pid, p) for p in our_codex_processes(codex_home))
-        alive = []
-        for proc in found.values():
-            with contextlib.suppress(psutil.Error):
-                if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(proc)
+        alive = [proc for proc in stray_processes(tokens, codex_home).values() if running(proc)]
         if not alive:
             return
         log.warning("ending %d Codex process(es) started while strays were being ended", len(alive))
         for proc in alive:
             with contextlib.suppress(psutil.Error, OSError):
                 if os.getpgid(proc.pid) == proc.pid:
-                    _signal_group(proc.pid, signal.SIGKILL)
+                    signal_group(proc.pid, signal.SIGKILL)
                 proc.kill()
         psutil.wait_procs(alive, timeout=grace)
-
-
-def _signal_group(pgid: int, signum: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signum)

@@ -28,7 +28,7 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -191,11 +191,11 @@ def group_has_member(pgid: int, processes: Iterable[psutil.Process]) -> bool:
     return False
 
 
-def marked_processes(token: str) -> list[psutil.Process]:
-    """Processes (of this user) whose environment carries ``TREE_MARKER=token``.
+def processes_with_environ(matches: Callable[[Mapping[str, str]], bool]) -> list[psutil.Process]:
+    """Processes (of this user, not this one) whose environment ``matches``: one process-table walk.
 
-    This finds descendants even after their parent died and they were reparented, as long as
-    they kept the environment they inherited.
+    The environment finds descendants even after their parent died and they were reparented, as
+    long as they kept the environment they inherited.
     """
     found: list[psutil.Process] = []
     me = os.getpid()
@@ -203,9 +203,14 @@ def marked_processes(token: str) -> list[psutil.Process]:
         if process.pid == me:
             continue
         with contextlib.suppress(psutil.Error, OSError):
-            if process.environ().get(TREE_MARKER) == token:
+            if matches(process.environ()):
                 found.append(process)
     return found
+
+
+def marked_processes(token: str) -> list[psutil.Process]:
+    """Processes whose environment carries ``TREE_MARKER=token`` (the tree :func:`spawn` started)."""
+    return processes_with_environ(lambda environ: environ.get(TREE_MARKER) == token)
 
 
 def _sweep_tree(token: str, snapshot: list[psutil.Process]) -> list[int]:
@@ -217,7 +222,7 @@ def _sweep_tree(token: str, snapshot: list[psutil.Process]) -> list[int]:
     """
     killed = sweep(snapshot)
     for _ in range(1 + SWEEP_ROUNDS):  # one process-table scan when nothing is left, the usual case
-        stragglers = [p for p in marked_processes(token) if _running(p)]
+        stragglers = [p for p in marked_processes(token) if running(p)]
         if not stragglers:
             break
         killed += sweep(stragglers)
@@ -234,17 +239,17 @@ def sweep(processes: Sequence[psutil.Process], wait: float = SWEEP_WAIT) -> list
     """
     killed: list[int] = []
     for process in processes:
-        if _running(process):
+        if running(process):
             with contextlib.suppress(psutil.Error):
                 # psutil checks the creation time, so a reused pid is never signalled.
                 process.kill()
                 killed.append(process.pid)
                 log.warning("killed Codex descendant %d that outlived its group", process.pid)
     deadline = time.monotonic() + wait
-    while any(_running(p) for p in processes) and time.monotonic() < deadline:
+    while any(running(p) for p in processes) and time.monotonic() < deadline:
         time.sleep(0.02)
     for process in processes:
-        if _running(process):
+        if running(process):
             log.warning("Codex process %d is still not gone %.0fs after SIGKILL (uninterruptible sleep?)",
                         process.pid, wait)
     # Reap zombies that are our own children so they do not linger in the process table.
@@ -256,7 +261,7 @@ def sweep(processes: Sequence[psutil.Process], wait: float = SWEEP_WAIT) -> list
     return killed
 
 
-def _running(process: psutil.Process) -> bool:
+def running(process: psutil.Process) -> bool:
     """Alive and not a zombie (a zombie has exited; only its parent's reaping is missing)."""
     try:
         return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
