@@ -38,6 +38,7 @@ import tomlkit
 from coven_codex.agent.bootstrap import Hooks, run_daemon
 from coven_codex.agent.egress import AppendHook, Egress
 from coven_codex.agent.state import SessionState
+from coven_codex.agent.writer import DaemonWriter
 from coven_codex.entries import BaseEntry, ThoughtEntry
 from coven_codex.journal import FileJournal, JournalRecord
 from coven_codex.settings import Settings
@@ -184,7 +185,7 @@ async def part_egress(lines: int) -> list[str]:
         def on_append(line: Line, entry: BaseEntry, t: float) -> None:
             appended.setdefault(line.start, t)
 
-        egress = Egress(state=state, journal=journal, known_ids=set(), on_progress=lambda: None,
+        egress = Egress(state=state, writer=DaemonWriter(journal, set()), on_progress=lambda: None,
                         on_append=on_append)
         seen: dict[int, float] = {}
         copied: dict[int, float] = {}

@@ -26,12 +26,14 @@ from typing import Protocol
 
 from coven_codex.agent.egress import AppendHook
 from coven_codex.agent.ingress import CURSOR_NAME, Ingress
+from coven_codex.agent.limits import cut
 from coven_codex.agent.manager import SessionManager
 from coven_codex.agent.processes import ProcessRegistry, end_stale_processes
 from coven_codex.agent.recovery import codex_received, find_unclaimed_rollout
 from coven_codex.agent.services import LinkFactory, RolloutLocator, SessionServices
 from coven_codex.agent.slots import SlotPool
 from coven_codex.agent.state import SessionState, StateStore
+from coven_codex.agent.writer import DaemonWriter
 from coven_codex.entries import CODEX_SENDER
 from coven_codex.journal import Journal, JournalRecord
 from coven_codex.rollout.locator import find_rollout
@@ -92,7 +94,7 @@ class Daemon:
                 slots=SlotPool(self.settings.max_sessions), processes=self.processes,
                 make_link=self.make_link, locate_rollout=self.locate_rollout,
                 finish_thought=finish_thought, saved_cursor=saved_cursor,
-                known_ids=known_ids, on_append=self.on_append,
+                writer=DaemonWriter(self.journal, known_ids), on_append=self.on_append,
             )
             manager = SessionManager(services, group)
             self.manager = manager
@@ -138,12 +140,12 @@ class Daemon:
             codex_received, rollout, in_flight, by_client_id=self.make_link.records_client_id)
         if received:
             log.info("conversation %r: thought %s reached Codex before the restart; not sending it again",
-                     state.conversation, in_flight.thought_id)
+                     cut(state.conversation), cut(in_flight.thought_id))
             state.delivered[in_flight.thought_id] = in_flight.position
             state.user_messages = max(state.user_messages, in_flight.user_messages_before + 1)
         else:
             log.info("conversation %r: thought %s had not reached Codex; it will be sent",
-                     state.conversation, in_flight.thought_id)
+                     cut(state.conversation), cut(in_flight.thought_id))
         state.in_flight = None
         self.store.save(state)
 

@@ -8,9 +8,11 @@ appended to the journal and only then is the offset advanced past the line.
 Ordering and ids give exactly-once:
 
 - the journal append comes before the offset save, so a crash can only make us *repeat* a line;
-- entry ids are deterministic (``<thread>:<line start>:<index>``), and at start-up the daemon
-  collects the ids already in the journal after the session's ``egress_journal_position``;
-  a repeated entry finds its id there and is dropped.
+- entry ids are deterministic (``<thread>:<line start>:<index>``; a turn's error and end:
+  ``<thread>:turn-<turn>:error|end``), and at start-up the daemon collects the ids already in
+  the journal after the session's ``egress_journal_position``; entries are appended through
+  the daemon's :class:`~coven_codex.agent.writer.DaemonWriter`, so a repeated entry, or one the
+  session already wrote from the driver's report, finds its id there and is dropped.
 
 Offsets are saved by the session's coalescing saver, not once per line: a lagging saved offset
 only makes the restart re-read (and drop) a few more lines.
@@ -24,9 +26,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from coven_codex.agent.limits import cut
 from coven_codex.agent.state import SessionState
+from coven_codex.agent.writer import DaemonWriter
 from coven_codex.entries import BaseEntry, DeltaEntry, ErrorEntry, StatusEntry
-from coven_codex.journal import Journal
 from coven_codex.rollout import TURN_END_STATES, RolloutTranslator
 from coven_codex.tailing import Line, TailNotice, tail_lines
 
@@ -37,12 +40,13 @@ AppendHook = Callable[[Line, BaseEntry, float], None]
 
 
 class Egress:
-    def __init__(self, *, state: SessionState, journal: Journal, known_ids: set[str],
+    """Translates one rollout into the journal; see the module docstring."""
+
+    def __init__(self, *, state: SessionState, writer: DaemonWriter,
                  on_progress: Callable[[], None], on_line: Callable[[Line], None] | None = None,
                  write_deltas: bool = False, on_append: AppendHook | None = None) -> None:
         self._state = state
-        self._journal = journal
-        self._known_ids = known_ids
+        self._writer = writer
         self._on_progress = on_progress
         self._on_line = on_line
         self._write_deltas = write_deltas
@@ -59,7 +63,7 @@ class Egress:
         """Tail ``rollout`` until cancelled."""
         translator = RolloutTranslator(self._state.conversation, thread_id)
         resume_at = self._state.egress_offset
-        log.debug("egress for %r: %s from byte %d", self._state.conversation, rollout, resume_at)
+        log.debug("egress for %r: %s from byte %d", cut(self._state.conversation), rollout, resume_at)
         async for line in tail_lines(rollout, 0, on_notice=self._notice):
             self.lines_seen += 1
             entries = translator.feed(line)
@@ -90,16 +94,16 @@ class Egress:
             self.errors_seen += 1
         elif isinstance(entry, StatusEntry) and entry.state in TURN_END_STATES:
             self.turn_ends_seen += 1
-        if entry.id is not None and entry.id in self._known_ids:
-            log.debug("egress: dropping replayed entry %s", entry.id)
+        record = await self._writer.append(entry)
+        if record is None:
+            log.debug("egress: dropping entry %s: it is in the journal already", entry.id)
             return
-        record = await self._journal.append(entry)
         self._last_end = record.end
         if self._on_append is not None:
             self._on_append(line, record.entry, time.perf_counter())
 
     def _notice(self, notice: TailNotice) -> None:
-        log.warning("rollout of conversation %r: %s", self._state.conversation, notice)
+        log.warning("rollout of conversation %r: %s", cut(self._state.conversation), notice)
 
 
 def complete_length(path: Path) -> int:

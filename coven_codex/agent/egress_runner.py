@@ -9,7 +9,9 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from coven_codex.agent.backoff import RepeatFilter
 from coven_codex.agent.egress import Egress, complete_length
+from coven_codex.agent.limits import cut
 from coven_codex.agent.saver import StateSaver
 from coven_codex.agent.services import SessionServices
 from coven_codex.agent.state import SessionState
@@ -19,6 +21,8 @@ log = logging.getLogger(__name__)
 
 
 class EgressRunner:
+    """Owns a session's egress task (module docstring)."""
+
     def __init__(self, state: SessionState, services: SessionServices, saver: StateSaver, *,
                  on_line: Callable[[Line], None]) -> None:
         self._state = state
@@ -29,7 +33,7 @@ class EgressRunner:
         self.egress = self._new()
 
     def _new(self) -> Egress:
-        return Egress(state=self._state, journal=self._services.journal, known_ids=self._services.known_ids,
+        return Egress(state=self._state, writer=self._services.writer,
                       on_progress=self._saver.request, on_line=self._on_line, on_append=self._services.on_append)
 
     def start(self, group: asyncio.TaskGroup) -> None:
@@ -56,11 +60,17 @@ class EgressRunner:
 
     async def _run(self, thread_id: str) -> None:
         path = Path(self._state.rollout_path) if self._state.rollout_path else None
+        quiet = RepeatFilter()
         while path is None:
             try:
-                path = await self._services.locate_rollout(thread_id)
+                path = await self._services.locate_rollout(thread_id)  # waits for the file (inotify)
             except (LookupError, OSError) as exc:
-                log.warning("conversation %r: %s; looking again", self._state.conversation, exc)
+                # Codex writes the file at the thread's first recorded turn, which may come much later
+                # (or never, if Codex refuses every thought): keep watching, and say so once.
+                note = quiet.note(type(exc).__name__)
+                if note is not None:
+                    log.warning("conversation %r: %s; still watching for it %s", cut(self._state.conversation),
+                                exc, note or "(logged again every few minutes)")
                 continue
             self._state.rollout_path = str(path)
             self._saver.request()

@@ -12,12 +12,15 @@ from coven_codex.agent.link import CodexLink
 from coven_codex.agent.processes import ProcessRegistry
 from coven_codex.agent.slots import SlotPool
 from coven_codex.agent.state import StateStore
+from coven_codex.agent.writer import DaemonWriter
 from coven_codex.journal import Journal
 from coven_codex.settings import Settings
 
 
 @dataclass(frozen=True, slots=True)
 class PendingThought:
+    """A thought routed to a session and not yet delivered: its id, text and journal position."""
+
     entry_id: str
     text: str
     position: int
@@ -54,5 +57,6 @@ class SessionServices:
     locate_rollout: RolloutLocator
     finish_thought: Callable[[int], None]
     saved_cursor: Callable[[], int]
-    known_ids: set[str]
+    writer: DaemonWriter
+    """Every daemon entry goes through it: a deterministic id is written once, by whoever is first."""
     on_append: AppendHook | None = None

@@ -21,6 +21,7 @@ from coven_codex.rollout.translator import (
     TURN_STARTED,
     RolloutTranslator,
     display_tool_name,
+    turn_entry_id,
 )
 
 __all__ = [
@@ -43,4 +44,5 @@ __all__ = [
     "peek_envelope",
     "read_session_meta",
     "thread_id_from_path",
+    "turn_entry_id",
 ]

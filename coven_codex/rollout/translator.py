@@ -72,6 +72,16 @@ TURN_COMPLETED = "turn_completed"
 TURN_FAILED = "turn_failed"
 TURN_ABORTED = "turn_aborted"
 TURN_END_STATES: frozenset[str] = frozenset({TURN_COMPLETED, TURN_FAILED, TURN_ABORTED})
+
+
+def turn_entry_id(scope: str, turn: str, what: str) -> str:
+    """The id of a turn's ``error`` (``what = "error"``) or its end ``status`` (``what = "end"``).
+
+    Derived from the thread (``scope``) and the turn, not from where it is written, so the
+    entry has one id whoever writes it: egress from the rollout (``task_complete``,
+    ``turn_aborted``) or the session from the driver's report; the journal gets it once.
+    """
+    return f"{scope}:turn-{turn.replace(':', '%3A')}:{what}"
 BAD_LINE_CODE = "BAD_LINE"
 
 SKIPPED_ENVELOPES: frozenset[tuple[str, str | None]] = frozenset(
@@ -108,6 +118,8 @@ class RolloutTranslator:
         self._tool_names: dict[str, str] = {}
         self._failed_calls: set[str] = set()
         self._saw_turn_events = False
+        self._ended_turns: set[str] = set()
+        """Turns whose end was translated: a turn ends once (a repeated end line gives nothing)."""
         self._last_timestamp_text: str | None = None
         self._parsed_timestamp_text: str | None = None
         self._parsed_timestamp: datetime | None = None
@@ -177,6 +189,13 @@ class RolloutTranslator:
                 fields["ts"] = self._parsed_timestamp  # lines without one take the previous line's time
         return fields
 
+    def _turn_common(self, offset: int, turn_id: str | None, what: str, index: int = 0) -> dict[str, Any]:
+        """:meth:`_common` for a turn's error or end: the id is :func:`turn_entry_id` when the turn is known."""
+        fields = self._common(offset, index)
+        if turn_id is not None:
+            fields["id"] = turn_entry_id(self.thread_id, turn_id, what)
+        return fields
+
     def _translate(self, record: RolloutRecord) -> list[BaseEntry]:
         if record.timestamp is not None:
             self._last_timestamp_text = record.timestamp
@@ -229,19 +248,34 @@ class RolloutTranslator:
         payload = record.payload
         assert isinstance(payload, TurnCompleteEvent)
         self._saw_turn_events = True
+        if self._ended(payload.turn_id):
+            return []
         if payload.error_message is None:
-            return [self._status(TURN_COMPLETED, payload.turn_id, "turn completed", self._common(record.offset))]
-        error = self._error(payload.error_message, payload.error_info, payload.turn_id, self._common(record.offset))
+            return [self._status(TURN_COMPLETED, payload.turn_id, "turn completed",
+                                 self._turn_common(record.offset, payload.turn_id, "end"))]
+        error = self._error(payload.error_message, payload.error_info, payload.turn_id,
+                            self._turn_common(record.offset, payload.turn_id, "error"))
         return [error, self._status(TURN_FAILED, payload.turn_id, f"turn failed: {error.code}",
-                                    self._common(record.offset, 1))]
+                                    self._turn_common(record.offset, payload.turn_id, "end", 1))]
 
     def _turn_aborted(self, record: RolloutRecord) -> list[BaseEntry]:
         payload = record.payload
         assert isinstance(payload, TurnAbortedEvent)
+        if self._ended(payload.turn_id):
+            return []
         reason = payload.reason or "aborted"
         return [self._status(TURN_ABORTED, payload.turn_id, f"turn aborted ({reason})",
-                             self._common(record.offset),
+                             self._turn_common(record.offset, payload.turn_id, "end"),
                              reason=payload.reason)]
+
+    def _ended(self, turn_id: str | None) -> bool:
+        """Whether ``turn_id`` already ended (then its end is not translated again); marks it ended."""
+        if turn_id is None:
+            return False
+        if turn_id in self._ended_turns:
+            return True
+        self._ended_turns.add(turn_id)
+        return False
 
     def _error_event(self, record: RolloutRecord) -> list[BaseEntry]:
         payload = record.payload
