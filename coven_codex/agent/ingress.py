@@ -5,6 +5,8 @@ The reader starts at the saved ingress cursor and follows the journal live. For 
 - a bad line becomes one ``error`` entry naming its position (its id is derived from the
   position, so a re-read after a restart does not report it twice);
 - entries written by the daemon itself (``sender == "codex"``) are passed over;
+- a thought that can never be answered (conversation name, id or text beyond the limits of
+  :mod:`coven_codex.agent.limits`) is refused with one ``error`` entry (id ``refused@<position>``);
 - ``thought``, ``cancel`` and ``approval`` entries go to the :class:`Router`;
 - every other kind is passed over.
 
@@ -21,11 +23,14 @@ import logging
 from typing import Protocol
 
 from coven_codex.agent.cursor import LowWaterCursor
+from coven_codex.agent.limits import MAX_CONVERSATION_CHARS, MAX_ID_CHARS, MAX_THOUGHT_CHARS, REFUSED_CODE
+from coven_codex.agent.writer import DaemonWriter
 from coven_codex.entries import (
     CODEX_SENDER,
     ApprovalEntry,
     BaseEntry,
     CancelEntry,
+    ErrorEntry,
     ThoughtEntry,
 )
 from coven_codex.journal import BadLine, Journal, JournalRecord
@@ -58,9 +63,9 @@ class Ingress:
     def __init__(self, journal: Journal, router: Router, *, start: int, live_from: int,
                  known_ids: set[str], cursor_name: str = CURSOR_NAME) -> None:
         self._journal = journal
+        self._writer = DaemonWriter(journal, known_ids)
         self._router = router
         self._live_from = live_from
-        self._known_ids = known_ids
         self._cursor_name = cursor_name
         self.cursor = LowWaterCursor(start)
         self._start = start
@@ -77,6 +82,11 @@ class Ingress:
         async for item in self._journal.tail(self._start):
             if isinstance(item, BadLine):
                 await self._report_bad_line(item)
+                self._consumed(item.start, item.end, pending=False)
+                continue
+            refusal = refuse_thought(item.entry, item.start)
+            if refusal is not None:
+                await self._refuse(refusal)
                 self._consumed(item.start, item.end, pending=False)
                 continue
             pending = self._route(item)
@@ -97,12 +107,14 @@ class Ingress:
 
     async def _report_bad_line(self, bad: BadLine) -> None:
         error = bad.to_error_entry()
-        entry_id = error.id or f"bad-line@{bad.start}"
-        if entry_id in self._known_ids:
-            return
-        log.warning("journal line at byte %d is not an entry: %s", bad.start, bad.reason)
-        self._known_ids.add(entry_id)
-        await self._journal.append(error)
+        if error.id is None:
+            error.id = f"bad-line@{bad.start}"
+        if await self._writer.append(error) is not None:
+            log.warning("journal line at byte %d is not an entry: %s", bad.start, bad.reason)
+
+    async def _refuse(self, refusal: ErrorEntry) -> None:
+        if await self._writer.append(refusal) is not None:
+            log.warning("%s", refusal.text)
 
     def _consumed(self, start: int, end: int, *, pending: bool) -> None:
         self.cursor.read(start, end, pending=pending)
@@ -136,3 +148,33 @@ class Ingress:
         await self._journal.save_cursor(self._cursor_name, position)
         self._saved = position
         log.debug("ingress cursor saved at %d", position)
+
+
+def refuse_thought(entry: BaseEntry, position: int) -> ErrorEntry | None:
+    """The ``error`` entry refusing a thought that can never be answered, or ``None`` if it is fine.
+
+    A conversation name too long for the daemon's entries, an id too long to keep, or a text
+    over Codex's input limit would only fail again at every try. The error goes to the
+    thought's conversation, or, when the name itself is too long, to the name cut to
+    :data:`~coven_codex.agent.limits.MAX_CONVERSATION_CHARS` characters (the last one ``…``).
+    """
+    if not isinstance(entry, ThoughtEntry) or entry.sender == CODEX_SENDER:
+        return None
+    conversation = entry.conversation
+    if len(conversation) > MAX_CONVERSATION_CHARS:
+        conversation = conversation[: MAX_CONVERSATION_CHARS - 1] + "…"
+        text = (f"The thought at journal position {position} was refused: its conversation name is "
+                f"{len(entry.conversation)} characters long, the limit is {MAX_CONVERSATION_CHARS}.")
+        hint = "Use a shorter conversation name (a channel or thread id, for example) and send it again."
+    elif entry.id is not None and len(entry.id) > MAX_ID_CHARS:
+        text = (f"The thought at journal position {position} was refused: its id is {len(entry.id)} "
+                f"characters long, the limit is {MAX_ID_CHARS}.")
+        hint = "Give thoughts short ids (or none: the journal assigns one) and send it again."
+    elif len(entry.text) > MAX_THOUGHT_CHARS:
+        text = (f"The thought at journal position {position} was refused: it is {len(entry.text)} "
+                f"characters long and Codex accepts at most {MAX_THOUGHT_CHARS}.")
+        hint = "Shorten it (or split it into several thoughts) and send it again."
+    else:
+        return None
+    return ErrorEntry(id=f"refused@{position}", conversation=conversation, code=REFUSED_CODE,
+                      text=text, hint=hint)

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
+from coven_codex.agent.backoff import MAX_BACKOFF, backoff
+from coven_codex.agent.limits import cut
 from coven_codex.agent.services import SessionServices
 from coven_codex.agent.session import Session
 from coven_codex.agent.state import SessionState
@@ -18,7 +21,13 @@ from coven_codex.entries import ApprovalEntry, CancelEntry, ThoughtEntry
 log = logging.getLogger(__name__)
 
 
+CRASH_BACKOFF_BASE = 1.0
+"""The first wait (seconds) before a crashed session runs again; it doubles up to the backoff limit."""
+
+
 class SessionManager:
+    """Creates, supervises and shuts down the sessions (module docstring)."""
+
     def __init__(self, services: SessionServices, group: asyncio.TaskGroup) -> None:
         self._services = services
         self._group = group
@@ -37,21 +46,39 @@ class SessionManager:
         return session
 
     async def _supervise(self, session: Session) -> None:
-        """Run a session; a bug in one conversation must not take the others down."""
+        """Run a session; a bug in one conversation must not take the others down.
+
+        A session that keeps failing is restarted after a growing wait (the common backoff,
+        from ``max(restart_backoff, 1 s)`` up to a minute); once it has run longer than that limit
+        without failing, the count starts over. The traceback is logged for the first failure of
+        a series, the repeats in one line each.
+        """
+        crashes = 0
         while True:
+            started = time.monotonic()
             try:
                 await session.run()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.exception("conversation %r: session failed; restarting it", session.conversation)
+                if time.monotonic() - started > MAX_BACKOFF:
+                    crashes = 0
+                    session.ran_well()
+                crashes += 1
+                delay = backoff(max(self._services.settings.restart_backoff, CRASH_BACKOFF_BASE), crashes)
+                name = cut(session.conversation)
+                if crashes == 1:
+                    log.exception("conversation %r: session failed; restarting it in %.1fs", name, delay)
+                else:
+                    log.error("conversation %r: session failed again (%d in a row: %s); restarting it in %.1fs",
+                              name, crashes, cut(repr(exc), 200), delay)
                 await session.report_crash(exc)
-                await asyncio.sleep(max(self._services.settings.restart_backoff, 1.0))
+                await asyncio.sleep(delay)
 
     def _session(self, conversation: str) -> Session:
         session = self.sessions.get(conversation)
         if session is None:
-            log.info("new conversation %r", conversation)
+            log.info("new conversation %r", cut(conversation))
             session = self._start(self._services.store.load(conversation))
         return session
 
@@ -62,14 +89,15 @@ class SessionManager:
     def route_cancel(self, entry: CancelEntry, *, live: bool) -> None:
         session = self.sessions.get(entry.conversation)
         if not live or session is None:
-            log.info("cancel %s for %r: no turn of this run to cancel", entry.id, entry.conversation)
+            log.info("cancel %s for %r: no turn of this run to cancel", cut(entry.id or "?"), cut(entry.conversation))
             return
         session.offer_cancel(entry)
 
     def route_approval(self, entry: ApprovalEntry, *, live: bool) -> None:
         session = self.sessions.get(entry.conversation)
         if not live or session is None:
-            log.info("approval %s for %r: the request did not survive a restart", entry.id, entry.conversation)
+            log.info("approval %s for %r: the request did not survive a restart", cut(entry.id or "?"),
+                     cut(entry.conversation))
             return
         session.offer_approval(entry)
 

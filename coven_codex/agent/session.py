@@ -18,19 +18,34 @@ Delivering a thought (ingress exactly-once):
 
 After a crash between 1 and 3 the daemon resolves the in-flight thought against the rollout
 before ingress re-reads the journal.
+
+A failed hand-over counts against that thought (:data:`DELIVERY_ATTEMPTS` hand-overs, then it
+is dropped with an ``error`` entry); a Codex that fails to start or exits counts against the
+restart backoff. Every retry waits :func:`~coven_codex.agent.backoff.backoff`.
+
+Every turn that started ends with exactly one turn-end ``status`` (and a failed one with one
+``error``): written by egress from the rollout, or by the session when the driver reports the
+end and the rollout holds none, when Codex dies, when the link is ended mid-turn, or when the
+session crashes. Both writers use the turn's deterministic id
+(:func:`~coven_codex.rollout.turn_entry_id`) through the daemon's one
+:class:`~coven_codex.agent.writer.DaemonWriter`, so whichever comes first is the one written.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+from coven_codex.agent.backoff import RepeatFilter, backoff
+from coven_codex.agent.egress import Egress
 from coven_codex.agent.egress_runner import EgressRunner
+from coven_codex.agent.limits import MAX_ID_CHARS, REFUSED_CODE, cut
 from coven_codex.agent.link import (
     ApprovalAsked,
     ApprovalSettled,
@@ -58,13 +73,13 @@ from coven_codex.entries import (
     StatusEntry,
     ThoughtEntry,
 )
-from coven_codex.rollout import TURN_ABORTED, TURN_COMPLETED, TURN_FAILED
+from coven_codex.rollout import TURN_ABORTED, TURN_COMPLETED, TURN_FAILED, turn_entry_id
 from coven_codex.tailing import Line
 
 log = logging.getLogger(__name__)
 
-MAX_BACKOFF = 60.0
 DELIVERY_ATTEMPTS = 3
+"""Hand-overs of one thought before it is dropped with an ``error`` entry."""
 ERROR_DRAIN = 1.0
 TURN_END_STATE_OF = {"completed": TURN_COMPLETED, "failed": TURN_FAILED, "interrupted": TURN_ABORTED}
 """The status a driver's turn outcome becomes when the rollout does not record the turn's end."""
@@ -92,26 +107,56 @@ class _Recorded:
     client_id: str
 
 
-_Message = PendingThought | CancelEntry | ApprovalEntry | _LinkMessage | _Evict | _Recorded
+@dataclass(frozen=True, slots=True)
+class _Duplicate:
+    """A thought reused the id of an earlier, different thought (at another journal position)."""
+
+    entry_id: str
+    position: int
+
+
+@dataclass(slots=True)
+class _Turn:
+    """The turn running in Codex, as far as this session knows."""
+
+    key: str
+    """Names the turn in its entry ids: the driver's turn id, else the thought that started it."""
+    keyed_by_turn_id: bool
+    egress: Egress
+    """The egress that was running when the turn started, and what it had produced by then."""
+    errors_before: int
+    ends_before: int
+
+
+_Message = PendingThought | CancelEntry | ApprovalEntry | _LinkMessage | _Evict | _Recorded | _Duplicate
 
 
 class Session:
+    """One conversation: its queue of thoughts, its Codex link, its egress (module docstring)."""
+
     def __init__(self, state: SessionState, services: SessionServices) -> None:
         self.state = state
         self.conversation = state.conversation
+        self._name = cut(state.conversation)
+        """The conversation's name as log lines show it (cut)."""
         self._svc = services
         self._settings = services.settings
         self._inbox: asyncio.Queue[_Message] = asyncio.Queue()
         self._queue: deque[PendingThought] = deque()
-        self._queued_ids: set[str] = set()
+        self._queued_ids: dict[str, int] = {}
+        """Ids of the thoughts in the inbox or the queue, with their journal positions."""
         self._link: CodexLink | None = None
         self._generation = 0
-        self._turn_active = False
+        self._turn: _Turn | None = None
         self._interrupt_sent_at: float | None = None
         self._idle_since: float | None = None
         self._restart_at: float | None = None
         self._restart_wanted = False
-        self._failures = 0
+        self._restarts = 0
+        """Consecutive failures of Codex itself (failed starts, unexpected exits): the restart backoff."""
+        self._attempts: dict[str, int] = {}
+        """Failed hand-overs per queued thought id."""
+        self._crashes = RepeatFilter()
         self._approvals: set[str] = set()
         self._stopping = False
         self._saver = StateSaver(state, services.store)
@@ -121,34 +166,45 @@ class Session:
         self._unconfirmed: PendingThought | None = None
         self._steer_refused = False
         self._last_open_error: str | None = None
-        self._errors_at_turn_start = 0
-        self._turn_ends_at_turn_start = 0
         self._no_turn = asyncio.Event()
         self._no_turn.set()
         self._egress = EgressRunner(state, services, self._saver, on_line=self._on_rollout_line)
 
     # -- routing (called synchronously by ingress) -------------------------------------------
     def offer_thought(self, entry: ThoughtEntry, position: int) -> bool:
-        """Queue a thought unless it was delivered before; ``True`` if it is now pending."""
+        """Queue a thought unless it was delivered before; ``True`` if it is now pending.
+
+        The same thought read again (after a restart) is passed over; a *different* thought (at
+        another journal position) reusing an earlier one's id is reported once and dropped.
+        """
         assert entry.id is not None
-        if entry.id in self.state.delivered or entry.id in self._queued_ids:
+        earlier = self.state.delivered.get(entry.id)
+        if earlier is None:
+            earlier = self._queued_ids.get(entry.id)
+        if earlier is not None:
+            if earlier != position:
+                self._inbox.put_nowait(_Duplicate(entry.id, position))
             return False
-        self._queued_ids.add(entry.id)
+        self._queued_ids[entry.id] = position
         self._inbox.put_nowait(PendingThought(entry.id, entry.text, position))
         return True
 
     def offer_cancel(self, entry: CancelEntry) -> None:
+        """Pass a ``cancel`` on (the running turn is interrupted)."""
         self._inbox.put_nowait(entry)
 
     def offer_approval(self, entry: ApprovalEntry) -> None:
+        """Pass an ``approval`` on to the request it answers."""
         self._inbox.put_nowait(entry)
 
     @property
     def busy(self) -> bool:
-        return self._turn_active or bool(self._queue)
+        """A turn is running or thoughts are waiting."""
+        return self._turn is not None or bool(self._queue)
 
     @property
     def live(self) -> bool:
+        """A Codex link is open."""
         return self._link is not None
 
     # -- the task ------------------------------------------------------------------------------
@@ -158,6 +214,8 @@ class Session:
             self._group = group
             group.create_task(self._saver.run(), name=f"state-saver:{self.conversation}")
             self._start_egress()
+            if self._queue and not self._stopping:
+                await self._advance()  # restarted after a crash: the queued thoughts go on
             while True:
                 message = await self._next_message()
                 if message is not None:
@@ -197,32 +255,45 @@ class Session:
         elif isinstance(message, _Evict):
             if self._link is not None and not self.busy:
                 log.info("conversation %r: ending its idle Codex process for another conversation",
-                         self.conversation)
+                         self._name)
                 await self._end_link(reason="slot needed by another conversation")
         elif isinstance(message, _Recorded):
             thought = self._unconfirmed
             if thought is not None and thought.entry_id == message.client_id:
                 self._unconfirmed = None
                 await self._delivered(thought, steer=False, start_turn=False)
+        elif isinstance(message, _Duplicate):
+            await self._duplicate(message)
         elif message.generation == self._generation:
             await self._link_event(message.event)
 
+    async def _duplicate(self, message: _Duplicate) -> None:
+        shown = cut(message.entry_id, MAX_ID_CHARS)
+        log.warning("conversation %r: thought at journal position %d reuses the id %s of an earlier thought; "
+                    "dropped", self._name, message.position, cut(message.entry_id))
+        await self._emit(ErrorEntry(
+            id=f"duplicate-id@{message.position}", code=REFUSED_CODE,
+            text=shorten(f"The thought at journal position {message.position} was dropped: its id {shown!r} "
+                         "is the id of an earlier thought."),
+            hint="Give every thought its own id (or none: the journal assigns one) and send it again.",
+        ))
+
     async def _cancel(self) -> None:
-        if self._link is None or not self._turn_active:
+        if self._link is None or self._turn is None:
             await self._emit(StatusEntry(state="cancel_ignored", text="nothing is running to cancel"))
             return
-        log.info("conversation %r: interrupting the running turn", self.conversation)
+        log.info("conversation %r: interrupting the running turn", self._name)
         try:
             await self._link.interrupt()
         except LinkError as exc:
-            log.warning("conversation %r: interrupt failed: %s", self.conversation, exc)
+            log.warning("conversation %r: interrupt failed: %s", self._name, exc)
             return
         self._interrupt_sent_at = time.monotonic()
 
     async def _approval(self, entry: ApprovalEntry) -> None:
         if entry.request_id not in self._approvals or self._link is None:
             log.info("conversation %r: approval for unknown or expired request %s ignored",
-                     self.conversation, entry.request_id)
+                     self._name, cut(entry.request_id))
             return
         self._approvals.discard(entry.request_id)
         try:
@@ -235,12 +306,12 @@ class Session:
         if isinstance(event, ThreadReady):
             await self._thread_ready(event)
         elif isinstance(event, TurnStarted):
-            self._set_turn_active()
+            self._turn_started(event.turn_id)
         elif isinstance(event, TurnEnded):
-            self._turn_finished()
+            turn = self._turn_finished()
             if self._unconfirmed is not None and not self._waiting_in_driver(self._unconfirmed):
                 await self._confirm_unconfirmed()
-            await self._turn_over(event)
+            await self._turn_over(event, turn)
         elif isinstance(event, Delta):
             if self._settings.stream_deltas and event.text:
                 await self._emit(DeltaEntry(item_id=event.item_id, text=event.text))
@@ -254,7 +325,7 @@ class Session:
         else:
             await self._process_exited(event)
 
-    async def _turn_over(self, event: TurnEnded) -> None:
+    async def _turn_over(self, event: TurnEnded, turn: _Turn | None) -> None:
         """Tell the conversation that the turn is over, and why it failed, unless the rollout did.
 
         Codex 0.169 records a turn's end (and a failed turn's error) in the rollout, which egress
@@ -262,37 +333,65 @@ class Session:
         is written here if egress, once caught up, produced none during this turn. A turn's end is
         written here only for versions whose rollout does not record completed turns (0.47 records
         only ``turn_aborted``), again if egress produced none: where the rollout does record it,
-        app-server's notification can come before the rollout line, so "egress has not written
-        it yet" does not mean it will not.
+        the session leaves it to egress. Either entry carries the turn's deterministic id, so if
+        egress writes it too (its rollout line came after the drain), the journal gets it once.
         """
-        if any(self._missing_from_rollout(event)):
+        failed = event.status == "failed" and bool(event.error)
+        wants_end = not self._svc.make_link.records_turn_end
+
+        def missing() -> tuple[bool, bool]:
+            errors, ends = self._seen_since(turn)
+            return failed and errors == 0, wants_end and ends == 0
+
+        if any(missing()):
             await self.drain_egress(ERROR_DRAIN)  # only when the rollout may still bring it
-        error_missing, end_missing = self._missing_from_rollout(event)
+        error_missing, end_missing = missing()
+        key = event.turn_id or (turn.key if turn is not None else None)
         if error_missing:
             c = event.classified or classify(event.error or "")
-            await self._error(c.code, c.message, c.hint)
+            await self._error(c.code, c.message, c.hint, entry_id=self._turn_entry_id(key, "error"))
         if end_missing:
-            state = TURN_END_STATE_OF[event.status]
-            await self._emit(StatusEntry(state=state, text=state.replace("_", " "), thread_id=self.state.thread_id,
-                                         turn_id=event.turn_id))
+            await self._write_turn_end(TURN_END_STATE_OF[event.status], key, event.turn_id)
 
-    def _missing_from_rollout(self, event: TurnEnded) -> tuple[bool, bool]:
-        """(the failed turn's error, the turn's end): which egress has not written during this turn.
-
-        A turn's end counts as missing only for versions whose rollout does not record it.
-        """
+    def _seen_since(self, turn: _Turn | None) -> tuple[int, int]:
+        """(errors, turn ends) egress produced from the rollout since ``turn`` started."""
         egress = self._egress.egress
-        failed = event.status == "failed" and bool(event.error)
-        error_missing = failed and egress.errors_seen == self._errors_at_turn_start
-        end_missing = (not self._svc.make_link.records_turn_end
-                       and egress.turn_ends_seen == self._turn_ends_at_turn_start)
-        return error_missing, end_missing
+        if turn is None:
+            return 0, 0
+        if turn.egress is not egress:  # egress was replaced: everything it produced is since then
+            return egress.errors_seen, egress.turn_ends_seen
+        return egress.errors_seen - turn.errors_before, egress.turn_ends_seen - turn.ends_before
+
+    def _turn_entry_id(self, key: str | None, what: str) -> str | None:
+        """The deterministic id of this conversation's turn ``key``'s error or end (``None``: unknown turn)."""
+        if key is None:
+            return None
+        scope = self.state.thread_id
+        if scope is None:
+            scope = "conversation-" + hashlib.sha256(self.conversation.encode()).hexdigest()[:16]
+        return turn_entry_id(scope, key, what)
+
+    async def _write_turn_end(self, state: str, key: str | None, turn_id: str | None, text: str | None = None) -> None:
+        await self._emit(StatusEntry(id=self._turn_entry_id(key, "end"), state=state,
+                                     text=text or state.replace("_", " "), thread_id=self.state.thread_id,
+                                     turn_id=turn_id))
+
+    async def _turn_cut_short(self, turn: _Turn | None, state: str, why: str) -> None:
+        """The turn ended without the driver reporting it (Codex died, the link or the session ended):
+        write its end unless egress, once caught up, brought one."""
+        if turn is None:
+            return
+        if self._seen_since(turn)[1] == 0:
+            await self.drain_egress(ERROR_DRAIN)
+        if self._seen_since(turn)[1] == 0:
+            turn_id = turn.key if turn.keyed_by_turn_id else None
+            await self._write_turn_end(state, turn.key, turn_id, f"{state.replace('_', ' ')}: {why}")
 
     async def _thread_ready(self, event: ThreadReady) -> None:
         changed = event.thread_id != self.state.thread_id
         if changed:
             if self.state.thread_id is not None:
-                log.warning("conversation %r: Codex thread %s replaced by %s", self.conversation,
+                log.warning("conversation %r: Codex thread %s replaced by %s", self._name,
                             self.state.thread_id, event.thread_id)
             await self._egress.stop()
             self.state.thread_id = event.thread_id
@@ -327,40 +426,70 @@ class Session:
         self._idle_since = None
         if self._unconfirmed is not None:
             await self._confirm_unconfirmed()
-        was_turn = self._turn_active
-        self._turn_finished()
+        turn = self._turn_finished()
         if event.expected or self._stopping:
+            await self._turn_cut_short(turn, TURN_ABORTED, "Codex stopped")
             return
-        self._failures += 1
-        delay = min(self._settings.restart_backoff * 2 ** (self._failures - 1), MAX_BACKOFF)
-        where = " during a turn" if was_turn else ""
-        if event.classified is not None:
-            code, message = event.classified.code, event.classified.message
-        elif event.returncode is not None and event.returncode < 0:
+        delay = self._restart_later()
+        where = " during a turn" if turn is not None else ""
+        if event.returncode is not None and event.returncode < 0:
             # Killed by a signal: whatever it last wrote on stderr is not the reason.
             code = ErrorCode.PROCESS_EXITED
             message = f"Codex was killed{where} by signal {-event.returncode}"
+        elif event.classified is not None and event.classified.code is not ErrorCode.PROCESS_EXITED:
+            code, message = event.classified.code, event.classified.message
         else:
-            c = classify(event.detail or "the Codex process ended", event.returncode)
-            code = c.code if c.code is not ErrorCode.UNKNOWN else ErrorCode.PROCESS_EXITED
-            message = f"Codex exited{where} (exit {event.returncode}): {c.message}"
+            # Nothing on stderr said why (its lines are warnings, or about something else).
+            code = ErrorCode.PROCESS_EXITED
+            message = f"Codex exited{where} (exit {event.returncode})"
+        key = turn.key if turn is not None else None
         await self._error(code, shorten(message),
                           "The session will be resumed in a moment; send the thought again if its reply is "
-                          "missing. Run `coven-codex validate` if this repeats.")
-        log.warning("conversation %r: Codex exited (%s); resuming in %.1fs", self.conversation,
-                    event.returncode, delay)
-        self._restart_at = time.monotonic() + delay
+                          "missing. Run `coven-codex validate` if this repeats.",
+                          entry_id=self._turn_entry_id(key, "error"))
+        await self._turn_cut_short(turn, TURN_FAILED, "Codex ended")
+        log.warning("conversation %r: Codex exited (%s); resuming in %.1fs", self._name, event.returncode, delay)
         self._restart_wanted = True
 
-    def _set_turn_active(self) -> None:
-        self._turn_active = True
+    def _restart_later(self) -> float:
+        """Codex failed (again): the next start waits the restart backoff; returns the delay."""
+        self._restarts += 1
+        delay = backoff(self._settings.restart_backoff, self._restarts)
+        self._retry_at(delay)
+        return delay
+
+    def _retry_at(self, delay: float) -> None:
+        at = time.monotonic() + delay
+        self._restart_at = at if self._restart_at is None else max(self._restart_at, at)
+
+    def _start_turn(self, thought_id: str) -> None:
+        """We handed ``thought_id`` to Codex as a new turn."""
+        self._begin_turn(thought_id, keyed_by_turn_id=False)
+
+    def _turn_started(self, turn_id: str | None) -> None:
+        """The driver says a turn started (ours, or one it started from its own queue)."""
+        turn = self._turn
+        if turn is None:
+            thought = self._unconfirmed
+            key = turn_id or (thought.entry_id if thought is not None else None)
+            if key is not None:
+                self._begin_turn(key, keyed_by_turn_id=turn_id is not None)
+            return
+        if turn_id is not None and not turn.keyed_by_turn_id:
+            turn.key, turn.keyed_by_turn_id = turn_id, True
+
+    def _begin_turn(self, key: str, *, keyed_by_turn_id: bool) -> None:
+        egress = self._egress.egress
+        self._turn = _Turn(key, keyed_by_turn_id, egress, egress.errors_seen, egress.turn_ends_seen)
         self._no_turn.clear()
 
-    def _turn_finished(self) -> None:
+    def _turn_finished(self) -> _Turn | None:
+        """No turn runs any more; returns the one that ran, if any."""
+        turn, self._turn = self._turn, None
         self._steer_refused = False
         self._no_turn.set()
-        self._turn_active = False
         self._interrupt_sent_at = None
+        return turn
 
     # -- timers ------------------------------------------------------------------------------------
     async def _check_timers(self) -> None:
@@ -368,14 +497,14 @@ class Session:
         now = time.monotonic()
         if (self._interrupt_sent_at is not None and self._link is not None
                 and now >= self._interrupt_sent_at + STOP_GRACE_FACTOR * self._settings.kill_grace):
-            log.warning("conversation %r: the turn did not stop after interrupt; ending Codex", self.conversation)
+            log.warning("conversation %r: the turn did not stop after interrupt; ending Codex", self._name)
             await self._end_link(reason="turn did not stop")
         await self._check_idle(now)
 
     async def _check_idle(self, now: float) -> None:
         if (self._idle_since is not None and self._link is not None and not self.busy
                 and now >= self._idle_since + self._settings.idle_reap):
-            log.info("conversation %r: idle for %.0fs; ending its Codex process", self.conversation,
+            log.info("conversation %r: idle for %.0fs; ending its Codex process", self._name,
                      self._settings.idle_reap)
             await self._end_link(reason="idle")
             await self._emit(StatusEntry(state="session_ended", thread_id=self.state.thread_id,
@@ -387,7 +516,7 @@ class Session:
             if time.monotonic() < self._restart_at:
                 return
             self._restart_at = None
-        if self._turn_active:
+        if self._turn is not None:
             waiting = [t for t in self._queue if t is not self._unconfirmed]
             if waiting and self._can_steer():
                 await self._deliver(waiting[0], steer=True)
@@ -449,9 +578,7 @@ class Session:
         except LinkError as exc:
             await link.close()
             slots.release(self.conversation)
-            self._failures += 1
-            delay = min(self._settings.restart_backoff * 2 ** (self._failures - 1), MAX_BACKOFF)
-            self._restart_at = time.monotonic() + delay
+            delay = self._restart_later()
             c = classify(str(exc))
             if str(exc) != self._last_open_error:
                 # Retries that fail the same way are logged, not written to the chat each time.
@@ -459,7 +586,7 @@ class Session:
                 await self._error(c.code, f"could not start Codex: {c.message}", c.hint)
             else:
                 log.warning("conversation %r: Codex still fails to start (%s); next try in %.1fs",
-                            self.conversation, exc, delay)
+                            self._name, c.message, delay)
             return False
         self._last_open_error = None
         self._link = link
@@ -513,12 +640,8 @@ class Session:
         # UserMessage with client_id = thought id) or, when the turn is over, the rollout says so.
         if not link.persistent:
             self._svc.processes.record(self.conversation, link.pids)
-        self._start_turn()
-
-    def _start_turn(self) -> None:
-        self._errors_at_turn_start = self._egress.egress.errors_seen
-        self._turn_ends_at_turn_start = self._egress.egress.turn_ends_seen
-        self._set_turn_active()
+        if self._turn is None:  # (the driver may have said so already)
+            self._start_turn(thought.entry_id)
 
     async def _confirm_unconfirmed(self) -> None:
         """The turn is over (or its process gone) and egress did not see the thought recorded: ask the rollout."""
@@ -536,45 +659,50 @@ class Session:
         if received:
             await self._delivered(thought, steer=False, start_turn=False)
             return
-        log.warning("conversation %r: Codex ended before recording thought %s; it will be sent again",
-                    self.conversation, thought.entry_id)
         self.state.in_flight = None
         await self._save_now()
         await self._count_failure(thought, "Codex ended before it took the thought")
 
     async def _count_failure(self, thought: PendingThought, reason: str) -> None:
-        """One more failed hand-over of ``thought``: back off, and give up after a few."""
-        self._failures += 1
-        if self._failures >= DELIVERY_ATTEMPTS:
-            self._queue.remove(thought)
-            self._queued_ids.discard(thought.entry_id)
-            self._failures = 0
+        """One more failed hand-over of ``thought``: back off, and give up after :data:`DELIVERY_ATTEMPTS`."""
+        attempts = self._attempts.get(thought.entry_id, 0) + 1
+        if attempts >= DELIVERY_ATTEMPTS:
+            log.warning("conversation %r: thought %s failed %d hand-overs (%s); dropping it", self._name,
+                        cut(thought.entry_id), attempts, cut(reason))
+            self._forget_thought(thought)
             c = classify(reason)
-            await self._error(c.code, f"the thought could not be handed to Codex: {c.message}",
+            await self._error(c.code, f"the thought could not be handed to Codex ({attempts} tries): {c.message}",
                               "Send it again once `coven-codex validate` passes.")
             self._svc.finish_thought(thought.position)
             return
-        delay = min(self._settings.restart_backoff * 2 ** (self._failures - 1), MAX_BACKOFF)
-        self._restart_at = time.monotonic() + delay
+        self._attempts[thought.entry_id] = attempts
+        delay = backoff(self._settings.restart_backoff, attempts)
+        log.warning("conversation %r: hand-over %d of thought %s failed (%s); it will be sent again in %.1fs",
+                    self._name, attempts, cut(thought.entry_id), cut(reason), delay)
+        self._retry_at(delay)
+
+    def _forget_thought(self, thought: PendingThought) -> None:
+        self._queue.remove(thought)
+        self._queued_ids.pop(thought.entry_id, None)
+        self._attempts.pop(thought.entry_id, None)
 
     async def _delivered(self, thought: PendingThought, *, steer: bool, start_turn: bool = True) -> None:
-        self._queue.remove(thought)
-        self._queued_ids.discard(thought.entry_id)
+        self._forget_thought(thought)
         self.state.in_flight = None
         self.state.delivered[thought.entry_id] = thought.position
         if len(self.state.delivered) > PRUNE_DELIVERED_AT:
             # Thoughts before the saved ingress cursor are never read again: forget their ids.
             self.state.forget_delivered_before(self._svc.saved_cursor())
         self.state.user_messages += 1
-        self._failures = 0
-        if start_turn and not steer:
-            self._start_turn()
+        self._restarts = 0
+        if start_turn and not steer and self._turn is None:
+            self._start_turn(thought.entry_id)
         await self._save_now()
         self._svc.finish_thought(thought.position)
 
     async def _delivery_failed(self, thought: PendingThought, exc: LinkError) -> None:
-        log.warning("conversation %r: handing thought %s to Codex failed: %s", self.conversation,
-                    thought.entry_id, exc)
+        log.warning("conversation %r: handing thought %s to Codex failed: %s", self._name,
+                    cut(thought.entry_id), exc)
         link = self._link
         by_client_id = link.records_client_id if link is not None else False
         await self._end_link(reason="delivery failed", expected=False)
@@ -597,17 +725,16 @@ class Session:
         self._generation += 1
         self._approvals.clear()
         self._idle_since = None
-        log.debug("conversation %r: closing Codex link (%s)", self.conversation, reason)
+        log.debug("conversation %r: closing Codex link (%s)", self._name, reason)
         await link.close()
         self._svc.processes.forget(self.conversation)
         self._svc.slots.release(self.conversation)
         if self._unconfirmed is not None:
             await self._confirm_unconfirmed()
-        if self._turn_active:
-            self._turn_finished()
+        turn = self._turn_finished()
         if not expected:
-            delay = min(self._settings.restart_backoff * 2 ** max(self._failures - 1, 0), MAX_BACKOFF)
-            self._restart_at = time.monotonic() + delay
+            self._restart_later()
+        await self._turn_cut_short(turn, TURN_ABORTED if expected else TURN_FAILED, reason)
 
     # -- egress ------------------------------------------------------------------------------------
     def _on_rollout_line(self, line: Line) -> None:
@@ -630,31 +757,45 @@ class Session:
         await self._saver.save_now()
 
     # -- output ------------------------------------------------------------------------------------
-    async def _emit(self, entry: BaseEntry) -> None:
+    async def _emit(self, entry: BaseEntry) -> bool:
+        """Append ``entry`` to this conversation; ``False`` if its id was written before."""
         entry.conversation = self.conversation
-        await self._svc.journal.append(entry)
+        return await self._svc.writer.append(entry) is not None
 
-    async def _error(self, code: str, message: str, hint: str) -> None:
-        log.warning("conversation %r: %s: %s", self.conversation, code, message)
-        await self._emit(ErrorEntry(code=str(code), text=shorten(message), hint=hint))
+    async def _error(self, code: str, message: str, hint: str, *, entry_id: str | None = None) -> None:
+        if await self._emit(ErrorEntry(id=entry_id, code=str(code), text=shorten(message), hint=hint)):
+            log.warning("conversation %r: %s: %s", self._name, code, shorten(message))
 
     async def report_crash(self, exc: BaseException) -> None:
-        """After :meth:`run` failed with a bug: end the process, reset, tell the conversation."""
+        """After :meth:`run` failed with a bug: end the process, reset, tell the conversation.
+
+        The running turn ends (``turn_failed``). A crash like the previous one is not written
+        again; a summary of the repeats follows every few minutes.
+        """
         self._egress.forget()
         self._pump_task = None
         self._group = None
         with contextlib.suppress(Exception):
             await self._end_link(reason="session failed", expected=False)
-        self._turn_finished()
+        turn = self._turn_finished()
         with contextlib.suppress(Exception):
-            await self._error(ErrorCode.UNKNOWN, f"internal error in the session: {exc!r}",
+            await self._turn_cut_short(turn, TURN_FAILED, "the session failed")
+        summary = self._crashes.note(f"{type(exc).__name__}: {exc}")
+        if summary is None:
+            return
+        with contextlib.suppress(Exception):
+            await self._error(ErrorCode.UNKNOWN, f"internal error in the session: {exc!r} {summary}",
                               "The session restarts by itself; please report this with the daemon log.")
+
+    def ran_well(self) -> None:
+        """The session ran long enough after a crash: a new crash is reported at once."""
+        self._crashes.clear()
 
     # -- shutdown ----------------------------------------------------------------------------------
     async def stop_turn(self) -> None:
         """Shutdown step 1: no new turns; interrupt a running one."""
         self._stopping = True
-        if self._link is not None and self._turn_active:
+        if self._link is not None and self._turn is not None:
             with contextlib.suppress(LinkError):
                 await self._link.interrupt()
 

@@ -14,6 +14,8 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
+from coven_codex.agent.limits import cut
+
 log = logging.getLogger(__name__)
 
 
@@ -93,5 +95,5 @@ class SlotPool:
         if not self._idle or len(self._holders) < self.size:
             return
         name, (_since, evict) = self._idle.popitem(last=False)
-        log.info("asking idle session %r to end its Codex process: another conversation needs the slot", name)
+        log.info("asking idle session %r to end its Codex process: another conversation needs the slot", cut(name))
         evict()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from coven_codex.agent.ingress import CURSOR_NAME, Ingress
+from coven_codex.agent.limits import MAX_CONVERSATION_CHARS, MAX_ID_CHARS, MAX_THOUGHT_CHARS
 from coven_codex.entries import (
     ApprovalEntry,
     CancelEntry,
@@ -115,3 +116,29 @@ async def test_delivered_thoughts_are_not_pending() -> None:
     assert router.thoughts == [] and ingress.cursor.position == record.end
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_thoughts_that_can_never_be_answered_are_refused_once() -> None:
+    journal = MemoryJournal()
+    long_name = "n" * (MAX_CONVERSATION_CHARS + 1)
+    refused = [
+        await journal.append(ThoughtEntry(conversation=long_name, text="hi")),
+        await journal.append(ThoughtEntry(id="i" * (MAX_ID_CHARS + 1), conversation="a", text="hi")),
+        await journal.append(ThoughtEntry(conversation="a", text="x" * (MAX_THOUGHT_CHARS + 1))),
+    ]
+    await journal.append(ThoughtEntry(conversation="a", text="x" * MAX_THOUGHT_CHARS))
+    for _ in range(2):  # and once more, as a restarted daemon reads it again
+        known = {i.entry.id for i in await journal.read() if isinstance(i, JournalRecord) and i.entry.id}
+        router = Recorder()
+        ingress = Ingress(journal, router, start=0, live_from=0, known_ids=known)
+        task = asyncio.create_task(ingress.run())
+        await settle(journal, ingress)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        assert [len(t) for t, _ in router.thoughts] == [MAX_THOUGHT_CHARS]
+    errors = [i.entry for i in await journal.read() if isinstance(i, JournalRecord) and isinstance(i.entry, ErrorEntry)]
+    assert [e.id for e in errors] == [f"refused@{r.start}" for r in refused]
+    assert {e.code for e in errors} == {"REFUSED"}
+    assert errors[0].conversation == long_name[: MAX_CONVERSATION_CHARS - 1] + "…"
+    assert [e.conversation for e in errors[1:]] == ["a", "a"]
+    assert "conversation name" in errors[0].text and "id" in errors[1].text and "Shorten" in errors[2].hint

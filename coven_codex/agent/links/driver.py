@@ -12,6 +12,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 
+from coven_codex.agent.limits import cut
 from coven_codex.agent.link import (
     ApprovalAsked,
     ApprovalSettled,
@@ -71,7 +72,7 @@ class DriverLink:
     async def steer(self, thought_id: str, text: str) -> str:
         how = await self._submit(thought_id, text)
         if how != "steered":
-            log.info("thought %s did not join a running turn: %s", thought_id, how)
+            log.info("thought %s did not join a running turn: %s", cut(thought_id), how)
         return how
 
     @property

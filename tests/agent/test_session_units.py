@@ -1,0 +1,446 @@
+"""Unit tests of :class:`Session` (and its supervision) against a fake Codex link.
+
+The link is an in-process implementation of the ``CodexLink`` protocol that writes a real
+rollout file (so the session's real egress tails it with the real tailer) and reports turn
+events the way the app-server driver does. The journal is a ``MemoryJournal``; the state
+store is a real ``StateStore`` in a temporary directory. Nothing of the session is mocked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coven_codex.agent.link import (
+    CodexLink,
+    LinkError,
+    LinkEvent,
+    ProcessExited,
+    ThreadReady,
+    TurnEnded,
+    TurnStarted,
+)
+from coven_codex.agent.manager import SessionManager
+from coven_codex.agent.processes import ProcessRegistry
+from coven_codex.agent.services import SessionServices
+from coven_codex.agent.session import DELIVERY_ATTEMPTS, Session
+from coven_codex.agent.slots import SlotPool
+from coven_codex.agent.state import SessionState, StateStore
+from coven_codex.agent.writer import DaemonWriter
+from coven_codex.entries import BaseEntry, ErrorEntry, StatusEntry, ThoughtEntry
+from coven_codex.journal import JournalRecord, MemoryJournal
+from coven_codex.rollout import TURN_END_STATES
+from coven_codex.settings import Settings
+
+pytestmark = pytest.mark.timeout(60)
+
+AUTH_ERROR = "unexpected status 401 Unauthorized: Incorrect API key provided"
+
+
+def _line(payload: dict[str, Any], kind: str = "event_msg") -> bytes:
+    record = {"timestamp": "2026-11-23T10:00:00.000Z", "type": kind, "payload": payload}
+    return json.dumps(record).encode() + b"\n"
+
+
+@dataclass
+class FakeCodex:
+    """What every fake link of a test shares: the rollout files and a log of hand-overs."""
+
+    root: Path
+    sends: list[tuple[str, str]] = field(default_factory=list)
+    """(thought id, text) of every hand-over, in order (sends and steers)."""
+    links: list[FakeLink] = field(default_factory=list)
+    open_error: BaseException | None = None
+    records_client_id: bool = True
+    records_turn_end: bool = True
+
+    def rollout(self, thread_id: str) -> Path:
+        return self.root / f"rollout-{thread_id}.jsonl"
+
+    def __call__(self, conversation: str) -> CodexLink:
+        link = FakeLink(self)
+        self.links.append(link)
+        return link
+
+    async def locate(self, thread_id: str) -> Path:
+        path = self.rollout(thread_id)
+        if not path.exists():
+            raise LookupError(f"no rollout for {thread_id}")
+        return path
+
+
+class FakeLink:
+    """A Codex that answers by the thought's first word (see :meth:`send`)."""
+
+    def __init__(self, codex: FakeCodex) -> None:
+        self._codex = codex
+        self._events: asyncio.Queue[LinkEvent | None] = asyncio.Queue()
+        self._thread: str | None = None
+        self._turn: str | None = None
+        self.closed = False
+        self.dead = False
+
+    persistent = True
+    supports_steer = True
+    queued_ids: tuple[str, ...] = ()
+
+    @property
+    def records_client_id(self) -> bool:
+        return self._codex.records_client_id
+
+    @property
+    def thread_id(self) -> str | None:
+        return self._thread
+
+    @property
+    def pids(self) -> list[int]:
+        return []
+
+    @property
+    def busy(self) -> bool:
+        return self._turn is not None
+
+    async def open(self, resume_thread: str | None) -> None:
+        if self._codex.open_error is not None:
+            raise self._codex.open_error
+        self._thread = resume_thread or str(uuid.uuid4())
+        self._codex.rollout(self._thread).touch()
+        self._events.put_nowait(ThreadReady(self._thread, self._codex.rollout(self._thread)))
+
+    def _write(self, *lines: bytes) -> None:
+        assert self._thread is not None
+        with self._codex.rollout(self._thread).open("ab") as handle:
+            handle.write(b"".join(lines))
+
+    def _recorded(self, thought_id: str, text: str) -> bytes:
+        item = {
+            "type": "UserMessage",
+            "id": uuid.uuid4().hex,
+            "client_id": thought_id,
+            "content": [{"type": "text", "text": text}],
+        }
+        return _line({"type": "item_completed", "thread_id": self._thread, "turn_id": self._turn, "item": item})
+
+    async def send(self, thought_id: str, text: str) -> None:
+        """``refuse``: the request fails; ``die``: Codex dies before recording it; ``hang``: the turn
+        runs until the link ends; ``fail-late``: the driver reports a 401 before the rollout has it;
+        ``fail``: the rollout has it first; anything else: an echo."""
+        if self.dead:
+            raise LinkError("the Codex process is gone", delivered=False)
+        self._codex.sends.append((thought_id, text))
+        word = text.split(maxsplit=1)[0]
+        if word == "refuse":
+            raise LinkError("Codex refused the thought: no", delivered=True)
+        if word == "die":
+            self.kill()
+            return
+        turn = self._turn = uuid.uuid4().hex
+        self._events.put_nowait(TurnStarted(turn))
+        self._write(_line({"type": "task_started", "turn_id": turn}), self._recorded(thought_id, text))
+        if word == "hang":
+            return
+        if word == "fail-late":  # the notification comes first, the rollout line a moment later
+            self._end_turn(TurnEnded(turn, "failed", AUTH_ERROR))
+            late = _line({"type": "task_complete", "turn_id": turn, "error": {"message": AUTH_ERROR}})
+            asyncio.get_running_loop().call_later(0.3, self._write, late)
+            return
+        if word == "fail":
+            self._write(_line({"type": "task_complete", "turn_id": turn, "error": {"message": AUTH_ERROR}}))
+            self._end_turn(TurnEnded(turn, "failed", AUTH_ERROR))
+            return
+        self._write(
+            _line({"type": "agent_message", "message": f"echo: {text}"}),
+            _line({"type": "task_complete", "turn_id": turn}),
+        )
+        self._end_turn(TurnEnded(turn, "completed"))
+
+    def _end_turn(self, event: TurnEnded) -> None:
+        self._turn = None
+        self._events.put_nowait(event)
+
+    async def steer(self, thought_id: str, text: str) -> str:
+        if self._turn is None:
+            await self.send(thought_id, text)
+            return "started"
+        self._codex.sends.append((thought_id, text))
+        self._write(self._recorded(thought_id, text))
+        return "steered"
+
+    def finish(self) -> None:
+        """End the hanging turn with a reply."""
+        turn = self._turn
+        assert turn is not None
+        self._write(
+            _line({"type": "agent_message", "message": "done"}), _line({"type": "task_complete", "turn_id": turn})
+        )
+        self._end_turn(TurnEnded(turn, "completed"))
+
+    def kill(self) -> None:
+        """Codex dies (SIGKILL)."""
+        self.dead = True
+        self._turn = None
+        self._events.put_nowait(ProcessExited(-9, "ERROR codex: could not find bubblewrap", expected=False))
+        self._events.put_nowait(None)
+
+    async def interrupt(self) -> None:
+        turn = self._turn
+        if turn is not None:
+            self._write(_line({"type": "turn_aborted", "turn_id": turn, "reason": "interrupted"}))
+            self._end_turn(TurnEnded(turn, "interrupted"))
+
+    async def answer(self, request_id: str, approve: bool) -> None:
+        raise LinkError("no such request")
+
+    async def events(self) -> AsyncIterator[LinkEvent]:
+        while (event := await self._events.get()) is not None:
+            yield event
+
+    async def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._events.put_nowait(None)
+
+
+@dataclass
+class Rig:
+    """A session's world: journal, state, services; runs sessions and waits on the journal."""
+
+    tmp: Path
+    codex: FakeCodex
+    journal: MemoryJournal
+    services: SessionServices
+    finished: list[int]
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    positions: int = 0
+
+    def session(self, conversation: str = "c") -> Session:
+        session = Session(SessionState(conversation=conversation), self.services)
+        self.tasks.append(asyncio.create_task(session.run()))
+        return session
+
+    def offer(self, session: Session, text: str, *, entry_id: str | None = None, position: int | None = None) -> str:
+        self.positions += 1
+        entry = ThoughtEntry(id=entry_id or uuid.uuid4().hex, conversation=session.conversation, text=text)
+        assert entry.id is not None
+        session.offer_thought(entry, self.positions if position is None else position)
+        return entry.id
+
+    async def entries(self, conversation: str = "c") -> list[BaseEntry]:
+        return [
+            i.entry
+            for i in await self.journal.read()
+            if isinstance(i, JournalRecord) and i.entry.conversation == conversation
+        ]
+
+    async def wait(
+        self, predicate: Callable[[list[BaseEntry]], bool], what: str, conversation: str = "c", timeout: float = 10.0
+    ) -> list[BaseEntry]:
+        deadline = time.monotonic() + timeout
+        while not predicate(entries := await self.entries(conversation)):
+            if time.monotonic() > deadline:
+                shown = [(e.kind, getattr(e, "state", getattr(e, "code", "")), e.text[:60]) for e in entries]
+                raise AssertionError(f"timed out waiting for {what}: {shown}")
+            await asyncio.sleep(0.02)
+        return entries
+
+
+def make_rig(tmp_path: Path, *, slots: int = 4, **settings: Any) -> Rig:
+    codex = FakeCodex(tmp_path / "rollouts")
+    codex.root.mkdir()
+    journal = MemoryJournal()
+    store = StateStore(tmp_path / "state", durable=False)
+    store.prepare()
+    finished: list[int] = []
+    values: dict[str, Any] = {"workspace": tmp_path, "restart_backoff": 0.05, "kill_grace": 0.5, **settings}
+    services = SessionServices(
+        settings=Settings(**values),
+        journal=journal,
+        store=store,
+        slots=SlotPool(slots),
+        processes=ProcessRegistry(tmp_path / "state"),
+        make_link=codex,
+        locate_rollout=codex.locate,
+        finish_thought=finished.append,
+        saved_cursor=lambda: 0,
+        writer=DaemonWriter(journal, set()),
+    )
+    return Rig(tmp_path, codex, journal, services, finished)
+
+
+@pytest.fixture
+async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
+    made = make_rig(tmp_path)
+    yield made
+    await stop(made)
+
+
+async def stop(rig: Rig) -> None:
+    for task in rig.tasks:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    for link in rig.codex.links:
+        await link.close()
+
+
+def errors(entries: list[BaseEntry]) -> list[ErrorEntry]:
+    return [e for e in entries if isinstance(e, ErrorEntry)]
+
+
+def turn_ends(entries: list[BaseEntry]) -> list[StatusEntry]:
+    return [e for e in entries if isinstance(e, StatusEntry) and e.state in TURN_END_STATES]
+
+
+def replies(entries: list[BaseEntry]) -> list[str]:
+    return [e.text for e in entries if e.kind == "response"]
+
+
+async def test_thoughts_are_delivered_once_in_order(rig: Rig) -> None:
+    session = rig.session()
+    ids = [rig.offer(session, f"hello {n}") for n in range(3)]
+    entries = await rig.wait(lambda es: len(replies(es)) == 3, "three replies")
+    assert replies(entries) == [f"echo: hello {n}" for n in range(3)]
+    assert [thought for thought, _ in rig.codex.sends] == ids
+    assert sorted(rig.finished) == [1, 2, 3]
+    assert session.state.in_flight is None and set(session.state.delivered) == set(ids)
+    assert len(turn_ends(entries)) == 3 and not errors(entries)
+    # A thought read again after a restart (same id, same position) is not sent again.
+    session.offer_thought(ThoughtEntry(id=ids[0], conversation="c", text="hello 0"), 1)
+    await asyncio.sleep(0.2)
+    assert len(rig.codex.sends) == 3
+
+
+@pytest.mark.parametrize("how", ["die", "refuse"])
+async def test_a_thought_is_dropped_after_exactly_the_documented_attempts(rig: Rig, how: str) -> None:
+    session = rig.session()
+    thought = rig.offer(session, f"{how} now")
+    entries = await rig.wait(lambda es: any("could not be handed" in e.text for e in errors(es)), "the give-up")
+    assert [t for t, _ in rig.codex.sends] == [thought] * DELIVERY_ATTEMPTS
+    gave_up = [e for e in errors(entries) if "could not be handed" in e.text]
+    assert len(gave_up) == 1 and f"{DELIVERY_ATTEMPTS} tries" in gave_up[0].text
+    assert rig.finished == [1]  # ingress may move past it now
+    # The conversation goes on: the next thought is delivered on the first try.
+    rig.offer(session, "hello after")
+    await rig.wait(lambda es: "echo: hello after" in replies(es), "the next reply")
+    assert len(rig.codex.sends) == DELIVERY_ATTEMPTS + 1
+
+
+@pytest.mark.parametrize("word", ["fail", "fail-late"])
+async def test_a_failed_turn_gives_one_error_and_one_end_whoever_writes_first(rig: Rig, word: str) -> None:
+    session = rig.session()
+    rig.offer(session, f"{word} please")
+    await rig.wait(lambda es: bool(turn_ends(es)) and bool(errors(es)), "the error and the turn end")
+    await asyncio.sleep(1.5)  # the later writer has had its chance
+    entries = await rig.entries()
+    assert [e.code for e in errors(entries)] == ["AUTH"]
+    assert [e.state for e in turn_ends(entries)] == ["turn_failed"]
+
+
+async def test_codex_dying_mid_turn_ends_the_turn_once_and_resumes(rig: Rig) -> None:
+    session = rig.session()
+    rig.offer(session, "hang on")
+    await rig.wait(lambda es: any(getattr(e, "state", "") == "turn_started" for e in es), "the turn start")
+    rig.codex.links[-1].kill()
+    entries = await rig.wait(lambda es: bool(turn_ends(es)), "the turn end")
+    assert [e.code for e in errors(entries)] == ["PROCESS_EXITED"]
+    assert "bubblewrap" not in errors(entries)[0].text and "signal 9" in errors(entries)[0].text
+    assert [e.state for e in turn_ends(entries)] == ["turn_failed"]
+    await rig.wait(lambda es: any(getattr(e, "state", "") == "session_resumed" for e in es), "the resume")
+    rig.offer(session, "hello again")
+    entries = await rig.wait(lambda es: "echo: hello again" in replies(es), "the next reply")
+    assert len(turn_ends(entries)) == 2 and len(errors(entries)) == 1
+    assert len(rig.codex.sends) == 2  # the thought Codex had recorded is not sent again
+
+
+async def test_closing_the_session_mid_turn_ends_the_turn(rig: Rig) -> None:
+    session = rig.session()
+    rig.offer(session, "hang on")
+    await rig.wait(lambda es: any(getattr(e, "state", "") == "turn_started" for e in es), "the turn start")
+    await rig.wait(lambda es: bool(rig.finished), "the delivery", timeout=5)
+    await session.close()
+    entries = await rig.wait(lambda es: bool(turn_ends(es)), "the turn end")
+    assert [e.state for e in turn_ends(entries)] == ["turn_aborted"]
+
+
+async def test_a_reused_thought_id_is_reported_once(rig: Rig) -> None:
+    session = rig.session()
+    rig.offer(session, "hello first", entry_id="same", position=1)
+    await rig.wait(lambda es: "echo: hello first" in replies(es), "the first reply")
+    rig.offer(session, "hello second", entry_id="same", position=2)
+    entries = await rig.wait(lambda es: bool(errors(es)), "the duplicate report")
+    assert [e.code for e in errors(entries)] == ["REFUSED"] and "'same'" in errors(entries)[0].text
+    rig.offer(session, "hello second", entry_id="same", position=2)  # read again after a restart
+    rig.offer(session, "hello first", entry_id="same", position=1)
+    await asyncio.sleep(0.3)
+    entries = await rig.entries()
+    assert len(errors(entries)) == 1 and len(rig.codex.sends) == 1
+
+
+async def test_steering_adds_a_thought_to_the_running_turn(tmp_path: Path) -> None:
+    rig = make_rig(tmp_path, mid_turn="steer")
+    try:
+        session = rig.session()
+        first = rig.offer(session, "hang on")
+        await rig.wait(lambda es: any(getattr(e, "state", "") == "turn_started" for e in es), "the turn start")
+        second = rig.offer(session, "and this")
+        await rig.wait(lambda es: len(rig.finished) == 2, "both delivered")
+        assert [t for t, _ in rig.codex.sends] == [first, second]
+        assert len(rig.codex.links) == 1
+        rig.codex.links[0].finish()
+        entries = await rig.wait(lambda es: bool(turn_ends(es)), "the turn end")
+        assert len(turn_ends(entries)) == 1
+    finally:
+        await stop(rig)
+
+
+async def test_an_idle_session_is_reaped_and_resumed(tmp_path: Path) -> None:
+    rig = make_rig(tmp_path, idle_reap=1.0)
+    try:
+        session = rig.session()
+        rig.offer(session, "hello")
+        await rig.wait(lambda es: any(getattr(e, "state", "") == "session_ended" for e in es), "the reaping", timeout=5)
+        assert rig.codex.links[0].closed and not session.live
+        rig.offer(session, "hello again")
+        entries = await rig.wait(lambda es: "echo: hello again" in replies(es), "the reply after resuming")
+        assert len(rig.codex.links) == 2 and rig.codex.links[1].thread_id == rig.codex.links[0].thread_id
+        assert any(getattr(e, "state", "") == "session_resumed" for e in entries)
+    finally:
+        await stop(rig)
+
+
+async def test_an_idle_session_gives_its_slot_to_a_waiting_one(tmp_path: Path) -> None:
+    rig = make_rig(tmp_path, slots=1)
+    try:
+        red, blue = rig.session("red"), rig.session("blue")
+        rig.offer(red, "hello red")
+        await rig.wait(lambda es: "echo: hello red" in replies(es), "red's reply", conversation="red")
+        rig.offer(blue, "hello blue")
+        entries = await rig.wait(lambda es: "echo: hello blue" in replies(es), "blue's reply", conversation="blue")
+        assert any(getattr(e, "state", "") == "session_waiting" for e in entries)
+        assert rig.codex.links[0].closed and not red.live and blue.live
+    finally:
+        await stop(rig)
+
+
+async def test_a_crashing_session_backs_off_and_reports_once(tmp_path: Path) -> None:
+    rig = make_rig(tmp_path)
+    rig.codex.open_error = RuntimeError("a bug in opening")
+    async with asyncio.TaskGroup() as group:
+        manager = SessionManager(rig.services, group)
+        manager.route_thought(ThoughtEntry(id="t1", conversation="c", text="hello"), 1)
+        await asyncio.sleep(4.5)
+        opens = len(rig.codex.links)
+        entries = await rig.entries()
+        await manager.shutdown(grace=0.1, drain=0.1)
+    # Restarts after 1 s, then 2 s, then 4 s: three tries in 4.5 s (five at one a second), one report.
+    assert 2 <= opens <= 3, opens
+    assert len(errors(entries)) == 1 and "a bug in opening" in errors(entries)[0].text
