@@ -23,3 +23,12 @@ def test_the_example_coven_toml_is_valid() -> None:
     doc = (ROOT / "docs" / "configuration.md").read_text()
     example = doc.split("```toml\n", 1)[1].split("```", 1)[0]
     Settings.model_validate(tomllib.loads(example))
+
+
+def test_the_thought_limits_table_matches_the_code() -> None:
+    from coven_codex.agent.limits import MAX_CONVERSATION_CHARS, MAX_ID_CHARS, MAX_THOUGHT_CHARS
+
+    doc = (ROOT / "docs" / "journal-protocol.md").read_text()
+    table = doc[doc.index("## Limits"):doc.index("## Positions")]
+    documented = {name: int(limit) for name, limit in re.findall(r"^\| `([a-z_]+)` \| (\d+) \|", table, re.M)}
+    assert documented == {"conversation": MAX_CONVERSATION_CHARS, "id": MAX_ID_CHARS, "text": MAX_THOUGHT_CHARS}

@@ -5,16 +5,20 @@ scripted model server)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
 import pytest
-from agent_harness import AgentHarness
+from agent_harness import AgentHarness, codex_processes, make_responder, replies
 
+from coven_codex.agent.limits import MAX_THOUGHT_CHARS
 from coven_codex.entries import BaseEntry, ErrorEntry, StatusEntry
 from coven_codex.rollout import TURN_END_STATES
 from coven_codex.testing.model_server import ScriptedModelServer
-from coven_codex.testing.steps import HttpError
+from coven_codex.testing.responders import echo_responder
+from coven_codex.testing.steps import HttpError, Reply, Stall
 
 pytestmark = [pytest.mark.codex, pytest.mark.timeout(240)]
 
@@ -54,3 +58,71 @@ async def test_failed_turns_before_start_give_one_error_each(codex_bin: Path, ha
         for conversation in conversations:
             assert [e.code for e in errors_of(entries, conversation)] == ["AUTH"], conversation
             assert len(turn_ends_of(entries, conversation)) == 1, conversation
+
+
+async def test_codex_killed_mid_turn_ends_the_turn_once(codex_bin_169: Path, harness_factory: Factory) -> None:
+    """kill -9 of Codex mid-turn: one PROCESS_EXITED error naming the signal (no unrelated stderr
+    line), one turn_failed, then the session resumes and answers."""
+    responder = make_responder({"slow": lambda r: (Stall(30.0), Reply("never"))})
+    async with ScriptedModelServer(responder=responder) as server:
+        h = harness_factory(codex_bin_169, server)
+        daemon = await h.start()
+        await h.think("c", "slow one")
+        await server.requests.wait_for(1)
+        await h.wait_for(lambda es: any(getattr(e, "state", "") == "turn_started" for e in es), what="turn start")
+        for proc in codex_processes(h.codex_home):
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        await h.wait_for(lambda es: bool(turn_ends_of(es, "c")), what="the turn's end")
+        await h.wait_for(lambda es: any(getattr(e, "state", "") == "session_resumed" for e in es), what="resume")
+        await h.think("c", "after the kill")
+        await h.wait_for(lambda es: "echo: after the kill" in replies(es, "c"), what="the reply after the kill")
+        assert await h.stop(daemon) == 0
+        entries = await h.entries()
+        errors = errors_of(entries, "c")
+        assert [e.code for e in errors] == ["PROCESS_EXITED"], [e.text for e in errors]
+        assert "signal 9" in errors[0].text and "bubblewrap" not in errors[0].text
+        assert [e.state for e in turn_ends_of(entries, "c")] == ["turn_failed", "turn_completed"]
+
+
+async def test_a_thought_over_codex_input_limit_gets_one_error(codex_bin: Path, harness_factory: Factory) -> None:
+    """Codex refuses input over 2**20 characters ("Input exceeds the maximum length of 1048576
+    characters"): the daemon refuses it first, with one error entry, and goes on."""
+    async with ScriptedModelServer(responder=echo_responder) as server:
+        h = harness_factory(codex_bin, server)
+        daemon = await h.start()
+        await h.think("c", "x" * (MAX_THOUGHT_CHARS + 1))
+        await h.think("c", "small after")
+        await h.wait_for(lambda es: "echo: small after" in replies(es, "c"), what="the reply to the next thought")
+        await asyncio.sleep(1.0)
+        assert await h.stop(daemon) == 0
+        errors = errors_of(await h.entries(), "c")
+        assert [e.code for e in errors] == ["REFUSED"], [e.text for e in errors]
+        assert "Shorten" in errors[0].hint
+        assert len(server.requests.responses_requests()) == 1
+        assert "no rollout file" not in daemon.log()
+
+
+async def test_a_huge_conversation_name_is_refused_not_a_crash_loop(
+    codex_bin_169: Path, harness_factory: Factory
+) -> None:
+    """A valid thought whose conversation name is ~16 MiB (every daemon entry for it would exceed
+    the journal's line limit): one error entry in the cut name, no session, no log flood."""
+    async with ScriptedModelServer(responder=echo_responder) as server:
+        h = harness_factory(codex_bin_169, server)
+        name = "n" * (16 * 1024 * 1024 - 200)
+        await h.think(name, "hi")
+        daemon = await h.start()
+        await h.think("c", "hello")
+        await h.wait_for(lambda es: "echo: hello" in replies(es, "c"), what="the other conversation's reply")
+        await asyncio.sleep(2.0)
+        assert await h.stop(daemon) == 0
+        entries = await h.entries()
+        refused = [e for e in entries if isinstance(e, ErrorEntry) and e.code == "REFUSED"]
+        assert len(refused) == 1 and refused[0].conversation == name[:255] + "…"
+        assert len([e for e in entries if isinstance(e, ErrorEntry)]) == 1
+        assert daemon.log_path.stat().st_size < 1_000_000
+        restarted = await h.start()  # read again after a restart: not reported twice
+        await asyncio.sleep(2.0)
+        assert await h.stop(restarted) == 0
+        assert len([e for e in await h.entries() if isinstance(e, ErrorEntry)]) == 1
