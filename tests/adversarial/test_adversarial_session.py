@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -126,3 +127,31 @@ async def test_a_huge_conversation_name_is_refused_not_a_crash_loop(
         await asyncio.sleep(2.0)
         assert await h.stop(restarted) == 0
         assert len([e for e in await h.entries() if isinstance(e, ErrorEntry)]) == 1
+
+
+async def test_a_broken_state_directory_backs_off_and_is_reported_once(
+    codex_bin_169: Path, harness_factory: Factory, tmp_path: Path
+) -> None:
+    """The state directory breaks mid-run (its sessions folder replaced by a file): a new
+    conversation's session fails at every start; it restarts with backoff, not once a second,
+    and the conversation gets one error, not one per restart."""
+    async with ScriptedModelServer(responder=echo_responder) as server:
+        h = harness_factory(codex_bin_169, server)
+        state = tmp_path / "state"
+        daemon = await h.start("--state-dir", str(state))
+        await h.think("a", "hello")
+        await h.wait_for(lambda es: "echo: hello" in replies(es, "a"), what="the first reply")
+        sessions = state / "sessions"
+        shutil.rmtree(sessions)
+        sessions.write_text("not a directory")
+        await h.think("b", "hello b")
+        await asyncio.sleep(8.0)
+        entries = await h.entries()
+        sessions.unlink()
+        sessions.mkdir()
+        assert await h.stop(daemon) == 0
+        started = [
+            e for e in entries if isinstance(e, StatusEntry) and e.conversation == "b" and e.state == "session_started"
+        ]
+        assert len(errors_of(entries, "b")) == 1, [e.text for e in errors_of(entries, "b")]
+        assert 2 <= len(started) <= 4, len(started)  # after 0, 1, 3 and 7 s; once a second before

@@ -131,7 +131,8 @@ class FakeLink:
         return _line({"type": "item_completed", "thread_id": self._thread, "turn_id": self._turn, "item": item})
 
     async def send(self, thought_id: str, text: str) -> None:
-        """``refuse``: the request fails; ``die``: Codex dies before recording it; ``hang``: the turn
+        """``refuse``: the request fails; ``die``: Codex dies before recording it (``flaky``: the first
+        time only); ``hang``: the turn
         runs until the link ends; ``fail-late``: the driver reports a 401 before the rollout has it;
         ``fail``: the rollout has it first; anything else: an echo."""
         if self.dead:
@@ -140,7 +141,7 @@ class FakeLink:
         word = text.split(maxsplit=1)[0]
         if word == "refuse":
             raise LinkError("Codex refused the thought: no", delivered=True)
-        if word == "die":
+        if word == "die" or (word == "flaky" and [t for t, _ in self._codex.sends].count(thought_id) == 1):
             self.kill()
             return
         turn = self._turn = uuid.uuid4().hex
@@ -332,6 +333,15 @@ async def test_a_thought_is_dropped_after_exactly_the_documented_attempts(rig: R
     rig.offer(session, "hello after")
     await rig.wait(lambda es: "echo: hello after" in replies(es), "the next reply")
     assert len(rig.codex.sends) == DELIVERY_ATTEMPTS + 1
+
+
+async def test_a_thought_codex_did_not_record_is_sent_again(rig: Rig) -> None:
+    session = rig.session()
+    thought = rig.offer(session, "flaky one")
+    entries = await rig.wait(lambda es: "echo: flaky one" in replies(es), "the reply after the retry")
+    assert [t for t, _ in rig.codex.sends] == [thought, thought]
+    assert [e.code for e in errors(entries)] == ["PROCESS_EXITED"]
+    assert rig.finished == [1] and session.state.delivered == {thought: 1}
 
 
 @pytest.mark.parametrize("word", ["fail", "fail-late"])
