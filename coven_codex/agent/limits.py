@@ -16,7 +16,9 @@ MAX_ID_CHARS = 256
 """Longest ``id`` of a thought, cancel or approval (and ``request_id`` of an approval)."""
 
 MAX_THOUGHT_CHARS = 1_048_576
-"""Longest thought text: Codex refuses user input over 2**20 characters."""
+"""Longest thought text. Codex 0.169 refuses user input over 2**20 characters ("Input exceeds the
+maximum length of 1048576 characters", as an error of ``turn/start``, which it never records);
+0.47's exec passes such input on to the model."""
 
 REFUSED_CODE = "REFUSED"
 """The ``code`` of the ``error`` entry for a thought the daemon will not hand to Codex (over a
