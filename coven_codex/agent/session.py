@@ -780,7 +780,7 @@ class Session:
         turn = self._turn_finished()
         with contextlib.suppress(Exception):
             await self._turn_cut_short(turn, TURN_FAILED, "the session failed")
-        summary = self._crashes.note(f"{type(exc).__name__}: {exc}")
+        summary = self._crashes.note(repr(exc)[:500])  # (a task group's error shows what failed inside)
         if summary is None:
             return
         with contextlib.suppress(Exception):
