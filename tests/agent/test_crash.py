@@ -9,7 +9,8 @@ thought per conversation is sent with the daemon left alone, and then:
   holds that conversation's thoughts, each exactly once, in order; and no thought was the
   newest prompt of two requests (it was never handed to Codex twice);
 - every rollout entry reached the journal exactly once: re-translating every rollout file gives
-  exactly the set of egress entry ids found in the journal, and no id appears twice;
+  exactly the set of egress entry ids found in the journal (besides the turn ends the session
+  wrote because the rollout holds none), and no id appears twice;
 - every reply is in the right conversation, and no Codex process is left.
 """
 
@@ -98,8 +99,11 @@ async def crash_loop(h: AgentHarness, server: ScriptedModelServer, *, thoughts: 
     assert not [i for i, n in counts.items() if n > 1], "entries appended twice"
     conversation_of = {getattr(e, "thread_id", None) or "": e.conversation for e in journal
                        if e.kind == "response"}
-    expected = rollout_entries(h.codex_home, conversation_of)
-    assert {e.id for e in expected} == set(counts), "journal and rollouts disagree"
+    expected = {e.id for e in rollout_entries(h.codex_home, conversation_of)}
+    # A turn's end (and error) has an id of the turn, whoever writes it: the session writes those the
+    # rollout does not hold (0.47 records no turn end), so the journal may hold more of them.
+    from_the_session = {i for i in set(counts) - expected if i.split(":")[1].startswith("turn-")}
+    assert expected == set(counts) - from_the_session, "journal and rollouts disagree"
     for entry in journal:
         if entry.kind == "response":
             assert entry.text.startswith(f"echo: {entry.conversation} "), entry

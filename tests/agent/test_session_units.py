@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from coven_codex.agent.backoff import MAX_BACKOFF, RepeatFilter, backoff
 from coven_codex.agent.link import (
     CodexLink,
     LinkError,
@@ -454,3 +455,19 @@ async def test_a_crashing_session_backs_off_and_reports_once(tmp_path: Path) -> 
     # Restarts after 1 s, then 2 s, then 4 s: three tries in 4.5 s (five at one a second), one report.
     assert 2 <= opens <= 3, opens
     assert len(errors(entries)) == 1 and "a bug in opening" in errors(entries)[0].text
+
+
+def test_backoff_doubles_up_to_the_limit() -> None:
+    assert [backoff(0.5, n) for n in range(1, 5)] == [0.5, 1.0, 2.0, 4.0]
+    assert backoff(1.0, 0) == 0.0 and backoff(1.0, 10_000) == MAX_BACKOFF
+
+
+def test_a_repeating_failure_is_reported_once_then_summarised() -> None:
+    quiet = RepeatFilter(every=300.0)
+    assert quiet.note("boom", now=0.0) == ""
+    assert [quiet.note("boom", now=t) for t in (1.0, 60.0, 299.0)] == [None, None, None]
+    assert quiet.note("boom", now=301.0) == "(failed 4 more times in the last 5 minutes)"
+    assert quiet.note("boom", now=302.0) is None
+    assert quiet.note("bang", now=303.0) == ""  # a different failure is reported at once
+    quiet.clear()
+    assert quiet.note("bang", now=304.0) == ""
