@@ -7,26 +7,35 @@ line's ``<thread>:<line start>:<index>``, a turn's ``<thread>:turn-<turn>:error`
 journal line's ``bad-line@<start>``), and every daemon writer appends through one
 :class:`DaemonWriter`: whichever writes an id first wins, the others' appends are no-ops.
 
-The set of known ids starts with the ids the daemon finds in the journal at start-up (see
-:mod:`coven_codex.agent.daemon`) and grows with every id written.
+The ids known at start-up are the ones the daemon found in the journal (see
+:mod:`coven_codex.agent.daemon`); of the ids written since, the newest :data:`RECENT_IDS` are
+kept, so a daemon that runs for months does not grow without bound (two writers of one id
+race within seconds, not after tens of thousands of entries).
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 from coven_codex.entries import BaseEntry
 from coven_codex.journal import Journal, JournalRecord
 
+RECENT_IDS = 65_536
+"""How many of the ids written by this daemon are remembered (the oldest are forgotten first)."""
+
 
 class DaemonWriter:
-    """Appends daemon entries to ``journal``, dropping any whose id is in ``known_ids``."""
+    """Appends daemon entries to ``journal``, dropping any whose id is known (see the module docstring)."""
 
-    def __init__(self, journal: Journal, known_ids: set[str]) -> None:
+    def __init__(self, journal: Journal, known_ids: set[str], *, recent: int = RECENT_IDS) -> None:
         self.journal = journal
         self.known_ids = known_ids
+        self._recent: OrderedDict[str, None] = OrderedDict()
+        self._limit = recent
 
     def written(self, entry_id: str) -> bool:
-        """Whether an entry with this id is in the journal (or being appended)."""
-        return entry_id in self.known_ids
+        """Whether an entry with this id is in the journal (or being appended), as far as it knows."""
+        return entry_id in self.known_ids or entry_id in self._recent
 
     async def append(self, entry: BaseEntry) -> JournalRecord | None:
         """Append ``entry`` unless its id was written before; ``None`` when it was dropped.
@@ -36,12 +45,14 @@ class DaemonWriter:
         """
         entry_id = entry.id
         if entry_id is not None:
-            if entry_id in self.known_ids:
+            if self.written(entry_id):
                 return None
-            self.known_ids.add(entry_id)
+            self._recent[entry_id] = None
+            if len(self._recent) > self._limit:
+                self._recent.popitem(last=False)
         try:
             return await self.journal.append(entry)
         except BaseException:
             if entry_id is not None:
-                self.known_ids.discard(entry_id)
+                self._recent.pop(entry_id, None)
             raise

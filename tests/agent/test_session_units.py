@@ -312,7 +312,7 @@ async def test_thoughts_are_delivered_once_in_order(rig: Rig) -> None:
     entries = await rig.wait(lambda es: len(replies(es)) == 3, "three replies")
     assert replies(entries) == [f"echo: hello {n}" for n in range(3)]
     assert [thought for thought, _ in rig.codex.sends] == ids
-    assert sorted(rig.finished) == [1, 2, 3]
+    await rig.wait(lambda es: sorted(rig.finished) == [1, 2, 3], "every delivery")
     assert session.state.in_flight is None and set(session.state.delivered) == set(ids)
     assert len(turn_ends(entries)) == 3 and not errors(entries)
     # A thought read again after a restart (same id, same position) is not sent again.
@@ -329,7 +329,7 @@ async def test_a_thought_is_dropped_after_exactly_the_documented_attempts(rig: R
     assert [t for t, _ in rig.codex.sends] == [thought] * DELIVERY_ATTEMPTS
     gave_up = [e for e in errors(entries) if "could not be handed" in e.text]
     assert len(gave_up) == 1 and f"{DELIVERY_ATTEMPTS} tries" in gave_up[0].text
-    assert rig.finished == [1]  # ingress may move past it now
+    await rig.wait(lambda es: rig.finished == [1], "the thought finished")  # ingress may move past it now
     # The conversation goes on: the next thought is delivered on the first try.
     rig.offer(session, "hello after")
     await rig.wait(lambda es: "echo: hello after" in replies(es), "the next reply")
@@ -342,7 +342,8 @@ async def test_a_thought_codex_did_not_record_is_sent_again(rig: Rig) -> None:
     entries = await rig.wait(lambda es: "echo: flaky one" in replies(es), "the reply after the retry")
     assert [t for t, _ in rig.codex.sends] == [thought, thought]
     assert [e.code for e in errors(entries)] == ["PROCESS_EXITED"]
-    assert rig.finished == [1] and session.state.delivered == {thought: 1}
+    await rig.wait(lambda es: rig.finished == [1], "the delivery")  # egress's note may come after the reply
+    assert session.state.delivered == {thought: 1}
 
 
 @pytest.mark.parametrize("word", ["fail", "fail-late"])
@@ -471,3 +472,16 @@ def test_a_repeating_failure_is_reported_once_then_summarised() -> None:
     assert quiet.note("bang", now=303.0) == ""  # a different failure is reported at once
     quiet.clear()
     assert quiet.note("bang", now=304.0) == ""
+
+
+async def test_the_writer_appends_an_id_once_whoever_races_for_it() -> None:
+    journal = MemoryJournal()
+    writer = DaemonWriter(journal, {"known"}, recent=2)
+    results = await asyncio.gather(*(writer.append(ErrorEntry(id="turn", text=str(n))) for n in range(5)))
+    assert sum(r is not None for r in results) == 1
+    assert await writer.append(ErrorEntry(id="known")) is None
+    assert await writer.append(ErrorEntry()) is not None and await writer.append(ErrorEntry()) is not None
+    for entry_id in ("a", "b", "c"):
+        assert await writer.append(ErrorEntry(id=entry_id)) is not None
+    assert not writer.written("turn") and writer.written("c") and writer.written("known")  # bounded
+    assert len(await journal.read()) == 6
