@@ -94,7 +94,6 @@ class DriverSettings:
     approval_policy: ApprovalPolicy = "ask"
     approval_timeout: float = 300.0
     stream_deltas: bool = True
-    request_timeout: float = 60.0  # app-server: seconds to wait for an answer to a request
 
     @classmethod
     def from_settings(cls, settings: Settings) -> DriverSettings:

@@ -138,8 +138,11 @@ class ExecDriver(CodexDriver):
         assert child.stdin is not None
         try:
             child.stdin.write(thought.text.encode("utf-8"))
-            await child.stdin.drain()
+            # a stopped process reads nothing: its turn clock ends it, this wait must not block
+            await asyncio.wait_for(child.stdin.drain(), self.settings.stream_idle_timeout)
             child.stdin.close()
+        except TimeoutError:
+            log.warning("codex exec read none of the thought for %gs", self.settings.stream_idle_timeout)
         except (ConnectionError, RuntimeError) as exc:
             log.warning("could not write the thought to codex exec: %s", exc)
         self._spawn(self._drive(turn), name=f"codex-exec-{child.pid}")
@@ -254,9 +257,14 @@ class ExecDriver(CodexDriver):
             return False
         turn.cancel_requested = True
         signal_group(turn.child.pid, signal.SIGINT)
-        if not await turn.child.wait_exit(self.settings.kill_grace):
-            await terminate_tree(turn.child, self.settings.kill_grace)
+        self._spawn(self._end_after_grace(turn), name=f"codex-exec-cancel-{turn.child.pid}")
         return True
+
+    async def _end_after_grace(self, turn: _ExecTurn) -> None:
+        """After SIGINT: a process still running ``kill_grace`` seconds later is killed with its tree."""
+        if not await turn.child.wait_exit(self.settings.kill_grace):
+            log.warning("codex exec did not stop %gs after SIGINT; killing it", self.settings.kill_grace)
+            await terminate_tree(turn.child, 0.0)
 
     async def answer_approval(self, request_id: str, approve: bool) -> None:
         raise DriverError(
