@@ -15,7 +15,8 @@ status 401 Unauthorized: ...`` on 0.169). The exit code is 0 after a completed t
 failed one. 0.47 silently starts a *new* thread when asked to resume an unknown id; the driver
 notices (the ``thread_id`` differs) and reports it in ``ThreadStarted``.
 
-``cancel`` sends SIGINT to the turn's process group and ends the tree after ``kill_grace``.
+``cancel`` sends SIGINT to the turn's process group and returns; a process still running
+``kill_grace`` seconds later is killed with its tree.
 A turn that exceeds ``turn_timeout`` (or is silent for ``stream_idle_timeout``) has its
 process tree ended and finishes as failed (``OUTER_TIMEOUT``/``STREAM_IDLE``). A process that
 dies (``kill -9``) finishes its turn as failed with a classified error; the next thought
