@@ -267,3 +267,47 @@ async def test_descendants_of_the_shell_snapshot_do_not_outlive_the_daemon_under
             if proc.pid not in before:
                 with contextlib.suppress(psutil.Error):
                     proc.kill()
+
+
+# A Codex descendant that escaped the group (its own session, like the shell snapshot) runs a
+# command with a cleared environment (`env -i`, as Codex does with shell_environment_policy
+# inherit = "none"), which keeps forking children that have no marker either and live on.
+UNMARKED = """
+import subprocess, sys, time
+loop = "env -i /bin/sh -c 'while :; do sleep 2 & sleep 0.05; done'"
+shell = subprocess.Popen(["/bin/sh", "-c", loop], start_new_session=True)
+print(shell.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def in_session(sid: int) -> list[int]:
+    """Running processes of session ``sid`` (found without reading any environment)."""
+    found = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getsid(proc.pid) == sid and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc.pid)
+    return found
+
+
+async def test_unmarked_descendants_are_ended_with_their_tree_under_load(tmp_path: Path) -> None:
+    # Before: the loop's `sleep 2` children started after terminate_tree's first look (no
+    # marker, orphaned to init when the loop was killed) outlived it every time.
+    from coven_codex.codex.process import spawn, terminate_tree
+
+    with cpu_load():
+        for attempt in range(5):
+            child = await spawn([sys.executable, "-c", UNMARKED], env=os.environ, cwd=tmp_path)
+            assert child.stdout is not None
+            shell = int(await asyncio.wait_for(child.stdout.readline(), 30))
+            started = time.monotonic()
+            while len(in_session(shell)) < 3:  # sh, env -i sh, sleep
+                assert time.monotonic() - started < 30, "the loop never started"
+                await asyncio.sleep(0.05)
+            await terminate_tree(child, grace=0.2)
+            left = in_session(shell)
+            for pid in left:
+                with contextlib.suppress(psutil.Error):
+                    psutil.Process(pid).kill()
+            assert not left, f"attempt {attempt}: survivors {left}"
