@@ -82,6 +82,8 @@ uninterruptible sleep, ``D``, goes only when that call returns; it is reported, 
 lets the next start find it). Part of the shutdown bound in ``docs/operations.md``."""
 PIPE_WAIT = 0.5
 """After the sweep: how long the tree's pipes may take to close before we close our side."""
+UNKNOWN_PATIENCE = 0.5
+"""How long a process that cannot be placed (environment unreadable) keeps the sweep looking."""
 SCAN_PAUSE = 0.02
 """Pause before looking again when a process could not be placed (it is probably mid-exec)."""
 TREE_MARKER = "COVEN_PROCESS_TREE"
@@ -95,6 +97,8 @@ class _Trees:
     """Whether this process is the subreaper of its descendants (:func:`become_subreaper`)."""
     live: dict[int, ChildProcess] = field(default_factory=dict)
     """Trees started by :func:`spawn` and not yet ended by :func:`terminate_tree`, by leader pid."""
+    reported: set[int] = field(default_factory=set)
+    """Processes already reported as not gone after SIGKILL (each is reported once)."""
 
 
 _trees = _Trees()
@@ -408,8 +412,12 @@ def _sweep_tree(token: str, sessions: set[int], since: float, wait: float) -> li
     """
     deadline = time.monotonic() + wait
     doomed: dict[int, psutil.Process] = {}
+    first_seen: dict[int, float] = {}
     while True:
         members, unknown = _tree_members(token, sessions, since)
+        now = time.monotonic()
+        # Mid-exec lasts moments; a process unreadable for longer simply has no environment.
+        unknown = [p for p in unknown if now - first_seen.setdefault(p.pid, now) < UNKNOWN_PATIENCE]
         for process in members:
             with contextlib.suppress(psutil.Error):
                 process.kill()  # psutil checks the creation time: a reused pid is never signalled
@@ -421,11 +429,18 @@ def _sweep_tree(token: str, sessions: set[int], since: float, wait: float) -> li
     while any(running(p) for p in doomed.values()) and time.monotonic() < deadline:
         time.sleep(SCAN_PAUSE)
     left = [pid for pid, p in doomed.items() if running(p)]
-    if left:
-        log.warning("Codex process(es) %s still not gone %.0fs after SIGKILL (uninterruptible sleep?)",
-                    _describe_pids(left), wait)
+    _report_left(left, wait)
     _reap_orphans(sessions)
     return left
+
+
+def _report_left(left: Sequence[int], wait: float) -> None:
+    """Log the processes not gone after SIGKILL, each once however often a sweep finds it."""
+    new = [pid for pid in left if pid not in _trees.reported]
+    if new:
+        _trees.reported.update(new)
+        log.warning("Codex process(es) %s still not gone %.0fs after SIGKILL (uninterruptible sleep?)",
+                    _describe_pids(new), wait)
 
 
 def _reap_orphans(sessions: set[int]) -> None:
