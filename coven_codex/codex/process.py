@@ -43,9 +43,11 @@ stops a process from forking as surely as SIGSTOP, and every child forked before
 found by the next look. cgroups would give an atomic ``cgroup.kill``, but an unprivileged daemon
 usually cannot create one.
 
-Orphans reparented to the daemon must be reaped by it: the sweep reaps the zombies among the
-daemon's children that belong to the tree it ends (those in the tree's sessions; never a
-process the daemon started itself, whose exit status asyncio or ``subprocess`` collects).
+Orphans reparented to the daemon must be reaped by it: every sweep reaps the zombies among the
+daemon's children that were reparented (in the tree's sessions, or outside the daemon's session
+without leading one), never a process the daemon started itself, whose exit status asyncio or
+``subprocess`` collects. An orphan that leads its own session and exits while its tree runs
+stays a zombie until the daemon exits (init reaps it then).
 
 Ending a tree that is already gone is a no-op, so it is safe to call more than once.
 :func:`end_all_trees` ends every tree this process started and has not ended yet (shutdown).
@@ -444,13 +446,20 @@ def _report_left(left: Sequence[int], wait: float) -> None:
 
 
 def _reap_orphans(sessions: set[int]) -> None:
-    """Reap the zombies among this process's children that belong to a tree (reparented to us
-    as its subreaper), never a process :func:`spawn` started: asyncio collects their status."""
+    """Reap the zombies among this process's children that were reparented to us as their
+    subreaper: those in the tree's ``sessions``, and any outside our own session that does not
+    lead a session of its own. Never a process started here: :func:`spawn`'s (asyncio collects
+    their status) are skipped by pid; one started by ``subprocess`` is in our session, or leads
+    its own when started with ``start_new_session``."""
+    own = _sid(0)
     with contextlib.suppress(psutil.Error):
         for process in psutil.Process().children():
             pid = process.pid
             with contextlib.suppress(psutil.Error, OSError):
-                if pid not in _trees.live and process.status() == psutil.STATUS_ZOMBIE and _sid(pid) in sessions:
+                if pid in _trees.live or process.status() != psutil.STATUS_ZOMBIE:
+                    continue
+                sid = _sid(pid)
+                if sid in sessions or sid not in (own, pid, None):
                     os.waitpid(pid, os.WNOHANG)
 
 
