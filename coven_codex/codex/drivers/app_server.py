@@ -127,6 +127,7 @@ class AppServerDriver(CodexDriver):
         self._turn: _Turn | None = None
         self._approvals: dict[str, _Approval] = {}
         self._stderr: deque[str] = deque(maxlen=STDERR_LINES)
+        self._killed_because: ClassifiedError | None = None
 
     # -- properties ----------------------------------------------------------------------------
     @property
@@ -262,10 +263,11 @@ class AppServerDriver(CodexDriver):
                 shorten(f"{reason}; Codex did not stop the turn within {grace:g}s of the interrupt, so it was killed"),
                 HINTS[ErrorCode.KILL_TIMEOUT],
             )
-            child = self._child
+            # Killed first, so that when DriverFailed arrives nothing of this Codex runs any more.
+            self._killed_because = stuck
+            if self._child is not None:
+                await terminate_tree(self._child, 0.0)
             self._fail(stuck, None)
-            if child is not None:
-                await terminate_tree(child, 0.0)
 
     async def _interrupt(self, turn: _Turn, within: float) -> None:
         if turn.turn_id is None or turn.ended.is_set():
@@ -332,6 +334,8 @@ class AppServerDriver(CodexDriver):
         await child.exited.wait()
         if self._closing:
             return
+        if self._killed_because is not None:
+            return  # _stop_turn killed it and reports why
         # give stderr a moment to deliver the last words of the process
         await asyncio.sleep(0.1)
         self._fail(process_error(child.returncode, list(self._stderr), what=self.label), child.returncode)
