@@ -122,6 +122,37 @@ async def test_stopped_app_server_is_killed_kill_grace_after_the_stream_idle_tim
         await driver.aclose()
 
 
+async def test_cancelling_a_turn_of_a_stopped_codex_returns_at_once_and_kills_it_after_kill_grace(
+    codex_version: str, codex_bin: Path, tmp_path: Path, recorder: Recorder, stalling_server: ScriptedModelServer
+) -> None:
+    # Before: cancel() waited for turn/interrupt's answer (60 s) on the app-server, and for
+    # SIGINT then TERM (2 x kill_grace) on exec, blocking the conversation meanwhile.
+    grace = 2.0
+    driver_kind = "app-server" if codex_version == "0.169.0" else "exec"
+    setup = make_setup(tmp_path, codex_bin, codex_version, stalling_server, driver=driver_kind)
+    driver = setup.driver(recorder, turn_timeout=300.0, stream_idle_timeout=200.0, kill_grace=grace)
+    try:
+        await driver.start(None)
+        await driver.submit("stall please", "a")
+        await asyncio.wait_for(stalling_server.requests.wait_for(1), 30)
+        if driver_kind == "app-server":
+            await recorder.wait_for(TurnStarted)
+        stop_codex(setup.home.path)
+        started = time.monotonic()
+        assert await driver.cancel() is True
+        assert time.monotonic() - started < 1.0, "cancel() blocked"
+        if driver_kind == "app-server":
+            (failed,) = await recorder.wait_for(DriverFailed, timeout=grace + MARGIN)
+            assert failed.error.code is ErrorCode.KILL_TIMEOUT, failed.error
+        else:
+            (finished,) = await recorder.wait_for(TurnFinished, timeout=grace + MARGIN)
+            assert finished.status in ("interrupted", "failed")
+        assert time.monotonic() - started <= grace + MARGIN
+        assert not survivors(setup.home.path)
+    finally:
+        await driver.aclose()
+
+
 async def test_daemon_with_a_stopped_codex_exits_within_the_bound(
     codex_bin: Path, stalling_server: ScriptedModelServer, harness_factory: Factory
 ) -> None:
