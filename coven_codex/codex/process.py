@@ -153,6 +153,8 @@ class ChildProcess:
     sessions: set[int] = field(default_factory=set)
     """Sessions known to belong to the tree (the leader's, and those its members lead)."""
     started: float = field(default_factory=time.time)
+    left: list[int] = field(default_factory=list)
+    """Members still running after the last :func:`terminate_tree` (not gone after SIGKILL)."""
 
     @property
     def pid(self) -> int:
@@ -265,6 +267,7 @@ async def terminate_tree(child: ChildProcess, grace: float, *, patience: float =
     if child.returncode is None:
         signal_group(pgid, signal.SIGKILL)
     left = await asyncio.to_thread(_sweep_tree, child.tree_token, child.sessions, child.started, KILL_WAIT)
+    child.left = left
     # Every holder of our pipes is dead now, so they close and the transport finishes; if one
     # still holds them (not gone after SIGKILL, or never found), closing our side ends the
     # readers all the same.
@@ -287,11 +290,15 @@ async def end_all_trees(grace: float) -> list[int]:
     started is outside ours). Returns the pids still running afterwards; the caller reports
     them, once."""
     children = list(_trees.live.values())
+    outside: asyncio.Future[list[int]] | None = None
+    if _trees.subreaper:  # at the same time: what the trees' sweeps cannot place is killed too
+        outside = asyncio.ensure_future(asyncio.to_thread(_sweep_outside_session, KILL_WAIT))
     await asyncio.gather(*(terminate_tree(child, grace) for child in children))
-    left = [child.pid for child in children if child.pid in _trees.live and child.returncode is None]
-    if _trees.subreaper:
-        left += await asyncio.to_thread(_sweep_outside_session, KILL_WAIT)
-    return left
+    left = {pid for child in children for pid in child.left}
+    left.update(child.pid for child in children if child.returncode is None)
+    if outside is not None:
+        left.update(await outside)
+    return sorted(left)
 
 
 def _sweep_outside_session(wait: float) -> list[int]:
