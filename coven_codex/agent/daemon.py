@@ -12,8 +12,10 @@ one daemon per state directory). Start-up, in this order (each step relies on th
 5. start the sessions (their egress resumes at once) and the ingress reader.
 
 Shutdown (``stop`` set, e.g. by SIGINT/SIGTERM): stop reading the journal, interrupt running
-turns and give them ``kill_grace`` seconds, end every Codex process tree, let egress take the
-last rollout lines, cancel the tasks, save every state and the ingress cursor.
+turns and close every Codex within ``kill_grace`` seconds, then kill whatever is left (every
+Codex descendant: the daemon is their subreaper), let egress take the last rollout lines,
+cancel the tasks, save every state and the ingress cursor; all within ``kill_grace`` +
+:data:`~coven_codex.agent.manager.SHUTDOWN_SLACK` seconds.
 """
 
 from __future__ import annotations
@@ -27,21 +29,20 @@ from typing import Protocol
 from coven_codex.agent.egress import AppendHook
 from coven_codex.agent.ingress import CURSOR_NAME, Ingress
 from coven_codex.agent.limits import cut
-from coven_codex.agent.manager import SessionManager
+from coven_codex.agent.manager import EGRESS_DRAIN, SessionManager
 from coven_codex.agent.processes import ProcessRegistry, end_stale_processes
 from coven_codex.agent.recovery import codex_received, find_unclaimed_rollout
 from coven_codex.agent.services import LinkFactory, RolloutLocator, SessionServices
 from coven_codex.agent.slots import SlotPool
 from coven_codex.agent.state import SessionState, StateStore
 from coven_codex.agent.writer import DaemonWriter
+from coven_codex.codex.process import become_subreaper
 from coven_codex.entries import CODEX_SENDER
 from coven_codex.journal import Journal, JournalRecord
 from coven_codex.rollout.locator import find_rollout
 from coven_codex.settings import Settings
 
 log = logging.getLogger(__name__)
-
-EGRESS_DRAIN = 2.0
 
 
 class Ready(Protocol):
@@ -66,6 +67,9 @@ class Daemon:
     async def run(self, stop: asyncio.Event, ready: Ready | None = None) -> None:
         """Serve until ``stop`` is set, then shut down cleanly."""
         self.store.prepare()
+        # Orphaned Codex descendants are reparented to us, not to init, so the tree kill finds
+        # every one of them (coven_codex.codex.process).
+        become_subreaper()
         with contextlib.closing(self.store):
             await asyncio.to_thread(end_stale_processes, self.state_dir, self.settings.kill_grace, self.codex_home)
             states = self.store.load_all()

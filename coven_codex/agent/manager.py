@@ -8,6 +8,7 @@ tasks of the daemon's task group.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 
@@ -16,9 +17,18 @@ from coven_codex.agent.limits import cut
 from coven_codex.agent.services import SessionServices
 from coven_codex.agent.session import Session
 from coven_codex.agent.state import SessionState
+from coven_codex.codex.process import KILL_WAIT, PIPE_WAIT, end_all_trees
 from coven_codex.entries import ApprovalEntry, CancelEntry, ThoughtEntry
 
 log = logging.getLogger(__name__)
+
+KILL_PHASE = KILL_WAIT + PIPE_WAIT
+"""Shutdown, after ``kill_grace``: killing what is left and letting the sessions finish closing."""
+EGRESS_DRAIN = 2.0
+"""Shutdown, then: how long egress may take to write the last rollout lines to the journal."""
+SHUTDOWN_SLACK = 5.0
+"""Shutdown takes at most ``kill_grace`` plus this (``KILL_PHASE + EGRESS_DRAIN`` and the saves);
+stated in ``docs/operations.md``."""
 
 
 CRASH_BACKOFF_BASE = 1.0
@@ -103,14 +113,52 @@ class SessionManager:
 
     # -- shutdown ----------------------------------------------------------------------------------
     async def shutdown(self, *, grace: float, drain: float) -> None:
-        """Stop turns (waiting up to ``grace``), end every Codex tree, drain egress, save state."""
+        """Stop turns and end every Codex tree within ``grace`` seconds, drain egress, save state.
+
+        The polite part (interrupt the turns, let them end, close each Codex) shares one deadline,
+        ``grace`` from now. Then whatever still runs is killed: every tree this daemon started,
+        and, the daemon being their subreaper, every descendant outside its session (anything a
+        driver lost track of), so no Codex process outlives the daemon; what cannot be ended is
+        reported once. Every later step is bounded by a constant: the whole takes at most
+        ``grace`` + :data:`SHUTDOWN_SLACK` (``docs/operations.md``). Cutting a step short is safe:
+        the state is as good as after ``kill -9``, which start-up recovers from.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
         sessions = list(self.sessions.values())
-        await asyncio.gather(*(s.stop_turn() for s in sessions))
-        await asyncio.gather(*(s.wait_turn_over(grace) for s in sessions))
-        await asyncio.gather(*(s.close() for s in sessions))
+        polite = asyncio.ensure_future(self._stop_politely(sessions, deadline))
+        await asyncio.wait({polite}, timeout=grace)
+        if not polite.done():
+            log.warning("Codex did not stop within kill_grace (%gs); killing what is left", grace)
+        kill_by = loop.time() + KILL_PHASE
+        try:
+            left = await asyncio.wait_for(end_all_trees(0.0), KILL_PHASE)
+        except TimeoutError:
+            left = []
+            log.error("ending the Codex processes took longer than %gs; going on", KILL_PHASE)
+        if left:
+            log.error("%d Codex process(es) could not be ended (still there after SIGKILL, e.g. in "
+                      "uninterruptible sleep): %s; the next start ends them", len(left),
+                      ", ".join(str(pid) for pid in left[:10]))
+        await asyncio.wait({polite}, timeout=max(0.0, kill_by - loop.time()))
+        if not polite.done():
+            polite.cancel()
+            log.warning("closing the sessions did not finish in time; their state is saved as it is")
+        with contextlib.suppress(asyncio.CancelledError):
+            await polite
+        if not polite.cancelled() and polite.exception() is not None:
+            log.error("closing the sessions failed", exc_info=polite.exception())
         await asyncio.gather(*(s.drain_egress(drain) for s in sessions))
         for task in self._tasks.values():
             task.cancel()
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
         for session in sessions:
             await session.final_save()
+
+    @staticmethod
+    async def _stop_politely(sessions: list[Session], deadline: float) -> None:
+        """Interrupt running turns, let them end until ``deadline``, then close every Codex."""
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(*(s.stop_turn() for s in sessions))
+        await asyncio.gather(*(s.wait_turn_over(max(0.0, deadline - loop.time())) for s in sessions))
+        await asyncio.gather(*(s.close() for s in sessions))

@@ -90,6 +90,7 @@ class _Turn:
     announced: bool = False
     forced_error: ClassifiedError | None = None
     cancel_requested: bool = False
+    stopping: bool = False
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     watchdog: asyncio.Task[None] | None = None
 
@@ -126,6 +127,7 @@ class AppServerDriver(CodexDriver):
         self._turn: _Turn | None = None
         self._approvals: dict[str, _Approval] = {}
         self._stderr: deque[str] = deque(maxlen=STDERR_LINES)
+        self._killed_because: ClassifiedError | None = None
 
     # -- properties ----------------------------------------------------------------------------
     @property
@@ -229,7 +231,7 @@ class AppServerDriver(CodexDriver):
         if isinstance(started, dict) and isinstance(started.get("id"), str) and turn.turn_id is None:
             turn.turn_id = started["id"]
         if turn.cancel_requested and not turn.ended.is_set():
-            self._spawn(self._interrupt(turn))
+            self._spawn(self._stop_turn(turn, None))
 
     # -- cancel and approvals ----------------------------------------------------------------------
     async def cancel(self) -> bool:
@@ -237,19 +239,46 @@ class AppServerDriver(CodexDriver):
         if turn is None or self._failed is not None:
             return False
         turn.cancel_requested = True
-        if turn.turn_id is not None:
-            await self._interrupt(turn)
+        if turn.turn_id is not None:  # else turn/start's answer brings the id, and the stop follows
+            self._spawn(self._stop_turn(turn, None), name="app-server-stop-turn")
         return True
 
-    async def _interrupt(self, turn: _Turn) -> None:
+    async def _stop_turn(self, turn: _Turn, error: ClassifiedError | None) -> None:
+        """Interrupt ``turn``; if it has not ended ``kill_grace`` seconds later (acknowledged or
+        not: a stopped Codex answers nothing), the driver fails with ``KILL_TIMEOUT`` and the
+        process tree is killed at once. Every wait here shares that one deadline."""
+        if turn.stopping or turn.ended.is_set():
+            return
+        turn.stopping = True
+        grace = self.settings.kill_grace
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        await self._interrupt(turn, grace)
+        try:
+            await asyncio.wait_for(turn.ended.wait(), max(0.0, deadline - loop.time()))
+        except TimeoutError:
+            reason = error.message if error is not None else "the turn was cancelled"
+            stuck = ClassifiedError(
+                ErrorCode.KILL_TIMEOUT,
+                shorten(f"{reason}; Codex did not stop the turn within {grace:g}s of the interrupt, so it was killed"),
+                HINTS[ErrorCode.KILL_TIMEOUT],
+            )
+            # Killed first, so that when DriverFailed arrives nothing of this Codex runs any more.
+            self._killed_because = stuck
+            if self._child is not None:
+                await terminate_tree(self._child, 0.0)
+            self._fail(stuck, None)
+
+    async def _interrupt(self, turn: _Turn, within: float) -> None:
         if turn.turn_id is None or turn.ended.is_set():
             return
         try:
-            await self._request("turn/interrupt", {"threadId": self._require_thread(), "turnId": turn.turn_id})
+            await self._request("turn/interrupt", {"threadId": self._require_thread(), "turnId": turn.turn_id},
+                                within=within)
         except RpcError as exc:
             log.info("turn/interrupt of %s: %s", turn.turn_id, exc)
         except DriverError as exc:
-            log.info("turn/interrupt of %s not sent: %s", turn.turn_id, exc)
+            log.info("turn/interrupt of %s not acknowledged: %s", turn.turn_id, exc)
 
     async def answer_approval(self, request_id: str, approve: bool) -> None:
         approval = self._approvals.get(request_id)
@@ -276,14 +305,15 @@ class AppServerDriver(CodexDriver):
 
     # -- closing -----------------------------------------------------------------------------------
     async def _end_processes(self) -> None:
+        self._fail_pending_rpcs(DriverError("the driver is closed"))  # nothing waits on a closing Codex
         child = self._child
         if child is not None:
             if child.returncode is None and child.stdin is not None:
                 with contextlib.suppress(OSError, RuntimeError):
                     child.stdin.close()
-                await child.wait_exit(self.settings.kill_grace)
-            await terminate_tree(child, self.settings.kill_grace)
-        self._fail_pending_rpcs(DriverError("the driver is closed"))
+            # It exits by itself once its stdin is closed; half the grace for that, then TERM,
+            # then KILL when the grace is over.
+            await terminate_tree(child, self.settings.kill_grace, patience=self.settings.kill_grace / 2)
 
     # -- reading -----------------------------------------------------------------------------------
     async def _read_stdout(self, child: ChildProcess) -> None:
@@ -304,6 +334,8 @@ class AppServerDriver(CodexDriver):
         await child.exited.wait()
         if self._closing:
             return
+        if self._killed_because is not None:
+            return  # _stop_turn killed it and reports why
         # give stderr a moment to deliver the last words of the process
         await asyncio.sleep(0.1)
         self._fail(process_error(child.returncode, list(self._stderr), what=self.label), child.returncode)
@@ -461,19 +493,7 @@ class AppServerDriver(CodexDriver):
             return
         log.warning("turn %s: %s; interrupting it", turn.turn_id, error.message)
         turn.forced_error = error
-        await self._interrupt(turn)
-        try:
-            await asyncio.wait_for(turn.ended.wait(), self.settings.kill_grace)
-        except TimeoutError:
-            stuck = ClassifiedError(
-                ErrorCode.KILL_TIMEOUT,
-                shorten(f"{error.message}; Codex did not stop the turn within {self.settings.kill_grace:.0f}s"),
-                HINTS[ErrorCode.KILL_TIMEOUT],
-            )
-            child = self._child
-            self._fail(stuck, None)
-            if child is not None:
-                await terminate_tree(child, self.settings.kill_grace)
+        await self._stop_turn(turn, error)
 
     # -- wire ----------------------------------------------------------------------------------------
     def _require_thread(self) -> str:
@@ -481,29 +501,37 @@ class AppServerDriver(CodexDriver):
             raise DriverError("the Codex thread is not open yet")
         return self._thread_id
 
-    async def _request(self, method: str, params: Mapping[str, Any]) -> Any:
+    async def _request(self, method: str, params: Mapping[str, Any], *, within: float | None = None) -> Any:
+        """Send a request and wait for its answer: at most ``within`` seconds in all, by default
+        ``stream_idle_timeout`` (the longest Codex may be silent)."""
+        limit = self.settings.stream_idle_timeout if within is None else within
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + limit
         self._next_id += 1
         rpc_id = self._next_id
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Any] = loop.create_future()
         self._rpc[rpc_id] = future
         try:
-            await self._write({"id": rpc_id, "method": method, "params": dict(params)})
-            return await asyncio.wait_for(future, self.settings.request_timeout)
+            await self._write({"id": rpc_id, "method": method, "params": dict(params)}, within=limit)
+            return await asyncio.wait_for(future, max(0.0, deadline - loop.time()))
         except TimeoutError:
-            raise DriverError(
-                f"the Codex app-server did not answer {method} within {self.settings.request_timeout:.0f}s"
-            ) from None
+            raise DriverError(f"the Codex app-server did not answer {method} within {limit:g}s") from None
         finally:
             self._rpc.pop(rpc_id, None)
 
-    async def _write(self, message: Mapping[str, Any]) -> None:
+    async def _write(self, message: Mapping[str, Any], *, within: float | None = None) -> None:
+        """Write one message; waiting for room in the pipe (a stopped Codex reads nothing) takes
+        at most ``within`` seconds, by default ``stream_idle_timeout``."""
         child = self._child
         if child is None or child.stdin is None or child.exited.is_set() or self._failed is not None:
             raise DriverError("the Codex app-server is not running")
+        limit = self.settings.stream_idle_timeout if within is None else within
         data = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
         try:
             child.stdin.write(data)
-            await child.stdin.drain()
+            await asyncio.wait_for(child.stdin.drain(), limit)
+        except TimeoutError:
+            raise DriverError(f"the Codex app-server read none of its input for {limit:g}s") from None
         except (ConnectionError, RuntimeError) as exc:
             raise DriverError(f"lost the Codex app-server's stdin: {exc}") from None
 

@@ -29,9 +29,10 @@ Calls:
   start in order as turns end. With ``mid_turn="steer"`` (app-server only) a thought arriving
   during a running turn is added to it with ``turn/steer``. ``client_id`` is the journal entry id;
   the app-server passes it as ``clientUserMessageId`` so the rollout records it.
-- ``await cancel() -> bool``: interrupt the running turn (``turn/interrupt``; exec: SIGINT, then
-  the process tree is ended after ``kill_grace``). Queued thoughts stay queued and run next.
-  ``False`` if no turn was running.
+- ``await cancel() -> bool``: interrupt the running turn (``turn/interrupt``; exec: SIGINT) and
+  return at once; a turn still running ``kill_grace`` seconds later has its process tree killed
+  (app-server: the driver fails with ``KILL_TIMEOUT``). Queued thoughts stay queued and run
+  next. ``False`` if no turn was running.
 - ``await answer_approval(request_id, approve)``: answer an :class:`ApprovalRequested`.
   Unanswered requests are declined after ``approval_timeout``; with ``approval_policy``
   ``"approve"``/``"deny"`` they are answered at once (:class:`ApprovalResolved` says so).
@@ -44,7 +45,11 @@ driver is then dead: create a new one and ``start(thread_id)`` to resume; ``in_f
 ``undelivered`` name the thoughts concerned) and a failed :class:`TurnFinished` for exec (whose
 next turn simply starts a new process that resumes). A turn running longer than
 ``turn_timeout`` or silent for ``stream_idle_timeout`` (paused while an approval is pending)
-is interrupted and finishes as failed (``OUTER_TIMEOUT`` / ``STREAM_IDLE``). Calls on a driver
+is interrupted and finishes as failed (``OUTER_TIMEOUT`` / ``STREAM_IDLE``); one that does not end
+``kill_grace`` seconds after the interrupt is killed with its tree (app-server: ``DriverFailed``
+with ``KILL_TIMEOUT``). Every wait on Codex is bounded: app-server requests and writes by
+``stream_idle_timeout``, closing by ``kill_grace``, the sweep after SIGKILL by a constant
+(:data:`~coven_codex.codex.process.KILL_WAIT`). Calls on a driver
 that cannot serve them raise :class:`DriverError`. After ``aclose()`` no more events arrive.
 
 Events, in the order a turn produces them: :class:`ThreadStarted`, :class:`TurnStarted`,
@@ -94,7 +99,6 @@ class DriverSettings:
     approval_policy: ApprovalPolicy = "ask"
     approval_timeout: float = 300.0
     stream_deltas: bool = True
-    request_timeout: float = 60.0  # app-server: seconds to wait for an answer to a request
 
     @classmethod
     def from_settings(cls, settings: Settings) -> DriverSettings:

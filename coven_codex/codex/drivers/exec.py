@@ -15,7 +15,8 @@ status 401 Unauthorized: ...`` on 0.169). The exit code is 0 after a completed t
 failed one. 0.47 silently starts a *new* thread when asked to resume an unknown id; the driver
 notices (the ``thread_id`` differs) and reports it in ``ThreadStarted``.
 
-``cancel`` sends SIGINT to the turn's process group and ends the tree after ``kill_grace``.
+``cancel`` sends SIGINT to the turn's process group and returns; a process still running
+``kill_grace`` seconds later is killed with its tree.
 A turn that exceeds ``turn_timeout`` (or is silent for ``stream_idle_timeout``) has its
 process tree ended and finishes as failed (``OUTER_TIMEOUT``/``STREAM_IDLE``). A process that
 dies (``kill -9``) finishes its turn as failed with a classified error; the next thought
@@ -138,8 +139,11 @@ class ExecDriver(CodexDriver):
         assert child.stdin is not None
         try:
             child.stdin.write(thought.text.encode("utf-8"))
-            await child.stdin.drain()
+            # a stopped process reads nothing: its turn clock ends it, this wait must not block
+            await asyncio.wait_for(child.stdin.drain(), self.settings.stream_idle_timeout)
             child.stdin.close()
+        except TimeoutError:
+            log.warning("codex exec read none of the thought for %gs", self.settings.stream_idle_timeout)
         except (ConnectionError, RuntimeError) as exc:
             log.warning("could not write the thought to codex exec: %s", exc)
         self._spawn(self._drive(turn), name=f"codex-exec-{child.pid}")
@@ -254,9 +258,14 @@ class ExecDriver(CodexDriver):
             return False
         turn.cancel_requested = True
         signal_group(turn.child.pid, signal.SIGINT)
-        if not await turn.child.wait_exit(self.settings.kill_grace):
-            await terminate_tree(turn.child, self.settings.kill_grace)
+        self._spawn(self._end_after_grace(turn), name=f"codex-exec-cancel-{turn.child.pid}")
         return True
+
+    async def _end_after_grace(self, turn: _ExecTurn) -> None:
+        """After SIGINT: a process still running ``kill_grace`` seconds later is killed with its tree."""
+        if not await turn.child.wait_exit(self.settings.kill_grace):
+            log.warning("codex exec did not stop %gs after SIGINT; killing it", self.settings.kill_grace)
+            await terminate_tree(turn.child, 0.0)
 
     async def answer_approval(self, request_id: str, approve: bool) -> None:
         raise DriverError(
