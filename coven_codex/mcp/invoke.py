@@ -2,7 +2,10 @@
 
 A spell's failure never escapes as an exception: it becomes a ``CallToolResult`` with
 ``isError: true`` whose text says what happened (the spell's own exception message may be shown;
-tracebacks and daemon internals go to the log only).
+tracebacks and daemon internals go to the log only). That holds for every ``BaseException``:
+``sys.exit()``, ``KeyboardInterrupt`` or a ``CancelledError`` the spell raises itself fail the
+call, never the daemon; only a real cancellation of the call (the client's, or the server's
+shutdown) propagates.
 """
 
 from __future__ import annotations
@@ -57,15 +60,19 @@ async def call_spell(
         context.mark_cancelled()
         log.warning("spell %s timed out after %gs", spell.name, spell.timeout)
         return error_result(f"spell {spell.name!r} timed out after {spell.timeout:g} seconds")
-    except asyncio.CancelledError:
-        context.mark_cancelled()
-        raise
+    except asyncio.CancelledError as exc:
+        if _cancelling():
+            context.mark_cancelled()
+            raise
+        return _base_exception_result(spell, exc)
     except SpellError as exc:
         log.info("spell %s refused: %s", spell.name, exc)
         return error_result(_clip(str(exc)))
     except Exception as exc:
         log.exception("spell %s raised", spell.name)
         return error_result(_clip(f"spell {spell.name!r} failed: {type(exc).__name__}: {exc}"))
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt, GeneratorExit...: the spell's, not ours
+        return _base_exception_result(spell, exc)
     try:
         content, structured = spell.result.to_content(value)
     except ResultError as exc:
@@ -91,6 +98,21 @@ async def _run(spell: Spell, args: list[Any], kwargs: dict[str, Any], executor: 
     if asyncio.iscoroutine(value):  # a sync wrapper around a coroutine function
         return await value
     return value
+
+
+def _cancelling() -> bool:
+    """True when this task itself is being cancelled (not when a spell raised CancelledError)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+def _base_exception_result(spell: Spell, exc: BaseException) -> dict[str, Any]:
+    log.error("spell %s raised %s, which would end the daemon; it fails the call instead", spell.name,
+              type(exc).__name__, exc_info=exc)
+    return error_result(
+        f"spell {spell.name!r} failed: it raised {type(exc).__name__} (a spell cannot exit or "
+        "interrupt the daemon; raise an ordinary exception or SpellError to fail a call)"
+    )
 
 
 def _clip(text: str) -> str:
