@@ -3,7 +3,8 @@
 Requests run concurrently, each in its own task; at most ``max_in_flight`` ``tools/call`` run at
 once, the rest wait their turn (pings and lists never wait behind spells). Past ``max_pending``
 unanswered requests the connection stops reading, which pushes back on the client.
-``notifications/cancelled`` cancels the matching task, which then sends no response. Nothing a
+``notifications/cancelled`` cancels the matching task, which then sends no response; so does the
+client's end of input, after a short grace. Nothing a
 client sends can end the daemon: unparseable or oversized messages get a JSON-RPC error, and any
 failure ends only this connection.
 """
@@ -50,6 +51,7 @@ class ConnectionLimits:
     max_in_flight: int = 64  # tools/call running at once; more wait (and can be cancelled)
     max_pending: int = 1024  # requests accepted but unanswered; past this the connection stops reading
     handshake_timeout: float = 5.0
+    eof_grace: float = 1.5  # after the client's EOF, calls still running this long are cancelled
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,10 +184,15 @@ class Connection:
             log.debug("MCP client %s closed the connection; cancelling its calls", self.peer)
             await self._cancel_in_flight()
             return
-        # The client only half-closed: finish what it asked for, then close.
+        # The client only half-closed (the shim does when its stdin closes): answer what finishes
+        # within the grace (the shim still relays for a while), then cancel the rest.
         tasks = list(self._in_flight.values())
         if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+            _, running = await asyncio.wait(tasks, timeout=self._limits.eof_grace)
+            if running:
+                log.info("MCP client %s closed its side; cancelling its %d running call(s)", self.peer,
+                         len(running))
+                await self._cancel_in_flight()
 
     async def _cancel_in_flight(self) -> None:
         tasks = list(self._in_flight.values())
