@@ -58,10 +58,18 @@ class ArgumentPlan:
     schema: dict[str, Any]
 
     def bind(self, arguments: Mapping[str, Any] | None) -> tuple[list[Any], dict[str, Any]]:
-        """Validate ``arguments``; return positional and keyword arguments for the function."""
+        """Validate ``arguments``; return positional and keyword arguments for the function.
+
+        Validation is strict, as strict as the published schema: ``"2"`` is not an integer and
+        ``true`` is not a number. It runs in JSON mode, where strings are still accepted for the
+        types JSON has no literal for (dates, UUIDs, bytes, enums by value).
+        """
         try:
-            validated = self.model.model_validate(dict(arguments or {}))
-        except ValidationError as exc:
+            document = json.dumps(dict(arguments or {}), allow_nan=False)
+            validated = self.model.model_validate_json(document, strict=True)
+        except (ValueError, TypeError) as exc:  # ValidationError; or no JSON, from a Python caller
+            if not isinstance(exc, ValidationError):
+                raise ArgumentError(f"arguments: {exc}") from None
             raise ArgumentError(describe_validation_error(exc)) from None
         args: list[Any] = []
         kwargs: dict[str, Any] = {}

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import sys
 import textwrap
 import threading
+import uuid
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -299,3 +301,34 @@ def test_context_reads_codex_thread_and_turn_ids() -> None:
     context = SpellContext(spell_name="s", meta=meta)
     assert (context.thread_id, context.turn_id) == ("t-1", "u-2")
     assert (SpellContext(spell_name="s").thread_id, SpellContext(spell_name="s").turn_id) == (None, None)
+
+
+def test_arguments_are_validated_as_strictly_as_the_schema() -> None:
+    registry = SpellRegistry()
+
+    @registry.spell
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    @registry.spell
+    def divide(a: float, b: float) -> float:
+        return a / b
+
+    @registry.spell
+    def stamp(when: datetime.date, ident: uuid.UUID, tags: tuple[str, ...]) -> str:
+        return f"{when.isoformat()} {ident} {','.join(tags)}"
+
+    def call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        return asyncio.run(call_spell(_get(registry, name), arguments, _context()))
+
+    for name, arguments in (("add", {"a": "2", "b": 3}), ("add", {"a": 2, "b": True}),
+                            ("add", {"a": 2.5, "b": 1}), ("divide", {"a": "1e3", "b": "4"}),
+                            ("divide", {"a": 1.0, "b": False})):
+        result = call(name, arguments)
+        assert result["isError"] is True, (name, arguments, result)
+        assert result["content"][0]["text"].startswith(f"invalid arguments for spell {name!r}")
+    assert call("add", {"a": 2, "b": 3})["content"][0]["text"] == "5"
+    assert call("divide", {"a": 1, "b": 4})["content"][0]["text"] == "0.25"  # an integer is a number
+    ident = "12345678-1234-5678-1234-567812345678"
+    stamped = call("stamp", {"when": "2026-11-23", "ident": ident, "tags": ["x", "y"]})
+    assert stamped["content"][0]["text"] == f"2026-11-23 {ident} x,y"
