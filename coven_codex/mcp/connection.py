@@ -230,14 +230,21 @@ class Connection:
     async def _start(self, request: Request) -> None:
         key = id_key(request.id)
         if key in self._in_flight:
-            self._send(error_response(request.id, INVALID_REQUEST,
-                                      f"Invalid request: id {request.id!r} is already in use"))
+            # Not under the same id: the client would take it for the first request's answer.
+            shown = repr(request.id)
+            shown = shown if len(shown) <= 80 else shown[:79] + "…"
+            self._send(error_response(None, INVALID_REQUEST,
+                                      f"Invalid request: id {shown} is already in use by a request in flight",
+                                      {"id": request.id}))
             return
         while len(self._in_flight) >= self._limits.max_pending:
             self._room.clear()
             await self._room.wait()
         task = asyncio.create_task(self._answer(request), name=f"mcp-{request.method}-{request.id!r}")
         self._in_flight[key] = task
+        if request.method == "initialize":
+            # Requests sent right behind it (clients pipeline tools/list) must see the session initialised.
+            await asyncio.wait([task])
 
     async def _answer(self, request: Request) -> None:
         key = id_key(request.id)

@@ -332,3 +332,17 @@ def test_arguments_are_validated_as_strictly_as_the_schema() -> None:
     ident = "12345678-1234-5678-1234-567812345678"
     stamped = call("stamp", {"when": "2026-11-23", "ident": ident, "tags": ["x", "y"]})
     assert stamped["content"][0]["text"] == f"2026-11-23 {ident} x,y"
+
+
+def test_bytes_parameters_publish_a_plain_string_schema() -> None:
+    registry = SpellRegistry()
+
+    @registry.spell
+    def size(blob: bytes, more: list[bytes] | None = None) -> int:
+        return len(blob) + sum(len(item) for item in more or [])
+
+    schema = _get(registry, "size").tool_definition()["inputSchema"]
+    assert "binary" not in str(schema)
+    assert schema["properties"]["blob"] == {"type": "string", "title": "blob"}
+    result = asyncio.run(call_spell(_get(registry, "size"), {"blob": "héllo", "more": ["ab"]}, _context()))
+    assert result["content"][0]["text"] == "8"
