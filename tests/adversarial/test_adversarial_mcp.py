@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -90,6 +91,80 @@ async def test_base_exceptions_from_spells_become_tool_errors(
     assert result["content"][0]["text"].startswith(f"spell {name!r} failed: it raised {raised}")
     after = await hostile_client.request("tools/call", {"name": "add", "arguments": {"a": 1, "b": 2}}, request_id=8)
     assert after["result"]["content"][0]["text"] == "3"
+
+
+stuck = SpellRegistry(default_timeout=5.0)
+release = threading.Event()
+
+
+@stuck.spell(timeout=0.3)
+def hang() -> str:
+    """Blocks its thread until the test releases it, ignoring its timeout."""
+    release.wait(60)
+    return "released"
+
+
+@stuck.spell
+def plus(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+async def _calls(client: RawClient, name: str, count: int, first_id: int, arguments: dict[str, int]) -> list[dict]:
+    for offset in range(count):
+        await client.send(
+            {
+                "jsonrpc": "2.0",
+                "id": first_id + offset,
+                "method": "tools/call",
+                "params": {"name": name, "arguments": arguments},
+            }
+        )
+    return [await client.receive(timeout=10) for _ in range(count)]
+
+
+async def test_hung_sync_spells_do_not_starve_the_others() -> None:
+    release.clear()
+    try:
+        async with SpellServer(stuck, label="stuck") as running:
+            client = await RawClient.connect(running, initialize=True)
+            hung = await _calls(client, "hang", 8, 100, {})
+            assert all("timed out after 0.3 seconds" in r["result"]["content"][0]["text"] for r in hung)
+            added = await _calls(client, "plus", 8, 200, {"a": 1, "b": 2})
+            assert all(r["result"]["content"][0]["text"] == "3" for r in added), added
+            await client.close()
+    finally:
+        release.set()
+
+
+async def test_the_thread_cap_refuses_with_the_hung_spells_name(caplog: pytest.LogCaptureFixture) -> None:
+    release.clear()
+    try:
+        async with SpellServer(stuck, label="capped", spell_threads=2, spell_thread_cap=4) as running:
+            client = await RawClient.connect(running, initialize=True)
+            for first in (100, 110):  # two at a time, so that every one of them gets a thread before timing out
+                assert all(
+                    "timed out" in r["result"]["content"][0]["text"] for r in await _calls(client, "hang", 2, first, {})
+                )
+            refused = await _calls(client, "plus", 3, 200, {"a": 1, "b": 2})
+            for answer in refused:
+                text = answer["result"]["content"][0]["text"]
+                assert answer["result"]["isError"] is True
+                assert text.startswith("spell 'plus' cannot run now: no thread is free for sync spells"), text
+                assert "'hang' ×4" in text
+            assert sum("spell threads are stuck" in r.getMessage() for r in caplog.records) == 1
+            release.set()
+            for _ in range(50):  # the stuck threads return on their own time after the release
+                done = await client.request(
+                    "tools/call", {"name": "plus", "arguments": {"a": 2, "b": 2}}, request_id=300
+                )
+                if not done["result"]["isError"]:
+                    break
+                await asyncio.sleep(0.1)
+            assert done["result"]["content"][0]["text"] == "4"
+            await client.close()
+    finally:
+        release.set()
 
 
 HOSTILE_MODULE = '''
