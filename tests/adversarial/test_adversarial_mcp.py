@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
 import sys
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -12,7 +14,7 @@ import pytest
 from agent_harness import AgentHarness, replies
 from mcp_helpers import RawClient
 
-from coven_codex.mcp import SpellRegistry, SpellServer
+from coven_codex.mcp import ConnectionLimits, SpellRegistry, SpellServer
 from coven_codex.testing.model_server import ScriptedModelServer
 from coven_codex.testing.steps import CallTool, Reply
 
@@ -207,3 +209,33 @@ async def test_daemon_survives_a_spell_calling_sys_exit(codex_bin: Path, harness
         assert any("STILL HERE!" in o for o in outputs)
         assert "quit_now raised SystemExit" in daemon.log()
         assert await h.stop(daemon) == 0
+
+
+async def test_a_client_that_never_reads_its_replies_is_dropped(
+    registry: SpellRegistry, caplog: pytest.LogCaptureFixture
+) -> None:
+    limits = ConnectionLimits(max_write_buffer=256 * 1024, write_stall_timeout=1.0)
+    async with SpellServer(registry, label="flood", limits=limits) as running:
+        flooder = await RawClient.connect(running, initialize=True, limit=2**16)
+        sock = flooder.writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        garbage = b"{\n" * (2_500_000)  # 5 MB of unparseable lines: each one earns a -32700 reply
+
+        async def flood() -> None:
+            with contextlib.suppress(ConnectionError, OSError):
+                flooder.writer.write(garbage)
+                await flooder.writer.drain()
+
+        sending = asyncio.create_task(flood())
+        for _ in range(100):
+            if running.connection_count == 0:
+                break
+            await asyncio.sleep(0.1)
+        assert running.connection_count == 0, "the server still serves a client that reads nothing"
+        await asyncio.wait_for(sending, 10)
+        stalls = [r for r in caplog.records if "read none of its replies" in r.getMessage()]
+        assert len(stalls) == 1
+        other = await RawClient.connect(running, initialize=True)
+        assert (await other.request("ping", request_id="ok"))["result"] == {}
+        await other.close()
+        flooder.writer.transport.abort()
