@@ -23,6 +23,7 @@ from jsonrpcserver import Error, InvalidParams, Result, Success, async_dispatch_
 from coven_codex import __version__
 from coven_codex.mcp.context import SpellContext
 from coven_codex.mcp.invoke import call_spell
+from coven_codex.mcp.outcomes import SpellOutcomes, recent_outcomes
 from coven_codex.mcp.protocol import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -83,8 +84,10 @@ class McpSession:
         label: str = "",
         page_size: int = 100,
         instructions: str | None = None,
+        outcomes: SpellOutcomes | None = None,
     ) -> None:
         self.registry = registry
+        self.outcomes = outcomes if outcomes is not None else recent_outcomes
         self.executor = executor
         self.server_name = server_name
         self.label = label
@@ -210,7 +213,9 @@ class McpSession:
             progress_sink=sink,
             loop=asyncio.get_running_loop(),
         )
-        return Success(await call_spell(spell, arguments, context, self.executor))
+        result = await call_spell(spell, arguments, context, self.executor)
+        self.outcomes.record(name, arguments, result)
+        return Success(result)
 
 
 def _encode_cursor(offset: int) -> str:

@@ -14,6 +14,7 @@ import pytest
 from agent_harness import AgentHarness, replies
 from mcp_helpers import RawClient
 
+from coven_codex.entries import ToolResultEntry
 from coven_codex.mcp import ConnectionLimits, SpellRegistry, SpellServer
 from coven_codex.testing.model_server import ScriptedModelServer
 from coven_codex.testing.steps import CallTool, Reply
@@ -239,3 +240,40 @@ async def test_a_client_that_never_reads_its_replies_is_dropped(
         assert (await other.request("ping", request_id="ok"))["result"] == {}
         await other.close()
         flooder.writer.transport.abort()
+
+
+FAILING_MODULE = '''
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def boom(reason: str) -> str:
+    """Always fails."""
+    raise RuntimeError(reason)
+'''
+
+
+@pytest.mark.codex
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+async def test_failed_spells_are_errors_in_the_chat_on_every_version(codex_bin: Path, harness_factory: Factory) -> None:
+    script = [
+        CallTool("coven.add", {"a": 1, "b": 2}, call_id="ok"),
+        CallTool("coven.boom", {"reason": "on purpose"}, call_id="raised"),
+        CallTool("coven.add", {"a": "one", "b": 2}, call_id="invalid"),
+        Reply("all three done"),
+    ]
+    async with ScriptedModelServer(script, responder=lambda r: Reply("extra")) as model:
+        h = harness_factory(codex_bin, model)
+        (h.tmp / "failing_spells.py").write_text(FAILING_MODULE)
+        daemon = await h.start("--spells", "failing_spells:add", "failing_spells:boom")
+        await h.think("c", "cast them")
+        entries = await h.wait_for(lambda es: "all three done" in replies(es, "c"), what="the reply after three calls")
+        results = {e.call_id: e for e in entries if isinstance(e, ToolResultEntry) and e.conversation == "c"}
+        assert set(results) == {"ok", "raised", "invalid"}
+        assert results["ok"].text == "3" and results["ok"].is_error is False
+        assert "RuntimeError: on purpose" in results["raised"].text and results["raised"].is_error is True
+        assert "invalid arguments for spell 'add'" in results["invalid"].text
+        assert results["invalid"].is_error is True
+        assert await h.stop(daemon) == 0
