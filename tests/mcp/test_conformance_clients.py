@@ -136,8 +136,6 @@ async def test_python_sdk_lists_pages_calls_errors_progress(
         done = await client.call_tool("progress", {"steps": 2}, progress_callback=on_progress)
         assert _text(done) == "done"
         assert progress == [(1, 2, "step 1"), (2, 2, "step 2")]
-        if mode == "legacy":  # the SDK sends ping only in legacy mode (2026-07-28 removed it)
-            await client.send_ping()
 
 
 async def test_python_sdk_wrong_secret_in_auto_mode_shows_the_reason(server: SpellServer) -> None:
