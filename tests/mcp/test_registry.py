@@ -346,3 +346,28 @@ def test_bytes_parameters_publish_a_plain_string_schema() -> None:
     assert schema["properties"]["blob"] == {"type": "string", "title": "blob"}
     result = asyncio.run(call_spell(_get(registry, "size"), {"blob": "héllo", "more": ["ab"]}, _context()))
     assert result["content"][0]["text"] == "8"
+
+
+def test_spell_outcomes_are_bounded_and_keyed_by_name_arguments_and_text() -> None:
+    from coven_codex.entries import ToolCallEntry, ToolResultEntry
+    from coven_codex.mcp.outcomes import SpellCalls, SpellOutcomes
+
+    outcomes = SpellOutcomes(limit=2)
+    failure = {"content": [{"type": "text", "text": "boom"}], "isError": True}
+    outcomes.record("add", {"b": 2, "a": 1}, failure)
+    assert outcomes.failed("add", {"a": 1, "b": 2}, "boom") is True  # key order does not matter
+    assert outcomes.failed("add", {"a": 1, "b": 3}, "boom") is None
+    assert outcomes.failed("sub", {"a": 1, "b": 2}, "boom") is None
+    outcomes.record("add", {"a": 5}, {"content": [{"type": "text", "text": "6"}], "isError": False})
+    outcomes.record("add", {"a": 6}, {"content": [{"type": "text", "text": "7"}], "isError": False})
+    assert len(outcomes) == 2 and outcomes.failed("add", {"a": 1, "b": 2}, "boom") is None  # the oldest went
+
+    outcomes.record("boom", {}, failure)
+    calls = SpellCalls(outcomes)
+    call = ToolCallEntry(conversation="c", tool="coven.boom", arguments={}, call_id="x")
+    assert calls.correct(call) is call
+    result = ToolResultEntry(conversation="c", call_id="x", tool="coven.boom", text="boom")
+    corrected = calls.correct(result)
+    assert isinstance(corrected, ToolResultEntry) and corrected.is_error is True
+    other = ToolResultEntry(conversation="c", call_id="y", tool="shell", text="boom")
+    assert calls.correct(other) is other
