@@ -20,6 +20,7 @@ USAGE = (
     "Codex launches this for you from the [mcp_servers.coven] entry `coven-codex run` writes.\n"
 )
 DAEMON_UNAVAILABLE = -32000
+MAX_UNANSWERED_LINE = 1 << 20
 
 
 def _parse(argv: list[str]) -> str | None:
@@ -44,9 +45,15 @@ def _parse(argv: list[str]) -> str | None:
 
 
 def answer_with_error(message: str, stdin_fd: int = 0, stdout_fd: int = 1) -> None:
-    """Answer the client's first request with an MCP error saying ``message``."""
+    """Answer every request the client sends with an MCP error saying ``message``, until stdin closes.
+
+    Clients probe before they initialise (the official Python SDK sends ``server/discover``
+    first, then falls back to ``initialize``): every request must get the explanation, not only
+    the first, or the client shows the user a bare "connection closed".
+    """
     import json  # noqa: PLC0415  # only on this error path: json costs ~5 ms of start-up
 
+    error = {"code": DAEMON_UNAVAILABLE, "message": message}
     buffer = b""
     while True:
         try:
@@ -57,19 +64,19 @@ def answer_with_error(message: str, stdin_fd: int = 0, stdout_fd: int = 1) -> No
             return
         buffer += chunk
         *lines, buffer = buffer.split(b"\n")
+        if len(buffer) > MAX_UNANSWERED_LINE:
+            buffer = b""  # nothing useful in an endless line; keep memory bounded
         for line in lines:
             try:
                 request = json.loads(line)
             except ValueError:
                 continue
             if isinstance(request, dict) and "method" in request and "id" in request:
-                error = {"code": DAEMON_UNAVAILABLE, "message": message}
                 reply = {"jsonrpc": "2.0", "id": request["id"], "error": error}
-                try:  # noqa: SIM105  # contextlib would add ~5 ms to the shim's start-up
+                try:
                     os.write(stdout_fd, json.dumps(reply).encode() + b"\n")
                 except OSError:
-                    pass
-                return
+                    return
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -38,3 +38,4 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   touch "$stamp"
 fi
 scripts/install-codex.sh >&2
+scripts/install-mcp-sdk-js.sh >/dev/null

@@ -30,6 +30,7 @@ from coven_codex.agent.limits import cut
 from coven_codex.agent.state import SessionState
 from coven_codex.agent.writer import DaemonWriter
 from coven_codex.entries import BaseEntry, DeltaEntry, ErrorEntry, StatusEntry
+from coven_codex.mcp.outcomes import SpellCalls
 from coven_codex.rollout import TURN_END_STATES, RolloutTranslator
 from coven_codex.tailing import Line, TailNotice, tail_lines
 
@@ -62,11 +63,12 @@ class Egress:
     async def run(self, rollout: Path, thread_id: str) -> None:
         """Tail ``rollout`` until cancelled."""
         translator = RolloutTranslator(self._state.conversation, thread_id)
+        spell_calls = SpellCalls()
         resume_at = self._state.egress_offset
         log.debug("egress for %r: %s from byte %d", cut(self._state.conversation), rollout, resume_at)
         async for line in tail_lines(rollout, 0, on_notice=self._notice):
             self.lines_seen += 1
-            entries = translator.feed(line)
+            entries = [spell_calls.correct(entry) for entry in translator.feed(line)]
             if line.end <= resume_at:
                 continue
             if self._on_line is not None:

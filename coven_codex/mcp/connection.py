@@ -2,8 +2,11 @@
 
 Requests run concurrently, each in its own task; at most ``max_in_flight`` ``tools/call`` run at
 once, the rest wait their turn (pings and lists never wait behind spells). Past ``max_pending``
-unanswered requests the connection stops reading, which pushes back on the client.
-``notifications/cancelled`` cancels the matching task, which then sends no response. Nothing a
+unanswered requests, or past ``max_write_buffer`` bytes of replies the client has not read, the
+connection stops reading, which pushes back on the client; a client that reads none of its
+replies for ``write_stall_timeout`` is dropped.
+``notifications/cancelled`` cancels the matching task, which then sends no response; so does the
+client's end of input, after a short grace. Nothing a
 client sends can end the daemon: unparseable or oversized messages get a JSON-RPC error, and any
 failure ends only this connection.
 """
@@ -50,6 +53,10 @@ class ConnectionLimits:
     max_in_flight: int = 64  # tools/call running at once; more wait (and can be cancelled)
     max_pending: int = 1024  # requests accepted but unanswered; past this the connection stops reading
     handshake_timeout: float = 5.0
+    eof_grace: float = 1.5  # after the client's EOF, calls still running this long are cancelled
+    max_write_buffer: int = 1 << 20  # replies queued for a client that does not read; past this we wait
+    write_stall_timeout: float = 30.0  # a client that reads none of its replies this long is dropped
+    close_timeout: float = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +111,7 @@ class Connection:
         self._in_flight: dict[tuple[bool, Any], asyncio.Task[None]] = {}
         self._slots = asyncio.Semaphore(limits.max_in_flight)
         self._room = asyncio.Event()
+        self._stalled = False
         self.peer = peer_of(writer)
 
     async def run(self) -> None:
@@ -119,8 +127,12 @@ class Connection:
         finally:
             await self._cancel_in_flight()  # normally none are left; never leave a call unowned
             self._writer.close()
-            with contextlib.suppress(ConnectionError, OSError):
-                await self._writer.wait_closed()
+            try:
+                async with asyncio.timeout(self._limits.close_timeout):
+                    with contextlib.suppress(ConnectionError, OSError):
+                        await self._writer.wait_closed()
+            except TimeoutError:  # replies still queued for a client that does not read them
+                self._writer.transport.abort()
 
     async def _handshake(self) -> bytes | None:
         """Check the hello line; return bytes read past it, or None after refusing."""
@@ -165,27 +177,56 @@ class Connection:
         decoder = FrameDecoder(self._limits.max_message_bytes)
         try:
             data = leftover
-            while True:
+            while not self._stalled:
                 for frame in decoder.feed(data):
                     await self._on_frame(frame)
-                data = await self._reader.read(READ_CHUNK)
-                if not data:
-                    break
+                    await self._drain()
+                    if self._stalled:
+                        break
+                else:
+                    data = await self._reader.read(READ_CHUNK)
+                    if not data:
+                        break
         except (ConnectionError, OSError) as exc:
-            log.info("MCP connection from %s broke: %s", self.peer, exc)
+            if not self._stalled:
+                log.info("MCP connection from %s broke: %s", self.peer, exc)
             await self._cancel_in_flight()
             return
         except asyncio.CancelledError:
             await self._cancel_in_flight()
             raise
-        if _peer_gone(self._writer):
+        if self._stalled or _peer_gone(self._writer):
             log.debug("MCP client %s closed the connection; cancelling its calls", self.peer)
             await self._cancel_in_flight()
             return
-        # The client only half-closed: finish what it asked for, then close.
+        # The client only half-closed (the shim does when its stdin closes): answer what finishes
+        # within the grace (the shim still relays for a while), then cancel the rest.
         tasks = list(self._in_flight.values())
         if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+            _, running = await asyncio.wait(tasks, timeout=self._limits.eof_grace)
+            if running:
+                log.info("MCP client %s closed its side; cancelling its %d running call(s)", self.peer,
+                         len(running))
+                await self._cancel_in_flight()
+
+    async def _drain(self) -> None:
+        """Wait while too many replies are queued for the client; drop a client that stopped reading.
+
+        Past ``max_write_buffer`` queued bytes nothing more is read from the client (so it cannot
+        make the daemon queue more) until it reads; after ``write_stall_timeout`` of that, the
+        connection is aborted, with one log line.
+        """
+        transport = self._writer.transport
+        if self._stalled or transport.get_write_buffer_size() <= self._limits.max_write_buffer:
+            return
+        try:
+            async with asyncio.timeout(self._limits.write_stall_timeout):
+                await self._writer.drain()
+        except TimeoutError:
+            self._stalled = True
+            log.warning("MCP client %s read none of its replies for %gs (%d bytes queued); closing its connection",
+                        self.peer, self._limits.write_stall_timeout, transport.get_write_buffer_size())
+            transport.abort()
 
     async def _cancel_in_flight(self) -> None:
         tasks = list(self._in_flight.values())
@@ -223,14 +264,21 @@ class Connection:
     async def _start(self, request: Request) -> None:
         key = id_key(request.id)
         if key in self._in_flight:
-            self._send(error_response(request.id, INVALID_REQUEST,
-                                      f"Invalid request: id {request.id!r} is already in use"))
+            # Not under the same id: the client would take it for the first request's answer.
+            shown = repr(request.id)
+            shown = shown if len(shown) <= 80 else shown[:79] + "…"
+            self._send(error_response(None, INVALID_REQUEST,
+                                      f"Invalid request: id {shown} is already in use by a request in flight",
+                                      {"id": request.id}))
             return
         while len(self._in_flight) >= self._limits.max_pending:
             self._room.clear()
             await self._room.wait()
         task = asyncio.create_task(self._answer(request), name=f"mcp-{request.method}-{request.id!r}")
         self._in_flight[key] = task
+        if request.method == "initialize":
+            # Requests sent right behind it (clients pipeline tools/list) must see the session initialised.
+            await asyncio.wait([task])
 
     async def _answer(self, request: Request) -> None:
         key = id_key(request.id)
@@ -241,11 +289,12 @@ class Connection:
             else:
                 response = await self._session.handle(request, self._send)
             self._send(response)
-            await self._writer.drain()
+            await self._drain()
         except asyncio.CancelledError:
             log.info("MCP request %r (%s) cancelled by the client", request.id, request.method)
         except (ConnectionError, OSError):
-            log.info("could not answer MCP request %r: the client is gone", request.id)
+            if not self._stalled:
+                log.info("could not answer MCP request %r: the client is gone", request.id)
         finally:
             self._in_flight.pop(key, None)
             if len(self._in_flight) < self._limits.max_pending:

@@ -2,7 +2,10 @@
 
 A spell's failure never escapes as an exception: it becomes a ``CallToolResult`` with
 ``isError: true`` whose text says what happened (the spell's own exception message may be shown;
-tracebacks and daemon internals go to the log only).
+tracebacks and daemon internals go to the log only). That holds for every ``BaseException``:
+``sys.exit()``, ``KeyboardInterrupt`` or a ``CancelledError`` the spell raises itself fail the
+call, never the daemon; only a real cancellation of the call (the client's, or the server's
+shutdown) propagates.
 """
 
 from __future__ import annotations
@@ -12,12 +15,13 @@ import contextvars
 import functools
 import logging
 from collections.abc import Mapping
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
 from typing import Any
 
 from coven_codex.mcp.context import SpellContext
 from coven_codex.mcp.registry import Spell
 from coven_codex.mcp.schema import ArgumentError, ResultError
+from coven_codex.mcp.threads import SpellThreads, SpellThreadsExhausted
 
 log = logging.getLogger(__name__)
 
@@ -47,25 +51,34 @@ async def call_spell(
     if spell.arguments.context_parameter is not None:
         kwargs[spell.arguments.context_parameter] = context
     deadline = asyncio.timeout(spell.timeout)
+    running: list[Future[Any]] = []  # the worker thread's work, for a sync spell on SpellThreads
     try:
         async with deadline:
-            value = await _run(spell, args, kwargs, executor)
+            value = await _run(spell, args, kwargs, executor, running)
     except TimeoutError as exc:
         if not deadline.expired():  # the spell's own TimeoutError, not our deadline
             log.exception("spell %s raised", spell.name)
             return error_result(_clip(f"spell {spell.name!r} failed: {type(exc).__name__}: {exc}"))
         context.mark_cancelled()
+        _abandon(executor, running, spell)
         log.warning("spell %s timed out after %gs", spell.name, spell.timeout)
         return error_result(f"spell {spell.name!r} timed out after {spell.timeout:g} seconds")
-    except asyncio.CancelledError:
-        context.mark_cancelled()
-        raise
+    except asyncio.CancelledError as exc:
+        if _cancelling():
+            context.mark_cancelled()
+            _abandon(executor, running, spell)
+            raise
+        return _base_exception_result(spell, exc)
+    except SpellThreadsExhausted as exc:  # logged once by the pool, not once per call
+        return error_result(f"spell {spell.name!r} cannot run now: {exc}")
     except SpellError as exc:
         log.info("spell %s refused: %s", spell.name, exc)
         return error_result(_clip(str(exc)))
     except Exception as exc:
         log.exception("spell %s raised", spell.name)
         return error_result(_clip(f"spell {spell.name!r} failed: {type(exc).__name__}: {exc}"))
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt, GeneratorExit...: the spell's, not ours
+        return _base_exception_result(spell, exc)
     try:
         content, structured = spell.result.to_content(value)
     except ResultError as exc:
@@ -82,15 +95,42 @@ async def call_spell(
     return result
 
 
-async def _run(spell: Spell, args: list[Any], kwargs: dict[str, Any], executor: Executor | None) -> Any:
+async def _run(spell: Spell, args: list[Any], kwargs: dict[str, Any], executor: Executor | None,
+               running: list[Future[Any]]) -> Any:
     if spell.is_async:
         return await spell.function(*args, **kwargs)
-    loop = asyncio.get_running_loop()
     call = functools.partial(spell.function, *args, **kwargs)
-    value = await loop.run_in_executor(executor, contextvars.copy_context().run, call)
+    if isinstance(executor, SpellThreads):
+        work = executor.submit(contextvars.copy_context().run, call)
+        running.append(work)
+        value = await asyncio.wrap_future(work)
+    else:
+        value = await asyncio.get_running_loop().run_in_executor(executor, contextvars.copy_context().run, call)
     if asyncio.iscoroutine(value):  # a sync wrapper around a coroutine function
         return await value
     return value
+
+
+def _abandon(executor: Executor | None, running: list[Future[Any]], spell: Spell) -> None:
+    """Give a sync spell's thread up to it, so that it does not hold a place in the pool."""
+    if isinstance(executor, SpellThreads):
+        for work in running:
+            executor.abandon(work, spell.name)
+
+
+def _cancelling() -> bool:
+    """True when this task itself is being cancelled (not when a spell raised CancelledError)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
+
+
+def _base_exception_result(spell: Spell, exc: BaseException) -> dict[str, Any]:
+    log.error("spell %s raised %s, which would end the daemon; it fails the call instead", spell.name,
+              type(exc).__name__, exc_info=exc)
+    return error_result(
+        f"spell {spell.name!r} failed: it raised {type(exc).__name__} (a spell cannot exit or "
+        "interrupt the daemon; raise an ordinary exception or SpellError to fail a call)"
+    )
 
 
 def _clip(text: str) -> str:

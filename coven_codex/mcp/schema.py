@@ -58,10 +58,18 @@ class ArgumentPlan:
     schema: dict[str, Any]
 
     def bind(self, arguments: Mapping[str, Any] | None) -> tuple[list[Any], dict[str, Any]]:
-        """Validate ``arguments``; return positional and keyword arguments for the function."""
+        """Validate ``arguments``; return positional and keyword arguments for the function.
+
+        Validation is strict, as strict as the published schema: ``"2"`` is not an integer and
+        ``true`` is not a number. It runs in JSON mode, where strings are still accepted for the
+        types JSON has no literal for (dates, UUIDs, bytes, enums by value).
+        """
         try:
-            validated = self.model.model_validate(dict(arguments or {}))
-        except ValidationError as exc:
+            document = json.dumps(dict(arguments or {}), allow_nan=False)
+            validated = self.model.model_validate_json(document, strict=True)
+        except (ValueError, TypeError) as exc:  # ValidationError; or no JSON, from a Python caller
+            if not isinstance(exc, ValidationError):
+                raise ArgumentError(f"arguments: {exc}") from None
             raise ArgumentError(describe_validation_error(exc)) from None
         args: list[Any] = []
         kwargs: dict[str, Any] = {}
@@ -148,6 +156,7 @@ def plan_arguments(function: Callable[..., Any], spell_name: str) -> ArgumentPla
             f"spell {spell_name!r}: its parameters' type hints cannot become a JSON Schema ({_first_line(exc)}); "
             "use JSON-like types, pydantic models or dataclasses"
         ) from None
+    schema = _without_binary_format(schema)
     schema.pop("title", None)
     schema["additionalProperties"] = False
     schema.setdefault("properties", {})
@@ -164,7 +173,7 @@ def plan_result(function: Callable[..., Any], spell_name: str) -> ResultPlan:
         return ResultPlan(TypeAdapter(type(None)), None)
     try:
         adapter: TypeAdapter[Any] = TypeAdapter(annotation)
-        schema = inline_refs(adapter.json_schema(mode="serialization"))
+        schema = _without_binary_format(inline_refs(adapter.json_schema(mode="serialization")))
     except (TypeError, ValueError, PydanticUserError) as exc:
         raise SpellDefinitionError(
             f"spell {spell_name!r}: its return type cannot become a JSON Schema ({_first_line(exc)}); "
@@ -204,6 +213,17 @@ def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
     if kept_refs:
         result["$defs"] = definitions
     return result
+
+
+def _without_binary_format(node: Any) -> Any:
+    """Drop pydantic's ``format: binary`` for ``bytes``: over JSON they are plain strings (UTF-8),
+    and older TypeScript SDKs (1.13) fail to compile a schema that names that format."""
+    if isinstance(node, list):
+        return [_without_binary_format(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    return {key: _without_binary_format(value) for key, value in node.items()
+            if not (key == "format" and value == "binary")}
 
 
 def _is_context(annotation: Any) -> bool:

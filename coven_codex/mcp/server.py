@@ -50,7 +50,8 @@ class SpellServer:
     ``socket_dir``: a directory for the socket; created 0700 if missing, tightened to 0700 if
     looser, refused if another user owns it. Default: a fresh private directory under
     ``$XDG_RUNTIME_DIR`` or ``/tmp`` (removed again at the end). ``secret``: the session secret
-    shims must present; generated when not given.
+    shims must present; generated when not given. ``spell_threads``: sync spells running at once;
+    ``spell_thread_cap``: threads in all, counting those stuck in timed-out spells (default 4x).
     """
 
     def __init__(
@@ -65,6 +66,7 @@ class SpellServer:
         instructions: str | None = None,
         limits: ConnectionLimits | None = None,
         spell_threads: int = 8,
+        spell_thread_cap: int | None = None,
         page_size: int = 100,
     ) -> None:
         if secret is not None and len(secret) < 16:
@@ -78,6 +80,7 @@ class SpellServer:
         self._socket_name = socket_name
         self._limits = limits or ConnectionLimits()
         self._spell_threads = spell_threads
+        self._spell_thread_cap = spell_thread_cap
         self._page_size = page_size
         self._socket_dir: Path | None = None
         self._created_dir = False
@@ -121,7 +124,8 @@ class SpellServer:
                 "limit of Unix sockets; pass a shorter socket_dir (or none, for a private temp dir)"
             )
         _remove_stale_socket(path)
-        self._executor = SpellThreads(self._spell_threads, name=f"spell-{self.label}" if self.label else "spell")
+        self._executor = SpellThreads(self._spell_threads, name=f"spell-{self.label}" if self.label else "spell",
+                                      max_threads=self._spell_thread_cap)
         self._server = await asyncio.start_unix_server(self._on_connect, path=str(path))
         self._server_bound = True
         os.chmod(path, 0o600)

@@ -23,9 +23,12 @@ from jsonrpcserver import Error, InvalidParams, Result, Success, async_dispatch_
 from coven_codex import __version__
 from coven_codex.mcp.context import SpellContext
 from coven_codex.mcp.invoke import call_spell
+from coven_codex.mcp.outcomes import SpellOutcomes, recent_outcomes
 from coven_codex.mcp.protocol import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
+    INVALID_REQUEST,
+    SUPPORTED_PROTOCOL_VERSIONS,
     Request,
     RequestId,
     error_response,
@@ -48,9 +51,10 @@ class RequestContext:
     meta: Mapping[str, Any] = field(default_factory=dict)
 
     @property
-    def progress_token(self) -> str | int | None:
+    def progress_token(self) -> str | int | float | None:
+        """The client's ``progressToken`` (MCP allows ``string | number``), or None."""
         token = self.meta.get("progressToken")
-        return token if isinstance(token, str | int) and not isinstance(token, bool) else None
+        return token if isinstance(token, str | int | float) and not isinstance(token, bool) else None
 
 
 def _guarded(method: Method) -> Method:
@@ -80,8 +84,10 @@ class McpSession:
         label: str = "",
         page_size: int = 100,
         instructions: str | None = None,
+        outcomes: SpellOutcomes | None = None,
     ) -> None:
         self.registry = registry
+        self.outcomes = outcomes if outcomes is not None else recent_outcomes
         self.executor = executor
         self.server_name = server_name
         self.label = label
@@ -99,6 +105,9 @@ class McpSession:
 
     async def handle(self, request: Request, send: SendMessage) -> dict[str, Any]:
         """The response message for ``request`` (cancellation propagates: then no response)."""
+        refusal = self._lifecycle_refusal(request.method)
+        if refusal is not None:
+            return error_response(request.id, INVALID_REQUEST, refusal)
         params = request.params if isinstance(request.params, dict) else {}
         meta = params.get("_meta")
         context = RequestContext(request.id, send, meta if isinstance(meta, dict) else {})
@@ -114,6 +123,16 @@ class McpSession:
             return error_response(request.id, INTERNAL_ERROR, "internal error in the coven MCP server")
         response["id"] = request.id
         return response
+
+    def _lifecycle_refusal(self, method: str) -> str | None:
+        """Why ``method`` cannot run in this session's state (MCP lifecycle), or None."""
+        if method == "initialize" and self.protocol_version is not None:
+            return (f"Invalid request: this session is already initialised (protocol {self.protocol_version}); "
+                    "open a new connection to start over")
+        if self.protocol_version is None and method in self.methods and method not in ("initialize", "ping"):
+            return (f"Invalid request: {method} before initialize; send initialize first (this server "
+                    f"speaks MCP {', '.join(SUPPORTED_PROTOCOL_VERSIONS)}, which all begin with it)")
+        return None
 
     def notification(self, method: str, params: Mapping[str, Any]) -> None:
         """Handle a client notification other than ``notifications/cancelled``."""
@@ -194,7 +213,9 @@ class McpSession:
             progress_sink=sink,
             loop=asyncio.get_running_loop(),
         )
-        return Success(await call_spell(spell, arguments, context, self.executor))
+        result = await call_spell(spell, arguments, context, self.executor)
+        self.outcomes.record(name, arguments, result)
+        return Success(result)
 
 
 def _encode_cursor(offset: int) -> str:

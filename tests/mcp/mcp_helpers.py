@@ -27,7 +27,7 @@ class RawClient:
 
     @classmethod
     async def connect(cls, server: SpellServer, secret: str | None = None, *, hello: bool = True,
-                      limit: int = 64 * 2**20) -> RawClient:
+                      limit: int = 64 * 2**20, initialize: bool = False) -> RawClient:
         reader, writer = await asyncio.open_unix_connection(str(server.socket_path), limit=limit)
         client = cls(reader, writer)
         if hello:
@@ -35,6 +35,8 @@ class RawClient:
             await writer.drain()
             answer = json.loads(await reader.readline())
             assert answer == {"coven": "welcome", "version": 1}, answer
+        if initialize:
+            assert "result" in await client.initialize()
         return client
 
     async def send(self, message: Any) -> None:

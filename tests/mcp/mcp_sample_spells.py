@@ -157,3 +157,17 @@ def marked(value: int) -> int:
 
 
 loose_functions = [marked]
+
+
+lingered: list[str] = []
+
+
+@registry.spell
+async def linger(tag: str, seconds: float = 30) -> str:
+    """Sleep; record ``tag`` in ``lingered`` when cancelled."""
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        lingered.append(tag)
+        raise
+    return f"lingered {seconds}"

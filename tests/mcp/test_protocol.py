@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 
 import pytest
@@ -12,8 +13,15 @@ from coven_codex.mcp import ConnectionLimits, SpellRegistry, SpellServer
 
 
 @pytest.fixture
-async def client(server: SpellServer) -> AsyncIterator[RawClient]:
+async def fresh(server: SpellServer) -> AsyncIterator[RawClient]:
     raw = await RawClient.connect(server)
+    yield raw
+    await raw.close()
+
+
+@pytest.fixture
+async def client(server: SpellServer) -> AsyncIterator[RawClient]:
+    raw = await RawClient.connect(server, initialize=True)
     yield raw
     await raw.close()
 
@@ -23,8 +31,8 @@ async def client(server: SpellServer) -> AsyncIterator[RawClient]:
     [("2025-06-18", "2025-06-18"), ("2025-11-25", "2025-11-25"), ("2024-11-05", "2024-11-05"),
      ("2099-01-01", "2025-11-25"), ("2026-07-28", "2025-11-25")],
 )
-async def test_initialize_negotiates_the_protocol_version(client: RawClient, offered: str, answered: str) -> None:
-    response = await client.initialize(offered)
+async def test_initialize_negotiates_the_protocol_version(fresh: RawClient, offered: str, answered: str) -> None:
+    response = await fresh.initialize(offered)
     assert response["id"] == 0
     result = response["result"]
     assert result["protocolVersion"] == answered
@@ -32,15 +40,14 @@ async def test_initialize_negotiates_the_protocol_version(client: RawClient, off
     assert result["serverInfo"]["name"] == "coven"
 
 
-async def test_server_discover_fails_cleanly_with_method_not_found(client: RawClient) -> None:
-    response = await client.request("server/discover", {"_meta": {}}, request_id="probe")
+async def test_server_discover_fails_cleanly_with_method_not_found(fresh: RawClient) -> None:
+    response = await fresh.request("server/discover", {"_meta": {}}, request_id="probe")
     assert response == {"jsonrpc": "2.0", "id": "probe",
                         "error": {"code": -32601, "message": "Method not found", "data": "server/discover"}}
-    assert (await client.initialize())["result"]["protocolVersion"] == "2025-06-18"
+    assert (await fresh.initialize())["result"]["protocolVersion"] == "2025-06-18"
 
 
 async def test_ids_are_echoed_with_their_original_type(client: RawClient) -> None:
-    await client.initialize()
     for request_id in (7, "7", 7.5, "", -3, "a-long-id-" * 20):
         response = await client.request("ping", request_id=request_id)
         assert response == {"jsonrpc": "2.0", "id": request_id, "result": {}}
@@ -65,7 +72,6 @@ async def test_ids_are_echoed_with_their_original_type(client: RawClient) -> Non
          -32602, 11),
         (b'{"jsonrpc": "2.0", "id": 12, "method": "tools/list", "params": {"cursor": "bogus"}}\n', -32602, 12),
         (b'{"jsonrpc": "2.0", "id": 13, "method": "tools/list", "params": [1, 2]}\n', -32602, 13),
-        (b'{"jsonrpc": "2.0", "id": 14, "method": "initialize", "params": {}}\n', -32602, 14),
     ],
 )
 async def test_errors_have_the_right_codes(client: RawClient, raw: bytes, code: int, echoed_id: object) -> None:
@@ -92,7 +98,6 @@ async def test_notifications_and_client_responses_get_no_answer(client: RawClien
 
 
 async def test_several_calls_in_flight_finish_out_of_order(client: RawClient) -> None:
-    await client.initialize()
     await client.send({"jsonrpc": "2.0", "id": "slow", "method": "tools/call",
                        "params": {"name": "sleep", "arguments": {"seconds": 1.0}}})
     for index in range(5):
@@ -109,7 +114,8 @@ async def test_duplicate_in_flight_id_is_refused(client: RawClient) -> None:
     await client.send(call)
     await client.send(call)
     first = await client.receive()
-    assert first["error"]["code"] == -32600 and first["id"] == 3
+    assert first["error"]["code"] == -32600 and first["id"] is None  # not 3: that is the first call's
+    assert first["error"]["data"] == {"id": 3} and "already in use" in first["error"]["message"]
     second = await client.receive()
     assert second["result"]["content"][0]["text"] == "slept 0.5"
 
@@ -158,7 +164,7 @@ async def test_non_finite_results_become_tool_errors(client: RawClient) -> None:
 
 async def test_calls_past_the_limit_wait_and_stay_cancellable(registry: SpellRegistry) -> None:
     async with SpellServer(registry, limits=ConnectionLimits(max_in_flight=1)) as server:
-        client = await RawClient.connect(server)
+        client = await RawClient.connect(server, initialize=True)
         for request_id, seconds in (("A", 30), ("B", 0.1)):
             await client.send({"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
                                "params": {"name": "sleep", "arguments": {"seconds": seconds}}})
@@ -167,3 +173,45 @@ async def test_calls_past_the_limit_wait_and_stay_cancellable(registry: SpellReg
         answer = await client.receive()
         assert answer["id"] == "B" and answer["result"]["content"][0]["text"] == "slept 0.1"
         await client.close()
+
+
+async def test_requests_before_initialize_are_refused(fresh: RawClient) -> None:
+    assert (await fresh.request("ping", request_id="p"))["result"] == {}
+    for method, params in (("tools/call", {"name": "add", "arguments": {"a": 1}}), ("tools/list", {})):
+        response = await fresh.request(method, params, request_id=method)
+        assert response["id"] == method and response["error"]["code"] == -32600
+        assert f"{method} before initialize; send initialize first" in response["error"]["message"]
+    assert (await fresh.initialize())["result"]["protocolVersion"] == "2025-06-18"
+    answer = await fresh.request("tools/call", {"name": "add", "arguments": {"a": 1}}, request_id=1)
+    assert answer["result"]["content"][0]["text"] == "3"
+
+
+async def test_a_second_initialize_is_refused(client: RawClient) -> None:
+    again = await client.request("initialize", {"protocolVersion": "2024-11-05", "capabilities": {},
+                                                "clientInfo": {"name": "again", "version": "1"}}, request_id="again")
+    assert again["error"]["code"] == -32600
+    assert "already initialised (protocol 2025-06-18)" in again["error"]["message"]
+
+
+async def test_a_number_progress_token_gets_progress(client: RawClient) -> None:
+    await client.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                       "params": {"name": "progress", "arguments": {"steps": 2}, "_meta": {"progressToken": 2.5}}})
+    messages = [await client.receive() for _ in range(3)]
+    assert [m.get("method") for m in messages] == ["notifications/progress"] * 2 + [None]
+    assert all(m["params"]["progressToken"] == 2.5 for m in messages[:2])
+
+
+async def test_requests_pipelined_behind_initialize_are_served(fresh: RawClient) -> None:
+    await fresh.send(b"".join(
+        json.dumps(message).encode() + b"\n" for message in (
+            {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+             "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                        "clientInfo": {"name": "p", "version": "1"}}},
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+             "params": {"name": "shout", "arguments": {"text": "a"}}},
+            {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+        )))
+    answers = {answer["id"]: answer for answer in [await fresh.receive() for _ in range(3)]}
+    assert answers[1]["result"]["content"][0]["text"] == "A!"
+    assert "tools" in answers[2]["result"]

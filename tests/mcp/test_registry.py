@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
 import sys
 import textwrap
 import threading
+import uuid
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -299,3 +301,73 @@ def test_context_reads_codex_thread_and_turn_ids() -> None:
     context = SpellContext(spell_name="s", meta=meta)
     assert (context.thread_id, context.turn_id) == ("t-1", "u-2")
     assert (SpellContext(spell_name="s").thread_id, SpellContext(spell_name="s").turn_id) == (None, None)
+
+
+def test_arguments_are_validated_as_strictly_as_the_schema() -> None:
+    registry = SpellRegistry()
+
+    @registry.spell
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    @registry.spell
+    def divide(a: float, b: float) -> float:
+        return a / b
+
+    @registry.spell
+    def stamp(when: datetime.date, ident: uuid.UUID, tags: tuple[str, ...]) -> str:
+        return f"{when.isoformat()} {ident} {','.join(tags)}"
+
+    def call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        return asyncio.run(call_spell(_get(registry, name), arguments, _context()))
+
+    for name, arguments in (("add", {"a": "2", "b": 3}), ("add", {"a": 2, "b": True}),
+                            ("add", {"a": 2.5, "b": 1}), ("divide", {"a": "1e3", "b": "4"}),
+                            ("divide", {"a": 1.0, "b": False})):
+        result = call(name, arguments)
+        assert result["isError"] is True, (name, arguments, result)
+        assert result["content"][0]["text"].startswith(f"invalid arguments for spell {name!r}")
+    assert call("add", {"a": 2, "b": 3})["content"][0]["text"] == "5"
+    assert call("divide", {"a": 1, "b": 4})["content"][0]["text"] == "0.25"  # an integer is a number
+    ident = "12345678-1234-5678-1234-567812345678"
+    stamped = call("stamp", {"when": "2026-11-23", "ident": ident, "tags": ["x", "y"]})
+    assert stamped["content"][0]["text"] == f"2026-11-23 {ident} x,y"
+
+
+def test_bytes_parameters_publish_a_plain_string_schema() -> None:
+    registry = SpellRegistry()
+
+    @registry.spell
+    def size(blob: bytes, more: list[bytes] | None = None) -> int:
+        return len(blob) + sum(len(item) for item in more or [])
+
+    schema = _get(registry, "size").tool_definition()["inputSchema"]
+    assert "binary" not in str(schema)
+    assert schema["properties"]["blob"] == {"type": "string", "title": "blob"}
+    result = asyncio.run(call_spell(_get(registry, "size"), {"blob": "héllo", "more": ["ab"]}, _context()))
+    assert result["content"][0]["text"] == "8"
+
+
+def test_spell_outcomes_are_bounded_and_keyed_by_name_arguments_and_text() -> None:
+    from coven_codex.entries import ToolCallEntry, ToolResultEntry
+    from coven_codex.mcp.outcomes import SpellCalls, SpellOutcomes
+
+    outcomes = SpellOutcomes(limit=2)
+    failure = {"content": [{"type": "text", "text": "boom"}], "isError": True}
+    outcomes.record("add", {"b": 2, "a": 1}, failure)
+    assert outcomes.failed("add", {"a": 1, "b": 2}, "boom") is True  # key order does not matter
+    assert outcomes.failed("add", {"a": 1, "b": 3}, "boom") is None
+    assert outcomes.failed("sub", {"a": 1, "b": 2}, "boom") is None
+    outcomes.record("add", {"a": 5}, {"content": [{"type": "text", "text": "6"}], "isError": False})
+    outcomes.record("add", {"a": 6}, {"content": [{"type": "text", "text": "7"}], "isError": False})
+    assert len(outcomes) == 2 and outcomes.failed("add", {"a": 1, "b": 2}, "boom") is None  # the oldest went
+
+    outcomes.record("boom", {}, failure)
+    calls = SpellCalls(outcomes)
+    call = ToolCallEntry(conversation="c", tool="coven.boom", arguments={}, call_id="x")
+    assert calls.correct(call) is call
+    result = ToolResultEntry(conversation="c", call_id="x", tool="coven.boom", text="boom")
+    corrected = calls.correct(result)
+    assert isinstance(corrected, ToolResultEntry) and corrected.is_error is True
+    other = ToolResultEntry(conversation="c", call_id="y", tool="shell", text="boom")
+    assert calls.correct(other) is other

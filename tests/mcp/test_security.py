@@ -98,7 +98,7 @@ async def test_hostile_clients_leave_the_server_serving(server: SpellServer) -> 
         await hundred_mb.writer.drain()
 
     flooding = asyncio.create_task(flood())
-    half_closed = await RawClient.connect(server)
+    half_closed = await RawClient.connect(server, initialize=True)
     await half_closed.send({"jsonrpc": "2.0", "id": "h", "method": "tools/call",
                             "params": {"name": "sleep", "arguments": {"seconds": 0.2}}})
     half_closed.writer.write_eof()
@@ -128,7 +128,7 @@ async def test_hostile_clients_leave_the_server_serving(server: SpellServer) -> 
 
 
 async def test_abrupt_disconnect_cancels_calls_and_server_keeps_serving(server: SpellServer) -> None:
-    doomed = await RawClient.connect(server)
+    doomed = await RawClient.connect(server, initialize=True)
     await doomed.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                        "params": {"name": "sleep", "arguments": {"seconds": 30}}})
     sock = doomed.writer.get_extra_info("socket")

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from mcp_sample_spells import lingered
+
 from coven_codex.mcp import SpellServer, codex_mcp_entry
 from mcp_shim import wire
 
@@ -37,6 +39,9 @@ async def _exchange(process: asyncio.subprocess.Process, message: dict[str, Any]
 
 
 async def _finish(process: asyncio.subprocess.Process) -> tuple[int, str]:
+    assert process.stdin is not None
+    if not process.stdin.is_closing():
+        process.stdin.close()
     _, stderr = await asyncio.wait_for(process.communicate(), 10)
     assert process.returncode is not None
     return process.returncode, stderr.decode()
@@ -71,6 +76,39 @@ async def test_wrong_secret_is_reported_to_both(server: SpellServer) -> None:
     assert "refused this shim: wrong session secret" in answer["error"]["message"]
     code, stderr = await _finish(process)
     assert code == 1 and "wrong session secret" in stderr
+
+
+async def test_wrong_secret_answers_every_request_until_stdin_closes(server: SpellServer) -> None:
+    process = await _start_shim(server.socket_path, "wrong-secret-wrong-secret")
+    discover = await _exchange(process, {"jsonrpc": "2.0", "id": "d", "method": "server/discover", "params": {}})
+    assert discover["id"] == "d" and "wrong session secret" in discover["error"]["message"]
+    answer = await _exchange(process, INITIALIZE)
+    assert answer["id"] == 1 and "wrong session secret" in answer["error"]["message"]
+    ping = await _exchange(process, {"jsonrpc": "2.0", "id": 2, "method": "ping"})
+    assert ping["id"] == 2 and ping["error"]["code"] == -32000
+    code, _ = await _finish(process)
+    assert code == 1
+
+
+async def test_closing_stdin_cancels_a_call_in_flight(server: SpellServer) -> None:
+    process = await _start_shim(server.socket_path, server.secret)
+    await _exchange(process, INITIALIZE)
+    assert process.stdin is not None
+    process.stdin.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode() + b"\n")
+    process.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                                    "params": {"name": "linger", "arguments": {"tag": "stdin-closed"}}}).encode()
+                        + b"\n")
+    await process.stdin.drain()
+    await asyncio.sleep(0.3)
+    process.stdin.close()
+    code, _ = await _finish(process)
+    assert code == 0
+    for _ in range(50):
+        if "stdin-closed" in lingered:
+            break
+        await asyncio.sleep(0.1)
+    assert "stdin-closed" in lingered
+    assert server.connection_count == 0
 
 
 async def test_missing_secret_is_reported(server: SpellServer) -> None:
