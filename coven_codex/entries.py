@@ -18,11 +18,14 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
     Tag,
     TypeAdapter,
     ValidationError,
     field_serializer,
     field_validator,
+    model_serializer,
 )
 
 DEFAULT_CONVERSATION = "default"
@@ -69,10 +72,39 @@ class BaseEntry(BaseModel):
         return self.model_copy(update={"id": entry_id})
 
 
+class Attachment(BaseModel):
+    """A file that comes with a thought (an image pasted into a chat page).
+
+    The adapter stores the file where the daemon can read it and names it here; the daemon
+    does not hand attachments to Codex yet (docs/journal-protocol.md).
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    path: str
+    """Absolute path of the stored file."""
+    media_type: str
+    """``image/png``, ``image/jpeg``, ``image/gif`` or ``image/webp``."""
+    size: int
+    """Bytes."""
+    sha256: str
+    """Hex digest of the content (the stored file's name is derived from it)."""
+
+
 class ThoughtEntry(BaseEntry):
     """A user's message for Codex (chat → Codex)."""
 
     kind: Literal["thought"] = "thought"
+    attachments: list[Attachment] | None = None
+    """Files that come with the thought; left out of the line when there are none."""
+
+    @model_serializer(mode="wrap")
+    def _without_empty_attachments(self, handler: SerializerFunctionWrapHandler,
+                                   info: SerializationInfo) -> Any:
+        data = handler(self)
+        if isinstance(data, dict) and data.get("attachments") is None:
+            data.pop("attachments", None)
+        return data
 
 
 class ResponseEntry(BaseEntry):

@@ -1,0 +1,1 @@
+"""Chat adapters: programs that put the journal into a chat (the web page, ...)."""
