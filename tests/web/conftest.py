@@ -1,0 +1,31 @@
+"""Fixtures for the web page's tests."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from web_helpers import WebServer  # noqa: E402
+
+
+@pytest.fixture
+async def web_server(tmp_path: Path) -> AsyncIterator[WebServer]:
+    """A page server on ``tmp_path/journal.jsonl`` (started by the test)."""
+    server = WebServer(tmp_path / "journal.jsonl", tmp_path)
+    yield server
+    if server.process is not None and server.process.returncode is None:
+        await server.kill9()
+
+
+@pytest.fixture
+def chromium_path() -> str:
+    """Debian's Chromium; scripts/setup.sh installs it."""
+    path = shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(path).exists():
+        raise RuntimeError("chromium is not installed; scripts/setup.sh installs it (apt-get install chromium)")
+    return path
