@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import shutil
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from web_helpers import WebServer  # noqa: E402
+from web_helpers import WebServer
 
 
 @pytest.fixture
