@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import getpass
+import signal
 import sys
 from pathlib import Path
+from types import FrameType
 
 from coven_codex.adapters.web.auth import TOKEN_ENV, TokenError, is_loopback, load_token
 
@@ -73,13 +75,25 @@ def execute(args: argparse.Namespace) -> int:
     def announce(url: str) -> None:
         print(f"coven-codex web: open {url}", flush=True)
 
+    # uvicorn handles SIGINT/SIGTERM while it serves (a clean shutdown), then raises the signal again
+    # for the previous handler: this one turns it into a normal exit with status 0.
+    for number in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(number, _stopped)
     try:
         asyncio.run(serve(journal_path, sock, token=token, sender=sender, announce=announce))
-    except KeyboardInterrupt:
+    except (_Stopped, KeyboardInterrupt):
         pass
     finally:
         sock.close()
     return 0
+
+
+class _Stopped(Exception):
+    """SIGINT or SIGTERM arrived."""
+
+
+def _stopped(_number: int, _frame: FrameType | None) -> None:
+    raise _Stopped
 
 
 def _login_name() -> str:

@@ -32,7 +32,7 @@ async def test_two_tabs_stay_in_sync_and_a_reload_keeps_history(
         first = await open_page(browser, url + "#c=room", errors)
         second = await open_page(browser, f"{web_server.base}/#c=room", errors)  # the cookie is set: no token
         for tab in (first, second):
-            await tab.wait_for_function("document.querySelectorAll('#messages .msg').length === 2")
+            await tab.wait_for_function("() => document.querySelectorAll('#messages .msg').length === 2")
             assert await message_texts(tab, "response") == ["earlier answer"]
             assert "token" not in tab.url
         names = await first.eval_on_selector_all("#conversations button", "b => b.map(x => x.textContent)")
@@ -41,18 +41,18 @@ async def test_two_tabs_stay_in_sync_and_a_reload_keeps_history(
         await first.press("#input", "Enter")
         for tab in (first, second):
             await tab.wait_for_function(
-                "[...document.querySelectorAll('.msg.thought')].some("
+                "() => [...document.querySelectorAll('.msg.thought')].some("
                 "n => n.textContent.includes('hello from the first tab'))"
             )
         await journal.append(ResponseEntry(conversation="room", text="reply to both"))
         for tab in (first, second):
-            await tab.wait_for_function("document.querySelectorAll('#messages .msg').length === 4")
+            await tab.wait_for_function("() => document.querySelectorAll('#messages .msg').length === 4")
         await second.reload()
-        await second.wait_for_function("document.querySelectorAll('#messages .msg').length === 4")
+        await second.wait_for_function("() => document.querySelectorAll('#messages .msg').length === 4")
         assert await message_ids(second) == await message_ids(first)
         assert await message_texts(second, "thought") == ["earlier question", "hello from the first tab"]
         await first.click("#conversations button[data-conversation='elsewhere']")
-        await first.wait_for_function("document.querySelectorAll('#messages .msg').length === 1")
+        await first.wait_for_function("() => document.querySelectorAll('#messages .msg').length === 1")
         assert await message_texts(first, "response") == ["not in this room"]
         assert errors == []
     written = [i.entry for i in await journal.read() if isinstance(i, JournalRecord)]
@@ -74,7 +74,7 @@ async def test_hostile_text_is_shown_as_text_and_runs_nothing(
     errors: list[str] = []
     async with chromium(tmp_path / "profile") as browser:
         page = await open_page(browser, url + "#c=x", errors)
-        await page.wait_for_function("document.querySelectorAll('#messages .msg').length === 4")
+        await page.wait_for_function("() => document.querySelectorAll('#messages .msg').length === 4")
         assert await page.evaluate("window.pwned") is None
         assert (
             await page.eval_on_selector_all(

@@ -149,7 +149,7 @@ async def open_page(context: BrowserContext, url: str, errors: list[str]) -> Pag
     page = await context.new_page()
     page.on("pageerror", lambda error: errors.append(str(error)))
     await page.goto(url)
-    await page.wait_for_function("document.getElementById('connection').textContent === 'connected'")
+    await page.wait_for_function("() => document.getElementById('connection').textContent === 'connected'")
     return page
 
 

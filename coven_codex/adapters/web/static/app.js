@@ -224,7 +224,7 @@ function markAnswered(entry) {
   for (const request of document.querySelectorAll('.approval_request')) {
     if (request.dataset.request !== entry.request_id) continue;
     for (const button of request.querySelectorAll('button')) button.disabled = true;
-    if (!request.querySelector('.answer')) request.append(el('div', 'answer', `${entry.decision}d by ${entry.sender}`));
+    if (!request.querySelector('.answer')) request.append(el('div', 'answer', `${entry.decision === 'approve' ? 'approved' : 'denied'} by ${entry.sender}`));
   }
 }
 
