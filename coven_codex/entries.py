@@ -18,14 +18,11 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
-    SerializationInfo,
-    SerializerFunctionWrapHandler,
     Tag,
     TypeAdapter,
     ValidationError,
     field_serializer,
     field_validator,
-    model_serializer,
 )
 
 DEFAULT_CONVERSATION = "default"
@@ -73,38 +70,24 @@ class BaseEntry(BaseModel):
 
 
 class Attachment(BaseModel):
-    """A file that comes with a thought (an image pasted into a chat page).
+    """A file that came with a thought (an image pasted in a chat, ...).
 
-    The adapter stores the file where the daemon can read it and names it here; the daemon
-    does not hand attachments to Codex yet (docs/journal-protocol.md).
+    ``url`` is where the adapter put it: a ``file://`` path the daemon can read, or an
+    ``https://`` address. ``media_type`` is its MIME type (``image/png``).
     """
 
     model_config = ConfigDict(extra="allow")
 
-    path: str
-    """Absolute path of the stored file."""
-    media_type: str
-    """``image/png``, ``image/jpeg``, ``image/gif`` or ``image/webp``."""
-    size: int
-    """Bytes."""
-    sha256: str
-    """Hex digest of the content (the stored file's name is derived from it)."""
+    url: str
+    media_type: str = "application/octet-stream"
+    name: str = ""
 
 
 class ThoughtEntry(BaseEntry):
-    """A user's message for Codex (chat → Codex)."""
+    """A user's message for Codex (chat → Codex), with optional attachments."""
 
     kind: Literal["thought"] = "thought"
-    attachments: list[Attachment] | None = None
-    """Files that come with the thought; left out of the line when there are none."""
-
-    @model_serializer(mode="wrap")
-    def _without_empty_attachments(self, handler: SerializerFunctionWrapHandler,
-                                   info: SerializationInfo) -> Any:
-        data = handler(self)
-        if isinstance(data, dict) and data.get("attachments") is None:
-            data.pop("attachments", None)
-        return data
+    attachments: list[Attachment] = Field(default_factory=list)
 
 
 class ResponseEntry(BaseEntry):
@@ -184,6 +167,12 @@ class CancelEntry(BaseEntry):
     kind: Literal["cancel"] = "cancel"
 
 
+class ResetEntry(BaseEntry):
+    """Chat asks for a fresh Codex session in this conversation (the next thought starts it)."""
+
+    kind: Literal["reset"] = "reset"
+
+
 class ApprovalRequestEntry(BaseEntry):
     """Codex asks permission for an action; answered by an ``approval`` entry."""
 
@@ -217,6 +206,7 @@ KNOWN_KINDS: frozenset[str] = frozenset(
         "status",
         "error",
         "cancel",
+        "reset",
         "approval_request",
         "approval",
     }
@@ -240,6 +230,7 @@ Entry = Annotated[
     | Annotated[StatusEntry, Tag("status")]
     | Annotated[ErrorEntry, Tag("error")]
     | Annotated[CancelEntry, Tag("cancel")]
+    | Annotated[ResetEntry, Tag("reset")]
     | Annotated[ApprovalRequestEntry, Tag("approval_request")]
     | Annotated[ApprovalEntry, Tag("approval")]
     | Annotated[GenericEntry, Tag("generic")],

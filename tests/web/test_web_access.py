@@ -14,7 +14,7 @@ import pytest
 import websockets
 from web_helpers import TOKEN, WebServer, cookie_header, request, socket_headers
 
-from coven_codex.entries import ApprovalEntry, CancelEntry, GenericEntry, ResponseEntry, ThoughtEntry
+from coven_codex.entries import ApprovalEntry, CancelEntry, ResetEntry, ResponseEntry, ThoughtEntry
 from coven_codex.journal import FileJournal, JournalRecord
 
 pytestmark = pytest.mark.timeout(120)
@@ -170,16 +170,17 @@ async def test_the_page_appends_thoughts_attachments_cancel_approval_and_reset(w
         assert "no longer stored" in notices[0]
         assert notices[1].startswith("message refused")
     written = await entries(web_server.journal)
-    assert [type(e) for e in written] == [ThoughtEntry, CancelEntry, ApprovalEntry, GenericEntry]
+    assert [type(e) for e in written] == [ThoughtEntry, CancelEntry, ApprovalEntry, ResetEntry]
     thought = written[0]
     assert isinstance(thought, ThoughtEntry) and thought.sender == "tester" and thought.attachments
     attachment = thought.attachments[0]
-    assert Path(attachment.path) == web_server.journal.parent / "journal.jsonl.attachments" / name
-    assert attachment.media_type == "image/png" and attachment.size == len(png())
-    assert attachment.sha256 == name.split(".")[0]
+    assert attachment.url == (web_server.journal.parent / "journal.jsonl.attachments" / name).as_uri()
+    assert attachment.media_type == "image/png" and attachment.name == name
+    extra = attachment.model_extra or {}
+    assert extra["size"] == len(png()) and extra["sha256"] == name.split(".")[0]
     assert written[3].kind == "reset" and written[3].conversation == "c"
     raw = json.loads(web_server.journal.read_text().splitlines()[0])
-    assert raw["attachments"][0]["path"] == attachment.path
+    assert raw["attachments"][0]["url"] == attachment.url
 
 
 async def test_markdown_is_rendered_on_the_server_with_raw_html_escaped(web_server: WebServer) -> None:

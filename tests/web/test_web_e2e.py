@@ -7,6 +7,7 @@ Set ``COVEN_WEB_SCREENSHOTS=docs/images`` to write the screenshots used in the d
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -105,9 +106,12 @@ async def test_the_page_drives_codex_end_to_end(
                 assert (h.workspace / "approved.txt").exists()
                 assert await page.locator(".msg.approval_request button:disabled").count() == 2
                 # a slow turn, stopped with the Stop button
+                asked = len(server.requests.responses_requests())
                 await page.fill("#input", "slow work please")
                 await page.press("#input", "Enter")
                 await page.wait_for_selector("#stop:not([disabled])", timeout=60_000)
+                async with asyncio.timeout(60):  # the model is working on it: the turn is really running
+                    await server.requests.wait_for(asked + 1)
                 await page.click("#stop")
                 await page.wait_for_selector(".msg.status:has-text('turn aborted')", timeout=60_000)
                 await page.wait_for_selector("#stop[disabled]")

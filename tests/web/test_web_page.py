@@ -109,7 +109,7 @@ async def test_an_uploaded_image_goes_with_the_thought(
     lines = [json.loads(line) for line in web_server.journal.read_text().splitlines()]
     assert [line["kind"] for line in lines] == ["thought", "reset"]
     attachment = lines[0]["attachments"][0]
-    assert Path(attachment["path"]).read_bytes() == image.read_bytes()
+    assert Path(attachment["url"].removeprefix("file://")).read_bytes() == image.read_bytes()
     assert attachment["media_type"] == "image/png"
 
 

@@ -42,7 +42,7 @@ from coven_codex.adapters.web.protocol import (
 )
 from coven_codex.adapters.web.render import WireEntry, clip
 from coven_codex.adapters.web.uploads import MAX_IMAGE_BYTES, ImageStore, UploadError
-from coven_codex.entries import ApprovalEntry, BaseEntry, CancelEntry, GenericEntry, ThoughtEntry
+from coven_codex.entries import ApprovalEntry, BaseEntry, CancelEntry, ResetEntry, ThoughtEntry
 from coven_codex.journal import Journal, JournalError
 
 log = logging.getLogger(__name__)
@@ -182,12 +182,12 @@ class JournalWriter:
                     conversation=request.conversation,
                     sender=self.sender,
                     text=request.text,
-                    attachments=[a for a in attachments if a is not None] or None,
+                    attachments=[a.attachment() for a in attachments if a is not None],
                 )
             case SendCancel():
                 entry = CancelEntry(conversation=request.conversation, sender=self.sender)
             case SendReset():
-                entry = GenericEntry(kind="reset", conversation=request.conversation, sender=self.sender)
+                entry = ResetEntry(conversation=request.conversation, sender=self.sender)
             case SendApproval():
                 decision: Literal["approve", "deny"] = request.decision
                 entry = ApprovalEntry(
@@ -258,7 +258,7 @@ def create_app(journal: Journal, store: ImageStore, access: Access, sender: str)
             return JSONResponse({"error": str(exc)}, status_code=415 if "only" in str(exc) else 400)
         except OSError as exc:
             return JSONResponse({"error": f"could not store the image: {exc.strerror}"}, status_code=507)
-        return JSONResponse({"name": Path(stored.path).name, "url": f"/attachments/{Path(stored.path).name}"})
+        return JSONResponse({"name": stored.path.name, "url": f"/attachments/{stored.path.name}"})
 
     async def live(websocket: WebSocket) -> None:
         await websocket.accept()

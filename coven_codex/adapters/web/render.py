@@ -1,10 +1,10 @@
 """Journal entries as the page shows them: typed wire entries with sanitised HTML.
 
-Markdown is rendered here, on the server, by ``markdown-it-py`` with raw HTML disabled, so what
-the page inserts as HTML is produced by the renderer (every character of user or model text is
-escaped; links with ``javascript:`` and similar schemes are dropped by its link check). Text that
-is not Markdown (tool arguments and output, statuses) is sent as plain text and the page sets it
-with ``textContent``.
+Markdown is rendered here, on the server, by the adapter kit's HTML dialect (``markdown-it-py``
+with raw HTML disabled), so what the page inserts as HTML is produced by the renderer (every
+character of user or model text is escaped; links with ``javascript:`` and similar schemes are
+dropped by its link check). Text that is not Markdown (tool arguments and output, statuses) is
+sent as plain text and the page sets it with ``textContent``.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from markdown_it import MarkdownIt
 from pydantic import BaseModel
 
+from coven_codex.adapters.kit.render import HtmlDialect
 from coven_codex.entries import (
     ApprovalEntry,
     ApprovalRequestEntry,
@@ -34,17 +34,14 @@ TEXT_LIMIT = 8_000
 """Characters of tool arguments, tool output and other plain text sent to the page."""
 MARKDOWN_KINDS = frozenset({"thought", "response", "reasoning"})
 
-_MARKDOWN = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False}).enable(
-    ["table", "strikethrough"]
-)
+_HTML = HtmlDialect()
 
 
 def markdown_html(text: str) -> str:
     """``text`` as Markdown rendered to HTML; raw HTML in it comes out escaped."""
     if len(text) > MARKDOWN_LIMIT:
         text = text[:MARKDOWN_LIMIT] + "\n\n…"
-    html: str = _MARKDOWN.render(text)
-    return html
+    return _HTML.markdown(text)
 
 
 def clip(text: str, limit: int = TEXT_LIMIT) -> str:
@@ -112,7 +109,12 @@ def wire_entry(entry: BaseEntry, start: int, end: int, uploads: Path | None = No
         wire.text = clip(entry.text)
     match entry:
         case ThoughtEntry(attachments=attachments) if attachments and uploads is not None:
-            wire.images = [f"/attachments/{Path(a.path).name}" for a in attachments if Path(a.path).parent == uploads]
+            folder = uploads.as_uri() + "/"
+            wire.images = [
+                f"/attachments/{a.url[len(folder) :]}"
+                for a in attachments
+                if a.url.startswith(folder) and "/" not in a.url[len(folder) :]
+            ]
         case ToolCallEntry():
             wire.tool, wire.call_id = entry.tool, entry.call_id
             wire.text = clip(_arguments(entry.arguments))

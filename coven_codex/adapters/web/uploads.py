@@ -12,6 +12,7 @@ import asyncio
 import hashlib
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from coven_codex.entries import Attachment
@@ -43,13 +44,36 @@ def uploads_dir(journal: Path) -> Path:
     return journal.parent.resolve() / f"{journal.name}.attachments"
 
 
+@dataclass(frozen=True, slots=True)
+class StoredImage:
+    """An image in the store."""
+
+    path: Path
+    media_type: str
+    size: int
+    sha256: str
+
+    def attachment(self) -> Attachment:
+        """The thought's attachment for it: a ``file://`` URL the daemon can read, its type,
+        its stored name, and (extra fields) its size and SHA-256."""
+        return Attachment.model_validate(
+            {
+                "url": self.path.as_uri(),
+                "media_type": self.media_type,
+                "name": self.path.name,
+                "size": self.size,
+                "sha256": self.sha256,
+            }
+        )
+
+
 class ImageStore:
     """Content-addressed image files in one folder."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
 
-    async def save(self, data: bytes) -> Attachment:
+    async def save(self, data: bytes) -> StoredImage:
         """Store ``data`` (an accepted image) and describe it; raises :class:`UploadError`."""
         if not data:
             raise UploadError("the upload is empty; paste or choose an image file")
@@ -61,7 +85,7 @@ class ImageStore:
         digest = hashlib.sha256(data).hexdigest()
         path = self.folder / f"{digest}.{extension}"
         await asyncio.to_thread(self._write, path, data)
-        return Attachment(path=str(path), media_type=MEDIA_TYPES[extension], size=len(data), sha256=digest)
+        return StoredImage(path, MEDIA_TYPES[extension], len(data), digest)
 
     def _write(self, path: Path, data: bytes) -> None:
         self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -75,7 +99,7 @@ class ImageStore:
             os.fsync(handle.fileno())
         os.replace(temporary, path)
 
-    def find(self, name: str) -> Attachment | None:
+    def find(self, name: str) -> StoredImage | None:
         """The stored image called ``name`` (as :meth:`save` named it), or None."""
         if not STORED_NAME.match(name):
             return None
@@ -85,4 +109,4 @@ class ImageStore:
         except OSError:
             return None
         extension = name.rsplit(".", 1)[1]
-        return Attachment(path=str(path), media_type=MEDIA_TYPES[extension], size=size, sha256=name[:64])
+        return StoredImage(path, MEDIA_TYPES[extension], size, name[:64])
