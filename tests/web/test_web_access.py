@@ -14,7 +14,15 @@ import pytest
 import websockets
 from web_helpers import TOKEN, WebServer, cookie_header, request, socket_headers
 
-from coven_codex.entries import ApprovalEntry, CancelEntry, ResetEntry, ResponseEntry, ThoughtEntry
+from coven_codex.entries import (
+    ApprovalEntry,
+    ApprovalRequestEntry,
+    CancelEntry,
+    ResetEntry,
+    ResponseEntry,
+    StatusEntry,
+    ThoughtEntry,
+)
 from coven_codex.journal import FileJournal, JournalRecord
 
 pytestmark = pytest.mark.timeout(120)
@@ -204,3 +212,40 @@ async def test_markdown_is_rendered_on_the_server_with_raw_html_escaped(web_serv
     assert "<strong>hi</strong>" in html and '<code class="language-py">print(1)' in html
     assert "<img" not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
     assert 'href="javascript' not in html
+
+
+async def test_slash_commands_in_the_composer_are_the_kits_commands(web_server: WebServer) -> None:
+    journal = FileJournal(web_server.journal, durability="never")
+    await journal.append(StatusEntry(conversation="c", state="turn_started"))
+    await journal.append(ApprovalRequestEntry(conversation="c", request_id="req-1", action="rm -rf build"))
+    await journal.append(ApprovalRequestEntry(conversation="c", request_id="req-2", action="ls"))
+    await journal.aclose()
+    await web_server.start()
+    async with websockets.connect(
+        f"ws://127.0.0.1:{web_server.port}/live", additional_headers=socket_headers(web_server)
+    ) as socket:
+        await socket.recv()
+
+        async def say(text: str) -> str | None:
+            await socket.send(json.dumps({"type": "thought", "conversation": "c", "text": text}))
+            await socket.send(json.dumps({"type": "thought", "conversation": "c", "text": "/zzz"}))  # a fence
+            notices: list[str] = []
+            while not notices or not notices[-1].startswith("unknown command /zzz"):
+                message = json.loads(await asyncio.wait_for(socket.recv(), 10))
+                if message["type"] == "notice":
+                    notices.append(message["text"])
+            return notices[0] if len(notices) == 2 else None
+
+        assert await say("/status") == (
+            "running; queued messages: 0; thread: none yet; last turn's token usage: not reported"
+        )
+        assert "/cancel" in (await say("/help") or "")
+        assert await say("/approve") is None
+        assert await say("/deny req-2") is None
+        assert await say("/cancel") is None
+        assert await say("/new") is None
+    written = await entries(web_server.journal)
+    answers = [e for e in written if isinstance(e, ApprovalEntry)]
+    assert [(a.request_id, a.decision) for a in answers] == [("req-1", "approve"), ("req-2", "deny")]
+    assert [e.kind for e in written[3:]] == ["approval", "approval", "cancel", "reset"]
+    assert not [e for e in written if isinstance(e, ThoughtEntry)]  # commands are not thoughts

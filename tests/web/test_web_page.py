@@ -104,7 +104,7 @@ async def test_an_uploaded_image_goes_with_the_thought(
         loaded = await page.eval_on_selector(".msg.thought img.attachment", "i => i.complete && i.naturalWidth")
         assert loaded == 8
         await page.click("#reset")
-        await page.wait_for_selector(".msg.other")
+        await page.wait_for_selector(".msg.reset")
         assert errors == []
     lines = [json.loads(line) for line in web_server.journal.read_text().splitlines()]
     assert [line["kind"] for line in lines] == ["thought", "reset"]

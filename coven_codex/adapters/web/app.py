@@ -26,6 +26,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.types import ASGIApp
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from coven_codex.adapters.kit.commands import HELP, Command, parse_command
 from coven_codex.adapters.web.auth import Access, Guard
 from coven_codex.adapters.web.hub import Hub
 from coven_codex.adapters.web.protocol import (
@@ -162,8 +163,9 @@ async def _first(*waits: Coroutine[Any, Any, object], within: float) -> None:
 class JournalWriter:
     """Appends what the page's buttons and composer ask for."""
 
-    def __init__(self, journal: Journal, store: ImageStore, sender: str) -> None:
+    def __init__(self, journal: Journal, store: ImageStore, sender: str, hub: Hub) -> None:
         self.journal = journal
+        self.hub = hub
         self.store = store
         self.sender = sender
         self._failing = False
@@ -172,6 +174,8 @@ class JournalWriter:
         """Append the entry ``request`` asks for; a message for the user when it cannot."""
         entry: BaseEntry
         match request:
+            case SendThought() if (command := parse_command(request.text)) is not None and not request.attachments:
+                return await self._command(request.conversation, command)
             case SendThought():
                 attachments = [self.store.find(name) for name in request.attachments]
                 if any(found is None for found in attachments):
@@ -196,6 +200,33 @@ class JournalWriter:
                     request_id=request.request_id,
                     decision=decision,
                 )
+        return await self._append(entry)
+
+    async def _command(self, conversation: str, command: Command) -> str | None:
+        """A ``/command`` typed in the composer (the kit's commands, the same in every chat)."""
+        state = self.hub.state(conversation)
+        match command.name:
+            case "cancel":
+                return await self._append(CancelEntry(conversation=conversation, sender=self.sender))
+            case "new":
+                return await self._append(ResetEntry(conversation=conversation, sender=self.sender))
+            case "status":
+                return state.describe()
+            case "approve" | "deny":
+                request_id = command.argument or (state.pending_approvals[0] if state.pending_approvals else "")
+                if not request_id:
+                    return "no approval request is waiting in this conversation"
+                decision: Literal["approve", "deny"] = "approve" if command.name == "approve" else "deny"
+                return await self._append(
+                    ApprovalEntry(
+                        conversation=conversation, sender=self.sender, request_id=request_id[:200], decision=decision
+                    )
+                )
+            case "help":
+                return HELP
+        return f"unknown command /{command.name[:40]}; /help lists the commands"
+
+    async def _append(self, entry: BaseEntry) -> str | None:
         try:
             await self.journal.append(entry)
         except (JournalError, OSError) as exc:
@@ -210,7 +241,7 @@ class JournalWriter:
 def create_app(journal: Journal, store: ImageStore, access: Access, sender: str) -> ASGIApp:
     """The page server for ``journal``, guarded by ``access``; thoughts are sent as ``sender``."""
     hub = Hub(journal, store.folder)
-    writer = JournalWriter(journal, store, sender)
+    writer = JournalWriter(journal, store, sender, hub)
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:

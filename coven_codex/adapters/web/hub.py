@@ -16,6 +16,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from coven_codex.adapters.kit.commands import ConversationState
 from coven_codex.adapters.web.render import WireEntry, wire_entry
 from coven_codex.journal import BadLine, Journal
 
@@ -36,9 +37,12 @@ class ConversationLog:
     open_deltas: int = 0
     last_ts: str = ""
     count: int = 0
+    state: ConversationState = field(default_factory=ConversationState)
+    """Running or idle, queued thoughts, open approval requests (for ``/status`` and ``/approve``)."""
 
     def add(self, wire: WireEntry) -> None:
         """Append ``wire``; a complete reply drops the deltas that streamed it."""
+        self._track(wire)
         if wire.kind == "response" and self.open_deltas:
             kept = [entry for entry in self.entries if entry.kind != "delta"]
             self.entries, self.starts, self.open_deltas = kept, [entry.start for entry in kept], 0
@@ -52,6 +56,19 @@ class ConversationLog:
             cut = len(self.entries) - KEPT_PER_CONVERSATION
             self.open_deltas -= sum(1 for entry in self.entries[:cut] if entry.kind == "delta")
             del self.entries[:cut], self.starts[:cut]
+
+    def _track(self, wire: WireEntry) -> None:
+        state = self.state
+        if wire.kind == "thought":
+            state.queued += 1
+        elif wire.kind == "status" and wire.state == "turn_started":
+            state.running, state.queued = True, max(0, state.queued - 1)
+        elif wire.kind == "status" and wire.state and (wire.state.startswith("turn_") or wire.state == "session_ended"):
+            state.running = False
+        elif wire.kind == "approval_request" and wire.request_id and wire.request_id not in state.pending_approvals:
+            state.pending_approvals.append(wire.request_id)
+        elif wire.kind == "approval" and wire.request_id in state.pending_approvals:
+            state.pending_approvals.remove(wire.request_id)
 
     def after(self, position: int | None) -> list[WireEntry]:
         """The entries that start at or after ``position`` (the last few when it is None)."""
@@ -99,6 +116,11 @@ class Hub:
         """The entries of ``conversation`` from ``position`` on (see :meth:`ConversationLog.after`)."""
         log_ = self.conversations.get(conversation)
         return log_.after(position) if log_ is not None else []
+
+    def state(self, conversation: str) -> ConversationState:
+        """What the hub has seen of ``conversation`` (a fresh state for one it has not seen)."""
+        log_ = self.conversations.get(conversation)
+        return log_.state if log_ is not None else ConversationState()
 
     def names(self) -> list[str]:
         """Every conversation's name, most recently active first."""

@@ -9,13 +9,11 @@ sent as plain text and the page sets it with ``textContent``.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel
 
-from coven_codex.adapters.kit.render import HtmlDialect
+from coven_codex.adapters.kit.render import HtmlDialect, RenderOptions, render_entry
 from coven_codex.entries import (
     ApprovalEntry,
     ApprovalRequestEntry,
@@ -35,6 +33,7 @@ TEXT_LIMIT = 8_000
 MARKDOWN_KINDS = frozenset({"thought", "response", "reasoning"})
 
 _HTML = HtmlDialect()
+_SHOW_ALL = RenderOptions(show_reasoning=True, show_status=True, show_thoughts=True)
 
 
 def markdown_html(text: str) -> str:
@@ -76,14 +75,6 @@ class WireEntry(BaseModel):
     """URLs (on this server) of the images a thought carries."""
 
 
-def _arguments(arguments: Any) -> str:
-    if arguments is None:
-        return ""
-    if isinstance(arguments, str):
-        return arguments
-    return json.dumps(arguments, ensure_ascii=False, indent=1)
-
-
 def wire_entry(entry: BaseEntry, start: int, end: int, uploads: Path | None = None) -> WireEntry:
     """The wire form of ``entry`` (which has an id), read at ``start``..``end``.
 
@@ -106,7 +97,8 @@ def wire_entry(entry: BaseEntry, start: int, end: int, uploads: Path | None = No
         wire.text = entry.text
         wire.item_id = entry.item_id
     else:
-        wire.text = clip(entry.text)
+        block = render_entry(entry, _SHOW_ALL)  # the kit's wording, the same in every chat
+        wire.text = clip(block.body if block is not None else entry.text)
     match entry:
         case ThoughtEntry(attachments=attachments) if attachments and uploads is not None:
             folder = uploads.as_uri() + "/"
@@ -117,7 +109,6 @@ def wire_entry(entry: BaseEntry, start: int, end: int, uploads: Path | None = No
             ]
         case ToolCallEntry():
             wire.tool, wire.call_id = entry.tool, entry.call_id
-            wire.text = clip(_arguments(entry.arguments))
         case ToolResultEntry():
             wire.tool, wire.call_id, wire.is_error = entry.tool, entry.call_id, entry.is_error
         case StatusEntry():
@@ -126,7 +117,6 @@ def wire_entry(entry: BaseEntry, start: int, end: int, uploads: Path | None = No
             wire.code, wire.hint = entry.code, clip(entry.hint, 1000)
         case ApprovalRequestEntry():
             wire.request_id, wire.call_id = entry.request_id, entry.call_id
-            wire.text = clip(entry.action or entry.text)
         case ApprovalEntry():
             wire.request_id, wire.decision = entry.request_id, entry.decision
     return wire

@@ -174,18 +174,14 @@ function build(entry) {
       break;
     }
     case 'tool_call':
-      node.append(el('div', 'who', `tool call · ${entry.tool}`), el('pre', '', entry.text));
+      node.append(el('div', 'who', 'tool call'), el('pre', '', entry.text));
       break;
     case 'tool_result':
       if (entry.is_error) node.classList.add('failed');
-      node.append(el('div', 'who', `${entry.is_error ? 'tool failed' : 'tool result'}${entry.tool ? ` · ${entry.tool}` : ''}`),
-                  el('pre', '', entry.text));
-      break;
-    case 'status':
-      node.textContent = `[${entry.state.replaceAll('_', ' ')}${entry.text && entry.text.toLowerCase() !== entry.state.replaceAll('_', ' ') ? `: ${entry.text}` : ''}]`;
+      node.append(el('div', 'who', entry.is_error ? 'tool failed' : 'tool result'), el('pre', '', entry.text));
       break;
     case 'error':
-      node.append(el('div', 'who', `error ${entry.code}`), el('div', '', entry.text));
+      node.append(el('div', '', entry.text));
       if (entry.hint) node.append(el('div', 'hint', entry.hint));
       break;
     case 'approval_request': {
@@ -207,15 +203,15 @@ function build(entry) {
       node.append(buttons);
       break;
     }
+    case 'status':
     case 'approval':
-      node.textContent = `[${entry.sender} answered ${entry.decision}]`;
-      break;
     case 'cancel':
-      node.textContent = `[${entry.sender} asked to stop the turn]`;
+    case 'reset':
+      node.textContent = entry.text;  // the kit's wording: [turn completed], [ann asked to cancel the turn], ...
       break;
     default:
       node.classList.add('other');
-      node.textContent = `[${entry.kind}${entry.text ? `: ${entry.text}` : ''}]`;
+      node.textContent = entry.text;
   }
   return node;
 }
