@@ -141,7 +141,7 @@ class RecordingPlatform:
 async def main(args: argparse.Namespace) -> None:
     journal = FileJournal(args.journal)
     platform = RecordingPlatform(
-        args.record, args.inbox, args.limit, args.edit_interval, args.rate_limit_every, args.chaos
+        args.record, args.inbox, args.limit, args.edit_interval, args.rate_limit_every, chaos=args.chaos
     )
     ledger = DeliveryLedger.open(ledger_path(args.journal, PLATFORM))
     access = AccessPolicy(users=frozenset(args.allow), admins=frozenset(args.admin))
