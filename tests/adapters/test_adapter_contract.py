@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from adapters_under_test import AdapterUnderTest, FakeAdapter, Shown
+from adapters_under_test import AdapterUnderTest, ConsoleAdapter, FakeAdapter, Shown
 
 from coven_codex.entries import (
     ApprovalEntry,
@@ -33,6 +33,7 @@ from coven_codex.journal import FileJournal, JournalRecord
 
 ADAPTERS: dict[str, Callable[[Path], AdapterUnderTest]] = {
     "fake": FakeAdapter,
+    "console": ConsoleAdapter,
 }
 NETWORK = [name for name in ADAPTERS if ADAPTERS[name](Path("/nonexistent")).network]
 CRASH_SAFE: dict[str, Callable[[Path], AdapterUnderTest]] = {

@@ -166,9 +166,8 @@ class AdapterRunner:
 
     async def reply(self, address: Address, text: str) -> None:
         """Post a short notice (not tied to a journal entry) at ``address``."""
-        texts = format_block(Block("status", text), self.platform.dialect)
-        for part in texts:
-            await self._call(self.platform.post, address, Outgoing(part, style="status"), None)
+        for part in format_block(Block("notice", text), self.platform.dialect):
+            await self._call(self.platform.post, address, Outgoing(part, style="notice"), None)
 
     def state(self, conversation: str) -> ConversationState:
         """What this runner has seen of ``conversation``."""
@@ -178,8 +177,9 @@ class AdapterRunner:
         state = self.state(conversation)
         match command.name:
             case "cancel":
-                await self.append(CancelEntry(conversation=conversation, sender=user.label))
+                # Said before appending: the daemon's answer to the cancel must come after it.
                 await self.reply(address, "cancel sent" if state.running else "nothing is running; cancel sent anyway")
+                await self.append(CancelEntry(conversation=conversation, sender=user.label))
             case "new":
                 await self.append(ResetEntry(conversation=conversation, sender=user.label))
                 await self.reply(address, "new session: your next message starts a fresh Codex session")
@@ -204,7 +204,8 @@ class AdapterRunner:
             case _:
                 await self.reply(
                     address,
-                    f"unknown command {clip(command.name, 40)}; {self.options.command_prefix}help lists the commands",
+                    f"unknown command {self.options.command_prefix}{clip(command.name, 40)};"
+                    f" {self.options.command_prefix}help lists the commands",
                 )
 
     # ----------------------------------------------------------------- egress
@@ -215,7 +216,7 @@ class AdapterRunner:
         if start is None:
             start = 0 if self.options.start == "beginning" else await self.journal.end_position()
             if self.options.history:
-                await self._show_history(start)
+                await self.show_history(start)
         self._saved = start
         self.ready.set()
         async for item in self.journal.tail(start):
@@ -232,8 +233,11 @@ class AdapterRunner:
                 await self.journal.save_cursor(name, position)
                 self._saved = position
 
-    async def _show_history(self, end: Position) -> None:
-        """The last entries before ``end`` of this adapter's conversations, shown without the ledger."""
+    async def show_history(self, end: Position) -> None:
+        """Show the last ``options.history`` entries before ``end`` of this adapter's conversations.
+
+        They are shown as they were, without the ledger (a console shows its history on every start).
+        """
         shown: list[tuple[Block, Address]] = []
         for item in await self.journal.read(0, end):
             if not isinstance(item, JournalRecord):
@@ -242,8 +246,10 @@ class AdapterRunner:
             if address is None:
                 continue
             self._track(item.entry)
-            block = render_entry(item.entry, RenderOptions(self.options.render.show_reasoning,
-                                                           self.options.render.show_status, show_thoughts=True))
+            block = render_entry(
+                item.entry,
+                RenderOptions(self.options.render.show_reasoning, self.options.render.show_status, show_thoughts=True),
+            )
             if block is not None:
                 shown.append((block, address))
         for block, address in shown[-self.options.history :]:
