@@ -70,7 +70,7 @@ class Delivery:
 class DeliveryLedger:
     """Intent and done records per key, in memory and in an append-only file."""
 
-    def __init__(self, path: Path, records: dict[str, Delivery], fd: int) -> None:
+    def __init__(self, path: Path | None, records: dict[str, Delivery], fd: int) -> None:
         self.path = path
         self._records = records
         self._fd = fd
@@ -104,6 +104,11 @@ class DeliveryLedger:
             ) from None
         return cls(path, records, fd)
 
+    @classmethod
+    def memory(cls) -> DeliveryLedger:
+        """A ledger kept in memory only: for adapters that start afresh each run (the console)."""
+        return cls(None, {}, -1)
+
     def get(self, key: str) -> Delivery | None:
         """What is known about ``key``: None when it was never intended."""
         return self._records.get(key)
@@ -127,6 +132,8 @@ class DeliveryLedger:
             self._fd = -1
 
     async def _write(self, record: dict[str, str]) -> None:
+        if self._fd < 0:
+            return
         line = json.dumps(record, separators=(",", ":")).encode() + b"\n"
         async with self._lock:
             try:

@@ -235,7 +235,10 @@ def render_entry(entry: BaseEntry, options: RenderOptions = RenderOptions()) -> 
             if entry.state in QUIET_STATES and not options.show_status:
                 return None
             label = entry.state.replace("_", " ")
-            detail = f": {entry.text}" if entry.text and entry.text.lower() != label else ""
+            text = entry.text
+            if text.lower().startswith(label):  # "turn failed: RATE_LIMIT" under turn_failed
+                text = text[len(label) :].lstrip(" :")
+            detail = f": {text}" if text else ""
             return Block("status", f"[{label}{detail}]")
         case ErrorEntry():
             return Block("error", f"error {entry.code}: {entry.text}", hint=entry.hint)

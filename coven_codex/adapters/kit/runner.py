@@ -82,6 +82,10 @@ class RunnerOptions:
     start: Literal["end", "beginning"] = "end"
     """Where the first run (no saved cursor) starts reading: only new entries, or everything."""
     command_prefix: str = "/"
+    resume: bool = True
+    """Save a cursor and resume from it after a restart; False starts at ``start`` every run (the console)."""
+    history: int = 0
+    """On a run without a saved cursor, first show up to this many earlier entries of its conversations."""
 
 
 class AdapterRunner:
@@ -111,6 +115,8 @@ class AdapterRunner:
         self._lock = asyncio.Lock()
         self._saved: Position | None = None
         self._waiting = False
+        self.ready = asyncio.Event()
+        """Set once the runner follows the journal (history, if any, shown)."""
 
     async def run(self) -> None:
         """Follow the journal and the platform until the platform's incoming stream ends."""
@@ -160,9 +166,8 @@ class AdapterRunner:
 
     async def reply(self, address: Address, text: str) -> None:
         """Post a short notice (not tied to a journal entry) at ``address``."""
-        texts = format_block(Block("status", text), self.platform.dialect)
-        for part in texts:
-            await self._call(self.platform.post, address, Outgoing(part, style="status"), None)
+        for part in format_block(Block("notice", text), self.platform.dialect):
+            await self._call(self.platform.post, address, Outgoing(part, style="notice"), None)
 
     def state(self, conversation: str) -> ConversationState:
         """What this runner has seen of ``conversation``."""
@@ -172,8 +177,9 @@ class AdapterRunner:
         state = self.state(conversation)
         match command.name:
             case "cancel":
-                await self.append(CancelEntry(conversation=conversation, sender=user.label))
+                # Said before appending: the daemon's answer to the cancel must come after it.
                 await self.reply(address, "cancel sent" if state.running else "nothing is running; cancel sent anyway")
+                await self.append(CancelEntry(conversation=conversation, sender=user.label))
             case "new":
                 await self.append(ResetEntry(conversation=conversation, sender=user.label))
                 await self.reply(address, "new session: your next message starts a fresh Codex session")
@@ -198,17 +204,21 @@ class AdapterRunner:
             case _:
                 await self.reply(
                     address,
-                    f"unknown command {clip(command.name, 40)}; {self.options.command_prefix}help lists the commands",
+                    f"unknown command {self.options.command_prefix}{clip(command.name, 40)};"
+                    f" {self.options.command_prefix}help lists the commands",
                 )
 
     # ----------------------------------------------------------------- egress
 
     async def _egress(self) -> None:
         name = cursor_name(self.name)
-        start = await self.journal.load_cursor(name)
+        start = await self.journal.load_cursor(name) if self.options.resume else None
         if start is None:
             start = 0 if self.options.start == "beginning" else await self.journal.end_position()
+            if self.options.history:
+                await self.show_history(start)
         self._saved = start
+        self.ready.set()
         async for item in self.journal.tail(start):
             if isinstance(item, JournalRecord):
                 address = self.mapping.address(item.entry.conversation)
@@ -219,9 +229,32 @@ class AdapterRunner:
                 log.debug("adapter %s: skipped bad journal line at %s", self.name, item.start)
             hold = self._streams.hold()
             position = item.end if hold is None else min(hold, item.end)
-            if position != self._saved:
+            if position != self._saved and self.options.resume:
                 await self.journal.save_cursor(name, position)
                 self._saved = position
+
+    async def show_history(self, end: Position) -> None:
+        """Show the last ``options.history`` entries before ``end`` of this adapter's conversations.
+
+        They are shown as they were, without the ledger (a console shows its history on every start).
+        """
+        shown: list[tuple[Block, Address]] = []
+        for item in await self.journal.read(0, end):
+            if not isinstance(item, JournalRecord):
+                continue
+            address = self.mapping.address(item.entry.conversation)
+            if address is None:
+                continue
+            self._track(item.entry)
+            block = render_entry(
+                item.entry,
+                RenderOptions(self.options.render.show_reasoning, self.options.render.show_status, show_thoughts=True),
+            )
+            if block is not None:
+                shown.append((block, address))
+        for block, address in shown[-self.options.history :]:
+            for text in format_block(block, self.platform.dialect):
+                await self._call(self.platform.post, address, Outgoing(text, style=block.style), None)
 
     def _track(self, entry: BaseEntry) -> None:
         state = self.state(entry.conversation)
