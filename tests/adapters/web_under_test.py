@@ -9,11 +9,14 @@ page, and ``messages()`` reads what its DOM shows. Register it in the suite with
 from __future__ import annotations
 
 import contextlib
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from playwright.async_api import BrowserContext, Page, Playwright, async_playwright
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "web"))
 from web_helpers import CHROMIUM, CHROMIUM_ARGS, WebServer
 
 MESSAGES = """() => {
@@ -56,6 +59,8 @@ class WebAdapter:
         self._browser: BrowserContext | None = None
         self._page: Page | None = None
         self._profiles = 0
+        self._last: list[Shown] = []
+        """What the page showed when the browser was closed (``messages()`` after ``stop()``)."""
 
     def conversation(self, channel: str, user: str) -> str:
         """A page's conversation is its channel."""
@@ -91,6 +96,8 @@ class WebAdapter:
     async def stop(self) -> None:
         """Stop the page server (SIGTERM, must exit 0) and close the browser."""
         try:
+            if self._page is not None:
+                self._last = await self.messages()
             if self.alive():
                 assert await self.server.stop() == 0, self.server.log()
         finally:
@@ -127,8 +134,9 @@ class WebAdapter:
         await self.say(channel, user, f"/{action}")
 
     async def messages(self) -> list[Shown]:
-        """What the page's DOM shows, in order (and the notice line, where command answers go)."""
+        """What the page's DOM shows, in order (and the notice line, where command answers go);
+        after ``stop()``, what it showed then."""
         if self._page is None:
-            return []
+            return list(self._last)
         shown = await self._page.evaluate(MESSAGES)
         return [Shown(self.channel, item["text"], tuple(item["actions"]), item["final"]) for item in shown]
