@@ -10,8 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_web_access import png
-from web_helpers import WebServer, chromium, message_ids, message_texts, open_page
+from web_helpers import WebServer, chromium, message_ids, message_texts, open_page, png
 
 from coven_codex.entries import ApprovalRequestEntry, DeltaEntry, ResponseEntry, StatusEntry, ThoughtEntry
 from coven_codex.journal import FileJournal, JournalRecord

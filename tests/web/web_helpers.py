@@ -9,7 +9,9 @@ import http.client
 import os
 import re
 import signal
+import struct
 import sys
+import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -165,3 +167,18 @@ async def message_texts(page: Page, kind: str) -> list[str]:
         f"#messages .msg.{kind}[id] .body", "nodes => nodes.map(n => n.textContent.trim())"
     )
     return texts
+
+
+def png(width: int = 2, height: int = 2) -> bytes:
+    """A small valid PNG."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    raw = b"".join(b"\x00" + b"\xff\x00\x00" * width for _ in range(height))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(raw))
+        + chunk(b"IEND", b"")
+    )

@@ -1,18 +1,21 @@
-"""The page server's security model, against the real server process: token, cookie, Host,
-Origin, security headers, uploads; and the live channel's messages as they reach the journal."""
+"""Attacks on the web page, against the real page server process: no token, a wrong token, the
+token left in the URL, DNS rebinding (a foreign Host), cross-site WebSocket and POST (a foreign
+Origin), hostile uploads, raw HTML in Markdown; and what the live channel appends to the journal."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import stat
-import struct
-import zlib
+import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import websockets
-from web_helpers import TOKEN, WebServer, cookie_header, request, socket_headers
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "web"))
+from web_helpers import TOKEN, WebServer, cookie_header, png, request, socket_headers
 
 from coven_codex.entries import (
     ApprovalEntry,
@@ -28,19 +31,13 @@ from coven_codex.journal import FileJournal, JournalRecord
 pytestmark = pytest.mark.timeout(120)
 
 
-def png(width: int = 2, height: int = 2) -> bytes:
-    """A small valid PNG."""
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    raw = b"".join(b"\x00" + b"\xff\x00\x00" * width for _ in range(height))
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
-        + chunk(b"IDAT", zlib.compress(raw))
-        + chunk(b"IEND", b"")
-    )
+@pytest.fixture
+async def web_server(tmp_path: Path) -> AsyncIterator[WebServer]:
+    """A page server on ``tmp_path/journal.jsonl`` (started by the test)."""
+    server = WebServer(tmp_path / "journal.jsonl", tmp_path)
+    yield server
+    if server.process is not None and server.process.returncode is None:
+        await server.kill9()
 
 
 async def entries(journal: Path) -> list[object]:
