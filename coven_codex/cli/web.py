@@ -27,6 +27,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"read the access token from this file (else ${TOKEN_ENV}, else a random one)",
     )
+    parser.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="another host name the page may be opened by (for a --host that is not loopback: "
+        "the machine's name or address); repeatable",
+    )
     parser.add_argument("--sender", default=None, help="your name in the journal (default: your login name)")
 
 
@@ -80,7 +88,11 @@ def execute(args: argparse.Namespace) -> int:
     for number in (signal.SIGINT, signal.SIGTERM):
         signal.signal(number, _stopped)
     try:
-        asyncio.run(serve(journal_path, sock, token=token, sender=sender, announce=announce))
+        asyncio.run(
+            serve(
+                journal_path, sock, token=token, sender=sender, announce=announce, extra_hosts=tuple(args.allowed_host)
+            )
+        )
     except (_Stopped, KeyboardInterrupt):
         pass
     finally:

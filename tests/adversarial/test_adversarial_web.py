@@ -96,6 +96,14 @@ async def test_a_foreign_host_name_is_refused_even_with_the_token(web_server: We
     assert (await asyncio.to_thread(request, web_server.port, "GET", "/", headers=localhost))[0] == 200
 
 
+async def test_an_allowed_host_name_is_accepted_and_only_it(web_server: WebServer) -> None:
+    await web_server.start("--allowed-host", "devbox.example")
+    named = {**cookie_header(web_server), "Host": f"devbox.example:{web_server.port}"}
+    assert (await asyncio.to_thread(request, web_server.port, "GET", "/", headers=named))[0] == 200
+    other = {**named, "Host": f"devbox.example.evil:{web_server.port}"}
+    assert (await asyncio.to_thread(request, web_server.port, "GET", "/", headers=other))[0] == 421
+
+
 async def test_the_live_channel_checks_origin_and_token(web_server: WebServer) -> None:
     await web_server.start()
     uri = f"ws://127.0.0.1:{web_server.port}/live"

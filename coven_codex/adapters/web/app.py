@@ -160,6 +160,17 @@ async def _first(*waits: Coroutine[Any, Any, object], within: float) -> None:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+async def _follow(hub: Hub) -> None:
+    """Run the hub; if the journal cannot be read any more, say so once (the page stops updating)."""
+    try:
+        await hub.run()
+    except (JournalError, OSError) as exc:
+        log.error(
+            "cannot read the journal any more: %s; the page shows no new entries until coven-codex web is restarted",
+            clip(str(exc), 300),
+        )
+
+
 class JournalWriter:
     """Appends what the page's buttons and composer ask for."""
 
@@ -245,7 +256,7 @@ def create_app(journal: Journal, store: ImageStore, access: Access, sender: str)
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-        follower = asyncio.create_task(hub.run(), name="web-hub")
+        follower = asyncio.create_task(_follow(hub), name="web-hub")
         try:
             yield
         finally:
@@ -286,7 +297,7 @@ def create_app(journal: Journal, store: ImageStore, access: Access, sender: str)
         try:
             stored = await store.save(bytes(data))
         except UploadError as exc:
-            return JSONResponse({"error": str(exc)}, status_code=415 if "only" in str(exc) else 400)
+            return JSONResponse({"error": str(exc)}, status_code=exc.status)
         except OSError as exc:
             return JSONResponse({"error": f"could not store the image: {exc.strerror}"}, status_code=507)
         return JSONResponse({"name": stored.path.name, "url": f"/attachments/{stored.path.name}"})

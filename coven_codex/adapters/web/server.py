@@ -60,7 +60,8 @@ async def serve(
             access_log=False,
         )
         server = uvicorn.Server(config)
-        announce(access.url(host, port))
+        shown = extra_hosts[0] if extra_hosts and host in ("0.0.0.0", "::") else host
+        announce(access.url(shown, port))
         await server.serve(sockets=[sock])
     finally:
         await journal.aclose()

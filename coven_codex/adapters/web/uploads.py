@@ -23,7 +23,11 @@ MEDIA_TYPES = {"png": "image/png", "jpg": "image/jpeg", "gif": "image/gif", "web
 
 
 class UploadError(ValueError):
-    """An upload that is refused; the message says why and what to do."""
+    """An upload that is refused; the message says why and what to do, ``status`` the HTTP status."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def sniff(data: bytes) -> str | None:
@@ -78,10 +82,12 @@ class ImageStore:
         if not data:
             raise UploadError("the upload is empty; paste or choose an image file")
         if len(data) > MAX_IMAGE_BYTES:
-            raise UploadError(f"the image is larger than {MAX_IMAGE_BYTES // (1024 * 1024)} MiB; send a smaller one")
+            raise UploadError(
+                f"the image is larger than {MAX_IMAGE_BYTES // (1024 * 1024)} MiB; send a smaller one", 413
+            )
         extension = sniff(data)
         if extension is None:
-            raise UploadError("only PNG, JPEG, GIF and WebP images can be attached")
+            raise UploadError("only PNG, JPEG, GIF and WebP images can be attached", 415)
         digest = hashlib.sha256(data).hexdigest()
         path = self.folder / f"{digest}.{extension}"
         await asyncio.to_thread(self._write, path, data)
