@@ -24,6 +24,7 @@ QUICK_ARGS: dict[str, list[str]] = {
     "rollout": ["--megabytes", "20"],
     "drivers": ["--turns", "3"],
     "agent": ["--thoughts", "20", "--lines", "100"],
+    "web": ["--quick"],
 }
 
 

@@ -69,10 +69,25 @@ class BaseEntry(BaseModel):
         return self.model_copy(update={"id": entry_id})
 
 
+class Attachment(BaseModel):
+    """A file that came with a thought (an image pasted in a chat, ...).
+
+    ``url`` is where the adapter put it: a ``file://`` path the daemon can read, or an
+    ``https://`` address. ``media_type`` is its MIME type (``image/png``).
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    url: str
+    media_type: str = "application/octet-stream"
+    name: str = ""
+
+
 class ThoughtEntry(BaseEntry):
-    """A user's message for Codex (chat → Codex)."""
+    """A user's message for Codex (chat → Codex), with optional attachments."""
 
     kind: Literal["thought"] = "thought"
+    attachments: list[Attachment] = Field(default_factory=list)
 
 
 class ResponseEntry(BaseEntry):
@@ -152,6 +167,12 @@ class CancelEntry(BaseEntry):
     kind: Literal["cancel"] = "cancel"
 
 
+class ResetEntry(BaseEntry):
+    """Chat asks for a fresh Codex session in this conversation (the next thought starts it)."""
+
+    kind: Literal["reset"] = "reset"
+
+
 class ApprovalRequestEntry(BaseEntry):
     """Codex asks permission for an action; answered by an ``approval`` entry."""
 
@@ -185,6 +206,7 @@ KNOWN_KINDS: frozenset[str] = frozenset(
         "status",
         "error",
         "cancel",
+        "reset",
         "approval_request",
         "approval",
     }
@@ -208,6 +230,7 @@ Entry = Annotated[
     | Annotated[StatusEntry, Tag("status")]
     | Annotated[ErrorEntry, Tag("error")]
     | Annotated[CancelEntry, Tag("cancel")]
+    | Annotated[ResetEntry, Tag("reset")]
     | Annotated[ApprovalRequestEntry, Tag("approval_request")]
     | Annotated[ApprovalEntry, Tag("approval")]
     | Annotated[GenericEntry, Tag("generic")],

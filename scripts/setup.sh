@@ -28,6 +28,14 @@ if ! command -v tmux >/dev/null 2>&1; then
     echo "setup: warning: tmux is missing (needed by the terminal test); install it with your package manager" >&2
   fi
 fi
+if ! command -v chromium >/dev/null 2>&1; then
+  # the web page's tests drive Debian's Chromium through Playwright (no browser download)
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    (apt-get update -qq && apt-get install -y -qq chromium) >&2
+  else
+    echo "setup: warning: chromium is missing (needed by the web page's tests); install it with your package manager" >&2
+  fi
+fi
 if [ ! -x .venv/bin/python ]; then
   "$py" -m venv .venv
 fi

@@ -10,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from coven_codex.chat.console import ConsoleChat, stdin_lines
+from coven_codex.adapters.console import ConsoleChat, stdin_lines
 from coven_codex.entries import DEFAULT_CONVERSATION
 from coven_codex.journal import FileJournal
 
@@ -53,7 +53,8 @@ def _login_name() -> str:
 async def _chat(path: Path, conversation: str, sender: str, colour: bool, history: int) -> None:
     journal = FileJournal(path)
     try:
-        chat = ConsoleChat(journal, conversation, sender, sys.stdout, colour=colour, history=history)
+        prompt = sys.stdin.isatty() and sys.stdout.isatty()
+        chat = ConsoleChat(journal, conversation, sender, sys.stdout, colour=colour, history=history, prompt=prompt)
         await chat.run(stdin_lines())
     finally:
         await journal.aclose()

@@ -12,7 +12,6 @@ whether every thought got a reply that used a spell or text.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import sys
@@ -21,9 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from coven_codex.adapters.console import ConsoleChat, stdin_lines
+from coven_codex.adapters.kit.render import PlainDialect, RenderOptions, format_block, render_entry
 from coven_codex.agent.bootstrap import BootstrapError, run_daemon
-from coven_codex.chat.console import ConsoleChat, stdin_lines
-from coven_codex.chat.render import Painter, render_entry
 from coven_codex.demo.model import demo_responder
 from coven_codex.entries import BaseEntry, ErrorEntry, ResponseEntry, StatusEntry, ThoughtEntry, ToolResultEntry
 from coven_codex.journal import FileJournal, JournalRecord
@@ -134,14 +133,14 @@ async def _interactive(journal: FileJournal, out: TextIO) -> None:
     colour = out.isatty() and os.environ.get("NO_COLOR") is None
     out.write("Try: what is 2 plus 3?   roll 3 dice   count the words in the quick brown fox\n"
               "(/quit to leave)\n")
-    chat = ConsoleChat(journal, CONVERSATION, "you", out, colour=colour)
-    with contextlib.suppress(KeyboardInterrupt):
-        await chat.run(stdin_lines())
+    prompt = out.isatty() and sys.stdin.isatty()
+    chat = ConsoleChat(journal, CONVERSATION, "you", out, colour=colour, prompt=prompt,
+                       quit_note="leave (this stops the demo's daemon too)")
+    await chat.run(stdin_lines())
 
 
 async def _scripted(journal: FileJournal, thoughts: Sequence[str], turn_timeout: float, out: TextIO) -> bool:
     """Send each thought, wait for its turn to end, print everything; True if all got replies."""
-    painter = Painter(colour=False)
     position = await journal.end_position()
     tail = journal.tail(position)
     all_answered = True
@@ -155,7 +154,7 @@ async def _scripted(journal: FileJournal, thoughts: Sequence[str], turn_timeout:
                         if not isinstance(item, JournalRecord) or item.entry.conversation != CONVERSATION:
                             continue
                         entry = item.entry
-                        _print(entry, painter, out)
+                        _print(entry, out)
                         answered = answered or isinstance(entry, ResponseEntry | ToolResultEntry)
                         if _turn_over(entry):
                             break
@@ -173,16 +172,23 @@ def _turn_over(entry: BaseEntry) -> bool:
     return (isinstance(entry, StatusEntry) and entry.state in TURN_END_STATES) or isinstance(entry, ErrorEntry)
 
 
-def _print(entry: BaseEntry, painter: Painter, out: TextIO) -> None:
-    text = render_entry(entry, painter)
-    if text is not None:
-        out.write(text + "\n")
+SCRIPT_RENDER = RenderOptions(show_reasoning=True, show_status=True, show_thoughts=True)
+
+
+def _print(entry: BaseEntry, out: TextIO) -> None:
+    block = render_entry(entry, SCRIPT_RENDER)
+    if block is not None:
+        for text in format_block(block, PlainDialect()):
+            out.write(text + "\n")
         out.flush()
 
 
 def main_demo(options: DemoOptions) -> int:
     try:
         ok = asyncio.run(run_demo(options, sys.stdout))
+    except KeyboardInterrupt:
+        print("\ncoven-codex demo: stopped (Ctrl-C)", file=sys.stderr)
+        return 130
     except DemoError as exc:
         print(f"coven-codex demo: {exc}", file=sys.stderr)
         return 1

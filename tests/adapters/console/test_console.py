@@ -3,7 +3,7 @@ import io
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from coven_codex.chat.console import ConsoleChat
+from coven_codex.adapters.console import ConsoleChat
 from coven_codex.entries import (
     ApprovalEntry,
     ApprovalRequestEntry,
@@ -68,7 +68,7 @@ async def test_console_chat_round_trip(tmp_path: Path) -> None:
     screen = out.getvalue()
     assert "codex: Hello there!\n" in screen  # the streamed reply is completed, not repeated
     assert screen.count("Hello there") == 1
-    assert "→ add(" in screen and "← add 2" in screen
+    assert "→ add(" in screen and "← 2" in screen
     assert "error AUTH: 401 Unauthorized" in screen and "hint: codex login" in screen
 
     await keys.queue.put("/approve\n")

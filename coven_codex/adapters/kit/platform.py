@@ -1,0 +1,159 @@
+"""The :class:`Platform` protocol an adapter implements, and the messages it exchanges with the kit.
+
+A platform is the chat service's side: it posts, edits and deletes messages, shows a typing
+indicator, answers "did you already post the message with this key?" (:meth:`Platform.find`) and
+yields what users do (:class:`IncomingMessage`, :class:`ButtonPress`). Every method that talks
+to the service may raise :class:`RateLimited`; the runner waits the given time and tries again
+(it never drops the message).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from coven_codex.adapters.kit.render import Dialect
+from coven_codex.entries import Attachment
+
+
+class PlatformError(Exception):
+    """The platform refused an operation for good; the message says what and what to do."""
+
+
+class RateLimited(Exception):
+    """The platform asks to wait ``retry_after`` seconds before the next call (HTTP 429)."""
+
+    def __init__(self, retry_after: float) -> None:
+        super().__init__(f"rate limited: retry after {retry_after:g} s")
+        self.retry_after = max(0.0, retry_after)
+
+
+@dataclass(frozen=True, slots=True)
+class Address:
+    """Where a message lives on a platform: ``workspace`` (server, team), ``channel``, ``thread``.
+
+    A browser tab's chat is ``Address(channel=<chat id>)``; a console is ``Address(channel=<conversation>)``.
+    """
+
+    channel: str
+    workspace: str = ""
+    thread: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    """Who did something on the platform: a stable ``id``, a display ``name`` and their roles/groups."""
+
+    id: str
+    name: str = ""
+    roles: frozenset[str] = frozenset()
+
+    @property
+    def label(self) -> str:
+        """The name to show and to write as the entry's ``sender``."""
+        return self.name or self.id
+
+
+@dataclass(frozen=True, slots=True)
+class Button:
+    """A button under a message; pressing it runs ``action`` (a command line such as ``approve r1``)."""
+
+    label: str
+    action: str
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """A message the kit asks the platform to show, already in the platform's dialect.
+
+    ``final`` is False while a reply is still being streamed (the message will be edited again).
+    ``style`` names what it shows (``response``, ``tool_call``, ``error``, ...) for platforms that
+    colour or lay out kinds differently.
+    """
+
+    text: str
+    style: str = "response"
+    buttons: tuple[Button, ...] = ()
+    final: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class IncomingMessage:
+    """A user wrote ``text`` (with optional attachments) at ``address``."""
+
+    address: Address
+    user: User
+    text: str
+    attachments: tuple[Attachment, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ButtonPress:
+    """A user pressed a button whose action is ``action`` under message ``message_id``."""
+
+    address: Address
+    user: User
+    action: str
+    message_id: str = ""
+
+
+Incoming = IncomingMessage | ButtonPress
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a platform can do, which the runner adapts to.
+
+    ``edit_interval``: the least time between two edits of one message (its edit rate limit);
+    ``can_find``: :meth:`Platform.find` answers from the platform, making posting exactly once
+    (else at least once, see :mod:`~coven_codex.adapters.kit.ledger`);
+    ``echoes_own_messages``: the platform already shows what its user typed (chat services do),
+    so the runner does not render thoughts it appended itself.
+    """
+
+    edit_interval: float = 1.0
+    can_find: bool = True
+    echoes_own_messages: bool = True
+
+
+@runtime_checkable
+class Platform(Protocol):
+    """A chat service as the kit sees it. Every call may raise :class:`RateLimited`."""
+
+    name: str
+    """Short, stable, used in conversation names and cursor names (``web``, ``slack``)."""
+    dialect: Dialect
+    capabilities: Capabilities
+
+    async def post(self, address: Address, message: Outgoing, key: str | None) -> str:
+        """Show ``message`` at ``address``; return the platform's message id.
+
+        ``key`` is a deterministic idempotency key (None for messages not tied to a journal
+        entry, such as a refusal): pass it to the platform's own idempotency mechanism if it has
+        one, and remember it so that :meth:`find` can answer.
+        """
+        ...
+
+    async def edit(self, address: Address, message_id: str, message: Outgoing) -> None:
+        """Replace the message ``message_id`` with ``message``."""
+        ...
+
+    async def delete(self, address: Address, message_id: str) -> None:
+        """Remove the message ``message_id``."""
+        ...
+
+    async def typing(self, address: Address, active: bool) -> None:
+        """Show (or stop showing) that Codex is working at ``address``."""
+        ...
+
+    async def find(self, address: Address, key: str) -> str | None:
+        """The id of the message posted with ``key``, or None if there is none.
+
+        Platforms whose ``capabilities.can_find`` is False are never asked.
+        """
+        ...
+
+    def incoming(self) -> AsyncIterator[Incoming]:
+        """What users do, as it happens; ends when the platform closes."""
+        ...

@@ -1,0 +1,319 @@
+"""The page server: a Starlette app with the page, the live channel, uploads and stored images.
+
+Routes (all behind :class:`~coven_codex.adapters.web.auth.Guard`):
+
+- ``GET /``: the page; ``GET /static/app.js``, ``/static/style.css``: its script and style
+- ``WS /live``: the live channel (:mod:`.protocol`)
+- ``POST /upload``: an image (raw body, at most 10 MiB); answers ``{"name": ...}``
+- ``GET /attachments/<name>``: a stored image
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Coroutine
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route, WebSocketRoute
+from starlette.types import ASGIApp
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from coven_codex.adapters.kit.commands import HELP, Command, parse_command
+from coven_codex.adapters.web.auth import Access, Guard
+from coven_codex.adapters.web.hub import Hub
+from coven_codex.adapters.web.protocol import (
+    CLIENT_MESSAGE,
+    Conversations,
+    Entries,
+    Hello,
+    Notice,
+    SendApproval,
+    SendCancel,
+    SendReset,
+    SendThought,
+    Subscribe,
+)
+from coven_codex.adapters.web.render import WireEntry, clip
+from coven_codex.adapters.web.uploads import MAX_IMAGE_BYTES, ImageStore, UploadError
+from coven_codex.entries import ApprovalEntry, BaseEntry, CancelEntry, ResetEntry, ThoughtEntry
+from coven_codex.journal import Journal, JournalError
+
+log = logging.getLogger(__name__)
+
+STATIC = Path(__file__).resolve().parent / "static"
+STATIC_FILES = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
+BATCH = 200
+"""Entries per ``entries`` message."""
+SEND_TIMEOUT = 30.0
+"""A tab that takes longer than this to take one message is disconnected (it reconnects and resumes)."""
+IDLE_WAKE = 30.0
+"""The push loop's longest sleep; it normally wakes on new entries."""
+
+
+class _TabGone(Exception):
+    """The tab closed its connection."""
+
+
+class LiveConnection:
+    """One tab's live channel: what it asked to see, and what it has been sent."""
+
+    def __init__(self, websocket: WebSocket, hub: Hub, writer: JournalWriter) -> None:
+        self.websocket = websocket
+        self.hub = hub
+        self.writer = writer
+        self._conversation: str | None = None
+        self._after: int | None = None
+        self._subscription: Subscribe | None = None
+        self._wake = asyncio.Event()
+
+    async def run(self) -> None:
+        """Serve the tab until it goes away."""
+        await self._send(Hello(sender=self.writer.sender, conversations=self.hub.names()).model_dump_json())
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self._receive())
+                group.create_task(self._push())
+        except* (_TabGone, WebSocketDisconnect):
+            pass
+
+    async def _send(self, text: str) -> None:
+        try:
+            await asyncio.wait_for(self.websocket.send_text(text), SEND_TIMEOUT)
+        except TimeoutError:
+            log.warning("a tab took more than %.0f s to take a message; disconnecting it", SEND_TIMEOUT)
+            with contextlib.suppress(Exception):
+                await self.websocket.close(code=1013)
+            raise _TabGone from None
+        except (RuntimeError, OSError):
+            raise _TabGone from None
+
+    async def _receive(self) -> None:
+        while True:
+            message = await self.websocket.receive()
+            if message["type"] == "websocket.disconnect":
+                raise _TabGone
+            raw = message.get("text") or message.get("bytes") or ""
+            try:
+                request = CLIENT_MESSAGE.validate_json(raw)
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                where = ".".join(str(part) for part in first["loc"]) or "message"
+                await self._notice(f"message refused: {where}: {first['msg']}")
+                continue
+            if isinstance(request, Subscribe):
+                self._subscription = request
+                self._wake.set()
+                continue
+            problem = await self.writer.act(request)
+            if problem:
+                await self._notice(problem)
+
+    async def _notice(self, text: str) -> None:
+        await self._send(Notice(text=clip(text, 500)).model_dump_json())
+
+    async def _push(self) -> None:
+        names_sent = -1
+        while True:
+            version, event = self.hub.version, self.hub.event
+            self._wake.clear()
+            if self.hub.names_version != names_sent:
+                names_sent = self.hub.names_version
+                await self._send(Conversations(conversations=self.hub.names()).model_dump_json())
+            history = False
+            if self._subscription is not None:
+                self._conversation, self._after = self._subscription.conversation, self._subscription.after
+                self._subscription, history = None, True
+            if self._conversation is not None:
+                await self._send_entries(self._conversation, history)
+            if self.hub.version == version and self._subscription is None:
+                await _first(event.wait(), self._wake.wait(), within=IDLE_WAKE)
+
+    async def _send_entries(self, conversation: str, history: bool) -> None:
+        entries = self.hub.entries_after(conversation, self._after)
+        if not entries and not history:
+            return
+        batches: list[list[WireEntry]] = [entries[i : i + BATCH] for i in range(0, len(entries), BATCH)] or [[]]
+        for batch in batches:
+            await self._send(Entries(conversation=conversation, history=history, entries=batch).model_dump_json())
+            if batch:
+                self._after = batch[-1].end
+            if self._subscription is not None:
+                return  # the tab switched conversation; the rest is not wanted
+
+
+async def _first(*waits: Coroutine[Any, Any, object], within: float) -> None:
+    """Wait until the first of ``waits`` is done, at most ``within`` seconds; cancel the others."""
+    tasks = [asyncio.ensure_future(wait) for wait in waits]
+    try:
+        await asyncio.wait(tasks, timeout=within, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _follow(hub: Hub) -> None:
+    """Run the hub; if the journal cannot be read any more, say so once (the page stops updating)."""
+    try:
+        await hub.run()
+    except (JournalError, OSError) as exc:
+        log.error(
+            "cannot read the journal any more: %s; the page shows no new entries until coven-codex web is restarted",
+            clip(str(exc), 300),
+        )
+
+
+class JournalWriter:
+    """Appends what the page's buttons and composer ask for."""
+
+    def __init__(self, journal: Journal, store: ImageStore, sender: str, hub: Hub) -> None:
+        self.journal = journal
+        self.hub = hub
+        self.store = store
+        self.sender = sender
+        self._failing = False
+
+    async def act(self, request: SendThought | SendCancel | SendReset | SendApproval) -> str | None:
+        """Append the entry ``request`` asks for; a message for the user when it cannot."""
+        entry: BaseEntry
+        match request:
+            case SendThought() if (command := parse_command(request.text)) is not None and not request.attachments:
+                return await self._command(request.conversation, command)
+            case SendThought():
+                attachments = [self.store.find(name) for name in request.attachments]
+                if any(found is None for found in attachments):
+                    return "an attached image is no longer stored; attach it again"
+                if not request.text.strip() and not attachments:
+                    return "nothing to send: type a message or attach an image"
+                entry = ThoughtEntry(
+                    conversation=request.conversation,
+                    sender=self.sender,
+                    text=request.text,
+                    attachments=[a.attachment() for a in attachments if a is not None],
+                )
+            case SendCancel():
+                entry = CancelEntry(conversation=request.conversation, sender=self.sender)
+            case SendReset():
+                entry = ResetEntry(conversation=request.conversation, sender=self.sender)
+            case SendApproval():
+                decision: Literal["approve", "deny"] = request.decision
+                entry = ApprovalEntry(
+                    conversation=request.conversation,
+                    sender=self.sender,
+                    request_id=request.request_id,
+                    decision=decision,
+                )
+        return await self._append(entry)
+
+    async def _command(self, conversation: str, command: Command) -> str | None:
+        """A ``/command`` typed in the composer (the kit's commands, the same in every chat)."""
+        state = self.hub.state(conversation)
+        match command.name:
+            case "cancel":
+                return await self._append(CancelEntry(conversation=conversation, sender=self.sender))
+            case "new":
+                return await self._append(ResetEntry(conversation=conversation, sender=self.sender))
+            case "status":
+                return state.describe()
+            case "approve" | "deny":
+                request_id = command.argument or (state.pending_approvals[0] if state.pending_approvals else "")
+                if not request_id:
+                    return "no approval request is waiting in this conversation"
+                decision: Literal["approve", "deny"] = "approve" if command.name == "approve" else "deny"
+                return await self._append(
+                    ApprovalEntry(
+                        conversation=conversation, sender=self.sender, request_id=request_id[:200], decision=decision
+                    )
+                )
+            case "help":
+                return HELP
+        return f"unknown command /{command.name[:40]}; /help lists the commands"
+
+    async def _append(self, entry: BaseEntry) -> str | None:
+        try:
+            await self.journal.append(entry)
+        except (JournalError, OSError) as exc:
+            if not self._failing:
+                log.error("cannot append to the journal: %s", clip(str(exc), 300))
+            self._failing = True
+            return f"could not write to the journal: {clip(str(exc), 300)}; check the disk and the journal file"
+        self._failing = False
+        return None
+
+
+def create_app(journal: Journal, store: ImageStore, access: Access, sender: str) -> ASGIApp:
+    """The page server for ``journal``, guarded by ``access``; thoughts are sent as ``sender``."""
+    hub = Hub(journal, store.folder)
+    writer = JournalWriter(journal, store, sender, hub)
+
+    @asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        follower = asyncio.create_task(_follow(hub), name="web-hub")
+        try:
+            yield
+        finally:
+            follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follower
+
+    async def page(_request: Request) -> Response:
+        return FileResponse(STATIC / "index.html", media_type="text/html; charset=utf-8")
+
+    async def static(request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in STATIC_FILES:
+            return PlainTextResponse("not found\n", status_code=404)
+        return FileResponse(STATIC / name, media_type=STATIC_FILES[name])
+
+    async def attachment(request: Request) -> Response:
+        found = store.find(request.path_params["name"])
+        if found is None:
+            return PlainTextResponse("no such image\n", status_code=404)
+        return FileResponse(found.path, media_type=found.media_type)
+
+    async def upload(request: Request) -> Response:
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > MAX_IMAGE_BYTES:
+            return JSONResponse(
+                {"error": f"the image is larger than {MAX_IMAGE_BYTES // (1024 * 1024)} MiB; send a smaller one"},
+                status_code=413,
+            )
+        data = bytearray()
+        async for chunk in request.stream():
+            data += chunk
+            if len(data) > MAX_IMAGE_BYTES:
+                return JSONResponse(
+                    {"error": f"the image is larger than {MAX_IMAGE_BYTES // (1024 * 1024)} MiB; send a smaller one"},
+                    status_code=413,
+                )
+        try:
+            stored = await store.save(bytes(data))
+        except UploadError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=exc.status)
+        except OSError as exc:
+            return JSONResponse({"error": f"could not store the image: {exc.strerror}"}, status_code=507)
+        return JSONResponse({"name": stored.path.name, "url": f"/attachments/{stored.path.name}"})
+
+    async def live(websocket: WebSocket) -> None:
+        await websocket.accept()
+        await LiveConnection(websocket, hub, writer).run()
+
+    app = Starlette(
+        routes=[
+            Route("/", page),
+            Route("/static/{name}", static),
+            Route("/attachments/{name}", attachment),
+            Route("/upload", upload, methods=["POST"]),
+            WebSocketRoute("/live", live),
+        ],
+        lifespan=lifespan,
+    )
+    return Guard(app, access)

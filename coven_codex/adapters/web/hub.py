@@ -1,0 +1,128 @@
+"""One journal tail shared by every tab: the entries of each conversation, by position.
+
+The hub reads the journal from its start and keeps, per conversation, the last
+:data:`KEPT_PER_CONVERSATION` entries in their wire form. A tab asks for the entries of one
+conversation *after a position* (the ``end`` of the last entry it has); the journal's positions
+are stable across restarts of the page server, so a tab that reconnects to a new server resumes
+exactly where it was. Streaming ``delta`` entries are kept only until the reply they stream is
+complete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from coven_codex.adapters.kit.commands import ConversationState
+from coven_codex.adapters.web.render import WireEntry, wire_entry
+from coven_codex.journal import BadLine, Journal
+
+log = logging.getLogger(__name__)
+
+KEPT_PER_CONVERSATION = 2000
+HISTORY_ON_LOAD = 300
+"""Entries a tab gets when it opens a conversation without a position."""
+
+
+@dataclass
+class ConversationLog:
+    """The entries of one conversation the hub keeps, in journal order."""
+
+    name: str
+    entries: list[WireEntry] = field(default_factory=list)
+    starts: list[int] = field(default_factory=list)
+    open_deltas: int = 0
+    last_ts: str = ""
+    count: int = 0
+    state: ConversationState = field(default_factory=ConversationState)
+    """Running or idle, queued thoughts, open approval requests (for ``/status`` and ``/approve``)."""
+
+    def add(self, wire: WireEntry) -> None:
+        """Append ``wire``; a complete reply drops the deltas that streamed it."""
+        self._track(wire)
+        if wire.kind == "response" and self.open_deltas:
+            kept = [entry for entry in self.entries if entry.kind != "delta"]
+            self.entries, self.starts, self.open_deltas = kept, [entry.start for entry in kept], 0
+        elif wire.kind == "delta":
+            self.open_deltas += 1
+        self.entries.append(wire)
+        self.starts.append(wire.start)
+        self.count += 1
+        self.last_ts = wire.ts
+        if len(self.entries) > KEPT_PER_CONVERSATION:
+            cut = len(self.entries) - KEPT_PER_CONVERSATION
+            self.open_deltas -= sum(1 for entry in self.entries[:cut] if entry.kind == "delta")
+            del self.entries[:cut], self.starts[:cut]
+
+    def _track(self, wire: WireEntry) -> None:
+        state = self.state
+        if wire.kind == "thought":
+            state.queued += 1
+        elif wire.kind == "status" and wire.state == "turn_started":
+            state.running, state.queued = True, max(0, state.queued - 1)
+        elif wire.kind == "status" and wire.state and (wire.state.startswith("turn_") or wire.state == "session_ended"):
+            state.running = False
+        elif wire.kind == "approval_request" and wire.request_id and wire.request_id not in state.pending_approvals:
+            state.pending_approvals.append(wire.request_id)
+        elif wire.kind == "approval" and wire.request_id in state.pending_approvals:
+            state.pending_approvals.remove(wire.request_id)
+
+    def after(self, position: int | None) -> list[WireEntry]:
+        """The entries that start at or after ``position`` (the last few when it is None)."""
+        if position is None:
+            return self.entries[-HISTORY_ON_LOAD:]
+        return self.entries[bisect.bisect_left(self.starts, position) :]
+
+
+class Hub:
+    """Follows the journal and wakes the tabs when something new is there."""
+
+    def __init__(self, journal: Journal, uploads: Path | None = None) -> None:
+        self.journal = journal
+        self.uploads = uploads
+        self.conversations: dict[str, ConversationLog] = {}
+        self.version = 0
+        """Grows with every entry read."""
+        self.names_version = 0
+        """Grows when a conversation appears."""
+        self.bad_lines = 0
+        self._changed = asyncio.Event()
+
+    async def run(self) -> None:
+        """Read the journal from its start, forever (cancel to stop)."""
+        async for item in self.journal.tail(0):
+            if isinstance(item, BadLine):
+                self.bad_lines += 1
+                continue
+            wire = wire_entry(item.entry, item.start, item.end, self.uploads)
+            log_ = self.conversations.get(wire.conversation)
+            if log_ is None:
+                log_ = self.conversations[wire.conversation] = ConversationLog(wire.conversation)
+                self.names_version += 1
+            log_.add(wire)
+            self.version += 1
+            self._changed.set()
+            self._changed = asyncio.Event()
+
+    @property
+    def event(self) -> asyncio.Event:
+        """Set when the next entry has been read (a new event after that)."""
+        return self._changed
+
+    def entries_after(self, conversation: str, position: int | None) -> list[WireEntry]:
+        """The entries of ``conversation`` from ``position`` on (see :meth:`ConversationLog.after`)."""
+        log_ = self.conversations.get(conversation)
+        return log_.after(position) if log_ is not None else []
+
+    def state(self, conversation: str) -> ConversationState:
+        """What the hub has seen of ``conversation`` (a fresh state for one it has not seen)."""
+        log_ = self.conversations.get(conversation)
+        return log_.state if log_ is not None else ConversationState()
+
+    def names(self) -> list[str]:
+        """Every conversation's name, most recently active first."""
+        ordered = sorted(self.conversations.values(), key=lambda c: c.last_ts, reverse=True)
+        return [c.name for c in ordered]

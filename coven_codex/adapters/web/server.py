@@ -1,0 +1,67 @@
+"""Serving the page with uvicorn on a socket bound before start, so the URL names the real port."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+import uvicorn
+
+from coven_codex.adapters.web.app import create_app
+from coven_codex.adapters.web.auth import Access
+from coven_codex.adapters.web.uploads import ImageStore, uploads_dir
+from coven_codex.journal import FileJournal
+
+WS_MAX_MESSAGE = 1024 * 1024
+"""Largest message a tab may send on the live channel (a thought is at most 100,000 characters)."""
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (port 0: any free port). Raises OSError."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+async def serve(
+    journal_path: Path,
+    sock: socket.socket,
+    *,
+    token: str,
+    sender: str,
+    announce: Callable[[str], None],
+    extra_hosts: tuple[str, ...] = (),
+) -> None:
+    """Serve the page for ``journal_path`` on ``sock`` until SIGINT/SIGTERM; ``announce`` gets its URL."""
+    host, port = sock.getsockname()[:2]
+    access = Access.for_bind(token, host, port, extra_hosts)
+    journal = FileJournal(journal_path)
+    try:
+        app = create_app(journal, ImageStore(uploads_dir(journal_path)), access, sender)
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            ws="websockets-sansio",
+            ws_max_size=WS_MAX_MESSAGE,
+            ws_ping_interval=20.0,
+            ws_ping_timeout=20.0,
+            timeout_graceful_shutdown=3,
+            proxy_headers=False,
+            server_header=False,
+            access_log=False,
+        )
+        server = uvicorn.Server(config)
+        shown = extra_hosts[0] if extra_hosts and host in ("0.0.0.0", "::") else host
+        announce(access.url(shown, port))
+        await server.serve(sockets=[sock])
+    finally:
+        await journal.aclose()

@@ -1,0 +1,317 @@
+"""The adapter contract, written once, that every adapter passes (see ``adapters_under_test.py``).
+
+The tests play the daemon's part by appending entries to the journal themselves, and a user's
+by typing and pressing through the adapter under test; what the user sees is read on the
+platform's side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+from adapters_under_test import AdapterUnderTest, ConsoleAdapter, FakeAdapter, Shown
+from web_under_test import WebAdapter
+
+from coven_codex.entries import (
+    ApprovalEntry,
+    ApprovalRequestEntry,
+    BaseEntry,
+    CancelEntry,
+    DeltaEntry,
+    ErrorEntry,
+    ResetEntry,
+    ResponseEntry,
+    StatusEntry,
+    ThoughtEntry,
+    ToolCallEntry,
+    ToolResultEntry,
+)
+from coven_codex.journal import FileJournal, JournalRecord
+
+ADAPTERS: dict[str, Callable[[Path], AdapterUnderTest]] = {
+    "fake": FakeAdapter,
+    "console": ConsoleAdapter,
+    "web": WebAdapter,
+}
+NETWORK = [name for name in ADAPTERS if ADAPTERS[name](Path("/nonexistent")).network]
+CRASH_SAFE: dict[str, Callable[[Path], AdapterUnderTest]] = {
+    # Adapters that must never repeat or lose a message across kill -9; each may also kill itself
+    # at its own critical points (here: right after the platform recorded a post or an edit).
+    "fake": lambda folder: FakeAdapter(folder, rate_limit_every=7, chaos=0.03),
+    "web": WebAdapter,
+}
+
+
+async def _running(kind: str, tmp_path: Path) -> AsyncIterator[AdapterUnderTest]:
+    adapter = ADAPTERS[kind](tmp_path)
+    await adapter.start()
+    try:
+        yield adapter
+    finally:
+        await adapter.stop()
+
+
+@pytest.fixture(params=list(ADAPTERS))
+async def adapter(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[AdapterUnderTest]:
+    async for running in _running(request.param, tmp_path):
+        yield running
+
+
+@pytest.fixture(params=NETWORK)
+async def network_adapter(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[AdapterUnderTest]:
+    async for running in _running(request.param, tmp_path):
+        yield running
+
+
+async def _journal_entries(path: Path) -> list[BaseEntry]:
+    journal = FileJournal(path)
+    try:
+        return [item.entry for item in await journal.read() if isinstance(item, JournalRecord)]
+    finally:
+        await journal.aclose()
+
+
+async def _append(path: Path, *entries: BaseEntry) -> None:
+    journal = FileJournal(path, durability="never")
+    try:
+        for entry in entries:
+            await journal.append(entry)
+    finally:
+        await journal.aclose()
+
+
+async def _until(what: str, check: Callable[[], Awaitable[bool]], timeout: float = 20) -> None:
+    try:
+        async with asyncio.timeout(timeout):
+            while not await check():
+                await asyncio.sleep(0.05)
+    except TimeoutError:
+        raise AssertionError(f"never happened within {timeout} s: {what}") from None
+
+
+async def _shown(adapter: AdapterUnderTest, text: str) -> list[Shown]:
+    return [message for message in await adapter.messages() if text in message.text]
+
+
+async def _appended(adapter: AdapterUnderTest, kind: type[BaseEntry]) -> list[BaseEntry]:
+    return [entry for entry in await _journal_entries(adapter.journal) if isinstance(entry, kind)]
+
+
+async def test_mapping_routes_both_ways_and_is_stable_across_restarts(adapter: AdapterUnderTest) -> None:
+    conversation = adapter.conversation("general", "ann")
+    await adapter.say("general", "ann", "hello codex")
+    await _until("the thought in the journal", lambda: _has_thought(adapter, "hello codex", conversation))
+    await _append(
+        adapter.journal,
+        ResponseEntry(text="reply for general", conversation=conversation),
+        ResponseEntry(text="reply for elsewhere", conversation="someone-else"),
+    )
+    await _until("the reply shown", lambda: _visible(adapter, "reply for general"))
+    await _append(adapter.journal, ResponseEntry(text="marker after", conversation=conversation))
+    await _until("the marker shown", lambda: _visible(adapter, "marker after"))
+    assert not await _shown(adapter, "reply for elsewhere")
+    assert all(m.channel == "general" for m in await _shown(adapter, "reply for general"))
+
+    await adapter.stop()
+    await adapter.start()
+    await adapter.say("general", "ann", "again after restart")
+    await _until("the second thought", lambda: _has_thought(adapter, "again after restart", conversation))
+
+
+async def _has_thought(adapter: AdapterUnderTest, text: str, conversation: str) -> bool:
+    return any(e.text == text and e.conversation == conversation for e in await _appended(adapter, ThoughtEntry))
+
+
+async def _visible(adapter: AdapterUnderTest, text: str) -> bool:
+    return bool(await _shown(adapter, text))
+
+
+async def test_a_stranger_is_refused_and_nothing_reaches_the_journal(network_adapter: AdapterUnderTest) -> None:
+    adapter = network_adapter
+    await adapter.say("general", "stranger", "let me in")
+    await _until("the refusal", lambda: _visible(adapter, "not allowed"))
+    await adapter.say("general", "bob", "/new")
+    await _until("the admin-only refusal", lambda: _visible(adapter, "Only an admin"))
+    await adapter.say("general", "bob", "bob's message")
+    await _until(
+        "bob's thought", lambda: _has_thought(adapter, "bob's message", adapter.conversation("general", "bob"))
+    )
+    entries = await _journal_entries(adapter.journal)
+    assert not [e for e in entries if e.sender == "stranger" or "let me in" in e.text]
+    assert not [e for e in entries if isinstance(e, ResetEntry)]
+
+
+async def test_a_long_reply_is_split_without_losing_or_repeating_a_line(adapter: AdapterUnderTest) -> None:
+    conversation = adapter.conversation("general", "ann")
+    code = "\n".join(f"code line {n:03}" for n in range(80))
+    text = "Here is the code:\n\n```python\n" + code + "\n```\n\n" + " ".join(f"word{n:03}" for n in range(150))
+    await _append(
+        adapter.journal,
+        ResponseEntry(text=text, conversation=conversation),
+        ResponseEntry(text="the end marker", conversation=conversation),
+    )
+    await _until("the end marker", lambda: _visible(adapter, "the end marker"))
+    messages = await adapter.messages()
+    joined = "\n".join(m.text for m in messages)
+    for n in range(80):
+        assert joined.count(f"code line {n:03}") == 1, n
+    for n in range(150):
+        assert joined.count(f"word{n:03}") == 1, n
+    if adapter.limit is not None:
+        parts = [m for m in messages if "code line" in m.text or "word" in m.text]
+        assert len(parts) > 1 and all(len(m.text) <= adapter.limit for m in parts)
+        assert all(m.text.count("```") % 2 == 0 for m in parts), [m.text for m in parts]
+
+
+async def test_a_streamed_reply_shows_its_text_once(adapter: AdapterUnderTest) -> None:
+    conversation = adapter.conversation("general", "ann")
+    await _append(adapter.journal, StatusEntry(state="turn_started", conversation=conversation))
+    for chunk in ("The ans", "wer is ", "forty-"):
+        await _append(adapter.journal, DeltaEntry(text=chunk, item_id="item-1", conversation=conversation))
+        await asyncio.sleep(0.1)
+    await _until("the streamed text", lambda: _visible(adapter, "The ans"))
+    await _append(
+        adapter.journal,
+        DeltaEntry(text="two.", item_id="item-1", conversation=conversation),
+        ResponseEntry(text="The answer is forty-two.", conversation=conversation),
+        StatusEntry(state="turn_completed", conversation=conversation),
+    )
+    await _until("the final reply", lambda: _final_visible(adapter, "The answer is forty-two."))
+    await _append(adapter.journal, ResponseEntry(text="after the stream", conversation=conversation))
+    await _until("the marker", lambda: _visible(adapter, "after the stream"))
+    assert len(await _shown(adapter, "forty-two")) == 1
+    assert len(await _shown(adapter, "The ans")) == 1
+
+
+async def _restarted_until(adapter: AdapterUnderTest, text: str) -> bool:
+    """Whether ``text`` is shown; restarts the adapter when it killed itself."""
+    if not adapter.alive():
+        await adapter.start()
+    return await _visible(adapter, text)
+
+
+async def _final_visible(adapter: AdapterUnderTest, text: str) -> bool:
+    return any(m.final for m in await _shown(adapter, text))
+
+
+async def test_tools_errors_and_approvals_are_shown_and_answered(adapter: AdapterUnderTest) -> None:
+    conversation = adapter.conversation("general", "ann")
+    await _append(
+        adapter.journal,
+        ToolCallEntry(tool="coven.add", arguments={"a": 2, "b": 3}, call_id="c1", conversation=conversation),
+        ToolResultEntry(text="5", tool="coven.add", call_id="c1", conversation=conversation),
+        ToolResultEntry(text="boom", tool="coven.div", is_error=True, call_id="c2", conversation=conversation),
+        ErrorEntry(text="429 Too Many Requests", code="RATE_LIMIT", hint="wait a minute", conversation=conversation),
+        ApprovalRequestEntry(request_id="req-7", action="run rm -rf build", conversation=conversation),
+    )
+    await _until("the approval request", lambda: _visible(adapter, "req-7"))
+    assert await _shown(adapter, "→ coven.add(a=2, b=3)") and await _shown(adapter, "← 5")
+    assert await _shown(adapter, "✗ coven.div: boom")
+    assert await _shown(adapter, "wait a minute")
+    request = (await _shown(adapter, "req-7"))[0]
+    assert "approve req-7" in request.actions and "deny req-7" in request.actions
+    await adapter.press("general", "ann", "approve req-7")
+    await _until("the approval", lambda: _has(adapter, ApprovalEntry))
+    answer = (await _appended(adapter, ApprovalEntry))[0]
+    assert isinstance(answer, ApprovalEntry) and (answer.request_id, answer.decision) == ("req-7", "approve")
+    assert answer.conversation == conversation
+
+
+async def _has(adapter: AdapterUnderTest, kind: type[BaseEntry], count: int = 1) -> bool:
+    return len(await _appended(adapter, kind)) >= count
+
+
+async def test_cancel_and_new_session_commands(adapter: AdapterUnderTest) -> None:
+    conversation = adapter.conversation("general", "ann")
+    await adapter.say("general", "ann", "/cancel")
+    await _until("the cancel", lambda: _has(adapter, CancelEntry))
+    await adapter.press("general", "ann", "cancel")
+    await _until("the second cancel", lambda: _has(adapter, CancelEntry, 2))
+    await adapter.say("general", "ann", "/new")
+    await _until("the reset", lambda: _has(adapter, ResetEntry))
+    await adapter.say("general", "ann", "/status")
+    await _until("the status", lambda: _visible(adapter, "queued messages"))
+    entries = await _journal_entries(adapter.journal)
+    assert {e.conversation for e in entries if isinstance(e, CancelEntry | ResetEntry)} == {conversation}
+    assert not [e for e in entries if isinstance(e, ThoughtEntry)]  # commands are not thoughts
+
+
+async def test_an_image_comes_in_as_an_attachment(adapter: AdapterUnderTest, tmp_path: Path) -> None:
+    image = tmp_path / "cat.png"
+    image.write_bytes(b"\x89PNG\r\n\x1a\n")
+    url = image.as_uri()
+    await adapter.say(
+        "general", "ann", "what is in this picture?", ({"url": url, "media_type": "image/png", "name": "cat.png"},)
+    )
+    await _until("the thought", lambda: _has(adapter, ThoughtEntry))
+    thought = (await _appended(adapter, ThoughtEntry))[0]
+    assert isinstance(thought, ThoughtEntry)
+    assert thought.text == "what is in this picture?"
+    # The adapter may pass the file on or store its own copy (the web page does): same bytes either way.
+    assert len(thought.attachments) == 1 and thought.attachments[0].media_type == "image/png"
+    got = thought.attachments[0].url
+    assert got == url or Path(got.removeprefix("file://")).read_bytes() == image.read_bytes()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", list(CRASH_SAFE))
+async def test_kill_9_at_random_points_never_duplicates_or_loses_a_message(kind: str, tmp_path: Path) -> None:
+    """200 entries (replies, streamed replies, tool calls, long replies) flow while the adapter is killed."""
+    adapter = CRASH_SAFE[kind](tmp_path)
+    conversation = adapter.conversation("general", "ann")
+    rng = random.Random(20261123)
+    markers: list[str] = []  # each must be shown exactly once
+    entries: list[BaseEntry] = []
+    while len(entries) < 200:
+        n = len(entries)
+        roll = rng.random()
+        if roll < 0.15:
+            text = f"streamed reply {n:03}. " + "x" * rng.randrange(0, 40)
+            pieces = [text[i : i + 7] for i in range(0, len(text), 7)]
+            entries += [DeltaEntry(text=p, item_id=f"item-{n}", conversation=conversation) for p in pieces]
+            entries.append(ResponseEntry(text=text, conversation=conversation))
+            markers.append(f"streamed reply {n:03}.")
+        elif roll < 0.25:
+            words = [f"w{n:03}.{i:03}" for i in range(120)]
+            entries.append(ResponseEntry(text=f"long reply {n:03}. " + " ".join(words), conversation=conversation))
+            markers += [f"long reply {n:03}.", *words]
+        elif roll < 0.4:
+            entries.append(ToolCallEntry(tool=f"tool{n:03}", arguments={"n": n}, conversation=conversation))
+            markers.append(f"tool{n:03}(")
+        else:
+            entries.append(ResponseEntry(text=f"plain reply {n:03}.", conversation=conversation))
+            markers.append(f"plain reply {n:03}.")
+
+    async def feed() -> None:
+        journal = FileJournal(adapter.journal, durability="never")
+        try:
+            for entry in entries:
+                await journal.append(entry)
+                await asyncio.sleep(rng.uniform(0, 0.05))
+        finally:
+            await journal.aclose()
+
+    await adapter.start()
+    feeder = asyncio.create_task(feed())
+    kills = 0
+    try:
+        while not feeder.done() or kills < 12:
+            await asyncio.sleep(rng.uniform(0.05, 0.4))
+            await adapter.kill()
+            kills += 1
+            await adapter.start()
+        await feeder
+        await _until("the last message", lambda: _restarted_until(adapter, markers[-1]), timeout=90)
+        await asyncio.sleep(1)
+    finally:
+        await adapter.stop()
+    screen = "\n".join(message.text for message in await adapter.messages())
+    counts = {marker: screen.count(marker) for marker in markers}
+    duplicated = {marker: count for marker, count in counts.items() if count > 1}
+    missing = [marker for marker, count in counts.items() if count == 0]
+    assert not duplicated and not missing, (kills, duplicated, missing)
+    assert kills >= 12
