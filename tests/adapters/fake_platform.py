@@ -25,6 +25,7 @@ import os
 import random
 import signal
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -75,6 +76,7 @@ class RecordingPlatform:
         self._fd = os.open(record, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
 
     def _write(self, op: dict[str, object]) -> None:
+        op["t"] = time.monotonic()
         os.write(self._fd, (json.dumps(op) + "\n").encode())
         if op["op"] in ("post", "edit") and random.random() < self.chaos:
             os.kill(os.getpid(), signal.SIGKILL)

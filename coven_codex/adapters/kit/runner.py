@@ -405,21 +405,16 @@ class AdapterRunner:
         return message_id
 
     async def _call(self, operation: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
-        """Run a platform call, waiting out rate limits (reported once per episode)."""
+        """Run a platform call, waiting out rate limits (the first wait is reported, the rest logged at debug)."""
         while True:
             try:
                 result = await operation(*args, **kwargs)
             except RateLimited as limited:
                 wait = min(limited.retry_after, MAX_RETRY_AFTER)
-                if not self._waiting:
-                    log.warning(
-                        "adapter %s: %s rate-limits us; waiting %.1f s and trying again (nothing is dropped)",
-                        self.name,
-                        self.platform.name,
-                        wait,
-                    )
-                    self._waiting = True
+                level = logging.DEBUG if self._waiting else logging.WARNING
+                log.log(level, "adapter %s: %s rate-limits us; waiting %.1f s and trying again (nothing is"
+                        " dropped; further waits are logged at debug level)", self.name, self.platform.name, wait)
+                self._waiting = True
                 await asyncio.sleep(wait)
                 continue
-            self._waiting = False
             return result

@@ -1,0 +1,60 @@
+"""The runner against the recording fake platform: the edit rate and 429s (waited out, reported once)."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from pathlib import Path
+
+from adapters_under_test import FakeAdapter
+
+from coven_codex.entries import DeltaEntry, ResponseEntry
+from coven_codex.journal import FileJournal
+
+
+async def _wait_shown(adapter: FakeAdapter, text: str, timeout: float = 30) -> None:
+    async with asyncio.timeout(timeout):
+        while not any(text in m.text and m.final for m in await adapter.messages()):
+            await asyncio.sleep(0.05)
+
+
+async def test_streamed_edits_keep_the_platform_s_edit_rate(tmp_path: Path) -> None:
+    adapter = FakeAdapter(tmp_path, limit=2000, edit_interval=0.5)
+    await adapter.start()
+    journal = FileJournal(adapter.journal, durability="never")
+    try:
+        conversation = adapter.conversation("general", "ann")
+        for n in range(60):
+            await journal.append(DeltaEntry(text=f"w{n} ", item_id="i1", conversation=conversation))
+            await asyncio.sleep(0.03)
+        await journal.append(
+            ResponseEntry(text="".join(f"w{n} " for n in range(60)) + "end", conversation=conversation)
+        )
+        await _wait_shown(adapter, "w59 end")
+    finally:
+        await journal.aclose()
+        await adapter.stop()
+    operations = adapter.operations()
+    posts = [op for op in operations if op["op"] == "post"]
+    edits = [op for op in operations if op["op"] == "edit"]
+    assert len(posts) == 1 and 2 <= len(edits) <= 8, (len(posts), len(edits))
+    times = [float(op["t"]) for op in (posts + edits)]  # type: ignore[arg-type]
+    assert all(later - earlier >= 0.49 for earlier, later in itertools.pairwise(times)), times
+    assert edits[-1]["final"] is True and str(edits[-1]["text"]).endswith("w59 end")
+
+
+async def test_rate_limits_are_waited_out_and_reported_once(tmp_path: Path) -> None:
+    adapter = FakeAdapter(tmp_path, rate_limit_every=2)
+    await adapter.start()
+    journal = FileJournal(adapter.journal, durability="never")
+    try:
+        conversation = adapter.conversation("general", "ann")
+        for n in range(30):
+            await journal.append(ResponseEntry(text=f"reply {n:02}.", conversation=conversation))
+        await _wait_shown(adapter, "reply 29.")
+    finally:
+        await journal.aclose()
+        await adapter.stop()
+    screen = "\n".join(m.text for m in await adapter.messages())
+    assert all(screen.count(f"reply {n:02}.") == 1 for n in range(30))
+    assert adapter.stderr.read_text().count("rate-limits us") == 1
