@@ -9,6 +9,7 @@ Run as a process: ``python fake_platform.py --journal J --record R --inbox I [op
 - **The inbox** (``I``, JSON lines) is what users do: ``{"type": "message", "channel", "user",
   "text", "attachments"}`` or ``{"type": "press", "channel", "user", "action"}``. It is tailed;
   the position of the next event is kept in ``I.pos`` (events are handled at least once).
+- A post whose text contains ``FORBIDDEN`` is refused for good (:class:`PlatformError`).
 - ``--rate-limit-every N`` answers every N-th platform call with a 429 (``retry_after`` 0.05 s).
 - ``--chaos P``: after recording a post or an edit, the process kills itself (SIGKILL) with
   probability P, before the runner hears back: the one moment a ledger without reconciliation
@@ -40,6 +41,7 @@ from coven_codex.adapters.kit.platform import (
     Incoming,
     IncomingMessage,
     Outgoing,
+    PlatformError,
     RateLimited,
     User,
 )
@@ -88,6 +90,8 @@ class RecordingPlatform:
 
     async def post(self, address: Address, message: Outgoing, key: str | None) -> str:
         self._limit()
+        if "FORBIDDEN" in message.text:
+            raise PlatformError("message contains a forbidden word")
         message_id = uuid.uuid4().hex[:12]
         self._write(
             {

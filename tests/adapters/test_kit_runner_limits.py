@@ -58,3 +58,41 @@ async def test_rate_limits_are_waited_out_and_reported_once(tmp_path: Path) -> N
     screen = "\n".join(m.text for m in await adapter.messages())
     assert all(screen.count(f"reply {n:02}.") == 1 for n in range(30))
     assert adapter.stderr.read_text().count("rate-limits us") == 1
+
+
+async def test_a_long_streamed_reply_keeps_the_limit_while_streaming(tmp_path: Path) -> None:
+    adapter = FakeAdapter(tmp_path, limit=300, edit_interval=0.1)
+    await adapter.start()
+    journal = FileJournal(adapter.journal, durability="never")
+    words = [f"word{n:03}" for n in range(120)]
+    try:
+        conversation = adapter.conversation("general", "ann")
+        for n in range(0, 120, 10):
+            await journal.append(
+                DeltaEntry(text=" ".join(words[n : n + 10]) + " ", item_id="i", conversation=conversation)
+            )
+            await asyncio.sleep(0.05)
+        await journal.append(ResponseEntry(text=" ".join(words) + " done", conversation=conversation))
+        await _wait_shown(adapter, "done")
+    finally:
+        await journal.aclose()
+        await adapter.stop()
+    assert all(len(str(op.get("text", ""))) <= 300 for op in adapter.operations())
+    screen = "\n".join(m.text for m in await adapter.messages())
+    assert all(screen.count(word) == 1 for word in words)
+
+
+async def test_a_message_the_platform_refuses_is_skipped_and_said(tmp_path: Path) -> None:
+    adapter = FakeAdapter(tmp_path)
+    await adapter.start()
+    journal = FileJournal(adapter.journal, durability="never")
+    try:
+        conversation = adapter.conversation("general", "ann")
+        await journal.append(ResponseEntry(text="a FORBIDDEN reply", conversation=conversation))
+        await journal.append(ResponseEntry(text="the next reply", conversation=conversation))
+        await _wait_shown(adapter, "the next reply")
+    finally:
+        await journal.aclose()
+        await adapter.stop()
+    log = adapter.stderr.read_text()
+    assert log.count("refused to show entry") == 1 and "forbidden word" in log
