@@ -55,3 +55,16 @@ def test_the_example_adapter_round_trip(tmp_path: Path) -> None:
         adapter.stdin.close()
         adapter.wait(15)
     assert adapter.returncode == 0, adapter.stderr.read() if adapter.stderr else ""
+
+
+def test_an_adapter_allowing_nobody_says_so_at_start_up(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE), str(tmp_path / "journal.jsonl")],
+        input="",
+        text=True,
+        capture_output=True,
+        timeout=30,
+        cwd=ROOT,
+        check=True,
+    )
+    assert "nobody is allowed yet" in done.stderr

@@ -121,7 +121,8 @@ class AdapterRunner:
 
     async def run(self) -> None:
         """Follow the journal and the platform until the platform's incoming stream ends."""
-        log.info("adapter %s: %s", self.name, self.access.describe())
+        described = self.access.describe()
+        log.log(logging.WARNING if self.access.allows_nobody else logging.INFO, "adapter %s: %s", self.name, described)
         async with asyncio.TaskGroup() as group:
             egress = group.create_task(self._egress())
             flusher = group.create_task(self._flusher())
