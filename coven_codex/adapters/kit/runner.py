@@ -56,7 +56,7 @@ from coven_codex.entries import (
     StatusEntry,
     ThoughtEntry,
 )
-from coven_codex.journal import BadLine, Journal, JournalRecord, Position
+from coven_codex.journal import BadLine, Journal, JournalError, JournalRecord, Position
 
 log = logging.getLogger(__name__)
 
@@ -157,9 +157,13 @@ class AdapterRunner:
         if not text.strip() and not (isinstance(event, IncomingMessage) and event.attachments):
             return
         attachments = list(event.attachments) if isinstance(event, IncomingMessage) else []
-        await self.append(
-            ThoughtEntry(conversation=conversation, sender=event.user.label, text=text, attachments=attachments)
-        )
+        thought = ThoughtEntry(conversation=conversation, sender=event.user.label, text=text, attachments=attachments)
+        try:
+            await self.append(thought)
+        except JournalError as refused:
+            # Too long for the journal's line limit, or the journal cannot be written: the user hears it.
+            log.warning("adapter %s: a message was not sent: %s", self.name, clip(str(refused), 300))
+            await self.reply(event.address, f"your message was not sent: {clip(str(refused), 300)}")
 
     async def append(self, entry: BaseEntry) -> JournalRecord:
         """Append ``entry`` to the journal, marked as this adapter's."""

@@ -16,7 +16,7 @@ from coven_codex.entries import (
     ToolCallEntry,
     ToolResultEntry,
 )
-from coven_codex.journal import FileJournal, JournalRecord
+from coven_codex.journal import FileJournal, JournalRecord, MemoryJournal
 
 
 class Keyboard:
@@ -123,3 +123,19 @@ async def test_the_cancel_notice_comes_before_the_daemon_s_answer(tmp_path: Path
     await asyncio.wait_for(task, 5)
     await answering
     await journal.aclose()
+
+
+async def test_a_message_too_long_for_the_journal_is_refused_and_the_chat_goes_on(tmp_path: Path) -> None:
+    journal = MemoryJournal(max_line_bytes=400)
+    out, keys = io.StringIO(), Keyboard()
+    task = asyncio.create_task(ConsoleChat(journal, "c", "ann", out).run(keys.lines()))
+    await _wait_for(out, "/help for commands")
+    await keys.queue.put("x" * 1000 + "\n")
+    await _wait_for(out, "your message was not sent")
+    await keys.queue.put("short one\n")
+    async with asyncio.timeout(5):
+        while not [i for i in await journal.read() if isinstance(i, JournalRecord) and i.entry.text == "short one"]:
+            await asyncio.sleep(0.01)
+    await keys.queue.put(None)
+    await asyncio.wait_for(task, 5)
+    assert out.getvalue().count("your message was not sent") == 1

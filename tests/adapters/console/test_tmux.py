@@ -79,6 +79,7 @@ def test_console_chat_in_a_real_terminal(terminal: Terminal, tmp_path: Path) -> 
     assert "ann> what is 2+2?" in screen and "codex: It is 4." in screen  # history on start
 
     terminal.type("please list the files")
+    terminal.wait_for(lambda s: "ann> please list the files" in s, "the typed line after the prompt")
     deadline = time.monotonic() + 10
     while not any(isinstance(e, ThoughtEntry) and e.text == "please list the files"
                   for e in _journal_entries(journal)):
