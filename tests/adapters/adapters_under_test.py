@@ -173,7 +173,8 @@ class FakeAdapter:
                 )
             elif op["op"] == "edit":
                 old = shown[str(op["id"])]
-                shown[str(op["id"])] = Shown(old.channel, str(op["text"]), old.actions, bool(op["final"]))
+                actions = tuple(str(b[1]) for b in op["buttons"])  # type: ignore[attr-defined]
+                shown[str(op["id"])] = Shown(old.channel, str(op["text"]), actions, bool(op["final"]))
             elif op["op"] == "delete":
                 shown.pop(str(op["id"]), None)
         return list(shown.values())

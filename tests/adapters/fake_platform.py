@@ -112,7 +112,15 @@ class RecordingPlatform:
 
     async def edit(self, address: Address, message_id: str, message: Outgoing) -> None:
         self._limit()
-        self._write({"op": "edit", "id": message_id, "text": message.text, "final": message.final})
+        self._write(
+            {
+                "op": "edit",
+                "id": message_id,
+                "text": message.text,
+                "final": message.final,
+                "buttons": [[button.label, button.action] for button in message.buttons],
+            }
+        )
 
     async def delete(self, address: Address, message_id: str) -> None:
         self._limit()

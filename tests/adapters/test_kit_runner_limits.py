@@ -41,6 +41,8 @@ async def test_streamed_edits_keep_the_platform_s_edit_rate(tmp_path: Path) -> N
     times = [float(op["t"]) for op in (posts + edits)]  # type: ignore[arg-type]
     assert all(later - earlier >= 0.49 for earlier, later in itertools.pairwise(times)), times
     assert edits[-1]["final"] is True and str(edits[-1]["text"]).endswith("w59 end")
+    assert posts[0]["buttons"] == [["Cancel", "cancel"]] and all(op["buttons"] for op in edits[:-1])
+    assert edits[-1]["buttons"] == []  # the final reply has no cancel button
 
 
 async def test_rate_limits_are_waited_out_and_reported_once(tmp_path: Path) -> None:

@@ -66,6 +66,9 @@ TURN_ENDS = frozenset({"turn_completed", "turn_aborted", "turn_failed"})
 ORIGIN_FIELD = "origin"
 """Extra field the runner puts on the entries it appends: ``<adapter name>``."""
 
+CANCEL_BUTTONS = (Button("Cancel", "cancel"),)
+"""The button a reply being streamed carries; the final reply has none."""
+
 T = TypeVar("T")
 P = ParamSpec("P")
 
@@ -331,7 +334,9 @@ class AdapterRunner:
                 return
             source = stream.text
             stream.message_id = await self._post(
-                address, delivery_key(stream.key_entry, 0), Outgoing(self._stream_text(source), final=False)
+                address,
+                delivery_key(stream.key_entry, 0),
+                Outgoing(self._stream_text(source), final=False, buttons=CANCEL_BUTTONS),
             )
             stream.shown, stream.last_edit = source, time.monotonic()
 
@@ -358,7 +363,7 @@ class AdapterRunner:
                 async with self._lock:
                     if stream in self._streams.open and stream.message_id is not None and stream.text != stream.shown:
                         source, message_id = stream.text, stream.message_id
-                        message = Outgoing(self._stream_text(source), final=False)
+                        message = Outgoing(self._stream_text(source), final=False, buttons=CANCEL_BUTTONS)
                         await self._call(self.platform.edit, self._address_of(stream), message_id, message)
                         stream.shown, stream.last_edit = source, time.monotonic()
 
