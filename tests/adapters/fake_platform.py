@@ -7,7 +7,7 @@ Run as a process: ``python fake_platform.py --journal J --record R --inbox I [op
   appended in one ``write`` as it happens, so it survives a ``kill -9`` of this process exactly as a
   real service's history would. :func:`find` answers from it (the platform's idempotency memory).
 - **The inbox** (``I``, JSON lines) is what users do: ``{"type": "message", "channel", "user",
-  "text", "attachments"}`` or ``{"type": "press", "channel", "user", "action"}``. It is tailed;
+  "text", "attachments", "id"}`` or ``{"type": "press", "channel", "user", "action"}``. It is tailed;
   the position of the next event is kept in ``I.pos`` (events are handled at least once).
 - A post whose text contains ``FORBIDDEN`` is refused for good (:class:`PlatformError`).
 - ``--rate-limit-every N`` answers every N-th platform call with a 429 (``retry_after`` 0.05 s).
@@ -148,7 +148,7 @@ class RecordingPlatform:
                 yield ButtonPress(address, user, event["action"])
             else:
                 attachments = tuple(Attachment.model_validate(a) for a in event.get("attachments", ()))
-                yield IncomingMessage(address, user, event["text"], attachments)
+                yield IncomingMessage(address, user, event["text"], attachments, message_id=event.get("id", ""))
             position_file.write_text(str(line.end))
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from adapters_under_test import FakeAdapter
 
 from coven_codex.entries import DeltaEntry, ResponseEntry
-from coven_codex.journal import FileJournal
+from coven_codex.journal import FileJournal, JournalRecord
 
 
 async def _wait_shown(adapter: FakeAdapter, text: str, timeout: float = 30) -> None:
@@ -98,3 +98,28 @@ async def test_a_message_the_platform_refuses_is_skipped_and_said(tmp_path: Path
         await adapter.stop()
     log = adapter.stderr.read_text()
     assert log.count("refused to show entry") == 1 and "forbidden word" in log
+
+
+async def test_a_message_the_platform_delivers_twice_becomes_one_thought(tmp_path: Path) -> None:
+    adapter = FakeAdapter(tmp_path)
+    await adapter.start()
+    try:
+        for _ in range(2):  # the platform redelivers message m-1 (a reconnect, or after an adapter crash)
+            adapter.send_event(
+                {"type": "message", "channel": "general", "user": "ann", "text": "only once", "id": "m-1"}
+            )
+        adapter.send_event({"type": "message", "channel": "general", "user": "ann", "text": "marker", "id": "m-2"})
+        journal = FileJournal(adapter.journal)
+        try:
+            async with asyncio.timeout(20):
+                while not [
+                    i for i in await journal.read() if isinstance(i, JournalRecord) and i.entry.text == "marker"
+                ]:
+                    await asyncio.sleep(0.05)
+            thoughts = [i.entry for i in await journal.read() if isinstance(i, JournalRecord)]
+        finally:
+            await journal.aclose()
+    finally:
+        await adapter.stop()
+    assert [t.text for t in thoughts] == ["only once", "marker"]
+    assert thoughts[0].id and thoughts[0].id.startswith("fake-")

@@ -161,8 +161,25 @@ class AdapterRunner:
             return
         attachments = list(event.attachments) if isinstance(event, IncomingMessage) else []
         thought = ThoughtEntry(conversation=conversation, sender=event.user.label, text=text, attachments=attachments)
+        key = (
+            delivery_key(f"{self.platform.name}\x00{event.message_id}", "in")
+            if isinstance(event, IncomingMessage) and event.message_id
+            else None
+        )
+        if key is not None:
+            known = self.ledger.get(key)
+            if known is not None and known.message_id:
+                log.debug("adapter %s: a message delivered again is not sent twice", self.name)
+                return
+            # An intent alone: the crash came during the append; appended again under the same
+            # entry id, which the daemon takes once.
+            thought = thought.model_copy(update={"id": f"{self.platform.name}-{key}"})
         try:
+            if key is not None:
+                await self.ledger.intend(key)
             await self.append(thought)
+            if key is not None:
+                await self.ledger.done(key, thought.id or "")
         except JournalError as refused:
             # Too long for the journal's line limit, or the journal cannot be written: the user hears it.
             log.warning("adapter %s: a message was not sent: %s", self.name, clip(str(refused), 300))
