@@ -45,5 +45,5 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]' >&2
   touch "$stamp"
 fi
-scripts/install-codex.sh >&2
+scripts/install-codex.sh >/dev/null  # its errors still reach stderr; the paths it prints are not news
 scripts/install-mcp-sdk-js.sh >/dev/null

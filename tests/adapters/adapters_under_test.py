@@ -135,7 +135,7 @@ class FakeAdapter:
 
     async def stop(self) -> None:
         if self.process is not None and self.process.returncode is None:
-            self._event({"type": "quit", "channel": "-", "user": "-"})
+            self.send_event({"type": "quit", "channel": "-", "user": "-"})
             try:
                 async with asyncio.timeout(15):
                     await self.process.wait()
@@ -143,17 +143,17 @@ class FakeAdapter:
                 await _end(self.process, signal.SIGKILL)
         assert self.process is None or self.process.returncode in (0, -signal.SIGKILL), self.stderr.read_text()
 
-    def _event(self, event: dict[str, object]) -> None:
+    def send_event(self, event: dict[str, object]) -> None:
         with self.inbox.open("a") as inbox:
             inbox.write(json.dumps(event) + "\n")
 
     async def say(self, channel: str, user: str, text: str, attachments: tuple[dict[str, str], ...] = ()) -> None:
-        self._event(
+        self.send_event(
             {"type": "message", "channel": channel, "user": user, "text": text, "attachments": list(attachments)}
         )
 
     async def press(self, channel: str, user: str, action: str) -> None:
-        self._event({"type": "press", "channel": channel, "user": user, "action": action})
+        self.send_event({"type": "press", "channel": channel, "user": user, "action": action})
 
     def operations(self) -> list[dict[str, object]]:
         """The platform's raw record: every post, edit, delete and typing change."""
@@ -173,7 +173,8 @@ class FakeAdapter:
                 )
             elif op["op"] == "edit":
                 old = shown[str(op["id"])]
-                shown[str(op["id"])] = Shown(old.channel, str(op["text"]), old.actions, bool(op["final"]))
+                actions = tuple(str(b[1]) for b in op["buttons"])  # type: ignore[attr-defined]
+                shown[str(op["id"])] = Shown(old.channel, str(op["text"]), actions, bool(op["final"]))
             elif op["op"] == "delete":
                 shown.pop(str(op["id"]), None)
         return list(shown.values())

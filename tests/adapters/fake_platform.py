@@ -7,8 +7,9 @@ Run as a process: ``python fake_platform.py --journal J --record R --inbox I [op
   appended in one ``write`` as it happens, so it survives a ``kill -9`` of this process exactly as a
   real service's history would. :func:`find` answers from it (the platform's idempotency memory).
 - **The inbox** (``I``, JSON lines) is what users do: ``{"type": "message", "channel", "user",
-  "text", "attachments"}`` or ``{"type": "press", "channel", "user", "action"}``. It is tailed;
+  "text", "attachments", "id"}`` or ``{"type": "press", "channel", "user", "action"}``. It is tailed;
   the position of the next event is kept in ``I.pos`` (events are handled at least once).
+- A post whose text contains ``FORBIDDEN`` is refused for good (:class:`PlatformError`).
 - ``--rate-limit-every N`` answers every N-th platform call with a 429 (``retry_after`` 0.05 s).
 - ``--chaos P``: after recording a post or an edit, the process kills itself (SIGKILL) with
   probability P, before the runner hears back: the one moment a ledger without reconciliation
@@ -25,6 +26,7 @@ import os
 import random
 import signal
 import sys
+import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -39,6 +41,7 @@ from coven_codex.adapters.kit.platform import (
     Incoming,
     IncomingMessage,
     Outgoing,
+    PlatformError,
     RateLimited,
     User,
 )
@@ -75,6 +78,7 @@ class RecordingPlatform:
         self._fd = os.open(record, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
 
     def _write(self, op: dict[str, object]) -> None:
+        op["t"] = time.monotonic()
         os.write(self._fd, (json.dumps(op) + "\n").encode())
         if op["op"] in ("post", "edit") and random.random() < self.chaos:
             os.kill(os.getpid(), signal.SIGKILL)
@@ -86,6 +90,8 @@ class RecordingPlatform:
 
     async def post(self, address: Address, message: Outgoing, key: str | None) -> str:
         self._limit()
+        if "FORBIDDEN" in message.text:
+            raise PlatformError("message contains a forbidden word")
         message_id = uuid.uuid4().hex[:12]
         self._write(
             {
@@ -106,7 +112,15 @@ class RecordingPlatform:
 
     async def edit(self, address: Address, message_id: str, message: Outgoing) -> None:
         self._limit()
-        self._write({"op": "edit", "id": message_id, "text": message.text, "final": message.final})
+        self._write(
+            {
+                "op": "edit",
+                "id": message_id,
+                "text": message.text,
+                "final": message.final,
+                "buttons": [[button.label, button.action] for button in message.buttons],
+            }
+        )
 
     async def delete(self, address: Address, message_id: str) -> None:
         self._limit()
@@ -134,7 +148,7 @@ class RecordingPlatform:
                 yield ButtonPress(address, user, event["action"])
             else:
                 attachments = tuple(Attachment.model_validate(a) for a in event.get("attachments", ()))
-                yield IncomingMessage(address, user, event["text"], attachments)
+                yield IncomingMessage(address, user, event["text"], attachments, message_id=event.get("id", ""))
             position_file.write_text(str(line.end))
 
 

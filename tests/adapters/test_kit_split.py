@@ -59,4 +59,7 @@ def test_a_short_text_is_one_part_and_a_tiny_limit_is_refused() -> None:
     assert [p.text for p in split_message("hello", 2000)] == ["hello"]
     assert [p.text for p in split_message("", 2000)] == [""]
     with pytest.raises(ValueError, match="too small"):
-        split_message("```\ncode\n```", 12)
+        split_message("some text here", 4)
+    long_fence = "`" * 30 + "\n" + "code " * 20 + "\n" + "`" * 30
+    parts = split_message(long_fence, 24)
+    assert "".join(p.body for p in parts) == long_fence and all(len(p.text) <= 24 for p in parts)

@@ -25,7 +25,7 @@ def test_demo_script_mode_calls_a_spell(tmp_path: Path, codex_bin: Path) -> None
     assert done.returncode == 0, done.stdout + done.stderr
     transcript = done.stdout
     assert "you> What is 19 plus 23?" in transcript
-    assert '→ coven.add({"a": 19, "b": 23})' in transcript
+    assert "→ coven.add(a=19, b=23)" in transcript  # the kit's compact tool-call form
     assert "codex: The `add` spell ran in the daemon's Python process and returned 42." in transcript
 
     entries = [parse_entry_json(line) for line in (folder / "journal.jsonl").read_text().splitlines()]

@@ -51,9 +51,14 @@ class AccessPolicy:
             return f"Only an admin may use {command}."
         return None
 
+    @property
+    def allows_nobody(self) -> bool:
+        """True when no user can be allowed (the unconfigured default)."""
+        return (self.users is not None and not self.users and not self.roles) or self.channels == frozenset()
+
     def describe(self) -> str:
         """One start-up line saying who is allowed (and that nobody is, when nobody is)."""
-        if self.users is not None and not self.users and not self.roles:
+        if self.allows_nobody:
             return (
                 "access: nobody is allowed yet; list user ids (or roles) in the adapter's allow-list"
                 " to let people talk to Codex"

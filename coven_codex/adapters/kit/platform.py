@@ -80,12 +80,17 @@ class Outgoing:
 
 @dataclass(frozen=True, slots=True)
 class IncomingMessage:
-    """A user wrote ``text`` (with optional attachments) at ``address``."""
+    """A user wrote ``text`` (with optional attachments) at ``address``.
+
+    ``message_id`` is the platform's id of that message, when it has one: a message the platform
+    delivers again (after a reconnect or an adapter crash) then becomes one thought, not two.
+    """
 
     address: Address
     user: User
     text: str
     attachments: tuple[Attachment, ...] = ()
+    message_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,7 @@ from coven_codex.adapters.kit.platform import (
     IncomingMessage,
     Outgoing,
     Platform,
+    PlatformError,
     RateLimited,
     User,
 )
@@ -55,7 +56,7 @@ from coven_codex.entries import (
     StatusEntry,
     ThoughtEntry,
 )
-from coven_codex.journal import BadLine, Journal, JournalRecord, Position
+from coven_codex.journal import BadLine, Journal, JournalError, JournalRecord, Position
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,9 @@ MAX_RETRY_AFTER = 300.0
 TURN_ENDS = frozenset({"turn_completed", "turn_aborted", "turn_failed"})
 ORIGIN_FIELD = "origin"
 """Extra field the runner puts on the entries it appends: ``<adapter name>``."""
+
+CANCEL_BUTTONS = (Button("Cancel", "cancel"),)
+"""The button a reply being streamed carries; the final reply has none."""
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -120,7 +124,8 @@ class AdapterRunner:
 
     async def run(self) -> None:
         """Follow the journal and the platform until the platform's incoming stream ends."""
-        log.info("adapter %s: %s", self.name, self.access.describe())
+        described = self.access.describe()
+        log.log(logging.WARNING if self.access.allows_nobody else logging.INFO, "adapter %s: %s", self.name, described)
         async with asyncio.TaskGroup() as group:
             egress = group.create_task(self._egress())
             flusher = group.create_task(self._flusher())
@@ -155,10 +160,30 @@ class AdapterRunner:
         if not text.strip() and not (isinstance(event, IncomingMessage) and event.attachments):
             return
         attachments = list(event.attachments) if isinstance(event, IncomingMessage) else []
-        self.state(conversation).queued += 1
-        await self.append(
-            ThoughtEntry(conversation=conversation, sender=event.user.label, text=text, attachments=attachments)
+        thought = ThoughtEntry(conversation=conversation, sender=event.user.label, text=text, attachments=attachments)
+        key = (
+            delivery_key(f"{self.platform.name}\x00{event.message_id}", "in")
+            if isinstance(event, IncomingMessage) and event.message_id
+            else None
         )
+        if key is not None:
+            known = self.ledger.get(key)
+            if known is not None and known.message_id:
+                log.debug("adapter %s: a message delivered again is not sent twice", self.name)
+                return
+            # An intent alone: the crash came during the append; appended again under the same
+            # entry id, which the daemon takes once.
+            thought = thought.model_copy(update={"id": f"{self.platform.name}-{key}"})
+        try:
+            if key is not None:
+                await self.ledger.intend(key)
+            await self.append(thought)
+            if key is not None:
+                await self.ledger.done(key, thought.id or "")
+        except JournalError as refused:
+            # Too long for the journal's line limit, or the journal cannot be written: the user hears it.
+            log.warning("adapter %s: a message was not sent: %s", self.name, clip(str(refused), 300))
+            await self.reply(event.address, f"your message was not sent: {clip(str(refused), 300)}")
 
     async def append(self, entry: BaseEntry) -> JournalRecord:
         """Append ``entry`` to the journal, marked as this adapter's."""
@@ -224,7 +249,17 @@ class AdapterRunner:
                 address = self.mapping.address(item.entry.conversation)
                 if address is not None:
                     self._track(item.entry)
-                    await self._deliver(item, address)
+                    try:
+                        await self._deliver(item, address)
+                    except PlatformError as refused:
+                        log.error(
+                            "adapter %s: %s refused to show entry %s (%s): %s; it is skipped",
+                            self.name,
+                            self.platform.name,
+                            clip(item.entry.id or "", 40),
+                            item.entry.kind,
+                            clip(str(refused), 300),
+                        )
             elif isinstance(item, BadLine):
                 log.debug("adapter %s: skipped bad journal line at %s", self.name, item.start)
             hold = self._streams.hold()
@@ -259,6 +294,8 @@ class AdapterRunner:
     def _track(self, entry: BaseEntry) -> None:
         state = self.state(entry.conversation)
         match entry:
+            case ThoughtEntry():
+                state.queued += 1
             case StatusEntry():
                 state.thread_id = entry.thread_id or state.thread_id
                 if entry.state == "turn_started":
@@ -312,17 +349,21 @@ class AdapterRunner:
             if self.ledger.get(delivery_key(stream.key_entry, "end")) is not None:
                 self._streams.close(stream)  # delivered whole before a restart
                 return
-            text = self._stream_text(stream.text)
+            source = stream.text
             stream.message_id = await self._post(
-                address, delivery_key(stream.key_entry, 0), Outgoing(text, final=False)
+                address,
+                delivery_key(stream.key_entry, 0),
+                Outgoing(self._stream_text(source), final=False, buttons=CANCEL_BUTTONS),
             )
-            stream.shown, stream.last_edit = text, time.monotonic()
+            stream.shown, stream.last_edit = source, time.monotonic()
 
     def _stream_text(self, text: str) -> str:
         limit = self.platform.dialect.limit
         texts = format_block(Block("response", text, markdown=True, label="codex:"), self.platform.dialect)
         shown = texts[0] if texts else ""
-        return shown if limit is None or len(texts) == 1 else shown + " …"
+        if limit is None or len(texts) == 1:
+            return shown
+        return shown[: max(0, limit - 2)] + " …"  # the rest follows in more messages with the final reply
 
     async def _flusher(self) -> None:
         interval = self.platform.capabilities.edit_interval
@@ -337,14 +378,11 @@ class AdapterRunner:
                 stream = min(pending, key=lambda s: s.wait(now, interval))
                 await asyncio.sleep(stream.wait(now, interval))
                 async with self._lock:
-                    if stream in self._streams.open and stream.message_id is not None:
-                        text = self._stream_text(stream.text)
-                        if text != stream.shown:
-                            message_id = stream.message_id
-                            await self._call(
-                                self.platform.edit, self._address_of(stream), message_id, Outgoing(text, final=False)
-                            )
-                            stream.shown, stream.last_edit = text, time.monotonic()
+                    if stream in self._streams.open and stream.message_id is not None and stream.text != stream.shown:
+                        source, message_id = stream.text, stream.message_id
+                        message = Outgoing(self._stream_text(source), final=False, buttons=CANCEL_BUTTONS)
+                        await self._call(self.platform.edit, self._address_of(stream), message_id, message)
+                        stream.shown, stream.last_edit = source, time.monotonic()
 
     def _address_of(self, stream: Stream) -> Address:
         address = self.mapping.address(stream.conversation)
@@ -366,11 +404,11 @@ class AdapterRunner:
             return
         texts = format_block(Block("response", text, markdown=True, label="codex:"), self.platform.dialect)
         wait = stream.wait(time.monotonic(), self.platform.capabilities.edit_interval)
-        if wait and texts[0] != stream.shown:
+        if wait and text != stream.shown:
             await asyncio.sleep(wait)
         message_id = stream.message_id
         await self._call(self.platform.edit, address, message_id, Outgoing(texts[0]))
-        stream.shown, stream.last_edit = texts[0], time.monotonic()
+        stream.shown, stream.last_edit = text, time.monotonic()
         parts_of = entry_id or stream.key_entry
         if entry_id is not None:
             await self.ledger.done(delivery_key(entry_id, 0), stream.message_id)
@@ -405,21 +443,22 @@ class AdapterRunner:
         return message_id
 
     async def _call(self, operation: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
-        """Run a platform call, waiting out rate limits (reported once per episode)."""
+        """Run a platform call, waiting out rate limits (the first wait is reported, the rest logged at debug)."""
         while True:
             try:
                 result = await operation(*args, **kwargs)
             except RateLimited as limited:
                 wait = min(limited.retry_after, MAX_RETRY_AFTER)
-                if not self._waiting:
-                    log.warning(
-                        "adapter %s: %s rate-limits us; waiting %.1f s and trying again (nothing is dropped)",
-                        self.name,
-                        self.platform.name,
-                        wait,
-                    )
-                    self._waiting = True
+                level = logging.DEBUG if self._waiting else logging.WARNING
+                log.log(
+                    level,
+                    "adapter %s: %s rate-limits us; waiting %.1f s and trying again (nothing is"
+                    " dropped; further waits are logged at debug level)",
+                    self.name,
+                    self.platform.name,
+                    wait,
+                )
+                self._waiting = True
                 await asyncio.sleep(wait)
                 continue
-            self._waiting = False
             return result

@@ -80,14 +80,18 @@ def _scan(text: str) -> list[_Line]:
 def split_message(text: str, limit: int) -> list[Part]:
     """``text`` cut into parts of at most ``limit`` characters each (see the module docstring).
 
-    Raises ValueError when ``limit`` leaves no room for text next to a reopened and closed fence.
+    Raises ValueError when ``limit`` is below :data:`MIN_ROOM`. When a fence's marker is too long to
+    close and reopen within the limit, the text is cut as plain text.
     """
     lines = _scan(text)
     starts = [line.start for line in lines]
     markers = [len(line.marker) for line in lines if line.marker]
     reserve = 1 + max(markers) if markers else 0
-    if limit - 2 * reserve < MIN_ROOM:
+    if limit < MIN_ROOM:
         raise ValueError(f"a message limit of {limit} characters is too small to split into")
+    if limit - 2 * reserve < MIN_ROOM:  # fences too long to repeat in so little room: cut as plain text
+        lines = [_Line(line.start, line.end, None, None, False) for line in lines]
+        reserve = 0
 
     def line_at(position: int) -> _Line:
         return lines[max(0, bisect.bisect_right(starts, position) - 1)]

@@ -39,7 +39,7 @@ class Stream:
     text: str = ""
     message_id: str | None = None
     shown: str = ""
-    """The text the message shows now."""
+    """The reply text (before rendering) the message shows now."""
     last_edit: float = float("-inf")
 
     def wait(self, now: float, interval: float) -> float:

@@ -11,11 +11,12 @@ from coven_codex.entries import (
     DeltaEntry,
     ErrorEntry,
     ResponseEntry,
+    StatusEntry,
     ThoughtEntry,
     ToolCallEntry,
     ToolResultEntry,
 )
-from coven_codex.journal import FileJournal, JournalRecord
+from coven_codex.journal import FileJournal, JournalRecord, MemoryJournal
 
 
 class Keyboard:
@@ -97,3 +98,44 @@ async def test_approve_without_a_request_says_so(tmp_path: Path) -> None:
     assert "unknown command /nonsense" in out.getvalue()
     assert await _entries(journal) == []
     await journal.aclose()
+
+
+async def test_the_cancel_notice_comes_before_the_daemon_s_answer(tmp_path: Path) -> None:
+    """The daemon answers a cancel at once when nothing runs; the console's own notice must come first."""
+    journal = FileJournal(tmp_path / "j.jsonl")
+    out, keys = io.StringIO(), Keyboard()
+
+    async def daemon() -> None:
+        async for item in journal.tail(await journal.end_position()):
+            if isinstance(item, JournalRecord) and isinstance(item.entry, CancelEntry):
+                await journal.append(StatusEntry(state="cancel_ignored", text="nothing is running", conversation="c"))
+                return
+
+    answering = asyncio.create_task(daemon())
+    task = asyncio.create_task(ConsoleChat(journal, "c", "ann", out, prompt=True).run(keys.lines()))
+    await _wait_for(out, "/help for commands")
+    assert out.getvalue().endswith("ann> ")  # the prompt
+    await keys.queue.put("/cancel\n")
+    await _wait_for(out, "cancel ignored")
+    screen = out.getvalue()
+    assert screen.index("cancel sent") < screen.index("cancel ignored"), screen
+    await keys.queue.put(None)
+    await asyncio.wait_for(task, 5)
+    await answering
+    await journal.aclose()
+
+
+async def test_a_message_too_long_for_the_journal_is_refused_and_the_chat_goes_on(tmp_path: Path) -> None:
+    journal = MemoryJournal(max_line_bytes=400)
+    out, keys = io.StringIO(), Keyboard()
+    task = asyncio.create_task(ConsoleChat(journal, "c", "ann", out).run(keys.lines()))
+    await _wait_for(out, "/help for commands")
+    await keys.queue.put("x" * 1000 + "\n")
+    await _wait_for(out, "your message was not sent")
+    await keys.queue.put("short one\n")
+    async with asyncio.timeout(5):
+        while not [i for i in await journal.read() if isinstance(i, JournalRecord) and i.entry.text == "short one"]:
+            await asyncio.sleep(0.01)
+    await keys.queue.put(None)
+    await asyncio.wait_for(task, 5)
+    assert out.getvalue().count("your message was not sent") == 1

@@ -79,6 +79,7 @@ def test_console_chat_in_a_real_terminal(terminal: Terminal, tmp_path: Path) -> 
     assert "ann> what is 2+2?" in screen and "codex: It is 4." in screen  # history on start
 
     terminal.type("please list the files")
+    terminal.wait_for(lambda s: "ann> please list the files" in s, "the typed line after the prompt")
     deadline = time.monotonic() + 10
     while not any(isinstance(e, ThoughtEntry) and e.text == "please list the files"
                   for e in _journal_entries(journal)):
@@ -100,3 +101,24 @@ def test_console_chat_in_a_real_terminal(terminal: Terminal, tmp_path: Path) -> 
     terminal.wait_for(lambda s: "[chat exited 0]" in s, "the chat to exit with status 0")
     answers = [e for e in _journal_entries(journal) if isinstance(e, ApprovalEntry)]
     assert [(a.request_id, a.decision, a.sender) for a in answers] == [("req-1", "approve", "ann")]
+
+
+@pytest.mark.slow
+def test_the_demo_in_a_real_terminal(terminal: Terminal, tmp_path: Path) -> None:
+    """The demo console: a prompt, /help says /quit stops it, a spell call, Ctrl-C without a traceback."""
+    command = (f"{sys.executable} -m coven_codex demo --dir {tmp_path / 'demo'}; echo \"[demo exited $?]\"; sleep 60")
+    terminal.tmux("new-session", "-d", "-s", "chat", "-x", "150", "-y", "50", command)
+    terminal.wait_for(lambda s: "/help for commands" in s and s.rstrip().endswith("you>"), "the demo's prompt", 90)
+    terminal.type("/help")
+    screen = terminal.wait_for(lambda s: "/quit " in s, "the help")
+    assert "stops the demo" in screen and "daemon keeps running" not in screen
+    terminal.type("/cancel")
+    screen = terminal.wait_for(lambda s: "cancel sent" in s, "the cancel notice")
+    terminal.type("what is 2 plus 3?")
+    screen = terminal.wait_for(lambda s: "you> what is 2 plus 3?" in s and "← 5" in s, "the spell's result", 120)
+    terminal.wait_for(lambda s: s.rstrip().endswith("you>"), "the prompt after the reply", 60)
+    terminal.tmux("send-keys", "-t", "chat", "C-c")
+    screen = terminal.wait_for(lambda s: "[demo exited" in s, "the demo to stop", 30)
+    assert "Traceback" not in screen and "KeyboardInterrupt" not in screen, screen
+    assert "[demo exited 130]" in screen
+    assert not [line for line in screen.splitlines() if line.startswith("0.169.0 ")], screen
