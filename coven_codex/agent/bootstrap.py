@@ -118,7 +118,7 @@ async def run_daemon(settings: Settings, stop: asyncio.Event, *, ready: Ready | 
     except (DiscoveryError, VersionError) as exc:
         raise BootstrapError(str(exc)) from None
     driver = choose(settings, version)
-    log.info("Codex %s at %s; driver %s", version, found.path, driver)
+    log.info("Codex %s at %s (%s); driver %s", version, found.path, found.source, driver)
     async with contextlib.AsyncExitStack() as stack:
         # The lock comes first: a second daemon must not even rewrite the shared CODEX_HOME.
         # CODEX_HOME is locked too: the processes a daemon finds there at start are its own strays.
