@@ -39,6 +39,7 @@ from coven_codex.codex.drivers import (
 from coven_codex.codex.home import CodexHomeError, DriverKind, prepare_codex_home
 from coven_codex.codex.version import CodexVersion, VersionError, detect_version
 from coven_codex.journal import FileJournal, JournalError
+from coven_codex.journal.file import FILE_MODE
 from coven_codex.mcp import (
     TOOLBELT_FILENAME,
     SpellLoadError,
@@ -92,6 +93,11 @@ class LinkMaker:
                                  settings=DriverSettings.from_settings(self.settings), sink=sink, choice=self.driver)
 
         return DriverLink(make)
+
+
+def create_journal(path: Path) -> None:
+    """Create the journal file if it is missing (as ``run --help`` promises), never truncating it."""
+    os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE))
 
 
 def choose(settings: Settings, version: CodexVersion) -> DriverKind:
@@ -151,10 +157,15 @@ async def run_daemon(settings: Settings, stop: asyncio.Event, *, ready: Ready | 
         except CodexHomeError as exc:
             raise BootstrapError(str(exc)) from None
         if not home.has_credentials:
-            log.warning("no Codex credentials found (no auth.json, no API key variable); Codex will fail "
-                        "with AUTH errors until you run `codex login` or set an API key")
+            log.warning("no Codex credentials found (no auth.json, no API key variable, no model provider "
+                        "env_key set); Codex will fail with AUTH errors until you run `codex login` or set "
+                        "an API key")
         try:
+            await asyncio.to_thread(create_journal, settings.journal)
             journal = FileJournal(settings.journal, durability=settings.durability)
+        except OSError as exc:
+            raise BootstrapError(f"cannot create the journal {settings.journal} ({exc.strerror}); "
+                                 "check --journal and its folder's permissions") from None
         except JournalError as exc:
             raise BootstrapError(str(exc)) from None
         stack.push_async_callback(journal.aclose)

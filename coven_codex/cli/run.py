@@ -1,6 +1,8 @@
 """``coven-codex run``: the daemon (DESIGN §3).
 
-Flags win over ``coven.toml`` (``--config``), which wins over the defaults. Runs until SIGINT or
+Flags win over ``coven.toml`` (``--config``), which wins over the defaults. Before anything
+starts, the folder checks of ``validate`` run (:func:`~coven_codex.validate.plan.run_refusals`):
+what ``validate`` refuses, ``run`` refuses with the same words (exit 2). Runs until SIGINT or
 SIGTERM, then stops intake, lets running turns stop (``--kill-grace``), ends every Codex
 process tree, saves cursors and exits 0. A second signal during shutdown exits at once (1).
 """
@@ -18,6 +20,7 @@ from typing import Any
 
 from coven_codex.agent.bootstrap import BootstrapError, run_daemon
 from coven_codex.settings import Settings, SettingsError, load_settings
+from coven_codex.validate.plan import run_refusals
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +75,11 @@ def execute(args: argparse.Namespace) -> int:
         settings = settings_from_args(args)
     except SettingsError as exc:
         print(f"coven-codex run: {exc}", file=sys.stderr)
+        return 2
+    refused = asyncio.run(run_refusals(settings))
+    for outcome in refused:
+        print(f"coven-codex run: {outcome.result.detail}\n  fix: {outcome.result.fix}", file=sys.stderr)
+    if refused:
         return 2
     try:
         return asyncio.run(_main(settings))
