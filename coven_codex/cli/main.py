@@ -22,14 +22,15 @@ SUBCOMMANDS: tuple[tuple[str, str], ...] = (
     ("chat", "a console chat adapter on a journal"),
     ("demo", "the whole thing offline: daemon, real Codex CLI, scripted model, console chat"),
     ("spells", "list the spells (Python functions) Codex will see as tools"),
+    ("model-server", "a scripted local model server for running offline"),
 )
 
 
 def _load(name: str) -> ModuleType | None:
     try:
-        return importlib.import_module(f"coven_codex.cli.{name}")
+        return importlib.import_module(f"coven_codex.cli.{name.replace('-', '_')}")
     except ModuleNotFoundError as exc:
-        if exc.name == f"coven_codex.cli.{name}":
+        if exc.name == f"coven_codex.cli.{name.replace('-', '_')}":
             return None
         raise
 

@@ -28,24 +28,20 @@ Recording: ``server.requests`` (:class:`~coven_codex.testing.request_log.Request
 every request (including other endpoints) with ``user_texts()``, ``turn_prompts()``,
 ``function_call_outputs()``, ``responses_requests()`` and ``await wait_for(n)``.
 
-Out of process::
-
-    python -m coven_codex.testing.model_server --port 0 --script echo
-
-prints the base URL (``http://127.0.0.1:PORT/v1``) as its first stdout line and serves until
-SIGINT/SIGTERM. ``--script commands`` understands ``/tool``, ``/error``, ``/fail``,
-``/stall``, ``/think`` prompts (see :mod:`coven_codex.testing.responders`).
+Out of process: ``coven-codex model-server --port 0 --script echo`` (see
+:mod:`coven_codex.cli.model_server`) prints the base URL (``http://127.0.0.1:PORT/v1``) as its
+first stdout line, then the base Codex config to use, and serves until SIGINT/SIGTERM.
+``--script commands`` understands ``/tool``, ``/error``, ``/fail``, ``/stall``, ``/think``
+prompts (see :mod:`coven_codex.testing.responders`).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import dataclasses
 import json
 import logging
-import signal
 import sys
 from collections import deque
 from collections.abc import Iterable
@@ -56,7 +52,7 @@ from typing import Any, Self
 from coven_codex.testing import http11
 from coven_codex.testing import responses_sse as sse
 from coven_codex.testing.request_log import RecordedRequest, RequestLog
-from coven_codex.testing.responders import NAMED_RESPONDERS, Responder
+from coven_codex.testing.responders import Responder
 from coven_codex.testing.steps import (
     CallTool,
     Disconnect,
@@ -308,40 +304,7 @@ class ScriptedModelServer:
         return True
 
 
-# -- command line --------------------------------------------------------------------------------
-def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m coven_codex.testing.model_server",
-                                     description="Scripted OpenAI Responses API server for offline Codex runs.")
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=0, help="port (default 0: any free port)")
-    parser.add_argument("--script", choices=sorted(NAMED_RESPONDERS), default="echo",
-                        help="how to answer: echo the prompt, or understand /tool, /error ... commands")
-    parser.add_argument("--record", type=Path, default=None,
-                        help="append every received request to this JSONL file (authorization redacted)")
-    return parser.parse_args(argv)
+if __name__ == "__main__":  # the command is ``coven-codex model-server``; this form is kept for old scripts
+    from coven_codex.cli.main import main
 
-
-async def _run(args: argparse.Namespace) -> None:
-    server = ScriptedModelServer(responder=NAMED_RESPONDERS[args.script], host=args.host, port=args.port,
-                                 record_file=args.record)
-    await server.start()
-    print(server.base_url, flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        await server.aclose()
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = _parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
-    asyncio.run(_run(args))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(["model-server", *sys.argv[1:]]))
