@@ -104,6 +104,7 @@ def test_a_new_user_gets_a_reply_offline_following_the_readme(clone: Path, tmp_p
     }
     env.update({"HOME": str(home), "PYTHONPATH": str(clone)})
     processes: list[subprocess.Popen[bytes]] = []
+    steps: list[str] = []
     with stopped_at_exit(processes):
         for command in offline_commands():
             if command.startswith("export "):
@@ -136,7 +137,7 @@ def test_a_new_user_gets_a_reply_offline_following_the_readme(clone: Path, tmp_p
                 adapter.stdin.flush()
                 said = read_until(adapter, adapter.stdout.fileno(), b"hello from the README\n", timeout=180)
                 assert b"codex [response]> echo: hello from the README" in said, said
-                adapter.stdin.close()
+                steps.append("replied")
             else:
                 done = subprocess.run(
                     ["bash", "-c", command],
@@ -148,3 +149,5 @@ def test_a_new_user_gets_a_reply_offline_following_the_readme(clone: Path, tmp_p
                     check=False,
                 )
                 assert done.returncode == 0, f"{shlex.split(command)[0]} failed: {done.stdout}{done.stderr}"
+                steps.append("validated" if "coven-codex validate" in command else "ran")
+    assert steps[-2:] == ["validated", "replied"], steps
