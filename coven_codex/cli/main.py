@@ -41,19 +41,22 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, ModuleType | None
         description="Bridge a chat journal and the OpenAI Codex CLI, both ways.",
     )
     parser.add_argument("--version", action="version", version=f"coven-codex {__version__}")
-    parser.add_argument(
-        "--log-level",
-        default=None,
-        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        help="logging threshold for the log on stderr (default: INFO for run, WARNING otherwise)",
-    )
+    common = argparse.ArgumentParser(add_help=False)
+    for where, default in ((parser, None), (common, argparse.SUPPRESS)):
+        # accepted before and after the subcommand; after it, an absent flag keeps the value from before
+        where.add_argument(
+            "--log-level",
+            default=default,
+            choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+            help="logging threshold for the log on stderr (default: INFO for run, WARNING otherwise)",
+        )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     modules: dict[str, ModuleType | None] = {}
     for name, summary in SUBCOMMANDS:
         module = _load(name)
         modules[name] = module
         help_text = getattr(module, "HELP", summary) if module else f"{summary} (not implemented yet)"
-        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text, parents=[common])
         if module is not None:
             module.configure(sub_parser)
     return parser, modules

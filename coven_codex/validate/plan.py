@@ -19,7 +19,7 @@ PLAN: tuple[Probe, ...] = (
           timeout=1, needs=("codex_version",)),
     Probe("credentials", "credentials for the model provider", codex.probe_credentials, timeout=2),
     Probe("login", "`codex login status`", codex.probe_login, timeout=12, required=False,
-          needs=("codex_found",)),
+          needs=("codex_version",)),  # a Codex that cannot say its version would only time out here
     Probe("codex_home", "CODEX_HOME writable", fs.probe_codex_home, timeout=5),
     Probe("state_dir", "state folder (cursors, sessions) writable", fs.probe_state_dir, timeout=5),
     Probe("sessions", "Codex sessions folder readable", fs.probe_sessions_folder, timeout=10),
