@@ -5,6 +5,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from coven_codex.cli.main import build_parser
+from coven_codex.cli.run import TABLE_SETTINGS, default_text
+from coven_codex.rollout.translator import SKIPPED_ENVELOPES, TURN_END_STATES
 from coven_codex.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,3 +26,35 @@ def test_the_example_coven_toml_is_valid() -> None:
     doc = (ROOT / "docs" / "configuration.md").read_text()
     example = doc.split("```toml\n", 1)[1].split("```", 1)[0]
     Settings.model_validate(tomllib.loads(example))
+
+
+def _run_options() -> dict[str, str]:
+    """``dest`` → help text of every ``coven-codex run`` option."""
+    parser, _ = build_parser()
+    sub = next(action for action in parser._actions if action.dest == "command")
+    run = sub.choices["run"]  # type: ignore[attr-defined]
+    return {action.dest: action.help or "" for action in run._actions}
+
+
+def test_every_setting_is_a_run_flag_whose_help_shows_its_default() -> None:
+    """docs/configuration.md: every key except the tables is also a flag of `coven-codex run`."""
+    options = _run_options()
+    assert set(Settings.model_fields) - TABLE_SETTINGS <= set(options)
+    doc = (ROOT / "docs" / "configuration.md").read_text()
+    assert all(f"`[{table}]`" in doc.split("## Every setting")[0] for table in TABLE_SETTINGS)
+    for name in set(Settings.model_fields) - TABLE_SETTINGS:
+        if default_text(name):
+            assert "default" in options[name], f"run --help does not show the default of {name}"
+
+
+def test_every_status_state_the_daemon_writes_is_in_the_protocol_table() -> None:
+    doc = (ROOT / "docs" / "journal-protocol.md").read_text()
+    row = next(line for line in doc.splitlines() if line.startswith("| `status` |"))
+    sources = [ROOT / "coven_codex" / "agent" / "session.py", ROOT / "coven_codex" / "rollout" / "translator.py"]
+    written = {state for path in sources
+               for state in re.findall(r'"((?:session|turn|approval|cancel)_[a-z_]+)"', path.read_text())}
+    written -= {kind for kind, _ in SKIPPED_ENVELOPES}
+    assert written >= TURN_END_STATES
+    assert {state for state in written if f"`{state}`" not in row} == set()
+    ends = next(line for line in doc.splitlines() if line.startswith("A turn ends with"))
+    assert all(f"`{state}`" in ends for state in TURN_END_STATES)
