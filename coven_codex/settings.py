@@ -1,4 +1,4 @@
-"""Settings: defaults, overridden by ``coven.toml``, overridden by command-line flags (DESIGN §3).
+"""Settings: defaults, overridden by ``coven.toml``, overridden by command-line flags (docs/configuration.md).
 
 All settings live in one pydantic model so that ``run``, ``validate`` and ``spells`` read
 them the same way. Out-of-range timeouts are clamped with a warning, not rejected.

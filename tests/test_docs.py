@@ -58,3 +58,13 @@ def test_every_status_state_the_daemon_writes_is_in_the_protocol_table() -> None
     assert {state for state in written if f"`{state}`" not in row} == set()
     ends = next(line for line in doc.splitlines() if line.startswith("A turn ends with"))
     assert all(f"`{state}`" in ends for state in TURN_END_STATES)
+
+
+def test_nothing_cites_a_design_document_outside_the_repository() -> None:
+    """Contracts live in docs/; a citation of that document's sections points at nothing a reader has."""
+    folders = ("coven_codex", "mcp_shim", "docs", "tests", "benchmarks", "examples")
+    files = [ROOT / "README.md"] + [path for folder in folders for path in (ROOT / folder).rglob("*")
+                                    if path.suffix in (".py", ".md", ".toml", ".sh")]
+    citing = [str(path.relative_to(ROOT)) for path in files
+              if re.search("DESIGN" + r"\s*§", path.read_text(encoding="utf-8"))]
+    assert citing == []

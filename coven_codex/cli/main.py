@@ -1,4 +1,4 @@
-"""``coven-codex``: the command line (DESIGN §3).
+"""``coven-codex``: the command line (docs/configuration.md).
 
 Each subcommand lives in its own module ``coven_codex.cli.<name>`` exposing
 ``HELP: str``, ``configure(parser)`` and ``execute(args) -> int``. A subcommand

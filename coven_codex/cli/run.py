@@ -1,4 +1,4 @@
-"""``coven-codex run``: the daemon (DESIGN §3).
+"""``coven-codex run``: the daemon (docs/configuration.md).
 
 Flags win over ``coven.toml`` (``--config``), which wins over the defaults. Before anything
 starts, the folder checks of ``validate`` run (:func:`~coven_codex.validate.plan.run_refusals`):

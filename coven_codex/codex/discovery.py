@@ -1,4 +1,4 @@
-"""Finding the Codex executable (issue 4 item 1, DESIGN §5).
+"""Finding the Codex executable (docs/configuration.md, Finding the executable).
 
 Lookup order:
 

@@ -1,4 +1,4 @@
-"""An isolated ``CODEX_HOME`` per workspace (issue 4 item 2, DESIGN §4).
+"""An isolated ``CODEX_HOME`` per workspace (docs/configuration.md, The isolated CODEX_HOME).
 
 :func:`prepare_codex_home` builds ``<codex_home>`` (default ``<workspace>/.codex``, mode 0700):
 

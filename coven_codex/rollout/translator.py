@@ -1,4 +1,4 @@
-"""Rollout records → chat entries (DESIGN §2).
+"""Rollout records → chat entries (docs/journal-protocol.md).
 
 Sources of truth (each reply exactly once, see ``docs/rollout.md``):
 

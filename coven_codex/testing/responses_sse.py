@@ -1,4 +1,4 @@
-"""Server-sent events of the OpenAI Responses API, in the shape Codex consumes (DESIGN §4)."""
+"""Server-sent events of the OpenAI Responses API, in the shape Codex consumes (docs/rollout.md)."""
 
 from __future__ import annotations
 
