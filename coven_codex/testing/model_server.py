@@ -67,7 +67,7 @@ from coven_codex.testing.steps import (
     as_steps,
 )
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 EXHAUSTED_TEXT = "[scripted model server] script exhausted"
 _ERROR_TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 403: "permission_error",
@@ -75,7 +75,7 @@ _ERROR_TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 403:
 
 
 def _exhausted(_request: RecordedRequest) -> TurnScript:
-    logger.warning("script exhausted; answering with a fixed reply")
+    log.warning("script exhausted; answering with a fixed reply")
     return Reply(EXHAUSTED_TEXT)
 
 
@@ -98,7 +98,7 @@ class ScriptedModelServer:
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._on_connection, self._host, self._port)
         self._port = self._server.sockets[0].getsockname()[1]
-        logger.info("scripted model server listening on %s", self.base_url)
+        log.info("scripted model server listening on %s", self.base_url)
 
     async def aclose(self) -> None:
         if self._server is None:
@@ -153,13 +153,13 @@ class ScriptedModelServer:
         try:
             await self._serve_connection(reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError) as exc:
-            logger.debug("connection ended: %s", exc)
+            log.debug("connection ended: %s", exc)
         except http11.HttpProtocolError as exc:
-            logger.warning("closing connection after a protocol error: %s", exc)
+            log.warning("closing connection after a protocol error: %s", exc)
         except asyncio.CancelledError:
             # Only aclose() cancels connection tasks; ending normally keeps asyncio's
             # start_server callback from logging the cancellation as an error.
-            logger.debug("connection closed by server shutdown")
+            log.debug("connection closed by server shutdown")
         finally:
             self._connections.discard(task)
             writer.close()
@@ -187,7 +187,7 @@ class ScriptedModelServer:
                 return
 
     def _record(self, request: RecordedRequest) -> None:
-        logger.debug("%s %s (%d bytes)", request.method, request.path, len(request.body))
+        log.debug("%s %s (%d bytes)", request.method, request.path, len(request.body))
         self.requests.add(request)
         if self._record_file is not None:
             headers = {k: ("<redacted>" if k in {"authorization", "cookie"} else v)
@@ -205,7 +205,7 @@ class ScriptedModelServer:
             await self._send_json(writer, 200, {"object": "list", "data": [
                 {"id": "m", "object": "model", "owned_by": "coven-scripted"}]}, keep_alive=keep_alive)
             return keep_alive
-        logger.info("unhandled request %s %s answered 404", request.method, request.path)
+        log.info("unhandled request %s %s answered 404", request.method, request.path)
         await self._send_json(writer, 404, {"error": {"message": f"no route for {request.method} {path}",
                                                       "type": "not_found_error"}}, keep_alive=keep_alive)
         return keep_alive
@@ -225,7 +225,7 @@ class ScriptedModelServer:
             try:
                 steps = as_steps(self._responder(request))
             except Exception as exc:
-                logger.exception("responder failed")
+                log.exception("responder failed")
                 return (HttpError(500, f"scripted model server: responder failed: {exc!r}"),)
         for index, step in enumerate(steps):
             if isinstance(step, HttpError) and step.times > 1:
