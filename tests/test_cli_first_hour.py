@@ -60,3 +60,11 @@ def test_a_misspelled_setting_gets_the_nearest_known_one(tmp_path: Path) -> None
     config.write_text("max_session = 3\n")
     with pytest.raises(SettingsError, match=r"unknown setting max_session; did you mean max_sessions\?"):
         load_settings(config)
+
+
+def test_chat_on_a_journal_no_daemon_serves_says_so(tmp_path: Path) -> None:
+    journal = tmp_path / "journal.jsonl"
+    done = subprocess.run([sys.executable, "-m", "coven_codex", "chat", "--journal", str(journal)], cwd=tmp_path,
+                          input="", capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "no daemon serves it" in done.stderr and f"coven-codex run --journal {journal}" in done.stderr
