@@ -78,3 +78,19 @@ def test_the_architecture_says_elicitations_are_relayed_as_approvals() -> None:
     doc = " ".join((ROOT / "docs" / "architecture.md").read_text().split())
     assert "relays `mcpServer/elicitation/request`" in doc
     assert "`mcpServer/elicitation/request` and other server requests it does not handle" not in doc
+
+
+def test_the_protocol_doc_says_what_happens_to_a_line_without_ts(tmp_path: Path) -> None:
+    """A line without ``ts`` gets none on disk: each read assigns the reading time (as documented)."""
+    import time
+
+    from coven_codex.entries import ThoughtEntry, parse_entry_json
+
+    line = '{"kind":"thought","text":"hi"}'
+    first = parse_entry_json(line).ts
+    time.sleep(0.01)
+    assert parse_entry_json(line).ts > first
+    assert '"ts":' in ThoughtEntry(text="hi").to_json()
+    doc = (ROOT / "docs" / "journal-protocol.md").read_text()
+    row = next(row for row in doc.splitlines() if row.startswith("| `ts` |"))
+    assert "assigned if omitted" not in row and "readers then see the time they read it" in row
