@@ -36,6 +36,7 @@ from coven_codex.rollout import RolloutParseError, RolloutTranslator, parse_line
 FIXTURES = ROOT / "tests" / "fixtures" / "rollouts"
 CHUNK = 16 * 2**20
 TARGET_SECONDS = 2.0
+TARGET_MEGABYTES = 100
 
 
 def assemble(path: Path, megabytes: int) -> int:
@@ -140,11 +141,25 @@ def main() -> int:
                      f"{produced} {unit}", bad])
     print_table("Rollout parse + translate", ["pipeline", "CPU s", "wall s", "MB/s (CPU)", "CPU vs baseline",
                                               "produced", "bad lines"], rows)
-    fast_cpu, fast_wall = results[-1][1], results[-1][2]
-    verdict = "met" if fast_cpu <= TARGET_SECONDS and size >= 100 * 10**6 else "NOT met"
-    print(f"\ntarget: >= 100 MB parsed + translated in <= {TARGET_SECONDS:g} s: {verdict} "
-          f"({fast_cpu:.2f} s CPU, {fast_wall:.2f} s wall)")
+    print("\n" + target_line(size, results[-1][1], results[-1][2]))
     return 0
+
+
+def target_line(size: int, cpu: float, wall: float) -> str:
+    """The verdict on the target, at the run's own scale.
+
+    A full run (>= 100 MB) is judged on the target itself; a smaller (quick) run on the same
+    throughput, ``TARGET_SECONDS`` scaled to its size, and says so: it is no miss of the target.
+    """
+    full = TARGET_MEGABYTES * 10**6
+    if size >= full:
+        verdict = "met" if cpu <= TARGET_SECONDS else "NOT met"
+        return (f"target: >= {TARGET_MEGABYTES} MB parsed + translated in <= {TARGET_SECONDS:g} s: {verdict} "
+                f"({cpu:.2f} s CPU, {wall:.2f} s wall)")
+    allowed = TARGET_SECONDS * size / full
+    verdict = "met" if cpu <= allowed else "NOT met"
+    return (f"target at this run's scale ({size / 1e6:.0f} MB, so <= {allowed:.2f} s; the full run checks "
+            f"{TARGET_MEGABYTES} MB in {TARGET_SECONDS:g} s): {verdict} ({cpu:.2f} s CPU, {wall:.2f} s wall)")
 
 
 if __name__ == "__main__":

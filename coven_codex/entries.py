@@ -1,4 +1,4 @@
-"""Chat entries: the unit of the journal (DESIGN §2).
+"""Chat entries: the unit of the journal (docs/journal-protocol.md).
 
 Every entry has ``id``, ``kind``, ``conversation``, ``sender``, ``text`` and ``ts``.
 Kinds add their own fields. Entries of a kind this version does not know are kept
@@ -153,7 +153,7 @@ class StatusEntry(BaseEntry):
 
 
 class ErrorEntry(BaseEntry):
-    """A classified failure (DESIGN §6) or a bad journal line."""
+    """A classified failure (docs/operations.md, Error codes in the chat) or a bad journal line."""
 
     kind: Literal["error"] = "error"
     sender: str = CODEX_SENDER

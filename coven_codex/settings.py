@@ -1,4 +1,4 @@
-"""Settings: defaults, overridden by ``coven.toml``, overridden by command-line flags (DESIGN §3).
+"""Settings: defaults, overridden by ``coven.toml``, overridden by command-line flags (docs/configuration.md).
 
 All settings live in one pydantic model so that ``run``, ``validate`` and ``spells`` read
 them the same way. Out-of-range timeouts are clamped with a warning, not rejected.
@@ -6,6 +6,7 @@ them the same way. Out-of-range timeouts are clamped with a warning, not rejecte
 
 from __future__ import annotations
 
+import difflib
 import logging
 import tomllib
 from pathlib import Path
@@ -126,6 +127,16 @@ def read_settings_file(path: Path) -> dict[str, Any]:
     return data
 
 
+def _problem(kind: str, loc: tuple[int | str, ...], message: str) -> str:
+    """One validation error in the user's words; an unknown key gets the nearest known one."""
+    where = ".".join(str(part) for part in loc) or "settings"
+    if kind == "extra_forbidden" and len(loc) == 1:
+        close = difflib.get_close_matches(str(loc[0]), list(Settings.model_fields), n=1)
+        hint = f"; did you mean {close[0]}?" if close else " (docs/configuration.md lists every setting)"
+        return f"unknown setting {str(loc[0])[:60]}{hint}"
+    return f"{where}: {message}"
+
+
 def load_settings(config_file: Path | None = None, overrides: dict[str, Any] | None = None) -> Settings:
     """Defaults < ``config_file`` < ``overrides`` (flags; ``None`` values are ignored)."""
     data: dict[str, Any] = read_settings_file(config_file) if config_file is not None else {}
@@ -135,9 +146,7 @@ def load_settings(config_file: Path | None = None, overrides: dict[str, Any] | N
     try:
         settings = Settings.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}" for err in exc.errors()
-        )
+        problems = "; ".join(_problem(err["type"], err["loc"], err["msg"]) for err in exc.errors())
         where = f" in {config_file}" if config_file else ""
         raise SettingsError(f"invalid settings{where}: {problems}") from None
     for name in ("workspace", "journal", "codex_home", "codex_config", "agents_template", "state_dir"):

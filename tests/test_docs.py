@@ -5,6 +5,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from coven_codex.cli.main import build_parser
+from coven_codex.cli.run import TABLE_SETTINGS, default_text
+from coven_codex.rollout.translator import SKIPPED_ENVELOPES, TURN_END_STATES
 from coven_codex.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,3 +35,71 @@ def test_the_thought_limits_table_matches_the_code() -> None:
     table = doc[doc.index("## Limits"):doc.index("## Positions")]
     documented = {name: int(limit) for name, limit in re.findall(r"^\| `([a-z_]+)` \| (\d+) \|", table, re.M)}
     assert documented == {"conversation": MAX_CONVERSATION_CHARS, "id": MAX_ID_CHARS, "text": MAX_THOUGHT_CHARS}
+
+
+def _run_options() -> dict[str, str]:
+    """``dest`` → help text of every ``coven-codex run`` option."""
+    parser, _ = build_parser()
+    sub = next(action for action in parser._actions if action.dest == "command")
+    run = sub.choices["run"]  # type: ignore[attr-defined]
+    return {action.dest: action.help or "" for action in run._actions}
+
+
+def test_every_setting_is_a_run_flag_whose_help_shows_its_default() -> None:
+    """docs/configuration.md: every key except the tables is also a flag of `coven-codex run`."""
+    options = _run_options()
+    assert set(Settings.model_fields) - TABLE_SETTINGS <= set(options)
+    doc = (ROOT / "docs" / "configuration.md").read_text()
+    assert all(f"`[{table}]`" in doc.split("## Every setting")[0] for table in TABLE_SETTINGS)
+    for name in set(Settings.model_fields) - TABLE_SETTINGS:
+        if default_text(name):
+            assert "default" in options[name], f"run --help does not show the default of {name}"
+
+
+def test_every_status_state_the_daemon_writes_is_in_the_protocol_table() -> None:
+    doc = (ROOT / "docs" / "journal-protocol.md").read_text()
+    row = next(line for line in doc.splitlines() if line.startswith("| `status` |"))
+    sources = [ROOT / "coven_codex" / "agent" / "session.py", ROOT / "coven_codex" / "rollout" / "translator.py"]
+    written = {state for path in sources
+               for state in re.findall(r'"((?:session|turn|approval|cancel)_[a-z_]+)"', path.read_text())}
+    written -= {kind for kind, _ in SKIPPED_ENVELOPES}
+    assert written >= TURN_END_STATES
+    assert {state for state in written if f"`{state}`" not in row} == set()
+    ends = next(line for line in doc.splitlines() if line.startswith("A turn ends with"))
+    assert all(f"`{state}`" in ends for state in TURN_END_STATES)
+
+
+def test_nothing_cites_a_design_document_outside_the_repository() -> None:
+    """Contracts live in docs/; a citation of that document's sections points at nothing a reader has."""
+    folders = ("coven_codex", "mcp_shim", "docs", "tests", "benchmarks", "examples")
+    files = [ROOT / "README.md"] + [path for folder in folders for path in (ROOT / folder).rglob("*")
+                                    if path.suffix in (".py", ".md", ".toml", ".sh")]
+    citing = [str(path.relative_to(ROOT)) for path in files
+              if re.search("DESIGN" + r"\s*§", path.read_text(encoding="utf-8"))]
+    assert citing == []
+
+
+def test_the_architecture_says_elicitations_are_relayed_as_approvals() -> None:
+    """The app-server driver maps an elicitation to an approval; the docs must not say it is refused."""
+    from coven_codex.codex.drivers import app_server
+
+    assert "mcpServer/elicitation/request" in app_server._APPROVAL_ACTIONS
+    doc = " ".join((ROOT / "docs" / "architecture.md").read_text().split())
+    assert "relays `mcpServer/elicitation/request`" in doc
+    assert "`mcpServer/elicitation/request` and other server requests it does not handle" not in doc
+
+
+def test_the_protocol_doc_says_what_happens_to_a_line_without_ts(tmp_path: Path) -> None:
+    """A line without ``ts`` gets none on disk: each read assigns the reading time (as documented)."""
+    import time
+
+    from coven_codex.entries import ThoughtEntry, parse_entry_json
+
+    line = '{"kind":"thought","text":"hi"}'
+    first = parse_entry_json(line).ts
+    time.sleep(0.01)
+    assert parse_entry_json(line).ts > first
+    assert '"ts":' in ThoughtEntry(text="hi").to_json()
+    doc = (ROOT / "docs" / "journal-protocol.md").read_text()
+    row = next(row for row in doc.splitlines() if row.startswith("| `ts` |"))
+    assert "assigned if omitted" not in row and "readers then see the time they read it" in row

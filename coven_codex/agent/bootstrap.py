@@ -39,6 +39,7 @@ from coven_codex.codex.drivers import (
 from coven_codex.codex.home import CodexHomeError, DriverKind, prepare_codex_home
 from coven_codex.codex.version import CodexVersion, VersionError, detect_version
 from coven_codex.journal import FileJournal, JournalError
+from coven_codex.journal.file import FILE_MODE
 from coven_codex.mcp import (
     TOOLBELT_FILENAME,
     SpellLoadError,
@@ -94,6 +95,11 @@ class LinkMaker:
         return DriverLink(make)
 
 
+def create_journal(path: Path) -> None:
+    """Create the journal file if it is missing (as ``run --help`` promises), never truncating it."""
+    os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE))
+
+
 def choose(settings: Settings, version: CodexVersion) -> DriverKind:
     """The driver for ``version`` and the ``driver`` setting; raises :class:`BootstrapError`."""
     try:
@@ -118,7 +124,7 @@ async def run_daemon(settings: Settings, stop: asyncio.Event, *, ready: Ready | 
     except (DiscoveryError, VersionError) as exc:
         raise BootstrapError(str(exc)) from None
     driver = choose(settings, version)
-    log.info("Codex %s at %s; driver %s", version, found.path, driver)
+    log.info("Codex %s at %s (%s); driver %s", version, found.path, found.source, driver)
     async with contextlib.AsyncExitStack() as stack:
         # The lock comes first: a second daemon must not even rewrite the shared CODEX_HOME.
         # CODEX_HOME is locked too: the processes a daemon finds there at start are its own strays.
@@ -151,10 +157,15 @@ async def run_daemon(settings: Settings, stop: asyncio.Event, *, ready: Ready | 
         except CodexHomeError as exc:
             raise BootstrapError(str(exc)) from None
         if not home.has_credentials:
-            log.warning("no Codex credentials found (no auth.json, no API key variable); Codex will fail "
-                        "with AUTH errors until you run `codex login` or set an API key")
+            log.warning("no Codex credentials found (no auth.json, no API key variable, no model provider "
+                        "env_key set); Codex will fail with AUTH errors until you run `codex login` or set "
+                        "an API key")
         try:
+            await asyncio.to_thread(create_journal, settings.journal)
             journal = FileJournal(settings.journal, durability=settings.durability)
+        except OSError as exc:
+            raise BootstrapError(f"cannot create the journal {settings.journal} ({exc.strerror}); "
+                                 "check --journal and its folder's permissions") from None
         except JournalError as exc:
             raise BootstrapError(str(exc)) from None
         stack.push_async_callback(journal.aclose)

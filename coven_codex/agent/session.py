@@ -3,8 +3,9 @@
 A :class:`Session` is one task that owns everything of its conversation, so there are no
 locks between conversations. It reacts to one inbox of messages (thoughts, cancels and
 approvals from ingress; events from its Codex link; eviction requests from the slot pool;
-"recorded" notes from its egress) and to timers (turn deadline, stream-idle, interrupt grace,
-approval timeout, idle reaping, restart backoff), which are the timeout of that one wait.
+"recorded" notes from its egress) and to its own timers (interrupt grace, idle reaping,
+restart backoff), which are the timeout of that one wait. The turn deadline, the stream-idle
+bound and the approval timeout are the drivers' (:mod:`coven_codex.codex.drivers`).
 
 Delivering a thought (ingress exactly-once):
 

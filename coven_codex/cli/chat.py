@@ -36,6 +36,9 @@ def execute(args: argparse.Namespace) -> int:
     if args.history < 0:
         print("coven-codex chat: --history must be 0 or more", file=sys.stderr)
         return 2
+    if not journal_path.exists():  # `coven-codex run` creates its journal at start
+        print(f"coven-codex chat: {journal_path} does not exist yet, so no daemon serves it; start "
+              f"`coven-codex run --journal {journal_path}` (what you type waits for it)", file=sys.stderr)
     sender = args.sender or _login_name()
     colour = bool(args.colour and sys.stdout.isatty() and os.environ.get("NO_COLOR") is None)
     with contextlib.suppress(KeyboardInterrupt):

@@ -1,8 +1,7 @@
-"""``coven-codex``: the command line (DESIGN §3).
+"""``coven-codex``: the command line (docs/configuration.md).
 
-Each subcommand lives in its own module ``coven_codex.cli.<name>`` exposing
-``HELP: str``, ``configure(parser)`` and ``execute(args) -> int``. A subcommand
-whose module is not there yet says so and exits 2 rather than pretending.
+Each subcommand lives in its own module ``coven_codex.cli.<name>`` (``-`` in the name
+becomes ``_``) exposing ``HELP: str``, ``configure(parser)`` and ``execute(args) -> int``.
 """
 
 from __future__ import annotations
@@ -23,43 +22,43 @@ SUBCOMMANDS: tuple[tuple[str, str], ...] = (
     ("web", "the web chat page on a journal"),
     ("demo", "the whole thing offline: daemon, real Codex CLI, scripted model, console chat"),
     ("spells", "list the spells (Python functions) Codex will see as tools"),
+    ("model-server", "a scripted local model server for running offline"),
 )
 
 
-def _load(name: str) -> ModuleType | None:
-    try:
-        return importlib.import_module(f"coven_codex.cli.{name}")
-    except ModuleNotFoundError as exc:
-        if exc.name == f"coven_codex.cli.{name}":
-            return None
-        raise
+def _load(name: str) -> ModuleType:
+    return importlib.import_module(f"coven_codex.cli.{name.replace('-', '_')}")
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict[str, ModuleType | None]]:
+def build_parser() -> tuple[argparse.ArgumentParser, dict[str, ModuleType]]:
+    """The ``coven-codex`` parser with every subcommand, and each subcommand's module by name."""
     parser = argparse.ArgumentParser(
         prog="coven-codex",
         description="Bridge a chat journal and the OpenAI Codex CLI, both ways.",
     )
     parser.add_argument("--version", action="version", version=f"coven-codex {__version__}")
-    parser.add_argument(
-        "--log-level",
-        default=None,
-        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-        help="logging threshold for the log on stderr (default: INFO for run, WARNING otherwise)",
-    )
+    common = argparse.ArgumentParser(add_help=False)
+    for where, default in ((parser, None), (common, argparse.SUPPRESS)):
+        # accepted before and after the subcommand; after it, an absent flag keeps the value from before
+        where.add_argument(
+            "--log-level",
+            default=default,
+            choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+            help="logging threshold for the log on stderr (default: INFO for run, WARNING otherwise)",
+        )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    modules: dict[str, ModuleType | None] = {}
+    modules: dict[str, ModuleType] = {}
     for name, summary in SUBCOMMANDS:
         module = _load(name)
         modules[name] = module
-        help_text = getattr(module, "HELP", summary) if module else f"{summary} (not implemented yet)"
-        sub_parser = sub.add_parser(name, help=help_text, description=help_text)
-        if module is not None:
-            module.configure(sub_parser)
+        help_text = getattr(module, "HELP", summary)
+        sub_parser = sub.add_parser(name, help=help_text, description=help_text, parents=[common])
+        module.configure(sub_parser)
     return parser, modules
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``coven-codex`` with ``argv`` (default: the process's arguments); the exit status."""
     parser, modules = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
@@ -70,11 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    module = modules[args.command]
-    if module is None:
-        print(f"coven-codex {args.command}: not implemented yet in this version", file=sys.stderr)
-        return 2
-    result: int = module.execute(args)
+    result: int = modules[args.command].execute(args)
     return result
 
 

@@ -1,6 +1,8 @@
-"""``coven-codex run``: the daemon (DESIGN §3).
+"""``coven-codex run``: the daemon (docs/configuration.md).
 
-Flags win over ``coven.toml`` (``--config``), which wins over the defaults. Runs until SIGINT or
+Flags win over ``coven.toml`` (``--config``), which wins over the defaults. Before anything
+starts, the folder checks of ``validate`` run (:func:`~coven_codex.validate.plan.run_refusals`):
+what ``validate`` refuses, ``run`` refuses with the same words (exit 2). Runs until SIGINT or
 SIGTERM, then stops intake, lets running turns stop (``--kill-grace``), ends every Codex
 process tree, saves cursors and exits 0. A second signal during shutdown exits at once (1).
 """
@@ -18,6 +20,7 @@ from typing import Any
 
 from coven_codex.agent.bootstrap import BootstrapError, run_daemon
 from coven_codex.settings import Settings, SettingsError, load_settings
+from coven_codex.validate.plan import run_refusals
 
 log = logging.getLogger(__name__)
 
@@ -34,14 +37,14 @@ _FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
                       "help": "isolated CODEX_HOME (default WORKSPACE/.codex)"}),
     ("--state-dir", {"type": Path, "dest": "state_dir",
                      "help": "cursors and session state (default WORKSPACE/.coven)"}),
-    ("--driver", {"choices": ["auto", "app-server", "exec"], "help": "how thoughts reach Codex (default auto)"}),
-    ("--max-sessions", {"type": int, "dest": "max_sessions", "help": "live Codex processes at most (default 8)"}),
+    ("--driver", {"choices": ["auto", "app-server", "exec"], "help": "how thoughts reach Codex"}),
+    ("--max-sessions", {"type": int, "dest": "max_sessions", "help": "live Codex processes at most"}),
     ("--idle-reap", {"type": float, "dest": "idle_reap",
-                     "help": "seconds after which an idle conversation's Codex ends (default 1800)"}),
-    ("--turn-timeout", {"type": float, "dest": "turn_timeout", "help": "seconds a turn may run, 30-3600 (600)"}),
+                     "help": "seconds after which an idle conversation's Codex ends"}),
+    ("--turn-timeout", {"type": float, "dest": "turn_timeout", "help": "seconds a turn may run, 30-3600"}),
     ("--stream-idle-timeout", {"type": float, "dest": "stream_idle_timeout",
-                               "help": "seconds without model output before a turn is abandoned (540)"}),
-    ("--kill-grace", {"type": float, "dest": "kill_grace", "help": "seconds between TERM and KILL (default 5)"}),
+                               "help": "seconds without model output before a turn is abandoned"}),
+    ("--kill-grace", {"type": float, "dest": "kill_grace", "help": "seconds between TERM and KILL"}),
     ("--mid-turn", {"choices": ["queue", "steer"], "dest": "mid_turn",
                     "help": "a thought arriving during a turn waits (queue) or joins it (steer)"}),
     ("--approval-policy", {"choices": ["ask", "approve", "deny"], "dest": "approval_policy",
@@ -49,13 +52,36 @@ _FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("--durability", {"choices": ["always", "batched", "never"], "help": "journal and state fsync policy"}),
     ("--restart-backoff", {"type": float, "dest": "restart_backoff",
                            "help": "first delay before a dead Codex is restarted (doubles, max 60 s)"}),
+    ("--approval-timeout", {"type": float, "dest": "approval_timeout",
+                            "help": "seconds to wait for the chat's approval answer before denying"}),
+    ("--stream-deltas", {"action": argparse.BooleanOptionalAction, "dest": "stream_deltas",
+                         "help": "write streaming `delta` entries"}),
+    ("--agents-template", {"type": Path, "dest": "agents_template",
+                           "help": "template for AGENTS.md with $VARNAME substitution"}),
 )
+TABLE_SETTINGS = frozenset({"codex", "agents_vars"})
+"""Settings that are TOML tables: ``coven.toml`` only, no flag."""
+
+
+def default_text(name: str) -> str:
+    """`` (default X)`` for a setting with a plain default, else an empty string."""
+    field = Settings.model_fields[name]
+    if field.default_factory is not None or field.default is None:
+        return ""
+    value = field.default
+    shown = ("on" if value else "off") if isinstance(value, bool) else f"{value:g}" if isinstance(value, float) \
+        else str(value)
+    return f" (default {shown})"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, help="coven.toml with the same settings as the flags")
     for flag, options in _FLAGS:
-        parser.add_argument(flag, default=None, **options)
+        name = options.get("dest", flag.removeprefix("--"))
+        text = str(options["help"])
+        if name in Settings.model_fields and "default" not in text:
+            text += default_text(name)
+        parser.add_argument(flag, default=None, **{**options, "help": text})
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -72,6 +98,11 @@ def execute(args: argparse.Namespace) -> int:
         settings = settings_from_args(args)
     except SettingsError as exc:
         print(f"coven-codex run: {exc}", file=sys.stderr)
+        return 2
+    refused = asyncio.run(run_refusals(settings))
+    for outcome in refused:
+        print(f"coven-codex run: {outcome.result.detail}\n  fix: {outcome.result.fix}", file=sys.stderr)
+    if refused:
         return 2
     try:
         return asyncio.run(_main(settings))

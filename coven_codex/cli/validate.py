@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,10 @@ def execute(args: argparse.Namespace) -> int:
         raw = read_settings_file(args.config) if args.config else {}
         settings = load_settings(args.config, overrides)
     except SettingsError as exc:
-        print(f"coven-codex validate: {exc}", file=sys.stderr)
+        if args.json:  # --json always prints JSON, even when the settings cannot be read
+            print(json.dumps({"ok": False, "error": str(exc), "checks": []}, indent=2, ensure_ascii=False))
+        else:
+            print(f"coven-codex validate: {exc}", file=sys.stderr)
         return 2
     raw.update({key: value for key, value in overrides.items() if value is not None})
     outcomes = asyncio.run(run_plan(PLAN, ProbeContext(settings=settings, raw_settings=raw)))

@@ -1,10 +1,13 @@
-"""Finding the Codex executable (issue 4 item 1, DESIGN §5).
+"""Finding the Codex executable (docs/configuration.md, Finding the executable).
 
 Lookup order:
 
 1. an explicit path (``codex_path`` containing a ``/`` or starting with ``~``): used as is;
 2. a bare name (``codex_path`` without a slash, default ``codex``) looked up on ``PATH``;
-3. the same name in npm's global prefix (``<npm prefix -g>/bin/<name>``), asked with a timeout.
+3. the same name in npm's global prefix (``<npm prefix -g>/bin/<name>``), asked with a timeout;
+4. with no ``codex_path`` configured, the project-installed CLI (the pinned version
+   ``scripts/setup.sh`` puts into the checkout's ``.codex-cli/``, see
+   :mod:`coven_codex.codex.installed`), when it exists and lies outside the workspace.
 
 A configured name must match ``^[A-Za-z0-9_-]+$`` before anything is looked up, so a name
 cannot smuggle a path or shell syntax. Whatever is found is refused when it, or the file it
@@ -26,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from coven_codex.codex import installed
 from coven_codex.codex.process import run_captured
 
 log = logging.getLogger(__name__)
@@ -45,7 +49,7 @@ class FoundExecutable:
 
     path: Path  # absolute path as found (may be a symlink, e.g. npm's ``.bin/codex``)
     resolved: Path  # ``path`` with every symlink resolved
-    source: str  # "explicit", "PATH" or "npm"
+    source: str  # "explicit", "PATH", "npm" or installed.SOURCE
 
 
 def is_explicit_path(configured: str) -> bool:
@@ -80,10 +84,13 @@ def find_codex(
     else:
         name = validate_name(value)
         looked_up = _on_path(name, environ) or _in_npm_prefix(name, environ, npm_timeout)
+        if looked_up is None and not (configured or "").strip():
+            looked_up = _project_installed(workspace)
         if looked_up is None:
             raise DiscoveryError(
                 f"Codex executable {name!r} was found neither on PATH nor in npm's global prefix; "
-                "install it (`npm install -g @openai/codex`) or set codex_path to its absolute path"
+                "install it (`npm install -g @openai/codex`, or scripts/setup.sh in a checkout) or "
+                "pass --codex-path (codex_path) with its absolute path"
             )
         found = looked_up
     refuse_inside_workspace(found, workspace)
@@ -101,6 +108,19 @@ def refuse_inside_workspace(found: FoundExecutable, workspace: Path) -> None:
                 "checked-in file could hijack the bridge; install Codex outside the workspace and "
                 "point codex_path at it"
             )
+
+
+def _project_installed(workspace: Path) -> FoundExecutable | None:
+    """The project-installed CLI as a candidate: skipped (not refused) when inside the workspace."""
+    path = installed.project_codex()
+    if path is None:
+        return None
+    found = _checked(path, installed.SOURCE)
+    try:
+        refuse_inside_workspace(found, workspace)
+    except DiscoveryError:
+        return None
+    return found
 
 
 def _explicit(value: str) -> FoundExecutable:

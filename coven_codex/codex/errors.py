@@ -1,4 +1,4 @@
-"""Classifying Codex failures into codes the chat can act on (DESIGN §6).
+"""Classifying Codex failures into codes the chat can act on (docs/operations.md, Error codes in the chat).
 
 First match wins; exit codes are looked at before text. Each code carries a hint
 that tells the user what to do.

@@ -1,4 +1,4 @@
-"""An isolated ``CODEX_HOME`` per workspace (issue 4 item 2, DESIGN §4).
+"""An isolated ``CODEX_HOME`` per workspace (docs/configuration.md, The isolated CODEX_HOME).
 
 :func:`prepare_codex_home` builds ``<codex_home>`` (default ``<workspace>/.codex``, mode 0700):
 
@@ -70,6 +70,7 @@ class CodexHome:
     auth_source: Path | None  # the user's auth.json that was carried over (or was already)
     api_key_variables: tuple[str, ...]  # names of credential variables present in env
     missing_env_keys: tuple[str, ...]  # env_key names the config's providers need but env lacks
+    provider_env_keys: tuple[str, ...]  # env_key names the config's providers need and env has
     agents_md: Path | None
 
     @property
@@ -78,6 +79,7 @@ class CodexHome:
             self.auth_source is not None
             or (self.path / AUTH_FILE).exists()
             or bool(self.api_key_variables)
+            or bool(self.provider_env_keys)
         )
 
 
@@ -156,12 +158,14 @@ def prepare_codex_home(
     env = dict(env_in)
     env["CODEX_HOME"] = str(home)
     present = tuple(name for name in API_KEY_VARIABLES if env.get(name))
-    missing = tuple(name for name in provider_env_keys(tomllib.loads(merged)) if not env.get(name))
+    provider_keys = provider_env_keys(tomllib.loads(merged))
+    missing = tuple(name for name in provider_keys if not env.get(name))
+    provided = tuple(name for name in provider_keys if env.get(name))
     log.info(
         "CODEX_HOME %s prepared (auth.json %s, credential variables: %s)",
         home,
         "carried" if auth_source else "absent",
-        ", ".join(present) or "none",
+        ", ".join(present + provided) or "none",
     )
     return CodexHome(
         path=home,
@@ -170,6 +174,7 @@ def prepare_codex_home(
         auth_source=auth_source,
         api_key_variables=present,
         missing_env_keys=missing,
+        provider_env_keys=provided,
         agents_md=agents,
     )
 

@@ -23,6 +23,7 @@ from typing import TextIO
 from coven_codex.adapters.console import ConsoleChat, stdin_lines
 from coven_codex.adapters.kit.render import PlainDialect, RenderOptions, format_block, render_entry
 from coven_codex.agent.bootstrap import BootstrapError, run_daemon
+from coven_codex.codex.installed import project_codex
 from coven_codex.demo.model import demo_responder
 from coven_codex.entries import BaseEntry, ErrorEntry, ResponseEntry, StatusEntry, ThoughtEntry, ToolResultEntry
 from coven_codex.journal import FileJournal, JournalRecord
@@ -33,20 +34,12 @@ from coven_codex.testing.model_server import ScriptedModelServer
 log = logging.getLogger(__name__)
 
 CONVERSATION = "demo"
-PINNED_VERSION = "0.169.0"
 TURN_END_STATES = frozenset({"turn_completed", "turn_failed", "turn_aborted"})
 DEFAULT_SCRIPT = ("hello!", "What is 2 plus 3?", "roll 2 dice")
 
 
 class DemoError(RuntimeError):
     """The demo cannot run; the message says what to do."""
-
-
-def pinned_codex() -> Path | None:
-    """The Codex CLI that ``scripts/setup.sh`` installs next to a source checkout, if present."""
-    root = Path(__file__).resolve().parents[2]
-    candidate = root / ".codex-cli" / PINNED_VERSION / "node_modules" / ".bin" / "codex"
-    return candidate if candidate.exists() else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,11 +53,10 @@ class DemoOptions:
 
 def _settings(options: DemoOptions, base_url: str) -> Settings:
     folder = options.folder.resolve()
-    codex = options.codex_path or (str(found) if (found := pinned_codex()) else None)
     return Settings.model_validate({
         "workspace": folder / "workspace",
         "journal": folder / "journal.jsonl",
-        "codex_path": codex,
+        "codex_path": options.codex_path or _project_codex(),
         "codex_home": folder / "codex-home",
         "state_dir": folder / "state",
         "spells": ["coven_codex.demo.spells:spells"],
@@ -73,6 +65,11 @@ def _settings(options: DemoOptions, base_url: str) -> Settings:
         "approval_policy": "approve",
         "restart_backoff": 0.5,
     })
+
+
+def _project_codex() -> str | None:
+    found = project_codex()
+    return None if found is None else str(found)
 
 
 def _log_to_file(path: Path) -> logging.Handler:

@@ -1,4 +1,4 @@
-"""The journal (DESIGN §2): protocol, file backend (the embedded default), memory backend."""
+"""The journal (docs/journal-protocol.md): protocol, file backend (the embedded default), memory backend."""
 
 from coven_codex.journal.decoding import decode_line
 from coven_codex.journal.file import FileJournal

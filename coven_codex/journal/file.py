@@ -26,7 +26,7 @@ from coven_codex.journal.protocol import (
 from coven_codex.tailing import DEFAULT_MAX_LINE_BYTES, LineSplitter, TailNotice, tail_lines
 from coven_codex.tailing.notices import NoticeCallback
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 DURABILITIES: Final = ("always", "batched", "never")
 READ_CHUNK: Final = 1 << 20
@@ -104,7 +104,7 @@ class FileJournal:
         if not may_open:
             return None
         if self._fd is not None:
-            logger.warning("%s was replaced or removed; appending to the file now at that path", self.path)
+            log.warning("%s was replaced or removed; appending to the file now at that path", self.path)
             os.close(self._fd)
             self._fd = None
         created = identity is None
@@ -124,7 +124,7 @@ class FileJournal:
         start = os.fstat(fd).st_size
         if start != self._known_end and start > 0 and os.pread(fd, 1, start - 1) != b"\n":
             # Someone left an unterminated line: end it, so ours is not glued to it.
-            logger.warning("%s ended with an unterminated line at %d; terminating it", self.path, start)
+            log.warning("%s ended with an unterminated line at %d; terminating it", self.path, start)
             os.write(fd, b"\n")
             start += 1
         view = memoryview(line)

@@ -19,7 +19,7 @@ from coven_codex.journal.protocol import (
 )
 from coven_codex.tailing import DEFAULT_MAX_LINE_BYTES
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 
 class MemoryStore:
@@ -80,7 +80,7 @@ class MemoryJournal:
     async def tail(self, start: Position = 0) -> AsyncGenerator[JournalItem, None]:
         position = check_position(start)
         if position > len(self._items):
-            logger.warning("tail start %d is past the end (%d); reading from 0", position, len(self._items))
+            log.warning("tail start %d is past the end (%d); reading from 0", position, len(self._items))
             position = 0
         while True:
             while position < len(self._items):

@@ -1,4 +1,4 @@
-"""The journal contract (DESIGN §2): an ordered, append-only log of chat entries."""
+"""The journal contract (docs/journal-protocol.md): an ordered, append-only log of chat entries."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Codex failures → classified ``error`` chat entries (DESIGN §6).
+"""Codex failures → classified ``error`` chat entries (docs/operations.md, Error codes in the chat).
 
 Used by the translator for errors Codex writes into the rollout (0.169: ``task_complete``
 with ``error``; ``error`` / ``stream_error`` events) and by the agent for errors that only

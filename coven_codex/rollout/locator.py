@@ -23,7 +23,7 @@ from watchfiles import Change, awatch
 from coven_codex.rollout.parser import record_from_object
 from coven_codex.rollout.records import RolloutRecord, SessionMeta
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 _ROLLOUT_NAME = re.compile(
     r"^rollout-\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}-(?P<thread>[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-"

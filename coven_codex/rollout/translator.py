@@ -1,4 +1,4 @@
-"""Rollout records → chat entries (DESIGN §2).
+"""Rollout records → chat entries (docs/journal-protocol.md).
 
 Sources of truth (each reply exactly once, see ``docs/rollout.md``):
 
@@ -65,7 +65,7 @@ from coven_codex.rollout.records import (
 from coven_codex.rollout.tool_output import clean_tool_output
 from coven_codex.tailing import Line
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 TURN_STARTED = "turn_started"
 TURN_COMPLETED = "turn_completed"
@@ -321,7 +321,7 @@ class RolloutTranslator:
         return entry
 
     def _bad_line(self, start: int, reason: str) -> ErrorEntry:
-        logger.warning("rollout of thread %s: unreadable line at byte %d: %s", self.thread_id, start, reason)
+        log.warning("rollout of thread %s: unreadable line at byte %d: %s", self.thread_id, start, reason)
         fields: dict[str, Any] = self._common(start)
         fields.update(thread_id=self.thread_id, offset=start)  # extra fields of the entry
         return ErrorEntry(code=BAD_LINE_CODE,

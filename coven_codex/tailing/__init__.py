@@ -1,4 +1,4 @@
-"""One event-driven line tailer for the journal and the rollout egress (DESIGN §1)."""
+"""One event-driven line tailer for the journal and the rollout egress (docs/architecture.md)."""
 
 from coven_codex.tailing.lines import DEFAULT_MAX_LINE_BYTES, Line, LineSplitter
 from coven_codex.tailing.notices import TailNotice, TailNoticeKind

@@ -19,7 +19,7 @@ from typing import Final
 
 from coven_codex.tailing.libc import linux_libc
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 IN_MODIFY: Final = 0x00000002
 IN_ATTRIB: Final = 0x00000004
@@ -154,7 +154,7 @@ class _InotifyHub:
             except BlockingIOError:
                 return
             except OSError:
-                logger.exception("reading inotify events failed; waking every watcher")
+                log.exception("reading inotify events failed; waking every watcher")
                 self._wake_all()
                 return
             if not data:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 
 class TailNoticeKind(StrEnum):
@@ -43,6 +43,6 @@ _LEVELS = {
 
 def report(notice: TailNotice, callback: NoticeCallback | None) -> None:
     """Log ``notice`` and hand it to ``callback``."""
-    logger.log(_LEVELS[notice.kind], "%s: %s", notice.path, notice.message)
+    log.log(_LEVELS[notice.kind], "%s: %s", notice.path, notice.message)
     if callback is not None:
         callback(notice)

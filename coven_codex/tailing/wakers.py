@@ -16,6 +16,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Final, Literal, Protocol
 
+# watchfiles' public ``watch()`` creates its watcher lazily, at the first ``next()``, so changes
+# made between creating a waker and its first wait would be missed; ``RustNotify`` (what
+# ``watch()`` wraps) starts watching when constructed. It is not public API, so pyproject.toml
+# pins watchfiles below 2, and tests/tailing exercise this waker against the installed version.
 from watchfiles._rust_notify import RustNotify
 
 from coven_codex.tailing import inotify

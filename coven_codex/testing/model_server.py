@@ -28,24 +28,20 @@ Recording: ``server.requests`` (:class:`~coven_codex.testing.request_log.Request
 every request (including other endpoints) with ``user_texts()``, ``turn_prompts()``,
 ``function_call_outputs()``, ``responses_requests()`` and ``await wait_for(n)``.
 
-Out of process::
-
-    python -m coven_codex.testing.model_server --port 0 --script echo
-
-prints the base URL (``http://127.0.0.1:PORT/v1``) as its first stdout line and serves until
-SIGINT/SIGTERM. ``--script commands`` understands ``/tool``, ``/error``, ``/fail``,
-``/stall``, ``/think`` prompts (see :mod:`coven_codex.testing.responders`).
+Out of process: ``coven-codex model-server --port 0 --script echo`` (see
+:mod:`coven_codex.cli.model_server`) prints the base URL (``http://127.0.0.1:PORT/v1``) as its
+first stdout line, then the base Codex config to use, and serves until SIGINT/SIGTERM.
+``--script commands`` understands ``/tool``, ``/error``, ``/fail``, ``/stall``, ``/think``
+prompts (see :mod:`coven_codex.testing.responders`).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import dataclasses
 import json
 import logging
-import signal
 import sys
 from collections import deque
 from collections.abc import Iterable
@@ -56,7 +52,7 @@ from typing import Any, Self
 from coven_codex.testing import http11
 from coven_codex.testing import responses_sse as sse
 from coven_codex.testing.request_log import RecordedRequest, RequestLog
-from coven_codex.testing.responders import NAMED_RESPONDERS, Responder
+from coven_codex.testing.responders import Responder
 from coven_codex.testing.steps import (
     CallTool,
     Disconnect,
@@ -71,7 +67,7 @@ from coven_codex.testing.steps import (
     as_steps,
 )
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 EXHAUSTED_TEXT = "[scripted model server] script exhausted"
 _ERROR_TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 403: "permission_error",
@@ -79,7 +75,7 @@ _ERROR_TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 403:
 
 
 def _exhausted(_request: RecordedRequest) -> TurnScript:
-    logger.warning("script exhausted; answering with a fixed reply")
+    log.warning("script exhausted; answering with a fixed reply")
     return Reply(EXHAUSTED_TEXT)
 
 
@@ -102,7 +98,7 @@ class ScriptedModelServer:
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._on_connection, self._host, self._port)
         self._port = self._server.sockets[0].getsockname()[1]
-        logger.info("scripted model server listening on %s", self.base_url)
+        log.info("scripted model server listening on %s", self.base_url)
 
     async def aclose(self) -> None:
         if self._server is None:
@@ -157,13 +153,13 @@ class ScriptedModelServer:
         try:
             await self._serve_connection(reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError) as exc:
-            logger.debug("connection ended: %s", exc)
+            log.debug("connection ended: %s", exc)
         except http11.HttpProtocolError as exc:
-            logger.warning("closing connection after a protocol error: %s", exc)
+            log.warning("closing connection after a protocol error: %s", exc)
         except asyncio.CancelledError:
             # Only aclose() cancels connection tasks; ending normally keeps asyncio's
             # start_server callback from logging the cancellation as an error.
-            logger.debug("connection closed by server shutdown")
+            log.debug("connection closed by server shutdown")
         finally:
             self._connections.discard(task)
             writer.close()
@@ -191,7 +187,7 @@ class ScriptedModelServer:
                 return
 
     def _record(self, request: RecordedRequest) -> None:
-        logger.debug("%s %s (%d bytes)", request.method, request.path, len(request.body))
+        log.debug("%s %s (%d bytes)", request.method, request.path, len(request.body))
         self.requests.add(request)
         if self._record_file is not None:
             headers = {k: ("<redacted>" if k in {"authorization", "cookie"} else v)
@@ -209,7 +205,7 @@ class ScriptedModelServer:
             await self._send_json(writer, 200, {"object": "list", "data": [
                 {"id": "m", "object": "model", "owned_by": "coven-scripted"}]}, keep_alive=keep_alive)
             return keep_alive
-        logger.info("unhandled request %s %s answered 404", request.method, request.path)
+        log.info("unhandled request %s %s answered 404", request.method, request.path)
         await self._send_json(writer, 404, {"error": {"message": f"no route for {request.method} {path}",
                                                       "type": "not_found_error"}}, keep_alive=keep_alive)
         return keep_alive
@@ -229,7 +225,7 @@ class ScriptedModelServer:
             try:
                 steps = as_steps(self._responder(request))
             except Exception as exc:
-                logger.exception("responder failed")
+                log.exception("responder failed")
                 return (HttpError(500, f"scripted model server: responder failed: {exc!r}"),)
         for index, step in enumerate(steps):
             if isinstance(step, HttpError) and step.times > 1:
@@ -308,40 +304,7 @@ class ScriptedModelServer:
         return True
 
 
-# -- command line --------------------------------------------------------------------------------
-def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m coven_codex.testing.model_server",
-                                     description="Scripted OpenAI Responses API server for offline Codex runs.")
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=0, help="port (default 0: any free port)")
-    parser.add_argument("--script", choices=sorted(NAMED_RESPONDERS), default="echo",
-                        help="how to answer: echo the prompt, or understand /tool, /error ... commands")
-    parser.add_argument("--record", type=Path, default=None,
-                        help="append every received request to this JSONL file (authorization redacted)")
-    return parser.parse_args(argv)
+if __name__ == "__main__":  # the command is ``coven-codex model-server``; this form is kept for old scripts
+    from coven_codex.cli.main import main
 
-
-async def _run(args: argparse.Namespace) -> None:
-    server = ScriptedModelServer(responder=NAMED_RESPONDERS[args.script], host=args.host, port=args.port,
-                                 record_file=args.record)
-    await server.start()
-    print(server.base_url, flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
-    try:
-        await stop.wait()
-    finally:
-        await server.aclose()
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = _parse_args(argv)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
-    asyncio.run(_run(args))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(main(["model-server", *sys.argv[1:]]))

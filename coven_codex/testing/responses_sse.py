@@ -1,4 +1,4 @@
-"""Server-sent events of the OpenAI Responses API, in the shape Codex consumes (DESIGN §4)."""
+"""Server-sent events of the OpenAI Responses API, in the shape Codex consumes (docs/rollout.md)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from coven_codex.testing.steps import CallTool, Reasoning, Reply, RunCommand
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 Event = dict[str, Any]
 
@@ -150,7 +150,7 @@ def run_command_event(step: RunCommand, tools: list[dict[str, Any]], ids: IdSour
     elif "shell_command" in offered:
         name, arguments = "shell_command", {"command": step.command}
     else:
-        logger.warning("no shell tool offered (tools: %s); calling exec_command anyway", sorted(map(str, offered)))
+        log.warning("no shell tool offered (tools: %s); calling exec_command anyway", sorted(map(str, offered)))
         name, arguments = "exec_command", {"cmd": step.command}
     return function_call_event(name, None, arguments, call_id=step.call_id or ids.new("call"),
                                item_id=ids.new("fc"), output_index=output_index)
@@ -198,6 +198,6 @@ def resolve_tool(name: str, tools: list[dict[str, Any]]) -> tuple[str, str | Non
     for namespace, inner in namespaces.items():
         if tool in inner:
             return tool, namespace
-    logger.warning("tool %r is not among the offered tools %s; calling it by that name", name,
+    log.warning("tool %r is not among the offered tools %s; calling it by that name", name,
                    sorted(flat | {f"{ns}.{t}" for ns, inner in namespaces.items() for t in inner}))
     return name, None

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from coven_codex.settings import Settings
 from coven_codex.validate import codex_probes as codex
 from coven_codex.validate import filesystem_probes as fs
 from coven_codex.validate import spell_probes as spells
-from coven_codex.validate.framework import Probe
+from coven_codex.validate.framework import Outcome, Probe, ProbeContext, run_plan
 
 PLAN: tuple[Probe, ...] = (
     Probe("timeouts", "timeout settings within bounds", fs.probe_timeouts, timeout=1, required=False),
@@ -18,7 +19,7 @@ PLAN: tuple[Probe, ...] = (
           timeout=1, needs=("codex_version",)),
     Probe("credentials", "credentials for the model provider", codex.probe_credentials, timeout=2),
     Probe("login", "`codex login status`", codex.probe_login, timeout=12, required=False,
-          needs=("codex_found",)),
+          needs=("codex_version",)),  # a Codex that cannot say its version would only time out here
     Probe("codex_home", "CODEX_HOME writable", fs.probe_codex_home, timeout=5),
     Probe("state_dir", "state folder (cursors, sessions) writable", fs.probe_state_dir, timeout=5),
     Probe("sessions", "Codex sessions folder readable", fs.probe_sessions_folder, timeout=10),
@@ -30,3 +31,13 @@ PLAN: tuple[Probe, ...] = (
     Probe("config_merge", "Codex config merged in a scratch copy and re-parsed", codex.probe_config_merge,
           timeout=15, needs=("codex_supported",)),
 )
+
+RUN_GATES: frozenset[str] = frozenset({"workspace", "codex_home", "state_dir", "journal"})
+"""The checks ``coven-codex run`` makes before it starts: ``run`` refuses what ``validate`` refuses."""
+
+
+async def run_refusals(settings: Settings) -> list[Outcome]:
+    """The required :data:`RUN_GATES` checks that fail for ``settings``, worded as ``validate`` words them."""
+    gates = tuple(probe for probe in PLAN if probe.code in RUN_GATES)
+    outcomes = await run_plan(gates, ProbeContext(settings=settings))
+    return [outcome for outcome in outcomes if outcome.blocking]

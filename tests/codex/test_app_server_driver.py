@@ -293,7 +293,7 @@ async def test_start_failure_is_reported(tmp_path: Path, recorder: Recorder) -> 
 
 
 def test_rollout_client_id_shape(tmp_path: Path) -> None:
-    """The parsing assumption the agent relies on, spelled out (DESIGN §4)."""
+    """The parsing assumption the agent relies on, spelled out (docs/rollout.md)."""
     line = {"type": "event_msg", "payload": {"type": "item_completed",
                                               "item": {"type": "UserMessage", "client_id": "x"}}}
     assert json.loads(json.dumps(line))["payload"]["item"]["client_id"] == "x"

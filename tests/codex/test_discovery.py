@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from coven_codex.codex import installed
 from coven_codex.codex.discovery import DiscoveryError, find_codex, npm_global_prefix
 
 
@@ -45,9 +46,8 @@ def test_name_found_on_path(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", ["codex;rm -rf /", "co dex", "../codex", "codex$HOME", "codex.js", ""])
 def test_bad_names_are_refused_before_lookup(tmp_path: Path, name: str) -> None:
     if name == "":
-        # empty means "default" (codex); with an empty PATH and no npm it is simply not found
-        with pytest.raises(DiscoveryError, match="neither on PATH"):
-            find_codex(name, tmp_path / "ws", env=env_with_path())
+        # empty means "default" (codex); with an empty PATH and no npm, the project-installed CLI
+        assert find_codex(name, tmp_path / "ws", env=env_with_path()).source == installed.SOURCE
         return
     if "/" in name:
         with pytest.raises(DiscoveryError, match="does not exist"):
@@ -113,3 +113,21 @@ def test_real_pinned_cli_is_found_and_resolves_outside(tmp_path: Path, codex_bin
     found = find_codex(None, tmp_path / "ws", env=env_with_path(codex_bin_169.parent))
     assert found.path == codex_bin_169
     assert found.resolved.name == "codex.js"
+
+
+def test_the_project_installed_cli_is_found_when_nothing_else_is(tmp_path: Path) -> None:
+    """scripts/setup.sh installs the pinned CLI into .codex-cli/, on no PATH: run must still find it."""
+    expected = installed.project_codex()
+    assert expected is not None, "run scripts/setup.sh: the pinned Codex CLI is missing"
+    found = find_codex(None, tmp_path / "ws", env=env_with_path(tmp_path / "empty"))
+    assert (found.path, found.source) == (expected, "project-installed CLI")
+
+
+def test_the_project_installed_cli_is_skipped_inside_the_workspace() -> None:
+    with pytest.raises(DiscoveryError, match="--codex-path"):
+        find_codex(None, installed.CHECKOUT, env={"PATH": "", "HOME": "/nonexistent"})
+
+
+def test_a_configured_name_does_not_fall_back_to_the_project_installed_cli(tmp_path: Path) -> None:
+    with pytest.raises(DiscoveryError, match="neither on PATH"):
+        find_codex("codex", tmp_path / "ws", env=env_with_path(tmp_path / "empty"))

@@ -172,3 +172,18 @@ def test_agents_md_written_into_codex_home(tmp_path: Path) -> None:
     assert home.agents_md == home.path / "AGENTS.md"
     assert home.agents_md.read_text() == f"You work in {ws.resolve()} for ops.\n"
     assert not (ws / "AGENTS.md").exists()
+
+
+def test_a_set_provider_env_key_counts_as_credentials(tmp_path: Path) -> None:
+    """No auth.json, no OPENAI_API_KEY: the provider's env_key being set is what Codex needs."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    inline = tomllib.loads(BASE)
+    home = prepare_codex_home(ws / ".codex", ws, driver="exec", inline_config=inline,
+                              environ={"HOME": str(tmp_path / "nobody"), "LOCAL_KEY": "x"})
+    assert home.has_credentials
+    assert home.provider_env_keys == ("LOCAL_KEY",)
+    without = prepare_codex_home(ws / ".codex", ws, driver="exec", inline_config=inline,
+                                 environ={"HOME": str(tmp_path / "nobody")})
+    assert not without.has_credentials
+    assert without.missing_env_keys == ("LOCAL_KEY",)

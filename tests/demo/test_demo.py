@@ -37,3 +37,5 @@ def test_demo_script_mode_calls_a_spell(tmp_path: Path, codex_bin: Path) -> None
     assert len(replies) == 2 and replies[1].endswith("returned 42.")
     assert "Hello from the offline demo" in replies[0]
     assert transcript.count("[turn completed]") == 2  # each turn's end reaches the chat
+    # the demo's model provider has its env_key set: that is credentials, not a reason to warn
+    assert "no Codex credentials" not in (folder / "daemon.log").read_text()

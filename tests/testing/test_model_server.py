@@ -297,7 +297,7 @@ def test_config_points_codex_at_the_server(tmp_path: Path) -> None:
 async def test_command_line_server_prints_its_url_and_serves(tmp_path: Path) -> None:
     record = tmp_path / "requests.jsonl"
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "coven_codex.testing.model_server", "--port", "0", "--script", "commands",
+        sys.executable, "-m", "coven_codex", "model-server", "--port", "0", "--script", "commands",
         "--record", str(record), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
         assert proc.stdout is not None
@@ -318,6 +318,30 @@ async def test_command_line_server_prints_its_url_and_serves(tmp_path: Path) -> 
     recorded = [json.loads(line) for line in record.read_text().splitlines()]
     assert [r["body"]["input"][-1]["content"][0]["text"] for r in recorded] == ["ping", "/error 401"]
     assert recorded[1]["headers"]["authorization"] == "<redacted>" and "secret" not in record.read_text()
+
+
+@pytest.mark.parametrize("form", [["-m", "coven_codex", "model-server"], ["-m", "coven_codex.testing"]])
+async def test_the_model_server_command_prints_the_base_config_to_use(tmp_path: Path, form: list[str]) -> None:
+    """`coven-codex model-server` (and `python -m coven_codex.testing`) serve and print a usable base config."""
+    written = tmp_path / "offline.toml"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, *form, "--write-config", str(written), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        async with asyncio.timeout(20):
+            url = (await proc.stdout.readline()).decode().strip()
+            printed = (await proc.stdout.readuntil(b'stream_idle_timeout_ms = 60000\n')).decode()
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/v1")
+    finally:
+        proc.terminate()
+        _, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    assert "Warning" not in err.decode()
+    config = tomlkit.parse(written.read_text()).unwrap()
+    assert config["model_providers"]["local"]["base_url"] == url
+    assert written.read_text() in printed
+    assert f"export {config['model_providers']['local']['env_key']}=" in printed
 
 
 @pytest.mark.codex
