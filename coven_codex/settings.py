@@ -1,7 +1,8 @@
 """Settings: defaults, overridden by ``coven.toml``, overridden by command-line flags (DESIGN §3).
 
 All settings live in one pydantic model so that ``run``, ``validate`` and ``spells`` read
-them the same way. Out-of-range timeouts are clamped with a warning, not rejected.
+them the same way. Out-of-range timeouts are clamped with a warning, not rejected; numbers that
+are not finite (``nan``, ``inf``) are rejected, naming the setting, wherever they come from.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ class SettingsError(ValueError):
 class Settings(BaseModel):
     """Every setting of the daemon. Field names are the keys of ``coven.toml``."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+    model_config = ConfigDict(extra="forbid", validate_assignment=False, allow_inf_nan=False)
 
     workspace: Path = Field(default_factory=Path.cwd, description="Directory Codex works in.")
     journal: Path | None = Field(default=None, description="The chat journal (JSONL file).")

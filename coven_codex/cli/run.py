@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from coven_codex.agent.bootstrap import BootstrapError, run_daemon
+from coven_codex.cli.options import add_spells_option
 from coven_codex.settings import Settings, SettingsError, load_settings
 
 log = logging.getLogger(__name__)
@@ -28,7 +29,6 @@ _FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("--journal", {"type": Path, "help": "the chat journal, a JSONL file (created if missing)"}),
     ("--codex-config", {"type": Path, "dest": "codex_config",
                         "help": "your base Codex config.toml, copied into the isolated CODEX_HOME"}),
-    ("--spells", {"nargs": "+", "metavar": "MODULE:OBJECT", "help": "Python functions Codex may call as tools"}),
     ("--codex-path", {"dest": "codex_path", "help": "the Codex executable (a path, or a name on PATH)"}),
     ("--codex-home", {"type": Path, "dest": "codex_home",
                       "help": "isolated CODEX_HOME (default WORKSPACE/.codex)"}),
@@ -56,6 +56,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=Path, help="coven.toml with the same settings as the flags")
     for flag, options in _FLAGS:
         parser.add_argument(flag, default=None, **options)
+    add_spells_option(parser, "Python functions Codex may call as tools, MODULE:OBJECT (repeatable)")
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:

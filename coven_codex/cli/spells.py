@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from coven_codex.cli.options import add_spells_option
 from coven_codex.mcp.codex_entry import SERVER_NAME
 from coven_codex.mcp.loader import SpellLoadError, load_spell_sources
 from coven_codex.mcp.registry import SpellRegistry
@@ -18,8 +19,7 @@ HELP = "list the spells (Python functions) Codex will see as tools"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--spells", action="append", metavar="MODULE:OBJECT", default=None,
-                        help="spell source (repeatable); replaces the `spells` list of coven.toml")
+    add_spells_option(parser)
     parser.add_argument("--config", type=Path, default=None, metavar="COVEN_TOML",
                         help="coven.toml to read the `spells` list (and workspace) from")
     parser.add_argument("--workspace", type=Path, default=None,
