@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from coven_codex.codex.agents_md import write_agents_md
-from coven_codex.codex.config_merge import ConfigPatch, KeyPath, merge_config
+from coven_codex.codex.agents_md import TemplateError, write_agents_md
+from coven_codex.codex.config_merge import ConfigMergeError, ConfigPatch, KeyPath, merge_config
 
 log = logging.getLogger(__name__)
 
@@ -140,18 +140,24 @@ def prepare_codex_home(
         patch.replace[path] = dict(table)
     patch.assign.update(trust_entry(ws))
     patch.defaults.update(approval_defaults(driver))
-    merged = merge_config(base_text, patch)
     if inline_config and base_config is None:
         source = "the [codex] table of coven.toml"
     elif inline_config:
         source += " and the [codex] table of coven.toml"
+    try:
+        merged = merge_config(base_text, patch)
+    except ConfigMergeError as exc:
+        raise CodexHomeError(f"cannot build {home / CONFIG_FILE} from {source}: {exc}") from None
     config_path = home / CONFIG_FILE
     _write_private(config_path, HEADER.format(source=source) + merged)
 
     auth_source = carry_auth(user_dir, home)
     agents = None
     if agents_template is not None:
-        agents = write_agents_md(agents_template, home, ws, agents_vars or {})
+        try:
+            agents = write_agents_md(agents_template, home, ws, agents_vars or {})
+        except TemplateError as exc:
+            raise CodexHomeError(str(exc)) from None
 
     env = dict(env_in)
     env["CODEX_HOME"] = str(home)
@@ -224,6 +230,13 @@ def _read_base(base_config: Path | None) -> tuple[str, str]:
         ) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise CodexHomeError(f"cannot read Codex base config {path}: {exc}") from None
+    try:
+        tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise CodexHomeError(
+            f"Codex base config {path} is not valid TOML ({exc}); fix the file (it must be a Codex "
+            "config.toml) or drop --codex-config / codex_config"
+        ) from None
     return text, str(path.resolve())
 
 
