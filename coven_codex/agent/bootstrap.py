@@ -45,7 +45,7 @@ from coven_codex.mcp import (
     SpellServer,
     SpellServerError,
     codex_mcp_entry,
-    load_spell_sources,
+    load_configured_spells,
     write_toolbelt,
 )
 from coven_codex.rollout.locator import locate_rollout
@@ -131,9 +131,8 @@ async def run_daemon(settings: Settings, stop: asyncio.Event, *, ready: Ready | 
         owned: dict[tuple[str, ...], dict[str, object]] = {}
         if settings.spells:
             try:
-                # Imported from the current directory (like `python -m`), never from the workspace:
-                # Codex writes there, and a module it wrote must not run inside the daemon.
-                registry = await asyncio.to_thread(load_spell_sources, settings.spells, search_paths=[Path.cwd()])
+                # Never from the workspace: Codex writes there, and a module it wrote must not run here.
+                registry = await asyncio.to_thread(load_configured_spells, settings.spells, workspace=workspace)
                 server = SpellServer(registry, label=str(workspace))
                 await stack.enter_async_context(server)
             except (SpellLoadError, SpellServerError) as exc:

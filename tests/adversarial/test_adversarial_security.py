@@ -63,3 +63,114 @@ async def test_forged_processes_json_in_the_workspace_kills_nothing(
     finally:
         victim.kill()
         victim.wait()
+
+
+PLANTED = """
+from pathlib import Path
+Path({marker!r}).write_text("imported")
+def spells() -> str:
+    '''A planted spell.'''
+    return "pwned"
+"""
+
+
+def _plant(folder: Path, name: str, marker: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.py").write_text(PLANTED.format(marker=str(marker)))
+
+
+def _coven(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "coven_codex", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
+
+
+def _command(command: str, workspace: Path, tmp_path: Path, codex_bin: Path) -> list[str]:
+    if command == "run":
+        return [
+            "run",
+            "--workspace",
+            str(workspace),
+            "--journal",
+            str(tmp_path / "j.jsonl"),
+            "--codex-path",
+            str(codex_bin),
+            "--state-dir",
+            str(tmp_path / "state"),
+            "--codex-home",
+            str(tmp_path / "home"),
+        ]
+    if command == "validate":
+        return ["validate", "--json", "--workspace", str(workspace), "--codex-path", str(codex_bin)]
+    return ["spells", "--workspace", str(workspace)]
+
+
+@pytest.mark.parametrize("command", ["run", "validate", "spells"])
+@pytest.mark.parametrize("where", ["workspace", "workspace-subfolder"])
+def test_a_spell_module_planted_in_the_workspace_is_never_imported(
+    tmp_path: Path, codex_bin_169: Path, command: str, where: str
+) -> None:
+    """Started from inside the workspace (its modules come first for `python -m`), or naming a
+    package in it: the module is refused before it runs."""
+    workspace = tmp_path / "ws"
+    marker = tmp_path / "marker"
+    if where == "workspace":
+        _plant(workspace, "planted_spells", marker)
+        source, cwd = "planted_spells:spells", workspace
+    else:
+        _plant(workspace / "tools", "planted_spells", marker)
+        (workspace / "tools" / "__init__.py").write_text(f"open({str(marker)!r}, 'w').write('pkg')\n")
+        source, cwd = "tools.planted_spells:spells", workspace
+    done = _coven(*_command(command, workspace, tmp_path, codex_bin_169), "--spells", source, cwd=cwd)
+    assert not marker.exists(), f"{command} imported a module from the workspace:\n{done.stdout}\n{done.stderr}"
+    assert done.returncode != 0
+    said = done.stdout + done.stderr
+    assert "inside the workspace" in said and "install it as a package" in said, said
+
+
+@pytest.mark.parametrize("command", ["run", "validate", "spells"])
+def test_a_spell_module_outside_cannot_pull_a_helper_from_the_workspace(
+    tmp_path: Path, codex_bin_169: Path, command: str
+) -> None:
+    """A legitimate spell module that imports a name the workspace also has gets nothing from it."""
+    workspace = tmp_path / "ws"
+    marker = tmp_path / "marker"
+    _plant(workspace, "shadowed_helper", marker)
+    spells_dir = tmp_path / "spells"
+    spells_dir.mkdir()
+    (spells_dir / "honest_spells.py").write_text(
+        "try:\n    import shadowed_helper  # noqa: F401\nexcept ImportError:\n    pass\n"
+        "def hello() -> str:\n    '''Say hello.'''\n    return 'hi'\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(spells_dir)}
+    args = _command(command, workspace, tmp_path, codex_bin_169)
+    if command != "run":
+        done = _coven(*args, "--spells", "honest_spells:hello", cwd=workspace, env=env)
+        assert not marker.exists(), f"{command} imported a module from the workspace:\n{done.stderr}"
+        assert "hello" in done.stdout, done.stdout + done.stderr
+        return
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "coven_codex", *args, "--spells", "honest_spells:hello"],
+        cwd=workspace,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert daemon.stderr is not None
+        seen = []
+        for line in daemon.stderr:
+            seen.append(line)
+            if "ready (pid" in line:
+                break
+        assert any("1 spell(s) served" in line for line in seen), "".join(seen)
+        assert not marker.exists(), "run imported a module from the workspace"
+    finally:
+        daemon.terminate()
+        daemon.communicate(timeout=60)
