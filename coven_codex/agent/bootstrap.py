@@ -1,6 +1,7 @@
 """Everything ``coven-codex run`` sets up before the daemon runs, from one :class:`Settings`.
 
-1. find the Codex executable (refusing one inside the workspace) and read its version, then
+1. find the Codex executable (refusing one inside the workspace) and read its version, move the
+   folders older versions kept inside the workspace (:mod:`coven_codex.agent.layout`), then
    take the state directory's lock (one daemon per state directory);
 2. pick the CODEX driver (:func:`coven_codex.codex.drivers.choose_driver`: ``app-server`` for
    versions that speak its v2 protocol, else ``exec``; ``driver`` in the settings overrides);
@@ -23,6 +24,7 @@ from pathlib import Path
 
 from coven_codex.agent.daemon import Daemon, Ready
 from coven_codex.agent.egress import AppendHook
+from coven_codex.agent.layout import LayoutError, migrate_legacy_layout
 from coven_codex.agent.link import CodexLink
 from coven_codex.agent.links.driver import DriverLink
 from coven_codex.agent.state import StateError
@@ -119,6 +121,10 @@ async def run_daemon(settings: Settings, stop: asyncio.Event, *, ready: Ready | 
         raise BootstrapError(str(exc)) from None
     driver = choose(settings, version)
     log.info("Codex %s at %s; driver %s", version, found.path, driver)
+    try:
+        await asyncio.to_thread(migrate_legacy_layout, settings, workspace)
+    except LayoutError as exc:
+        raise BootstrapError(str(exc)) from None
     async with contextlib.AsyncExitStack() as stack:
         # The lock comes first: a second daemon must not even rewrite the shared CODEX_HOME.
         # CODEX_HOME is locked too: the processes a daemon finds there at start are its own strays.

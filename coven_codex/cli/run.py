@@ -31,9 +31,10 @@ _FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
                         "help": "your base Codex config.toml, copied into the isolated CODEX_HOME"}),
     ("--codex-path", {"dest": "codex_path", "help": "the Codex executable (a path, or a name on PATH)"}),
     ("--codex-home", {"type": Path, "dest": "codex_home",
-                      "help": "isolated CODEX_HOME (default WORKSPACE/.codex)"}),
+                      "help": "isolated CODEX_HOME (default STATE_DIR/codex-home)"}),
     ("--state-dir", {"type": Path, "dest": "state_dir",
-                     "help": "cursors and session state (default WORKSPACE/.coven)"}),
+                     "help": "session state, process record, lock (default "
+                     "~/.local/state/coven-codex/<workspace name>-<hash>)"}),
     ("--driver", {"choices": ["auto", "app-server", "exec"], "help": "how thoughts reach Codex (default auto)"}),
     ("--max-sessions", {"type": int, "dest": "max_sessions", "help": "live Codex processes at most (default 8)"}),
     ("--idle-reap", {"type": float, "dest": "idle_reap",

@@ -26,7 +26,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="workspace directory (modules inside it are never imported)")
     parser.add_argument("--json", action="store_true", help="print the toolbelt JSON instead of a table")
     parser.add_argument("--write-toolbelt", action="store_true",
-                        help=f"also write <state dir>/{TOOLBELT_FILENAME} (default <workspace>/.coven)")
+                        help=f"also write <state dir>/{TOOLBELT_FILENAME} (state dir: see `run --help`)")
 
 
 def execute(args: argparse.Namespace) -> int:
