@@ -21,6 +21,7 @@ from coven_codex.testing.model_server import ScriptedModelServer
 pytestmark = [pytest.mark.codex, pytest.mark.timeout(240)]
 
 Factory = Callable[[Path, ScriptedModelServer], AgentHarness]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _alive(pid: int) -> bool:
@@ -174,3 +175,70 @@ def test_a_spell_module_outside_cannot_pull_a_helper_from_the_workspace(
     finally:
         daemon.terminate()
         daemon.communicate(timeout=60)
+
+
+PLANTED_NODE = """#!/bin/sh
+echo "planted node ran: $*" >> {marker}
+exit 1
+"""
+
+
+async def test_a_node_planted_in_the_workspace_never_runs(
+    codex_bin: Path,
+    model_server: ScriptedModelServer,
+    harness_factory: Factory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With an empty and a `.` entry in PATH, npm's `#!/usr/bin/env node` would find the workspace's
+    `node` (Codex runs with the workspace as its current directory)."""
+    marker = tmp_path / "planted-node-ran"
+    h = harness_factory(codex_bin, model_server)
+    node = h.workspace / "node"
+    node.write_text(PLANTED_NODE.format(marker=marker))
+    node.chmod(0o755)
+    monkeypatch.setenv("PATH", f":{os.environ['PATH']}:.")
+    daemon = await h.start()
+    log = await _until_logged(h, "ready (pid")
+    await h.think("red", "who runs?")
+    await h.wait_for(lambda es: "echo: who runs?" in replies(es, "red"), what="the reply")
+    assert await h.stop(daemon) == 0
+    assert not marker.exists(), marker.read_text()
+    assert "started as the native binary" in log
+    assert log.count("PATH has relative or empty entries") == 1
+
+
+def _wrapper_without_native(tmp_path: Path, version: str) -> Path:
+    """An npm install of Codex whose native binary is missing (only the Node wrapper is left)."""
+    source = ROOT / ".codex-cli" / version / "node_modules" / "@openai" / "codex"
+    package = tmp_path / "npm" / "node_modules" / "@openai" / "codex"
+    (package / "bin").mkdir(parents=True)
+    (package / "package.json").write_bytes((source / "package.json").read_bytes())
+    (package / "bin" / "codex.js").write_bytes((source / "bin" / "codex.js").read_bytes())
+    (package / "bin" / "codex.js").chmod(0o755)
+    return package / "bin" / "codex.js"
+
+
+@pytest.mark.parametrize("command", ["run", "validate"])
+def test_node_reachable_only_through_a_relative_path_entry_is_refused(tmp_path: Path, command: str) -> None:
+    wrapper = _wrapper_without_native(tmp_path, "0.169.0")
+    marker = tmp_path / "planted-node-ran"
+    workspace = tmp_path / "ws"
+    (workspace / "bin").mkdir(parents=True)
+    (workspace / "bin" / "node").write_text(PLANTED_NODE.format(marker=marker))
+    (workspace / "bin" / "node").chmod(0o755)
+    env = {**os.environ, "PATH": "bin"}  # node only through a relative entry; the cwd is the workspace
+    args = _command(command, workspace, tmp_path, wrapper)
+    done = subprocess.run(
+        [sys.executable, "-m", "coven_codex", *args],
+        cwd=workspace,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
+    said = done.stdout + done.stderr
+    assert done.returncode != 0, said
+    assert not marker.exists()
+    assert "`node` is found only through the relative or empty PATH entries 'bin'" in said.replace("\n", " ")
