@@ -133,7 +133,7 @@ async def _run_app_server(thoughts: int, tap: WireTap, appended_at: dict[str, fl
             base.write_text(tomlkit.dumps(codex_config(server.base_url)))
             os.environ[DEFAULT_ENV_KEY] = "bench"
             settings = Settings(workspace=workspace, journal=tmp / "journal.jsonl", codex_config=base,
-                                codex_path=str(CODEX), durability="batched")
+                                codex_path=str(CODEX), durability="batched", state_dir=tmp / "state")
             stop = asyncio.Event()
             ready = asyncio.Event()
             daemon = asyncio.create_task(run_daemon(settings, stop, ready=ready.set,

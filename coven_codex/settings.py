@@ -1,14 +1,19 @@
 """Settings: defaults, overridden by ``coven.toml``, overridden by command-line flags (docs/configuration.md).
 
 All settings live in one pydantic model so that ``run``, ``validate`` and ``spells`` read
-them the same way. Out-of-range timeouts are clamped with a warning, not rejected.
+them the same way. Out-of-range timeouts are clamped with a warning, not rejected; numbers that
+are not finite (``nan``, ``inf``) are rejected, naming the setting, wherever they come from.
 """
 
 from __future__ import annotations
 
 import difflib
+import hashlib
 import logging
+import os
+import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -18,6 +23,26 @@ log = logging.getLogger(__name__)
 
 TURN_TIMEOUT_RANGE = (30.0, 3600.0)
 STREAM_IDLE_MIN = 10.0
+STATE_APP_DIR = "coven-codex"
+CODEX_HOME_DIR = "codex-home"
+_NAME_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def state_root(environ: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_STATE_HOME/coven-codex`` (default ``~/.local/state/coven-codex``): outside every workspace."""
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_STATE_HOME", "")
+    if not base or not Path(base).is_absolute():  # the XDG spec: a relative value is to be ignored
+        base = str(Path(env.get("HOME") or Path.home()) / ".local" / "state")
+    return Path(base) / STATE_APP_DIR
+
+
+def default_state_dir(workspace: Path, environ: Mapping[str, str] | None = None) -> Path:
+    """The default state directory of ``workspace``: ``<state root>/<name>-<hash of its resolved path>``."""
+    resolved = workspace.expanduser().resolve()
+    digest = hashlib.sha256(str(resolved).encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    name = _NAME_UNSAFE.sub("_", resolved.name)[:40].strip("._") or "workspace"
+    return state_root(environ) / f"{name}-{digest}"
 
 
 class SettingsError(ValueError):
@@ -27,7 +52,7 @@ class SettingsError(ValueError):
 class Settings(BaseModel):
     """Every setting of the daemon. Field names are the keys of ``coven.toml``."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=False)
+    model_config = ConfigDict(extra="forbid", validate_assignment=False, allow_inf_nan=False)
 
     workspace: Path = Field(default_factory=Path.cwd, description="Directory Codex works in.")
     journal: Path | None = Field(default=None, description="The chat journal (JSONL file).")
@@ -35,7 +60,8 @@ class Settings(BaseModel):
         default=None, description="Codex executable: a path, or a bare name looked up on PATH."
     )
     codex_home: Path | None = Field(
-        default=None, description="Isolated CODEX_HOME; default <workspace>/.codex."
+        default=None,
+        description="Isolated CODEX_HOME; default <state_dir>/codex-home (outside the workspace).",
     )
     codex_config: Path | None = Field(
         default=None, description="The user's base Codex config.toml to copy into CODEX_HOME."
@@ -74,7 +100,9 @@ class Settings(BaseModel):
         default="batched", description="Journal fsync policy."
     )
     state_dir: Path | None = Field(
-        default=None, description="Where cursors and session state live; default <workspace>/.coven."
+        default=None,
+        description="Where session state, the process record and the lock live; default "
+        "$XDG_STATE_HOME/coven-codex/<workspace name>-<hash> (~/.local/state/...), outside the workspace.",
     )
     restart_backoff: float = Field(default=1.0, ge=0.0, le=300.0, description="First restart delay.")
 
@@ -98,11 +126,13 @@ class Settings(BaseModel):
 
     @property
     def resolved_codex_home(self) -> Path:
-        return (self.codex_home or self.workspace / ".codex").resolve()
+        """The isolated ``CODEX_HOME``: ``codex_home``, else ``codex-home`` in the state directory."""
+        return (self.codex_home or self.resolved_state_dir / CODEX_HOME_DIR).resolve()
 
     @property
     def resolved_state_dir(self) -> Path:
-        return (self.state_dir or self.workspace / ".coven").resolve()
+        """The state directory: ``state_dir``, else :func:`default_state_dir` of the workspace."""
+        return (self.state_dir or default_state_dir(self.workspace)).resolve()
 
 
 def read_settings_file(path: Path) -> dict[str, Any]:

@@ -43,6 +43,13 @@ def codex_bin_047() -> Path:
 
 
 @pytest.fixture(autouse=True)
+def _private_state_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Default state directories (``$XDG_STATE_HOME/coven-codex/...``) go to a temp dir, never to the
+    real ``~/.local/state``; child processes inherit the variable."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("xdg-state")))
+
+
+@pytest.fixture(autouse=True)
 def _no_leaked_processes() -> object:
     """Every test must end every process it started (checked with psutil)."""
     import psutil

@@ -1,6 +1,8 @@
 """Everything ``coven-codex run`` sets up before the daemon runs, from one :class:`Settings`.
 
-1. find the Codex executable (refusing one inside the workspace) and read its version, then
+1. find the Codex executable (refusing one inside the workspace), decide how to start it (its
+   native binary, :mod:`coven_codex.codex.launch`) and read its version, move the
+   folders older versions kept inside the workspace (:mod:`coven_codex.agent.layout`), then
    take the state directory's lock (one daemon per state directory);
 2. pick the CODEX driver (:func:`coven_codex.codex.drivers.choose_driver`: ``app-server`` for
    versions that speak its v2 protocol, else ``exec``; ``driver`` in the settings overrides);
@@ -23,6 +25,7 @@ from pathlib import Path
 
 from coven_codex.agent.daemon import Daemon, Ready
 from coven_codex.agent.egress import AppendHook
+from coven_codex.agent.layout import LayoutError, migrate_legacy_layout
 from coven_codex.agent.link import CodexLink
 from coven_codex.agent.links.driver import DriverLink
 from coven_codex.agent.state import StateError
@@ -37,6 +40,7 @@ from coven_codex.codex.drivers import (
     create_driver,
 )
 from coven_codex.codex.home import CodexHomeError, DriverKind, prepare_codex_home
+from coven_codex.codex.launch import relative_path_entries, resolve_launch
 from coven_codex.codex.version import CodexVersion, VersionError, detect_version
 from coven_codex.journal import FileJournal, JournalError
 from coven_codex.journal.file import FILE_MODE
@@ -46,7 +50,7 @@ from coven_codex.mcp import (
     SpellServer,
     SpellServerError,
     codex_mcp_entry,
-    load_spell_sources,
+    load_configured_spells,
     write_toolbelt,
 )
 from coven_codex.rollout.locator import locate_rollout
@@ -74,6 +78,7 @@ class LinkMaker:
 
     driver: DriverKind
     executable: Path
+    command: tuple[str, ...]
     version: CodexVersion
     env: Mapping[str, str] = field(repr=False)
     cwd: Path
@@ -90,7 +95,8 @@ class LinkMaker:
     def __call__(self, conversation: str) -> CodexLink:
         def make(sink: EventSink) -> CodexDriver:
             return create_driver(self.executable, self.version, self.cwd, env=self.env,
-                                 settings=DriverSettings.from_settings(self.settings), sink=sink, choice=self.driver)
+                                 settings=DriverSettings.from_settings(self.settings), sink=sink, choice=self.driver,
+                                 command=self.command)
 
         return DriverLink(make)
 
@@ -120,11 +126,21 @@ async def run_daemon(settings: Settings, stop: asyncio.Event, *, ready: Ready | 
         raise BootstrapError(f"the workspace {workspace} is not a directory; create it or fix --workspace")
     try:
         found = await asyncio.to_thread(find_codex, settings.codex_path, workspace, env=env_in)
-        version = await asyncio.to_thread(detect_version, found.path, env=env_in)
+        launch = await asyncio.to_thread(resolve_launch, found, env_in)
+        version = await asyncio.to_thread(detect_version, launch.program, env=launch.environment(env_in),
+                                          command=launch.command)
     except (DiscoveryError, VersionError) as exc:
         raise BootstrapError(str(exc)) from None
     driver = choose(settings, version)
-    log.info("Codex %s at %s (%s); driver %s", version, found.path, found.source, driver)
+    log.info("Codex %s at %s (%s), started as the %s; driver %s", version, found.path, found.source, launch.describe(),
+             driver)
+    if relative := relative_path_entries(env_in):
+        log.warning("PATH has relative or empty entries (%s); they are left out of the PATH given to Codex",
+                    ", ".join(repr(entry) for entry in relative[:5]))
+    try:
+        await asyncio.to_thread(migrate_legacy_layout, settings, workspace)
+    except LayoutError as exc:
+        raise BootstrapError(str(exc)) from None
     async with contextlib.AsyncExitStack() as stack:
         # The lock comes first: a second daemon must not even rewrite the shared CODEX_HOME.
         # CODEX_HOME is locked too: the processes a daemon finds there at start are its own strays.
@@ -137,9 +153,8 @@ async def run_daemon(settings: Settings, stop: asyncio.Event, *, ready: Ready | 
         owned: dict[tuple[str, ...], dict[str, object]] = {}
         if settings.spells:
             try:
-                # Imported from the current directory (like `python -m`), never from the workspace:
-                # Codex writes there, and a module it wrote must not run inside the daemon.
-                registry = await asyncio.to_thread(load_spell_sources, settings.spells, search_paths=[Path.cwd()])
+                # Never from the workspace: Codex writes there, and a module it wrote must not run here.
+                registry = await asyncio.to_thread(load_configured_spells, settings.spells, workspace=workspace)
                 server = SpellServer(registry, label=str(workspace))
                 await stack.enter_async_context(server)
             except (SpellLoadError, SpellServerError) as exc:
@@ -169,8 +184,8 @@ async def run_daemon(settings: Settings, stop: asyncio.Event, *, ready: Ready | 
         except JournalError as exc:
             raise BootstrapError(str(exc)) from None
         stack.push_async_callback(journal.aclose)
-        maker = LinkMaker(driver=driver, executable=found.path, version=version, env=home.env, cwd=workspace,
-                          settings=settings)
+        maker = LinkMaker(driver=driver, executable=launch.program, command=launch.command, version=version,
+                          env=launch.environment(home.env), cwd=workspace, settings=settings)
         codex_home = home.path
 
         async def locate(thread_id: str) -> Path:

@@ -6,8 +6,10 @@ it records ``turn_aborted`` and exits within milliseconds); an exec process may 
 turn. Two Codex processes must never write one thread, so every process-group leader is
 recorded in ``<state_dir>/processes.json`` (pid and psutil ``create_time``, which rules out a
 reused pid) and :func:`end_stale_processes` ends what the previous run left before any session
-starts: it first gives each leader a moment to exit on its own, then TERM, then KILL to the
-group, then kills any recorded descendant that escaped the group.
+starts, but only processes whose own environment proves them ours (coven's tree marker and this
+``CODEX_HOME``; the file is only a hint, since whoever can write it could name any process). It
+first gives each leader a moment to exit on its own, then TERM, then KILL to the group, then
+kills any recorded descendant that escaped the group.
 """
 
 from __future__ import annotations
@@ -30,25 +32,25 @@ log = logging.getLogger(__name__)
 FILE_NAME = "processes.json"
 SETTLE = 1.0
 LATECOMER_ROUNDS = 5
+REFUSED_SHOWN = 5
 
 
-def _identity(pid: int, token: str | None) -> dict[str, float | int | str] | None:
+def _identity(pid: int) -> dict[str, float | int] | None:
     try:
-        record: dict[str, float | int | str] = {"pid": pid, "create_time": psutil.Process(pid).create_time()}
+        return {"pid": pid, "create_time": psutil.Process(pid).create_time()}
     except psutil.Error:
         return None
-    if token:
-        record["token"] = token
-    return record
 
 
 class ProcessRegistry:
+    """The Codex process-group leaders of this run, per conversation, kept in ``processes.json``."""
+
     def __init__(self, state_dir: Path) -> None:
         self.path = state_dir / FILE_NAME
-        self._records: dict[str, list[dict[str, float | int | str]]] = {}
+        self._records: dict[str, list[dict[str, float | int]]] = {}
 
     def record(self, conversation: str, pids: list[int]) -> None:
-        identities = [ident for pid in pids if (ident := _identity(pid, None)) is not None]
+        identities = [ident for pid in pids if (ident := _identity(pid)) is not None]
         if identities == self._records.get(conversation):
             return
         self._records[conversation] = identities
@@ -63,52 +65,72 @@ class ProcessRegistry:
         atomic_write(self.path, data, durable=False)
 
 
-def load_recorded(state_dir: Path) -> tuple[list[psutil.Process], list[str]]:
-    """The recorded leaders of a previous run still alive (pid reuse ruled out), and all tree tokens."""
+def is_ours(environ: Mapping[str, str], codex_home: Path) -> bool:
+    """Whether an environment is that of a Codex tree a coven daemon started for ``codex_home``."""
+    return environ.get(TREE_MARKER) is not None and environ.get("CODEX_HOME") == str(codex_home)
+
+
+def load_recorded(state_dir: Path, codex_home: Path) -> list[psutil.Process]:
+    """The recorded leaders of a previous run that are still alive and provably ours.
+
+    ``processes.json`` lives where others may write (a state directory inside the workspace, in
+    older set-ups), so a record alone proves nothing: a live process is trusted only if its own
+    environment carries coven's tree marker for this ``codex_home`` (set by
+    :func:`coven_codex.codex.process.spawn` and inherited by the whole tree); its create time must
+    match the record too, which rules out a reused pid. Others are ignored, with one warning.
+    """
     path = state_dir / FILE_NAME
     try:
         records = json.loads(path.read_bytes())
     except FileNotFoundError:
-        return [], []
+        return []
     except (OSError, json.JSONDecodeError) as exc:
         log.warning("cannot read %s (%s); not looking for stray Codex processes", path, exc)
-        return [], []
+        return []
     alive: list[psutil.Process] = []
-    tokens: list[str] = []
+    refused: list[int] = []
     for entries in records.values() if isinstance(records, dict) else []:
-        for item in entries:
-            if isinstance(item, dict) and isinstance(item.get("token"), str):
-                tokens.append(item["token"])
+        for item in entries if isinstance(entries, list) else []:
             with contextlib.suppress(psutil.Error, KeyError, TypeError, ValueError):
                 proc = psutil.Process(int(item["pid"]))
                 same = abs(proc.create_time() - float(item["create_time"])) < 0.01
-                if same and proc.status() != psutil.STATUS_ZOMBIE:
+                if not same or proc.status() == psutil.STATUS_ZOMBIE:
+                    continue
+                if _environ_is_ours(proc, codex_home):
                     alive.append(proc)
-    return alive, tokens
+                else:
+                    refused.append(proc.pid)
+    if refused:
+        shown = ", ".join(str(pid) for pid in refused[:REFUSED_SHOWN]) + (", ..." if len(refused) > REFUSED_SHOWN
+                                                                           else "")
+        log.warning("%s names %d live process(es) (pid %s) that are not Codex processes of this daemon (no "
+                    "coven tree marker for CODEX_HOME %s); leaving them alone. If you did not write that file, "
+                    "something else did: check who can write to %s", path, len(refused), shown, codex_home,
+                    state_dir)
+    return alive
 
 
-def stray_processes(tokens: list[str], codex_home: Path | None) -> dict[int, psutil.Process]:
-    """Processes of a previous run, found in one process-table walk: those carrying one of its tree
-    ``tokens``, and every process a coven daemon started (tree marker set) for ``codex_home``.
+def _environ_is_ours(proc: psutil.Process, codex_home: Path) -> bool:
+    try:
+        return is_ours(proc.environ(), codex_home)
+    except (psutil.Error, OSError):
+        return False
 
-    The latter finds e.g. shells an app-server started, which outlive it when it exits because our
-    stdin closed. The daemon holds a lock on its ``CODEX_HOME``, so no other daemon's processes match.
+
+def stray_processes(codex_home: Path) -> dict[int, psutil.Process]:
+    """Every process a coven daemon started (tree marker set) for ``codex_home``, in one process-table
+    walk, e.g. shells an app-server started, which outlive it when it exits because our stdin closed.
+
+    The daemon holds a lock on its ``CODEX_HOME``, so no other daemon's processes match.
     """
-    wanted = set(tokens)
-    home = str(codex_home) if codex_home is not None else None
-
-    def ours(environ: Mapping[str, str]) -> bool:
-        marker = environ.get(TREE_MARKER)
-        return marker is not None and (marker in wanted or (home is not None and environ.get("CODEX_HOME") == home))
-
-    return {process.pid: process for process in processes_with_environ(ours)}
+    return {process.pid: process for process in processes_with_environ(lambda env: is_ours(env, codex_home))}
 
 
-def end_stale_processes(state_dir: Path, grace: float, codex_home: Path | None = None) -> list[int]:
+def end_stale_processes(state_dir: Path, grace: float, codex_home: Path) -> list[int]:
     """End Codex process trees left by a previous run; return the leader pids that were found."""
-    leaders, tokens = load_recorded(state_dir)
+    leaders = load_recorded(state_dir, codex_home)
     # Descendants orphaned when their parent died carry their tree's marker in the environment.
-    tree = stray_processes(tokens, codex_home)
+    tree = stray_processes(codex_home)
     if not leaders and not tree:
         with contextlib.suppress(FileNotFoundError):
             (state_dir / FILE_NAME).unlink()
@@ -135,13 +157,13 @@ def end_stale_processes(state_dir: Path, grace: float, codex_home: Path | None =
                 proc.kill()
                 stragglers.append(proc)
     psutil.wait_procs(stragglers, timeout=grace)
-    _end_latecomers(tokens, codex_home, grace)
+    _end_latecomers(codex_home, grace)
     with contextlib.suppress(FileNotFoundError):
         (state_dir / FILE_NAME).unlink()
     return [leader.pid for leader in leaders]
 
 
-def _end_latecomers(tokens: list[str], codex_home: Path | None, grace: float) -> None:
+def _end_latecomers(codex_home: Path, grace: float) -> None:
     """Kill, with their groups, processes the strays started while being ended; again until none.
 
     The snapshot above misses a child started during the settle wait (an unrecorded ``codex exec``
@@ -150,7 +172,7 @@ def _end_latecomers(tokens: list[str], codex_home: Path | None, grace: float) ->
     start more, so this ends.
     """
     for _ in range(LATECOMER_ROUNDS):
-        alive = [proc for proc in stray_processes(tokens, codex_home).values() if running(proc)]
+        alive = [proc for proc in stray_processes(codex_home).values() if running(proc)]
         if not alive:
             return
         log.warning("ending %d Codex process(es) started while strays were being ended", len(alive))

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from coven_codex.agent.bootstrap import BootstrapError, run_daemon
+from coven_codex.cli.options import add_spells_option
 from coven_codex.settings import Settings, SettingsError, load_settings
 from coven_codex.validate.plan import run_refusals
 
@@ -31,12 +32,12 @@ _FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("--journal", {"type": Path, "help": "the chat journal, a JSONL file (created if missing)"}),
     ("--codex-config", {"type": Path, "dest": "codex_config",
                         "help": "your base Codex config.toml, copied into the isolated CODEX_HOME"}),
-    ("--spells", {"nargs": "+", "metavar": "MODULE:OBJECT", "help": "Python functions Codex may call as tools"}),
     ("--codex-path", {"dest": "codex_path", "help": "the Codex executable (a path, or a name on PATH)"}),
     ("--codex-home", {"type": Path, "dest": "codex_home",
-                      "help": "isolated CODEX_HOME (default WORKSPACE/.codex)"}),
+                      "help": "isolated CODEX_HOME (default STATE_DIR/codex-home)"}),
     ("--state-dir", {"type": Path, "dest": "state_dir",
-                     "help": "cursors and session state (default WORKSPACE/.coven)"}),
+                     "help": "session state, process record, lock (default "
+                     "~/.local/state/coven-codex/<workspace name>-<hash>)"}),
     ("--driver", {"choices": ["auto", "app-server", "exec"], "help": "how thoughts reach Codex"}),
     ("--max-sessions", {"type": int, "dest": "max_sessions", "help": "live Codex processes at most"}),
     ("--idle-reap", {"type": float, "dest": "idle_reap",
@@ -82,6 +83,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         if name in Settings.model_fields and "default" not in text:
             text += default_text(name)
         parser.add_argument(flag, default=None, **{**options, "help": text})
+    add_spells_option(parser, "Python functions Codex may call as tools, MODULE:OBJECT (repeatable)")
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:

@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from coven_codex.cli.options import add_spells_option
 from coven_codex.mcp.codex_entry import SERVER_NAME
-from coven_codex.mcp.loader import SpellLoadError, load_spell_sources
+from coven_codex.mcp.loader import SpellLoadError, load_configured_spells
 from coven_codex.mcp.registry import SpellRegistry
 from coven_codex.mcp.toolbelt import TOOLBELT_FILENAME, toolbelt, write_toolbelt
 from coven_codex.settings import SettingsError, load_settings
@@ -18,15 +19,14 @@ HELP = "list the spells (Python functions) Codex will see as tools"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--spells", action="append", metavar="MODULE:OBJECT", default=None,
-                        help="spell source (repeatable); replaces the `spells` list of coven.toml")
+    add_spells_option(parser)
     parser.add_argument("--config", type=Path, default=None, metavar="COVEN_TOML",
                         help="coven.toml to read the `spells` list (and workspace) from")
     parser.add_argument("--workspace", type=Path, default=None,
-                        help="workspace directory (modules are also looked up there)")
+                        help="workspace directory (modules inside it are never imported)")
     parser.add_argument("--json", action="store_true", help="print the toolbelt JSON instead of a table")
     parser.add_argument("--write-toolbelt", action="store_true",
-                        help=f"also write <state dir>/{TOOLBELT_FILENAME} (default <workspace>/.coven)")
+                        help=f"also write <state dir>/{TOOLBELT_FILENAME} (state dir: see `run --help`)")
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -39,9 +39,8 @@ def execute(args: argparse.Namespace) -> int:
         print("coven-codex spells: no spells configured; pass --spells module:object or set "
               "`spells = [\"module:object\"]` in coven.toml", file=sys.stderr)
         return 2
-    search_paths = [Path.cwd(), settings.workspace]
     try:
-        registry = load_spell_sources(settings.spells, search_paths=search_paths)
+        registry = load_configured_spells(settings.spells, workspace=settings.workspace)
     except SpellLoadError as exc:
         print(f"coven-codex spells: {exc}", file=sys.stderr)
         return 2

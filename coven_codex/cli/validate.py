@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from coven_codex.cli.options import add_spells_option
 from coven_codex.settings import SettingsError, load_settings, read_settings_file
 from coven_codex.validate.framework import ProbeContext, exit_code, run_plan
 from coven_codex.validate.plan import PLAN
@@ -24,7 +25,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--codex-path", dest="codex_path", help="Codex executable: absolute path or bare name")
     parser.add_argument("--codex-config", dest="codex_config", type=Path, help="your base Codex config.toml")
     parser.add_argument("--driver", choices=["auto", "app-server", "exec"], help="force a driver")
-    parser.add_argument("--spells", nargs="+", metavar="MODULE:OBJECT", help="spell sources to check")
+    add_spells_option(parser, "spell sources to check, MODULE:OBJECT (repeatable)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
 
 

@@ -38,10 +38,12 @@ class ConfigMergeError(ValueError):
 
     def __init__(self, key: KeyPath, reason: str) -> None:
         self.key = key
-        shown = format_key(key)
+        if not key:
+            super().__init__(f"cannot merge into the Codex config: {reason}; fix the base config and try again")
+            return
         super().__init__(
-            f"cannot merge key {shown} into the Codex config: {reason}; rewrite that part of the base "
-            "config with plain [table] headers (no dotted keys or inline tables) and try again"
+            f"cannot merge key {format_key(key)} into the Codex config: {reason}; rewrite that part of the "
+            "base config with plain [table] headers (no dotted keys or inline tables) and try again"
         )
 
 

@@ -3,8 +3,12 @@
 Lookup order:
 
 1. an explicit path (``codex_path`` containing a ``/`` or starting with ``~``): used as is;
-2. a bare name (``codex_path`` without a slash, default ``codex``) looked up on ``PATH``;
-3. the same name in npm's global prefix (``<npm prefix -g>/bin/<name>``), asked with a timeout;
+2. a bare name (``codex_path`` without a slash, default ``codex``) looked up in the absolute
+   entries of ``PATH`` (a relative or empty entry, such as a leading ``:`` or ``.``, is never
+   searched: it would find files in whatever the current directory is; a name found only there
+   is refused with what to fix);
+3. the same name in npm's global prefix (``<npm prefix -g>/bin/<name>``), asked with a timeout
+   (``npm`` too is looked up, and run, with the absolute entries of ``PATH`` only).
 4. with no ``codex_path`` configured, the project-installed CLI (the pinned version
    ``scripts/setup.sh`` puts into the checkout's ``.codex-cli/``, see
    :mod:`coven_codex.codex.installed`), when it exists and lies outside the workspace.
@@ -50,6 +54,21 @@ class FoundExecutable:
     path: Path  # absolute path as found (may be a symlink, e.g. npm's ``.bin/codex``)
     resolved: Path  # ``path`` with every symlink resolved
     source: str  # "explicit", "PATH", "npm" or installed.SOURCE
+
+
+def split_path(value: str) -> tuple[list[str], list[str]]:
+    """A ``PATH`` value split into its absolute entries and its relative or empty ones."""
+    absolute: list[str] = []
+    relative: list[str] = []
+    for entry in value.split(os.pathsep):
+        (absolute if entry and os.path.isabs(entry) else relative).append(entry)
+    return absolute, relative
+
+
+def absolute_path_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` with a ``PATH`` of its absolute entries only."""
+    absolute, _ = split_path(environ.get("PATH", os.defpath))
+    return {**environ, "PATH": os.pathsep.join(absolute)}
 
 
 def is_explicit_path(configured: str) -> bool:
@@ -134,23 +153,28 @@ def _explicit(value: str) -> FoundExecutable:
 
 
 def _on_path(name: str, environ: Mapping[str, str]) -> FoundExecutable | None:
-    search = environ.get("PATH", os.defpath)
-    hit = shutil.which(name, path=search)
+    absolute, relative = split_path(environ.get("PATH", os.defpath))
+    hit = shutil.which(name, path=os.pathsep.join(absolute)) if absolute else None
     if hit is None:
+        if relative and shutil.which(name, path=os.pathsep.join(entry or "." for entry in relative)):
+            shown = ", ".join(repr(entry) for entry in relative)
+            raise DiscoveryError(
+                f"Codex executable {name!r} is found only through the relative or empty PATH entries {shown}, "
+                "which depend on the current directory; remove them from PATH and add Codex's folder by "
+                "absolute path, or set codex_path to the absolute path of the executable"
+            )
         return None
-    path = Path(hit)
-    if not path.is_absolute():
-        path = Path.cwd() / path
-    return _checked(Path(os.path.normpath(path)), "PATH")
+    return _checked(Path(os.path.normpath(hit)), "PATH")
 
 
 def npm_global_prefix(environ: Mapping[str, str], timeout: float = NPM_PREFIX_TIMEOUT) -> Path | None:
     """``npm prefix -g``, or ``None`` if npm is missing, fails or takes longer than ``timeout``."""
-    npm = shutil.which("npm", path=environ.get("PATH", os.defpath))
+    env = absolute_path_env(environ)
+    npm = shutil.which("npm", path=env["PATH"]) if env["PATH"] else None
     if npm is None:
         return None
     try:
-        done = run_captured([npm, "prefix", "-g"], env=environ, timeout=timeout)
+        done = run_captured([npm, "prefix", "-g"], env=env, timeout=timeout)
     except subprocess.TimeoutExpired:
         log.warning("`npm prefix -g` took longer than %.0fs; not looking for Codex there", timeout)
         return None

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import total_ordering
 from pathlib import Path
@@ -120,12 +120,17 @@ def parse_version(output: str) -> CodexVersion:
 
 
 def detect_version(
-    executable: Path, *, env: Mapping[str, str] | None = None, timeout: float = VERSION_TIMEOUT
+    executable: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    timeout: float = VERSION_TIMEOUT,
+    command: Sequence[str] = (),
 ) -> CodexVersion:
-    """Run ``<executable> --version`` (with ``timeout``) and parse it."""
+    """Run ``<executable> --version`` (with ``timeout``) and parse it; ``command`` (default:
+    ``executable`` alone) is what starts Codex (:class:`coven_codex.codex.launch.CodexLaunch`)."""
     try:
         done = run_captured(
-            [str(executable), "--version"], env=os.environ if env is None else env, timeout=timeout
+            [*(command or (str(executable),)), "--version"], env=os.environ if env is None else env, timeout=timeout
         )
     except subprocess.TimeoutExpired:
         raise VersionError(

@@ -11,7 +11,7 @@ from coven_codex.mcp.codex_entry import SERVER_NAME, codex_mcp_entry
 from coven_codex.mcp.connection import ConnectionLimits
 from coven_codex.mcp.context import SpellContext
 from coven_codex.mcp.invoke import SpellError
-from coven_codex.mcp.loader import SpellLoadError, load_spell_sources, load_spells
+from coven_codex.mcp.loader import SpellLoadError, load_configured_spells, load_spell_sources, load_spells
 from coven_codex.mcp.names import SpellDefinitionError
 from coven_codex.mcp.registry import Spell, SpellRegistry, spell
 from coven_codex.mcp.server import SpellServer, SpellServerError
@@ -30,6 +30,7 @@ __all__ = [
     "SpellServer",
     "SpellServerError",
     "codex_mcp_entry",
+    "load_configured_spells",
     "load_spell_sources",
     "load_spells",
     "spell",

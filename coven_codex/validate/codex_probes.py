@@ -19,7 +19,7 @@ from typing import Any
 
 from coven_codex.codex.agents_md import TemplateError
 from coven_codex.codex.config_merge import ConfigMergeError, KeyPath
-from coven_codex.codex.discovery import DiscoveryError, FoundExecutable, find_codex
+from coven_codex.codex.discovery import DiscoveryError, find_codex
 from coven_codex.codex.home import (
     API_KEY_VARIABLES,
     AUTH_FILE,
@@ -29,6 +29,7 @@ from coven_codex.codex.home import (
     provider_env_keys,
     user_codex_dir,
 )
+from coven_codex.codex.launch import CodexLaunch, relative_path_entries, resolve_launch
 from coven_codex.codex.process import run_captured
 from coven_codex.codex.version import VersionError, detect_version
 from coven_codex.mcp import SpellRegistry, codex_mcp_entry
@@ -38,6 +39,7 @@ from coven_codex.validate.spell_probes import SPELLS_FACT
 
 LOGIN_TIMEOUT = 10.0
 CODEX_FACT = "codex_executable"
+LAUNCH_FACT = "codex_launch"
 VERSION_FACT = "codex_version"
 DRIVER_FACT = "driver"
 PROVIDER_KEYS_FACT = "provider_env_keys"
@@ -47,13 +49,24 @@ async def probe_codex_found(context: ProbeContext) -> ProbeResult:
     settings = context.settings
     try:
         found = await asyncio.to_thread(find_codex, settings.codex_path, settings.workspace)
+        launch = await asyncio.to_thread(resolve_launch, found, os.environ)
     except DiscoveryError as exc:
         return ProbeResult.fail(str(exc), _discovery_fix(str(exc)))
     context.facts[CODEX_FACT] = found
-    return ProbeResult.ok(f"{found.path} (via {found.source})")
+    context.facts[LAUNCH_FACT] = launch
+    detail = f"{found.path} (via {found.source}); started as the {launch.describe()}"
+    if relative := relative_path_entries(os.environ):
+        shown = ", ".join(repr(entry) for entry in relative[:5])
+        return ProbeResult.warn(f"{detail}; PATH has relative or empty entries ({shown}), left out of Codex's PATH",
+                                "Remove relative and empty entries (a leading or trailing ':', '::', '.') from PATH.")
+    return ProbeResult.ok(detail)
 
 
 def _discovery_fix(message: str) -> str:
+    if "relative or empty PATH entries" in message:
+        return "Remove relative and empty entries from PATH; name folders in PATH by absolute path."
+    if "native binary was not found" in message:
+        return "Reinstall Codex (npm install -g @openai/codex) so its native binary is present, or install Node.js."
     if "inside the workspace" in message:
         return "Install Codex outside the workspace (npm install -g @openai/codex) and set codex_path to it."
     if "plain executable name" in message:
@@ -62,9 +75,10 @@ def _discovery_fix(message: str) -> str:
 
 
 async def probe_codex_version(context: ProbeContext) -> ProbeResult:
-    found: FoundExecutable = context.facts[CODEX_FACT]
+    launch: CodexLaunch = context.facts[LAUNCH_FACT]
     try:
-        version = await asyncio.to_thread(detect_version, found.path)
+        version = await asyncio.to_thread(detect_version, launch.program, env=launch.environment(os.environ),
+                                          command=launch.command)
     except VersionError as exc:
         return ProbeResult.fail(str(exc), "Reinstall the Codex CLI (npm install -g @openai/codex).")
     context.facts[VERSION_FACT] = version
@@ -132,16 +146,16 @@ async def probe_credentials(context: ProbeContext) -> ProbeResult:
 
 
 async def probe_login(context: ProbeContext) -> ProbeResult:
-    found: FoundExecutable = context.facts[CODEX_FACT]
+    launch: CodexLaunch = context.facts[LAUNCH_FACT]
     api_sources = [s for s in _credential_sources(context) if s.startswith("$")]
     user_dir = user_codex_dir(os.environ)
     scratch = Path(tempfile.mkdtemp(prefix="coven-validate-login-"))
     try:
         if user_dir is not None and (user_dir / AUTH_FILE).is_file():
             shutil.copy2(user_dir / AUTH_FILE, scratch / AUTH_FILE)
-        env = {**os.environ, "CODEX_HOME": str(scratch)}
+        env = launch.environment({**os.environ, "CODEX_HOME": str(scratch)})
         try:
-            done = await asyncio.to_thread(run_captured, [str(found.path), "login", "status"], env=env,
+            done = await asyncio.to_thread(run_captured, launch.argv("login", "status"), env=env,
                                            timeout=LOGIN_TIMEOUT)
         except Exception as exc:  # TimeoutExpired, OSError: both mean "could not tell"
             return ProbeResult.warn(

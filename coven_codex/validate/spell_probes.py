@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from coven_codex.codex.process import run_captured
-from coven_codex.mcp import SpellLoadError, SpellRegistry, SpellServer, load_spell_sources, toolbelt
+from coven_codex.mcp import SpellLoadError, SpellRegistry, SpellServer, load_configured_spells, toolbelt
 from coven_codex.mcp.codex_entry import shim_command
 from coven_codex.validate.framework import ProbeContext, ProbeResult
 from mcp_shim import wire
@@ -31,16 +31,19 @@ async def probe_spells(context: ProbeContext) -> ProbeResult:
     sources = context.settings.spells
     try:
         registry = await asyncio.to_thread(
-            load_spell_sources, sources, search_paths=[context.settings.workspace, Path.cwd()]
+            load_configured_spells, sources, workspace=context.settings.workspace
         )
         described = toolbelt(registry)
         json.dumps(described)
     except SpellLoadError as exc:
-        return ProbeResult.fail(str(exc), "Fix the module:object in --spells / coven.toml, or the spell itself.")
+        fix = ("Move the module out of the workspace or install it as a package (pip install)."
+               if "inside the workspace" in str(exc)
+               else "Fix the module:object in --spells / coven.toml, or the spell itself.")
+        return ProbeResult.fail(str(exc), fix)
     except Exception as exc:  # importing user code can raise anything
         return ProbeResult.fail(
             f"importing the spells raised {type(exc).__name__}: {exc}",
-            "Run `python -c 'import <module>'` in the workspace to see the error, and fix the module.",
+            "Run `python -c 'import <module>'` to see the error, and fix the module.",
         )
     context.facts[SPELLS_FACT] = registry
     if not sources:

@@ -20,6 +20,7 @@ import tomlkit
 
 from coven_codex.entries import BaseEntry, ThoughtEntry
 from coven_codex.journal import FileJournal, JournalRecord
+from coven_codex.settings import Settings
 from coven_codex.testing.codex_config import DEFAULT_ENV_KEY, codex_config
 from coven_codex.testing.model_server import ScriptedModelServer
 from coven_codex.testing.request_log import HARNESS_PREFIXES, RecordedRequest
@@ -65,7 +66,10 @@ class AgentHarness:
         self.workspace = self.tmp / "ws"
         self.workspace.mkdir(exist_ok=True)
         self.journal_path = self.tmp / "journal.jsonl"
-        self.codex_home = (self.workspace / ".codex").resolve()
+        # The defaults, outside the workspace; tests/conftest.py points XDG_STATE_HOME into a temp dir.
+        defaults = Settings(workspace=self.workspace)
+        self.state_dir = defaults.resolved_state_dir
+        self.codex_home = defaults.resolved_codex_home
         self.base_config = self.tmp / "base.toml"
         self.write_base_config()
         self.journal = FileJournal(self.journal_path, durability="never")

@@ -241,7 +241,7 @@ async def test_spells_reach_codex_through_the_daemon(codex_bin: Path, harness_fa
         assert results and "HELLO!" in results[0].text and not getattr(results[0], "is_error", True)
         outputs = [o.output for o in server.requests.function_call_outputs()]
         assert any("HELLO!" in o for o in outputs)
-        toolbelt = json.loads((h.workspace / ".coven" / "toolbelt.json").read_text())
+        toolbelt = json.loads((h.state_dir / "toolbelt.json").read_text())
         assert [tool["name"] for tool in toolbelt["tools"]] == ["shout"]
         assert await h.stop(daemon) == 0
 

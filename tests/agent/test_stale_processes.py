@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from coven_codex.agent.processes import end_stale_processes
 from coven_codex.codex.process import TREE_MARKER
@@ -66,3 +67,32 @@ def test_children_started_by_unrecorded_strays_during_cleanup_are_ended(tmp_path
             proc.wait()
         if late.stdout is not None:
             late.stdout.close()
+
+
+def _victim(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env, start_new_session=True)
+
+
+def _forge(state_dir: Path, *pids: int) -> None:
+    records = [{"pid": pid, "create_time": psutil.Process(pid).create_time()} for pid in pids]
+    (state_dir / "processes.json").write_text(json.dumps({"x": records}))
+
+
+def test_a_recorded_process_without_our_tree_marker_is_left_alone(tmp_path: Path,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    codex_home = tmp_path / "home"
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    plain = {k: v for k, v in os.environ.items() if k not in (TREE_MARKER, "CODEX_HOME")}
+    unmarked = _victim(plain)
+    other_home = _victim({**plain, TREE_MARKER: "t", "CODEX_HOME": str(tmp_path / "other-home")})
+    try:
+        _forge(state_dir, unmarked.pid, other_home.pid)
+        assert end_stale_processes(state_dir, grace=0.5, codex_home=codex_home) == []
+        assert _running(unmarked.pid) and _running(other_home.pid)
+        warnings = [r.getMessage() for r in caplog.records if "leaving them alone" in r.getMessage()]
+        assert len(warnings) == 1 and str(unmarked.pid) in warnings[0]
+    finally:
+        for proc in (unmarked, other_home):
+            proc.kill()
+            proc.wait()

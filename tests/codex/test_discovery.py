@@ -85,7 +85,7 @@ def test_relative_path_entry_in_workspace_is_refused(tmp_path: Path, monkeypatch
     ws = tmp_path / "ws"
     make_exe(ws / "codex")
     monkeypatch.chdir(ws)
-    with pytest.raises(DiscoveryError, match="inside the workspace"):
+    with pytest.raises(DiscoveryError, match="found only through the relative or empty PATH entries"):
         find_codex(None, ws, env={"PATH": ".", "HOME": "/nonexistent"})
 
 

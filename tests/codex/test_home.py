@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from coven_codex.codex.config_merge import ConfigMergeError
 from coven_codex.codex.home import CodexHomeError, prepare_codex_home
 
 BASE = """\
@@ -158,7 +157,7 @@ def test_bad_base_config_leaves_previous_config_in_place(tmp_path: Path) -> None
     previous = home.config_path.read_text()
     base = tmp_path / "bad.toml"
     base.write_text('projects = "not a table"\n')
-    with pytest.raises(ConfigMergeError, match="projects"):
+    with pytest.raises(CodexHomeError, match="projects"):
         prepare_codex_home(ws / ".codex", ws, driver="exec", base_config=base, environ={})
     assert home.config_path.read_text() == previous
 

@@ -14,6 +14,7 @@ import tomlkit
 from coven_codex.cli.main import main as cli_main
 from coven_codex.mcp import SpellRegistry, codex_mcp_entry, write_toolbelt
 from coven_codex.mcp.codex_entry import supports_approval_mode
+from coven_codex.settings import default_state_dir
 from mcp_shim import wire
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -73,9 +74,11 @@ def test_spells_command_lists_and_writes(
     out = capsys.readouterr()
     assert "add(a: integer, b: integer) -> text" in out.out
     assert "summarize(numbers: list[number]) -> structured" in out.out
-    toolbelt = json.loads((tmp_path / "ws" / ".coven" / "toolbelt.json").read_text())
+    toolbelt = json.loads((default_state_dir(tmp_path / "ws") / "toolbelt.json").read_text())
     assert {t["name"] for t in toolbelt["tools"]} == {"add", "summarize", "countdown", "divide"}
-    assert cli_main(["spells", "--spells", "examples.spells_example:spells", "--json"]) == 0
+    assert not (tmp_path / "ws" / ".coven").exists()
+    assert cli_main(["spells", "--spells", "examples.spells_example:spells", "--workspace", str(tmp_path / "ws"),
+                     "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["tools"][0]["name"] == "add"
 
 

@@ -100,8 +100,8 @@ async def test_journal_probe(tmp_path: Path) -> None:
 
 async def test_sessions_probe(tmp_path: Path) -> None:
     assert (await probe_sessions_folder(_context(tmp_path))).status is Status.PASS
-    home = tmp_path / ".codex"
-    home.mkdir()
+    home = _context(tmp_path).settings.resolved_codex_home
+    home.mkdir(parents=True)
     (home / "sessions").write_text("not a folder")
     assert (await probe_sessions_folder(_context(tmp_path))).status is Status.FAIL
 

@@ -15,8 +15,9 @@ def _context(tmp_path: Path, spells: list[str]) -> ProbeContext:
     return ProbeContext(settings=Settings(workspace=tmp_path, spells=spells))
 
 
-async def test_spells_pass_and_the_handshake_lists_them() -> None:
-    context = _context(ROOT, ["examples.spells_example:spells"])
+async def test_spells_pass_and_the_handshake_lists_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)  # examples/ is found from the current directory; the workspace is elsewhere
+    context = _context(tmp_path, ["examples.spells_example:spells"])
     result = await probe_spells(context)
     assert result.status is Status.PASS, result
     assert "add" in result.detail and "divide" in result.detail
@@ -32,9 +33,11 @@ async def test_missing_spell_module_fails_with_a_fix(tmp_path: Path) -> None:
     assert result.fix
 
 
-async def test_spell_module_that_raises_on_import_fails(tmp_path: Path) -> None:
+async def test_spell_module_that_raises_on_import_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "broken_spells.py").write_text("raise RuntimeError('config missing')\n")
-    result = await probe_spells(_context(tmp_path, ["broken_spells:spells"]))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ws").mkdir()
+    result = await probe_spells(_context(tmp_path / "ws", ["broken_spells:spells"]))
     assert result.status is Status.FAIL
     assert "config missing" in result.detail
 

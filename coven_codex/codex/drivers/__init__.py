@@ -5,7 +5,7 @@ The interface is documented in :mod:`coven_codex.codex.drivers.base`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -60,11 +60,13 @@ def create_driver(
     settings: DriverSettings,
     sink: EventSink,
     choice: DriverChoice = "auto",
+    command: Sequence[str] = (),
 ) -> CodexDriver:
-    """A driver for ``executable`` (not started yet: call ``await driver.start(thread_id)``)."""
+    """A driver for ``executable`` (not started yet: call ``await driver.start(thread_id)``);
+    ``command`` (default: ``executable`` alone) is what starts it, before Codex's arguments."""
     kind = choose_driver(version, choice)
     cls: type[CodexDriver] = AppServerDriver if kind == "app-server" else ExecDriver
-    return cls(executable, version, workspace, env=env, settings=settings, sink=sink)
+    return cls(executable, version, workspace, env=env, settings=settings, sink=sink, command=command)
 
 
 __all__ = [

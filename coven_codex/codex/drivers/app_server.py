@@ -33,7 +33,7 @@ import json
 import logging
 import uuid
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -119,8 +119,9 @@ class AppServerDriver(CodexDriver):
         env: Mapping[str, str],
         settings: DriverSettings,
         sink: EventSink,
+        command: Sequence[str] = (),
     ) -> None:
-        super().__init__(executable, version, workspace, env=env, settings=settings, sink=sink)
+        super().__init__(executable, version, workspace, env=env, settings=settings, sink=sink, command=command)
         self._child: ChildProcess | None = None
         self._next_id = 0
         self._rpc: dict[int, asyncio.Future[Any]] = {}
@@ -143,7 +144,7 @@ class AppServerDriver(CodexDriver):
     async def start(self, resume_thread_id: str | None) -> None:
         if self._child is not None:
             raise DriverError("the app-server driver was already started")
-        argv = [str(self.executable), "app-server"]
+        argv = [*self.command, "app-server"]
         try:
             self._child = await spawn(argv, env=self.env, cwd=self.workspace)
         except OSError as exc:

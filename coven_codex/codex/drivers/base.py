@@ -379,8 +379,11 @@ class CodexDriver(abc.ABC):
         env: Mapping[str, str],
         settings: DriverSettings,
         sink: EventSink,
+        command: Sequence[str] = (),
     ) -> None:
         self.executable = executable
+        self.command: tuple[str, ...] = tuple(command) or (str(executable),)
+        """What starts Codex, before its arguments (:class:`coven_codex.codex.launch.CodexLaunch`)."""
         self.version = version
         self.workspace = workspace
         self.env = dict(env)

@@ -30,7 +30,7 @@ import json
 import logging
 import signal
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -89,8 +89,9 @@ class ExecDriver(CodexDriver):
         env: Mapping[str, str],
         settings: DriverSettings,
         sink: EventSink,
+        command: Sequence[str] = (),
     ) -> None:
-        super().__init__(executable, version, workspace, env=env, settings=settings, sink=sink)
+        super().__init__(executable, version, workspace, env=env, settings=settings, sink=sink, command=command)
         self._turn: _ExecTurn | None = None
         self._announced = False
 
@@ -119,7 +120,7 @@ class ExecDriver(CodexDriver):
             return "queued"
 
     def _argv(self) -> list[str]:
-        argv = [str(self.executable), "exec", "--json", "--skip-git-repo-check"]
+        argv = [*self.command, "exec", "--json", "--skip-git-repo-check"]
         if self._thread_id is not None:
             argv += ["resume", self._thread_id]
         return [*argv, "-"]
