@@ -1,12 +1,13 @@
 """Everything ``coven-codex run`` sets up before the daemon runs, from one :class:`Settings`.
 
 1. find the Codex executable (refusing one inside the workspace) and read its version, then
-   take the state directory's lock (one daemon per state directory);
+   open the journal and take the locks (one daemon per journal, per state directory and per
+   ``CODEX_HOME``);
 2. pick the CODEX driver (:func:`coven_codex.codex.drivers.choose_driver`: ``app-server`` for
    versions that speak its v2 protocol, else ``exec``; ``driver`` in the settings overrides);
 3. load the spells and start their MCP server on a private socket (when there are spells);
 4. prepare the isolated ``CODEX_HOME`` (base config + coven's keys + the MCP entry);
-5. open the journal and run the :class:`~coven_codex.agent.daemon.Daemon` until ``stop``.
+5. run the :class:`~coven_codex.agent.daemon.Daemon` on the journal until ``stop``.
 
 Every failure a user can cause raises :class:`BootstrapError` with what to do.
 """
@@ -26,7 +27,7 @@ from coven_codex.agent.egress import AppendHook
 from coven_codex.agent.link import CodexLink
 from coven_codex.agent.links.driver import DriverLink
 from coven_codex.agent.state import StateError
-from coven_codex.agent.statelock import StateLock
+from coven_codex.agent.statelock import JournalLock, StateLock
 from coven_codex.codex.discovery import DiscoveryError, find_codex
 from coven_codex.codex.drivers import (
     CodexDriver,
@@ -120,9 +121,16 @@ async def run_daemon(settings: Settings, stop: asyncio.Event, *, ready: Ready | 
     driver = choose(settings, version)
     log.info("Codex %s at %s; driver %s", version, found.path, driver)
     async with contextlib.AsyncExitStack() as stack:
-        # The lock comes first: a second daemon must not even rewrite the shared CODEX_HOME.
-        # CODEX_HOME is locked too: the processes a daemon finds there at start are its own strays.
+        # The locks come first: a second daemon must not even rewrite the shared CODEX_HOME.
+        # One daemon per journal (two would answer every thought twice), per state directory, and
+        # per CODEX_HOME (the processes a daemon finds there at start are its own strays).
         try:
+            journal = FileJournal(settings.journal, durability=settings.durability)
+        except JournalError as exc:
+            raise BootstrapError(str(exc)) from None
+        stack.push_async_callback(journal.aclose)
+        try:
+            stack.enter_context(JournalLock(journal.path, journal.daemon_lock_path()))
             for directory in (settings.resolved_state_dir, settings.resolved_codex_home):
                 directory.mkdir(parents=True, exist_ok=True, mode=0o700)
                 stack.enter_context(StateLock(directory))
@@ -153,11 +161,6 @@ async def run_daemon(settings: Settings, stop: asyncio.Event, *, ready: Ready | 
         if not home.has_credentials:
             log.warning("no Codex credentials found (no auth.json, no API key variable); Codex will fail "
                         "with AUTH errors until you run `codex login` or set an API key")
-        try:
-            journal = FileJournal(settings.journal, durability=settings.durability)
-        except JournalError as exc:
-            raise BootstrapError(str(exc)) from None
-        stack.push_async_callback(journal.aclose)
         maker = LinkMaker(driver=driver, executable=found.path, version=version, env=home.env, cwd=workspace,
                           settings=settings)
         codex_home = home.path

@@ -32,6 +32,7 @@ DURABILITIES: Final = ("always", "batched", "never")
 READ_CHUNK: Final = 1 << 20
 FILE_MODE: Final = 0o600
 _SYNC = getattr(os, "fdatasync", os.fsync)
+DAEMON_LOCK_NAME: Final = "daemon.lock"
 
 
 def encode_entry(entry: BaseEntry, max_line_bytes: int) -> bytes:
@@ -86,6 +87,16 @@ class FileJournal:
 
     def __repr__(self) -> str:
         return f"FileJournal({str(self.path)!r}, durability={self.durability!r})"
+
+    def daemon_lock_path(self) -> Path:
+        """Where a daemon serving this journal takes its exclusive lock (one daemon per journal).
+
+        A file beside the cursors of the journal's real path (symlinks resolved), so every
+        path naming the same journal gives the same lock. Not the journal itself: appenders
+        ``flock`` that for each line and must never wait for a daemon.
+        """
+        real = self.path.expanduser().resolve()
+        return real.with_name(real.name + ".cursors") / DAEMON_LOCK_NAME
 
     # -- appending -------------------------------------------------------------------------
 
