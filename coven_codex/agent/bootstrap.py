@@ -125,7 +125,7 @@ async def run_daemon(settings: Settings, stop: asyncio.Event, *, ready: Ready | 
         # One daemon per journal (two would answer every thought twice), per state directory, and
         # per CODEX_HOME (the processes a daemon finds there at start are its own strays).
         try:
-            journal = FileJournal(settings.journal, durability=settings.durability)
+            journal = FileJournal(settings.journal, durability=settings.durability, follow_replacement=False)
         except JournalError as exc:
             raise BootstrapError(str(exc)) from None
         stack.push_async_callback(journal.aclose)

@@ -11,6 +11,14 @@ one daemon per state directory). Start-up, in this order (each step relies on th
    of entries the daemon wrote (egress drops replayed entries with those ids);
 5. start the sessions (their egress resumes at once) and the ingress reader.
 
+The saved ingress cursor belongs to one journal file (its fingerprint is saved with it). When
+the journal was rotated while the daemon was stopped, the file the cursor belongs to is looked
+for beside the journal: found, its rest is finished first (ingress routes its items, then
+switches to the new file, see :mod:`~coven_codex.agent.ingress`); not found, the daemon refuses
+to start, saying what to do, because it cannot tell which thoughts were answered. Whenever the
+reader moves to a new file, every session's positions move with it (:meth:`Daemon._switch_file`),
+so positions of two files are never compared.
+
 Shutdown (``stop`` set, e.g. by SIGINT/SIGTERM): stop reading the journal, interrupt running
 turns and give them ``kill_grace`` seconds, end every Codex process tree, let egress take the
 last rollout lines, cancel the tasks, save every state and the ingress cursor.
@@ -33,7 +41,7 @@ from coven_codex.agent.services import LinkFactory, RolloutLocator, SessionServi
 from coven_codex.agent.slots import SlotPool
 from coven_codex.agent.state import SessionState, StateStore
 from coven_codex.entries import CODEX_SENDER
-from coven_codex.journal import Journal, JournalRecord
+from coven_codex.journal import CursorMismatch, FileJournal, Journal, JournalError, JournalItem, JournalRecord
 from coven_codex.rollout.locator import find_rollout
 from coven_codex.settings import Settings
 
@@ -60,6 +68,7 @@ class Daemon:
         self.on_append = on_append
         self.manager: SessionManager | None = None
         self.ingress: Ingress | None = None
+        self._previous_path: Path | None = None
 
     async def run(self, stop: asyncio.Event, ready: Ready | None = None) -> None:
         """Serve until ``stop`` is set, then shut down cleanly."""
@@ -69,15 +78,75 @@ class Daemon:
             states = self.store.load_all()
             for state in states.values():
                 await self._recover_in_flight(state, states)
-            cursor = await self.journal.load_cursor(CURSOR_NAME) or 0
+            previous: list[JournalItem] | None = None
+            try:
+                cursor = await self.journal.load_cursor(CURSOR_NAME) or 0
+            except CursorMismatch as exc:
+                cursor = exc.position
+                previous = await self._previous_file(exc)
             live_from = await self.journal.end_position()
-            known_ids = await self._known_ids(states, cursor)
+            if previous is None and cursor > live_from:
+                raise JournalError(
+                    f"the saved ingress cursor (byte {cursor}) is past the end of the journal ({live_from} bytes):"
+                    " the journal was truncated or replaced while the daemon was stopped, and this cursor, saved"
+                    " by an older coven-codex, does not say which file it belongs to. Delete the cursor"
+                    f" {CURSOR_NAME!r} (for a file journal, <journal>.cursors/{CURSOR_NAME}.json) to read the"
+                    " journal from its beginning"
+                )
+            known_ids = await self._known_ids(states, cursor if previous is None else 0)
+            if previous is not None:
+                known_ids |= await self._previous_known_ids(states)
             for state in states.values():
                 state.forget_delivered_before(cursor)
-            await self._serve(states, cursor, live_from, known_ids, stop=stop, ready=ready)
+            await self._serve(states, cursor, live_from, known_ids, previous, stop=stop, ready=ready)
 
-    async def _serve(self, states: dict[str, SessionState], cursor: int, live_from: int, known_ids: set[str], *,
-                     stop: asyncio.Event, ready: Ready | None) -> None:
+    async def _previous_file(self, mismatch: CursorMismatch) -> list[JournalItem]:
+        """The items after the saved cursor in the file it belongs to; refuses when it is gone."""
+        if mismatch.previous is None:
+            raise JournalError(
+                f"{mismatch} (thoughts of that file that were never answered are then skipped), or put that"
+                " file back beside the journal, under any name, and start again: the daemon finishes it,"
+                " then reads the new one (docs/operations.md, 'Rotating the journal')"
+            ) from None
+        self._previous_path = mismatch.previous
+        old = FileJournal(mismatch.previous, durability="never")
+        try:
+            items = await old.read(mismatch.position)
+        finally:
+            await old.aclose()
+        log.warning("the journal was rotated while the daemon was stopped: finishing %d entr%s of %s after byte"
+                    " %d, then reading %s from its start", len(items), "y" if len(items) == 1 else "ies",
+                    mismatch.previous, mismatch.position, getattr(self.journal, "path", "the new journal"))
+        return items
+
+    async def _previous_known_ids(self, states: dict[str, SessionState]) -> set[str]:
+        """Ids of our entries in the previous file after the sessions' saved journal positions."""
+        assert self._previous_path is not None
+        positions = [state.egress_journal_position or 0 for state in states.values() if state.thread_id]
+        if not positions:
+            return set()
+        old = FileJournal(self._previous_path, durability="never")
+        try:
+            return ours(await old.read(min(positions)))
+        finally:
+            await old.aclose()
+
+    async def _switch_file(self) -> None:
+        """Ingress moves to a new journal file: move every session's positions there too.
+
+        Called once every thought read from the old file is finished and before anything of the
+        new one is read: delivered ids of the old file are never read again (forgotten), and the
+        new file is searched from its start for entries egress already wrote (position 0).
+        """
+        assert self.manager is not None
+        for session in list(self.manager.sessions.values()):
+            session.state.delivered.clear()
+            session.state.egress_journal_position = 0
+            await session.save_state()
+        log.info("ingress moved to the new journal file; %d conversation(s) follow", len(self.manager.sessions))
+
+    async def _serve(self, states: dict[str, SessionState], cursor: int, live_from: int, known_ids: set[str],
+                     previous: list[JournalItem] | None, *, stop: asyncio.Event, ready: Ready | None) -> None:
         async with asyncio.TaskGroup() as group:
             ingress_box: list[Ingress] = []
 
@@ -98,7 +167,8 @@ class Daemon:
             self.manager = manager
             for state in states.values():
                 manager.restore(state)
-            ingress = Ingress(self.journal, manager, start=cursor, live_from=live_from, known_ids=known_ids)
+            ingress = Ingress(self.journal, manager, start=cursor, live_from=live_from, known_ids=known_ids,
+                              previous=previous, on_switch=self._switch_file)
             ingress_box.append(ingress)
             self.ingress = ingress
             ingress_task = group.create_task(ingress.run(), name="ingress")
@@ -153,8 +223,12 @@ class Daemon:
             if state.thread_id is not None:
                 positions.append(state.egress_journal_position or 0)
         start = min(positions)
-        items = await self.journal.read(start)
-        ids = {item.entry.id for item in items
-               if isinstance(item, JournalRecord) and item.entry.sender == CODEX_SENDER and item.entry.id}
+        ids = ours(await self.journal.read(start))
         log.debug("read the journal from %d: %d entries of ours", start, len(ids))
         return ids
+
+
+def ours(items: list[JournalItem]) -> set[str]:
+    """The ids of the entries the daemon wrote among ``items``."""
+    return {item.entry.id for item in items
+            if isinstance(item, JournalRecord) and item.entry.sender == CODEX_SENDER and item.entry.id}

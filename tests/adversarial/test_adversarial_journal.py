@@ -45,3 +45,111 @@ async def test_second_daemon_on_the_same_journal_is_refused(
     assert replies(await h.entries(), "c") == ["echo: hello", "echo: still there?"]
     assert first.process.returncode is None
     assert await h.stop(first) == 0
+
+
+def rotate(journal: Path, to: str) -> Path:
+    """``mv journal.jsonl <to>; : > journal.jsonl``."""
+    rotated = journal.with_name(to)
+    journal.rename(rotated)
+    journal.write_bytes(b"")
+    return rotated
+
+
+async def test_rotation_while_running_never_redelivers_after_a_restart(
+    codex_bin_169: Path, model_server: ScriptedModelServer, harness_factory: Factory
+) -> None:
+    h = harness_factory(codex_bin_169, model_server)
+    daemon = await h.start()
+    for text in ("one", "two", "three"):
+        await h.think("c", text)
+    await h.wait_for(lambda es: "echo: three" in replies(es, "c"), what="the first three replies")
+    rotate(h.journal_path, "journal.1")
+    for text in ("new A", "new B"):
+        await h.think("c", text)
+        await h.wait_for(lambda es, t=text: f"echo: {t}" in replies(es, "c"), what=f"reply to {text}")
+    assert await h.stop(daemon) == 0
+    daemon = await h.start()
+    await h.think("c", "after the restart")
+    await h.wait_for(lambda es: "echo: after the restart" in replies(es, "c"), what="reply after the restart")
+    await asyncio.sleep(1.0)  # a re-delivered thought would have reached the model by now
+    prompts = asked(model_server)
+    for text in ("one", "two", "three", "new A", "new B", "after the restart"):
+        assert prompts.count(text) == 1, (text, prompts)
+    assert await h.stop(daemon) == 0
+
+
+async def test_truncation_while_running_is_followed_without_repeats(
+    codex_bin_169: Path, model_server: ScriptedModelServer, harness_factory: Factory
+) -> None:
+    h = harness_factory(codex_bin_169, model_server)
+    daemon = await h.start()
+    for text in ("one", "two", "three"):
+        await h.think("c", text)
+    await h.wait_for(lambda es: "echo: three" in replies(es, "c"), what="the first three replies")
+    with h.journal_path.open("r+b") as handle:
+        handle.truncate(0)  # logrotate's copytruncate
+    await h.think("c", "new A")
+    await h.wait_for(lambda es: "echo: new A" in replies(es, "c"), what="reply to new A")
+    assert await h.stop(daemon) == 0
+    daemon = await h.start()
+    await h.think("c", "after the restart")
+    await h.wait_for(lambda es: "echo: after the restart" in replies(es, "c"), what="reply after the restart")
+    await asyncio.sleep(1.0)
+    prompts = asked(model_server)
+    for text in ("one", "two", "three", "new A", "after the restart"):
+        assert prompts.count(text) == 1, (text, prompts)
+    assert await h.stop(daemon) == 0
+
+
+async def test_rotation_while_stopped_finishes_the_old_file_first(
+    codex_bin_169: Path, model_server: ScriptedModelServer, harness_factory: Factory
+) -> None:
+    h = harness_factory(codex_bin_169, model_server)
+    daemon = await h.start()
+    await h.think("c", "one")
+    await h.wait_for(lambda es: "echo: one" in replies(es, "c"), what="the first reply")
+    assert await h.stop(daemon) == 0
+    await h.think("c", "written while stopped")  # lands in the file that is rotated next
+    rotate(h.journal_path, "journal.jsonl.1")
+    await h.think("c", "new A")
+    daemon = await h.start()
+    await h.wait_for(lambda es: "echo: new A" in replies(es, "c"), what="reply to new A")
+    assert "rotated while the daemon was stopped" in daemon.log()
+    assert await h.stop(daemon) == 0
+    daemon = await h.start()
+    await h.think("c", "after the restart")
+    await h.wait_for(lambda es: "echo: after the restart" in replies(es, "c"), what="reply after the restart")
+    await asyncio.sleep(1.0)
+    prompts = asked(model_server)
+    for text in ("one", "written while stopped", "new A", "after the restart"):
+        assert prompts.count(text) == 1, (text, prompts)
+    assert prompts.index("written while stopped") < prompts.index("new A")
+    assert await h.stop(daemon) == 0
+
+
+async def test_a_journal_replaced_by_an_unknown_file_is_refused(
+    codex_bin_169: Path, model_server: ScriptedModelServer, harness_factory: Factory
+) -> None:
+    h = harness_factory(codex_bin_169, model_server)
+    daemon = await h.start()
+    await h.think("c", "one")
+    await h.wait_for(lambda es: "echo: one" in replies(es, "c"), what="the first reply")
+    assert await h.stop(daemon) == 0
+    h.journal_path.unlink()  # the file the cursor belongs to is gone
+    await h.think("c", "new A")
+    await h.think("c", "new B")
+    refused = await h.start()
+    assert await asyncio.wait_for(refused.process.wait(), 60) == 1
+    log = refused.log()
+    assert "belongs to another file than the journal" in log
+    assert "agent-ingress.json to read the journal from its beginning" in log
+    assert "Traceback" not in log
+    assert asked(model_server).count("new A") == 0
+    # The fix it names works: without the cursor the new journal is read from its start, once.
+    (h.journal_path.with_name("journal.jsonl.cursors") / "agent-ingress.json").unlink()
+    daemon = await h.start()
+    await h.wait_for(lambda es: "echo: new B" in replies(es, "c"), what="reply to new B")
+    await asyncio.sleep(1.0)
+    prompts = asked(model_server)
+    assert prompts.count("new A") == 1 and prompts.count("new B") == 1 and prompts.count("one") == 1
+    assert await h.stop(daemon) == 0
