@@ -28,6 +28,7 @@ from coven_codex.agent.link import CodexLink
 from coven_codex.agent.links.driver import DriverLink
 from coven_codex.agent.state import StateError
 from coven_codex.agent.statelock import JournalLock, StateLock
+from coven_codex.agent.storage import StorageFailed
 from coven_codex.codex.discovery import DiscoveryError, find_codex
 from coven_codex.codex.drivers import (
     CodexDriver,
@@ -172,5 +173,5 @@ async def run_daemon(settings: Settings, stop: asyncio.Event, *, ready: Ready | 
                         on_append=hooks.on_append)
         try:
             await daemon.run(stop, ready)
-        except (StateError, JournalError) as exc:
+        except (StateError, JournalError, StorageFailed) as exc:
             raise BootstrapError(str(exc)) from None

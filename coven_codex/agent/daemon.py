@@ -21,7 +21,9 @@ so positions of two files are never compared.
 
 Shutdown (``stop`` set, e.g. by SIGINT/SIGTERM): stop reading the journal, interrupt running
 turns and give them ``kill_grace`` seconds, end every Codex process tree, let egress take the
-last rollout lines, cancel the tasks, save every state and the ingress cursor.
+last rollout lines, cancel the tasks, save every state and the ingress cursor. A storage
+failure (disk full) anywhere shuts down the same way and then raises
+:class:`~coven_codex.agent.storage.StorageFailed` with one paragraph saying what to do.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from coven_codex.agent.recovery import codex_received, find_unclaimed_rollout
 from coven_codex.agent.services import LinkFactory, RolloutLocator, SessionServices
 from coven_codex.agent.slots import SlotPool
 from coven_codex.agent.state import SessionState, StateStore
+from coven_codex.agent.storage import StorageFailed, failure_message, storage_failure
 from coven_codex.entries import CODEX_SENDER
 from coven_codex.journal import CursorMismatch, FileJournal, Journal, JournalError, JournalItem, JournalRecord
 from coven_codex.rollout.locator import find_rollout
@@ -63,12 +66,14 @@ class Daemon:
         self.locate_rollout = locate_rollout
         self.codex_home = codex_home
         self.state_dir = settings.resolved_state_dir
-        self.store = StateStore(self.state_dir, durable=settings.durability == "always")
+        self.store = StateStore(self.state_dir, durability=settings.durability)
         self.processes = ProcessRegistry(self.state_dir)
         self.on_append = on_append
         self.manager: SessionManager | None = None
         self.ingress: Ingress | None = None
         self._previous_path: Path | None = None
+        self._failure: BaseException | None = None
+        self._failed = asyncio.Event()
 
     async def run(self, stop: asyncio.Event, ready: Ready | None = None) -> None:
         """Serve until ``stop`` is set, then shut down cleanly."""
@@ -98,7 +103,15 @@ class Daemon:
                 known_ids |= await self._previous_known_ids(states)
             for state in states.values():
                 state.forget_delivered_before(cursor)
-            await self._serve(states, cursor, live_from, known_ids, previous, stop=stop, ready=ready)
+            try:
+                await self._serve(states, cursor, live_from, known_ids, previous, stop=stop, ready=ready)
+            except Exception as exc:  # a storage failure while shutting down ends it here
+                failure = storage_failure(exc)
+                if failure is None:
+                    raise
+                self._storage_failed(failure)
+        if self._failure is not None:
+            raise StorageFailed(failure_message(self._failure))
 
     async def _previous_file(self, mismatch: CursorMismatch) -> list[JournalItem]:
         """The items after the saved cursor in the file it belongs to; refuses when it is gone."""
@@ -161,7 +174,7 @@ class Daemon:
                 slots=SlotPool(self.settings.max_sessions), processes=self.processes,
                 make_link=self.make_link, locate_rollout=self.locate_rollout,
                 finish_thought=finish_thought, saved_cursor=saved_cursor,
-                known_ids=known_ids, on_append=self.on_append,
+                known_ids=known_ids, on_append=self.on_append, on_storage_failure=self._storage_failed,
             )
             manager = SessionManager(services, group)
             self.manager = manager
@@ -171,12 +184,13 @@ class Daemon:
                               previous=previous, on_switch=self._switch_file)
             ingress_box.append(ingress)
             self.ingress = ingress
-            ingress_task = group.create_task(ingress.run(), name="ingress")
+            ingress_task = group.create_task(self._run_ingress(ingress), name="ingress")
             log.info("daemon running: %d conversation(s) restored, journal read from %d", len(states), cursor)
             if ready is not None:
                 ready()
             stop_task = group.create_task(stop.wait(), name="stop")
-            await asyncio.wait([ingress_task, stop_task], return_when=asyncio.FIRST_COMPLETED)
+            failed_task = group.create_task(self._failed.wait(), name="storage-failed")
+            await asyncio.wait([ingress_task, stop_task, failed_task], return_when=asyncio.FIRST_COMPLETED)
             log.info("shutting down: no new thoughts; stopping turns and Codex processes")
             ingress_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -184,7 +198,24 @@ class Daemon:
             await manager.shutdown(grace=self.settings.kill_grace, drain=EGRESS_DRAIN)
             await ingress.save()
             stop_task.cancel()
+            failed_task.cancel()
         log.info("daemon stopped cleanly")
+
+    async def _run_ingress(self, ingress: Ingress) -> None:
+        try:
+            await ingress.run()
+        except Exception as exc:
+            failure = storage_failure(exc)
+            if failure is None:
+                raise
+            self._storage_failed(failure)
+
+    def _storage_failed(self, failure: BaseException) -> None:
+        """The first storage failure stops the daemon (see :mod:`coven_codex.agent.storage`)."""
+        if self._failure is None:
+            self._failure = failure
+            log.error("storage failed, stopping: %s", failure)
+            self._failed.set()
 
     async def _recover_in_flight(self, state: SessionState, states: dict[str, SessionState]) -> None:
         in_flight = state.in_flight

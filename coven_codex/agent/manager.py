@@ -13,6 +13,7 @@ import logging
 from coven_codex.agent.services import SessionServices
 from coven_codex.agent.session import Session
 from coven_codex.agent.state import SessionState
+from coven_codex.agent.storage import storage_failure
 from coven_codex.entries import ApprovalEntry, CancelEntry, ThoughtEntry
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,10 @@ class SessionManager:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                failure = storage_failure(exc)
+                if failure is not None and self._services.on_storage_failure is not None:
+                    self._services.on_storage_failure(failure)  # the daemon stops; restarting cannot help
+                    return
                 log.exception("conversation %r: session failed; restarting it", session.conversation)
                 await session.report_crash(exc)
                 await asyncio.sleep(max(self._services.settings.restart_backoff, 1.0))

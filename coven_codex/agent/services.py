@@ -56,3 +56,5 @@ class SessionServices:
     saved_cursor: Callable[[], int]
     known_ids: set[str]
     on_append: AppendHook | None = None
+    on_storage_failure: Callable[[BaseException], None] | None = None
+    """A session's storage failed (see :mod:`coven_codex.agent.storage`): the daemon stops."""

@@ -8,6 +8,7 @@ from coven_codex.journal.protocol import (
     BadLine,
     CursorError,
     CursorMismatch,
+    CursorStorageError,
     Durability,
     Journal,
     JournalError,
@@ -15,6 +16,7 @@ from coven_codex.journal.protocol import (
     JournalRecord,
     JournalReplaced,
     Position,
+    StorageError,
 )
 
 __all__ = [
@@ -22,6 +24,7 @@ __all__ = [
     "BadLine",
     "CursorError",
     "CursorMismatch",
+    "CursorStorageError",
     "Durability",
     "FileJournal",
     "Journal",
@@ -31,5 +34,6 @@ __all__ = [
     "JournalReplaced",
     "MemoryJournal",
     "Position",
+    "StorageError",
     "decode_line",
 ]

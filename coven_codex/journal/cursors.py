@@ -8,7 +8,13 @@ from pathlib import Path
 from urllib.parse import quote
 
 from coven_codex.journal.atomic import atomic_write, fsync_directory
-from coven_codex.journal.protocol import CursorError, Position, check_cursor_name, check_position
+from coven_codex.journal.protocol import (
+    CursorError,
+    CursorStorageError,
+    Position,
+    check_cursor_name,
+    check_position,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +47,7 @@ class FileCursorStore:
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise CursorError(f"cannot read cursor {name!r} from {path}: {exc.strerror}") from None
+            raise CursorStorageError(f"cannot read cursor {name!r} from {path}: {exc.strerror}") from None
         try:
             value = json.loads(raw)
             position = check_position(value["position"])
@@ -66,7 +72,7 @@ class FileCursorStore:
                 fsync_directory(self.directory.parent)
             atomic_write(path, payload)
         except OSError as exc:
-            raise CursorError(
+            raise CursorStorageError(
                 f"cannot save cursor {name!r} in {self.directory}: {exc.strerror};"
                 " check that the directory is writable and the disk is not full"
             ) from None

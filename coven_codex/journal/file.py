@@ -26,6 +26,7 @@ from coven_codex.journal.protocol import (
     JournalRecord,
     JournalReplaced,
     Position,
+    StorageError,
 )
 from coven_codex.tailing import DEFAULT_MAX_LINE_BYTES, LineSplitter, TailNotice, TailNoticeKind, tail_lines
 from coven_codex.tailing.notices import NoticeCallback
@@ -259,7 +260,7 @@ class FileJournal:
                 _SYNC(fd)
             return start, end
         except OSError as exc:
-            raise JournalError(
+            raise StorageError(
                 f"cannot append to {self.path}: {exc.strerror}; check that the file is writable"
                 " and the disk is not full"
             ) from None
@@ -279,7 +280,10 @@ class FileJournal:
         try:
             _SYNC(fd)
         except OSError as exc:
-            raise JournalError(f"cannot flush {self.path} to disk: {exc.strerror}") from None
+            raise StorageError(
+                f"cannot flush {self.path} to disk: {exc.strerror}; check that the disk is not full"
+                " and has no I/O errors"
+            ) from None
         finally:
             os.close(fd)
 

@@ -26,6 +26,18 @@ class CursorError(JournalError):
     """A cursor name is invalid or a saved cursor cannot be read."""
 
 
+class StorageError(JournalError):
+    """Writing the journal or a cursor to disk failed (disk full, quota, read-only, I/O error).
+
+    Nothing half-written is left behind (a torn line is cut off again, a cursor keeps its old
+    value); the message names the file and the cause.
+    """
+
+
+class CursorStorageError(CursorError, StorageError):
+    """Saving a cursor failed for lack of storage (it keeps its old value)."""
+
+
 class JournalReplaced(JournalError):
     """The journal a reader was following was replaced or truncated under it.
 
