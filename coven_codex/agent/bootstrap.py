@@ -3,12 +3,13 @@
 1. find the Codex executable (refusing one inside the workspace), decide how to start it (its
    native binary, :mod:`coven_codex.codex.launch`) and read its version, move the
    folders older versions kept inside the workspace (:mod:`coven_codex.agent.layout`), then
-   take the state directory's lock (one daemon per state directory);
+   open the journal and take the locks (one daemon per journal, per state directory and per
+   ``CODEX_HOME``);
 2. pick the CODEX driver (:func:`coven_codex.codex.drivers.choose_driver`: ``app-server`` for
    versions that speak its v2 protocol, else ``exec``; ``driver`` in the settings overrides);
 3. load the spells and start their MCP server on a private socket (when there are spells);
 4. prepare the isolated ``CODEX_HOME`` (base config + coven's keys + the MCP entry);
-5. open the journal and run the :class:`~coven_codex.agent.daemon.Daemon` until ``stop``.
+5. run the :class:`~coven_codex.agent.daemon.Daemon` on the journal until ``stop``.
 
 Every failure a user can cause raises :class:`BootstrapError` with what to do.
 """
@@ -29,7 +30,8 @@ from coven_codex.agent.layout import LayoutError, migrate_legacy_layout
 from coven_codex.agent.link import CodexLink
 from coven_codex.agent.links.driver import DriverLink
 from coven_codex.agent.state import StateError
-from coven_codex.agent.statelock import StateLock
+from coven_codex.agent.statelock import JournalLock, StateLock
+from coven_codex.agent.storage import StorageFailed
 from coven_codex.codex.discovery import DiscoveryError, find_codex
 from coven_codex.codex.drivers import (
     CodexDriver,
@@ -142,9 +144,20 @@ async def run_daemon(settings: Settings, stop: asyncio.Event, *, ready: Ready | 
     except LayoutError as exc:
         raise BootstrapError(str(exc)) from None
     async with contextlib.AsyncExitStack() as stack:
-        # The lock comes first: a second daemon must not even rewrite the shared CODEX_HOME.
-        # CODEX_HOME is locked too: the processes a daemon finds there at start are its own strays.
+        # The locks come first: a second daemon must not even rewrite the shared CODEX_HOME.
+        # One daemon per journal (two would answer every thought twice), per state directory, and
+        # per CODEX_HOME (the processes a daemon finds there at start are its own strays).
         try:
+            await asyncio.to_thread(create_journal, settings.journal)
+            journal = FileJournal(settings.journal, durability=settings.durability, follow_replacement=False)
+        except OSError as exc:
+            raise BootstrapError(f"cannot create the journal {settings.journal} ({exc.strerror}); "
+                                 "check --journal and its folder's permissions") from None
+        except JournalError as exc:
+            raise BootstrapError(str(exc)) from None
+        stack.push_async_callback(journal.aclose)
+        try:
+            stack.enter_context(JournalLock(journal.path, journal.daemon_lock_path()))
             for directory in (settings.resolved_state_dir, settings.resolved_codex_home):
                 directory.mkdir(parents=True, exist_ok=True, mode=0o700)
                 stack.enter_context(StateLock(directory))
@@ -175,15 +188,6 @@ async def run_daemon(settings: Settings, stop: asyncio.Event, *, ready: Ready | 
             log.warning("no Codex credentials found (no auth.json, no API key variable, no model provider "
                         "env_key set); Codex will fail with AUTH errors until you run `codex login` or set "
                         "an API key")
-        try:
-            await asyncio.to_thread(create_journal, settings.journal)
-            journal = FileJournal(settings.journal, durability=settings.durability)
-        except OSError as exc:
-            raise BootstrapError(f"cannot create the journal {settings.journal} ({exc.strerror}); "
-                                 "check --journal and its folder's permissions") from None
-        except JournalError as exc:
-            raise BootstrapError(str(exc)) from None
-        stack.push_async_callback(journal.aclose)
         maker = LinkMaker(driver=driver, executable=launch.program, command=launch.command, version=version,
                           env=launch.environment(home.env), cwd=workspace, settings=settings)
         codex_home = home.path
@@ -195,5 +199,5 @@ async def run_daemon(settings: Settings, stop: asyncio.Event, *, ready: Ready | 
                         on_append=hooks.on_append)
         try:
             await daemon.run(stop, ready)
-        except (StateError, JournalError) as exc:
+        except (StateError, JournalError, StorageFailed) as exc:
             raise BootstrapError(str(exc)) from None

@@ -11,11 +11,21 @@ one daemon per state directory). Start-up, in this order (each step relies on th
    of entries the daemon wrote (egress drops replayed entries with those ids);
 5. start the sessions (their egress resumes at once) and the ingress reader.
 
+The saved ingress cursor belongs to one journal file (its fingerprint is saved with it). When
+the journal was rotated while the daemon was stopped, the file the cursor belongs to is looked
+for beside the journal: found, its rest is finished first (ingress routes its items, then
+switches to the new file, see :mod:`~coven_codex.agent.ingress`); not found, the daemon refuses
+to start, saying what to do, because it cannot tell which thoughts were answered. Whenever the
+reader moves to a new file, every session's positions move with it (:meth:`Daemon._switch_file`),
+so positions of two files are never compared.
+
 Shutdown (``stop`` set, e.g. by SIGINT/SIGTERM): stop reading the journal, interrupt running
 turns and close every Codex within ``kill_grace`` seconds, then kill whatever is left (every
 Codex descendant: the daemon is their subreaper), let egress take the last rollout lines,
 cancel the tasks, save every state and the ingress cursor; all within ``kill_grace`` +
 :data:`~coven_codex.agent.manager.SHUTDOWN_SLACK` seconds.
+A storage failure (disk full) anywhere shuts down the same way and then raises
+:class:`~coven_codex.agent.storage.StorageFailed` with one paragraph saying what to do.
 """
 
 from __future__ import annotations
@@ -35,10 +45,11 @@ from coven_codex.agent.recovery import codex_received, find_unclaimed_rollout
 from coven_codex.agent.services import LinkFactory, RolloutLocator, SessionServices
 from coven_codex.agent.slots import SlotPool
 from coven_codex.agent.state import SessionState, StateStore
+from coven_codex.agent.storage import StorageFailed, failure_message, storage_failure
 from coven_codex.agent.writer import DaemonWriter
 from coven_codex.codex.process import become_subreaper
 from coven_codex.entries import CODEX_SENDER
-from coven_codex.journal import Journal, JournalRecord
+from coven_codex.journal import CursorMismatch, FileJournal, Journal, JournalError, JournalItem, JournalRecord
 from coven_codex.rollout.locator import find_rollout
 from coven_codex.settings import Settings
 
@@ -58,11 +69,14 @@ class Daemon:
         self.locate_rollout = locate_rollout
         self.codex_home = codex_home
         self.state_dir = settings.resolved_state_dir
-        self.store = StateStore(self.state_dir, durable=settings.durability == "always")
+        self.store = StateStore(self.state_dir, durability=settings.durability)
         self.processes = ProcessRegistry(self.state_dir)
         self.on_append = on_append
         self.manager: SessionManager | None = None
         self.ingress: Ingress | None = None
+        self._previous_path: Path | None = None
+        self._failure: BaseException | None = None
+        self._failed = asyncio.Event()
 
     async def run(self, stop: asyncio.Event, ready: Ready | None = None) -> None:
         """Serve until ``stop`` is set, then shut down cleanly."""
@@ -75,15 +89,83 @@ class Daemon:
             states = self.store.load_all()
             for state in states.values():
                 await self._recover_in_flight(state, states)
-            cursor = await self.journal.load_cursor(CURSOR_NAME) or 0
+            previous: list[JournalItem] | None = None
+            try:
+                cursor = await self.journal.load_cursor(CURSOR_NAME) or 0
+            except CursorMismatch as exc:
+                cursor = exc.position
+                previous = await self._previous_file(exc)
             live_from = await self.journal.end_position()
-            known_ids = await self._known_ids(states, cursor)
+            if previous is None and cursor > live_from:
+                raise JournalError(
+                    f"the saved ingress cursor (byte {cursor}) is past the end of the journal ({live_from} bytes):"
+                    " the journal was truncated or replaced while the daemon was stopped, and this cursor, saved"
+                    " by an older coven-codex, does not say which file it belongs to. Delete the cursor"
+                    f" {CURSOR_NAME!r} (for a file journal, <journal>.cursors/{CURSOR_NAME}.json) to read the"
+                    " journal from its beginning"
+                )
+            known_ids = await self._known_ids(states, cursor if previous is None else 0)
+            if previous is not None:
+                known_ids |= await self._previous_known_ids(states)
             for state in states.values():
                 state.forget_delivered_before(cursor)
-            await self._serve(states, cursor, live_from, known_ids, stop=stop, ready=ready)
+            try:
+                await self._serve(states, cursor, live_from, known_ids, previous, stop=stop, ready=ready)
+            except Exception as exc:  # a storage failure while shutting down ends it here
+                failure = storage_failure(exc)
+                if failure is None:
+                    raise
+                self._storage_failed(failure)
+        if self._failure is not None:
+            raise StorageFailed(failure_message(self._failure))
 
-    async def _serve(self, states: dict[str, SessionState], cursor: int, live_from: int, known_ids: set[str], *,
-                     stop: asyncio.Event, ready: Ready | None) -> None:
+    async def _previous_file(self, mismatch: CursorMismatch) -> list[JournalItem]:
+        """The items after the saved cursor in the file it belongs to; refuses when it is gone."""
+        if mismatch.previous is None:
+            raise JournalError(
+                f"{mismatch} (thoughts of that file that were never answered are then skipped), or put that"
+                " file back beside the journal, under any name, and start again: the daemon finishes it,"
+                " then reads the new one (docs/operations.md, 'Rotating the journal')"
+            ) from None
+        self._previous_path = mismatch.previous
+        old = FileJournal(mismatch.previous, durability="never")
+        try:
+            items = await old.read(mismatch.position)
+        finally:
+            await old.aclose()
+        log.warning("the journal was rotated while the daemon was stopped: finishing %d entr%s of %s after byte"
+                    " %d, then reading %s from its start", len(items), "y" if len(items) == 1 else "ies",
+                    mismatch.previous, mismatch.position, getattr(self.journal, "path", "the new journal"))
+        return items
+
+    async def _previous_known_ids(self, states: dict[str, SessionState]) -> set[str]:
+        """Ids of our entries in the previous file after the sessions' saved journal positions."""
+        assert self._previous_path is not None
+        positions = [state.egress_journal_position or 0 for state in states.values() if state.thread_id]
+        if not positions:
+            return set()
+        old = FileJournal(self._previous_path, durability="never")
+        try:
+            return ours(await old.read(min(positions)))
+        finally:
+            await old.aclose()
+
+    async def _switch_file(self) -> None:
+        """Ingress moves to a new journal file: move every session's positions there too.
+
+        Called once every thought read from the old file is finished and before anything of the
+        new one is read: delivered ids of the old file are never read again (forgotten), and the
+        new file is searched from its start for entries egress already wrote (position 0).
+        """
+        assert self.manager is not None
+        for session in list(self.manager.sessions.values()):
+            session.state.delivered.clear()
+            session.state.egress_journal_position = 0
+            await session.save_state()
+        log.info("ingress moved to the new journal file; %d conversation(s) follow", len(self.manager.sessions))
+
+    async def _serve(self, states: dict[str, SessionState], cursor: int, live_from: int, known_ids: set[str],
+                     previous: list[JournalItem] | None, *, stop: asyncio.Event, ready: Ready | None) -> None:
         async with asyncio.TaskGroup() as group:
             ingress_box: list[Ingress] = []
 
@@ -99,20 +181,23 @@ class Daemon:
                 make_link=self.make_link, locate_rollout=self.locate_rollout,
                 finish_thought=finish_thought, saved_cursor=saved_cursor,
                 writer=DaemonWriter(self.journal, known_ids), on_append=self.on_append,
+                on_storage_failure=self._storage_failed,
             )
             manager = SessionManager(services, group)
             self.manager = manager
             for state in states.values():
                 manager.restore(state)
-            ingress = Ingress(self.journal, manager, start=cursor, live_from=live_from, known_ids=known_ids)
+            ingress = Ingress(self.journal, manager, start=cursor, live_from=live_from, known_ids=known_ids,
+                              previous=previous, on_switch=self._switch_file)
             ingress_box.append(ingress)
             self.ingress = ingress
-            ingress_task = group.create_task(ingress.run(), name="ingress")
+            ingress_task = group.create_task(self._run_ingress(ingress), name="ingress")
             log.info("daemon running: %d conversation(s) restored, journal read from %d", len(states), cursor)
             if ready is not None:
                 ready()
             stop_task = group.create_task(stop.wait(), name="stop")
-            await asyncio.wait([ingress_task, stop_task], return_when=asyncio.FIRST_COMPLETED)
+            failed_task = group.create_task(self._failed.wait(), name="storage-failed")
+            await asyncio.wait([ingress_task, stop_task, failed_task], return_when=asyncio.FIRST_COMPLETED)
             log.info("shutting down: no new thoughts; stopping turns and Codex processes")
             ingress_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -120,7 +205,24 @@ class Daemon:
             await manager.shutdown(grace=self.settings.kill_grace, drain=EGRESS_DRAIN)
             await ingress.save()
             stop_task.cancel()
+            failed_task.cancel()
         log.info("daemon stopped cleanly")
+
+    async def _run_ingress(self, ingress: Ingress) -> None:
+        try:
+            await ingress.run()
+        except Exception as exc:
+            failure = storage_failure(exc)
+            if failure is None:
+                raise
+            self._storage_failed(failure)
+
+    def _storage_failed(self, failure: BaseException) -> None:
+        """The first storage failure stops the daemon (see :mod:`coven_codex.agent.storage`)."""
+        if self._failure is None:
+            self._failure = failure
+            log.error("storage failed, stopping: %s", failure)
+            self._failed.set()
 
     async def _recover_in_flight(self, state: SessionState, states: dict[str, SessionState]) -> None:
         in_flight = state.in_flight
@@ -159,8 +261,12 @@ class Daemon:
             if state.thread_id is not None:
                 positions.append(state.egress_journal_position or 0)
         start = min(positions)
-        items = await self.journal.read(start)
-        ids = {item.entry.id for item in items
-               if isinstance(item, JournalRecord) and item.entry.sender == CODEX_SENDER and item.entry.id}
+        ids = ours(await self.journal.read(start))
         log.debug("read the journal from %d: %d entries of ours", start, len(ids))
         return ids
+
+
+def ours(items: list[JournalItem]) -> set[str]:
+    """The ids of the entries the daemon wrote among ``items``."""
+    return {item.entry.id for item in items
+            if isinstance(item, JournalRecord) and item.entry.sender == CODEX_SENDER and item.entry.id}

@@ -14,12 +14,20 @@ The cursor is a :class:`~coven_codex.agent.cursor.LowWaterCursor`; a thought sta
 until its session reports it delivered (or dropped), and the saved position never passes a
 pending thought. Saving is coalesced: a background task saves the newest position whenever it
 changed, so a burst of deliveries costs one durable write, and shutdown saves the final one.
+
+Positions belong to one journal file, so a new file (rotation, truncation) is switched to only
+once everything read from the old one is finished: when the tail reports the journal replaced
+(:class:`~coven_codex.journal.JournalReplaced`), or when the daemon starts with the rest of a
+previous file to finish (``previous``: its items after the saved cursor, routed first, their
+positions never saved), the reader waits until no thought is pending, lets the daemon move its
+own positions to the new file (``on_switch``), then saves position 0 and reads the new file.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 from coven_codex.agent.cursor import LowWaterCursor
@@ -33,7 +41,7 @@ from coven_codex.entries import (
     ErrorEntry,
     ThoughtEntry,
 )
-from coven_codex.journal import BadLine, Journal, JournalRecord
+from coven_codex.journal import BadLine, Journal, JournalItem, JournalRecord, JournalReplaced
 
 log = logging.getLogger(__name__)
 
@@ -61,42 +69,77 @@ class Ingress:
     """
 
     def __init__(self, journal: Journal, router: Router, *, start: int, live_from: int,
-                 known_ids: set[str], cursor_name: str = CURSOR_NAME) -> None:
+                 known_ids: set[str], cursor_name: str = CURSOR_NAME, previous: Sequence[JournalItem] | None = None,
+                 on_switch: Callable[[], Awaitable[None]] | None = None) -> None:
         self._journal = journal
         self._writer = DaemonWriter(journal, known_ids)
         self._router = router
         self._live_from = live_from
         self._cursor_name = cursor_name
+        self._previous = previous
+        self._on_switch = on_switch
+        self._hold = previous is not None
+        """Positions are of a previous file: not saved (a restart finishes that file again)."""
         self.cursor = LowWaterCursor(start)
         self._start = start
         self._saved: int | None = start
         self._dirty = asyncio.Event()
+        self._finished = asyncio.Event()
+        self._save_lock = asyncio.Lock()
 
     async def run(self) -> None:
         """Tail and route until cancelled; the cursor saver runs alongside."""
         async with asyncio.TaskGroup() as group:
             group.create_task(self._save_loop(), name="ingress-cursor")
-            await self._read()
+            if self._previous is not None:
+                for item in self._previous:
+                    await self._take(item, live=False)
+                self._previous = None
+                await self._switch_file(live_from=self._live_from)
+            while True:
+                try:
+                    await self._read()
+                except JournalReplaced as exc:
+                    log.warning("%s; finishing the %d thought(s) still pending from the old file, then reading"
+                                " the new one from its start", exc, self.cursor.pending)
+                    await self._switch_file(live_from=0)
 
     async def _read(self) -> None:
         async for item in self._journal.tail(self._start):
-            if isinstance(item, BadLine):
-                await self._report_bad_line(item)
-                self._consumed(item.start, item.end, pending=False)
-                continue
-            refusal = refuse_thought(item.entry, item.start)
-            if refusal is not None:
-                await self._refuse(refusal)
-                self._consumed(item.start, item.end, pending=False)
-                continue
-            pending = self._route(item)
-            self._consumed(item.start, item.end, pending=pending)
+            await self._take(item, live=item.start >= self._live_from)
 
-    def _route(self, record: JournalRecord) -> bool:
+    async def _take(self, item: JournalItem, *, live: bool) -> None:
+        if isinstance(item, BadLine):
+            await self._report_bad_line(item)
+            self._consumed(item.start, item.end, pending=False)
+            return
+        refusal = refuse_thought(item.entry, item.start)
+        if refusal is not None:
+            await self._refuse(refusal)
+            self._consumed(item.start, item.end, pending=False)
+            return
+        pending = self._route(item, live=live)
+        self._consumed(item.start, item.end, pending=pending)
+
+    async def _switch_file(self, *, live_from: int) -> None:
+        """Finish every thought read so far, then continue with a new file from position 0."""
+        while self.cursor.pending:
+            self._finished.clear()
+            await self._finished.wait()
+        await self.save()  # the old file's end (not while holding a previous file's positions)
+        if self._on_switch is not None:
+            await self._on_switch()
+        self.cursor = LowWaterCursor(0)
+        self._start = 0
+        self._live_from = live_from
+        self._hold = False
+        self._saved = None
+        await self.save()
+
+    def _route(self, record: JournalRecord, *, live: bool) -> bool:
         entry: BaseEntry = record.entry
         if entry.sender == CODEX_SENDER:
             return False
-        live = record.start >= self._live_from
         if isinstance(entry, ThoughtEntry):
             return self._router.route_thought(entry, record.start)
         if isinstance(entry, CancelEntry):
@@ -123,6 +166,7 @@ class Ingress:
     def finish(self, position: int) -> None:
         """A routed thought (starting at ``position``) is delivered or dropped for good."""
         self.cursor.finish(position)
+        self._finished.set()
         self._mark()
 
     @property
@@ -142,12 +186,13 @@ class Ingress:
 
     async def save(self) -> None:
         """Save the cursor now if it moved (also called once more at shutdown)."""
-        position = self.cursor.position
-        if position == self._saved:
-            return
-        await self._journal.save_cursor(self._cursor_name, position)
-        self._saved = position
-        log.debug("ingress cursor saved at %d", position)
+        async with self._save_lock:  # one at a time: an older position must never land last
+            position = self.cursor.position
+            if position == self._saved or self._hold:
+                return
+            await self._journal.save_cursor(self._cursor_name, position)
+            self._saved = position
+            log.debug("ingress cursor saved at %d", position)
 
 
 def refuse_thought(entry: BaseEntry, position: int) -> ErrorEntry | None:

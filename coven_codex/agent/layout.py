@@ -77,7 +77,7 @@ def _move(old: Path, new: Path, what: str, setting: str) -> None:
 
 def _rewrite_rollout_paths(state_dir: Path, old_home: Path, new_home: Path) -> None:
     """Point the rollout paths saved under the old CODEX_HOME at the same files in the new one."""
-    store = StateStore(state_dir, durable=True)
+    store = StateStore(state_dir, durability="always")
     with contextlib.closing(store):
         for state in store.load_all().values():
             if state.rollout_path is None:

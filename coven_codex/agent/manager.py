@@ -17,6 +17,7 @@ from coven_codex.agent.limits import cut
 from coven_codex.agent.services import SessionServices
 from coven_codex.agent.session import Session
 from coven_codex.agent.state import SessionState
+from coven_codex.agent.storage import storage_failure
 from coven_codex.codex.process import KILL_WAIT, PIPE_WAIT, end_all_trees
 from coven_codex.entries import ApprovalEntry, CancelEntry, ThoughtEntry
 
@@ -71,6 +72,10 @@ class SessionManager:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                failure = storage_failure(exc)
+                if failure is not None and self._services.on_storage_failure is not None:
+                    self._services.on_storage_failure(failure)  # the daemon stops; restarting cannot help
+                    return
                 if time.monotonic() - started > MAX_BACKOFF:
                     crashes = 0
                     session.ran_well()

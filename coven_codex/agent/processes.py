@@ -24,7 +24,7 @@ from pathlib import Path
 
 import psutil
 
-from coven_codex.agent.state import atomic_write
+from coven_codex.agent.state import StateStorageError, atomic_write
 from coven_codex.codex.process import TREE_MARKER, processes_with_environ, running, signal_group
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,13 @@ class ProcessRegistry:
 
     def _flush(self) -> None:
         data = json.dumps(self._records).encode("utf-8")
-        atomic_write(self.path, data, durable=False)
+        try:
+            atomic_write(self.path, data, durable=False)
+        except OSError as exc:
+            raise StateStorageError(
+                f"cannot save the state directory's record of Codex processes ({self.path}):"
+                f" {exc.strerror or exc}; free space on that filesystem (or fix its permissions)"
+            ) from None
 
 
 def is_ours(environ: Mapping[str, str], codex_home: Path) -> bool:

@@ -10,9 +10,12 @@ from coven_codex.agent.state import SessionState, StateStore
 class StateSaver:
     """Serialises saves of one :class:`SessionState`; each save snapshots the state when it runs.
 
-    :meth:`save_now` is awaited where order matters (the write-ahead before a hand-over).
+    :meth:`save_now` is awaited where order matters (the write-ahead before a hand-over): it
+    returns once the save is durable as the store's durability promises (``"always"``: the
+    write and its fsync run in a thread; ``"batched"``: the write is made at once and the
+    fsync shared with other sessions' saves, see :meth:`StateStore.wait_durable`).
     :meth:`request` only marks the state dirty; :meth:`run` saves the newest snapshot, so a
-    burst of egress lines costs one write. A durable store fsyncs, which runs in a thread.
+    burst of egress lines costs one write.
     """
 
     def __init__(self, state: SessionState, store: StateStore) -> None:
@@ -27,10 +30,11 @@ class StateSaver:
     async def save_now(self) -> None:
         async with self._lock:
             data = self._state.model_dump_json().encode("utf-8")
-            if self._store.durable:
+            if self._store.durability == "always":
                 await asyncio.to_thread(self._store.write, self._state.conversation, data)
             else:
                 self._store.write(self._state.conversation, data)
+            await self._store.wait_durable()
 
     async def run(self) -> None:
         while True:
@@ -39,5 +43,5 @@ class StateSaver:
             await self.save_now()
 
     def save_blocking(self) -> None:
-        """The last save at shutdown, after the tasks are gone."""
-        self._store.write(self._state.conversation, self._state.model_dump_json().encode("utf-8"))
+        """The last save at shutdown, after the tasks are gone (durable on return)."""
+        self._store.save(self._state)

@@ -60,3 +60,5 @@ class SessionServices:
     writer: DaemonWriter
     """Every daemon entry goes through it: a deterministic id is written once, by whoever is first."""
     on_append: AppendHook | None = None
+    on_storage_failure: Callable[[BaseException], None] | None = None
+    """A session's storage failed (see :mod:`coven_codex.agent.storage`): the daemon stops."""

@@ -757,6 +757,10 @@ class Session:
     async def _save_now(self) -> None:
         await self._saver.save_now()
 
+    async def save_state(self) -> None:
+        """Save the state now (the daemon moved its journal positions to a new journal file)."""
+        await self._saver.save_now()
+
     # -- output ------------------------------------------------------------------------------------
     async def _emit(self, entry: BaseEntry) -> bool:
         """Append ``entry`` to this conversation; ``False`` if its id was written before."""

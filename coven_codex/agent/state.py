@@ -13,6 +13,8 @@ daemon needs to continue that conversation without losing or repeating a message
 Each save appends the whole state as one line (see :class:`StateStore`); a reader takes the last
 complete line, so it sees the old state or the new one, never a mixture, even after
 ``kill -9``. Compaction rewrites a log atomically (temporary file, fsync, ``os.replace``).
+With ``durability = "batched"`` the fsyncs of saves made at the same time are shared (group
+commit), and a save the daemon waits for is on disk before it goes on, as with ``"always"``.
 """
 
 from __future__ import annotations
@@ -23,9 +25,24 @@ import json
 import logging
 import os
 import re
+import threading
 from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
+
+from coven_codex.journal import Durability
+from coven_codex.journal.atomic import atomic_write, fsync_directory, write_all
+from coven_codex.journal.group_commit import GroupCommit
+
+__all__ = [
+    "InFlight",
+    "SessionState",
+    "StateError",
+    "StateStorageError",
+    "StateStore",
+    "atomic_write",
+    "state_file_name",
+]
 
 log = logging.getLogger(__name__)
 
@@ -78,30 +95,12 @@ def state_file_name(conversation: str) -> str:
     return f"{slug}-{digest}{STATE_SUFFIX}"
 
 
-def atomic_write(path: Path, data: bytes, *, durable: bool) -> None:
-    """Write ``data`` to ``path`` atomically (temp file + rename), fsynced when ``durable``."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        if durable:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    if durable:
-        fsync_dir(path.parent)
+class StateStorageError(StateError):
+    """A state save failed for lack of storage (disk full, quota, read-only, I/O error).
 
-
-def fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    The log is left as it was before the save (a partly written line is cut off again), so a
+    later load sees the previous state.
+    """
 
 
 class StateStore:
@@ -109,19 +108,30 @@ class StateStore:
 
     Each conversation has one append-only log: every save appends the whole state as one JSON
     line (one ``write()``, about a microsecond, versus a quarter of a millisecond or more for a
-    temp-file-and-rename), fsynced when ``durable``. Loading takes the last line that parses,
-    so a torn last line (possible only on power loss) falls back to the state before it; a
-    write-ahead that did not land means the hand-over it guarded never started. When a log
-    grows past ``compact_bytes`` it is rewritten atomically (temp file, fsync, rename) with only
-    its newest line.
+    temp-file-and-rename). Loading takes the last line that parses, so a torn last line
+    (possible only on power loss) falls back to the state before it; a write-ahead that did not
+    land means the hand-over it guarded never started. When a log grows past ``compact_bytes``
+    it is rewritten atomically (temp file, fsync, rename) with only its newest line.
+
+    ``durability`` is the journal's setting, with the same promise: ``"always"`` fsyncs each
+    write before :meth:`write` returns; ``"batched"`` marks the log dirty and
+    :meth:`wait_durable` returns once an fsync covering it finished, saves in flight at the
+    same time sharing one round of fsyncs (the journal's :class:`GroupCommit`); ``"never"``
+    leaves flushing to the OS. Either way a save that is awaited with :meth:`wait_durable` (the
+    write-ahead before a hand-over, the delivered mark before the cursor moves) survives a
+    power cut unless durability is ``"never"``.
     """
 
-    def __init__(self, state_dir: Path, *, durable: bool = True, compact_bytes: int = COMPACT_BYTES) -> None:
+    def __init__(self, state_dir: Path, *, durability: Durability = "always",
+                 compact_bytes: int = COMPACT_BYTES) -> None:
         self.root = state_dir
         self.sessions_dir = state_dir / "sessions"
-        self.durable = durable
+        self.durability: Durability = durability
         self.compact_bytes = compact_bytes
         self._fds: dict[str, tuple[int, int]] = {}  # conversation -> (fd, bytes written so far)
+        self._lock = threading.Lock()  # _fds and _dirty, shared with the group commit's thread
+        self._dirty: set[str] = set()
+        self._group_commit = GroupCommit(self._sync_dirty)
 
     def prepare(self) -> None:
         """Create the directories (0700); raise :class:`StateError` if that is impossible."""
@@ -180,35 +190,87 @@ class StateStore:
         return None
 
     def save(self, state: SessionState) -> None:
+        """Append ``state`` and make it durable now (blocking; start-up and shutdown)."""
         self.write(state.conversation, state.model_dump_json().encode("utf-8"))
+        self.flush()
 
     def write(self, conversation: str, data: bytes) -> None:
-        """Append a serialised state (taken by the caller at a consistent moment)."""
+        """Append a serialised state (taken by the caller at a consistent moment).
+
+        Durable on return with ``"always"``; with ``"batched"`` once :meth:`wait_durable`
+        returns. Raises :class:`StateStorageError` (the log unchanged) when the disk refuses it.
+        """
         line = data + b"\n"
-        fd, size = self._fds.get(conversation) or self._open(conversation)
-        if size + len(line) > self.compact_bytes:
-            os.close(fd)
-            atomic_write(self.path_for(conversation), line, durable=self.durable)
-            fd, size = self._open(conversation)
-            self._fds[conversation] = (fd, size)
-            return
-        view = memoryview(line)
-        while view:
-            view = view[os.write(fd, view):]
-        if self.durable:
-            os.fsync(fd)
-        self._fds[conversation] = (fd, size + len(line))
+        try:
+            with self._lock:
+                fd, size = self._fds.get(conversation) or self._open(conversation)
+                if size + len(line) > self.compact_bytes:
+                    atomic_write(self.path_for(conversation), line, durable=self.durability != "never")
+                    os.close(fd)  # the old, replaced file
+                    del self._fds[conversation]
+                    self._open(conversation)
+                    return
+                try:
+                    write_all(fd, line)
+                except OSError:
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(fd, size)  # never leave half a line for the next save to join
+                    raise
+                self._fds[conversation] = (fd, size + len(line))
+                if self.durability == "batched":
+                    self._dirty.add(conversation)
+            if self.durability == "always":
+                os.fsync(fd)
+        except OSError as exc:
+            raise self._storage_error(conversation, exc) from None
+
+    def _storage_error(self, conversation: str, exc: OSError) -> StateStorageError:
+        return StateStorageError(
+            f"cannot save the state of conversation {conversation[:40]!r} in {self.sessions_dir}:"
+            f" {exc.strerror or exc}; free space on that filesystem (or fix its permissions)"
+        )
+
+    async def wait_durable(self) -> None:
+        """Return once every :meth:`write` made before the call is on disk (``"batched"``)."""
+        if self.durability == "batched":
+            await self._group_commit.wait_durable()
+
+    def _sync_dirty(self) -> None:
+        """One round of the group commit: fsync every log written since the last round."""
+        with self._lock:
+            dirty = [(c, os.dup(self._fds[c][0])) for c in self._dirty if c in self._fds]
+            self._dirty.clear()
+        try:
+            for conversation, fd in dirty:
+                try:
+                    os.fsync(fd)
+                except OSError as exc:
+                    raise self._storage_error(conversation, exc) from None
+        finally:
+            for _conversation, fd in dirty:
+                os.close(fd)
+
+    def flush(self) -> None:
+        """Make every write so far durable now (blocking)."""
+        if self.durability == "batched":
+            self._sync_dirty()
 
     def _open(self, conversation: str) -> tuple[int, int]:
         path = self.path_for(conversation)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        if self.durable and os.fstat(fd).st_size == 0:
-            fsync_dir(path.parent)
-        entry = (fd, os.fstat(fd).st_size)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        size = os.fstat(fd).st_size
+        if self.durability != "never" and size == 0:
+            fsync_directory(path.parent)
+        entry = (fd, size)
         self._fds[conversation] = entry
         return entry
 
     def close(self) -> None:
+        """Flush what is not durable yet (best effort: a failure is logged) and close the logs."""
+        try:
+            self.flush()
+        except StateStorageError as exc:
+            log.error("%s", exc)
         for fd, _size in self._fds.values():
             with contextlib.suppress(OSError):
                 os.close(fd)

@@ -3,28 +3,35 @@
 from __future__ import annotations
 
 import json
-import os
-import secrets
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from coven_codex.journal.protocol import CursorError, Position, check_cursor_name, check_position
+from coven_codex.journal.atomic import atomic_write, fsync_directory
+from coven_codex.journal.protocol import (
+    CursorError,
+    CursorStorageError,
+    Position,
+    check_cursor_name,
+    check_position,
+)
 
 
-def fsync_directory(directory: Path) -> None:
-    """Make a rename or a creation inside ``directory`` durable."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+@dataclass(frozen=True, slots=True)
+class SavedCursor:
+    """A saved position and the fingerprint of the journal file it belongs to (None: unknown)."""
+
+    position: Position
+    file: str | None
 
 
 class FileCursorStore:
-    """``<directory>/<escaped name>.json`` holding ``{"position": N}``.
+    """``<directory>/<escaped name>.json`` holding ``{"name": ..., "position": N, "file": ...}``.
 
     Saving writes a temporary file, fsyncs it, renames it over the old one and fsyncs
-    the directory: a crash leaves either the old or the new position, never a mix.
+    the directory (:func:`~coven_codex.journal.atomic.atomic_write`): a crash leaves either
+    the old or the new position, never a mix, and a failed save (a full disk) leaves the old
+    one and no temporary file.
     """
 
     def __init__(self, directory: Path) -> None:
@@ -33,47 +40,39 @@ class FileCursorStore:
     def path_for(self, name: str) -> Path:
         return self.directory / f"{quote(check_cursor_name(name), safe='')}.json"
 
-    def load(self, name: str) -> Position | None:
+    def load(self, name: str) -> SavedCursor | None:
         path = self.path_for(name)
         try:
             raw = path.read_bytes()
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise CursorError(f"cannot read cursor {name!r} from {path}: {exc.strerror}") from None
+            raise CursorStorageError(f"cannot read cursor {name!r} from {path}: {exc.strerror}") from None
         try:
             value = json.loads(raw)
-            position = value["position"]
-            return check_position(position)
-        except (ValueError, TypeError, KeyError, CursorError):
+            position = check_position(value["position"])
+            file = value.get("file")
+            if file is not None and not isinstance(file, str):
+                raise TypeError("file")
+            return SavedCursor(position, file)
+        except (ValueError, TypeError, KeyError, AttributeError, CursorError):
             raise CursorError(
                 f"cursor file {path} is corrupt (expected {{\"position\": <integer >= 0>}});"
                 " fix it, or delete it to make this reader start from the beginning"
             ) from None
 
-    def save(self, name: str, position: Position) -> None:
+    def save(self, name: str, position: Position, file: str | None = None) -> None:
+        """Save ``position`` (in the journal file whose fingerprint is ``file``) under ``name``."""
         path = self.path_for(name)
         check_position(position)
-        payload = json.dumps({"name": name, "position": position}).encode() + b"\n"
+        payload = json.dumps({"name": name, "position": position, "file": file}).encode() + b"\n"
         try:
             if not self.directory.is_dir():
                 self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
                 fsync_directory(self.directory.parent)
-            temporary = self.directory / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-            try:
-                os.write(fd, payload)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            try:
-                os.replace(temporary, path)
-            except OSError:
-                temporary.unlink(missing_ok=True)
-                raise
-            fsync_directory(self.directory)
+            atomic_write(path, payload)
         except OSError as exc:
-            raise CursorError(
+            raise CursorStorageError(
                 f"cannot save cursor {name!r} in {self.directory}: {exc.strerror};"
                 " check that the directory is writable and the disk is not full"
             ) from None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import hashlib
 import logging
 import os
 import threading
@@ -13,17 +14,21 @@ from pathlib import Path
 from typing import Final
 
 from coven_codex.entries import BaseEntry, new_entry_id
-from coven_codex.journal.cursors import FileCursorStore, fsync_directory
+from coven_codex.journal.atomic import fsync_directory
+from coven_codex.journal.cursors import FileCursorStore
 from coven_codex.journal.decoding import decode_line
 from coven_codex.journal.group_commit import GroupCommit
 from coven_codex.journal.protocol import (
+    CursorMismatch,
     Durability,
     JournalError,
     JournalItem,
     JournalRecord,
+    JournalReplaced,
     Position,
+    StorageError,
 )
-from coven_codex.tailing import DEFAULT_MAX_LINE_BYTES, LineSplitter, TailNotice, tail_lines
+from coven_codex.tailing import DEFAULT_MAX_LINE_BYTES, LineSplitter, TailNotice, TailNoticeKind, tail_lines
 from coven_codex.tailing.notices import NoticeCallback
 
 log = logging.getLogger(__name__)
@@ -32,6 +37,9 @@ DURABILITIES: Final = ("always", "batched", "never")
 READ_CHUNK: Final = 1 << 20
 FILE_MODE: Final = 0o600
 _SYNC = getattr(os, "fdatasync", os.fsync)
+DAEMON_LOCK_NAME: Final = "daemon.lock"
+FINGERPRINT_BYTES: Final = 4096
+ROTATED_SCAN_LIMIT: Final = 10_000
 
 
 def encode_entry(entry: BaseEntry, max_line_bytes: int) -> bytes:
@@ -46,7 +54,72 @@ def encode_entry(entry: BaseEntry, max_line_bytes: int) -> bytes:
 
 
 def with_id(entry: BaseEntry) -> BaseEntry:
+    """``entry``, given a fresh id when it has none."""
     return entry if entry.id else entry.with_id(new_entry_id())
+
+
+def fingerprint(head: bytes) -> str | None:
+    """The identity of a journal file: a hash of its first line (at most ``FINGERPRINT_BYTES``).
+
+    ``head`` is the start of the file. None while the file has no complete first line. Lines
+    are never rewritten, so the fingerprint of a file never changes; a file that replaced it
+    (rotation) or refilled it (truncation) starts with another line: every entry has a unique
+    id (``FileJournal.append`` assigns one) and a time.
+    """
+    head = head[:FINGERPRINT_BYTES]
+    newline = head.find(b"\n")
+    if newline >= 0:
+        head = head[: newline + 1]
+    elif len(head) < FINGERPRINT_BYTES:
+        return None
+    return hashlib.sha256(head).hexdigest()[:32]
+
+
+def file_fingerprint(path: Path) -> str | None:
+    """:func:`fingerprint` of the file at ``path`` (None when it is missing or has no first line)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        return fingerprint(os.pread(fd, FINGERPRINT_BYTES, 0))
+    finally:
+        os.close(fd)
+
+
+def complete_end(fd: int) -> Position:
+    """The position just after the last complete line of the open file ``fd``."""
+    position = os.fstat(fd).st_size
+    while position > 0:
+        size = min(READ_CHUNK, position)
+        block = os.pread(fd, size, position - size)
+        if block.endswith(b"\n"):
+            return position
+        newline = block.rfind(b"\n")
+        if newline >= 0:
+            return position - size + newline + 1
+        position -= size
+    return 0
+
+
+def find_journal_file(journal: Path, file: str, position: Position) -> Path | None:
+    """A file beside ``journal`` whose fingerprint is ``file`` and which reaches ``position``.
+
+    Where a rotation (``mv journal.jsonl journal.jsonl.1``) left the file a cursor belongs to.
+    Looks at the regular files of the journal's directory only (at most ``ROTATED_SCAN_LIMIT``).
+    """
+    try:
+        names = sorted(os.listdir(journal.parent))[:ROTATED_SCAN_LIMIT]
+    except OSError:
+        return None
+    for name in names:
+        candidate = journal.parent / name
+        if name == journal.name or not candidate.is_file() or candidate.stat().st_size < position:
+            continue
+        with contextlib.suppress(OSError):
+            if file_fingerprint(candidate) == file:
+                return candidate
+    return None
 
 
 class FileJournal:
@@ -56,6 +129,13 @@ class FileJournal:
     (default) also returns only once the line is on disk, but appends in flight at the
     same time share one fsync (group commit); ``"never"`` leaves flushing to the OS
     (a process crash loses nothing, a power cut may lose the last seconds).
+
+    Positions are byte offsets in one file. Cursors are saved with the :func:`fingerprint` of
+    the file they belong to, and :meth:`load_cursor` refuses (:class:`CursorMismatch`) a cursor
+    of another file. ``follow_replacement``: when the file is replaced or truncated under
+    :meth:`tail`, go on with the new content from 0 (True, the default for adapters), or raise
+    :class:`JournalReplaced` (False: the daemon, which must finish what it read of the old file
+    before it reads the new one).
     """
 
     def __init__(
@@ -66,6 +146,7 @@ class FileJournal:
         max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
         force_polling: bool | None = None,
         on_notice: NoticeCallback | None = None,
+        follow_replacement: bool = True,
     ) -> None:
         if durability not in DURABILITIES:
             raise JournalError(f"unknown durability {durability!r}: use one of {', '.join(DURABILITIES)}")
@@ -83,9 +164,22 @@ class FileJournal:
         self._known_end = -1
         self._closed = False
         self._group_commit = GroupCommit(self._sync)
+        self._follow_replacement = follow_replacement
+        self._tail_file: str | None = None
+        """Fingerprint of the file the tail reads (cursors are saved against it); None: unknown."""
 
     def __repr__(self) -> str:
         return f"FileJournal({str(self.path)!r}, durability={self.durability!r})"
+
+    def daemon_lock_path(self) -> Path:
+        """Where a daemon serving this journal takes its exclusive lock (one daemon per journal).
+
+        A file beside the cursors of the journal's real path (symlinks resolved), so every
+        path naming the same journal gives the same lock. Not the journal itself: appenders
+        ``flock`` that for each line and must never wait for a daemon.
+        """
+        real = self.path.expanduser().resolve()
+        return real.with_name(real.name + ".cursors") / DAEMON_LOCK_NAME
 
     # -- appending -------------------------------------------------------------------------
 
@@ -166,7 +260,7 @@ class FileJournal:
                 _SYNC(fd)
             return start, end
         except OSError as exc:
-            raise JournalError(
+            raise StorageError(
                 f"cannot append to {self.path}: {exc.strerror}; check that the file is writable"
                 " and the disk is not full"
             ) from None
@@ -186,7 +280,10 @@ class FileJournal:
         try:
             _SYNC(fd)
         except OSError as exc:
-            raise JournalError(f"cannot flush {self.path} to disk: {exc.strerror}") from None
+            raise StorageError(
+                f"cannot flush {self.path} to disk: {exc.strerror}; check that the disk is not full"
+                " and has no I/O errors"
+            ) from None
         finally:
             os.close(fd)
 
@@ -207,16 +304,36 @@ class FileJournal:
     # -- reading ---------------------------------------------------------------------------
 
     async def tail(self, start: Position = 0) -> AsyncGenerator[JournalItem, None]:
+        self._tail_file = await asyncio.to_thread(file_fingerprint, self.path) if start > 0 else None
+        replaced: list[TailNotice] = []
+
+        def on_notice(notice: TailNotice) -> None:
+            if notice.kind in (TailNoticeKind.REPLACED, TailNoticeKind.TRUNCATED):
+                replaced.append(notice)
+            self._report_notice(notice)
+
         lines = tail_lines(
             self.path,
             start,
             max_line_bytes=self.max_line_bytes,
             force_polling=self._force_polling,
-            on_notice=self._report_notice,
+            on_notice=on_notice,
         )
         async with contextlib.aclosing(lines):
             try:
                 async for line in lines:
+                    if replaced:
+                        if not self._follow_replacement:
+                            raise JournalReplaced(
+                                f"the journal {self.path} was {replaced[0].kind} while it was being read"
+                            )
+                        replaced.clear()
+                        self._tail_file = None
+                    if line.start == 0:
+                        self._tail_file = (
+                            fingerprint(line.data + b"\n") if not line.too_long
+                            else await asyncio.to_thread(file_fingerprint, self.path)
+                        )
                     yield decode_line(
                         line.data, line.start, line.end, too_long=line.too_long,
                         max_line_bytes=self.max_line_bytes,
@@ -272,18 +389,7 @@ class FileJournal:
         except FileNotFoundError:
             return 0
         try:
-            position = os.fstat(fd).st_size
-            # Exclude an unterminated last line: search back for the last newline.
-            while position > 0:
-                size = min(READ_CHUNK, position)
-                block = os.pread(fd, size, position - size)
-                if block.endswith(b"\n"):
-                    return position
-                newline = block.rfind(b"\n")
-                if newline >= 0:
-                    return position - size + newline + 1
-                position -= size
-            return 0
+            return complete_end(fd)  # an unterminated last line is not part of the journal yet
         finally:
             os.close(fd)
 
@@ -295,11 +401,59 @@ class FileJournal:
 
     # -- cursors and lifecycle -------------------------------------------------------------
 
+    def _load_cursor_blocking(self, name: str) -> Position | None:
+        saved = self._cursors.load(name)
+        if saved is None or saved.position == 0 or saved.file is None:
+            return None if saved is None else saved.position  # nothing to check it against
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            current, end = None, 0
+        else:
+            try:
+                current, end = fingerprint(os.pread(fd, FINGERPRINT_BYTES, 0)), complete_end(fd)
+            finally:
+                os.close(fd)
+        if current == saved.file and saved.position <= end:
+            return saved.position
+        previous = find_journal_file(self.path, saved.file, saved.position)
+        where = f"it is now {previous}" if previous is not None else f"it is no longer in {self.path.parent}"
+        raise CursorMismatch(
+            f"cursor {name!r} belongs to another file than the journal now at {self.path} (the journal"
+            f" was rotated, replaced or truncated; {where}); delete {self._cursors.path_for(name)}"
+            " to read the journal from its beginning",
+            name=name, position=saved.position, file=saved.file, previous=previous,
+        )
+
     async def load_cursor(self, name: str) -> Position | None:
-        return await asyncio.to_thread(self._cursors.load, name)
+        """The saved position, if it belongs to the file now at the journal's path.
+
+        Raises :class:`CursorMismatch` for a cursor saved on another file (rotation,
+        replacement, truncation), so that a reader neither re-reads nor skips silently.
+        """
+        try:
+            return await asyncio.to_thread(self._load_cursor_blocking, name)
+        except OSError as exc:
+            raise self._read_error(exc) from None
+
+    def _save_cursor_blocking(self, name: str, position: Position) -> None:
+        file = None
+        if position > 0:
+            file = self._tail_file
+            if file is None:
+                try:
+                    file = file_fingerprint(self.path)
+                except OSError as exc:
+                    raise self._read_error(exc) from None
+        self._cursors.save(name, position, file)
 
     async def save_cursor(self, name: str, position: Position) -> None:
-        await asyncio.to_thread(self._cursors.save, name, position)
+        """Save ``position`` with the fingerprint of the file it lies in.
+
+        That is the file this journal's :meth:`tail` reads (it may be the old one when the
+        tail stopped at a replacement), else the file now at the path.
+        """
+        await asyncio.to_thread(self._save_cursor_blocking, name, position)
 
     async def aclose(self) -> None:
         await self._group_commit.drain()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
 
 from coven_codex.entries import DEFAULT_CONVERSATION, BaseEntry, ErrorEntry
@@ -23,6 +24,44 @@ class JournalError(Exception):
 
 class CursorError(JournalError):
     """A cursor name is invalid or a saved cursor cannot be read."""
+
+
+class StorageError(JournalError):
+    """Writing the journal or a cursor to disk failed (disk full, quota, read-only, I/O error).
+
+    Nothing half-written is left behind (a torn line is cut off again, a cursor keeps its old
+    value); the message names the file and the cause.
+    """
+
+
+class CursorStorageError(CursorError, StorageError):
+    """Saving a cursor failed for lack of storage (it keeps its old value)."""
+
+
+class JournalReplaced(JournalError):
+    """The journal a reader was following was replaced or truncated under it.
+
+    Raised by a tail that does not follow replacements (``FileJournal(follow_replacement=False)``)
+    instead of yielding the first item of the new content: positions of the old and the new
+    file must never be mixed. A new ``tail(0)`` reads the new content.
+    """
+
+
+class CursorMismatch(CursorError):
+    """A saved cursor belongs to another journal file than the one now at the journal's path.
+
+    The journal was rotated, replaced or truncated since the cursor was saved. ``previous`` is
+    the file the cursor belongs to when it was found beside the journal (renamed by a
+    rotation), else None.
+    """
+
+    def __init__(self, message: str, *, name: str, position: Position, file: str | None,
+                 previous: Path | None) -> None:
+        super().__init__(message)
+        self.name = name
+        self.position = position
+        self.file = file
+        self.previous = previous
 
 
 @dataclass(frozen=True, slots=True)

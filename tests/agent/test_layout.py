@@ -56,7 +56,7 @@ def _legacy(workspace: Path) -> tuple[Path, Path]:
     (old_home / "sessions" / "2026").mkdir(parents=True)
     rollout = old_home / "sessions" / "2026" / "rollout-x-t1.jsonl"
     rollout.write_text("{}\n")
-    store = StateStore(old_state, durable=False)
+    store = StateStore(old_state, durability="never")
     store.prepare()
     store.save(SessionState(conversation="red", thread_id="t1", rollout_path=str(rollout.resolve())))
     store.close()

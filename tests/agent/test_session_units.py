@@ -259,7 +259,7 @@ def make_rig(tmp_path: Path, *, slots: int = 4, **settings: Any) -> Rig:
     codex = FakeCodex(tmp_path / "rollouts")
     codex.root.mkdir()
     journal = MemoryJournal()
-    store = StateStore(tmp_path / "state", durable=False)
+    store = StateStore(tmp_path / "state", durability="never")
     store.prepare()
     finished: list[int] = []
     values: dict[str, Any] = {"workspace": tmp_path, "restart_backoff": 0.05, "kill_grace": 0.5, **settings}

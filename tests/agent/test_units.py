@@ -20,7 +20,7 @@ RECOVERY_FIXTURES = FIXTURES.parent / "recovery"
 
 
 def test_state_round_trip_and_atomic_replace(tmp_path: Path) -> None:
-    store = StateStore(tmp_path, durable=True)
+    store = StateStore(tmp_path, durability="always")
     store.prepare()
     state = SessionState(conversation="chan/#1", thread_id="t", egress_offset=42)
     state.delivered["a"] = 10
@@ -39,7 +39,7 @@ def test_state_file_names_are_distinct_and_safe() -> None:
 
 
 def test_state_log_takes_the_last_complete_line_and_compacts(tmp_path: Path) -> None:
-    store = StateStore(tmp_path, durable=False, compact_bytes=4096)
+    store = StateStore(tmp_path, durability="never", compact_bytes=4096)
     store.prepare()
     for offset in range(100):
         store.save(SessionState(conversation="c", egress_offset=offset))
@@ -189,3 +189,39 @@ def test_state_lock_excludes_a_second_daemon(tmp_path: Path) -> None:
         StateLock(tmp_path).acquire()
     with StateLock(tmp_path):
         pass
+
+
+@pytest.mark.parametrize("durability", ["always", "batched"])
+async def test_an_awaited_state_save_is_on_disk_before_it_returns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, durability: str
+) -> None:
+    """docs/operations.md promises power-cut safety with "batched": the write-ahead record a hand-over
+    waits for must be fsynced before the hand-over starts, with either setting (not only "always")."""
+    from coven_codex.agent.daemon import Daemon
+    from coven_codex.agent.saver import StateSaver
+    from coven_codex.journal import MemoryJournal
+    from coven_codex.settings import Settings
+
+    synced: list[tuple[int, int]] = []  # (inode, size) of each fsync
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        real_fsync(fd)
+        info = os.fstat(fd)
+        synced.append((info.st_ino, info.st_size))
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    settings = Settings(workspace=tmp_path, journal=tmp_path / "j.jsonl", state_dir=tmp_path / "state",
+                        durability=durability)  # type: ignore[arg-type]
+    daemon = Daemon(settings, MemoryJournal(), None, locate_rollout=None, codex_home=tmp_path)  # type: ignore[arg-type]
+    store = daemon.store
+    store.prepare()
+    state = SessionState(conversation="c")
+    saver = StateSaver(state, store)
+    for offset in range(3):
+        state.in_flight = InFlight(thought_id=f"t{offset}", position=offset, text="hi")
+        await saver.save_now()
+        log = store.path_for("c")
+        inode, size = log.stat().st_ino, log.stat().st_size
+        assert any(ino == inode and synced_size >= size for ino, synced_size in synced), synced
+    store.close()

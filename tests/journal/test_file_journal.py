@@ -11,7 +11,16 @@ from pathlib import Path
 import pytest
 
 from coven_codex.entries import ThoughtEntry
-from coven_codex.journal import BadLine, CursorError, FileJournal, JournalError, JournalRecord, file
+from coven_codex.journal import (
+    BadLine,
+    CursorError,
+    CursorMismatch,
+    FileJournal,
+    JournalError,
+    JournalRecord,
+    JournalReplaced,
+    file,
+)
 from coven_codex.journal.decoding import decode_line
 from coven_codex.tailing import TailNotice, TailNoticeKind
 
@@ -218,3 +227,68 @@ async def test_a_failed_flush_fails_the_append(
     assert all(isinstance(r, JournalError) and "Input/output error" in str(r) for r in results)
     monkeypatch.undo()
     await journal.aclose()
+
+
+async def test_a_cursor_of_a_rotated_file_is_refused_and_the_file_named(tmp_path: Path) -> None:
+    path = tmp_path / "j.jsonl"
+    journal = FileJournal(path)
+    first = await journal.append(ThoughtEntry(text="one"))
+    await journal.append(ThoughtEntry(text="two"))
+    await journal.save_cursor("reader", first.end)
+    assert await journal.load_cursor("reader") == first.end
+    path.rename(tmp_path / "j.jsonl.1")
+    await journal.append(ThoughtEntry(text="new"))  # a new file at the path, longer than the cursor
+    await journal.append(ThoughtEntry(text="newer"))
+    with pytest.raises(CursorMismatch, match=r"another file.*j\.jsonl\.1.*delete") as caught:
+        await journal.load_cursor("reader")
+    assert caught.value.previous == tmp_path / "j.jsonl.1"
+    assert caught.value.position == first.end
+    (tmp_path / "j.jsonl.1").unlink()
+    with pytest.raises(CursorMismatch, match="no longer in") as caught:
+        await journal.load_cursor("reader")
+    assert caught.value.previous is None
+    await journal.aclose()
+
+
+async def test_a_cursor_of_a_truncated_and_refilled_file_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "j.jsonl"
+    journal = FileJournal(path)
+    first = await journal.append(ThoughtEntry(text="one"))
+    await journal.save_cursor("reader", first.end)
+    path.write_bytes(b"")  # truncated in place (same inode)...
+    for text in ("a", "b", "c"):
+        await journal.append(ThoughtEntry(text=text))  # ...and refilled past the cursor
+    with pytest.raises(CursorMismatch):
+        await journal.load_cursor("reader")
+    await journal.aclose()
+
+
+async def test_a_tail_that_does_not_follow_replacement_stops_before_the_new_file(tmp_path: Path) -> None:
+    path = tmp_path / "j.jsonl"
+    writer = FileJournal(path)
+    reader = FileJournal(path, follow_replacement=False)
+    old = await writer.append(ThoughtEntry(text="old"))
+    seen: list[str] = []
+
+    async def read() -> None:
+        async for item in reader.tail(0):
+            assert isinstance(item, JournalRecord)
+            seen.append(item.entry.text)
+            if item.entry.text == "old":
+                await reader.save_cursor("r", item.end)
+
+    task = asyncio.create_task(read())
+    while not seen:
+        await asyncio.sleep(0.01)
+    path.rename(tmp_path / "j.jsonl.1")
+    await writer.append(ThoughtEntry(text="new"))
+    with pytest.raises(JournalReplaced, match="replaced"):
+        await asyncio.wait_for(task, 10)
+    assert seen == ["old"]
+    # A cursor saved after the replacement still belongs to the old file (the tail's).
+    await reader.save_cursor("r", old.end)
+    with pytest.raises(CursorMismatch) as caught:
+        await reader.load_cursor("r")
+    assert caught.value.previous == tmp_path / "j.jsonl.1"
+    await reader.aclose()
+    await writer.aclose()

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-from coven_codex.journal.cursors import fsync_directory
+from coven_codex.journal.atomic import fsync_directory
 
 log = logging.getLogger(__name__)
 
