@@ -24,7 +24,7 @@ from pathlib import Path
 
 import psutil
 
-from coven_codex.agent.state import StateStorageError, atomic_write
+from coven_codex.agent.state import STORAGE_ERRNOS, StateStorageError, atomic_write
 from coven_codex.codex.process import TREE_MARKER, processes_with_environ, running, signal_group
 
 log = logging.getLogger(__name__)
@@ -65,6 +65,8 @@ class ProcessRegistry:
         try:
             atomic_write(self.path, data, durable=False)
         except OSError as exc:
+            if exc.errno not in STORAGE_ERRNOS:
+                raise
             raise StateStorageError(
                 f"cannot save the state directory's record of Codex processes ({self.path}):"
                 f" {exc.strerror or exc}; free space on that filesystem (or fix its permissions)"

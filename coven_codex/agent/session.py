@@ -579,6 +579,10 @@ class Session:
         except LinkError as exc:
             await link.close()
             slots.release(self.conversation)
+            if self._stopping:
+                # Shutdown ended the Codex that was starting: not a failure the chat needs to see.
+                log.debug("conversation %r: Codex start cut short by shutdown (%s)", self._name, exc)
+                return False
             delay = self._restart_later()
             c = classify(str(exc))
             if str(exc) != self._last_open_error:
@@ -590,6 +594,11 @@ class Session:
                             self._name, c.message, delay)
             return False
         self._last_open_error = None
+        if self._stopping:
+            # Shutdown began while Codex was starting: end it here, it will never get a turn.
+            await link.close()
+            slots.release(self.conversation)
+            return False
         self._link = link
         self._generation += 1
         self._svc.processes.record(self.conversation, link.pids)
@@ -598,8 +607,11 @@ class Session:
         self._pump_task = self._group.create_task(self._pump(link, generation),
                                                   name=f"link-events:{self.conversation}")
         if link.persistent:
-            state = "session_resumed" if resume is not None and link.thread_id == resume else "session_started"
-            await self._emit(StatusEntry(state=state, thread_id=link.thread_id or resume))
+            resumed = resume is not None and link.thread_id == resume
+            thread = link.thread_id or resume
+            text = f"Codex session resumed (thread {thread})" if resumed else f"Codex session started (thread {thread})"
+            await self._emit(StatusEntry(state="session_resumed" if resumed else "session_started",
+                                         thread_id=thread, text=text))
         if link.thread_id is not None and link.thread_id != self.state.thread_id:
             await self._thread_ready(ThreadReady(link.thread_id, None))
         return True

@@ -20,6 +20,7 @@ commit), and a save the daemon waits for is on disk before it goes on, as with `
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import logging
@@ -93,6 +94,11 @@ def state_file_name(conversation: str) -> str:
     digest = hashlib.sha256(conversation.encode("utf-8")).hexdigest()[:12]
     slug = _SLUG_RE.sub("_", conversation)[:40].strip("._") or "conversation"
     return f"{slug}-{digest}{STATE_SUFFIX}"
+
+
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})
+"""The errors that mean the storage itself failed (full, over quota, read-only, broken); any other
+``OSError`` (a permission, a folder replaced by a file) is a fault the sessions back off from."""
 
 
 class StateStorageError(StateError):
@@ -222,6 +228,8 @@ class StateStore:
             if self.durability == "always":
                 os.fsync(fd)
         except OSError as exc:
+            if exc.errno not in STORAGE_ERRNOS:
+                raise
             raise self._storage_error(conversation, exc) from None
 
     def _storage_error(self, conversation: str, exc: OSError) -> StateStorageError:
@@ -245,6 +253,8 @@ class StateStore:
                 try:
                     os.fsync(fd)
                 except OSError as exc:
+                    if exc.errno not in STORAGE_ERRNOS:
+                        raise
                     raise self._storage_error(conversation, exc) from None
         finally:
             for _conversation, fd in dirty:

@@ -10,13 +10,8 @@ state saves are all-or-nothing, so a restart once space is freed resumes where i
 
 from __future__ import annotations
 
-import errno
-from typing import Final
-
-from coven_codex.agent.state import StateStorageError
+from coven_codex.agent.state import STORAGE_ERRNOS, StateStorageError
 from coven_codex.journal import StorageError
-
-STORAGE_ERRNOS: Final = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})
 
 
 class StorageFailed(RuntimeError):
