@@ -41,8 +41,9 @@ class Summary:
 def summarize(values: Sequence[float]) -> Summary:
     if not values:
         return Summary(0, math.nan, math.nan, math.nan, math.nan)
-    return Summary(len(values), percentile(values, 0.5), percentile(values, 0.99), max(values),
-                   sum(values) / len(values))
+    return Summary(
+        len(values), percentile(values, 0.5), percentile(values, 0.99), max(values), sum(values) / len(values)
+    )
 
 
 @dataclass(slots=True)
@@ -103,8 +104,10 @@ def print_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[obje
 
 def machine_line() -> str:
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    return (f"{platform.system()} {platform.release()}, Python {platform.python_version()},"
-            f" {os.cpu_count()} CPUs, load average {load}")
+    return (
+        f"{platform.system()} {platform.release()}, Python {platform.python_version()},"
+        f" {os.cpu_count()} CPUs, load average {load}"
+    )
 
 
 def base_parser(description: str) -> argparse.ArgumentParser:

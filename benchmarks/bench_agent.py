@@ -121,8 +121,9 @@ async def part_app_server(thoughts: int) -> list[str]:
         return await _run_app_server(thoughts, tap, appended_at, on_append)
 
 
-async def _run_app_server(thoughts: int, tap: WireTap, appended_at: dict[str, float],
-                          on_append: AppendHook) -> list[str]:
+async def _run_app_server(
+    thoughts: int, tap: WireTap, appended_at: dict[str, float], on_append: AppendHook
+) -> list[str]:
     stdin_at, notified_at = tap.stdin_at, tap.notified_at
     with tempfile.TemporaryDirectory(prefix="bench-agent-") as tmp_name:
         tmp = Path(tmp_name)
@@ -132,12 +133,17 @@ async def _run_app_server(thoughts: int, tap: WireTap, appended_at: dict[str, fl
             base = tmp / "base.toml"
             base.write_text(tomlkit.dumps(codex_config(server.base_url)))
             os.environ[DEFAULT_ENV_KEY] = "bench"
-            settings = Settings(workspace=workspace, journal=tmp / "journal.jsonl", codex_config=base,
-                                codex_path=str(CODEX), durability="batched", state_dir=tmp / "state")
+            settings = Settings(
+                workspace=workspace,
+                journal=tmp / "journal.jsonl",
+                codex_config=base,
+                codex_path=str(CODEX),
+                durability="batched",
+                state_dir=tmp / "state",
+            )
             stop = asyncio.Event()
             ready = asyncio.Event()
-            daemon = asyncio.create_task(run_daemon(settings, stop, ready=ready.set,
-                                                    hooks=Hooks(on_append=on_append)))
+            daemon = asyncio.create_task(run_daemon(settings, stop, ready=ready.set, hooks=Hooks(on_append=on_append)))
             await ready.wait()
             journal = FileJournal(tmp / "journal.jsonl", durability="batched")
             tail_seen: dict[str, float] = {}
@@ -168,8 +174,10 @@ async def _run_app_server(thoughts: int, tap: WireTap, appended_at: dict[str, fl
     ingress = [stdin_at[i] - appended[i] for i in warm if i in stdin_at]
     baseline = [tail_seen[i] - appended[i] for i in warm if i in tail_seen]
     trail = [appended_at[i] - notified_at[i] for i in notified_at if i in appended_at][3:]
-    return [row("thought appended -> bytes on Codex stdin", ingress, baseline),
-            row("journal entry behind app-server item/completed", trail)]
+    return [
+        row("thought appended -> bytes on Codex stdin", ingress, baseline),
+        row("journal entry behind app-server item/completed", trail),
+    ]
 
 
 async def part_egress(lines: int) -> list[str]:
@@ -185,8 +193,7 @@ async def part_egress(lines: int) -> list[str]:
         def on_append(line: Line, entry: BaseEntry, t: float) -> None:
             appended.setdefault(line.start, t)
 
-        egress = Egress(state=state, writer=DaemonWriter(journal, set()), on_progress=lambda: None,
-                        on_append=on_append)
+        egress = Egress(state=state, writer=DaemonWriter(journal, set()), on_progress=lambda: None, on_append=on_append)
         seen: dict[int, float] = {}
         copied: dict[int, float] = {}
         copy_journal = FileJournal(tmp / "copy.jsonl", durability="batched")
@@ -201,8 +208,11 @@ async def part_egress(lines: int) -> list[str]:
                 await copy_journal.append(ThoughtEntry(text=str(line.start)))
                 copied[line.start] = time.perf_counter()
 
-        tasks = [asyncio.create_task(egress.run(rollout, "t")), asyncio.create_task(raw_tail()),
-                 asyncio.create_task(tail_and_append())]
+        tasks = [
+            asyncio.create_task(egress.run(rollout, "t")),
+            asyncio.create_task(raw_tail()),
+            asyncio.create_task(tail_and_append()),
+        ]
         await asyncio.sleep(0.2)
         written: dict[int, float] = {}
         offset = 0
@@ -222,8 +232,10 @@ async def part_egress(lines: int) -> list[str]:
     latency = [appended[o] - written[o] for o in appended if o in written]
     baseline = [seen[o] - written[o] for o in seen if o in written]
     with_append = [copied[o] - written[o] for o in copied if o in written]
-    return [row("rollout line written -> entry in journal", latency, baseline),
-            row("  baseline: plain tail + plain journal append", with_append, baseline)]
+    return [
+        row("rollout line written -> entry in journal", latency, baseline),
+        row("  baseline: plain tail + plain journal append", with_append, baseline),
+    ]
 
 
 async def main(argv: list[str]) -> None:
@@ -238,8 +250,10 @@ async def main(argv: list[str]) -> None:
     print("-" * len(header))
     for line in rows:
         print(line)
-    print("\nbase: p50 of the baseline measured in the same run (a plain journal tail for ingress, a plain "
-          "tail_lines on the rollout for egress); ratio = p50 / base p50.")
+    print(
+        "\nbase: p50 of the baseline measured in the same run (a plain journal tail for ingress, a plain "
+        "tail_lines on the rollout for egress); ratio = p50 / base p50."
+    )
 
 
 if __name__ == "__main__":

@@ -76,12 +76,23 @@ async def measure(version: str, choice: DriverChoice, turns: int, scratch: Path)
         config = codex_config(server.base_url)
         config.pop("approval_policy")
         env = {"HOME": str(scratch / "home"), "PATH": os.environ.get("PATH", ""), DEFAULT_ENV_KEY: "k"}
-        home = prepare_codex_home(workspace / ".codex", workspace,
-                                  driver="app-server" if choice == "app-server" else "exec",
-                                  inline_config=config, environ=env)
+        home = prepare_codex_home(
+            workspace / ".codex",
+            workspace,
+            driver="app-server" if choice == "app-server" else "exec",
+            inline_config=config,
+            environ=env,
+        )
         executable = codex(version)
-        driver = create_driver(executable, detect_version(executable, env=env), workspace, env=home.env,
-                               settings=DriverSettings(), sink=sink, choice=choice)
+        driver = create_driver(
+            executable,
+            detect_version(executable, env=env),
+            workspace,
+            env=home.env,
+            settings=DriverSettings(),
+            sink=sink,
+            choice=choice,
+        )
         await driver.start(None)
         try:
             for index in range(turns + 1):  # the first turn warms up (thread creation)
@@ -123,12 +134,13 @@ async def main() -> int:
             results[label] = await measure(version, choice, args.turns, Path(tmp))
     base = results[runs[0][0]]
     print(f"{args.turns} turns per driver, one at a time; milliseconds (p50 p90); ratio = baseline p50 / p50")
-    print(f"{'driver':30} {'accepted p50 p90':>18} {'answered p50 p90':>18} {'turn done p50 p90':>18} "
-          f"{'answered ratio':>15}")
+    print(
+        f"{'driver':30} {'accepted p50 p90':>18} {'answered p50 p90':>18} {'turn done p50 p90':>18} "
+        f"{'answered ratio':>15}"
+    )
     for label, timing in results.items():
         ratio = statistics.median(base.answered) / statistics.median(timing.answered)
-        print(f"{label:30} {fmt(timing.accepted):>18} {fmt(timing.answered):>18} {fmt(timing.done):>18} "
-              f"{ratio:14.1f}x")
+        print(f"{label:30} {fmt(timing.accepted):>18} {fmt(timing.answered):>18} {fmt(timing.done):>18} {ratio:14.1f}x")
     return 0
 
 

@@ -96,8 +96,16 @@ async def processes(path: Path, durability: Durability, count: int) -> float:
     """Aggregate rate from the first append of any writer to the last append of any."""
     share = count // PROCESSES
     writers = [
-        await asyncio.create_subprocess_exec(sys.executable, "-c", PROCESS_WRITER, str(path), durability,
-                                             str(share), TEXT, stdout=asyncio.subprocess.PIPE)
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            PROCESS_WRITER,
+            str(path),
+            durability,
+            str(share),
+            TEXT,
+            stdout=asyncio.subprocess.PIPE,
+        )
         for _ in range(PROCESSES)
     ]
     spans = []
@@ -162,22 +170,40 @@ async def main() -> None:
             separate = await processes(directory / f"proc-{durability}.jsonl", durability, count)
             if always_together is None:
                 always_together = together
-            rows.append([f"FileJournal durability={durability}", f"{rate:,.0f}", ms(summary.p50), ms(summary.p99),
-                         f"{together:,.0f}", f"{together / always_together:.1f}x", f"{separate:,.0f}"])
+            rows.append(
+                [
+                    f"FileJournal durability={durability}",
+                    f"{rate:,.0f}",
+                    ms(summary.p50),
+                    ms(summary.p99),
+                    f"{together:,.0f}",
+                    f"{together / always_together:.1f}x",
+                    f"{separate:,.0f}",
+                ]
+            )
         print_table(
             f"append throughput (entries/s; {count} entries of ~{len(TEXT) + 130} bytes)",
-            ["writer", "sequential", "append p50 ms", "append p99 ms", f"{CONCURRENCY} tasks",
-             f"{CONCURRENCY} tasks vs always", f"{PROCESSES} processes"],
+            [
+                "writer",
+                "sequential",
+                "append p50 ms",
+                "append p99 ms",
+                f"{CONCURRENCY} tasks",
+                f"{CONCURRENCY} tasks vs always",
+                f"{PROCESSES} processes",
+            ],
             rows,
         )
         latency_rows = []
         for durability in DURABILITIES:
-            latencies = await delivered_latency(directory / f"lat-{durability}.jsonl", durability, 100.0,
-                                                count // 5)
+            latencies = await delivered_latency(directory / f"lat-{durability}.jsonl", durability, 100.0, count // 5)
             summary = summarize(latencies)
             latency_rows.append([durability, summary.count, ms(summary.p50), ms(summary.p99), ms(summary.max)])
-        print_table("append() -> delivered by tail(), 100 entries/s, same process (ms)",
-                    ["durability", "entries", "p50", "p99", "max"], latency_rows)
+        print_table(
+            "append() -> delivered by tail(), 100 entries/s, same process (ms)",
+            ["durability", "entries", "p50", "p99", "max"],
+            latency_rows,
+        )
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 

@@ -41,9 +41,12 @@ def noop() -> str:
 server.run()
 '''
 
-INITIALIZE = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
-              "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                         "clientInfo": {"name": "bench", "version": "1"}}}
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 0,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}},
+}
 INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 
 
@@ -80,8 +83,14 @@ class Session:
     @classmethod
     async def start(cls, command: str, args: Sequence[str], env: dict[str, str]) -> Session:
         process = await asyncio.create_subprocess_exec(
-            command, *args, env={**os.environ, **env}, stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, limit=16 * 2**20)
+            command,
+            *args,
+            env={**os.environ, **env},
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            limit=16 * 2**20,
+        )
         return cls(process)
 
     async def _read(self) -> None:
@@ -157,8 +166,9 @@ async def round_trips(command: str, args: Sequence[str], env: dict[str, str], ca
     return times
 
 
-async def throughput(command: str, args: Sequence[str], env: dict[str, str], callers: int, calls: int,
-                     *, shared_session: bool) -> float:
+async def throughput(
+    command: str, args: Sequence[str], env: dict[str, str], callers: int, calls: int, *, shared_session: bool
+) -> float:
     sessions = [await Session.start(command, args, env) for _ in range(1 if shared_session else callers)]
     for session in sessions:
         await session.handshake()
@@ -185,7 +195,8 @@ def percentile(values: list[float], fraction: float) -> float:
 
 async def bench(quick: bool) -> None:
     daemon = await asyncio.create_subprocess_exec(
-        sys.executable, __file__, "--daemon", stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE)
+        sys.executable, __file__, "--daemon", stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE
+    )
     assert daemon.stdout is not None and daemon.stdin is not None
     entry = json.loads(await daemon.stdout.readline())
     coven = (entry["command"], entry["args"], entry["env"])
@@ -200,13 +211,25 @@ async def bench(quick: bool) -> None:
 
         sdk_cold = await cold_start(*sdk, starts)
         coven_cold = await cold_start(*coven, starts)
-        rows.append(("cold start to tools/list, median (ms)", statistics.median(coven_cold) * 1e3,
-                     statistics.median(sdk_cold) * 1e3, "<= 0.10"))
+        rows.append(
+            (
+                "cold start to tools/list, median (ms)",
+                statistics.median(coven_cold) * 1e3,
+                statistics.median(sdk_cold) * 1e3,
+                "<= 0.10",
+            )
+        )
         sdk_rt = await round_trips(*sdk, calls)
         coven_rt = await round_trips(*coven, calls)
         for name, fraction in (("p50", 0.5), ("p99", 0.99)):
-            rows.append((f"tools/call no-op round trip {name} (ms)", percentile(coven_rt, fraction) * 1e3,
-                         percentile(sdk_rt, fraction) * 1e3, "<= 1.0"))
+            rows.append(
+                (
+                    f"tools/call no-op round trip {name} (ms)",
+                    percentile(coven_rt, fraction) * 1e3,
+                    percentile(sdk_rt, fraction) * 1e3,
+                    "<= 1.0",
+                )
+            )
         sdk_tp = await throughput(*sdk, 8, per_caller, shared_session=False)
         coven_tp = await throughput(*coven, 8, per_caller, shared_session=False)
         rows.append(("throughput, 8 callers x own session (calls/s)", coven_tp, sdk_tp, ">= 1.0"))

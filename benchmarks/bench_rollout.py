@@ -137,10 +137,22 @@ def main() -> int:
     baseline = results[0][1]
     rows = []
     for name, cpu, wall, produced, bad, unit in results:
-        rows.append([name, f"{cpu:.2f}", f"{wall:.2f}", f"{size / 1e6 / cpu:.0f}", f"{cpu / baseline:.2f}",
-                     f"{produced} {unit}", bad])
-    print_table("Rollout parse + translate", ["pipeline", "CPU s", "wall s", "MB/s (CPU)", "CPU vs baseline",
-                                              "produced", "bad lines"], rows)
+        rows.append(
+            [
+                name,
+                f"{cpu:.2f}",
+                f"{wall:.2f}",
+                f"{size / 1e6 / cpu:.0f}",
+                f"{cpu / baseline:.2f}",
+                f"{produced} {unit}",
+                bad,
+            ]
+        )
+    print_table(
+        "Rollout parse + translate",
+        ["pipeline", "CPU s", "wall s", "MB/s (CPU)", "CPU vs baseline", "produced", "bad lines"],
+        rows,
+    )
     print("\n" + target_line(size, results[-1][1], results[-1][2]))
     return 0
 
@@ -154,12 +166,16 @@ def target_line(size: int, cpu: float, wall: float) -> str:
     full = TARGET_MEGABYTES * 10**6
     if size >= full:
         verdict = "met" if cpu <= TARGET_SECONDS else "NOT met"
-        return (f"target: >= {TARGET_MEGABYTES} MB parsed + translated in <= {TARGET_SECONDS:g} s: {verdict} "
-                f"({cpu:.2f} s CPU, {wall:.2f} s wall)")
+        return (
+            f"target: >= {TARGET_MEGABYTES} MB parsed + translated in <= {TARGET_SECONDS:g} s: {verdict} "
+            f"({cpu:.2f} s CPU, {wall:.2f} s wall)"
+        )
     allowed = TARGET_SECONDS * size / full
     verdict = "met" if cpu <= allowed else "NOT met"
-    return (f"target at this run's scale ({size / 1e6:.0f} MB, so <= {allowed:.2f} s; the full run checks "
-            f"{TARGET_MEGABYTES} MB in {TARGET_SECONDS:g} s): {verdict} ({cpu:.2f} s CPU, {wall:.2f} s wall)")
+    return (
+        f"target at this run's scale ({size / 1e6:.0f} MB, so <= {allowed:.2f} s; the full run checks "
+        f"{TARGET_MEGABYTES} MB in {TARGET_SECONDS:g} s): {verdict} ({cpu:.2f} s CPU, {wall:.2f} s wall)"
+    )
 
 
 if __name__ == "__main__":

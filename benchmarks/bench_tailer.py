@@ -107,8 +107,7 @@ async def measure_idle(directory: Path, options: dict[str, Any] | None, seconds:
 
 async def main() -> None:
     args = base_parser(__doc__ or "").parse_args()
-    rates = {10.0: 3.0 if args.quick else 6.0, 1000.0: 2.0 if args.quick else 5.0,
-             10000.0: 1.0 if args.quick else 3.0}
+    rates = {10.0: 3.0 if args.quick else 6.0, 1000.0: 2.0 if args.quick else 5.0, 10000.0: 1.0 if args.quick else 3.0}
     idle_seconds = 2.0 if args.quick else 10.0
     print(f"bench_tailer: {machine_line()}")
     directory = Path(tempfile.mkdtemp(prefix="coven-bench-tailer-"))
@@ -125,25 +124,57 @@ async def main() -> None:
                 target = ""
                 if rate == 1000.0:
                     target = "met" if summary.p50 <= 0.005 and summary.p99 <= 0.020 else "MISSED"
-                rows.append([f"{rate:,.0f}", f"{achieved:,.0f}", name, summary.count, ms(summary.p50),
-                             ms(summary.p99), ms(summary.max), ratio(summary.p50, base.p50),
-                             ratio(summary.p99, base.p99), target])
+                rows.append(
+                    [
+                        f"{rate:,.0f}",
+                        f"{achieved:,.0f}",
+                        name,
+                        summary.count,
+                        ms(summary.p50),
+                        ms(summary.p99),
+                        ms(summary.max),
+                        ratio(summary.p50, base.p50),
+                        ratio(summary.p99, base.p99),
+                        target,
+                    ]
+                )
         print_table(
             "append -> delivered latency (ms), writer in another process",
-            ["lines/s", "achieved", "tailer", "lines", "p50", "p99", "max", "p50 vs ref", "p99 vs ref",
-             "target p50<=5, p99<=20"],
+            [
+                "lines/s",
+                "achieved",
+                "tailer",
+                "lines",
+                "p50",
+                "p99",
+                "max",
+                "p50 vs ref",
+                "p99 vs ref",
+                "target p50<=5, p99<=20",
+            ],
             rows,
         )
         idle_rows = []
-        idle_configs: dict[str, dict[str, Any] | None] = {"no tailer (event loop only)": None, **TAILERS,
-                                                          "polling 100 ms (our fallback)": {"force_polling": True}}
+        idle_configs: dict[str, dict[str, Any] | None] = {
+            "no tailer (event loop only)": None,
+            **TAILERS,
+            "polling 100 ms (our fallback)": {"force_polling": True},
+        }
         base_cpu = None
         for name, idle_options in idle_configs.items():
             cpu, switches, wall = await measure_idle(directory, idle_options, idle_seconds)
             if base_cpu is None:
                 base_cpu = cpu
-            idle_rows.append([name, f"{wall:.1f}", f"{cpu * 1000:.1f}", f"{100 * cpu / wall:.3f}",
-                              f"{switches / wall:.1f}", f"{(cpu - base_cpu) * 1000:+.1f}"])
+            idle_rows.append(
+                [
+                    name,
+                    f"{wall:.1f}",
+                    f"{cpu * 1000:.1f}",
+                    f"{100 * cpu / wall:.3f}",
+                    f"{switches / wall:.1f}",
+                    f"{(cpu - base_cpu) * 1000:+.1f}",
+                ]
+            )
         print_table(
             f"idle tailer over {idle_seconds:g} s",
             ["tailer", "seconds", "CPU ms", "CPU %", "wake-ups/s (voluntary switches)", "CPU ms vs no tailer"],

@@ -62,8 +62,7 @@ class BaseEntry(BaseModel):
 
     def to_json(self) -> str:
         """One JSON object on one line (no newline), UTF-8 safe."""
-        return json.dumps(self.model_dump(mode="json", exclude_none=False), ensure_ascii=False,
-                          separators=(",", ":"))
+        return json.dumps(self.model_dump(mode="json", exclude_none=False), ensure_ascii=False, separators=(",", ":"))
 
     def with_id(self, entry_id: str) -> BaseEntry:
         return self.model_copy(update={"id": entry_id})

@@ -73,9 +73,7 @@ class Settings(BaseModel):
         default="auto", description="How thoughts reach Codex; auto picks by version."
     )
     spells: list[str] = Field(default_factory=list, description="Spell sources as module:object.")
-    agents_template: Path | None = Field(
-        default=None, description="Template for AGENTS.md with $VARNAME substitution."
-    )
+    agents_template: Path | None = Field(default=None, description="Template for AGENTS.md with $VARNAME substitution.")
     agents_vars: dict[str, str] = Field(default_factory=dict, description="Values for the template.")
     turn_timeout: float = Field(default=600.0, description="Seconds a turn may run (30-3600).")
     stream_idle_timeout: float = Field(
@@ -96,9 +94,7 @@ class Settings(BaseModel):
         default=300.0, ge=1.0, description="Seconds to wait for an approval answer before denying."
     )
     stream_deltas: bool = Field(default=True, description="Write streaming `delta` entries.")
-    durability: Literal["always", "batched", "never"] = Field(
-        default="batched", description="Journal fsync policy."
-    )
+    durability: Literal["always", "batched", "never"] = Field(default="batched", description="Journal fsync policy.")
     state_dir: Path | None = Field(
         default=None,
         description="Where session state, the process record and the lock live; default "
@@ -111,15 +107,17 @@ class Settings(BaseModel):
         low, high = TURN_TIMEOUT_RANGE
         if not low <= self.turn_timeout <= high:
             clamped = min(max(self.turn_timeout, low), high)
-            log.warning("turn_timeout %.0fs is outside %d-%ds; using %.0fs", self.turn_timeout, low, high,
-                        clamped)
+            log.warning("turn_timeout %.0fs is outside %d-%ds; using %.0fs", self.turn_timeout, low, high, clamped)
             self.turn_timeout = clamped
         idle_high = self.turn_timeout - 1
         if not STREAM_IDLE_MIN <= self.stream_idle_timeout <= idle_high:
             clamped = min(max(self.stream_idle_timeout, STREAM_IDLE_MIN), idle_high)
             log.warning(
                 "stream_idle_timeout %.0fs is outside %d-%.0fs; using %.0fs",
-                self.stream_idle_timeout, STREAM_IDLE_MIN, idle_high, clamped,
+                self.stream_idle_timeout,
+                STREAM_IDLE_MIN,
+                idle_high,
+                clamped,
             )
             self.stream_idle_timeout = clamped
         return self
@@ -142,9 +140,7 @@ def read_settings_file(path: Path) -> dict[str, Any]:
     except FileNotFoundError:
         raise SettingsError(f"config file {path} does not exist; create it or drop --config") from None
     except OSError as exc:
-        raise SettingsError(
-            f"cannot read config file {path}: {exc.strerror}; check its permissions"
-        ) from None
+        raise SettingsError(f"cannot read config file {path}: {exc.strerror}; check its permissions") from None
     try:
         data = tomllib.loads(raw.decode("utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:

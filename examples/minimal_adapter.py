@@ -40,8 +40,11 @@ async def main(path: str) -> None:
             if command == "/stop":
                 await journal.append(CancelEntry(conversation=ROOM))
             elif command in ("/approve", "/deny"):
-                await journal.append(ApprovalEntry(conversation=ROOM, request_id=argument,
-                                                   decision="approve" if command == "/approve" else "deny"))
+                await journal.append(
+                    ApprovalEntry(
+                        conversation=ROOM, request_id=argument, decision="approve" if command == "/approve" else "deny"
+                    )
+                )
             else:
                 await journal.append(ThoughtEntry(conversation=ROOM, sender="me", text=line))
         printer.cancel()

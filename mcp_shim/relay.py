@@ -36,8 +36,7 @@ def connect(socket_path: str, secret: str) -> _socket.socket:
             ) from None
         except ConnectionRefusedError:
             raise ShimError(
-                f"the coven daemon is not running: nothing listens on {socket_path} "
-                "(start it with `coven-codex run`)"
+                f"the coven daemon is not running: nothing listens on {socket_path} (start it with `coven-codex run`)"
             ) from None
         except PermissionError:
             raise ShimError(

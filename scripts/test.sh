@@ -6,6 +6,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 scripts/setup.sh
 echo "== ruff" && .venv/bin/ruff check coven_codex mcp_shim tests benchmarks examples
+echo "== ruff format" && .venv/bin/ruff format --check coven_codex mcp_shim tests benchmarks examples
 echo "== mypy --strict" && .venv/bin/mypy
 if [ $# -eq 0 ]; then
   set -- -m "slow or not slow"   # plain `pytest` leaves out the slow tests; CI runs them all

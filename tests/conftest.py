@@ -16,8 +16,7 @@ def codex_binary(version: str) -> Path:
     """Path of the pinned Codex CLI ``version``; installs it (npm) if it is missing."""
     path = ROOT / ".codex-cli" / version / "node_modules" / ".bin" / "codex"
     if not path.exists():
-        subprocess.run([str(ROOT / "scripts" / "install-codex.sh"), version], check=True,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run([str(ROOT / "scripts" / "install-codex.sh"), version], check=True, stdout=subprocess.DEVNULL)
     return path
 
 

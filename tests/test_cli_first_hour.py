@@ -64,7 +64,14 @@ def test_a_misspelled_setting_gets_the_nearest_known_one(tmp_path: Path) -> None
 
 def test_chat_on_a_journal_no_daemon_serves_says_so(tmp_path: Path) -> None:
     journal = tmp_path / "journal.jsonl"
-    done = subprocess.run([sys.executable, "-m", "coven_codex", "chat", "--journal", str(journal)], cwd=tmp_path,
-                          input="", capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "coven_codex", "chat", "--journal", str(journal)],
+        cwd=tmp_path,
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert "no daemon serves it" in done.stderr and f"coven-codex run --journal {journal}" in done.stderr

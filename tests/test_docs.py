@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_every_setting_is_in_the_configuration_reference() -> None:
     doc = (ROOT / "docs" / "configuration.md").read_text()
-    table = doc[doc.index("## Every setting"):doc.index("A `coven.toml`")]
+    table = doc[doc.index("## Every setting") : doc.index("A `coven.toml`")]
     documented = set(re.findall(r"^\| `\[?([a-z_]+)\]?` \|", table, re.M))
     assert documented == set(Settings.model_fields)
 
@@ -32,7 +32,7 @@ def test_the_thought_limits_table_matches_the_code() -> None:
     from coven_codex.agent.limits import MAX_CONVERSATION_CHARS, MAX_ID_CHARS, MAX_THOUGHT_CHARS
 
     doc = (ROOT / "docs" / "journal-protocol.md").read_text()
-    table = doc[doc.index("## Limits"):doc.index("## Positions")]
+    table = doc[doc.index("## Limits") : doc.index("## Positions")]
     documented = {name: int(limit) for name, limit in re.findall(r"^\| `([a-z_]+)` \| (\d+) \|", table, re.M)}
     assert documented == {"conversation": MAX_CONVERSATION_CHARS, "id": MAX_ID_CHARS, "text": MAX_THOUGHT_CHARS}
 
@@ -60,8 +60,11 @@ def test_every_status_state_the_daemon_writes_is_in_the_protocol_table() -> None
     doc = (ROOT / "docs" / "journal-protocol.md").read_text()
     row = next(line for line in doc.splitlines() if line.startswith("| `status` |"))
     sources = [ROOT / "coven_codex" / "agent" / "session.py", ROOT / "coven_codex" / "rollout" / "translator.py"]
-    written = {state for path in sources
-               for state in re.findall(r'"((?:session|turn|approval|cancel)_[a-z_]+)"', path.read_text())}
+    written = {
+        state
+        for path in sources
+        for state in re.findall(r'"((?:session|turn|approval|cancel)_[a-z_]+)"', path.read_text())
+    }
     written -= {kind for kind, _ in SKIPPED_ENVELOPES}
     assert written >= TURN_END_STATES
     assert {state for state in written if f"`{state}`" not in row} == set()
@@ -72,10 +75,15 @@ def test_every_status_state_the_daemon_writes_is_in_the_protocol_table() -> None
 def test_nothing_cites_a_design_document_outside_the_repository() -> None:
     """Contracts live in docs/; a citation of that document's sections points at nothing a reader has."""
     folders = ("coven_codex", "mcp_shim", "docs", "tests", "benchmarks", "examples")
-    files = [ROOT / "README.md"] + [path for folder in folders for path in (ROOT / folder).rglob("*")
-                                    if path.suffix in (".py", ".md", ".toml", ".sh")]
-    citing = [str(path.relative_to(ROOT)) for path in files
-              if re.search("DESIGN" + r"\s*§", path.read_text(encoding="utf-8"))]
+    files = [ROOT / "README.md"] + [
+        path
+        for folder in folders
+        for path in (ROOT / folder).rglob("*")
+        if path.suffix in (".py", ".md", ".toml", ".sh")
+    ]
+    citing = [
+        str(path.relative_to(ROOT)) for path in files if re.search("DESIGN" + r"\s*§", path.read_text(encoding="utf-8"))
+    ]
     assert citing == []
 
 

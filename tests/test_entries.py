@@ -25,8 +25,16 @@ def test_known_kind_is_parsed_into_its_class() -> None:
 
 
 def test_unknown_kind_round_trips_without_loss() -> None:
-    line = {"id": "x1", "kind": "poll", "conversation": "c", "sender": "bob", "text": "?",
-            "ts": "2026-01-02T03:04:05Z", "options": ["a", "b"], "nested": {"k": [1, 2]}}
+    line = {
+        "id": "x1",
+        "kind": "poll",
+        "conversation": "c",
+        "sender": "bob",
+        "text": "?",
+        "ts": "2026-01-02T03:04:05Z",
+        "options": ["a", "b"],
+        "nested": {"k": [1, 2]},
+    }
     entry = parse_entry(line)
     assert isinstance(entry, GenericEntry)
     assert json.loads(entry.to_json()) == line

@@ -8,7 +8,7 @@ from coven_codex.codex.errors import ErrorCode, classify
     [
         ("anything", 124, ErrorCode.OUTER_TIMEOUT),
         ("401 unauthorized", 137, ErrorCode.KILL_TIMEOUT),
-        ("unexpected status 401 Unauthorized: {\"error\":\"bad key\"}", 1, ErrorCode.AUTH),
+        ('unexpected status 401 Unauthorized: {"error":"bad key"}', 1, ErrorCode.AUTH),
         ("exceeded retry limit, last status: 401 Unauthorized", 1, ErrorCode.AUTH),
         ("Not logged in", None, ErrorCode.AUTH),
         ("exceeded retry limit, last status: 429 Too Many Requests", None, ErrorCode.RATE_LIMIT),

@@ -26,8 +26,14 @@ def _entries(journal: Path) -> list[object]:
 
 def test_minimal_adapter_round_trip(tmp_path: Path) -> None:
     journal = tmp_path / "journal.jsonl"
-    adapter = subprocess.Popen([sys.executable, str(ADAPTER), str(journal)], stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    adapter = subprocess.Popen(
+        [sys.executable, str(ADAPTER), str(journal)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
     assert adapter.stdin is not None and adapter.stdout is not None
     try:
         adapter.stdin.write("hello codex\n/stop\n/approve req-7\n")

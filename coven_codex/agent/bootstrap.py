@@ -96,9 +96,16 @@ class LinkMaker:
 
     def __call__(self, conversation: str) -> CodexLink:
         def make(sink: EventSink) -> CodexDriver:
-            return create_driver(self.executable, self.version, self.cwd, env=self.env,
-                                 settings=DriverSettings.from_settings(self.settings), sink=sink, choice=self.driver,
-                                 command=self.command)
+            return create_driver(
+                self.executable,
+                self.version,
+                self.cwd,
+                env=self.env,
+                settings=DriverSettings.from_settings(self.settings),
+                sink=sink,
+                choice=self.driver,
+                command=self.command,
+            )
 
         return DriverLink(make)
 
@@ -116,8 +123,14 @@ def choose(settings: Settings, version: CodexVersion) -> DriverKind:
         raise BootstrapError(str(exc)) from None
 
 
-async def run_daemon(settings: Settings, stop: asyncio.Event, *, ready: Ready | None = None,
-                     hooks: Hooks | None = None, environ: Mapping[str, str] | None = None) -> None:
+async def run_daemon(
+    settings: Settings,
+    stop: asyncio.Event,
+    *,
+    ready: Ready | None = None,
+    hooks: Hooks | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> None:
     """Set everything up and serve until ``stop`` is set; raises :class:`BootstrapError`."""
     hooks = hooks or Hooks()
     env_in = dict(os.environ if environ is None else environ)
@@ -129,16 +142,25 @@ async def run_daemon(settings: Settings, stop: asyncio.Event, *, ready: Ready | 
     try:
         found = await asyncio.to_thread(find_codex, settings.codex_path, workspace, env=env_in)
         launch = await asyncio.to_thread(resolve_launch, found, env_in)
-        version = await asyncio.to_thread(detect_version, launch.program, env=launch.environment(env_in),
-                                          command=launch.command)
+        version = await asyncio.to_thread(
+            detect_version, launch.program, env=launch.environment(env_in), command=launch.command
+        )
     except (DiscoveryError, VersionError) as exc:
         raise BootstrapError(str(exc)) from None
     driver = choose(settings, version)
-    log.info("Codex %s at %s (%s), started as the %s; driver %s", version, found.path, found.source, launch.describe(),
-             driver)
+    log.info(
+        "Codex %s at %s (%s), started as the %s; driver %s",
+        version,
+        found.path,
+        found.source,
+        launch.describe(),
+        driver,
+    )
     if relative := relative_path_entries(env_in):
-        log.warning("PATH has relative or empty entries (%s); they are left out of the PATH given to Codex",
-                    ", ".join(repr(entry) for entry in relative[:5]))
+        log.warning(
+            "PATH has relative or empty entries (%s); they are left out of the PATH given to Codex",
+            ", ".join(repr(entry) for entry in relative[:5]),
+        )
     try:
         await asyncio.to_thread(migrate_legacy_layout, settings, workspace)
     except LayoutError as exc:
@@ -151,8 +173,10 @@ async def run_daemon(settings: Settings, stop: asyncio.Event, *, ready: Ready | 
             await asyncio.to_thread(create_journal, settings.journal)
             journal = FileJournal(settings.journal, durability=settings.durability, follow_replacement=False)
         except OSError as exc:
-            raise BootstrapError(f"cannot create the journal {settings.journal} ({exc.strerror}); "
-                                 "check --journal and its folder's permissions") from None
+            raise BootstrapError(
+                f"cannot create the journal {settings.journal} ({exc.strerror}); "
+                "check --journal and its folder's permissions"
+            ) from None
         except JournalError as exc:
             raise BootstrapError(str(exc)) from None
         stack.push_async_callback(journal.aclose)
@@ -173,30 +197,50 @@ async def run_daemon(settings: Settings, stop: asyncio.Event, *, ready: Ready | 
             except (SpellLoadError, SpellServerError) as exc:
                 raise BootstrapError(str(exc)) from None
             toolbelt_path = await asyncio.to_thread(
-                write_toolbelt, registry, settings.resolved_state_dir / TOOLBELT_FILENAME)
+                write_toolbelt, registry, settings.resolved_state_dir / TOOLBELT_FILENAME
+            )
             log.info("%d spell(s) served; their tool definitions are in %s", len(registry), toolbelt_path)
-            owned[("mcp_servers", "coven")] = codex_mcp_entry(server.socket_path, server.secret, str(version),
-                                                              tool_timeout=registry.longest_timeout)
+            owned[("mcp_servers", "coven")] = codex_mcp_entry(
+                server.socket_path, server.secret, str(version), tool_timeout=registry.longest_timeout
+            )
         try:
             home = await asyncio.to_thread(
-                prepare_codex_home, settings.resolved_codex_home, workspace, driver=driver,
-                base_config=settings.codex_config, inline_config=settings.codex, owned_tables=owned,
-                agents_template=settings.agents_template, agents_vars=settings.agents_vars, environ=env_in)
+                prepare_codex_home,
+                settings.resolved_codex_home,
+                workspace,
+                driver=driver,
+                base_config=settings.codex_config,
+                inline_config=settings.codex,
+                owned_tables=owned,
+                agents_template=settings.agents_template,
+                agents_vars=settings.agents_vars,
+                environ=env_in,
+            )
         except CodexHomeError as exc:
             raise BootstrapError(str(exc)) from None
         if not home.has_credentials:
-            log.warning("no Codex credentials found (no auth.json, no API key variable, no model provider "
-                        "env_key set); Codex will fail with AUTH errors until you run `codex login` or set "
-                        "an API key")
-        maker = LinkMaker(driver=driver, executable=launch.program, command=launch.command, version=version,
-                          env=launch.environment(home.env), cwd=workspace, settings=settings)
+            log.warning(
+                "no Codex credentials found (no auth.json, no API key variable, no model provider "
+                "env_key set); Codex will fail with AUTH errors until you run `codex login` or set "
+                "an API key"
+            )
+        maker = LinkMaker(
+            driver=driver,
+            executable=launch.program,
+            command=launch.command,
+            version=version,
+            env=launch.environment(home.env),
+            cwd=workspace,
+            settings=settings,
+        )
         codex_home = home.path
 
         async def locate(thread_id: str) -> Path:
             return await locate_rollout(codex_home, thread_id=thread_id, cwd=None, timeout=ROLLOUT_LOCATE_TIMEOUT)
 
-        daemon = Daemon(settings, journal, maker, locate_rollout=locate, codex_home=codex_home,
-                        on_append=hooks.on_append)
+        daemon = Daemon(
+            settings, journal, maker, locate_rollout=locate, codex_home=codex_home, on_append=hooks.on_append
+        )
         try:
             await daemon.run(stop, ready)
         except (StateError, JournalError, StorageFailed) as exc:

@@ -61,8 +61,16 @@ class Ready(Protocol):
 
 
 class Daemon:
-    def __init__(self, settings: Settings, journal: Journal, make_link: LinkFactory, *,
-                 locate_rollout: RolloutLocator, codex_home: Path, on_append: AppendHook | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        journal: Journal,
+        make_link: LinkFactory,
+        *,
+        locate_rollout: RolloutLocator,
+        codex_home: Path,
+        on_append: AppendHook | None = None,
+    ) -> None:
         self.settings = settings
         self.journal = journal
         self.make_link = make_link
@@ -133,9 +141,15 @@ class Daemon:
             items = await old.read(mismatch.position)
         finally:
             await old.aclose()
-        log.warning("the journal was rotated while the daemon was stopped: finishing %d entr%s of %s after byte"
-                    " %d, then reading %s from its start", len(items), "y" if len(items) == 1 else "ies",
-                    mismatch.previous, mismatch.position, getattr(self.journal, "path", "the new journal"))
+        log.warning(
+            "the journal was rotated while the daemon was stopped: finishing %d entr%s of %s after byte"
+            " %d, then reading %s from its start",
+            len(items),
+            "y" if len(items) == 1 else "ies",
+            mismatch.previous,
+            mismatch.position,
+            getattr(self.journal, "path", "the new journal"),
+        )
         return items
 
     async def _previous_known_ids(self, states: dict[str, SessionState]) -> set[str]:
@@ -164,8 +178,17 @@ class Daemon:
             await session.save_state()
         log.info("ingress moved to the new journal file; %d conversation(s) follow", len(self.manager.sessions))
 
-    async def _serve(self, states: dict[str, SessionState], cursor: int, live_from: int, known_ids: set[str],
-                     previous: list[JournalItem] | None, *, stop: asyncio.Event, ready: Ready | None) -> None:
+    async def _serve(
+        self,
+        states: dict[str, SessionState],
+        cursor: int,
+        live_from: int,
+        known_ids: set[str],
+        previous: list[JournalItem] | None,
+        *,
+        stop: asyncio.Event,
+        ready: Ready | None,
+    ) -> None:
         async with asyncio.TaskGroup() as group:
             ingress_box: list[Ingress] = []
 
@@ -176,19 +199,32 @@ class Daemon:
                 return ingress_box[0].saved_position if ingress_box else cursor
 
             services = SessionServices(
-                settings=self.settings, journal=self.journal, store=self.store,
-                slots=SlotPool(self.settings.max_sessions), processes=self.processes,
-                make_link=self.make_link, locate_rollout=self.locate_rollout,
-                finish_thought=finish_thought, saved_cursor=saved_cursor,
-                writer=DaemonWriter(self.journal, known_ids), on_append=self.on_append,
+                settings=self.settings,
+                journal=self.journal,
+                store=self.store,
+                slots=SlotPool(self.settings.max_sessions),
+                processes=self.processes,
+                make_link=self.make_link,
+                locate_rollout=self.locate_rollout,
+                finish_thought=finish_thought,
+                saved_cursor=saved_cursor,
+                writer=DaemonWriter(self.journal, known_ids),
+                on_append=self.on_append,
                 on_storage_failure=self._storage_failed,
             )
             manager = SessionManager(services, group)
             self.manager = manager
             for state in states.values():
                 manager.restore(state)
-            ingress = Ingress(self.journal, manager, start=cursor, live_from=live_from, known_ids=known_ids,
-                              previous=previous, on_switch=self._switch_file)
+            ingress = Ingress(
+                self.journal,
+                manager,
+                start=cursor,
+                live_from=live_from,
+                known_ids=known_ids,
+                previous=previous,
+                on_switch=self._switch_file,
+            )
             ingress_box.append(ingress)
             self.ingress = ingress
             ingress_task = group.create_task(self._run_ingress(ingress), name="ingress")
@@ -242,16 +278,27 @@ class Daemon:
             rollout = await asyncio.to_thread(find_rollout, self.codex_home, state.thread_id)
             if rollout is not None:
                 state.rollout_path = str(rollout)
-        received = rollout is not None and rollout.exists() and await asyncio.to_thread(
-            codex_received, rollout, in_flight, by_client_id=self.make_link.records_client_id)
+        received = (
+            rollout is not None
+            and rollout.exists()
+            and await asyncio.to_thread(
+                codex_received, rollout, in_flight, by_client_id=self.make_link.records_client_id
+            )
+        )
         if received:
-            log.info("conversation %r: thought %s reached Codex before the restart; not sending it again",
-                     cut(state.conversation), cut(in_flight.thought_id))
+            log.info(
+                "conversation %r: thought %s reached Codex before the restart; not sending it again",
+                cut(state.conversation),
+                cut(in_flight.thought_id),
+            )
             state.delivered[in_flight.thought_id] = in_flight.position
             state.user_messages = max(state.user_messages, in_flight.user_messages_before + 1)
         else:
-            log.info("conversation %r: thought %s had not reached Codex; it will be sent",
-                     cut(state.conversation), cut(in_flight.thought_id))
+            log.info(
+                "conversation %r: thought %s had not reached Codex; it will be sent",
+                cut(state.conversation),
+                cut(in_flight.thought_id),
+            )
         state.in_flight = None
         self.store.save(state)
 
@@ -268,5 +315,8 @@ class Daemon:
 
 def ours(items: list[JournalItem]) -> set[str]:
     """The ids of the entries the daemon wrote among ``items``."""
-    return {item.entry.id for item in items
-            if isinstance(item, JournalRecord) and item.entry.sender == CODEX_SENDER and item.entry.id}
+    return {
+        item.entry.id
+        for item in items
+        if isinstance(item, JournalRecord) and item.entry.sender == CODEX_SENDER and item.entry.id
+    }

@@ -43,9 +43,16 @@ AppendHook = Callable[[Line, BaseEntry, float], None]
 class Egress:
     """Translates one rollout into the journal; see the module docstring."""
 
-    def __init__(self, *, state: SessionState, writer: DaemonWriter,
-                 on_progress: Callable[[], None], on_line: Callable[[Line], None] | None = None,
-                 write_deltas: bool = False, on_append: AppendHook | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        state: SessionState,
+        writer: DaemonWriter,
+        on_progress: Callable[[], None],
+        on_line: Callable[[Line], None] | None = None,
+        write_deltas: bool = False,
+        on_append: AppendHook | None = None,
+    ) -> None:
         self._state = state
         self._writer = writer
         self._on_progress = on_progress

@@ -23,8 +23,9 @@ log = logging.getLogger(__name__)
 class EgressRunner:
     """Owns a session's egress task (module docstring)."""
 
-    def __init__(self, state: SessionState, services: SessionServices, saver: StateSaver, *,
-                 on_line: Callable[[Line], None]) -> None:
+    def __init__(
+        self, state: SessionState, services: SessionServices, saver: StateSaver, *, on_line: Callable[[Line], None]
+    ) -> None:
         self._state = state
         self._services = services
         self._saver = saver
@@ -33,8 +34,13 @@ class EgressRunner:
         self.egress = self._new()
 
     def _new(self) -> Egress:
-        return Egress(state=self._state, writer=self._services.writer,
-                      on_progress=self._saver.request, on_line=self._on_line, on_append=self._services.on_append)
+        return Egress(
+            state=self._state,
+            writer=self._services.writer,
+            on_progress=self._saver.request,
+            on_line=self._on_line,
+            on_append=self._services.on_append,
+        )
 
     def start(self, group: asyncio.TaskGroup) -> None:
         """Start tailing the thread's rollout (once; a no-op until the thread is known)."""
@@ -69,8 +75,12 @@ class EgressRunner:
                 # (or never, if Codex refuses every thought): keep watching, and say so once.
                 note = quiet.note(type(exc).__name__)
                 if note is not None:
-                    log.warning("conversation %r: %s; still watching for it %s", cut(self._state.conversation),
-                                exc, note or "(logged again every few minutes)")
+                    log.warning(
+                        "conversation %r: %s; still watching for it %s",
+                        cut(self._state.conversation),
+                        exc,
+                        note or "(logged again every few minutes)",
+                    )
                 continue
             self._state.rollout_path = str(path)
             self._saver.request()

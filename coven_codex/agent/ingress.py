@@ -68,9 +68,18 @@ class Ingress:
     ``known_ids`` holds the ids of entries the daemon already wrote after ``start``.
     """
 
-    def __init__(self, journal: Journal, router: Router, *, start: int, live_from: int,
-                 known_ids: set[str], cursor_name: str = CURSOR_NAME, previous: Sequence[JournalItem] | None = None,
-                 on_switch: Callable[[], Awaitable[None]] | None = None) -> None:
+    def __init__(
+        self,
+        journal: Journal,
+        router: Router,
+        *,
+        start: int,
+        live_from: int,
+        known_ids: set[str],
+        cursor_name: str = CURSOR_NAME,
+        previous: Sequence[JournalItem] | None = None,
+        on_switch: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self._journal = journal
         self._writer = DaemonWriter(journal, known_ids)
         self._router = router
@@ -100,8 +109,12 @@ class Ingress:
                 try:
                     await self._read()
                 except JournalReplaced as exc:
-                    log.warning("%s; finishing the %d thought(s) still pending from the old file, then reading"
-                                " the new one from its start", exc, self.cursor.pending)
+                    log.warning(
+                        "%s; finishing the %d thought(s) still pending from the old file, then reading"
+                        " the new one from its start",
+                        exc,
+                        self.cursor.pending,
+                    )
                     await self._switch_file(live_from=0)
 
     async def _read(self) -> None:
@@ -208,18 +221,23 @@ def refuse_thought(entry: BaseEntry, position: int) -> ErrorEntry | None:
     conversation = entry.conversation
     if len(conversation) > MAX_CONVERSATION_CHARS:
         conversation = conversation[: MAX_CONVERSATION_CHARS - 1] + "…"
-        text = (f"The thought at journal position {position} was refused: its conversation name is "
-                f"{len(entry.conversation)} characters long, the limit is {MAX_CONVERSATION_CHARS}.")
+        text = (
+            f"The thought at journal position {position} was refused: its conversation name is "
+            f"{len(entry.conversation)} characters long, the limit is {MAX_CONVERSATION_CHARS}."
+        )
         hint = "Use a shorter conversation name (a channel or thread id, for example) and send it again."
     elif entry.id is not None and len(entry.id) > MAX_ID_CHARS:
-        text = (f"The thought at journal position {position} was refused: its id is {len(entry.id)} "
-                f"characters long, the limit is {MAX_ID_CHARS}.")
+        text = (
+            f"The thought at journal position {position} was refused: its id is {len(entry.id)} "
+            f"characters long, the limit is {MAX_ID_CHARS}."
+        )
         hint = "Give thoughts short ids (or none: the journal assigns one) and send it again."
     elif len(entry.text) > MAX_THOUGHT_CHARS:
-        text = (f"The thought at journal position {position} was refused: it is {len(entry.text)} "
-                f"characters long and Codex accepts at most {MAX_THOUGHT_CHARS}.")
+        text = (
+            f"The thought at journal position {position} was refused: it is {len(entry.text)} "
+            f"characters long and Codex accepts at most {MAX_THOUGHT_CHARS}."
+        )
         hint = "Shorten it (or split it into several thoughts) and send it again."
     else:
         return None
-    return ErrorEntry(id=f"refused@{position}", conversation=conversation, code=REFUSED_CODE,
-                      text=text, hint=hint)
+    return ErrorEntry(id=f"refused@{position}", conversation=conversation, code=REFUSED_CODE, text=text, hint=hint)

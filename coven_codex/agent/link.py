@@ -97,8 +97,6 @@ class CodexLink(Protocol):
     @property
     def supports_steer(self) -> bool: ...
 
-
-
     @property
     def records_client_id(self) -> bool:
         """Codex records our thought id in the rollout (in-flight thoughts resolve by id, not count)."""

@@ -53,7 +53,8 @@ class SessionManager:
         session = Session(state, self._services)
         self.sessions[state.conversation] = session
         self._tasks[state.conversation] = self._group.create_task(
-            self._supervise(session), name=f"session:{state.conversation}")
+            self._supervise(session), name=f"session:{state.conversation}"
+        )
         return session
 
     async def _supervise(self, session: Session) -> None:
@@ -85,8 +86,13 @@ class SessionManager:
                 if crashes == 1:
                     log.exception("conversation %r: session failed; restarting it in %.1fs", name, delay)
                 else:
-                    log.error("conversation %r: session failed again (%d in a row: %s); restarting it in %.1fs",
-                              name, crashes, cut(repr(exc), 200), delay)
+                    log.error(
+                        "conversation %r: session failed again (%d in a row: %s); restarting it in %.1fs",
+                        name,
+                        crashes,
+                        cut(repr(exc), 200),
+                        delay,
+                    )
                 await session.report_crash(exc)
                 await asyncio.sleep(delay)
 
@@ -111,8 +117,11 @@ class SessionManager:
     def route_approval(self, entry: ApprovalEntry, *, live: bool) -> None:
         session = self.sessions.get(entry.conversation)
         if not live or session is None:
-            log.info("approval %s for %r: the request did not survive a restart", cut(entry.id or "?"),
-                     cut(entry.conversation))
+            log.info(
+                "approval %s for %r: the request did not survive a restart",
+                cut(entry.id or "?"),
+                cut(entry.conversation),
+            )
             return
         session.offer_approval(entry)
 
@@ -142,9 +151,12 @@ class SessionManager:
             left = []
             log.error("ending the Codex processes took longer than %gs; going on", KILL_PHASE)
         if left:
-            log.error("%d Codex process(es) could not be ended (still there after SIGKILL, e.g. in "
-                      "uninterruptible sleep): %s; the next start ends them", len(left),
-                      ", ".join(str(pid) for pid in left[:10]))
+            log.error(
+                "%d Codex process(es) could not be ended (still there after SIGKILL, e.g. in "
+                "uninterruptible sleep): %s; the next start ends them",
+                len(left),
+                ", ".join(str(pid) for pid in left[:10]),
+            )
         await asyncio.wait({polite}, timeout=max(0.0, kill_by - loop.time()))
         if not polite.done():
             polite.cancel()

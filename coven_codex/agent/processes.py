@@ -109,12 +109,19 @@ def load_recorded(state_dir: Path, codex_home: Path) -> list[psutil.Process]:
                 else:
                     refused.append(proc.pid)
     if refused:
-        shown = ", ".join(str(pid) for pid in refused[:REFUSED_SHOWN]) + (", ..." if len(refused) > REFUSED_SHOWN
-                                                                           else "")
-        log.warning("%s names %d live process(es) (pid %s) that are not Codex processes of this daemon (no "
-                    "coven tree marker for CODEX_HOME %s); leaving them alone. If you did not write that file, "
-                    "something else did: check who can write to %s", path, len(refused), shown, codex_home,
-                    state_dir)
+        shown = ", ".join(str(pid) for pid in refused[:REFUSED_SHOWN]) + (
+            ", ..." if len(refused) > REFUSED_SHOWN else ""
+        )
+        log.warning(
+            "%s names %d live process(es) (pid %s) that are not Codex processes of this daemon (no "
+            "coven tree marker for CODEX_HOME %s); leaving them alone. If you did not write that file, "
+            "something else did: check who can write to %s",
+            path,
+            len(refused),
+            shown,
+            codex_home,
+            state_dir,
+        )
     return alive
 
 
@@ -143,8 +150,9 @@ def end_stale_processes(state_dir: Path, grace: float, codex_home: Path) -> list
         with contextlib.suppress(FileNotFoundError):
             (state_dir / FILE_NAME).unlink()
         return []
-    log.warning("found Codex processes left by a previous run (%d leaders, %d marked); ending them",
-                len(leaders), len(tree))
+    log.warning(
+        "found Codex processes left by a previous run (%d leaders, %d marked); ending them", len(leaders), len(tree)
+    )
     for leader in leaders:
         tree[leader.pid] = leader
         with contextlib.suppress(psutil.Error):

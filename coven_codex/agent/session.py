@@ -255,8 +255,7 @@ class Session:
             await self._approval(message)
         elif isinstance(message, _Evict):
             if self._link is not None and not self.busy:
-                log.info("conversation %r: ending its idle Codex process for another conversation",
-                         self._name)
+                log.info("conversation %r: ending its idle Codex process for another conversation", self._name)
                 await self._end_link(reason="slot needed by another conversation")
         elif isinstance(message, _Recorded):
             thought = self._unconfirmed
@@ -270,14 +269,23 @@ class Session:
 
     async def _duplicate(self, message: _Duplicate) -> None:
         shown = cut(message.entry_id, MAX_ID_CHARS)
-        log.warning("conversation %r: thought at journal position %d reuses the id %s of an earlier thought; "
-                    "dropped", self._name, message.position, cut(message.entry_id))
-        await self._emit(ErrorEntry(
-            id=f"duplicate-id@{message.position}", code=REFUSED_CODE,
-            text=shorten(f"The thought at journal position {message.position} was dropped: its id {shown!r} "
-                         "is the id of an earlier thought."),
-            hint="Give every thought its own id (or none: the journal assigns one) and send it again.",
-        ))
+        log.warning(
+            "conversation %r: thought at journal position %d reuses the id %s of an earlier thought; dropped",
+            self._name,
+            message.position,
+            cut(message.entry_id),
+        )
+        await self._emit(
+            ErrorEntry(
+                id=f"duplicate-id@{message.position}",
+                code=REFUSED_CODE,
+                text=shorten(
+                    f"The thought at journal position {message.position} was dropped: its id {shown!r} "
+                    "is the id of an earlier thought."
+                ),
+                hint="Give every thought its own id (or none: the journal assigns one) and send it again.",
+            )
+        )
 
     async def _cancel(self) -> None:
         if self._link is None or self._turn is None:
@@ -293,15 +301,19 @@ class Session:
 
     async def _approval(self, entry: ApprovalEntry) -> None:
         if entry.request_id not in self._approvals or self._link is None:
-            log.info("conversation %r: approval for unknown or expired request %s ignored",
-                     self._name, cut(entry.request_id))
+            log.info(
+                "conversation %r: approval for unknown or expired request %s ignored", self._name, cut(entry.request_id)
+            )
             return
         self._approvals.discard(entry.request_id)
         try:
             await self._link.answer(entry.request_id, entry.decision == "approve")
         except LinkError as exc:
-            await self._error(classify(str(exc)).code, f"could not pass the approval on to Codex: {exc}",
-                              "The Codex process may have ended; the session will be resumed.")
+            await self._error(
+                classify(str(exc)).code,
+                f"could not pass the approval on to Codex: {exc}",
+                "The Codex process may have ended; the session will be resumed.",
+            )
 
     async def _link_event(self, event: LinkEvent) -> None:
         if isinstance(event, ThreadReady):
@@ -373,9 +385,15 @@ class Session:
         return turn_entry_id(scope, key, what)
 
     async def _write_turn_end(self, state: str, key: str | None, turn_id: str | None, text: str | None = None) -> None:
-        await self._emit(StatusEntry(id=self._turn_entry_id(key, "end"), state=state,
-                                     text=text or state.replace("_", " "), thread_id=self.state.thread_id,
-                                     turn_id=turn_id))
+        await self._emit(
+            StatusEntry(
+                id=self._turn_entry_id(key, "end"),
+                state=state,
+                text=text or state.replace("_", " "),
+                thread_id=self.state.thread_id,
+                turn_id=turn_id,
+            )
+        )
 
     async def _turn_cut_short(self, turn: _Turn | None, state: str, why: str) -> None:
         """The turn ended without the driver reporting it (Codex died, the link or the session ended):
@@ -392,8 +410,9 @@ class Session:
         changed = event.thread_id != self.state.thread_id
         if changed:
             if self.state.thread_id is not None:
-                log.warning("conversation %r: Codex thread %s replaced by %s", self._name,
-                            self.state.thread_id, event.thread_id)
+                log.warning(
+                    "conversation %r: Codex thread %s replaced by %s", self._name, self.state.thread_id, event.thread_id
+                )
             await self._egress.stop()
             self.state.thread_id = event.thread_id
             self.state.rollout_path = None
@@ -412,8 +431,9 @@ class Session:
             text = event.action
         else:
             text = f"{event.action} (answered by approval_policy = {policy!r}; nothing to do)"
-        await self._emit(ApprovalRequestEntry(request_id=event.request_id, action=event.action,
-                                              call_id=event.call_id, text=text))
+        await self._emit(
+            ApprovalRequestEntry(request_id=event.request_id, action=event.action, call_id=event.call_id, text=text)
+        )
 
     async def _process_exited(self, event: ProcessExited) -> None:
         link = self._link
@@ -444,10 +464,13 @@ class Session:
             code = ErrorCode.PROCESS_EXITED
             message = f"Codex exited{where} (exit {event.returncode})"
         key = turn.key if turn is not None else None
-        await self._error(code, shorten(message),
-                          "The session will be resumed in a moment; send the thought again if its reply is "
-                          "missing. Run `coven-codex validate` if this repeats.",
-                          entry_id=self._turn_entry_id(key, "error"))
+        await self._error(
+            code,
+            shorten(message),
+            "The session will be resumed in a moment; send the thought again if its reply is "
+            "missing. Run `coven-codex validate` if this repeats.",
+            entry_id=self._turn_entry_id(key, "error"),
+        )
         await self._turn_cut_short(turn, TURN_FAILED, "Codex ended")
         log.warning("conversation %r: Codex exited (%s); resuming in %.1fs", self._name, event.returncode, delay)
         self._restart_wanted = True
@@ -496,20 +519,31 @@ class Session:
     async def _check_timers(self) -> None:
         """Turn and stream-idle timeouts, approval timeouts and policy are the driver's; these are ours."""
         now = time.monotonic()
-        if (self._interrupt_sent_at is not None and self._link is not None
-                and now >= self._interrupt_sent_at + STOP_GRACE_FACTOR * self._settings.kill_grace):
+        if (
+            self._interrupt_sent_at is not None
+            and self._link is not None
+            and now >= self._interrupt_sent_at + STOP_GRACE_FACTOR * self._settings.kill_grace
+        ):
             log.warning("conversation %r: the turn did not stop after interrupt; ending Codex", self._name)
             await self._end_link(reason="turn did not stop")
         await self._check_idle(now)
 
     async def _check_idle(self, now: float) -> None:
-        if (self._idle_since is not None and self._link is not None and not self.busy
-                and now >= self._idle_since + self._settings.idle_reap):
-            log.info("conversation %r: idle for %.0fs; ending its Codex process", self._name,
-                     self._settings.idle_reap)
+        if (
+            self._idle_since is not None
+            and self._link is not None
+            and not self.busy
+            and now >= self._idle_since + self._settings.idle_reap
+        ):
+            log.info("conversation %r: idle for %.0fs; ending its Codex process", self._name, self._settings.idle_reap)
             await self._end_link(reason="idle")
-            await self._emit(StatusEntry(state="session_ended", thread_id=self.state.thread_id,
-                                         text="idle: Codex was stopped; the next thought resumes the session"))
+            await self._emit(
+                StatusEntry(
+                    state="session_ended",
+                    thread_id=self.state.thread_id,
+                    text="idle: Codex was stopped; the next thought resumes the session",
+                )
+            )
 
     # -- progress ----------------------------------------------------------------------------------
     async def _advance(self) -> None:
@@ -541,8 +575,14 @@ class Session:
 
     def _can_steer(self) -> bool:
         # One thought in flight at a time: steer only once the running turn's thought is recorded.
-        return (self._settings.mid_turn == "steer" and self._link is not None and self._link.supports_steer
-                and self._interrupt_sent_at is None and not self._steer_refused and self._unconfirmed is None)
+        return (
+            self._settings.mid_turn == "steer"
+            and self._link is not None
+            and self._link.supports_steer
+            and self._interrupt_sent_at is None
+            and not self._steer_refused
+            and self._unconfirmed is None
+        )
 
     def _waiting_in_driver(self, thought: PendingThought) -> bool:
         """The driver still has ``thought``: queued as its next turn, or already running it."""
@@ -561,11 +601,13 @@ class Session:
         if not slots.try_acquire(self.conversation):
             if not self._told_waiting:
                 self._told_waiting = True
-                await self._emit(StatusEntry(
-                    state="session_waiting",
-                    text=f"waiting for a free Codex process slot ({slots.size} in use); your thought is "
-                         "queued and will be delivered in order",
-                ))
+                await self._emit(
+                    StatusEntry(
+                        state="session_waiting",
+                        text=f"waiting for a free Codex process slot ({slots.size} in use); your thought is "
+                        "queued and will be delivered in order",
+                    )
+                )
             await slots.acquire(self.conversation)
         self._told_waiting = False
         link = self._svc.make_link(self.conversation)
@@ -590,8 +632,9 @@ class Session:
                 self._last_open_error = str(exc)
                 await self._error(c.code, f"could not start Codex: {c.message}", c.hint)
             else:
-                log.warning("conversation %r: Codex still fails to start (%s); next try in %.1fs",
-                            self._name, c.message, delay)
+                log.warning(
+                    "conversation %r: Codex still fails to start (%s); next try in %.1fs", self._name, c.message, delay
+                )
             return False
         self._last_open_error = None
         if self._stopping:
@@ -604,14 +647,14 @@ class Session:
         self._svc.processes.record(self.conversation, link.pids)
         generation = self._generation
         assert self._group is not None
-        self._pump_task = self._group.create_task(self._pump(link, generation),
-                                                  name=f"link-events:{self.conversation}")
+        self._pump_task = self._group.create_task(self._pump(link, generation), name=f"link-events:{self.conversation}")
         if link.persistent:
             resumed = resume is not None and link.thread_id == resume
             thread = link.thread_id or resume
             text = f"Codex session resumed (thread {thread})" if resumed else f"Codex session started (thread {thread})"
-            await self._emit(StatusEntry(state="session_resumed" if resumed else "session_started",
-                                         thread_id=thread, text=text))
+            await self._emit(
+                StatusEntry(state="session_resumed" if resumed else "session_started", thread_id=thread, text=text)
+            )
         if link.thread_id is not None and link.thread_id != self.state.thread_id:
             await self._thread_ready(ThreadReady(link.thread_id, None))
         return True
@@ -625,9 +668,13 @@ class Session:
     async def _deliver(self, thought: PendingThought, *, steer: bool = False) -> None:
         link = self._link
         assert link is not None
-        self.state.in_flight = InFlight(thought_id=thought.entry_id, position=thought.position, text=thought.text,
-                                        thread_id=self.state.thread_id,
-                                        user_messages_before=self.state.user_messages)
+        self.state.in_flight = InFlight(
+            thought_id=thought.entry_id,
+            position=thought.position,
+            text=thought.text,
+            thread_id=self.state.thread_id,
+            user_messages_before=self.state.user_messages,
+        )
         await self._save_now()
         # Set before sending: egress may see the thought recorded before the call returns.
         self._unconfirmed = thought
@@ -668,7 +715,8 @@ class Session:
             with contextlib.suppress(LookupError, OSError, TimeoutError):
                 rollout = await asyncio.wait_for(self._svc.locate_rollout(self.state.thread_id), CONFIRM_LOCATE)
         received = rollout is not None and await asyncio.to_thread(
-            codex_received, rollout, in_flight, by_client_id=by_client_id)
+            codex_received, rollout, in_flight, by_client_id=by_client_id
+        )
         if received:
             await self._delivered(thought, steer=False, start_turn=False)
             return
@@ -680,18 +728,32 @@ class Session:
         """One more failed hand-over of ``thought``: back off, and give up after :data:`DELIVERY_ATTEMPTS`."""
         attempts = self._attempts.get(thought.entry_id, 0) + 1
         if attempts >= DELIVERY_ATTEMPTS:
-            log.warning("conversation %r: thought %s failed %d hand-overs (%s); dropping it", self._name,
-                        cut(thought.entry_id), attempts, cut(reason))
+            log.warning(
+                "conversation %r: thought %s failed %d hand-overs (%s); dropping it",
+                self._name,
+                cut(thought.entry_id),
+                attempts,
+                cut(reason),
+            )
             self._forget_thought(thought)
             c = classify(reason)
-            await self._error(c.code, f"the thought could not be handed to Codex ({attempts} tries): {c.message}",
-                              "Send it again once `coven-codex validate` passes.")
+            await self._error(
+                c.code,
+                f"the thought could not be handed to Codex ({attempts} tries): {c.message}",
+                "Send it again once `coven-codex validate` passes.",
+            )
             self._svc.finish_thought(thought.position)
             return
         self._attempts[thought.entry_id] = attempts
         delay = backoff(self._settings.restart_backoff, attempts)
-        log.warning("conversation %r: hand-over %d of thought %s failed (%s); it will be sent again in %.1fs",
-                    self._name, attempts, cut(thought.entry_id), cut(reason), delay)
+        log.warning(
+            "conversation %r: hand-over %d of thought %s failed (%s); it will be sent again in %.1fs",
+            self._name,
+            attempts,
+            cut(thought.entry_id),
+            cut(reason),
+            delay,
+        )
         self._retry_at(delay)
 
     def _forget_thought(self, thought: PendingThought) -> None:
@@ -714,8 +776,7 @@ class Session:
         self._svc.finish_thought(thought.position)
 
     async def _delivery_failed(self, thought: PendingThought, exc: LinkError) -> None:
-        log.warning("conversation %r: handing thought %s to Codex failed: %s", self._name,
-                    cut(thought.entry_id), exc)
+        log.warning("conversation %r: handing thought %s to Codex failed: %s", self._name, cut(thought.entry_id), exc)
         link = self._link
         by_client_id = link.records_client_id if link is not None else False
         await self._end_link(reason="delivery failed", expected=False)
@@ -801,8 +862,11 @@ class Session:
         if summary is None:
             return
         with contextlib.suppress(Exception):
-            await self._error(ErrorCode.UNKNOWN, f"internal error in the session: {exc!r} {summary}",
-                              "The session restarts by itself; please report this with the daemon log.")
+            await self._error(
+                ErrorCode.UNKNOWN,
+                f"internal error in the session: {exc!r} {summary}",
+                "The session restarts by itself; please report this with the daemon log.",
+            )
 
     def ran_well(self) -> None:
         """The session ran long enough after a crash: a new crash is reported at once."""

@@ -128,8 +128,9 @@ class StateStore:
     power cut unless durability is ``"never"``.
     """
 
-    def __init__(self, state_dir: Path, *, durability: Durability = "always",
-                 compact_bytes: int = COMPACT_BYTES) -> None:
+    def __init__(
+        self, state_dir: Path, *, durability: Durability = "always", compact_bytes: int = COMPACT_BYTES
+    ) -> None:
         self.root = state_dir
         self.sessions_dir = state_dir / "sessions"
         self.durability: Durability = durability
@@ -191,8 +192,12 @@ class StateStore:
         aside = path.with_suffix(".corrupt")
         with contextlib.suppress(OSError):
             os.replace(path, aside)
-        log.error("session state %s is unreadable (%s); moved it to %s and starting that conversation afresh",
-                  path, problem, aside)
+        log.error(
+            "session state %s is unreadable (%s); moved it to %s and starting that conversation afresh",
+            path,
+            problem,
+            aside,
+        )
         return None
 
     def save(self, state: SessionState) -> None:

@@ -67,8 +67,9 @@ class DaemonLock:
         self.acquire()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.release()
 
 
@@ -78,8 +79,10 @@ class StateLock(DaemonLock):
     def __init__(self, state_dir: Path) -> None:
         super().__init__(
             state_dir / LOCK_NAME,
-            lambda pid: f"another coven-codex daemon (pid {pid}) is using {state_dir}; "
-            "stop it first, or give this one its own --workspace (or state_dir and codex_home)",
+            lambda pid: (
+                f"another coven-codex daemon (pid {pid}) is using {state_dir}; "
+                "stop it first, or give this one its own --workspace (or state_dir and codex_home)"
+            ),
         )
 
 
@@ -89,7 +92,9 @@ class JournalLock(DaemonLock):
     def __init__(self, journal: Path, lock_path: Path) -> None:
         super().__init__(
             lock_path,
-            lambda pid: f"another coven-codex daemon (pid {pid}) is serving the journal {journal}; two daemons"
-            f" on one journal would answer every thought twice. Stop that daemon first (kill -TERM {pid}),"
-            " or give this one its own --journal",
+            lambda pid: (
+                f"another coven-codex daemon (pid {pid}) is serving the journal {journal}; two daemons"
+                f" on one journal would answer every thought twice. Stop that daemon first (kill -TERM {pid}),"
+                " or give this one its own --journal"
+            ),
         )

@@ -19,26 +19,34 @@ HELP = "chat with Codex in this terminal through a journal (the daemon must be r
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--journal", type=Path, required=True, help="the journal file the daemon follows")
-    parser.add_argument("--conversation", default=DEFAULT_CONVERSATION,
-                        help=f"conversation to join (default {DEFAULT_CONVERSATION!r})")
+    parser.add_argument(
+        "--conversation", default=DEFAULT_CONVERSATION, help=f"conversation to join (default {DEFAULT_CONVERSATION!r})"
+    )
     parser.add_argument("--sender", default=None, help="your name in the journal (default: your login name)")
     parser.add_argument("--history", type=int, default=50, help="entries of history shown on start (default 50)")
-    parser.add_argument("--no-colour", "--no-color", dest="colour", action="store_false",
-                        help="plain text even on a terminal")
+    parser.add_argument(
+        "--no-colour", "--no-color", dest="colour", action="store_false", help="plain text even on a terminal"
+    )
 
 
 def execute(args: argparse.Namespace) -> int:
     journal_path: Path = args.journal
     if not journal_path.parent.is_dir():
-        print(f"coven-codex chat: the journal's folder {journal_path.parent} does not exist; "
-              "create it or pass the --journal the daemon uses", file=sys.stderr)
+        print(
+            f"coven-codex chat: the journal's folder {journal_path.parent} does not exist; "
+            "create it or pass the --journal the daemon uses",
+            file=sys.stderr,
+        )
         return 2
     if args.history < 0:
         print("coven-codex chat: --history must be 0 or more", file=sys.stderr)
         return 2
     if not journal_path.exists():  # `coven-codex run` creates its journal at start
-        print(f"coven-codex chat: {journal_path} does not exist yet, so no daemon serves it; start "
-              f"`coven-codex run --journal {journal_path}` (what you type waits for it)", file=sys.stderr)
+        print(
+            f"coven-codex chat: {journal_path} does not exist yet, so no daemon serves it; start "
+            f"`coven-codex run --journal {journal_path}` (what you type waits for it)",
+            file=sys.stderr,
+        )
     sender = args.sender or _login_name()
     colour = bool(args.colour and sys.stdout.isatty() and os.environ.get("NO_COLOR") is None)
     with contextlib.suppress(KeyboardInterrupt):

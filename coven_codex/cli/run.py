@@ -30,35 +30,84 @@ HELP = "run the daemon: bridge a chat journal and Codex until SIGINT/SIGTERM"
 _FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("--workspace", {"type": Path, "help": "directory Codex works in (default: the current one)"}),
     ("--journal", {"type": Path, "help": "the chat journal, a JSONL file (created if missing)"}),
-    ("--codex-config", {"type": Path, "dest": "codex_config",
-                        "help": "your base Codex config.toml, copied into the isolated CODEX_HOME"}),
+    (
+        "--codex-config",
+        {
+            "type": Path,
+            "dest": "codex_config",
+            "help": "your base Codex config.toml, copied into the isolated CODEX_HOME",
+        },
+    ),
     ("--codex-path", {"dest": "codex_path", "help": "the Codex executable (a path, or a name on PATH)"}),
-    ("--codex-home", {"type": Path, "dest": "codex_home",
-                      "help": "isolated CODEX_HOME (default STATE_DIR/codex-home)"}),
-    ("--state-dir", {"type": Path, "dest": "state_dir",
-                     "help": "session state, process record, lock (default "
-                     "~/.local/state/coven-codex/<workspace name>-<hash>)"}),
+    (
+        "--codex-home",
+        {"type": Path, "dest": "codex_home", "help": "isolated CODEX_HOME (default STATE_DIR/codex-home)"},
+    ),
+    (
+        "--state-dir",
+        {
+            "type": Path,
+            "dest": "state_dir",
+            "help": "session state, process record, lock (default ~/.local/state/coven-codex/<workspace name>-<hash>)",
+        },
+    ),
     ("--driver", {"choices": ["auto", "app-server", "exec"], "help": "how thoughts reach Codex"}),
     ("--max-sessions", {"type": int, "dest": "max_sessions", "help": "live Codex processes at most"}),
-    ("--idle-reap", {"type": float, "dest": "idle_reap",
-                     "help": "seconds after which an idle conversation's Codex ends"}),
+    (
+        "--idle-reap",
+        {"type": float, "dest": "idle_reap", "help": "seconds after which an idle conversation's Codex ends"},
+    ),
     ("--turn-timeout", {"type": float, "dest": "turn_timeout", "help": "seconds a turn may run, 30-3600"}),
-    ("--stream-idle-timeout", {"type": float, "dest": "stream_idle_timeout",
-                               "help": "seconds without model output before a turn is abandoned"}),
+    (
+        "--stream-idle-timeout",
+        {
+            "type": float,
+            "dest": "stream_idle_timeout",
+            "help": "seconds without model output before a turn is abandoned",
+        },
+    ),
     ("--kill-grace", {"type": float, "dest": "kill_grace", "help": "seconds between TERM and KILL"}),
-    ("--mid-turn", {"choices": ["queue", "steer"], "dest": "mid_turn",
-                    "help": "a thought arriving during a turn waits (queue) or joins it (steer)"}),
-    ("--approval-policy", {"choices": ["ask", "approve", "deny"], "dest": "approval_policy",
-                           "help": "answer Codex's approval requests by asking the chat, or always"}),
+    (
+        "--mid-turn",
+        {
+            "choices": ["queue", "steer"],
+            "dest": "mid_turn",
+            "help": "a thought arriving during a turn waits (queue) or joins it (steer)",
+        },
+    ),
+    (
+        "--approval-policy",
+        {
+            "choices": ["ask", "approve", "deny"],
+            "dest": "approval_policy",
+            "help": "answer Codex's approval requests by asking the chat, or always",
+        },
+    ),
     ("--durability", {"choices": ["always", "batched", "never"], "help": "journal and state fsync policy"}),
-    ("--restart-backoff", {"type": float, "dest": "restart_backoff",
-                           "help": "first delay before a dead Codex is restarted (doubles, max 60 s)"}),
-    ("--approval-timeout", {"type": float, "dest": "approval_timeout",
-                            "help": "seconds to wait for the chat's approval answer before denying"}),
-    ("--stream-deltas", {"action": argparse.BooleanOptionalAction, "dest": "stream_deltas",
-                         "help": "write streaming `delta` entries"}),
-    ("--agents-template", {"type": Path, "dest": "agents_template",
-                           "help": "template for AGENTS.md with $VARNAME substitution"}),
+    (
+        "--restart-backoff",
+        {
+            "type": float,
+            "dest": "restart_backoff",
+            "help": "first delay before a dead Codex is restarted (doubles, max 60 s)",
+        },
+    ),
+    (
+        "--approval-timeout",
+        {
+            "type": float,
+            "dest": "approval_timeout",
+            "help": "seconds to wait for the chat's approval answer before denying",
+        },
+    ),
+    (
+        "--stream-deltas",
+        {"action": argparse.BooleanOptionalAction, "dest": "stream_deltas", "help": "write streaming `delta` entries"},
+    ),
+    (
+        "--agents-template",
+        {"type": Path, "dest": "agents_template", "help": "template for AGENTS.md with $VARNAME substitution"},
+    ),
 )
 TABLE_SETTINGS = frozenset({"codex", "agents_vars"})
 """Settings that are TOML tables: ``coven.toml`` only, no flag."""
@@ -70,8 +119,13 @@ def default_text(name: str) -> str:
     if field.default_factory is not None or field.default is None:
         return ""
     value = field.default
-    shown = ("on" if value else "off") if isinstance(value, bool) else f"{value:g}" if isinstance(value, float) \
+    shown = (
+        ("on" if value else "off")
+        if isinstance(value, bool)
+        else f"{value:g}"
+        if isinstance(value, float)
         else str(value)
+    )
     return f" (default {shown})"
 
 
@@ -87,11 +141,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
-    overrides = {
-        name: getattr(args, name, None)
-        for name in Settings.model_fields
-        if hasattr(args, name)
-    }
+    overrides = {name: getattr(args, name, None) for name in Settings.model_fields if hasattr(args, name)}
     return load_settings(args.config, overrides)
 
 

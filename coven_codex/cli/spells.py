@@ -20,13 +20,22 @@ HELP = "list the spells (Python functions) Codex will see as tools"
 
 def configure(parser: argparse.ArgumentParser) -> None:
     add_spells_option(parser)
-    parser.add_argument("--config", type=Path, default=None, metavar="COVEN_TOML",
-                        help="coven.toml to read the `spells` list (and workspace) from")
-    parser.add_argument("--workspace", type=Path, default=None,
-                        help="workspace directory (modules inside it are never imported)")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="COVEN_TOML",
+        help="coven.toml to read the `spells` list (and workspace) from",
+    )
+    parser.add_argument(
+        "--workspace", type=Path, default=None, help="workspace directory (modules inside it are never imported)"
+    )
     parser.add_argument("--json", action="store_true", help="print the toolbelt JSON instead of a table")
-    parser.add_argument("--write-toolbelt", action="store_true",
-                        help=f"also write <state dir>/{TOOLBELT_FILENAME} (state dir: see `run --help`)")
+    parser.add_argument(
+        "--write-toolbelt",
+        action="store_true",
+        help=f"also write <state dir>/{TOOLBELT_FILENAME} (state dir: see `run --help`)",
+    )
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -36,8 +45,11 @@ def execute(args: argparse.Namespace) -> int:
         print(f"coven-codex spells: {exc}", file=sys.stderr)
         return 2
     if not settings.spells:
-        print("coven-codex spells: no spells configured; pass --spells module:object or set "
-              "`spells = [\"module:object\"]` in coven.toml", file=sys.stderr)
+        print(
+            "coven-codex spells: no spells configured; pass --spells module:object or set "
+            '`spells = ["module:object"]` in coven.toml',
+            file=sys.stderr,
+        )
         return 2
     try:
         registry = load_configured_spells(settings.spells, workspace=settings.workspace)
@@ -55,11 +67,16 @@ def execute(args: argparse.Namespace) -> int:
 
 
 def render_table(registry: SpellRegistry) -> str:
-    lines = [f"{len(registry)} spell(s), served as MCP server {SERVER_NAME!r} "
-             f"(the model sees mcp__{SERVER_NAME}__<name>; Codex 0.47: {SERVER_NAME}__<name>)", ""]
+    lines = [
+        f"{len(registry)} spell(s), served as MCP server {SERVER_NAME!r} "
+        f"(the model sees mcp__{SERVER_NAME}__<name>; Codex 0.47: {SERVER_NAME}__<name>)",
+        "",
+    ]
     for spell in registry:
-        lines.append(f"{spell.name}({_parameters(spell.arguments.schema)}) -> {_returns(spell.tool_definition())}"
-                     f"   [timeout {spell.timeout:g}s, {'async' if spell.is_async else 'sync'}]")
+        lines.append(
+            f"{spell.name}({_parameters(spell.arguments.schema)}) -> {_returns(spell.tool_definition())}"
+            f"   [timeout {spell.timeout:g}s, {'async' if spell.is_async else 'sync'}]"
+        )
         summary = spell.description.strip().splitlines()[0] if spell.description.strip() else "(no docstring)"
         lines.append(f"    {summary}")
     return "\n".join(lines)

@@ -63,16 +63,12 @@ def render_template(template: str, variables: Mapping[str, str]) -> str:
     return rendered
 
 
-def write_agents_md(
-    template_path: Path, codex_home: Path, workspace: Path, variables: Mapping[str, str]
-) -> Path:
+def write_agents_md(template_path: Path, codex_home: Path, workspace: Path, variables: Mapping[str, str]) -> Path:
     """Render ``template_path`` into ``codex_home/AGENTS.md`` (atomically); return its path."""
     try:
         template = template_path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise TemplateError(
-            f"AGENTS.md template {template_path} does not exist; fix agents_template"
-        ) from None
+        raise TemplateError(f"AGENTS.md template {template_path} does not exist; fix agents_template") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise TemplateError(f"cannot read AGENTS.md template {template_path}: {exc}") from None
     values = {**builtin_variables(workspace), **variables}

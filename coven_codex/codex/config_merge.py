@@ -156,9 +156,7 @@ def _replace(text: str, intended: dict[str, Any], path: KeyPath, value: Any) -> 
         return _assign(text, intended, path, value)
     exists = _lookup(intended, path) is not _MISSING
     target = _set_plain(intended, path, value, replace=True)
-    strategies: list[Strategy] = (
-        [_tomlkit_insert, _delete_then_append] if exists else [_append_table, _tomlkit_insert]
-    )
+    strategies: list[Strategy] = [_tomlkit_insert, _delete_then_append] if exists else [_append_table, _tomlkit_insert]
     return _verified(text, path, target, strategies), target
 
 
@@ -172,9 +170,7 @@ def _assign(text: str, intended: dict[str, Any], path: KeyPath, value: Any) -> t
     target = _set_plain(intended, path, value)
     exists = _lookup(intended, path) is not _MISSING
     parent_is_root = len(path) == 1
-    strategies: list[Strategy] = (
-        [_tomlkit_insert] if exists or parent_is_root else [_append_table, _tomlkit_insert]
-    )
+    strategies: list[Strategy] = [_tomlkit_insert] if exists or parent_is_root else [_append_table, _tomlkit_insert]
     return _verified(text, path, target, strategies), target
 
 

@@ -53,8 +53,7 @@ HINTS: dict[ErrorCode, str] = {
     "(see `coven-codex validate`).",
     ErrorCode.PROCESS_EXITED: "The Codex process ended unexpectedly; the session will be resumed. "
     "Run `coven-codex validate` if this repeats.",
-    ErrorCode.UNKNOWN: "Codex reported an error; see the daemon log for details and run "
-    "`coven-codex validate`.",
+    ErrorCode.UNKNOWN: "Codex reported an error; see the daemon log for details and run `coven-codex validate`.",
 }
 
 _TEXT_RULES: tuple[tuple[ErrorCode, re.Pattern[str]], ...] = (

@@ -254,9 +254,7 @@ def _read_base(base_config: Path | None) -> tuple[str, str]:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise CodexHomeError(
-            f"Codex base config {path} does not exist; fix --codex-config / codex_config"
-        ) from None
+        raise CodexHomeError(f"Codex base config {path} does not exist; fix --codex-config / codex_config") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise CodexHomeError(f"cannot read Codex base config {path}: {exc}") from None
     try:

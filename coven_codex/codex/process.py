@@ -92,7 +92,6 @@ TREE_MARKER = "COVEN_PROCESS_TREE"
 PR_SET_CHILD_SUBREAPER = 36
 
 
-
 @dataclass(slots=True)
 class _Trees:
     subreaper: bool = False
@@ -118,8 +117,11 @@ def become_subreaper() -> bool:
     if libc is None:
         return False
     if libc.prctl(PR_SET_CHILD_SUBREAPER, ctypes.c_ulong(1), 0, 0, 0) != 0:
-        log.warning("cannot become the subreaper of Codex processes (errno %d); searching the "
-                    "whole process table for them instead", ctypes.get_errno())
+        log.warning(
+            "cannot become the subreaper of Codex processes (errno %d); searching the "
+            "whole process table for them instead",
+            ctypes.get_errno(),
+        )
         return False
     _trees.subreaper = True
     return True
@@ -218,8 +220,14 @@ async def spawn(
         start_new_session=True,
     )
     process = asyncio.subprocess.Process(transport, protocol, loop)
-    child = ChildProcess(process=process, exited=protocol.exited, tree_token=token, transport=transport,
-                         sessions={process.pid}, started=started)
+    child = ChildProcess(
+        process=process,
+        exited=protocol.exited,
+        tree_token=token,
+        transport=transport,
+        sessions={process.pid},
+        started=started,
+    )
     _trees.live[child.pid] = child
     return child
 
@@ -448,8 +456,11 @@ def _report_left(left: Sequence[int], wait: float) -> None:
     new = [pid for pid in left if pid not in _trees.reported]
     if new:
         _trees.reported.update(new)
-        log.warning("Codex process(es) %s still not gone %.0fs after SIGKILL (uninterruptible sleep?)",
-                    _describe_pids(new), wait)
+        log.warning(
+            "Codex process(es) %s still not gone %.0fs after SIGKILL (uninterruptible sleep?)",
+            _describe_pids(new),
+            wait,
+        )
 
 
 def _reap_orphans(sessions: set[int]) -> None:

@@ -140,7 +140,5 @@ def detect_version(
         raise VersionError(f"cannot run `{executable} --version`: {exc}; check the installation") from None
     if done.returncode != 0:
         detail = " ".join((done.stderr or done.stdout).split())[:160]
-        raise VersionError(
-            f"`{executable} --version` failed with exit {done.returncode}: {detail}; reinstall Codex"
-        )
+        raise VersionError(f"`{executable} --version` failed with exit {done.returncode}: {detail}; reinstall Codex")
     return parse_version(done.stdout)

@@ -22,8 +22,8 @@ _WORDS = re.compile(r"count the words in[:\s]+(.+)", re.I | re.S)
 
 INTRO = (
     "Hello from the offline demo. I am a scripted model, but everything between us is real: "
-    "the coven-codex daemon, the Codex CLI and its rollout files. Ask me \"what is 2 plus 3?\", "
-    "\"roll 3 dice\" or \"count the words in <text>\" and I will call a Python spell."
+    'the coven-codex daemon, the Codex CLI and its rollout files. Ask me "what is 2 plus 3?", '
+    '"roll 3 dice" or "count the words in <text>" and I will call a Python spell.'
 )
 
 
@@ -32,8 +32,14 @@ def _tool_output(request: RecordedRequest) -> tuple[str, str] | None:
     done = pending_tool_output(request)
     if done is None:
         return None
-    tool = next((str(item.get("name")) for item in request.input_items()
-                 if item.get("type") == "function_call" and item.get("call_id") == done.call_id), "spell")
+    tool = next(
+        (
+            str(item.get("name"))
+            for item in request.input_items()
+            if item.get("type") == "function_call" and item.get("call_id") == done.call_id
+        ),
+        "spell",
+    )
     return tool, clean_tool_output(done.output).text
 
 
@@ -41,12 +47,15 @@ def demo_responder(request: RecordedRequest) -> TurnScript:
     done = _tool_output(request)
     if done is not None:
         tool, output = done
-        return Reply(f"The `{tool.split('__')[-1]}` spell ran in the daemon's Python process and returned "
-                     f"{output.strip()}.")
+        return Reply(
+            f"The `{tool.split('__')[-1]}` spell ran in the daemon's Python process and returned {output.strip()}."
+        )
     text = last_user_text(request)
     if match := _ADD.search(text):
-        return (Reasoning("The user wants a sum; the add spell computes it."),
-                CallTool(f"{SERVER}.add", {"a": int(match[1]), "b": int(match[2])}))
+        return (
+            Reasoning("The user wants a sum; the add spell computes it."),
+            CallTool(f"{SERVER}.add", {"a": int(match[1]), "b": int(match[2])}),
+        )
     if match := _DICE.search(text):
         return CallTool(f"{SERVER}.roll_dice", {"count": int(match[1] or 1), "sides": int(match[2] or 6)})
     if match := _WORDS.search(text):

@@ -53,18 +53,20 @@ class DemoOptions:
 
 def _settings(options: DemoOptions, base_url: str) -> Settings:
     folder = options.folder.resolve()
-    return Settings.model_validate({
-        "workspace": folder / "workspace",
-        "journal": folder / "journal.jsonl",
-        "codex_path": options.codex_path or _project_codex(),
-        "codex_home": folder / "codex-home",
-        "state_dir": folder / "state",
-        "spells": ["coven_codex.demo.spells:spells"],
-        "codex": codex_config(base_url, stream_idle_timeout_ms=60_000),
-        "driver": options.driver,
-        "approval_policy": "approve",
-        "restart_backoff": 0.5,
-    })
+    return Settings.model_validate(
+        {
+            "workspace": folder / "workspace",
+            "journal": folder / "journal.jsonl",
+            "codex_path": options.codex_path or _project_codex(),
+            "codex_home": folder / "codex-home",
+            "state_dir": folder / "state",
+            "spells": ["coven_codex.demo.spells:spells"],
+            "codex": codex_config(base_url, stream_idle_timeout_ms=60_000),
+            "driver": options.driver,
+            "approval_policy": "approve",
+            "restart_backoff": 0.5,
+        }
+    )
 
 
 def _project_codex() -> str | None:
@@ -128,11 +130,17 @@ async def run_demo(options: DemoOptions, out: TextIO) -> bool:
 
 async def _interactive(journal: FileJournal, out: TextIO) -> None:
     colour = out.isatty() and os.environ.get("NO_COLOR") is None
-    out.write("Try: what is 2 plus 3?   roll 3 dice   count the words in the quick brown fox\n"
-              "(/quit to leave)\n")
+    out.write("Try: what is 2 plus 3?   roll 3 dice   count the words in the quick brown fox\n(/quit to leave)\n")
     prompt = out.isatty() and sys.stdin.isatty()
-    chat = ConsoleChat(journal, CONVERSATION, "you", out, colour=colour, prompt=prompt,
-                       quit_note="leave (this stops the demo's daemon too)")
+    chat = ConsoleChat(
+        journal,
+        CONVERSATION,
+        "you",
+        out,
+        colour=colour,
+        prompt=prompt,
+        quit_note="leave (this stops the demo's daemon too)",
+    )
     await chat.run(stdin_lines())
 
 

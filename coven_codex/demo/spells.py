@@ -19,8 +19,10 @@ def add(a: int, b: int) -> int:
 
 
 @spells.spell
-def roll_dice(sides: Annotated[int, Field(ge=2, le=1000, description="faces of the die")] = 6,
-              count: Annotated[int, Field(ge=1, le=20)] = 1) -> list[int]:
+def roll_dice(
+    sides: Annotated[int, Field(ge=2, le=1000, description="faces of the die")] = 6,
+    count: Annotated[int, Field(ge=1, le=20)] = 1,
+) -> list[int]:
     """Roll `count` dice with `sides` faces each."""
     return [random.randint(1, sides) for _ in range(count)]
 

@@ -57,7 +57,7 @@ class FileCursorStore:
             return SavedCursor(position, file)
         except (ValueError, TypeError, KeyError, AttributeError, CursorError):
             raise CursorError(
-                f"cursor file {path} is corrupt (expected {{\"position\": <integer >= 0>}});"
+                f'cursor file {path} is corrupt (expected {{"position": <integer >= 0>}});'
                 " fix it, or delete it to make this reader start from the beginning"
             ) from None
 

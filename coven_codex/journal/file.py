@@ -331,11 +331,15 @@ class FileJournal:
                         self._tail_file = None
                     if line.start == 0:
                         self._tail_file = (
-                            fingerprint(line.data + b"\n") if not line.too_long
+                            fingerprint(line.data + b"\n")
+                            if not line.too_long
                             else await asyncio.to_thread(file_fingerprint, self.path)
                         )
                     yield decode_line(
-                        line.data, line.start, line.end, too_long=line.too_long,
+                        line.data,
+                        line.start,
+                        line.end,
+                        too_long=line.too_long,
                         max_line_bytes=self.max_line_bytes,
                     )
             except OSError as exc:
@@ -343,8 +347,7 @@ class FileJournal:
 
     def _read_error(self, exc: OSError) -> JournalError:
         return JournalError(
-            f"cannot read the journal {self.path}: {exc.strerror or exc};"
-            " check that it is a readable regular file"
+            f"cannot read the journal {self.path}: {exc.strerror or exc}; check that it is a readable regular file"
         )
 
     def _report_notice(self, notice: TailNotice) -> None:
@@ -367,7 +370,10 @@ class FileJournal:
                 for line in splitter.feed(chunk):
                     items.append(
                         decode_line(
-                            line.data, line.start, line.end, too_long=line.too_long,
+                            line.data,
+                            line.start,
+                            line.end,
+                            too_long=line.too_long,
                             max_line_bytes=self.max_line_bytes,
                         )
                     )
@@ -422,7 +428,10 @@ class FileJournal:
             f"cursor {name!r} belongs to another file than the journal now at {self.path} (the journal"
             f" was rotated, replaced or truncated; {where}); delete {self._cursors.path_for(name)}"
             " to read the journal from its beginning",
-            name=name, position=saved.position, file=saved.file, previous=previous,
+            name=name,
+            position=saved.position,
+            file=saved.file,
+            previous=previous,
         )
 
     async def load_cursor(self, name: str) -> Position | None:

@@ -55,8 +55,7 @@ class CursorMismatch(CursorError):
     rotation), else None.
     """
 
-    def __init__(self, message: str, *, name: str, position: Position, file: str | None,
-                 previous: Path | None) -> None:
+    def __init__(self, message: str, *, name: str, position: Position, file: str | None, previous: Path | None) -> None:
         super().__init__(message)
         self.name = name
         self.position = position
@@ -134,9 +133,7 @@ class Journal(Protocol):
 def check_cursor_name(name: str) -> str:
     """Cursor names: 1 to 80 printable characters (stored escaped, any text is safe)."""
     if not isinstance(name, str) or not 1 <= len(name) <= MAX_CURSOR_NAME or not name.isprintable():
-        raise CursorError(
-            f"invalid cursor name {name!r}: use 1 to {MAX_CURSOR_NAME} printable characters"
-        )
+        raise CursorError(f"invalid cursor name {name!r}: use 1 to {MAX_CURSOR_NAME} printable characters")
     return name
 
 

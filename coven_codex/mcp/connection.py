@@ -205,8 +205,7 @@ class Connection:
         if tasks:
             _, running = await asyncio.wait(tasks, timeout=self._limits.eof_grace)
             if running:
-                log.info("MCP client %s closed its side; cancelling its %d running call(s)", self.peer,
-                         len(running))
+                log.info("MCP client %s closed its side; cancelling its %d running call(s)", self.peer, len(running))
                 await self._cancel_in_flight()
 
     async def _drain(self) -> None:
@@ -224,8 +223,12 @@ class Connection:
                 await self._writer.drain()
         except TimeoutError:
             self._stalled = True
-            log.warning("MCP client %s read none of its replies for %gs (%d bytes queued); closing its connection",
-                        self.peer, self._limits.write_stall_timeout, transport.get_write_buffer_size())
+            log.warning(
+                "MCP client %s read none of its replies for %gs (%d bytes queued); closing its connection",
+                self.peer,
+                self._limits.write_stall_timeout,
+                transport.get_write_buffer_size(),
+            )
             transport.abort()
 
     async def _cancel_in_flight(self) -> None:
@@ -258,8 +261,7 @@ class Connection:
         elif isinstance(message, Invalid):
             self._send(error_response(message.id, INVALID_REQUEST, f"Invalid request: {message.message}"))
         elif isinstance(message, ClientResponse):
-            log.debug("ignoring a response (id %r) from the MCP client: this server sends no requests",
-                      message.id)
+            log.debug("ignoring a response (id %r) from the MCP client: this server sends no requests", message.id)
 
     async def _start(self, request: Request) -> None:
         key = id_key(request.id)
@@ -267,9 +269,14 @@ class Connection:
             # Not under the same id: the client would take it for the first request's answer.
             shown = repr(request.id)
             shown = shown if len(shown) <= 80 else shown[:79] + "…"
-            self._send(error_response(None, INVALID_REQUEST,
-                                      f"Invalid request: id {shown} is already in use by a request in flight",
-                                      {"id": request.id}))
+            self._send(
+                error_response(
+                    None,
+                    INVALID_REQUEST,
+                    f"Invalid request: id {shown} is already in use by a request in flight",
+                    {"id": request.id},
+                )
+            )
             return
         while len(self._in_flight) >= self._limits.max_pending:
             self._room.clear()
@@ -322,8 +329,11 @@ class Connection:
             log.exception("an MCP message cannot be encoded as JSON")
             if "id" not in message:
                 return
-            data = encode(error_response(message["id"], INTERNAL_ERROR,
-                                         "internal error in the coven MCP server; see the daemon log"))
+            data = encode(
+                error_response(
+                    message["id"], INTERNAL_ERROR, "internal error in the coven MCP server; see the daemon log"
+                )
+            )
         try:
             self._writer.write(data)
         except (ConnectionError, OSError, RuntimeError):

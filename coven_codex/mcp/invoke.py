@@ -83,9 +83,7 @@ async def call_spell(
         content, structured = spell.result.to_content(value)
     except ResultError as exc:
         log.error("spell %s returned a value not matching its return type: %s", spell.name, exc)
-        return error_result(
-            f"spell {spell.name!r} returned a value that does not match its declared return type"
-        )
+        return error_result(f"spell {spell.name!r} returned a value that does not match its declared return type")
     except Exception:
         log.exception("spell %s returned a value that cannot be serialised", spell.name)
         return error_result(f"spell {spell.name!r} returned a value that cannot be turned into JSON")
@@ -95,8 +93,9 @@ async def call_spell(
     return result
 
 
-async def _run(spell: Spell, args: list[Any], kwargs: dict[str, Any], executor: Executor | None,
-               running: list[Future[Any]]) -> Any:
+async def _run(
+    spell: Spell, args: list[Any], kwargs: dict[str, Any], executor: Executor | None, running: list[Future[Any]]
+) -> Any:
     if spell.is_async:
         return await spell.function(*args, **kwargs)
     call = functools.partial(spell.function, *args, **kwargs)
@@ -125,8 +124,12 @@ def _cancelling() -> bool:
 
 
 def _base_exception_result(spell: Spell, exc: BaseException) -> dict[str, Any]:
-    log.error("spell %s raised %s, which would end the daemon; it fails the call instead", spell.name,
-              type(exc).__name__, exc_info=exc)
+    log.error(
+        "spell %s raised %s, which would end the daemon; it fails the call instead",
+        spell.name,
+        type(exc).__name__,
+        exc_info=exc,
+    )
     return error_result(
         f"spell {spell.name!r} failed: it raised {type(exc).__name__} (a spell cannot exit or "
         "interrupt the daemon; raise an ordinary exception or SpellError to fail a call)"

@@ -81,9 +81,7 @@ def _register_function(registry: SpellRegistry, item: object, source: str) -> No
 def _resolve(source: str, search_paths: Iterable[Path]) -> object:
     module_name, sep, attribute = source.partition(":")
     if not sep or not module_name or not attribute:
-        raise SpellLoadError(
-            f"spell source {source!r} is not of the form module:object (for example myspells:spells)"
-        )
+        raise SpellLoadError(f"spell source {source!r} is not of the form module:object (for example myspells:spells)")
     added = list(dict.fromkeys(str(Path(p).resolve()) for p in search_paths))
     for path in reversed(added):
         if path not in sys.path:
@@ -151,8 +149,7 @@ def _location(spec: importlib.machinery.ModuleSpec) -> list[Path]:
     return [p.resolve() for p in places]
 
 
-def _refuse_if_in_workspace(source: str, name: str, spec: importlib.machinery.ModuleSpec | None,
-                            root: Path) -> None:
+def _refuse_if_in_workspace(source: str, name: str, spec: importlib.machinery.ModuleSpec | None, root: Path) -> None:
     for place in _location(spec) if spec is not None else []:
         if _inside(place, root):
             raise SpellLoadError(

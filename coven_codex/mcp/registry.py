@@ -150,7 +150,11 @@ class SpellRegistry:
 
         def decorate(target: F) -> F:
             self.register(
-                target, name=name, description=description, title=title, timeout=timeout,
+                target,
+                name=name,
+                description=description,
+                title=title,
+                timeout=timeout,
                 annotations=annotations,
             )
             return target

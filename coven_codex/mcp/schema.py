@@ -141,9 +141,7 @@ def plan_arguments(function: Callable[..., Any], spell_name: str) -> ArgumentPla
             Annotated[annotation, Field(alias=parameter.name, title=parameter.name)],
             default,
         )
-        parameters.append(
-            _Parameter(parameter.name, field_name, parameter.kind is parameter.POSITIONAL_ONLY)
-        )
+        parameters.append(_Parameter(parameter.name, field_name, parameter.kind is parameter.POSITIONAL_ONLY))
     try:
         model = create_model(
             f"{spell_name}Arguments",
@@ -200,7 +198,7 @@ def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
             return node
         ref = node.get("$ref")
         if isinstance(ref, str) and ref.startswith(_DEFS_PREFIX):
-            name = ref[len(_DEFS_PREFIX):]
+            name = ref[len(_DEFS_PREFIX) :]
             if name in seen or name not in definitions:
                 kept_refs = True
                 return dict(node)
@@ -222,8 +220,9 @@ def _without_binary_format(node: Any) -> Any:
         return [_without_binary_format(item) for item in node]
     if not isinstance(node, dict):
         return node
-    return {key: _without_binary_format(value) for key, value in node.items()
-            if not (key == "format" and value == "binary")}
+    return {
+        key: _without_binary_format(value) for key, value in node.items() if not (key == "format" and value == "binary")
+    }
 
 
 def _is_context(annotation: Any) -> bool:

@@ -124,13 +124,20 @@ class SpellServer:
                 "limit of Unix sockets; pass a shorter socket_dir (or none, for a private temp dir)"
             )
         _remove_stale_socket(path)
-        self._executor = SpellThreads(self._spell_threads, name=f"spell-{self.label}" if self.label else "spell",
-                                      max_threads=self._spell_thread_cap)
+        self._executor = SpellThreads(
+            self._spell_threads,
+            name=f"spell-{self.label}" if self.label else "spell",
+            max_threads=self._spell_thread_cap,
+        )
         self._server = await asyncio.start_unix_server(self._on_connect, path=str(path))
         self._server_bound = True
         os.chmod(path, 0o600)
-        log.info("spell server%s listening on %s with %d spells", f" {self.label!r}" if self.label else "", path,
-                 len(self.registry))
+        log.info(
+            "spell server%s listening on %s with %d spells",
+            f" {self.label!r}" if self.label else "",
+            path,
+            len(self.registry),
+        )
 
     async def close(self) -> None:
         """Stop listening, end every connection (cancelling its calls), remove the socket."""

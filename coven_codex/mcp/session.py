@@ -127,11 +127,15 @@ class McpSession:
     def _lifecycle_refusal(self, method: str) -> str | None:
         """Why ``method`` cannot run in this session's state (MCP lifecycle), or None."""
         if method == "initialize" and self.protocol_version is not None:
-            return (f"Invalid request: this session is already initialised (protocol {self.protocol_version}); "
-                    "open a new connection to start over")
+            return (
+                f"Invalid request: this session is already initialised (protocol {self.protocol_version}); "
+                "open a new connection to start over"
+            )
         if self.protocol_version is None and method in self.methods and method not in ("initialize", "ping"):
-            return (f"Invalid request: {method} before initialize; send initialize first (this server "
-                    f"speaks MCP {', '.join(SUPPORTED_PROTOCOL_VERSIONS)}, which all begin with it)")
+            return (
+                f"Invalid request: {method} before initialize; send initialize first (this server "
+                f"speaks MCP {', '.join(SUPPORTED_PROTOCOL_VERSIONS)}, which all begin with it)"
+            )
         return None
 
     def notification(self, method: str, params: Mapping[str, Any]) -> None:
@@ -152,8 +156,10 @@ class McpSession:
         self.protocol_version = negotiate_version(requested)
         log.info(
             "MCP client %s %s connected (protocol %s, asked for %s)",
-            self.client_info.get("name", "?"), self.client_info.get("version", "?"),
-            self.protocol_version, requested,
+            self.client_info.get("name", "?"),
+            self.client_info.get("version", "?"),
+            self.protocol_version,
+            requested,
         )
         result: dict[str, Any] = {
             "protocolVersion": self.protocol_version,
@@ -176,7 +182,7 @@ class McpSession:
                 return Error(INVALID_PARAMS, "Invalid cursor", "pass back a nextCursor from tools/list")
             start = decoded
         tools = self.registry.tool_definitions()
-        page = tools[start:start + self.page_size]
+        page = tools[start : start + self.page_size]
         result: dict[str, Any] = {"tools": page}
         end = start + len(page)
         if end < len(tools):

@@ -88,8 +88,11 @@ class SpellThreads(Executor):
 
     def _grow(self) -> None:
         """Start a thread when work waits and the pool may (call with the lock held)."""
-        if (self._pending > self._waiting and self._workers - len(self._abandoned) < self._max_workers
-                and self._workers < self._max_threads):
+        if (
+            self._pending > self._waiting
+            and self._workers - len(self._abandoned) < self._max_workers
+            and self._workers < self._max_threads
+        ):
             self._workers += 1
             self._waiting += 1
             self._started += 1
@@ -100,10 +103,16 @@ class SpellThreads(Executor):
         names = ", ".join(f"{name!r} ×{count}" if count > 1 else repr(name) for name, count in hung.most_common(5))
         if not self._exhausted_logged:
             self._exhausted_logged = True
-            log.error("all %d spell threads are stuck in sync spells that timed out (%s); sync spells are refused "
-                      "until one returns", self._max_threads, names)
-        return (f"no thread is free for sync spells: all {self._max_threads} are stuck in spells that timed out "
-                f"and never returned ({names}); make those spells return (check ctx.cancelled) or restart the daemon")
+            log.error(
+                "all %d spell threads are stuck in sync spells that timed out (%s); sync spells are refused "
+                "until one returns",
+                self._max_threads,
+                names,
+            )
+        return (
+            f"no thread is free for sync spells: all {self._max_threads} are stuck in spells that timed out "
+            f"and never returned ({names}); make those spells return (check ctx.cancelled) or restart the daemon"
+        )
 
     def _work(self) -> None:
         while True:

@@ -39,10 +39,17 @@ def error_info_words(error_info: Any) -> str:
     return "; ".join(words)
 
 
-def error_entry_from_message(message: str, *, conversation: str = DEFAULT_CONVERSATION,
-                             thread_id: str | None = None, turn_id: str | None = None,
-                             exit_code: int | None = None, error_info: Any = None,
-                             entry_id: str | None = None, ts: datetime | str | None = None) -> ErrorEntry:
+def error_entry_from_message(
+    message: str,
+    *,
+    conversation: str = DEFAULT_CONVERSATION,
+    thread_id: str | None = None,
+    turn_id: str | None = None,
+    exit_code: int | None = None,
+    error_info: Any = None,
+    entry_id: str | None = None,
+    ts: datetime | str | None = None,
+) -> ErrorEntry:
     """A classified :class:`ErrorEntry`: ``code`` and ``hint`` from :func:`classify`, ``text``
     the message cut to 200 characters. ``error_info`` (Codex's ``codex_error_info``) helps
     classify but is not shown; an HTTP status in it counts like one in the message."""

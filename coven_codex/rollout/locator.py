@@ -110,8 +110,14 @@ def newest_rollout_for_cwd(codex_home: Path, cwd: Path, *, since: float | None =
     return best[1] if best else None
 
 
-async def locate_rollout(codex_home: Path, *, thread_id: str | None, cwd: Path | None,
-                         timeout: float, since: float | None = None) -> Path:  # noqa: ASYNC109  # shared interface
+async def locate_rollout(
+    codex_home: Path,
+    *,
+    thread_id: str | None,
+    cwd: Path | None,
+    timeout: float,  # noqa: ASYNC109  # a shared interface: callers pass the bound, not a scope
+    since: float | None = None,
+) -> Path:
     """Find (waiting up to ``timeout`` seconds) the rollout of ``thread_id``, or, when the
     thread id is unknown, the newest rollout whose ``session_meta.cwd`` is ``cwd``.
 
@@ -139,8 +145,15 @@ async def locate_rollout(codex_home: Path, *, thread_id: str | None, cwd: Path |
     stop = asyncio.Event()
     try:
         async with asyncio.timeout(timeout):
-            async for _changes in awatch(codex_home, watch_filter=in_sessions, stop_event=stop, debounce=20, step=10,
-                                         rust_timeout=int(RECHECK_SECONDS * 1000), yield_on_timeout=True):
+            async for _changes in awatch(
+                codex_home,
+                watch_filter=in_sessions,
+                stop_event=stop,
+                debounce=20,
+                step=10,
+                rust_timeout=int(RECHECK_SECONDS * 1000),
+                yield_on_timeout=True,
+            ):
                 found = await asyncio.to_thread(look)
                 if found is not None:
                     return found

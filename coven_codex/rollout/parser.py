@@ -107,8 +107,9 @@ def output_text(output: Any) -> str:
     if isinstance(output, str):
         return output
     if isinstance(output, list):
-        return "\n".join(part["text"] for part in output
-                         if isinstance(part, dict) and isinstance(part.get("text"), str))
+        return "\n".join(
+            part["text"] for part in output if isinstance(part, dict) and isinstance(part.get("text"), str)
+        )
     if isinstance(output, dict):
         if "content" in output:
             return output_text(output["content"])
@@ -120,8 +121,14 @@ def output_text(output: Any) -> str:
 def _session_meta(p: JsonObject) -> Payload:
     # 0.47 nests the meta in some versions under "meta"; take the flat form first.
     meta = p["meta"] if isinstance(p.get("meta"), dict) and "id" not in p else p
-    return SessionMeta(_str(meta.get("id")), _str(meta.get("cwd")), _str(meta.get("cli_version")),
-                       _str(meta.get("originator")), meta.get("source"), p)
+    return SessionMeta(
+        _str(meta.get("id")),
+        _str(meta.get("cwd")),
+        _str(meta.get("cli_version")),
+        _str(meta.get("originator")),
+        meta.get("source"),
+        p,
+    )
 
 
 def _turn_context(p: JsonObject) -> Payload:
@@ -139,15 +146,33 @@ def _response_item(item_type: Any, p: JsonObject) -> Payload:
     if item_type == "function_call":
         arguments = p.get("arguments")
         arguments_text = arguments if isinstance(arguments, str) else json.dumps(arguments)
-        return ToolCallItem("function_call", _str(p.get("call_id")), _str(p.get("name")) or "",
-                            _str(p.get("namespace")), arguments_text, p)
+        return ToolCallItem(
+            "function_call",
+            _str(p.get("call_id")),
+            _str(p.get("name")) or "",
+            _str(p.get("namespace")),
+            arguments_text,
+            p,
+        )
     if item_type == "custom_tool_call":
         tool_input = p.get("input")
-        return ToolCallItem("custom_tool_call", _str(p.get("call_id")), _str(p.get("name")) or "", None,
-                            tool_input if isinstance(tool_input, str) else json.dumps(tool_input), p)
+        return ToolCallItem(
+            "custom_tool_call",
+            _str(p.get("call_id")),
+            _str(p.get("name")) or "",
+            None,
+            tool_input if isinstance(tool_input, str) else json.dumps(tool_input),
+            p,
+        )
     if item_type == "local_shell_call":
-        return ToolCallItem("local_shell_call", _str(p.get("call_id")) or _str(p.get("id")), "local_shell", None,
-                            json.dumps(p.get("action")), p)
+        return ToolCallItem(
+            "local_shell_call",
+            _str(p.get("call_id")) or _str(p.get("id")),
+            "local_shell",
+            None,
+            json.dumps(p.get("action")),
+            p,
+        )
     if item_type in {"function_call_output", "custom_tool_call_output"}:
         return ToolOutputItem(item_type, _str(p.get("call_id")), output_text(p.get("output")), p)
     return OtherResponseItem(_str(item_type), p)
@@ -197,10 +222,12 @@ def _task_complete(p: JsonObject) -> Payload:
 
 
 _EVENT_TYPERS: dict[str, Callable[[JsonObject], Payload]] = {
-    "user_message": lambda p: UserMessageEvent(_str(p.get("message")) or "", _str(p.get("client_id")),
-                                               _str(p.get("turn_id")), p),
-    "agent_message": lambda p: AgentMessageEvent(_str(p.get("message")) or "", _str(p.get("id")),
-                                                 _str(p.get("turn_id")), p),
+    "user_message": lambda p: UserMessageEvent(
+        _str(p.get("message")) or "", _str(p.get("client_id")), _str(p.get("turn_id")), p
+    ),
+    "agent_message": lambda p: AgentMessageEvent(
+        _str(p.get("message")) or "", _str(p.get("id")), _str(p.get("turn_id")), p
+    ),
     "agent_reasoning": lambda p: AgentReasoningEvent(_str(p.get("text")) or "", None, _str(p.get("turn_id")), p),
     "item_completed": _item_completed,
     "task_started": lambda p: TurnStartedEvent(_str(p.get("turn_id")), p),
@@ -208,10 +235,12 @@ _EVENT_TYPERS: dict[str, Callable[[JsonObject], Payload]] = {
     "task_complete": _task_complete,
     "turn_complete": _task_complete,
     "turn_aborted": lambda p: TurnAbortedEvent(_str(p.get("turn_id")), _str(p.get("reason")), p),
-    "error": lambda p: ErrorMessageEvent("error", _str(p.get("message")) or json.dumps(p),
-                                         p.get("codex_error_info"), p),
-    "stream_error": lambda p: ErrorMessageEvent("stream_error", _str(p.get("message")) or json.dumps(p),
-                                                p.get("codex_error_info"), p),
+    "error": lambda p: ErrorMessageEvent(
+        "error", _str(p.get("message")) or json.dumps(p), p.get("codex_error_info"), p
+    ),
+    "stream_error": lambda p: ErrorMessageEvent(
+        "stream_error", _str(p.get("message")) or json.dumps(p), p.get("codex_error_info"), p
+    ),
 }
 
 

@@ -12,8 +12,10 @@ import json
 import re
 from dataclasses import dataclass
 
-_HEADER_LINE = re.compile(r"^(?:Chunk ID|Wall time|Process exited with code|Original token count|"
-                          r"Process running with session ID|Exit code)\b.*$")
+_HEADER_LINE = re.compile(
+    r"^(?:Chunk ID|Wall time|Process exited with code|Original token count|"
+    r"Process running with session ID|Exit code)\b.*$"
+)
 _EXIT = re.compile(r"^(?:Process exited with code|Exit code:?)\s*(-?\d+)", re.M)
 
 

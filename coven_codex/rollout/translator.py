@@ -82,6 +82,8 @@ def turn_entry_id(scope: str, turn: str, what: str) -> str:
     ``turn_aborted``) or the session from the driver's report; the journal gets it once.
     """
     return f"{scope}:turn-{turn.replace(':', '%3A')}:{what}"
+
+
 BAD_LINE_CODE = "BAD_LINE"
 
 SKIPPED_ENVELOPES: frozenset[tuple[str, str | None]] = frozenset(
@@ -208,8 +210,15 @@ class RolloutTranslator:
         if not payload.text:
             return []
         extra: dict[str, Any] = {"item_id": payload.item_id} if payload.item_id is not None else {}
-        return [ResponseEntry(text=payload.text, thread_id=self.thread_id, turn_id=payload.turn_id,
-                              **extra, **self._common(record.offset))]
+        return [
+            ResponseEntry(
+                text=payload.text,
+                thread_id=self.thread_id,
+                turn_id=payload.turn_id,
+                **extra,
+                **self._common(record.offset),
+            )
+        ]
 
     def _agent_reasoning(self, record: RolloutRecord) -> list[BaseEntry]:
         payload = record.payload
@@ -251,12 +260,29 @@ class RolloutTranslator:
         if self._ended(payload.turn_id):
             return []
         if payload.error_message is None:
-            return [self._status(TURN_COMPLETED, payload.turn_id, "turn completed",
-                                 self._turn_common(record.offset, payload.turn_id, "end"))]
-        error = self._error(payload.error_message, payload.error_info, payload.turn_id,
-                            self._turn_common(record.offset, payload.turn_id, "error"))
-        return [error, self._status(TURN_FAILED, payload.turn_id, f"turn failed: {error.code}",
-                                    self._turn_common(record.offset, payload.turn_id, "end", 1))]
+            return [
+                self._status(
+                    TURN_COMPLETED,
+                    payload.turn_id,
+                    "turn completed",
+                    self._turn_common(record.offset, payload.turn_id, "end"),
+                )
+            ]
+        error = self._error(
+            payload.error_message,
+            payload.error_info,
+            payload.turn_id,
+            self._turn_common(record.offset, payload.turn_id, "error"),
+        )
+        return [
+            error,
+            self._status(
+                TURN_FAILED,
+                payload.turn_id,
+                f"turn failed: {error.code}",
+                self._turn_common(record.offset, payload.turn_id, "end", 1),
+            ),
+        ]
 
     def _turn_aborted(self, record: RolloutRecord) -> list[BaseEntry]:
         payload = record.payload
@@ -264,9 +290,15 @@ class RolloutTranslator:
         if self._ended(payload.turn_id):
             return []
         reason = payload.reason or "aborted"
-        return [self._status(TURN_ABORTED, payload.turn_id, f"turn aborted ({reason})",
-                             self._turn_common(record.offset, payload.turn_id, "end"),
-                             reason=payload.reason)]
+        return [
+            self._status(
+                TURN_ABORTED,
+                payload.turn_id,
+                f"turn aborted ({reason})",
+                self._turn_common(record.offset, payload.turn_id, "end"),
+                reason=payload.reason,
+            )
+        ]
 
     def _ended(self, turn_id: str | None) -> bool:
         """Whether ``turn_id`` already ended (then its end is not translated again); marks it ended."""
@@ -281,8 +313,9 @@ class RolloutTranslator:
         payload = record.payload
         assert isinstance(payload, ErrorMessageEvent)
         transient = payload.event_type == "stream_error"  # Codex retries after a stream_error
-        return [self._error(payload.message, payload.error_info, None, self._common(record.offset),
-                            transient=transient)]
+        return [
+            self._error(payload.message, payload.error_info, None, self._common(record.offset), transient=transient)
+        ]
 
     def _tool_call(self, item: ToolCallItem, common: dict[str, Any]) -> ToolCallEntry:
         tool, server = display_tool_name(item.name, item.namespace)
@@ -295,27 +328,37 @@ class RolloutTranslator:
         extra: dict[str, Any] = {}
         if server is not None:
             extra["mcp_server"] = server
-        return ToolCallEntry(tool=tool, arguments=arguments, call_id=item.call_id,
-                             text=_preview(f"{tool} {item.arguments}"), **extra, **common)
+        return ToolCallEntry(
+            tool=tool,
+            arguments=arguments,
+            call_id=item.call_id,
+            text=_preview(f"{tool} {item.arguments}"),
+            **extra,
+            **common,
+        )
 
     def _tool_result(self, item: ToolOutputItem, common: dict[str, Any]) -> ToolResultEntry:
         output = clean_tool_output(item.output)
         failed = item.call_id in self._failed_calls or (output.exit_code not in (None, 0))
         extra: dict[str, Any] = {} if output.exit_code is None else {"exit_code": output.exit_code}
         tool = self._tool_names.get(item.call_id) if item.call_id is not None else None
-        return ToolResultEntry(call_id=item.call_id, tool=tool, is_error=failed, text=output.text,
-                                               **extra, **common)
+        return ToolResultEntry(call_id=item.call_id, tool=tool, is_error=failed, text=output.text, **extra, **common)
 
-    def _status(self, state: str, turn_id: str | None, text: str, common: dict[str, Any],
-                **extra: Any) -> StatusEntry:
-        return StatusEntry(state=state, thread_id=self.thread_id, turn_id=turn_id, text=text,
-                                           **extra, **common)
+    def _status(self, state: str, turn_id: str | None, text: str, common: dict[str, Any], **extra: Any) -> StatusEntry:
+        return StatusEntry(state=state, thread_id=self.thread_id, turn_id=turn_id, text=text, **extra, **common)
 
-    def _error(self, message: str, error_info: Any, turn_id: str | None, common: dict[str, Any], *,
-               transient: bool = False) -> ErrorEntry:
-        entry = error_entry_from_message(message, conversation=self.conversation, thread_id=self.thread_id,
-                                         turn_id=turn_id, error_info=error_info, ts=common.get("ts"),
-                                         entry_id=common["id"])
+    def _error(
+        self, message: str, error_info: Any, turn_id: str | None, common: dict[str, Any], *, transient: bool = False
+    ) -> ErrorEntry:
+        entry = error_entry_from_message(
+            message,
+            conversation=self.conversation,
+            thread_id=self.thread_id,
+            turn_id=turn_id,
+            error_info=error_info,
+            ts=common.get("ts"),
+            entry_id=common["id"],
+        )
         if transient:
             return entry.model_copy(update={"transient": True})
         return entry
@@ -324,11 +367,13 @@ class RolloutTranslator:
         log.warning("rollout of thread %s: unreadable line at byte %d: %s", self.thread_id, start, reason)
         fields: dict[str, Any] = self._common(start)
         fields.update(thread_id=self.thread_id, offset=start)  # extra fields of the entry
-        return ErrorEntry(code=BAD_LINE_CODE,
-                          text=f"Skipped an unreadable line of the Codex rollout at byte {start}: {reason}",
-                          hint="Codex wrote a line this version cannot read; the rest of the session goes on. "
-                               "If it repeats, check that the Codex CLI version is supported (coven-codex validate).",
-                          **fields)
+        return ErrorEntry(
+            code=BAD_LINE_CODE,
+            text=f"Skipped an unreadable line of the Codex rollout at byte {start}: {reason}",
+            hint="Codex wrote a line this version cannot read; the rest of the session goes on. "
+            "If it repeats, check that the Codex CLI version is supported (coven-codex validate).",
+            **fields,
+        )
 
 
 def display_tool_name(name: str, namespace: str | None) -> tuple[str, str | None]:

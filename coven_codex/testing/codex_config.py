@@ -27,11 +27,17 @@ DEFAULT_MODEL = "m"
 PROVIDER_ID = "local"
 
 
-def codex_config(base_url: str, *, model: str = DEFAULT_MODEL, env_key: str = DEFAULT_ENV_KEY,
-                 request_max_retries: int = 0, stream_max_retries: int = 0,
-                 stream_idle_timeout_ms: int = 30_000,
-                 mcp_servers: Mapping[str, Mapping[str, Any]] | None = None,
-                 extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def codex_config(
+    base_url: str,
+    *,
+    model: str = DEFAULT_MODEL,
+    env_key: str = DEFAULT_ENV_KEY,
+    request_max_retries: int = 0,
+    stream_max_retries: int = 0,
+    stream_idle_timeout_ms: int = 30_000,
+    mcp_servers: Mapping[str, Mapping[str, Any]] | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """The config as a dict (``extra`` is merged in last, tables recursively)."""
     config: dict[str, Any] = {
         "model": model,
@@ -68,22 +74,37 @@ def _merge(target: dict[str, Any], extra: Mapping[str, Any]) -> None:
             target[key] = dict(value) if isinstance(value, Mapping) else value
 
 
-def write_codex_config(codex_home: Path, base_url: str, *, model: str = DEFAULT_MODEL,
-                       env_key: str = DEFAULT_ENV_KEY, api_key: str = "scripted-test-key",
-                       request_max_retries: int = 0, stream_max_retries: int = 0,
-                       stream_idle_timeout_ms: int = 30_000,
-                       mcp_servers: Mapping[str, Mapping[str, Any]] | None = None,
-                       extra: Mapping[str, Any] | None = None) -> dict[str, str]:
+def write_codex_config(
+    codex_home: Path,
+    base_url: str,
+    *,
+    model: str = DEFAULT_MODEL,
+    env_key: str = DEFAULT_ENV_KEY,
+    api_key: str = "scripted-test-key",
+    request_max_retries: int = 0,
+    stream_max_retries: int = 0,
+    stream_idle_timeout_ms: int = 30_000,
+    mcp_servers: Mapping[str, Mapping[str, Any]] | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, str]:
     """Create ``codex_home`` if needed, (over)write its ``config.toml``, return the env vars."""
     codex_home.mkdir(parents=True, exist_ok=True)
-    config = codex_config(base_url, model=model, env_key=env_key, request_max_retries=request_max_retries,
-                          stream_max_retries=stream_max_retries, stream_idle_timeout_ms=stream_idle_timeout_ms,
-                          mcp_servers=mcp_servers, extra=extra)
+    config = codex_config(
+        base_url,
+        model=model,
+        env_key=env_key,
+        request_max_retries=request_max_retries,
+        stream_max_retries=stream_max_retries,
+        stream_idle_timeout_ms=stream_idle_timeout_ms,
+        mcp_servers=mcp_servers,
+        extra=extra,
+    )
     (codex_home / "config.toml").write_text(tomlkit.dumps(config), encoding="utf-8")
     return codex_env(codex_home, env_key=env_key, api_key=api_key)
 
 
-def codex_env(codex_home: Path, *, env_key: str = DEFAULT_ENV_KEY,
-              api_key: str = "scripted-test-key") -> dict[str, str]:
+def codex_env(
+    codex_home: Path, *, env_key: str = DEFAULT_ENV_KEY, api_key: str = "scripted-test-key"
+) -> dict[str, str]:
     """The variables Codex needs to run against the config written by :func:`write_codex_config`."""
     return {"CODEX_HOME": str(codex_home), env_key: api_key}

@@ -119,8 +119,9 @@ def response_head(status: int, headers: list[tuple[str, str]]) -> bytes:
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
-def full_response(status: int, body: bytes, content_type: str, *, keep_alive: bool,
-                  extra_headers: tuple[tuple[str, str], ...] = ()) -> bytes:
+def full_response(
+    status: int, body: bytes, content_type: str, *, keep_alive: bool, extra_headers: tuple[tuple[str, str], ...] = ()
+) -> bytes:
     headers = [
         ("content-type", content_type),
         ("content-length", str(len(body))),

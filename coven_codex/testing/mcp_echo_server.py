@@ -76,8 +76,11 @@ def handle(message: dict[str, Any]) -> dict[str, Any] | None:
     }
     handler = handlers.get(str(method))
     if handler is None:
-        return {"jsonrpc": "2.0", "id": message["id"],
-                "error": {"code": -32601, "message": f"method not found: {method}"}}
+        return {
+            "jsonrpc": "2.0",
+            "id": message["id"],
+            "error": {"code": -32601, "message": f"method not found: {method}"},
+        }
     return {"jsonrpc": "2.0", "id": message["id"], "result": handler()}
 
 
@@ -89,7 +92,10 @@ def serve(stdin: TextIO, stdout: TextIO) -> None:
             message = json.loads(line)
         except ValueError:
             response: dict[str, Any] | None = {
-                "jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "parse error"}}
+                "jsonrpc": "2.0",
+                "id": None,
+                "error": {"code": -32700, "message": "parse error"},
+            }
         else:
             response = handle(message) if isinstance(message, dict) else None
         if response is not None:
@@ -99,8 +105,12 @@ def serve(stdin: TextIO, stdout: TextIO) -> None:
 
 def mcp_server_entry(*, python: str = sys.executable) -> dict[str, Any]:
     """The ``[mcp_servers.<name>]`` table that launches this server."""
-    return {"command": python, "args": ["-m", "coven_codex.testing.mcp_echo_server"],
-            "default_tools_approval_mode": "approve", "startup_timeout_sec": 20}
+    return {
+        "command": python,
+        "args": ["-m", "coven_codex.testing.mcp_echo_server"],
+        "default_tools_approval_mode": "approve",
+        "startup_timeout_sec": 20,
+    }
 
 
 if __name__ == "__main__":

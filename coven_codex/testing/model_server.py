@@ -70,8 +70,13 @@ from coven_codex.testing.steps import (
 log = logging.getLogger(__name__)
 
 EXHAUSTED_TEXT = "[scripted model server] script exhausted"
-_ERROR_TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 403: "permission_error",
-                404: "not_found_error", 429: "rate_limit_exceeded"}
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "invalid_request_error",
+    403: "permission_error",
+    404: "not_found_error",
+    429: "rate_limit_exceeded",
+}
 
 
 def _exhausted(_request: RecordedRequest) -> TurnScript:
@@ -82,8 +87,15 @@ def _exhausted(_request: RecordedRequest) -> TurnScript:
 class ScriptedModelServer:
     """See the module docstring. Start with ``async with`` (or ``await start()`` / ``aclose()``)."""
 
-    def __init__(self, script: Iterable[TurnScript] = (), *, responder: Responder | None = None,
-                 host: str = "127.0.0.1", port: int = 0, record_file: Path | None = None) -> None:
+    def __init__(
+        self,
+        script: Iterable[TurnScript] = (),
+        *,
+        responder: Responder | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        record_file: Path | None = None,
+    ) -> None:
         self._script: deque[tuple[Step, ...]] = deque(as_steps(entry) for entry in script)
         self._responder: Responder = responder or _exhausted
         self._host = host
@@ -115,8 +127,9 @@ class ScriptedModelServer:
         await self.start()
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         await self.aclose()
 
     async def serve_forever(self) -> None:
@@ -175,8 +188,9 @@ class ScriptedModelServer:
                 body = http11.decode_body(request.body, request.headers.get("content-encoding", ""))
             except http11.UnsupportedEncodingError as exc:
                 self._record(RecordedRequest(request.method, request.target, request.headers, request.body))
-                await self._send_json(writer, 415, {"error": {"message": f"unsupported encoding {exc}"}},
-                                      keep_alive=request.keep_alive)
+                await self._send_json(
+                    writer, 415, {"error": {"message": f"unsupported encoding {exc}"}}, keep_alive=request.keep_alive
+                )
             else:
                 recorded = RecordedRequest(request.method, request.target, request.headers, body)
                 self._record(recorded)
@@ -190,10 +204,13 @@ class ScriptedModelServer:
         log.debug("%s %s (%d bytes)", request.method, request.path, len(request.body))
         self.requests.add(request)
         if self._record_file is not None:
-            headers = {k: ("<redacted>" if k in {"authorization", "cookie"} else v)
-                       for k, v in request.headers.items()}
-            line = {"method": request.method, "path": request.path, "headers": headers,
-                    "body": request.json if request.json is not None else request.body.decode("utf-8", "replace")}
+            headers = {k: ("<redacted>" if k in {"authorization", "cookie"} else v) for k, v in request.headers.items()}
+            line = {
+                "method": request.method,
+                "path": request.path,
+                "headers": headers,
+                "body": request.json if request.json is not None else request.body.decode("utf-8", "replace"),
+            }
             with self._record_file.open("a", encoding="utf-8") as handle:
                 handle.write(json.dumps(line) + "\n")
 
@@ -202,19 +219,35 @@ class ScriptedModelServer:
         if request.is_responses:
             return await self._respond(request, writer, keep_alive=keep_alive)
         if request.method == "GET" and path.endswith("/models"):
-            await self._send_json(writer, 200, {"object": "list", "data": [
-                {"id": "m", "object": "model", "owned_by": "coven-scripted"}]}, keep_alive=keep_alive)
+            await self._send_json(
+                writer,
+                200,
+                {"object": "list", "data": [{"id": "m", "object": "model", "owned_by": "coven-scripted"}]},
+                keep_alive=keep_alive,
+            )
             return keep_alive
         log.info("unhandled request %s %s answered 404", request.method, request.path)
-        await self._send_json(writer, 404, {"error": {"message": f"no route for {request.method} {path}",
-                                                      "type": "not_found_error"}}, keep_alive=keep_alive)
+        await self._send_json(
+            writer,
+            404,
+            {"error": {"message": f"no route for {request.method} {path}", "type": "not_found_error"}},
+            keep_alive=keep_alive,
+        )
         return keep_alive
 
-    async def _send_json(self, writer: asyncio.StreamWriter, status: int, payload: Any, *, keep_alive: bool,
-                         extra_headers: tuple[tuple[str, str], ...] = ()) -> None:
+    async def _send_json(
+        self,
+        writer: asyncio.StreamWriter,
+        status: int,
+        payload: Any,
+        *,
+        keep_alive: bool,
+        extra_headers: tuple[tuple[str, str], ...] = (),
+    ) -> None:
         body = json.dumps(payload).encode()
-        writer.write(http11.full_response(status, body, "application/json", keep_alive=keep_alive,
-                                          extra_headers=extra_headers))
+        writer.write(
+            http11.full_response(status, body, "application/json", keep_alive=keep_alive, extra_headers=extra_headers)
+        )
         await writer.drain()
 
     # -- /responses ------------------------------------------------------------------------
@@ -242,23 +275,32 @@ class ScriptedModelServer:
                 if isinstance(step, Stall):
                     await asyncio.sleep(step.seconds)
             message = http_error.message or f"scripted HTTP {http_error.status}"
-            error = {"message": message, "type": _ERROR_TYPES.get(http_error.status, "server_error"),
-                     "code": None, "param": None}
+            error = {
+                "message": message,
+                "type": _ERROR_TYPES.get(http_error.status, "server_error"),
+                "code": None,
+                "param": None,
+            }
             payload = {"error": error} if http_error.body is None else http_error.body
-            await self._send_json(writer, http_error.status, payload, keep_alive=keep_alive,
-                                  extra_headers=http_error.headers)
+            await self._send_json(
+                writer, http_error.status, payload, keep_alive=keep_alive, extra_headers=http_error.headers
+            )
             return keep_alive
         return await self._stream(request, steps, writer)
 
-    async def _stream(self, request: RecordedRequest, steps: tuple[Step, ...],
-                      writer: asyncio.StreamWriter) -> bool:
+    async def _stream(self, request: RecordedRequest, steps: tuple[Step, ...], writer: asyncio.StreamWriter) -> bool:
         """Stream one response; returns whether the connection may be reused."""
-        writer.write(http11.response_head(200, [
-            ("content-type", "text/event-stream"),
-            ("cache-control", "no-cache"),
-            ("transfer-encoding", "chunked"),
-            ("connection", "keep-alive"),
-        ]))
+        writer.write(
+            http11.response_head(
+                200,
+                [
+                    ("content-type", "text/event-stream"),
+                    ("cache-control", "no-cache"),
+                    ("transfer-encoding", "chunked"),
+                    ("connection", "keep-alive"),
+                ],
+            )
+        )
         response_id = self._ids.new("resp")
 
         async def send(event: sse.Event) -> None:

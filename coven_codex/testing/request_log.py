@@ -60,8 +60,11 @@ class RecordedRequest:
         names: list[str] = []
         for tool in self.tools():
             if tool.get("type") == "namespace":
-                names.extend(f"{tool.get('name')}.{inner.get('name')}" for inner in tool.get("tools") or []
-                             if isinstance(inner, dict))
+                names.extend(
+                    f"{tool.get('name')}.{inner.get('name')}"
+                    for inner in tool.get("tools") or []
+                    if isinstance(inner, dict)
+                )
             elif isinstance(tool.get("name"), str):
                 names.append(tool["name"])
         return names

@@ -88,8 +88,13 @@ def command_responder(request: RecordedRequest) -> TurnScript:
     return (Reasoning(rest), Reply(f"thought about: {rest}"))
 
 
-def tool_rule(pattern: str, tool: str, arguments: Callable[[re.Match[str]], Any] | Any = None, *,
-              otherwise: Responder = echo_responder) -> Responder:
+def tool_rule(
+    pattern: str,
+    tool: str,
+    arguments: Callable[[re.Match[str]], Any] | Any = None,
+    *,
+    otherwise: Responder = echo_responder,
+) -> Responder:
     """A responder calling ``tool`` when the user's text matches ``pattern``.
 
     ``arguments`` is a dict (or a function of the match returning one; default: the

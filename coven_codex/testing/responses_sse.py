@@ -117,8 +117,9 @@ def reasoning_events(step: Reasoning, item_id: str, output_index: int) -> Iterat
     }
 
 
-def function_call_event(name: str, namespace: str | None, arguments: Any, *, call_id: str,
-                        item_id: str, output_index: int) -> Event:
+def function_call_event(
+    name: str, namespace: str | None, arguments: Any, *, call_id: str, item_id: str, output_index: int
+) -> Event:
     item: dict[str, Any] = {
         "type": "function_call",
         "id": item_id,
@@ -134,12 +135,17 @@ def function_call_event(name: str, namespace: str | None, arguments: Any, *, cal
 
 def call_tool_event(step: CallTool, tools: list[dict[str, Any]], ids: IdSource, output_index: int) -> Event:
     name, namespace = resolve_tool(step.name, tools)
-    return function_call_event(name, namespace, step.arguments, call_id=step.call_id or ids.new("call"),
-                               item_id=ids.new("fc"), output_index=output_index)
+    return function_call_event(
+        name,
+        namespace,
+        step.arguments,
+        call_id=step.call_id or ids.new("call"),
+        item_id=ids.new("fc"),
+        output_index=output_index,
+    )
 
 
-def run_command_event(step: RunCommand, tools: list[dict[str, Any]], ids: IdSource,
-                      output_index: int) -> Event:
+def run_command_event(step: RunCommand, tools: list[dict[str, Any]], ids: IdSource, output_index: int) -> Event:
     offered = {tool.get("name") for tool in tools if tool.get("type") == "function"}
     name: str
     arguments: dict[str, Any]
@@ -152,8 +158,9 @@ def run_command_event(step: RunCommand, tools: list[dict[str, Any]], ids: IdSour
     else:
         log.warning("no shell tool offered (tools: %s); calling exec_command anyway", sorted(map(str, offered)))
         name, arguments = "exec_command", {"cmd": step.command}
-    return function_call_event(name, None, arguments, call_id=step.call_id or ids.new("call"),
-                               item_id=ids.new("fc"), output_index=output_index)
+    return function_call_event(
+        name, None, arguments, call_id=step.call_id or ids.new("call"), item_id=ids.new("fc"), output_index=output_index
+    )
 
 
 def split_tool_name(name: str) -> tuple[str | None, str]:
@@ -198,6 +205,9 @@ def resolve_tool(name: str, tools: list[dict[str, Any]]) -> tuple[str, str | Non
     for namespace, inner in namespaces.items():
         if tool in inner:
             return tool, namespace
-    log.warning("tool %r is not among the offered tools %s; calling it by that name", name,
-                   sorted(flat | {f"{ns}.{t}" for ns, inner in namespaces.items() for t in inner}))
+    log.warning(
+        "tool %r is not among the offered tools %s; calling it by that name",
+        name,
+        sorted(flat | {f"{ns}.{t}" for ns, inner in namespaces.items() for t in inner}),
+    )
     return name, None

@@ -106,7 +106,6 @@ TurnScript = Step | Sequence[Step]
 
 def as_steps(script: TurnScript) -> tuple[Step, ...]:
     """Normalise a single step or a sequence of steps to a tuple."""
-    if isinstance(script, Reply | Reasoning | CallTool | RunCommand | HttpError | ErrorEvent | Stall
-                  | Disconnect):
+    if isinstance(script, Reply | Reasoning | CallTool | RunCommand | HttpError | ErrorEvent | Stall | Disconnect):
         return (script,)
     return tuple(script)

@@ -57,8 +57,10 @@ async def probe_codex_found(context: ProbeContext) -> ProbeResult:
     detail = f"{found.path} (via {found.source}); started as the {launch.describe()}"
     if relative := relative_path_entries(os.environ):
         shown = ", ".join(repr(entry) for entry in relative[:5])
-        return ProbeResult.warn(f"{detail}; PATH has relative or empty entries ({shown}), left out of Codex's PATH",
-                                "Remove relative and empty entries (a leading or trailing ':', '::', '.') from PATH.")
+        return ProbeResult.warn(
+            f"{detail}; PATH has relative or empty entries ({shown}), left out of Codex's PATH",
+            "Remove relative and empty entries (a leading or trailing ':', '::', '.') from PATH.",
+        )
     return ProbeResult.ok(detail)
 
 
@@ -77,8 +79,9 @@ def _discovery_fix(message: str) -> str:
 async def probe_codex_version(context: ProbeContext) -> ProbeResult:
     launch: CodexLaunch = context.facts[LAUNCH_FACT]
     try:
-        version = await asyncio.to_thread(detect_version, launch.program, env=launch.environment(os.environ),
-                                          command=launch.command)
+        version = await asyncio.to_thread(
+            detect_version, launch.program, env=launch.environment(os.environ), command=launch.command
+        )
     except VersionError as exc:
         return ProbeResult.fail(str(exc), "Reinstall the Codex CLI (npm install -g @openai/codex).")
     context.facts[VERSION_FACT] = version
@@ -96,8 +99,8 @@ async def probe_codex_supported(context: ProbeContext) -> ProbeResult:
     driver: DriverKind = version.default_driver if wanted == "auto" else wanted
     if driver == "app-server" and not version.supports_app_server:
         return ProbeResult.fail(
-            f"driver = \"app-server\" was asked for, but Codex {version} lacks the app-server v2 protocol",
-            "Set driver = \"auto\" (or \"exec\"), or upgrade Codex to 0.169.0 or newer.",
+            f'driver = "app-server" was asked for, but Codex {version} lacks the app-server v2 protocol',
+            'Set driver = "auto" (or "exec"), or upgrade Codex to 0.169.0 or newer.',
         )
     context.facts[DRIVER_FACT] = driver
     how = "chosen by version" if wanted == "auto" else "as configured"
@@ -124,8 +127,7 @@ def _credential_sources(context: ProbeContext) -> list[str]:
     if isolated.is_file():
         sources.append(str(isolated))
     sources += [f"${name}" for name in API_KEY_VARIABLES[:3] if os.environ.get(name)]
-    sources += [f"${name} (model provider env_key)" for name in _configured_env_keys(context)
-                if os.environ.get(name)]
+    sources += [f"${name} (model provider env_key)" for name in _configured_env_keys(context) if os.environ.get(name)]
     return sources
 
 
@@ -155,8 +157,7 @@ async def probe_login(context: ProbeContext) -> ProbeResult:
             shutil.copy2(user_dir / AUTH_FILE, scratch / AUTH_FILE)
         env = launch.environment({**os.environ, "CODEX_HOME": str(scratch)})
         try:
-            done = await asyncio.to_thread(run_captured, launch.argv("login", "status"), env=env,
-                                           timeout=LOGIN_TIMEOUT)
+            done = await asyncio.to_thread(run_captured, launch.argv("login", "status"), env=env, timeout=LOGIN_TIMEOUT)
         except Exception as exc:  # TimeoutExpired, OSError: both mean "could not tell"
             return ProbeResult.warn(
                 f"`codex login status` gave no answer ({type(exc).__name__})",
@@ -170,8 +171,10 @@ async def probe_login(context: ProbeContext) -> ProbeResult:
         return ProbeResult.ok(said or "logged in")
     if api_sources:
         return ProbeResult.ok(f"not logged in, but {', '.join(api_sources)} will be used")
-    return ProbeResult.warn(f"Codex says: {said or 'not logged in'}",
-                            "Run `codex login` (or export OPENAI_API_KEY) unless a local model provider is used.")
+    return ProbeResult.warn(
+        f"Codex says: {said or 'not logged in'}",
+        "Run `codex login` (or export OPENAI_API_KEY) unless a local model provider is used.",
+    )
 
 
 async def probe_config_merge(context: ProbeContext) -> ProbeResult:
@@ -182,15 +185,23 @@ async def probe_config_merge(context: ProbeContext) -> ProbeResult:
     if isinstance(registry, SpellRegistry) and len(registry) > 0:
         version = context.facts.get(VERSION_FACT)
         owned[("mcp_servers", SERVER_NAME)] = codex_mcp_entry(
-            "/run/coven-validate/placeholder.sock", "x" * 32, str(version) if version else None,
+            "/run/coven-validate/placeholder.sock",
+            "x" * 32,
+            str(version) if version else None,
             tool_timeout=registry.longest_timeout,
         )
     scratch = Path(tempfile.mkdtemp(prefix="coven-validate-config-"))
     try:
         home = await asyncio.to_thread(
-            prepare_codex_home, scratch / "home", settings.workspace, driver=driver,
-            base_config=settings.codex_config, inline_config=settings.codex, owned_tables=owned,
-            agents_template=settings.agents_template, agents_vars=settings.agents_vars,
+            prepare_codex_home,
+            scratch / "home",
+            settings.workspace,
+            driver=driver,
+            base_config=settings.codex_config,
+            inline_config=settings.codex,
+            owned_tables=owned,
+            agents_template=settings.agents_template,
+            agents_vars=settings.agents_vars,
         )
         parsed = tomllib.loads(home.config_path.read_text(encoding="utf-8"))
     except (ConfigMergeError, CodexHomeError, TemplateError) as exc:
@@ -214,4 +225,4 @@ async def probe_config_merge(context: ProbeContext) -> ProbeResult:
 def _config_fix(base: Path | None) -> str:
     if base is None:
         return "Fix the [codex] table or agents_template in coven.toml."
-    return f"Fix {base} (check it with `python -c 'import tomllib; tomllib.load(open(\"{base}\", \"rb\"))'`)."
+    return f'Fix {base} (check it with `python -c \'import tomllib; tomllib.load(open("{base}", "rb"))\'`).'

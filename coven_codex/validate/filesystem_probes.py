@@ -41,8 +41,7 @@ def _try_write(folder: Path) -> str | None:
 async def check_writable_dir(path: Path, what: str, setting: str) -> ProbeResult:
     existing = nearest_existing(path)
     if not existing.is_dir():
-        return ProbeResult.fail(f"{what} {path}: {existing} is not a folder",
-                                f"Point {setting} at a folder.")
+        return ProbeResult.fail(f"{what} {path}: {existing} is not a folder", f"Point {setting} at a folder.")
     error = await asyncio.to_thread(_try_write, existing)
     if error is not None:
         return ProbeResult.fail(
@@ -56,8 +55,9 @@ async def check_writable_dir(path: Path, what: str, setting: str) -> ProbeResult
 async def probe_workspace(context: ProbeContext) -> ProbeResult:
     workspace = context.settings.workspace
     if not workspace.exists():
-        return ProbeResult.fail(f"workspace {workspace} does not exist",
-                                f"Create it (mkdir -p {workspace}) or pass --workspace.")
+        return ProbeResult.fail(
+            f"workspace {workspace} does not exist", f"Create it (mkdir -p {workspace}) or pass --workspace."
+        )
     return await check_writable_dir(workspace, "workspace", "--workspace")
 
 
@@ -86,8 +86,9 @@ async def probe_sessions_folder(context: ProbeContext) -> ProbeResult:
 
     error = await asyncio.to_thread(_readable)
     if error is not None:
-        return ProbeResult.fail(f"cannot read {sessions} ({error})",
-                                f"Give this user read access to {sessions} (chmod -R u+rX).")
+        return ProbeResult.fail(
+            f"cannot read {sessions} ({error})", f"Give this user read access to {sessions} (chmod -R u+rX)."
+        )
     return ProbeResult.ok(f"{sessions} is readable")
 
 
@@ -97,15 +98,18 @@ async def probe_journal(context: ProbeContext) -> ProbeResult:
         return ProbeResult.warn("no journal configured", "Pass --journal PATH (or set journal in coven.toml).")
     folder = journal.parent
     if not folder.is_dir():
-        return ProbeResult.fail(f"the journal's folder {folder} does not exist",
-                                f"Create it (mkdir -p {folder}) or choose another --journal.")
+        return ProbeResult.fail(
+            f"the journal's folder {folder} does not exist",
+            f"Create it (mkdir -p {folder}) or choose another --journal.",
+        )
     if journal.exists():
         if not journal.is_file():
-            return ProbeResult.fail(f"journal {journal} is not a regular file",
-                                    "Point --journal at a file.")
+            return ProbeResult.fail(f"journal {journal} is not a regular file", "Point --journal at a file.")
         if not os.access(journal, os.R_OK | os.W_OK):
-            return ProbeResult.fail(f"journal {journal} is not readable and writable by this user",
-                                    f"chmod u+rw {journal}, or run as its owner.")
+            return ProbeResult.fail(
+                f"journal {journal} is not readable and writable by this user",
+                f"chmod u+rw {journal}, or run as its owner.",
+            )
         return ProbeResult.ok(f"journal {journal} exists and is writable")
     return await check_writable_dir(folder, "journal folder", "--journal")
 

@@ -120,8 +120,9 @@ async def _run_bounded(probe: Probe, context: ProbeContext) -> ProbeResult:
         )
     except Exception as exc:  # a probe's own bug must not hide the other probes' results
         log.exception("probe %s crashed", probe.code)
-        return ProbeResult.fail(f"the probe itself failed: {type(exc).__name__}: {exc}",
-                                "Please report this with the daemon log.")
+        return ProbeResult.fail(
+            f"the probe itself failed: {type(exc).__name__}: {exc}", "Please report this with the daemon log."
+        )
 
 
 def exit_code(outcomes: Sequence[Outcome]) -> int:

@@ -11,25 +11,33 @@ from coven_codex.validate.framework import Outcome, Probe, ProbeContext, run_pla
 PLAN: tuple[Probe, ...] = (
     Probe("timeouts", "timeout settings within bounds", fs.probe_timeouts, timeout=1, required=False),
     Probe("workspace", "workspace exists and is writable", fs.probe_workspace, timeout=5),
-    Probe("codex_found", "Codex executable found, not inside the workspace", codex.probe_codex_found,
-          timeout=8),
-    Probe("codex_version", "`codex --version` answers", codex.probe_codex_version, timeout=8,
-          needs=("codex_found",)),
-    Probe("codex_supported", "Codex version supported; driver chosen", codex.probe_codex_supported,
-          timeout=1, needs=("codex_version",)),
+    Probe("codex_found", "Codex executable found, not inside the workspace", codex.probe_codex_found, timeout=8),
+    Probe("codex_version", "`codex --version` answers", codex.probe_codex_version, timeout=8, needs=("codex_found",)),
+    Probe(
+        "codex_supported",
+        "Codex version supported; driver chosen",
+        codex.probe_codex_supported,
+        timeout=1,
+        needs=("codex_version",),
+    ),
     Probe("credentials", "credentials for the model provider", codex.probe_credentials, timeout=2),
-    Probe("login", "`codex login status`", codex.probe_login, timeout=12, required=False,
-          needs=("codex_version",)),  # a Codex that cannot say its version would only time out here
+    Probe(
+        "login", "`codex login status`", codex.probe_login, timeout=12, required=False, needs=("codex_version",)
+    ),  # a Codex that cannot say its version would only time out here
     Probe("codex_home", "CODEX_HOME writable", fs.probe_codex_home, timeout=5),
     Probe("state_dir", "state folder (cursors, sessions) writable", fs.probe_state_dir, timeout=5),
     Probe("sessions", "Codex sessions folder readable", fs.probe_sessions_folder, timeout=10),
     Probe("journal", "journal path writable", fs.probe_journal, timeout=5),
     Probe("spells", "spells import with valid schemas", spells.probe_spells, timeout=30),
     Probe("shim_version", "the MCP shim starts within 1 s", spells.probe_shim_version, timeout=3),
-    Probe("shim_handshake", "socket handshake round trip through a live shim", spells.probe_shim_handshake,
-          timeout=15),
-    Probe("config_merge", "Codex config merged in a scratch copy and re-parsed", codex.probe_config_merge,
-          timeout=15, needs=("codex_supported",)),
+    Probe("shim_handshake", "socket handshake round trip through a live shim", spells.probe_shim_handshake, timeout=15),
+    Probe(
+        "config_merge",
+        "Codex config merged in a scratch copy and re-parsed",
+        codex.probe_config_merge,
+        timeout=15,
+        needs=("codex_supported",),
+    ),
 )
 
 RUN_GATES: frozenset[str] = frozenset({"workspace", "codex_home", "state_dir", "journal"})

@@ -26,8 +26,11 @@ def render_table(outcomes: Sequence[Outcome], width: int = 100) -> str:
             fix = textwrap.wrap("fix: " + outcome.result.fix, max(30, width - len(prefix)))
             lines.extend(" " * len(prefix) + part for part in fix)
     failed = [o.probe.code for o in outcomes if o.blocking]
-    warned = [o.probe.code for o in outcomes if o.result.status is Status.WARN
-              or (o.result.status is Status.FAIL and not o.probe.required)]
+    warned = [
+        o.probe.code
+        for o in outcomes
+        if o.result.status is Status.WARN or (o.result.status is Status.FAIL and not o.probe.required)
+    ]
     lines.append("")
     if failed:
         lines.append(f"NOT READY: {len(failed)} required check(s) failed: {', '.join(failed)}")

@@ -30,15 +30,15 @@ SPELLS_FACT = "spell_registry"
 async def probe_spells(context: ProbeContext) -> ProbeResult:
     sources = context.settings.spells
     try:
-        registry = await asyncio.to_thread(
-            load_configured_spells, sources, workspace=context.settings.workspace
-        )
+        registry = await asyncio.to_thread(load_configured_spells, sources, workspace=context.settings.workspace)
         described = toolbelt(registry)
         json.dumps(described)
     except SpellLoadError as exc:
-        fix = ("Move the module out of the workspace or install it as a package (pip install)."
-               if "inside the workspace" in str(exc)
-               else "Fix the module:object in --spells / coven.toml, or the spell itself.")
+        fix = (
+            "Move the module out of the workspace or install it as a package (pip install)."
+            if "inside the workspace" in str(exc)
+            else "Fix the module:object in --spells / coven.toml, or the spell itself."
+        )
         return ProbeResult.fail(str(exc), fix)
     except Exception as exc:  # importing user code can raise anything
         return ProbeResult.fail(
@@ -57,15 +57,17 @@ async def probe_shim_version(context: ProbeContext) -> ProbeResult:
     argv = [command, "-S", "-m", "mcp_shim", "--version"]
     started = time.monotonic()
     try:
-        done = await asyncio.to_thread(run_captured, argv, env={**os.environ, **extra_env},
-                                       timeout=SHIM_START_BOUND)
+        done = await asyncio.to_thread(run_captured, argv, env={**os.environ, **extra_env}, timeout=SHIM_START_BOUND)
     except subprocess.TimeoutExpired:  # run_captured has ended the whole process group
-        return ProbeResult.fail(f"the shim did not answer --version within {SHIM_START_BOUND:g} s",
-                                "The machine is overloaded or Python starts slowly; check `python -S -m mcp_shim "
-                                "--version` by hand.")
+        return ProbeResult.fail(
+            f"the shim did not answer --version within {SHIM_START_BOUND:g} s",
+            "The machine is overloaded or Python starts slowly; check `python -S -m mcp_shim --version` by hand.",
+        )
     except OSError as exc:
-        return ProbeResult.fail(f"cannot start the shim with {command}: {exc}",
-                                "Reinstall coven-codex in this environment (pip install -e .).")
+        return ProbeResult.fail(
+            f"cannot start the shim with {command}: {exc}",
+            "Reinstall coven-codex in this environment (pip install -e .).",
+        )
     elapsed = time.monotonic() - started
     if done.returncode != 0 or not done.stdout.startswith("coven-mcp-shim "):
         return ProbeResult.fail(
@@ -83,18 +85,34 @@ async def probe_shim_handshake(context: ProbeContext) -> ProbeResult:
         command, args, extra_env = shim_command(server.socket_path)
         env = {**os.environ, **extra_env, wire.SECRET_ENV: server.secret}
         process = await asyncio.create_subprocess_exec(
-            command, *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, env=env, start_new_session=True,
+            command,
+            *args,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+            start_new_session=True,
         )
         try:
             started = time.monotonic()
-            answer = await _exchange(process, [
-                {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                    "protocolVersion": "2025-06-18", "capabilities": {},
-                    "clientInfo": {"name": "coven-codex-validate", "version": "1"}}},
-                {"jsonrpc": "2.0", "method": "notifications/initialized"},
-                {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
-            ], wait_for_id=2)
+            answer = await _exchange(
+                process,
+                [
+                    {
+                        "jsonrpc": "2.0",
+                        "id": 1,
+                        "method": "initialize",
+                        "params": {
+                            "protocolVersion": "2025-06-18",
+                            "capabilities": {},
+                            "clientInfo": {"name": "coven-codex-validate", "version": "1"},
+                        },
+                    },
+                    {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                    {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+                ],
+                wait_for_id=2,
+            )
             elapsed = time.monotonic() - started
         finally:
             if process.stdin is not None:
@@ -112,15 +130,19 @@ async def probe_shim_handshake(context: ProbeContext) -> ProbeResult:
             "Run `coven-codex validate --log-level DEBUG` to see the daemon's side of the handshake.",
         )
     if "error" in answer:
-        return ProbeResult.fail(f"tools/list through the shim failed: {answer['error']}",
-                                "Report this with the daemon log; the spell server refused the request.")
+        return ProbeResult.fail(
+            f"tools/list through the shim failed: {answer['error']}",
+            "Report this with the daemon log; the spell server refused the request.",
+        )
     count = len(answer.get("result", {}).get("tools", []))
-    return ProbeResult.ok(f"shim ↔ socket handshake and tools/list round trip in {elapsed * 1000:.0f} ms "
-                          f"({count} tool(s))")
+    return ProbeResult.ok(
+        f"shim ↔ socket handshake and tools/list round trip in {elapsed * 1000:.0f} ms ({count} tool(s))"
+    )
 
 
-async def _exchange(process: asyncio.subprocess.Process, messages: list[dict[str, Any]],
-                    wait_for_id: int) -> dict[str, Any] | None:
+async def _exchange(
+    process: asyncio.subprocess.Process, messages: list[dict[str, Any]], wait_for_id: int
+) -> dict[str, Any] | None:
     assert process.stdin is not None and process.stdout is not None
     try:
         for message in messages:

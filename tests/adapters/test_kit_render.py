@@ -72,7 +72,7 @@ def test_html_escapes_everything_and_keeps_markdown() -> None:
         render_entry(ResponseEntry(text="**bold** <script>alert(1)</script> [x](javascript:alert(1))")), html
     )[0]  # type: ignore[arg-type]
     assert "<strong>bold</strong>" in text and "<script>" not in text and "&lt;script&gt;" in text
-    assert "href=\"javascript" not in text
+    assert 'href="javascript' not in text
     reasoning = format_block(render_entry(ReasoningEntry(text="a <b>")), html)[0]  # type: ignore[arg-type]
     assert reasoning.startswith("<details><summary>thinking</summary>") and "<b>" not in reasoning
     tool = format_block(render_entry(ToolCallEntry(tool="<img>", arguments=None)), html)[0]  # type: ignore[arg-type]

@@ -89,13 +89,32 @@ class AgentHarness:
     async def start(self, *args: str) -> Daemon:
         self._runs += 1
         log_path = self.tmp / f"daemon-{self._runs}.log"
-        argv = [sys.executable, "-m", "coven_codex", "--log-level", "DEBUG", "run",
-                "--workspace", str(self.workspace), "--journal", str(self.journal_path),
-                "--codex-config", str(self.base_config), "--codex-path", str(self.codex_bin),
-                "--kill-grace", "3", "--restart-backoff", "0.2", *self.extra_args, *args]
+        argv = [
+            sys.executable,
+            "-m",
+            "coven_codex",
+            "--log-level",
+            "DEBUG",
+            "run",
+            "--workspace",
+            str(self.workspace),
+            "--journal",
+            str(self.journal_path),
+            "--codex-config",
+            str(self.base_config),
+            "--codex-path",
+            str(self.codex_bin),
+            "--kill-grace",
+            "3",
+            "--restart-backoff",
+            "0.2",
+            *self.extra_args,
+            *args,
+        ]
         with log_path.open("wb") as log:
-            process = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL, stdout=log,
-                                                           stderr=log, env=self.env, cwd=str(self.tmp))
+            process = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log, env=self.env, cwd=str(self.tmp)
+            )
         daemon = Daemon(process, log_path)
         self.daemons.append(daemon)
         return daemon
@@ -123,8 +142,9 @@ class AgentHarness:
     async def entries(self) -> list[BaseEntry]:
         return [item.entry for item in await self.journal.read() if isinstance(item, JournalRecord)]
 
-    async def wait_for(self, predicate: Callable[[list[BaseEntry]], bool], *, timeout: float = 60.0,
-                       what: str = "entries") -> list[BaseEntry]:
+    async def wait_for(
+        self, predicate: Callable[[list[BaseEntry]], bool], *, timeout: float = 60.0, what: str = "entries"
+    ) -> list[BaseEntry]:
         deadline = time.monotonic() + timeout
         while True:
             entries = await self.entries()
@@ -132,8 +152,9 @@ class AgentHarness:
                 return entries
             if time.monotonic() > deadline:
                 logs = "\n".join(d.log()[-4000:] for d in self.daemons[-1:])
-                shown = "\n".join(f"  {e.conversation} {e.kind} {getattr(e, 'state', '')} {e.text[:80]!r}"
-                                  for e in entries[-30:])
+                shown = "\n".join(
+                    f"  {e.conversation} {e.kind} {getattr(e, 'state', '')} {e.text[:80]!r}" for e in entries[-30:]
+                )
                 raise AssertionError(f"timed out waiting for {what}; journal tail:\n{shown}\nlog:\n{logs}")
             await asyncio.sleep(0.05)
 
@@ -146,8 +167,9 @@ class AgentHarness:
 
 
 def replies(entries: list[BaseEntry], conversation: str | None = None) -> list[str]:
-    return [e.text for e in entries
-            if e.kind == "response" and (conversation is None or e.conversation == conversation)]
+    return [
+        e.text for e in entries if e.kind == "response" and (conversation is None or e.conversation == conversation)
+    ]
 
 
 def user_prompts(request: RecordedRequest) -> list[str]:

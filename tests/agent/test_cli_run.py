@@ -25,8 +25,14 @@ from coven_codex.validate.framework import ProbeContext, ProbeResult, Status
 
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "coven_codex", "run", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "coven_codex", "run", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_flags_win_over_the_config_file_which_wins_over_defaults(tmp_path: Path) -> None:
@@ -108,9 +114,22 @@ def test_run_creates_the_journal_at_start_and_knows_provider_credentials(tmp_pat
     env.update({"HOME": str(home), DEFAULT_ENV_KEY: "offline"})
     env.pop("CODEX_HOME", None)
     process = subprocess.Popen(
-        [sys.executable, "-m", "coven_codex", "run", "--workspace", str(workspace), "--journal", str(journal),
-         "--codex-config", str(base)],
-        cwd=tmp_path, env=env, stderr=subprocess.PIPE)
+        [
+            sys.executable,
+            "-m",
+            "coven_codex",
+            "run",
+            "--workspace",
+            str(workspace),
+            "--journal",
+            str(journal),
+            "--codex-config",
+            str(base),
+        ],
+        cwd=tmp_path,
+        env=env,
+        stderr=subprocess.PIPE,
+    )
     try:
         said = read_until(process, b"ready (pid", timeout=60)
         assert journal.is_file()
@@ -124,8 +143,15 @@ def test_run_creates_the_journal_at_start_and_knows_provider_credentials(tmp_pat
 
 
 def test_missing_codex_is_explained(tmp_path: Path) -> None:
-    done = run("--workspace", str(tmp_path), "--journal", str(tmp_path / "j.jsonl"),
-               "--codex-path", str(tmp_path / "no-codex"), cwd=tmp_path)
+    done = run(
+        "--workspace",
+        str(tmp_path),
+        "--journal",
+        str(tmp_path / "j.jsonl"),
+        "--codex-path",
+        str(tmp_path / "no-codex"),
+        cwd=tmp_path,
+    )
     assert done.returncode == 1
     assert "does not exist" in done.stderr and "codex_path" in done.stderr
 

@@ -50,8 +50,7 @@ def rollout_entries(codex_home: Path, conversation_of: dict[str, str]) -> list[B
     return entries
 
 
-async def crash_loop(h: AgentHarness, server: ScriptedModelServer, *, thoughts: int, kills: int,
-                     seed: int) -> None:
+async def crash_loop(h: AgentHarness, server: ScriptedModelServer, *, thoughts: int, kills: int, seed: int) -> None:
     rng = random.Random(seed)
     sent: dict[str, list[str]] = {c: [] for c in CONVERSATIONS}
 
@@ -75,8 +74,9 @@ async def crash_loop(h: AgentHarness, server: ScriptedModelServer, *, thoughts: 
         sent[conversation].append(f"{conversation} final")
         await h.think(conversation, f"{conversation} final")
     finals = {f"echo: {c} final" for c in CONVERSATIONS}
-    await h.wait_for(lambda es: finals <= {e.text for e in es if e.kind == "response"}, timeout=120,
-                     what="the final replies")
+    await h.wait_for(
+        lambda es: finals <= {e.text for e in es if e.kind == "response"}, timeout=120, what="the final replies"
+    )
     assert await h.stop(daemon) == 0
     elapsed = time.monotonic() - started
     print(f"crash loop: {thoughts} thoughts, {kills} kills, {elapsed:.1f}s")
@@ -97,8 +97,7 @@ async def crash_loop(h: AgentHarness, server: ScriptedModelServer, *, thoughts: 
     ours = [e for e in journal if e.sender == "codex" and e.id and e.id.count(":") == 2]
     counts = Counter(e.id for e in ours)
     assert not [i for i, n in counts.items() if n > 1], "entries appended twice"
-    conversation_of = {getattr(e, "thread_id", None) or "": e.conversation for e in journal
-                       if e.kind == "response"}
+    conversation_of = {getattr(e, "thread_id", None) or "": e.conversation for e in journal if e.kind == "response"}
     expected = {e.id for e in rollout_entries(h.codex_home, conversation_of)}
     # A turn's end (and error) has an id of the turn, whoever writes it: the session writes those the
     # rollout does not hold (0.47 records no turn end), so the journal may hold more of them.
@@ -107,8 +106,9 @@ async def crash_loop(h: AgentHarness, server: ScriptedModelServer, *, thoughts: 
     for entry in journal:
         if entry.kind == "response":
             assert entry.text.startswith(f"echo: {entry.conversation} "), entry
-    assert len({getattr(e, "thread_id", None) for e in journal
-                if e.kind == "response" and e.conversation == "red"}) == 1
+    assert (
+        len({getattr(e, "thread_id", None) for e in journal if e.kind == "response" and e.conversation == "red"}) == 1
+    )
     assert not codex_processes(h.codex_home)
 
 
@@ -128,8 +128,9 @@ async def test_kill9_daemon_200_thoughts_25_kills(codex_bin_169: Path, harness_f
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-async def test_kill9_daemon_exec_driver_047_200_thoughts_25_kills(codex_bin_047: Path,
-                                                                  harness_factory: Factory) -> None:
+async def test_kill9_daemon_exec_driver_047_200_thoughts_25_kills(
+    codex_bin_047: Path, harness_factory: Factory
+) -> None:
     async with ScriptedModelServer(responder=echo_responder) as server:
         h = harness_factory(codex_bin_047, server)
         # An exec orphaned by the kill goes on until its stdout pipe breaks, which can be between

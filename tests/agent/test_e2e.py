@@ -22,12 +22,16 @@ Factory = Callable[[Path, ScriptedModelServer], AgentHarness]
 
 
 def statuses(entries: list[BaseEntry], conversation: str, state: str) -> list[BaseEntry]:
-    return [e for e in entries if e.kind == "status" and e.conversation == conversation
-            and getattr(e, "state", None) == state]
+    return [
+        e
+        for e in entries
+        if e.kind == "status" and e.conversation == conversation and getattr(e, "state", None) == state
+    ]
 
 
-async def test_two_conversations_multi_turn(codex_bin: Path, model_server: ScriptedModelServer,
-                                            harness_factory: Factory) -> None:
+async def test_two_conversations_multi_turn(
+    codex_bin: Path, model_server: ScriptedModelServer, harness_factory: Factory
+) -> None:
     h = harness_factory(codex_bin, model_server)
     daemon = await h.start()
     for turn in range(3):
@@ -35,6 +39,7 @@ async def test_two_conversations_multi_turn(codex_bin: Path, model_server: Scrip
         await h.think("beta", f"beta question {turn}")
     expected_a = [f"echo: alpha question {t}" for t in range(3)]
     expected_b = [f"echo: beta question {t}" for t in range(3)]
+
     def all_turns_over(es: list[BaseEntry]) -> bool:
         return len(replies(es)) >= 6 and all(len(statuses(es, c, "turn_completed")) >= 3 for c in ("alpha", "beta"))
 
@@ -93,8 +98,9 @@ async def test_model_401_becomes_auth_error(codex_bin: Path, harness_factory: Fa
         h = harness_factory(codex_bin, server)
         daemon = await h.start()
         await h.think("c", "hi")
-        entries = await h.wait_for(lambda es: any(e.kind == "error" for e in es if e.conversation == "c"),
-                                   what="an error entry")
+        entries = await h.wait_for(
+            lambda es: any(e.kind == "error" for e in es if e.conversation == "c"), what="an error entry"
+        )
         await asyncio.sleep(1.5)  # a duplicate error would show up in this time
         entries = await h.entries()
         errors = [e for e in entries if isinstance(e, ErrorEntry) and e.conversation == "c"]
@@ -104,16 +110,23 @@ async def test_model_401_becomes_auth_error(codex_bin: Path, harness_factory: Fa
 
 
 async def test_approval_round_trip(codex_bin_169: Path, harness_factory: Factory, tmp_path: Path) -> None:
-    escalated = {"cmd": "touch approved.txt", "sandbox_permissions": "require_escalated", "login": False,
-                 "tty": False, "yield_time_ms": 5000, "justification": "create approved.txt"}
+    escalated = {
+        "cmd": "touch approved.txt",
+        "sandbox_permissions": "require_escalated",
+        "login": False,
+        "tty": False,
+        "yield_time_ms": 5000,
+        "justification": "create approved.txt",
+    }
     script = [CallTool("exec_command", escalated), Reply("command ran")]
     async with ScriptedModelServer(script, responder=lambda r: Reply("extra")) as server:
         h = harness_factory(codex_bin_169, server)
         h.write_base_config(approval_policy="on-request")
         daemon = await h.start()
         await h.think("c", "please touch the file")
-        entries = await h.wait_for(lambda es: any(isinstance(e, ApprovalRequestEntry) for e in es),
-                                   what="approval request")
+        entries = await h.wait_for(
+            lambda es: any(isinstance(e, ApprovalRequestEntry) for e in es), what="approval request"
+        )
         request = next(e for e in entries if isinstance(e, ApprovalRequestEntry))
         assert request.conversation == "c" and "touch" in request.text
         await h.append(ApprovalEntry(conversation="c", request_id=request.request_id, decision="approve"))
@@ -123,8 +136,7 @@ async def test_approval_round_trip(codex_bin_169: Path, harness_factory: Factory
         assert await h.stop(daemon) == 0
 
 
-async def test_killed_codex_becomes_error_and_session_resumes(codex_bin_169: Path,
-                                                              harness_factory: Factory) -> None:
+async def test_killed_codex_becomes_error_and_session_resumes(codex_bin_169: Path, harness_factory: Factory) -> None:
     responder = make_responder({"slow": lambda r: (Stall(30.0), Reply("never"))})
     async with ScriptedModelServer(responder=responder) as server:
         h = harness_factory(codex_bin_169, server)
@@ -158,8 +170,9 @@ def _parent(proc: psutil.Process) -> int | None:
         return None
 
 
-async def test_max_sessions_bound_waits_and_evicts_idle(codex_bin_169: Path, model_server: ScriptedModelServer,
-                                                        harness_factory: Factory) -> None:
+async def test_max_sessions_bound_waits_and_evicts_idle(
+    codex_bin_169: Path, model_server: ScriptedModelServer, harness_factory: Factory
+) -> None:
     h = harness_factory(codex_bin_169, model_server)
     daemon = await h.start("--max-sessions", "1")
     await h.think("one", "first of one")
@@ -175,8 +188,9 @@ async def test_max_sessions_bound_waits_and_evicts_idle(codex_bin_169: Path, mod
     assert await h.stop(daemon) == 0
 
 
-async def test_idle_session_is_reaped_and_resumed(codex_bin_169: Path, model_server: ScriptedModelServer,
-                                                 harness_factory: Factory) -> None:
+async def test_idle_session_is_reaped_and_resumed(
+    codex_bin_169: Path, model_server: ScriptedModelServer, harness_factory: Factory
+) -> None:
     h = harness_factory(codex_bin_169, model_server)
     daemon = await h.start("--idle-reap", "1")
     await h.think("c", "before the nap")
@@ -213,8 +227,9 @@ async def test_stream_idle_timeout_abandons_the_turn(codex_bin_169: Path, harnes
         h = harness_factory(codex_bin_169, server)
         daemon = await h.start("--stream-idle-timeout", "10")
         await h.think("c", "mute please")
-        entries = await h.wait_for(lambda es: any(isinstance(e, ErrorEntry) for e in es), timeout=40,
-                                   what="stream idle error")
+        entries = await h.wait_for(
+            lambda es: any(isinstance(e, ErrorEntry) for e in es), timeout=40, what="stream idle error"
+        )
         error = next(e for e in entries if isinstance(e, ErrorEntry))
         assert error.code == "STREAM_IDLE" and error.conversation == "c"
         await h.think("c", "still there?")
@@ -246,8 +261,9 @@ async def test_spells_reach_codex_through_the_daemon(codex_bin: Path, harness_fa
         assert await h.stop(daemon) == 0
 
 
-async def test_second_daemon_on_the_same_state_is_refused(codex_bin_169: Path, model_server: ScriptedModelServer,
-                                                         harness_factory: Factory) -> None:
+async def test_second_daemon_on_the_same_state_is_refused(
+    codex_bin_169: Path, model_server: ScriptedModelServer, harness_factory: Factory
+) -> None:
     h = harness_factory(codex_bin_169, model_server)
     first = await h.start()
     await h.think("c", "hello")
@@ -280,10 +296,17 @@ async def test_sigterm_mid_turn_exits_cleanly_and_resumes(codex_bin: Path, harne
 
 
 async def test_approval_policy_approve_answers_by_itself(codex_bin_169: Path, harness_factory: Factory) -> None:
-    escalated = {"cmd": "touch auto.txt", "sandbox_permissions": "require_escalated", "login": False,
-                 "tty": False, "yield_time_ms": 5000, "justification": "create auto.txt"}
-    async with ScriptedModelServer([CallTool("exec_command", escalated), Reply("auto ran")],
-                                   responder=lambda r: Reply("extra")) as server:
+    escalated = {
+        "cmd": "touch auto.txt",
+        "sandbox_permissions": "require_escalated",
+        "login": False,
+        "tty": False,
+        "yield_time_ms": 5000,
+        "justification": "create auto.txt",
+    }
+    async with ScriptedModelServer(
+        [CallTool("exec_command", escalated), Reply("auto ran")], responder=lambda r: Reply("extra")
+    ) as server:
         h = harness_factory(codex_bin_169, server)
         h.write_base_config(approval_policy="on-request")
         daemon = await h.start("--approval-policy", "approve")

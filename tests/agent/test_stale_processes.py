@@ -39,16 +39,19 @@ def test_children_started_by_unrecorded_strays_during_cleanup_are_ended(tmp_path
     state_dir.mkdir()
     env = {**os.environ, "CODEX_HOME": str(codex_home), TREE_MARKER: "stale-token"}
     # A recorded leader of the previous run (so start-up waits for it to settle) ...
-    recorded = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env,
-                                start_new_session=True)
+    recorded = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env, start_new_session=True)
     # ... and an unrecorded one that starts a child during that wait.
-    late = subprocess.Popen([sys.executable, "-c", LATE_STARTER], env=env, stdout=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    late = subprocess.Popen(
+        [sys.executable, "-c", LATE_STARTER], env=env, stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
     child = None
     try:
         time.sleep(0.1)
-        identity = {"pid": recorded.pid, "create_time": psutil.Process(recorded.pid).create_time(),
-                    "token": "stale-token"}
+        identity = {
+            "pid": recorded.pid,
+            "create_time": psutil.Process(recorded.pid).create_time(),
+            "token": "stale-token",
+        }
         (state_dir / "processes.json").write_text(json.dumps({"c": [identity]}))
         end_stale_processes(state_dir, grace=0.6, codex_home=codex_home)
         assert late.stdout is not None
@@ -78,8 +81,9 @@ def _forge(state_dir: Path, *pids: int) -> None:
     (state_dir / "processes.json").write_text(json.dumps({"x": records}))
 
 
-def test_a_recorded_process_without_our_tree_marker_is_left_alone(tmp_path: Path,
-                                                                  caplog: pytest.LogCaptureFixture) -> None:
+def test_a_recorded_process_without_our_tree_marker_is_left_alone(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     codex_home = tmp_path / "home"
     state_dir = tmp_path / "state"
     state_dir.mkdir()

@@ -122,18 +122,28 @@ def test_user_messages_of_both_versions() -> None:
 
 def test_codex_received_by_count_and_by_client_id(tmp_path: Path) -> None:
     rollout = FIXTURES / "0.47.0" / "multi_turn.jsonl"
-    assert codex_received(rollout, InFlight(thought_id="x", position=0, text="second question",
-                                            user_messages_before=1), by_client_id=False)
-    assert not codex_received(rollout, InFlight(thought_id="x", position=0, text="third",
-                                                user_messages_before=2), by_client_id=False)
-    line = {"timestamp": "t", "type": "event_msg", "payload": {
-        "type": "item_completed", "item": {"type": "UserMessage", "client_id": "th-1",
-                                           "content": [{"type": "text", "text": "hi"}]}}}
+    assert codex_received(
+        rollout,
+        InFlight(thought_id="x", position=0, text="second question", user_messages_before=1),
+        by_client_id=False,
+    )
+    assert not codex_received(
+        rollout, InFlight(thought_id="x", position=0, text="third", user_messages_before=2), by_client_id=False
+    )
+    line = {
+        "timestamp": "t",
+        "type": "event_msg",
+        "payload": {
+            "type": "item_completed",
+            "item": {"type": "UserMessage", "client_id": "th-1", "content": [{"type": "text", "text": "hi"}]},
+        },
+    }
     path = tmp_path / "rollout.jsonl"
     path.write_text(json.dumps(line) + "\n")
     assert codex_received(path, InFlight(thought_id="th-1", position=0, text="hi"), by_client_id=True)
-    assert not codex_received(path, InFlight(thought_id="th-2", position=0, text="hi", user_messages_before=0),
-                              by_client_id=True)
+    assert not codex_received(
+        path, InFlight(thought_id="th-2", position=0, text="hi", user_messages_before=0), by_client_id=True
+    )
 
 
 def test_a_thought_only_in_the_model_history_was_received() -> None:
@@ -145,10 +155,12 @@ def test_a_thought_only_in_the_model_history_was_received() -> None:
     assert messages.texts == ["red thought 5"]
     assert messages.history == ["red thought 5", "red thought 18"]  # environment context left out
     assert messages.count == 2
-    assert codex_received(torn, InFlight(thought_id="x", position=0, text="red thought 18",
-                                         user_messages_before=1), by_client_id=False)
-    assert not codex_received(torn, InFlight(thought_id="y", position=0, text="red thought 19",
-                                             user_messages_before=2), by_client_id=False)
+    assert codex_received(
+        torn, InFlight(thought_id="x", position=0, text="red thought 18", user_messages_before=1), by_client_id=False
+    )
+    assert not codex_received(
+        torn, InFlight(thought_id="y", position=0, text="red thought 19", user_messages_before=2), by_client_id=False
+    )
 
 
 def test_a_torn_app_server_record_counts_when_the_history_ends_with_the_thought(tmp_path: Path) -> None:
@@ -211,8 +223,9 @@ async def test_an_awaited_state_save_is_on_disk_before_it_returns(
         synced.append((info.st_ino, info.st_size))
 
     monkeypatch.setattr(os, "fsync", recording_fsync)
-    settings = Settings(workspace=tmp_path, journal=tmp_path / "j.jsonl", state_dir=tmp_path / "state",
-                        durability=durability)  # type: ignore[arg-type]
+    settings = Settings(
+        workspace=tmp_path, journal=tmp_path / "j.jsonl", state_dir=tmp_path / "state", durability=durability
+    )  # type: ignore[arg-type]
     daemon = Daemon(settings, MemoryJournal(), None, locate_rollout=None, codex_home=tmp_path)  # type: ignore[arg-type]
     store = daemon.store
     store.prepare()

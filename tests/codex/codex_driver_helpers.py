@@ -35,8 +35,9 @@ class Recorder:
     def of(self, kind: type[E]) -> list[E]:
         return [e for e in self.events if isinstance(e, kind)]
 
-    async def wait_for(self, kind: type[E], predicate: Callable[[E], bool] = lambda _e: True,
-                       *, count: int = 1, timeout: float = 60.0) -> list[E]:
+    async def wait_for(
+        self, kind: type[E], predicate: Callable[[E], bool] = lambda _e: True, *, count: int = 1, timeout: float = 60.0
+    ) -> list[E]:
         async def matched() -> list[E]:
             async with self._changed:
                 while True:
@@ -76,8 +77,15 @@ class CodexSetup:
         return sorted((self.home.path / "sessions").rglob("rollout-*.jsonl"))
 
 
-def make_setup(tmp_path: Path, executable: Path, version: str, server: ScriptedModelServer, *,
-               driver: str, extra: dict[str, Any] | None = None) -> CodexSetup:
+def make_setup(
+    tmp_path: Path,
+    executable: Path,
+    version: str,
+    server: ScriptedModelServer,
+    *,
+    driver: str,
+    extra: dict[str, Any] | None = None,
+) -> CodexSetup:
     workspace = tmp_path / "ws"
     workspace.mkdir(exist_ok=True)
     user_home = tmp_path / "user-home"
@@ -91,8 +99,11 @@ def make_setup(tmp_path: Path, executable: Path, version: str, server: ScriptedM
         workspace,
         driver="app-server" if driver == "app-server" else "exec",
         inline_config=config,
-        environ={"HOME": str(user_home), "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-                 DEFAULT_ENV_KEY: "scripted-test-key"},
+        environ={
+            "HOME": str(user_home),
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            DEFAULT_ENV_KEY: "scripted-test-key",
+        },
     )
     return CodexSetup(executable, version, workspace, home, server)
 

@@ -32,12 +32,13 @@ VERSION = "0.169.0"
 
 def escalated(command: str) -> CallTool:
     """A shell command the model asks to run outside the sandbox: Codex must ask for approval."""
-    return CallTool("exec_command", {"cmd": command, "sandbox_permissions": "require_escalated",
-                                     "justification": "the test needs it"})
+    return CallTool(
+        "exec_command",
+        {"cmd": command, "sandbox_permissions": "require_escalated", "justification": "the test needs it"},
+    )
 
 
-async def test_multi_turn_with_deltas_and_client_ids(tmp_path: Path, codex_bin_169: Path,
-                                                     recorder: Recorder) -> None:
+async def test_multi_turn_with_deltas_and_client_ids(tmp_path: Path, codex_bin_169: Path, recorder: Recorder) -> None:
     async with ScriptedModelServer([Reply("first answer", chunk_size=4), Reply("second answer")]) as server:
         setup = make_setup(tmp_path, codex_bin_169, VERSION, server, driver="app-server")
         driver = setup.driver(recorder)
@@ -104,8 +105,7 @@ async def test_thought_mid_turn_steers(tmp_path: Path, codex_bin_169: Path, reco
         assert '"b"' in setup.rollouts()[0].read_text()
 
 
-async def test_cancel_interrupts_the_running_turn(tmp_path: Path, codex_bin_169: Path,
-                                                  recorder: Recorder) -> None:
+async def test_cancel_interrupts_the_running_turn(tmp_path: Path, codex_bin_169: Path, recorder: Recorder) -> None:
     # Codex 0.169 keeps reading the interrupted turn's model stream and answers the next turn
     # from it (observed: no second request), so the stall is short
     async with ScriptedModelServer([(Stall(3), Reply("late")), Reply("after cancel")]) as server:
@@ -126,8 +126,7 @@ async def test_cancel_interrupts_the_running_turn(tmp_path: Path, codex_bin_169:
 
 
 @pytest.mark.parametrize("approve", [True, False], ids=["approved", "denied"])
-async def test_approval_round_trip(tmp_path: Path, codex_bin_169: Path, recorder: Recorder,
-                                   approve: bool) -> None:
+async def test_approval_round_trip(tmp_path: Path, codex_bin_169: Path, recorder: Recorder, approve: bool) -> None:
     async with ScriptedModelServer([escalated("touch approved-file"), Reply("done")]) as server:
         setup = make_setup(tmp_path, codex_bin_169, VERSION, server, driver="app-server")
         assert "on-request" in setup.home.config_path.read_text()
@@ -151,8 +150,9 @@ async def test_approval_round_trip(tmp_path: Path, codex_bin_169: Path, recorder
         assert server.requests.function_call_outputs()
 
 
-async def test_unanswered_approval_is_declined_after_the_timeout(tmp_path: Path, codex_bin_169: Path,
-                                                                 recorder: Recorder) -> None:
+async def test_unanswered_approval_is_declined_after_the_timeout(
+    tmp_path: Path, codex_bin_169: Path, recorder: Recorder
+) -> None:
     async with ScriptedModelServer([escalated("touch never-file"), Reply("ok")]) as server:
         setup = make_setup(tmp_path, codex_bin_169, VERSION, server, driver="app-server")
         driver = setup.driver(recorder, approval_timeout=1.0)
@@ -167,8 +167,9 @@ async def test_unanswered_approval_is_declined_after_the_timeout(tmp_path: Path,
         assert finished.ok and not (setup.workspace / "never-file").exists()
 
 
-async def test_approval_policy_approve_answers_without_asking(tmp_path: Path, codex_bin_169: Path,
-                                                              recorder: Recorder) -> None:
+async def test_approval_policy_approve_answers_without_asking(
+    tmp_path: Path, codex_bin_169: Path, recorder: Recorder
+) -> None:
     async with ScriptedModelServer([escalated("touch auto-file"), Reply("ok")]) as server:
         setup = make_setup(tmp_path, codex_bin_169, VERSION, server, driver="app-server")
         driver = setup.driver(recorder, approval_policy="approve")
@@ -183,8 +184,7 @@ async def test_approval_policy_approve_answers_without_asking(tmp_path: Path, co
         assert (setup.workspace / "auto-file").exists()
 
 
-async def test_model_401_is_a_classified_auth_error(tmp_path: Path, codex_bin_169: Path,
-                                                    recorder: Recorder) -> None:
+async def test_model_401_is_a_classified_auth_error(tmp_path: Path, codex_bin_169: Path, recorder: Recorder) -> None:
     async with ScriptedModelServer([HttpError(401, "invalid api key", times=10)]) as server:
         setup = make_setup(tmp_path, codex_bin_169, VERSION, server, driver="app-server")
         driver = setup.driver(recorder)
@@ -200,8 +200,7 @@ async def test_model_401_is_a_classified_auth_error(tmp_path: Path, codex_bin_16
         assert "codex login" in finished.error.hint
 
 
-async def test_turn_timeout_is_a_classified_error(tmp_path: Path, codex_bin_169: Path,
-                                                  recorder: Recorder) -> None:
+async def test_turn_timeout_is_a_classified_error(tmp_path: Path, codex_bin_169: Path, recorder: Recorder) -> None:
     async with ScriptedModelServer([(Stall(30), Reply("late"))]) as server:
         setup = make_setup(tmp_path, codex_bin_169, VERSION, server, driver="app-server")
         driver = setup.driver(recorder, turn_timeout=2.0)
@@ -221,10 +220,12 @@ def codex_tree(driver_pid: int) -> tuple[psutil.Process, list[psutil.Process]]:
 
 
 @pytest.mark.parametrize("victim", ["native", "wrapper"])
-async def test_kill_9_mid_turn_then_resume(tmp_path: Path, codex_bin_169: Path, recorder: Recorder,
-                                           victim: str) -> None:
-    async with ScriptedModelServer([Reply("remember 42"), (Stall(30), Reply("never")),
-                                    Reply("resumed fine")]) as server:
+async def test_kill_9_mid_turn_then_resume(
+    tmp_path: Path, codex_bin_169: Path, recorder: Recorder, victim: str
+) -> None:
+    async with ScriptedModelServer(
+        [Reply("remember 42"), (Stall(30), Reply("never")), Reply("resumed fine")]
+    ) as server:
         setup = make_setup(tmp_path, codex_bin_169, VERSION, server, driver="app-server")
         driver = setup.driver(recorder)
         try:
@@ -270,8 +271,9 @@ async def test_kill_9_mid_turn_then_resume(tmp_path: Path, codex_bin_169: Path, 
         assert "first" in last.user_texts() and "third" in last.user_texts()
 
 
-async def test_resuming_a_thread_that_never_ran_starts_a_new_one(tmp_path: Path, codex_bin_169: Path,
-                                                                 recorder: Recorder) -> None:
+async def test_resuming_a_thread_that_never_ran_starts_a_new_one(
+    tmp_path: Path, codex_bin_169: Path, recorder: Recorder
+) -> None:
     async with ScriptedModelServer([Reply("hi")]) as server:
         setup = make_setup(tmp_path, codex_bin_169, VERSION, server, driver="app-server")
         driver = setup.driver(recorder)
@@ -294,16 +296,20 @@ async def test_start_failure_is_reported(tmp_path: Path, recorder: Recorder) -> 
 
 def test_rollout_client_id_shape(tmp_path: Path) -> None:
     """The parsing assumption the agent relies on, spelled out (docs/rollout.md)."""
-    line = {"type": "event_msg", "payload": {"type": "item_completed",
-                                              "item": {"type": "UserMessage", "client_id": "x"}}}
+    line = {
+        "type": "event_msg",
+        "payload": {"type": "item_completed", "item": {"type": "UserMessage", "client_id": "x"}},
+    }
     assert json.loads(json.dumps(line))["payload"]["item"]["client_id"] == "x"
 
 
-async def test_a_config_codex_rejects_fails_start_with_its_words(tmp_path: Path, codex_bin_169: Path,
-                                                                 recorder: Recorder) -> None:
+async def test_a_config_codex_rejects_fails_start_with_its_words(
+    tmp_path: Path, codex_bin_169: Path, recorder: Recorder
+) -> None:
     async with ScriptedModelServer([]) as server:
-        setup = make_setup(tmp_path, codex_bin_169, VERSION, server, driver="app-server",
-                           extra={"approval_policy": "untrusted"})
+        setup = make_setup(
+            tmp_path, codex_bin_169, VERSION, server, driver="app-server", extra={"approval_policy": "untrusted"}
+        )
         driver = setup.driver(recorder)
         with pytest.raises(DriverError, match="no longer supported"):
             await driver.start(None)
@@ -319,8 +325,9 @@ async def test_mcp_tool_approval_round_trip(tmp_path: Path, codex_bin_169: Path,
     entry = mcp_server_entry()
     entry.pop("default_tools_approval_mode")
     async with ScriptedModelServer([CallTool("echo.echo", {"text": "hi"}), Reply("done")]) as server:
-        setup = make_setup(tmp_path, codex_bin_169, VERSION, server, driver="app-server",
-                           extra={"mcp_servers": {"echo": entry}})
+        setup = make_setup(
+            tmp_path, codex_bin_169, VERSION, server, driver="app-server", extra={"mcp_servers": {"echo": entry}}
+        )
         driver = setup.driver(recorder)
         try:
             await driver.start(None)
@@ -336,8 +343,7 @@ async def test_mcp_tool_approval_round_trip(tmp_path: Path, codex_bin_169: Path,
         assert "echo: hi" in output.output
 
 
-async def test_silent_model_is_a_stream_idle_error(tmp_path: Path, codex_bin_169: Path,
-                                                   recorder: Recorder) -> None:
+async def test_silent_model_is_a_stream_idle_error(tmp_path: Path, codex_bin_169: Path, recorder: Recorder) -> None:
     async with ScriptedModelServer([(Stall(30), Reply("late"))]) as server:
         setup = make_setup(tmp_path, codex_bin_169, VERSION, server, driver="app-server")
         driver = setup.driver(recorder, stream_idle_timeout=2.0)

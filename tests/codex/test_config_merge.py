@@ -59,7 +59,7 @@ model = "gpt-5-mini"
 def test_user_comments_tables_and_values_survive() -> None:
     merged = merge_config(USER_CONFIG, coven_patch())
     for line in USER_CONFIG.splitlines():
-        if "coven" in line or line.startswith(("command = \"stale\"", "OLD")):
+        if "coven" in line or line.startswith(('command = "stale"', "OLD")):
             continue
         assert line in merged, line
     data = tomllib.loads(merged)

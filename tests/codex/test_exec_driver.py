@@ -25,8 +25,9 @@ from coven_codex.testing import HttpError, Reply, ScriptedModelServer, Stall
 pytestmark = pytest.mark.codex
 
 
-async def test_multi_turn_persists_the_thread_before_the_turn_ends(tmp_path: Path, codex_version: str, codex_bin: Path,
-                                                                    recorder: Recorder) -> None:
+async def test_multi_turn_persists_the_thread_before_the_turn_ends(
+    tmp_path: Path, codex_version: str, codex_bin: Path, recorder: Recorder
+) -> None:
     async with ScriptedModelServer([(Stall(1.0), Reply("one done")), Reply("two done")]) as server:
         setup = make_setup(tmp_path, codex_bin, codex_version, server, driver="exec")
         driver = setup.driver(recorder, choice="exec")
@@ -70,8 +71,9 @@ async def test_thoughts_mid_turn_are_queued_in_order(tmp_path: Path, codex_bin_0
         assert server.requests.turn_prompts() == ["first", "second", "third"]
 
 
-async def test_cancel_ends_the_turn_and_the_queue_goes_on(tmp_path: Path, codex_version: str, codex_bin: Path,
-                                                         recorder: Recorder) -> None:
+async def test_cancel_ends_the_turn_and_the_queue_goes_on(
+    tmp_path: Path, codex_version: str, codex_bin: Path, recorder: Recorder
+) -> None:
     async with ScriptedModelServer([(Stall(30), Reply("never")), Reply("after")]) as server:
         setup = make_setup(tmp_path, codex_bin, codex_version, server, driver="exec")
         driver = setup.driver(recorder, kill_grace=2.0)
@@ -89,8 +91,9 @@ async def test_cancel_ends_the_turn_and_the_queue_goes_on(tmp_path: Path, codex_
         assert texts(recorder.of(AgentMessageCompleted)) == ["after"]
 
 
-async def test_model_401_is_a_classified_auth_error(tmp_path: Path, codex_version: str, codex_bin: Path,
-                                                    recorder: Recorder) -> None:
+async def test_model_401_is_a_classified_auth_error(
+    tmp_path: Path, codex_version: str, codex_bin: Path, recorder: Recorder
+) -> None:
     async with ScriptedModelServer([HttpError(401, "invalid api key", times=10)]) as server:
         setup = make_setup(tmp_path, codex_bin, codex_version, server, driver="exec")
         driver = setup.driver(recorder)
@@ -119,10 +122,12 @@ async def test_turn_timeout_ends_the_process(tmp_path: Path, codex_bin_047: Path
 
 
 @pytest.mark.parametrize("victim", ["native", "wrapper"])
-async def test_kill_9_mid_turn_then_resume(tmp_path: Path, codex_bin_047: Path, recorder: Recorder,
-                                           victim: str) -> None:
-    async with ScriptedModelServer([Reply("remember 42"), (Stall(30), Reply("never")),
-                                    Reply("resumed fine")]) as server:
+async def test_kill_9_mid_turn_then_resume(
+    tmp_path: Path, codex_bin_047: Path, recorder: Recorder, victim: str
+) -> None:
+    async with ScriptedModelServer(
+        [Reply("remember 42"), (Stall(30), Reply("never")), Reply("resumed fine")]
+    ) as server:
         setup = make_setup(tmp_path, codex_bin_047, "0.47.0", server, driver="exec")
         driver = setup.driver(recorder)
         try:
@@ -210,8 +215,7 @@ async def test_no_approvals_and_closed_driver(tmp_path: Path, codex_bin_047: Pat
             await driver.submit("late", "z")
 
 
-async def test_silent_model_is_a_stream_idle_error(tmp_path: Path, codex_bin_047: Path,
-                                                   recorder: Recorder) -> None:
+async def test_silent_model_is_a_stream_idle_error(tmp_path: Path, codex_bin_047: Path, recorder: Recorder) -> None:
     async with ScriptedModelServer([(Stall(30), Reply("late")), Reply("next")]) as server:
         setup = make_setup(tmp_path, codex_bin_047, "0.47.0", server, driver="exec")
         driver = setup.driver(recorder, stream_idle_timeout=2.0, kill_grace=1.0)
@@ -227,7 +231,8 @@ async def test_silent_model_is_a_stream_idle_error(tmp_path: Path, codex_bin_047
 
 
 async def test_a_bug_in_a_driver_task_fails_the_driver_instead_of_vanishing(
-        tmp_path: Path, codex_bin_047: Path, recorder: Recorder, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, codex_bin_047: Path, recorder: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def broken(self: ExecDriver, turn: object, event: object) -> None:
         raise RuntimeError("bug in event handling")
 

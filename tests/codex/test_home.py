@@ -147,8 +147,7 @@ def test_refuses_to_use_the_users_own_codex_dir(tmp_path: Path, user_home: Path)
 
 def test_missing_base_config(tmp_path: Path) -> None:
     with pytest.raises(CodexHomeError, match="does not exist"):
-        prepare_codex_home(tmp_path / "h", tmp_path, driver="exec", base_config=tmp_path / "nope.toml",
-                           environ={})
+        prepare_codex_home(tmp_path / "h", tmp_path, driver="exec", base_config=tmp_path / "nope.toml", environ={})
 
 
 def test_bad_base_config_leaves_previous_config_in_place(tmp_path: Path) -> None:
@@ -166,8 +165,9 @@ def test_agents_md_written_into_codex_home(tmp_path: Path) -> None:
     template = tmp_path / "agents.md"
     template.write_text("You work in $WORKSPACE_DIR for $TEAM.\n")
     ws = tmp_path / "ws"
-    home = prepare_codex_home(ws / ".codex", ws, driver="exec", agents_template=template,
-                              agents_vars={"TEAM": "ops"}, environ={})
+    home = prepare_codex_home(
+        ws / ".codex", ws, driver="exec", agents_template=template, agents_vars={"TEAM": "ops"}, environ={}
+    )
     assert home.agents_md == home.path / "AGENTS.md"
     assert home.agents_md.read_text() == f"You work in {ws.resolve()} for ops.\n"
     assert not (ws / "AGENTS.md").exists()
@@ -178,11 +178,17 @@ def test_a_set_provider_env_key_counts_as_credentials(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
     inline = tomllib.loads(BASE)
-    home = prepare_codex_home(ws / ".codex", ws, driver="exec", inline_config=inline,
-                              environ={"HOME": str(tmp_path / "nobody"), "LOCAL_KEY": "x"})
+    home = prepare_codex_home(
+        ws / ".codex",
+        ws,
+        driver="exec",
+        inline_config=inline,
+        environ={"HOME": str(tmp_path / "nobody"), "LOCAL_KEY": "x"},
+    )
     assert home.has_credentials
     assert home.provider_env_keys == ("LOCAL_KEY",)
-    without = prepare_codex_home(ws / ".codex", ws, driver="exec", inline_config=inline,
-                                 environ={"HOME": str(tmp_path / "nobody")})
+    without = prepare_codex_home(
+        ws / ".codex", ws, driver="exec", inline_config=inline, environ={"HOME": str(tmp_path / "nobody")}
+    )
     assert not without.has_credentials
     assert without.missing_env_keys == ("LOCAL_KEY",)

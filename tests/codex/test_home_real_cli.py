@@ -21,8 +21,7 @@ from coven_codex.testing.mcp_echo_server import mcp_server_entry
 pytestmark = pytest.mark.codex
 
 
-async def test_prepared_home_runs_tools_and_instructions(tmp_path: Path, codex_bin: Path,
-                                                         recorder: Recorder) -> None:
+async def test_prepared_home_runs_tools_and_instructions(tmp_path: Path, codex_bin: Path, recorder: Recorder) -> None:
     script: list[TurnScript] = [CallTool("echo.echo", {"text": "via the merged config"}), Reply("done")]
     async with ScriptedModelServer(script) as server:
         base = tmp_path / "base.toml"
@@ -47,8 +46,9 @@ async def test_prepared_home_runs_tools_and_instructions(tmp_path: Path, codex_b
         )
         text = home.config_path.read_text()
         assert "# my own Codex settings" in text and "# trailing comment" in text
-        driver = create_driver(codex_bin, version, workspace, env=home.env,
-                               settings=DriverSettings(kill_grace=3.0), sink=recorder)
+        driver = create_driver(
+            codex_bin, version, workspace, env=home.env, settings=DriverSettings(kill_grace=3.0), sink=recorder
+        )
         try:
             await driver.start(None)
             await driver.submit("use the tool", "t1")

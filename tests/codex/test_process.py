@@ -32,8 +32,9 @@ async def read_pids(proc: ChildProcess, count: int) -> list[int]:
 
 
 async def test_own_process_group_and_polite_termination(tmp_path: Path) -> None:
-    proc = await spawn([PY, "-c", "import os,time; print(os.getpid(), flush=True); time.sleep(60)"],
-                       env=os.environ, cwd=tmp_path)
+    proc = await spawn(
+        [PY, "-c", "import os,time; print(os.getpid(), flush=True); time.sleep(60)"], env=os.environ, cwd=tmp_path
+    )
     (pid,) = await read_pids(proc, 1)
     assert os.getpgid(pid) == pid != os.getpgid(0)
     started = time.monotonic()

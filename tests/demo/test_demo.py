@@ -17,10 +17,27 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_demo_script_mode_calls_a_spell(tmp_path: Path, codex_bin: Path) -> None:
     folder = tmp_path / "demo"
     done = subprocess.run(
-        [sys.executable, "-m", "coven_codex", "demo", "--dir", str(folder),
-         "--codex-path", str(codex_bin), "--turn-timeout", "60",
-         "--script", "hello", "What is 19 plus 23?"],
-        capture_output=True, text=True, timeout=180, cwd=ROOT, stdin=subprocess.DEVNULL, check=False,
+        [
+            sys.executable,
+            "-m",
+            "coven_codex",
+            "demo",
+            "--dir",
+            str(folder),
+            "--codex-path",
+            str(codex_bin),
+            "--turn-timeout",
+            "60",
+            "--script",
+            "hello",
+            "What is 19 plus 23?",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=ROOT,
+        stdin=subprocess.DEVNULL,
+        check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     transcript = done.stdout

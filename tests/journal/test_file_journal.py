@@ -222,8 +222,9 @@ async def test_a_failed_flush_fails_the_append(
         raise OSError(5, "Input/output error")
 
     monkeypatch.setattr(file, "_SYNC", broken_disk)
-    results = await asyncio.gather(*(journal.append(ThoughtEntry(text=str(i))) for i in range(5)),
-                                   return_exceptions=True)
+    results = await asyncio.gather(
+        *(journal.append(ThoughtEntry(text=str(i))) for i in range(5)), return_exceptions=True
+    )
     assert all(isinstance(r, JournalError) and "Input/output error" in str(r) for r in results)
     monkeypatch.undo()
     await journal.aclose()

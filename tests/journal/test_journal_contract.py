@@ -77,8 +77,9 @@ async def test_append_assigns_ids_and_ordered_positions(journal: Journal) -> Non
 
 
 async def test_append_keeps_a_given_id_and_every_field(journal: Journal) -> None:
-    call = ToolCallEntry(id="call-1", tool="search", arguments={"q": "x", "n": [1, 2]}, call_id="c1",
-                         conversation="room-7")
+    call = ToolCallEntry(
+        id="call-1", tool="search", arguments={"q": "x", "n": [1, 2]}, call_id="c1", conversation="room-7"
+    )
     record = await journal.append(call)
     assert record.entry.id == "call-1"
     [item] = await journal.read()
@@ -195,17 +196,15 @@ async def test_concurrent_appends_in_one_process(journal: Journal) -> None:
 
 BAD_LINES = [
     (b"not json at all", "not JSON"),
-    (b"\xff\xfe{\"kind\": \"thought\"}", "invalid UTF-8"),
+    (b'\xff\xfe{"kind": "thought"}', "invalid UTF-8"),
     (b"[1, 2, 3]", "JSON object"),
-    (b"{\"text\": \"no kind\"}", "kind"),
-    (b"{\"kind\": \"tool_call\", \"text\": \"missing tool\"}", "tool"),
+    (b'{"text": "no kind"}', "kind"),
+    (b'{"kind": "tool_call", "text": "missing tool"}', "tool"),
     (b"", "empty"),
 ]
 
 
-async def test_bad_lines_are_reported_with_their_position_and_skipped(
-    journal: Journal, backend: Backend
-) -> None:
+async def test_bad_lines_are_reported_with_their_position_and_skipped(journal: Journal, backend: Backend) -> None:
     reader = Reader(journal)
     first = await journal.append(thought("good 1"))
     for raw, _reason in BAD_LINES:

@@ -26,8 +26,15 @@ class RawClient:
         self.writer = writer
 
     @classmethod
-    async def connect(cls, server: SpellServer, secret: str | None = None, *, hello: bool = True,
-                      limit: int = 64 * 2**20, initialize: bool = False) -> RawClient:
+    async def connect(
+        cls,
+        server: SpellServer,
+        secret: str | None = None,
+        *,
+        hello: bool = True,
+        limit: int = 64 * 2**20,
+        initialize: bool = False,
+    ) -> RawClient:
         reader, writer = await asyncio.open_unix_connection(str(server.socket_path), limit=limit)
         client = cls(reader, writer)
         if hello:
@@ -58,9 +65,15 @@ class RawClient:
         return await self.receive()
 
     async def initialize(self, version: str = "2025-06-18") -> dict[str, Any]:
-        response = await self.request("initialize", {
-            "protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"},
-        }, request_id=0)
+        response = await self.request(
+            "initialize",
+            {
+                "protocolVersion": version,
+                "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "1"},
+            },
+            request_id=0,
+        )
         await self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         return response
 

@@ -30,12 +30,20 @@ async def test_real_codex_calls_spells(
     workspace = tmp_path / "ws"
     workspace.mkdir()
     async with SpellServer(registry, label="e2e") as spells, ScriptedModelServer(script) as model:
-        entry = codex_mcp_entry(spells.socket_path, spells.secret, codex_version,
-                                tool_timeout=registry.longest_timeout)
+        entry = codex_mcp_entry(spells.socket_path, spells.secret, codex_version, tool_timeout=registry.longest_timeout)
         env = write_codex_config(home, model.base_url, mcp_servers={"coven": entry})
         process = await asyncio.create_subprocess_exec(
-            str(codex_bin), "exec", "--json", "--skip-git-repo-check", "cast the spells", cwd=workspace,
-            env={**os.environ, **env}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            str(codex_bin),
+            "exec",
+            "--json",
+            "--skip-git-repo-check",
+            "cast the spells",
+            cwd=workspace,
+            env={**os.environ, **env},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         try:
             async with asyncio.timeout(180):
                 stdout, stderr = await process.communicate()
@@ -52,8 +60,11 @@ async def test_real_codex_calls_spells(
     assert "Traceback" not in outputs["call-explode"]
     assert "invalid arguments for spell 'add': a: Input should be a valid integer" in outputs["call-bad"]
     assert "done" in outputs["call-progress"]  # progress notifications (0.169 asks for them) are fine
-    assert any(json.loads(line).get("item", {}).get("text") == "all spells cast"
-               for line in stdout.decode().splitlines() if line.startswith("{"))
+    assert any(
+        json.loads(line).get("item", {}).get("text") == "all spells cast"
+        for line in stdout.decode().splitlines()
+        if line.startswith("{")
+    )
 
     (rollout,) = list((home / "sessions").rglob("rollout-*.jsonl"))
     recorded = {}
@@ -68,9 +79,7 @@ async def test_real_codex_calls_spells(
 
 
 @pytest.mark.codex
-async def test_real_codex_without_the_daemon_still_answers(
-    codex_bin: Path, codex_version: str, tmp_path: Path
-) -> None:
+async def test_real_codex_without_the_daemon_still_answers(codex_bin: Path, codex_version: str, tmp_path: Path) -> None:
     home = tmp_path / "home"
     workspace = tmp_path / "ws"
     workspace.mkdir()
@@ -78,8 +87,17 @@ async def test_real_codex_without_the_daemon_still_answers(
         entry = codex_mcp_entry(tmp_path / "gone.sock", "a-secret-of-sufficient-length", codex_version)
         env = write_codex_config(home, model.base_url, mcp_servers={"coven": entry})
         process = await asyncio.create_subprocess_exec(
-            str(codex_bin), "exec", "--json", "--skip-git-repo-check", "hello", cwd=workspace,
-            env={**os.environ, **env}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            str(codex_bin),
+            "exec",
+            "--json",
+            "--skip-git-repo-check",
+            "hello",
+            cwd=workspace,
+            env={**os.environ, **env},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         try:
             async with asyncio.timeout(180):
                 stdout, _ = await process.communicate()
@@ -93,5 +111,6 @@ async def test_real_codex_without_the_daemon_still_answers(
     assert "coven" not in offered  # no spells offered, and no crash
     if codex_version == "0.47.0":  # 0.169 does not report MCP start-up failures in `exec --json`
         errors = [event["message"] for event in events if event.get("type") == "error"]
-        assert any("the coven daemon is not running" in message and "coven-codex run" in message
-                   for message in errors), errors
+        assert any(
+            "the coven daemon is not running" in message and "coven-codex run" in message for message in errors
+        ), errors

@@ -43,10 +43,15 @@ def test_real_codex_accepts_the_entry(codex_bin: Path, codex_version: str, tmp_p
     home.mkdir()
     entry = codex_mcp_entry("/tmp/coven.sock", "secret-" * 4, codex_version, tool_timeout=60)
     (home / "config.toml").write_text(tomlkit.dumps({"mcp_servers": {"coven": entry}}))
-    shown = subprocess.run([str(codex_bin), "mcp", "get", "coven", "--json"],
-                           env={**os.environ, "CODEX_HOME": str(home)},
-                           capture_output=True, text=True, timeout=60, check=True)
-    parsed = json.loads(shown.stdout[shown.stdout.index("{"):])
+    shown = subprocess.run(
+        [str(codex_bin), "mcp", "get", "coven", "--json"],
+        env={**os.environ, "CODEX_HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    parsed = json.loads(shown.stdout[shown.stdout.index("{") :])
     assert parsed["transport"]["command"] == sys.executable
     assert parsed["transport"]["args"][-1] == "/tmp/coven.sock"
     assert parsed["startup_timeout_sec"] == 20.0
@@ -77,8 +82,12 @@ def test_spells_command_lists_and_writes(
     toolbelt = json.loads((default_state_dir(tmp_path / "ws") / "toolbelt.json").read_text())
     assert {t["name"] for t in toolbelt["tools"]} == {"add", "summarize", "countdown", "divide"}
     assert not (tmp_path / "ws" / ".coven").exists()
-    assert cli_main(["spells", "--spells", "examples.spells_example:spells", "--workspace", str(tmp_path / "ws"),
-                     "--json"]) == 0
+    assert (
+        cli_main(
+            ["spells", "--spells", "examples.spells_example:spells", "--workspace", str(tmp_path / "ws"), "--json"]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out)["tools"][0]["name"] == "add"
 
 

@@ -43,11 +43,10 @@ def test_any_chunking_yields_the_same_messages(messages: list[Any], data: st.Dat
     assert decoder.pending_bytes == 0
 
 
-@given(st.lists(st.binary(max_size=60).map(lambda b: b.replace(b"\n", b"")), max_size=10),
-       st.integers(1, 40), st.data())
-def test_oversized_lines_are_reported_once_and_others_pass(
-    lines: list[bytes], limit: int, data: st.DataObject
-) -> None:
+@given(
+    st.lists(st.binary(max_size=60).map(lambda b: b.replace(b"\n", b"")), max_size=10), st.integers(1, 40), st.data()
+)
+def test_oversized_lines_are_reported_once_and_others_pass(lines: list[bytes], limit: int, data: st.DataObject) -> None:
     stream = b"".join(line + b"\n" for line in lines)
     decoder = FrameDecoder(limit)
     frames = []
@@ -71,15 +70,28 @@ request_ids = st.integers() | st.text() | st.floats(allow_nan=False, allow_infin
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(request_ids, method_names, st.dictionaries(st.sampled_from(
-    ["name", "arguments", "cursor", "protocolVersion", "_meta", "clientInfo"]) | st.text(max_size=5),
-    json_values | st.sampled_from(["add", "shout", "explode"]), max_size=4))
+@given(
+    request_ids,
+    method_names,
+    st.dictionaries(
+        st.sampled_from(["name", "arguments", "cursor", "protocolVersion", "_meta", "clientInfo"])
+        | st.text(max_size=5),
+        json_values | st.sampled_from(["add", "shout", "explode"]),
+        max_size=4,
+    ),
+)
 def test_dispatch_always_answers_with_the_request_id(request_id: Any, method: str, params: dict[str, Any]) -> None:
     from mcp_sample_spells import registry
 
     session = McpSession(registry)
-    init = classify({"jsonrpc": "2.0", "id": 0, "method": "initialize",
-                     "params": {"protocolVersion": "2025-11-25", "capabilities": {}}})
+    init = classify(
+        {
+            "jsonrpc": "2.0",
+            "id": 0,
+            "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {}},
+        }
+    )
     assert isinstance(init, Request)
     assert "result" in asyncio.run(session.handle(init, lambda _: None))
     message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}

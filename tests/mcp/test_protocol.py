@@ -28,8 +28,13 @@ async def client(server: SpellServer) -> AsyncIterator[RawClient]:
 
 @pytest.mark.parametrize(
     ("offered", "answered"),
-    [("2025-06-18", "2025-06-18"), ("2025-11-25", "2025-11-25"), ("2024-11-05", "2024-11-05"),
-     ("2099-01-01", "2025-11-25"), ("2026-07-28", "2025-11-25")],
+    [
+        ("2025-06-18", "2025-06-18"),
+        ("2025-11-25", "2025-11-25"),
+        ("2024-11-05", "2024-11-05"),
+        ("2099-01-01", "2025-11-25"),
+        ("2026-07-28", "2025-11-25"),
+    ],
 )
 async def test_initialize_negotiates_the_protocol_version(fresh: RawClient, offered: str, answered: str) -> None:
     response = await fresh.initialize(offered)
@@ -42,8 +47,11 @@ async def test_initialize_negotiates_the_protocol_version(fresh: RawClient, offe
 
 async def test_server_discover_fails_cleanly_with_method_not_found(fresh: RawClient) -> None:
     response = await fresh.request("server/discover", {"_meta": {}}, request_id="probe")
-    assert response == {"jsonrpc": "2.0", "id": "probe",
-                        "error": {"code": -32601, "message": "Method not found", "data": "server/discover"}}
+    assert response == {
+        "jsonrpc": "2.0",
+        "id": "probe",
+        "error": {"code": -32601, "message": "Method not found", "data": "server/discover"},
+    }
     assert (await fresh.initialize())["result"]["protocolVersion"] == "2025-06-18"
 
 
@@ -68,8 +76,11 @@ async def test_ids_are_echoed_with_their_original_type(client: RawClient) -> Non
         (b'{"jsonrpc": "2.0", "id": 8, "method": "resources/list"}\n', -32601, 8),
         (b'{"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": {"name": "nope"}}\n', -32602, 9),
         (b'{"jsonrpc": "2.0", "id": 10, "method": "tools/call", "params": {"arguments": {}}}\n', -32602, 10),
-        (b'{"jsonrpc": "2.0", "id": 11, "method": "tools/call", "params": {"name": "add", "arguments": [1]}}\n',
-         -32602, 11),
+        (
+            b'{"jsonrpc": "2.0", "id": 11, "method": "tools/call", "params": {"name": "add", "arguments": [1]}}\n',
+            -32602,
+            11,
+        ),
         (b'{"jsonrpc": "2.0", "id": 12, "method": "tools/list", "params": {"cursor": "bogus"}}\n', -32602, 12),
         (b'{"jsonrpc": "2.0", "id": 13, "method": "tools/list", "params": [1, 2]}\n', -32602, 13),
     ],
@@ -98,19 +109,35 @@ async def test_notifications_and_client_responses_get_no_answer(client: RawClien
 
 
 async def test_several_calls_in_flight_finish_out_of_order(client: RawClient) -> None:
-    await client.send({"jsonrpc": "2.0", "id": "slow", "method": "tools/call",
-                       "params": {"name": "sleep", "arguments": {"seconds": 1.0}}})
+    await client.send(
+        {
+            "jsonrpc": "2.0",
+            "id": "slow",
+            "method": "tools/call",
+            "params": {"name": "sleep", "arguments": {"seconds": 1.0}},
+        }
+    )
     for index in range(5):
-        await client.send({"jsonrpc": "2.0", "id": index, "method": "tools/call",
-                           "params": {"name": "add", "arguments": {"a": index}}})
+        await client.send(
+            {
+                "jsonrpc": "2.0",
+                "id": index,
+                "method": "tools/call",
+                "params": {"name": "add", "arguments": {"a": index}},
+            }
+        )
     order = [(await client.receive())["id"] for _ in range(6)]
     assert order[-1] == "slow"
     assert sorted(order[:-1]) == [0, 1, 2, 3, 4]
 
 
 async def test_duplicate_in_flight_id_is_refused(client: RawClient) -> None:
-    call = {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
-            "params": {"name": "sleep", "arguments": {"seconds": 0.5}}}
+    call = {
+        "jsonrpc": "2.0",
+        "id": 3,
+        "method": "tools/call",
+        "params": {"name": "sleep", "arguments": {"seconds": 0.5}},
+    }
     await client.send(call)
     await client.send(call)
     first = await client.receive()
@@ -121,11 +148,22 @@ async def test_duplicate_in_flight_id_is_refused(client: RawClient) -> None:
 
 
 async def test_cancelled_request_gets_no_response_and_stops_the_spell(client: RawClient) -> None:
-    await client.send({"jsonrpc": "2.0", "id": "long", "method": "tools/call",
-                       "params": {"name": "sleep", "arguments": {"seconds": 30}}})
+    await client.send(
+        {
+            "jsonrpc": "2.0",
+            "id": "long",
+            "method": "tools/call",
+            "params": {"name": "sleep", "arguments": {"seconds": 30}},
+        }
+    )
     await asyncio.sleep(0.2)
-    await client.send({"jsonrpc": "2.0", "method": "notifications/cancelled",
-                       "params": {"requestId": "long", "reason": "user pressed stop"}})
+    await client.send(
+        {
+            "jsonrpc": "2.0",
+            "method": "notifications/cancelled",
+            "params": {"requestId": "long", "reason": "user pressed stop"},
+        }
+    )
     response = await client.request("ping", request_id="next")
     assert response["id"] == "next"
     with pytest.raises(TimeoutError):
@@ -133,8 +171,14 @@ async def test_cancelled_request_gets_no_response_and_stops_the_spell(client: Ra
 
 
 async def test_progress_notifications_only_with_a_progress_token(client: RawClient) -> None:
-    await client.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                       "params": {"name": "progress_sync", "arguments": {"steps": 2}, "_meta": {"progressToken": "t"}}})
+    await client.send(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "progress_sync", "arguments": {"steps": 2}, "_meta": {"progressToken": "t"}},
+        }
+    )
     messages = [await client.receive() for _ in range(3)]
     assert [m.get("method") for m in messages] == ["notifications/progress"] * 2 + [None]
     assert [m["params"]["progress"] for m in messages[:2]] == [1, 2]
@@ -146,8 +190,10 @@ async def test_progress_notifications_only_with_a_progress_token(client: RawClie
 
 async def test_timeouts_and_spell_errors_are_tool_errors(client: RawClient) -> None:
     slow = await client.request("tools/call", {"name": "too_slow", "arguments": {}})
-    assert slow["result"] == {"content": [{"type": "text", "text": "spell 'too_slow' timed out after 0.5 seconds"}],
-                              "isError": True}
+    assert slow["result"] == {
+        "content": [{"type": "text", "text": "spell 'too_slow' timed out after 0.5 seconds"}],
+        "isError": True,
+    }
     slow_sync = await client.request("tools/call", {"name": "too_slow_sync", "arguments": {}})
     assert slow_sync["result"]["isError"] is True
     refused = await client.request("tools/call", {"name": "refuse", "arguments": {"reason": "no way"}})
@@ -166,8 +212,14 @@ async def test_calls_past_the_limit_wait_and_stay_cancellable(registry: SpellReg
     async with SpellServer(registry, limits=ConnectionLimits(max_in_flight=1)) as server:
         client = await RawClient.connect(server, initialize=True)
         for request_id, seconds in (("A", 30), ("B", 0.1)):
-            await client.send({"jsonrpc": "2.0", "id": request_id, "method": "tools/call",
-                               "params": {"name": "sleep", "arguments": {"seconds": seconds}}})
+            await client.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": request_id,
+                    "method": "tools/call",
+                    "params": {"name": "sleep", "arguments": {"seconds": seconds}},
+                }
+            )
         assert (await client.request("ping", request_id="P"))["id"] == "P"  # not stuck behind A
         await client.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "A"}})
         answer = await client.receive()
@@ -187,31 +239,55 @@ async def test_requests_before_initialize_are_refused(fresh: RawClient) -> None:
 
 
 async def test_a_second_initialize_is_refused(client: RawClient) -> None:
-    again = await client.request("initialize", {"protocolVersion": "2024-11-05", "capabilities": {},
-                                                "clientInfo": {"name": "again", "version": "1"}}, request_id="again")
+    again = await client.request(
+        "initialize",
+        {"protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "again", "version": "1"}},
+        request_id="again",
+    )
     assert again["error"]["code"] == -32600
     assert "already initialised (protocol 2025-06-18)" in again["error"]["message"]
 
 
 async def test_a_number_progress_token_gets_progress(client: RawClient) -> None:
-    await client.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                       "params": {"name": "progress", "arguments": {"steps": 2}, "_meta": {"progressToken": 2.5}}})
+    await client.send(
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "progress", "arguments": {"steps": 2}, "_meta": {"progressToken": 2.5}},
+        }
+    )
     messages = [await client.receive() for _ in range(3)]
     assert [m.get("method") for m in messages] == ["notifications/progress"] * 2 + [None]
     assert all(m["params"]["progressToken"] == 2.5 for m in messages[:2])
 
 
 async def test_requests_pipelined_behind_initialize_are_served(fresh: RawClient) -> None:
-    await fresh.send(b"".join(
-        json.dumps(message).encode() + b"\n" for message in (
-            {"jsonrpc": "2.0", "id": 0, "method": "initialize",
-             "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                        "clientInfo": {"name": "p", "version": "1"}}},
-            {"jsonrpc": "2.0", "method": "notifications/initialized"},
-            {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-             "params": {"name": "shout", "arguments": {"text": "a"}}},
-            {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
-        )))
+    await fresh.send(
+        b"".join(
+            json.dumps(message).encode() + b"\n"
+            for message in (
+                {
+                    "jsonrpc": "2.0",
+                    "id": 0,
+                    "method": "initialize",
+                    "params": {
+                        "protocolVersion": "2025-06-18",
+                        "capabilities": {},
+                        "clientInfo": {"name": "p", "version": "1"},
+                    },
+                },
+                {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                {
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "tools/call",
+                    "params": {"name": "shout", "arguments": {"text": "a"}},
+                },
+                {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+            )
+        )
+    )
     answers = {answer["id"]: answer for answer in [await fresh.receive() for _ in range(3)]}
     assert answers[1]["result"]["content"][0]["text"] == "A!"
     assert "tools" in answers[2]["result"]

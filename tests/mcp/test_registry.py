@@ -90,7 +90,10 @@ def test_input_schema_from_type_hints() -> None:
     assert schema["additionalProperties"] is False
     assert schema["required"] == ["query", "options"]
     assert schema["properties"]["query"] == {
-        "type": "string", "minLength": 2, "description": "what to look for", "title": "query",
+        "type": "string",
+        "minLength": 2,
+        "description": "what to look for",
+        "title": "query",
     }
     assert schema["properties"]["limit"]["default"] == 10
     options = schema["properties"]["options"]
@@ -189,9 +192,12 @@ def test_wrong_return_value_is_an_error_without_internals() -> None:
         return "not a number"  # type: ignore[return-value]  # the point of the test
 
     result = asyncio.run(call_spell(_get(registry, "liar"), {}, _context()))
-    assert result == {"content": [{"type": "text", "text":
-                                   "spell 'liar' returned a value that does not match its declared return type"}],
-                      "isError": True}
+    assert result == {
+        "content": [
+            {"type": "text", "text": "spell 'liar' returned a value that does not match its declared return type"}
+        ],
+        "isError": True,
+    }
 
 
 def test_parameters_named_like_model_attributes_work() -> None:
@@ -211,7 +217,10 @@ def _write_module(tmp_path: Path, name: str, body: str) -> None:
 
 
 def test_load_spells_accepts_function_list_and_registry(tmp_path: Path) -> None:
-    _write_module(tmp_path, "spellmod_a", """
+    _write_module(
+        tmp_path,
+        "spellmod_a",
+        """
         from coven_codex.mcp import SpellRegistry, spell
         reg = SpellRegistry()
         @reg.spell
@@ -225,7 +234,8 @@ def test_load_spells_accepts_function_list_and_registry(tmp_path: Path) -> None:
         listed = [two, three]
         class Holder:
             registry = reg
-    """)
+    """,
+    )
     assert [s.name for s in load_spells("spellmod_a:reg", search_paths=[tmp_path])] == ["one"]
     assert [s.name for s in load_spells("spellmod_a:three", search_paths=[tmp_path])] == ["three"]
     loaded = load_spells("spellmod_a:listed", search_paths=[tmp_path])
@@ -240,11 +250,13 @@ def test_load_spells_accepts_function_list_and_registry(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("source", "message"),
-    [("no_colon", "not of the form module:object"),
-     ("definitely_missing_module_x:f", "no module named 'definitely_missing_module_x'"),
-     ("spellmod_b:missing", "has no attribute 'missing'"),
-     ("spellmod_b:value", "is not a function"),
-     ("spellmod_broken:f", "raised ZeroDivisionError")],
+    [
+        ("no_colon", "not of the form module:object"),
+        ("definitely_missing_module_x:f", "no module named 'definitely_missing_module_x'"),
+        ("spellmod_b:missing", "has no attribute 'missing'"),
+        ("spellmod_b:value", "is not a function"),
+        ("spellmod_broken:f", "raised ZeroDivisionError"),
+    ],
 )
 def test_load_errors_say_what_to_fix(tmp_path: Path, source: str, message: str) -> None:
     _write_module(tmp_path, "spellmod_b", "value = 3\n")
@@ -321,9 +333,13 @@ def test_arguments_are_validated_as_strictly_as_the_schema() -> None:
     def call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         return asyncio.run(call_spell(_get(registry, name), arguments, _context()))
 
-    for name, arguments in (("add", {"a": "2", "b": 3}), ("add", {"a": 2, "b": True}),
-                            ("add", {"a": 2.5, "b": 1}), ("divide", {"a": "1e3", "b": "4"}),
-                            ("divide", {"a": 1.0, "b": False})):
+    for name, arguments in (
+        ("add", {"a": "2", "b": 3}),
+        ("add", {"a": 2, "b": True}),
+        ("add", {"a": 2.5, "b": 1}),
+        ("divide", {"a": "1e3", "b": "4"}),
+        ("divide", {"a": 1.0, "b": False}),
+    ):
         result = call(name, arguments)
         assert result["isError"] is True, (name, arguments, result)
         assert result["content"][0]["text"].startswith(f"invalid arguments for spell {name!r}")

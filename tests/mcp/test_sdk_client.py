@@ -43,7 +43,9 @@ async def test_sdk_client_initializes_lists_and_calls(server: SpellServer) -> No
         assert isinstance(structured, mcp_types.CallToolResult)
         assert not structured.is_error
         assert structured.structured_content == {
-            "count": 2, "total": 10.0, "points": [{"x": 1.0, "y": 2.0}, {"x": 3.0, "y": 4.0}],
+            "count": 2,
+            "total": 10.0,
+            "points": [{"x": 1.0, "y": 2.0}, {"x": 3.0, "y": 4.0}],
         }
         assert json.loads(_text(structured)) == structured.structured_content
 
@@ -84,9 +86,11 @@ async def test_sdk_client_progress_and_concurrent_calls(server: SpellServer) -> 
 
 
 async def test_sdk_client_paginates_tools_list(registry: SpellRegistry) -> None:
-    async with SpellServer(registry, page_size=4) as small_pages, stdio_client(
-        shim_parameters(small_pages)
-    ) as (read, write), ClientSession(read, write) as session:
+    async with (
+        SpellServer(registry, page_size=4) as small_pages,
+        stdio_client(shim_parameters(small_pages)) as (read, write),
+        ClientSession(read, write) as session,
+    ):
         await session.initialize()
         names: list[str] = []
         cursor: str | None = None

@@ -62,8 +62,10 @@ async def test_wrong_secret_is_refused_and_logged(server: SpellServer, caplog: p
     caplog.set_level(logging.WARNING, logger="coven_codex.mcp")
     answer = await _refusal(server, wire.hello("not-the-secret-at-all"))
     assert answer == {"coven": "refused", "reason": "wrong session secret"}
-    assert any("refused an MCP connection from pid" in r.getMessage() and "wrong session secret" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        "refused an MCP connection from pid" in r.getMessage() and "wrong session secret" in r.getMessage()
+        for r in caplog.records
+    )
     assert server.secret not in caplog.text
 
 
@@ -99,8 +101,14 @@ async def test_hostile_clients_leave_the_server_serving(server: SpellServer) -> 
 
     flooding = asyncio.create_task(flood())
     half_closed = await RawClient.connect(server, initialize=True)
-    await half_closed.send({"jsonrpc": "2.0", "id": "h", "method": "tools/call",
-                            "params": {"name": "sleep", "arguments": {"seconds": 0.2}}})
+    await half_closed.send(
+        {
+            "jsonrpc": "2.0",
+            "id": "h",
+            "method": "tools/call",
+            "params": {"name": "sleep", "arguments": {"seconds": 0.2}},
+        }
+    )
     half_closed.writer.write_eof()
     no_hello = await RawClient.connect(server, hello=False)
     no_hello.writer.write(b"half a hel")
@@ -129,8 +137,9 @@ async def test_hostile_clients_leave_the_server_serving(server: SpellServer) -> 
 
 async def test_abrupt_disconnect_cancels_calls_and_server_keeps_serving(server: SpellServer) -> None:
     doomed = await RawClient.connect(server, initialize=True)
-    await doomed.send({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                       "params": {"name": "sleep", "arguments": {"seconds": 30}}})
+    await doomed.send(
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "sleep", "arguments": {"seconds": 30}}}
+    )
     sock = doomed.writer.get_extra_info("socket")
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
     doomed.writer.transport.abort()

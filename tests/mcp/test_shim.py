@@ -12,9 +12,12 @@ from mcp_sample_spells import lingered
 from coven_codex.mcp import SpellServer, codex_mcp_entry
 from mcp_shim import wire
 
-INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-              "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                         "clientInfo": {"name": "t", "version": "1"}}}
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+}
 
 
 async def _start_shim(socket_path: Path | str, secret: str | None) -> asyncio.subprocess.Process:
@@ -23,8 +26,12 @@ async def _start_shim(socket_path: Path | str, secret: str | None) -> asyncio.su
     if secret is None:
         del env[wire.SECRET_ENV]
     return await asyncio.create_subprocess_exec(
-        entry["command"], *entry["args"], env=env,
-        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        entry["command"],
+        *entry["args"],
+        env=env,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
 
 
@@ -95,9 +102,17 @@ async def test_closing_stdin_cancels_a_call_in_flight(server: SpellServer) -> No
     await _exchange(process, INITIALIZE)
     assert process.stdin is not None
     process.stdin.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode() + b"\n")
-    process.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
-                                    "params": {"name": "linger", "arguments": {"tag": "stdin-closed"}}}).encode()
-                        + b"\n")
+    process.stdin.write(
+        json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 5,
+                "method": "tools/call",
+                "params": {"name": "linger", "arguments": {"tag": "stdin-closed"}},
+            }
+        ).encode()
+        + b"\n"
+    )
     await process.stdin.drain()
     await asyncio.sleep(0.3)
     process.stdin.close()
@@ -140,6 +155,7 @@ def test_module_and_script_entry_points_start() -> None:
     for command in commands:
         done = subprocess.run(command, capture_output=True, text=True, timeout=30, check=True)
         assert done.stdout.strip() == f"coven-mcp-shim {wire.SHIM_VERSION}"
-    bad = subprocess.run([sys.executable, "-m", "mcp_shim", "--bogus"],
-                         capture_output=True, text=True, timeout=30, check=False)
+    bad = subprocess.run(
+        [sys.executable, "-m", "mcp_shim", "--bogus"], capture_output=True, text=True, timeout=30, check=False
+    )
     assert bad.returncode == 2 and "unexpected argument '--bogus'" in bad.stderr

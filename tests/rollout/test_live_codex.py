@@ -61,8 +61,18 @@ class LiveSession:
     async def turn(self, prompt: str) -> Turn:
         args = ["resume", self.thread_id] if self.thread_id else []
         proc = await asyncio.create_subprocess_exec(
-            str(self.codex), "exec", "--json", "--skip-git-repo-check", *args, "-", cwd=self.workspace,
-            env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            str(self.codex),
+            "exec",
+            "--json",
+            "--skip-git-repo-check",
+            *args,
+            "-",
+            cwd=self.workspace,
+            env=self.env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write(prompt.encode())
         proc.stdin.close()
@@ -119,8 +129,9 @@ class LiveSession:
 
 
 @contextlib.asynccontextmanager
-async def live_session(codex_bin: Path, tmp_path: Path,
-                       script: Sequence[TurnScript]) -> AsyncIterator[tuple[LiveSession, ScriptedModelServer]]:
+async def live_session(
+    codex_bin: Path, tmp_path: Path, script: Sequence[TurnScript]
+) -> AsyncIterator[tuple[LiveSession, ScriptedModelServer]]:
     async with ScriptedModelServer(script) as server:
         home, workspace = tmp_path / "codex-home", tmp_path / "workspace"
         workspace.mkdir()
@@ -162,8 +173,12 @@ async def test_tool_call_and_result(codex_bin: Path, codex_version: str, tmp_pat
     async with live_session(codex_bin, tmp_path, script) as (session, server):
         turn = await session.turn("use the echo tool")
         assert turn.exit_code == 0
-        expected = [START, ("tool_call", "echo.echo", 'echo.echo {"text": "ping"}'),
-                    ("tool_result", "echo.echo", "echo: ping"), ("response", "", "the tool said ping")]
+        expected = [
+            START,
+            ("tool_call", "echo.echo", 'echo.echo {"text": "ping"}'),
+            ("tool_result", "echo.echo", "echo: ping"),
+            ("response", "", "the tool said ping"),
+        ]
         assert rows(session) == ([*expected, DONE] if is_169(codex_version) else expected)
         (call_output,) = server.requests.function_call_outputs()
         result = next(e for e in session.all_entries() if isinstance(e, ToolResultEntry))
@@ -175,8 +190,14 @@ async def test_two_turns_in_one_thread(codex_bin: Path, codex_version: str, tmp_
         assert (await session.turn("question one")).exit_code == 0
         assert (await session.turn("question two")).exit_code == 0
         done = [DONE] if is_169(codex_version) else []
-        assert rows(session) == [START, ("response", "", "answer one"), *done,
-                                 START, ("response", "", "answer two"), *done]
+        assert rows(session) == [
+            START,
+            ("response", "", "answer one"),
+            *done,
+            START,
+            ("response", "", "answer two"),
+            *done,
+        ]
         assert server.requests.turn_prompts() == ["question one", "question two"]
         turn_ids = {e.turn_id for e in session.all_entries() if isinstance(e, StatusEntry)}
         assert len(turn_ids) == (2 if is_169(codex_version) else 1)  # 0.47 records no turn ids
@@ -184,7 +205,8 @@ async def test_two_turns_in_one_thread(codex_bin: Path, codex_version: str, tmp_
 
 @pytest.mark.parametrize(("status", "code"), [(401, "AUTH"), (429, "RATE_LIMIT")])
 async def test_model_http_errors_surface_as_classified_error_entries(
-        codex_bin: Path, codex_version: str, tmp_path: Path, status: int, code: str) -> None:
+    codex_bin: Path, codex_version: str, tmp_path: Path, status: int, code: str
+) -> None:
     async with live_session(codex_bin, tmp_path, [HttpError(status, "scripted failure")]) as (session, server):
         turn = await session.turn("hi")
         assert len(server.requests.responses_requests()) == 1  # retries are off in the test config

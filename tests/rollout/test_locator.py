@@ -72,8 +72,9 @@ async def test_falls_back_to_the_newest_file_of_the_workspace(tmp_path: Path) ->
     workspace.mkdir()
     now = time.time()
     write_rollout(tmp_path, "2026/11/21", "01a2025f-0000-7000-8000-000000000001", str(workspace), mtime=now - 100)
-    newest = write_rollout(tmp_path, "2026/11/22", "01a2025f-0000-7000-8000-000000000002", str(workspace),
-                           mtime=now - 10)
+    newest = write_rollout(
+        tmp_path, "2026/11/22", "01a2025f-0000-7000-8000-000000000002", str(workspace), mtime=now - 10
+    )
     write_rollout(tmp_path, "2026/11/22", "01a2025f-0000-7000-8000-000000000003", "/elsewhere", mtime=now)
     assert await locate_rollout(tmp_path, thread_id=None, cwd=workspace, timeout=1) == newest
     assert newest_rollout_for_cwd(tmp_path, workspace, since=now - 5) is None

@@ -28,8 +28,12 @@ EXPECTED_PAYLOAD_CLASSES: dict[tuple[str, str | None], set[type]] = {
     ("event_msg", "task_started"): {r.TurnStartedEvent},
     ("event_msg", "task_complete"): {r.TurnCompleteEvent},
     ("event_msg", "turn_aborted"): {r.TurnAbortedEvent},
-    ("event_msg", "item_completed"): {r.AgentMessageEvent, r.UserMessageEvent, r.AgentReasoningEvent,
-                                      r.ToolCallCompletedEvent},
+    ("event_msg", "item_completed"): {
+        r.AgentMessageEvent,
+        r.UserMessageEvent,
+        r.AgentReasoningEvent,
+        r.ToolCallCompletedEvent,
+    },
 }
 
 
@@ -102,10 +106,14 @@ def test_unknown_types_and_fields_are_kept() -> None:
     assert (record.type, record.payload_type, record.raw["extra_top"]) == ("brand_new", "x", True)
     assert record.payload == r.OtherPayload({"type": "x", "n": 1})
     event = parse_line(b'{"timestamp":"t","type":"event_msg","payload":{"type":"future_event","a":[1]}}', 0)
-    assert isinstance(event, RolloutRecord) and event.payload == r.OtherEvent("future_event", {"type": "future_event",
-                                                                                               "a": [1]})
-    item = parse_line(b'{"type":"response_item","payload":{"type":"message","role":"assistant",'
-                      b'"content":[{"type":"output_text","text":"hi","new_field":1}],"brand_new":2}}', 0)
+    assert isinstance(event, RolloutRecord) and event.payload == r.OtherEvent(
+        "future_event", {"type": "future_event", "a": [1]}
+    )
+    item = parse_line(
+        b'{"type":"response_item","payload":{"type":"message","role":"assistant",'
+        b'"content":[{"type":"output_text","text":"hi","new_field":1}],"brand_new":2}}',
+        0,
+    )
     assert isinstance(item, RolloutRecord) and isinstance(item.payload, r.MessageItem)
     assert item.payload.text == "hi" and item.payload.raw["brand_new"] == 2 and item.timestamp is None
 
@@ -152,7 +160,9 @@ def test_bad_lines_become_errors_with_their_offset(line: bytes, reason: str) -> 
 
 def test_peek_envelope_reads_only_codex_shaped_lines() -> None:
     assert peek_envelope(b'{"timestamp":"x","ordinal":3,"type":"event_msg","payload":{"type":"token_count"') == (
-        "event_msg", "token_count")
+        "event_msg",
+        "token_count",
+    )
     assert peek_envelope(b'{"timestamp":"x","type":"world_state","payload":{"full":true}}') == ("world_state", None)
     assert peek_envelope(b'{"type":"event_msg","timestamp":"x","payload":{}}') is None
     assert peek_envelope(b"garbage") is None

@@ -21,26 +21,81 @@ json_values = st.recursive(
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
     max_leaves=20,
 )
-record_types = st.sampled_from(["session_meta", "turn_context", "response_item", "event_msg", "world_state",
-                                "token_usage_record", "compacted", "something_new"])
-payload_types = st.sampled_from(["message", "reasoning", "function_call", "function_call_output",
-                                 "custom_tool_call", "local_shell_call", "user_message", "agent_message",
-                                 "agent_reasoning", "item_completed", "task_started", "task_complete",
-                                 "turn_aborted", "error", "stream_error", "token_count", "brand_new"])
+record_types = st.sampled_from(
+    [
+        "session_meta",
+        "turn_context",
+        "response_item",
+        "event_msg",
+        "world_state",
+        "token_usage_record",
+        "compacted",
+        "something_new",
+    ]
+)
+payload_types = st.sampled_from(
+    [
+        "message",
+        "reasoning",
+        "function_call",
+        "function_call_output",
+        "custom_tool_call",
+        "local_shell_call",
+        "user_message",
+        "agent_message",
+        "agent_reasoning",
+        "item_completed",
+        "task_started",
+        "task_complete",
+        "turn_aborted",
+        "error",
+        "stream_error",
+        "token_count",
+        "brand_new",
+    ]
+)
 item_types = st.sampled_from(["AgentMessage", "UserMessage", "Reasoning", "McpToolCall", "CommandExecution", "X"])
 
 
 @st.composite
 def plausible_lines(draw: st.DrawFn) -> bytes:
     """Envelopes Codex could write, with random payload fields and values of random types."""
-    payload: dict[str, Any] = draw(st.dictionaries(
-        st.sampled_from(["message", "text", "content", "call_id", "name", "namespace", "arguments", "output",
-                         "turn_id", "error", "summary", "role", "status", "reason", "id", "cwd", "meta"]),
-        json_values, max_size=6))
+    payload: dict[str, Any] = draw(
+        st.dictionaries(
+            st.sampled_from(
+                [
+                    "message",
+                    "text",
+                    "content",
+                    "call_id",
+                    "name",
+                    "namespace",
+                    "arguments",
+                    "output",
+                    "turn_id",
+                    "error",
+                    "summary",
+                    "role",
+                    "status",
+                    "reason",
+                    "id",
+                    "cwd",
+                    "meta",
+                ]
+            ),
+            json_values,
+            max_size=6,
+        )
+    )
     payload["type"] = draw(payload_types)
     if payload["type"] == "item_completed" and draw(st.booleans()):
-        item = draw(st.dictionaries(st.sampled_from(["id", "content", "status", "result", "summary_text",
-                                                     "exit_code", "client_id"]), json_values, max_size=4))
+        item = draw(
+            st.dictionaries(
+                st.sampled_from(["id", "content", "status", "result", "summary_text", "exit_code", "client_id"]),
+                json_values,
+                max_size=4,
+            )
+        )
         item["type"] = draw(item_types)
         payload["item"] = item
     line = {"timestamp": "2026-01-01T00:00:00.000Z", "type": draw(record_types), "payload": payload}
@@ -55,17 +110,21 @@ def mutated_real_lines(draw: st.DrawFn) -> bytes:
     if operation == "truncate":
         return line[:position]
     if operation == "flip":
-        return line[:position] + bytes([draw(st.integers(0, 255))]) + line[position + 1:]
+        return line[:position] + bytes([draw(st.integers(0, 255))]) + line[position + 1 :]
     if operation == "insert":
         return line[:position] + draw(st.binary(min_size=1, max_size=8)) + line[position:]
     if operation == "delete":
-        return line[:position] + line[position + draw(st.integers(1, 16)):]
+        return line[:position] + line[position + draw(st.integers(1, 16)) :]
     other = draw(st.sampled_from(REAL_LINES))
-    return line[:position] + other[draw(st.integers(0, max(0, len(other) - 1))):]
+    return line[:position] + other[draw(st.integers(0, max(0, len(other) - 1))) :]
 
 
-any_line = st.binary(max_size=200).filter(lambda b: b"\n" not in b) | plausible_lines() | mutated_real_lines() \
+any_line = (
+    st.binary(max_size=200).filter(lambda b: b"\n" not in b)
+    | plausible_lines()
+    | mutated_real_lines()
     | st.sampled_from(REAL_LINES)
+)
 
 
 def is_bad(data: bytes) -> bool:
@@ -122,4 +181,5 @@ def test_translator_never_raises_and_reports_every_bad_line(lines: list[bytes]) 
         again = RolloutTranslator("conv", "T", decode_all=decode_all)
         # ts may differ only for lines read before any line carried a timestamp
         assert [e.model_dump(exclude={"ts"}) for line in lines_of(data) for e in again.feed(line)] == [
-            e.model_dump(exclude={"ts"}) for e in entries]
+            e.model_dump(exclude={"ts"}) for e in entries
+        ]

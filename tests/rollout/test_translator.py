@@ -23,43 +23,94 @@ EXPECTED: dict[str, dict[str, list[tuple[str, ...]]]] = {
         "0.47.0": [START, ("reasoning", "", "The user wants a greeting."), ("response", "", "Hello there!")],
     },
     "multi_turn": {
-        "0.169.0": [START, ("response", "", "first answer"), DONE, START,
-                    ("response", "", "second answer, part one"), ("response", "", "part two"), DONE],
-        "0.47.0": [START, ("response", "", "first answer"), START,
-                   ("response", "", "second answer, part one"), ("response", "", "part two")],
+        "0.169.0": [
+            START,
+            ("response", "", "first answer"),
+            DONE,
+            START,
+            ("response", "", "second answer, part one"),
+            ("response", "", "part two"),
+            DONE,
+        ],
+        "0.47.0": [
+            START,
+            ("response", "", "first answer"),
+            START,
+            ("response", "", "second answer, part one"),
+            ("response", "", "part two"),
+        ],
     },
     "mcp_tool": {
-        "0.169.0": [START, ("response", "", "Calling the tool."), ECHO_CALL, ("tool_result", "echo.echo", "echo: ping"),
-                    ("response", "", "The tool said: echo: ping"), DONE],
-        "0.47.0": [START, ("response", "", "Calling the tool."), ECHO_CALL, ("tool_result", "echo.echo", "echo: ping"),
-                   ("response", "", "The tool said: echo: ping")],
+        "0.169.0": [
+            START,
+            ("response", "", "Calling the tool."),
+            ECHO_CALL,
+            ("tool_result", "echo.echo", "echo: ping"),
+            ("response", "", "The tool said: echo: ping"),
+            DONE,
+        ],
+        "0.47.0": [
+            START,
+            ("response", "", "Calling the tool."),
+            ECHO_CALL,
+            ("tool_result", "echo.echo", "echo: ping"),
+            ("response", "", "The tool said: echo: ping"),
+        ],
     },
     "mcp_tool_error": {
-        "0.169.0": [START, ("tool_call", "echo.fail", 'echo.fail {"reason": "broken on purpose"}'),
-                    ("tool_result", "echo.fail", "broken on purpose"), ("response", "", "The tool failed."), DONE],
-        "0.47.0": [START, ("tool_call", "echo.fail", 'echo.fail {"reason": "broken on purpose"}'),
-                   ("tool_result", "echo.fail", "broken on purpose"), ("response", "", "The tool failed.")],
+        "0.169.0": [
+            START,
+            ("tool_call", "echo.fail", 'echo.fail {"reason": "broken on purpose"}'),
+            ("tool_result", "echo.fail", "broken on purpose"),
+            ("response", "", "The tool failed."),
+            DONE,
+        ],
+        "0.47.0": [
+            START,
+            ("tool_call", "echo.fail", 'echo.fail {"reason": "broken on purpose"}'),
+            ("tool_result", "echo.fail", "broken on purpose"),
+            ("response", "", "The tool failed."),
+        ],
     },
     "http_401": {
-        "0.169.0": [START, ("error", "AUTH", "unexpected status 401 Unauthorized: Incorrect API key provided, url: "
-                            "http://127.0.0.1:PORT/v1/responses"), ("status", "turn_failed", "turn failed: AUTH")],
+        "0.169.0": [
+            START,
+            (
+                "error",
+                "AUTH",
+                "unexpected status 401 Unauthorized: Incorrect API key provided, url: "
+                "http://127.0.0.1:PORT/v1/responses",
+            ),
+            ("status", "turn_failed", "turn failed: AUTH"),
+        ],
         "0.47.0": [START],
     },
     "http_429": {
-        "0.169.0": [START, ("error", "RATE_LIMIT", "exceeded retry limit, last status: 429 Too Many Requests"),
-                    ("status", "turn_failed", "turn failed: RATE_LIMIT")],
+        "0.169.0": [
+            START,
+            ("error", "RATE_LIMIT", "exceeded retry limit, last status: 429 Too Many Requests"),
+            ("status", "turn_failed", "turn failed: RATE_LIMIT"),
+        ],
         "0.47.0": [START],
     },
     "response_failed": {
-        "0.169.0": [START, ("response", "", "partial"),
-                    ("error", "STREAM_IDLE", "stream disconnected before completion: The model had an internal error"),
-                    ("status", "turn_failed", "turn failed: STREAM_IDLE")],
+        "0.169.0": [
+            START,
+            ("response", "", "partial"),
+            ("error", "STREAM_IDLE", "stream disconnected before completion: The model had an internal error"),
+            ("status", "turn_failed", "turn failed: STREAM_IDLE"),
+        ],
         "0.47.0": [START, ("response", "", "partial")],
     },
     "error_then_resume": {
-        "0.169.0": [START, ("error", "UNKNOWN", "We’re currently experiencing high demand, which may cause temporary "
-                            "errors."), ("status", "turn_failed", "turn failed: UNKNOWN"), START,
-                    ("response", "", "works now"), DONE],
+        "0.169.0": [
+            START,
+            ("error", "UNKNOWN", "We’re currently experiencing high demand, which may cause temporary errors."),
+            ("status", "turn_failed", "turn failed: UNKNOWN"),
+            START,
+            ("response", "", "works now"),
+            DONE,
+        ],
         "0.47.0": [START, START, ("response", "", "works now")],
     },
     "app_server_two_turns": {
@@ -88,7 +139,9 @@ def test_fixture_translates_to_the_exact_entries(scenario: str, version: str) ->
 
 def test_every_fixture_has_an_expected_translation() -> None:
     assert {(p.stem, p.parent.name) for p in fixture_files()} - set(CASES) == {
-        ("shell_command", "0.169.0"), ("shell_command", "0.47.0")}  # checked in its own test below
+        ("shell_command", "0.169.0"),
+        ("shell_command", "0.47.0"),
+    }  # checked in its own test below
 
 
 def test_shell_command_results_drop_codex_wrappers(fixture_version: str) -> None:
@@ -96,8 +149,12 @@ def test_shell_command_results_drop_codex_wrappers(fixture_version: str) -> None
     call = next(e for e in entries if isinstance(e, ToolCallEntry))
     result = next(e for e in entries if isinstance(e, ToolResultEntry))
     expected_tool = "exec_command" if fixture_version == "0.169.0" else "shell"
-    assert (call.tool, result.tool, result.call_id, result.is_error) == (expected_tool, expected_tool, call.call_id,
-                                                                          False)
+    assert (call.tool, result.tool, result.call_id, result.is_error) == (
+        expected_tool,
+        expected_tool,
+        call.call_id,
+        False,
+    )
     assert result.text.endswith("hi-from-shell\n") and "Wall time" not in result.text
     assert result.model_dump()["exit_code"] == 0
 
@@ -119,7 +176,8 @@ def test_each_reply_once_prompt_never_echoed_ids_deterministic(path: Path) -> No
     again = translate(data, thread_id="thread-1")
     assert [e.model_dump() for e in entries] == [e.model_dump() for e in again]
     assert [e.model_dump() for e in translate(data, thread_id="thread-1", decode_all=True)] == [
-        e.model_dump() for e in entries]
+        e.model_dump() for e in entries
+    ]
     ids = [e.id for e in entries]
     assert len(ids) == len(set(ids))
     offsets = {line.start for line in lines_of(data)}
@@ -158,7 +216,10 @@ def test_bad_lines_are_reported_with_their_offset_and_translation_continues() ->
     entries = translate(data)
     errors = [e for e in entries if isinstance(e, ErrorEntry)]
     assert [(e.code, e.model_dump()["offset"]) for e in errors] == [
-        ("BAD_LINE", 0), ("BAD_LINE", len(torn_skippable) + 2), ("BAD_LINE", len(torn_skippable) + 11)]
+        ("BAD_LINE", 0),
+        ("BAD_LINE", len(torn_skippable) + 2),
+        ("BAD_LINE", len(torn_skippable) + 11),
+    ]
     assert all(f"byte {e.model_dump()['offset']}" in e.text and e.hint for e in errors)
     assert [e.text for e in entries if isinstance(e, ResponseEntry)] == ["Hello there!"]
 
@@ -166,8 +227,10 @@ def test_bad_lines_are_reported_with_their_offset_and_translation_continues() ->
 def test_a_record_appended_after_a_torn_one_is_still_translated() -> None:
     """Codex killed mid-write, then resumed: the new record follows the torn bytes on one line."""
     torn = b'{"timestamp":"2026-01-01T00:00:00Z","type":"event_msg","payload":{"type":"token_co'
-    reply = b'{"timestamp":"2026-01-01T00:00:01Z","type":"event_msg","payload":{"type":"agent_message",' \
-            b'"message":"after the crash"}}'
+    reply = (
+        b'{"timestamp":"2026-01-01T00:00:01Z","type":"event_msg","payload":{"type":"agent_message",'
+        b'"message":"after the crash"}}'
+    )
     for decode_all in (False, True):
         entries = RolloutTranslator("conv", "T", decode_all=decode_all).feed_bytes(torn + reply, 100)
         assert [(e.kind, e.id) for e in entries] == [("error", "T:100:0"), ("response", f"T:{100 + len(torn)}:0")]
@@ -181,11 +244,17 @@ def test_too_long_lines_from_the_tailer_are_reported() -> None:
 
 def test_turn_aborted_and_error_events_translate() -> None:
     translator = RolloutTranslator("conv", "T")
-    aborted = translator.feed_bytes(b'{"timestamp":"2026-01-01T00:00:00Z","type":"event_msg","payload":'
-                                    b'{"type":"turn_aborted","turn_id":"u1","reason":"interrupted"}}', 10)
+    aborted = translator.feed_bytes(
+        b'{"timestamp":"2026-01-01T00:00:00Z","type":"event_msg","payload":'
+        b'{"type":"turn_aborted","turn_id":"u1","reason":"interrupted"}}',
+        10,
+    )
     error = translator.feed_bytes(b'{"type":"event_msg","payload":{"type":"error","message":"Rate limit reached"}}', 99)
-    retry = translator.feed_bytes(b'{"type":"event_msg","payload":{"type":"stream_error",'
-                                  b'"message":"Reconnecting... 1/5 (stream disconnected before completion)"}}', 200)
+    retry = translator.feed_bytes(
+        b'{"type":"event_msg","payload":{"type":"stream_error",'
+        b'"message":"Reconnecting... 1/5 (stream disconnected before completion)"}}',
+        200,
+    )
     assert isinstance(aborted[0], StatusEntry) and (aborted[0].state, aborted[0].turn_id) == ("turn_aborted", "u1")
     assert aborted[0].ts.year == 2026
     assert isinstance(error[0], ErrorEntry) and error[0].code == "RATE_LIMIT" and error[0].id == "T:99:0"
@@ -200,8 +269,10 @@ def test_047_errors_from_exec_output_classify_through_error_entry_from_message()
             message = json.loads(line)
             if message.get("type") == "error":
                 found[scenario] = error_entry_from_message(message["message"], conversation="c", thread_id="T")
-    assert (found["http_401"].code, found["http_401"].text) == ("AUTH", "exceeded retry limit, last status: 401 "
-                                                                         "Unauthorized")
+    assert (found["http_401"].code, found["http_401"].text) == (
+        "AUTH",
+        "exceeded retry limit, last status: 401 Unauthorized",
+    )
     assert found["http_429"].code == "RATE_LIMIT" and found["http_429"].hint
 
 

@@ -74,8 +74,12 @@ class Collector:
 async def run_writer(script: str, *args: str) -> None:
     """Run a Python writer process (real, separate) and require it to succeed."""
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", textwrap.dedent(script), *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-c",
+        textwrap.dedent(script),
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     try:
         _out, err = await asyncio.wait_for(process.communicate(), 120)

@@ -26,7 +26,7 @@ def split_at(data: bytes, cuts: list[int]) -> list[bytes]:
 
 
 def test_every_single_byte_boundary() -> None:
-    data = b"alpha\nbeta gamma\n\n{\"k\": \"\xc3\xa9\"}\nunterminated"
+    data = b'alpha\nbeta gamma\n\n{"k": "\xc3\xa9"}\nunterminated'
     for cut in range(len(data) + 1):
         splitter = LineSplitter()
         lines = splitter.feed(data[:cut]) + splitter.feed(data[cut:])

@@ -30,9 +30,7 @@ async def test_forced_polling_is_reported_and_works(tmp_path: Path) -> None:
         await tail.stop()
 
 
-async def test_network_filesystem_falls_back_to_polling(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_network_filesystem_falls_back_to_polling(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tailer, "remote_filesystem", lambda directory: "nfs")
     path = tmp_path / "log"
     tail = await Collector(path, poll_interval=0.01).started()
@@ -46,9 +44,7 @@ async def test_network_filesystem_falls_back_to_polling(
         await tail.stop()
 
 
-async def test_force_polling_false_trusts_notifications(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_force_polling_false_trusts_notifications(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tailer, "remote_filesystem", lambda directory: "nfs")
     path = tmp_path / "log"
     tail = await Collector(path, force_polling=False).started()
@@ -147,9 +143,7 @@ def test_watch_target_is_the_nearest_existing_directory(tmp_path: Path) -> None:
 
 async def test_idle_watchfiles_tails_leave_the_default_executor_free(tmp_path: Path) -> None:
     default_workers = min(32, (os.cpu_count() or 1) + 4)
-    tails = [
-        await Collector(tmp_path / f"log{i}", notifier="watchfiles").started() for i in range(default_workers + 2)
-    ]
+    tails = [await Collector(tmp_path / f"log{i}", notifier="watchfiles").started() for i in range(default_workers + 2)]
     try:
         assert await asyncio.wait_for(asyncio.to_thread(lambda: "free"), 5) == "free"
     finally:

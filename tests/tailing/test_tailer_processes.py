@@ -44,7 +44,7 @@ os.close(fd)
 
 async def test_lines_written_one_byte_at_a_time(tmp_path: Path, collect: Make) -> None:
     path = tmp_path / "bytes.log"
-    lines = [b"{\"kind\": \"thought\", \"text\": \"h\xc3\xa9llo\"}", b"", b"second line", b"3"]
+    lines = [b'{"kind": "thought", "text": "h\xc3\xa9llo"}', b"", b"second line", b"3"]
     payload = b"".join(line + b"\n" for line in lines) + b"unterminated"
     tail = await collect(path).started()
     await run_writer(BYTE_WRITER, str(path), payload.hex())

@@ -41,8 +41,9 @@ NAMESPACED_TOOLS: list[dict[str, Any]] = [
 FLAT_TOOLS: list[dict[str, Any]] = [{"type": "function", "name": "shell"}, {"type": "function", "name": "echo__echo"}]
 
 
-def responses_body(*user_texts: str, tools: list[dict[str, Any]] | None = None,
-                   tail: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def responses_body(
+    *user_texts: str, tools: list[dict[str, Any]] | None = None, tail: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     items: list[dict[str, Any]] = [
         {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "<environment_context>x"}]}
     ]
@@ -61,12 +62,15 @@ class Client:
         reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
         return cls(reader, writer)
 
-    async def request(self, method: str, path: str, body: bytes = b"", *, chunked: bool = False,
-                      headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], bytes]:
+    async def request(
+        self, method: str, path: str, body: bytes = b"", *, chunked: bool = False, headers: dict[str, str] | None = None
+    ) -> tuple[int, dict[str, str], bytes]:
         head = [f"{method} {path} HTTP/1.1", "host: x", *(f"{k}: {v}" for k, v in (headers or {}).items())]
         if chunked:
             head.append("transfer-encoding: chunked")
-            payload = b"".join(b"%x\r\n%s\r\n" % (len(body[i:i + 7]), body[i:i + 7]) for i in range(0, len(body), 7))
+            payload = b"".join(
+                b"%x\r\n%s\r\n" % (len(body[i : i + 7]), body[i : i + 7]) for i in range(0, len(body), 7)
+            )
             payload += b"0\r\n\r\n"
         else:
             head.append(f"content-length: {len(body)}")
@@ -124,8 +128,15 @@ async def test_reply_streams_deltas_then_the_whole_message() -> None:
     types = [e["type"] for e in events]
     assert types[0] == "response.created" and types[-1] == "response.completed"
     assert [e["delta"] for e in events if e["type"] == "response.output_text.delta"] == ["hell", "o wo", "rld"]
-    assert done_items(events) == [{"type": "message", "id": "msg_2", "role": "assistant", "status": "completed",
-                                   "content": [{"type": "output_text", "text": "hello world", "annotations": []}]}]
+    assert done_items(events) == [
+        {
+            "type": "message",
+            "id": "msg_2",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "hello world", "annotations": []}],
+        }
+    ]
     assert events[-1]["response"]["id"] == events[0]["response"]["id"]
     assert server.requests.turn_prompts() == ["hi"]
 
@@ -150,7 +161,8 @@ async def test_one_entry_with_several_steps_is_one_response_and_keep_alive_serve
     ids=["0.169-namespace", "0.47-flat"],
 )
 async def test_call_tool_takes_the_wire_form_of_the_offered_tools(
-        tools: list[dict[str, Any]], expected: tuple[str, str | None]) -> None:
+    tools: list[dict[str, Any]], expected: tuple[str, str | None]
+) -> None:
     async with ScriptedModelServer([CallTool("echo.echo", {"text": "x"}, call_id="c1")]) as server:
         client = await Client.connect(server)
         _, events = await client.post_responses(responses_body("hi", tools=tools))
@@ -179,12 +191,16 @@ async def test_run_command_uses_the_offered_shell_tool() -> None:
 
 
 async def test_http_error_answers_json_and_repeats_as_often_as_asked() -> None:
-    script = [HttpError(429, "slow down", times=2, headers=(("retry-after", "1"),)), HttpError(500, body={"x": 1}),
-              Reply("ok")]
+    script = [
+        HttpError(429, "slow down", times=2, headers=(("retry-after", "1"),)),
+        HttpError(500, body={"x": 1}),
+        Reply("ok"),
+    ]
     async with ScriptedModelServer(script) as server:
         client = await Client.connect(server)
-        results = [await client.request("POST", "/v1/responses", json.dumps(responses_body("hi")).encode())
-                   for _ in range(4)]
+        results = [
+            await client.request("POST", "/v1/responses", json.dumps(responses_body("hi")).encode()) for _ in range(4)
+        ]
         await client.close()
     assert [status for status, _, _ in results] == [429, 429, 500, 200]
     assert json.loads(results[0][2])["error"]["message"] == "slow down"
@@ -193,15 +209,18 @@ async def test_http_error_answers_json_and_repeats_as_often_as_asked() -> None:
 
 
 async def test_error_event_ends_the_stream_with_response_failed() -> None:
-    async with ScriptedModelServer([(Reply("partial"), ErrorEvent("exploded", code="server_error")),
-                                    ErrorEvent("bare", event="error")]) as server:
+    async with ScriptedModelServer(
+        [(Reply("partial"), ErrorEvent("exploded", code="server_error")), ErrorEvent("bare", event="error")]
+    ) as server:
         client = await Client.connect(server)
         _, failed = await client.post_responses(responses_body("hi"))
         _, bare = await client.post_responses(responses_body("hi"))
         await client.close()
     error = {"code": "server_error", "message": "exploded"}
-    assert failed[-1] == {"type": "response.failed",
-                          "response": {"id": failed[0]["response"]["id"], "status": "failed", "error": error}}
+    assert failed[-1] == {
+        "type": "response.failed",
+        "response": {"id": failed[0]["response"]["id"], "status": "failed", "error": error},
+    }
     assert bare[-1]["type"] == "error" and bare[-1]["message"] == "bare"
 
 
@@ -222,8 +241,12 @@ async def test_chunked_and_gzip_request_bodies_are_decoded_and_other_paths_recor
         body = json.dumps(responses_body("chunked")).encode()
         status, _, _ = await client.request("POST", "/v1/responses", body, chunked=True)
         assert status == 200
-        status, _, _ = await client.request("POST", "/v1/responses", gzip.compress(
-            json.dumps(responses_body("zipped")).encode()), headers={"content-encoding": "gzip"})
+        status, _, _ = await client.request(
+            "POST",
+            "/v1/responses",
+            gzip.compress(json.dumps(responses_body("zipped")).encode()),
+            headers={"content-encoding": "gzip"},
+        )
         assert status == 200
         status, _, data = await client.request("GET", "/v1/models")
         assert status == 200 and json.loads(data)["data"][0]["id"] == "m"
@@ -267,8 +290,10 @@ def request_with(*texts: str, tail: list[dict[str, Any]] | None = None) -> Recor
 
 
 def test_responders_echo_call_tools_and_report_results() -> None:
-    tool_output = [{"type": "function_call", "call_id": "c", "name": "echo__echo", "arguments": "{}"},
-                   {"type": "function_call_output", "call_id": "c", "output": "echo: x"}]
+    tool_output = [
+        {"type": "function_call", "call_id": "c", "name": "echo__echo", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c", "output": "echo: x"},
+    ]
     assert echo_responder(request_with("hi")) == Reply("echo: hi")
     assert echo_responder(request_with("hi", tail=tool_output)) == Reply("tool result: echo: x")
     rule = tool_rule(r"shout (?P<text>\w+)", "echo.echo")
@@ -283,8 +308,12 @@ def test_responders_echo_call_tools_and_report_results() -> None:
 
 
 def test_config_points_codex_at_the_server(tmp_path: Path) -> None:
-    env = write_codex_config(tmp_path / "home", "http://127.0.0.1:9/v1", mcp_servers={"echo": {"command": "x"}},
-                             extra={"model_providers": {"local": {"request_max_retries": 2}}, "tui": {"a": 1}})
+    env = write_codex_config(
+        tmp_path / "home",
+        "http://127.0.0.1:9/v1",
+        mcp_servers={"echo": {"command": "x"}},
+        extra={"model_providers": {"local": {"request_max_retries": 2}}, "tui": {"a": 1}},
+    )
     config = tomlkit.parse((tmp_path / "home" / "config.toml").read_text()).unwrap()
     provider = config["model_providers"]["local"]
     assert (config["model"], config["model_provider"]) == ("m", "local")
@@ -297,8 +326,19 @@ def test_config_points_codex_at_the_server(tmp_path: Path) -> None:
 async def test_command_line_server_prints_its_url_and_serves(tmp_path: Path) -> None:
     record = tmp_path / "requests.jsonl"
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "coven_codex", "model-server", "--port", "0", "--script", "commands",
-        "--record", str(record), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        sys.executable,
+        "-m",
+        "coven_codex",
+        "model-server",
+        "--port",
+        "0",
+        "--script",
+        "commands",
+        "--record",
+        str(record),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         assert proc.stdout is not None
         async with asyncio.timeout(20):
@@ -308,8 +348,12 @@ async def test_command_line_server_prints_its_url_and_serves(tmp_path: Path) -> 
         client = Client(reader, writer)
         _, events = await client.post_responses(responses_body("ping"))
         assert done_items(events)[0]["content"][0]["text"] == "echo: ping"
-        status, _, _ = await client.request("POST", "/v1/responses", json.dumps(responses_body("/error 401")).encode(),
-                                            headers={"authorization": "Bearer secret"})
+        status, _, _ = await client.request(
+            "POST",
+            "/v1/responses",
+            json.dumps(responses_body("/error 401")).encode(),
+            headers={"authorization": "Bearer secret"},
+        )
         assert status == 401
         await client.close()
     finally:
@@ -325,13 +369,13 @@ async def test_the_model_server_command_prints_the_base_config_to_use(tmp_path: 
     """`coven-codex model-server` (and `python -m coven_codex.testing`) serve and print a usable base config."""
     written = tmp_path / "offline.toml"
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, *form, "--write-config", str(written), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE)
+        sys.executable, *form, "--write-config", str(written), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     try:
         assert proc.stdout is not None
         async with asyncio.timeout(20):
             url = (await proc.stdout.readline()).decode().strip()
-            printed = (await proc.stdout.readuntil(b'stream_idle_timeout_ms = 60000\n')).decode()
+            printed = (await proc.stdout.readuntil(b"stream_idle_timeout_ms = 60000\n")).decode()
         assert url.startswith("http://127.0.0.1:") and url.endswith("/v1")
     finally:
         proc.terminate()
@@ -352,8 +396,17 @@ async def test_real_codex_runs_a_tool_turn_against_the_server(codex_bin: Path, t
         workspace = tmp_path / "ws"
         workspace.mkdir()
         proc = await asyncio.create_subprocess_exec(
-            str(codex_bin), "exec", "--json", "--skip-git-repo-check", "hi there", cwd=workspace,
-            env={**os.environ, **env}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            str(codex_bin),
+            "exec",
+            "--json",
+            "--skip-git-repo-check",
+            "hi there",
+            cwd=workspace,
+            env={**os.environ, **env},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         async with asyncio.timeout(120):
             stdout, stderr = await proc.communicate()
     assert proc.returncode == 0, stderr.decode()[-2000:]

@@ -149,8 +149,17 @@ async def test_user_auth_json_counts_as_credentials(tmp_path: Path) -> None:
 
 
 async def test_offline_provider_counts_when_its_key_is_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    provider = {"model_provider": "local", "model_providers": {"local": {
-        "name": "local", "base_url": "http://127.0.0.1:9/v1", "wire_api": "responses", "env_key": "LOCAL_KEY"}}}
+    provider = {
+        "model_provider": "local",
+        "model_providers": {
+            "local": {
+                "name": "local",
+                "base_url": "http://127.0.0.1:9/v1",
+                "wire_api": "responses",
+                "env_key": "LOCAL_KEY",
+            }
+        },
+    }
     missing = await codex_probes.probe_credentials(_context(tmp_path, codex=provider))
     assert missing.status is Status.FAIL and "LOCAL_KEY" in missing.detail
     monkeypatch.setenv("LOCAL_KEY", "anything")
@@ -189,8 +198,15 @@ def test_validate_command_json_passes_on_an_offline_setup(tmp_path: Path) -> Non
     )
     env = {**os.environ, "COVEN_LOCAL_KEY": "x"}
     root = Path(__file__).resolve().parents[2]
-    done = subprocess.run([sys.executable, "-m", "coven_codex", "validate", "--config", str(config), "--json"],
-                          capture_output=True, text=True, env=env, cwd=root, timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "coven_codex", "validate", "--config", str(config), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=root,
+        timeout=60,
+        check=False,
+    )
     report = json.loads(done.stdout)
     failed = [c for c in report["checks"] if c["status"] == "fail"]
     assert done.returncode == 0, failed
@@ -198,7 +214,14 @@ def test_validate_command_json_passes_on_an_offline_setup(tmp_path: Path) -> Non
     assert {c["code"] for c in report["checks"]} >= {"codex_found", "shim_handshake", "config_merge", "spells"}
     broken = config.read_text().replace('codex_path = "', 'codex_path = "/nonexistent')
     config.write_text(broken)
-    done = subprocess.run([sys.executable, "-m", "coven_codex", "validate", "--config", str(config)],
-                          capture_output=True, text=True, env=env, cwd=root, timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "coven_codex", "validate", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=root,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 1
     assert "NOT READY" in done.stdout and "codex_found" in done.stdout

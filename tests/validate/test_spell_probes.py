@@ -53,15 +53,17 @@ def _fake_shim(monkeypatch: pytest.MonkeyPatch, script: str) -> None:
     monkeypatch.setattr(spell_probes, "shim_command", lambda socket: ("/bin/sh", ["-c", script], {}))
 
 
-async def test_shim_that_fails_to_start_fails_the_version_probe(tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_shim_that_fails_to_start_fails_the_version_probe(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(spell_probes, "shim_command", lambda socket: ("/bin/false", [], {}))
     result = await probe_shim_version(_context(tmp_path, []))
     assert result.status is Status.FAIL and "Reinstall" in result.fix
 
 
-async def test_shim_that_hangs_fails_the_version_probe_within_one_second(tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_shim_that_hangs_fails_the_version_probe_within_one_second(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     slow = tmp_path / "slow-python"
     slow.write_text("#!/bin/sh\nsleep 30\n")
     slow.chmod(0o755)

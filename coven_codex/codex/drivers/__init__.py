@@ -44,8 +44,7 @@ def choose_driver(version: CodexVersion, choice: DriverChoice = "auto") -> Liter
     if choice == "app-server":
         if version.triple <= (0, 47, 0):
             raise DriverError(
-                f"Codex {version} speaks an older app-server protocol; use driver = \"exec\" "
-                "(or \"auto\") or upgrade Codex"
+                f'Codex {version} speaks an older app-server protocol; use driver = "exec" (or "auto") or upgrade Codex'
             )
         return "app-server"
     return "app-server" if version.supports_app_server else "exec"

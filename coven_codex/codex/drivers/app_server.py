@@ -150,9 +150,11 @@ class AppServerDriver(CodexDriver):
         except OSError as exc:
             raise DriverError(f"cannot start {argv[0]} app-server: {exc.strerror or exc}") from None
         child = self._child
-        await self._start_runner(("app-server-stdout", self._read_stdout(child)),
-                                 ("app-server-stderr", self._collect_stderr(child.stderr, self._stderr)),
-                                 ("app-server-exit", self._watch_exit(child)))
+        await self._start_runner(
+            ("app-server-stdout", self._read_stdout(child)),
+            ("app-server-stderr", self._collect_stderr(child.stderr, self._stderr)),
+            ("app-server-exit", self._watch_exit(child)),
+        )
         try:
             await self._open_thread(resume_thread_id)
         except BaseException:
@@ -161,9 +163,12 @@ class AppServerDriver(CodexDriver):
 
     async def _open_thread(self, resume_thread_id: str | None) -> None:
         try:
-            await self._request("initialize", {
-                "clientInfo": {"name": "coven-codex", "title": "coven-codex", "version": __version__},
-            })
+            await self._request(
+                "initialize",
+                {
+                    "clientInfo": {"name": "coven-codex", "title": "coven-codex", "version": __version__},
+                },
+            )
             await self._write({"method": "initialized"})
             result: Any = None
             note = None
@@ -198,12 +203,15 @@ class AppServerDriver(CodexDriver):
                 return "started"
             if turn is not None and self.settings.mid_turn == "steer" and turn.turn_id is not None:
                 try:
-                    await self._request("turn/steer", {
-                        "threadId": self._require_thread(),
-                        "expectedTurnId": turn.turn_id,
-                        "input": [{"type": "text", "text": text}],
-                        "clientUserMessageId": client_id,
-                    })
+                    await self._request(
+                        "turn/steer",
+                        {
+                            "threadId": self._require_thread(),
+                            "expectedTurnId": turn.turn_id,
+                            "input": [{"type": "text", "text": text}],
+                            "clientUserMessageId": client_id,
+                        },
+                    )
                 except RpcError as exc:
                     log.info("could not steer turn %s (%s); queueing the thought", turn.turn_id, exc)
                 else:
@@ -220,11 +228,14 @@ class AppServerDriver(CodexDriver):
         self._turn = turn
         turn.watchdog = self._spawn(self._watch_turn(turn))
         try:
-            result = await self._request("turn/start", {
-                "threadId": self._require_thread(),
-                "input": [{"type": "text", "text": thought.text}],
-                "clientUserMessageId": thought.client_id,
-            })
+            result = await self._request(
+                "turn/start",
+                {
+                    "threadId": self._require_thread(),
+                    "input": [{"type": "text", "text": thought.text}],
+                    "clientUserMessageId": thought.client_id,
+                },
+            )
         except RpcError as exc:
             self._finish_turn(turn, "failed", classify(f"Codex refused the thought: {exc}"))
             return
@@ -274,8 +285,9 @@ class AppServerDriver(CodexDriver):
         if turn.turn_id is None or turn.ended.is_set():
             return
         try:
-            await self._request("turn/interrupt", {"threadId": self._require_thread(), "turnId": turn.turn_id},
-                                within=within)
+            await self._request(
+                "turn/interrupt", {"threadId": self._require_thread(), "turnId": turn.turn_id}, within=within
+            )
         except RpcError as exc:
             log.info("turn/interrupt of %s: %s", turn.turn_id, exc)
         except DriverError as exc:
@@ -450,8 +462,11 @@ class AppServerDriver(CodexDriver):
         action = _APPROVAL_ACTIONS.get(method)
         if action is None:
             log.info("the app-server asked %s, which coven-codex does not handle; refusing", method)
-            self._spawn(self._write_quietly({"id": rpc_id, "error": {
-                "code": -32601, "message": f"{method} is not supported by coven-codex"}}))
+            self._spawn(
+                self._write_quietly(
+                    {"id": rpc_id, "error": {"code": -32601, "message": f"{method} is not supported by coven-codex"}}
+                )
+            )
             return
         turn_id = params.get("turnId")
         request_id = f"{turn_id}:{rpc_id}" if isinstance(turn_id, str) else f"req-{uuid.uuid4().hex[:12]}"

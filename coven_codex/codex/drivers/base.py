@@ -232,9 +232,7 @@ def describe_exit(returncode: int | None) -> str:
     return f"exit {returncode}"
 
 
-def process_error(
-    returncode: int | None, stderr_lines: Sequence[str], *, what: str = "Codex"
-) -> ClassifiedError:
+def process_error(returncode: int | None, stderr_lines: Sequence[str], *, what: str = "Codex") -> ClassifiedError:
     """Classify an unexpected process end.
 
     A process killed by a signal is ``PROCESS_EXITED``. Otherwise its last *error* lines on
@@ -277,9 +275,7 @@ class EventDispatcher:
     """Delivers events to the sink in order from its own task."""
 
     sink: EventSink
-    _queue: asyncio.Queue[tuple[DriverEvent, asyncio.Future[None] | None]] = field(
-        default_factory=asyncio.Queue
-    )
+    _queue: asyncio.Queue[tuple[DriverEvent, asyncio.Future[None] | None]] = field(default_factory=asyncio.Queue)
 
     def emit(self, event: DriverEvent) -> None:
         self._queue.put_nowait((event, None))

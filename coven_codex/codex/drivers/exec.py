@@ -289,4 +289,3 @@ class ExecDriver(CodexDriver):
         undelivered = self.queued
         self._queue.clear()
         self._events.emit(DriverFailed(error, returncode, undelivered, in_flight))
-

@@ -27,8 +27,9 @@ class Terminal:
         self.socket = socket
 
     def tmux(self, *args: str) -> str:
-        return subprocess.run(["tmux", "-S", str(self.socket), *args], check=True, capture_output=True,
-                              text=True, timeout=10).stdout
+        return subprocess.run(
+            ["tmux", "-S", str(self.socket), *args], check=True, capture_output=True, text=True, timeout=10
+        ).stdout
 
     def type(self, text: str) -> None:
         self.tmux("send-keys", "-t", "chat", "-l", text)
@@ -53,8 +54,7 @@ def terminal(tmp_path: Path) -> Iterator[Terminal]:
         raise RuntimeError("tmux is not installed; scripts/setup.sh installs it (apt-get install tmux)")
     term = Terminal(tmp_path / "tmux.sock")
     yield term
-    subprocess.run(["tmux", "-S", str(term.socket), "kill-server"], check=False, capture_output=True,
-                   timeout=10)
+    subprocess.run(["tmux", "-S", str(term.socket), "kill-server"], check=False, capture_output=True, timeout=10)
 
 
 def _append(journal: Path, *entries: BaseEntry) -> None:
@@ -69,10 +69,15 @@ def _journal_entries(journal: Path) -> list[BaseEntry]:
 
 def test_console_chat_in_a_real_terminal(terminal: Terminal, tmp_path: Path) -> None:
     journal = tmp_path / "journal.jsonl"
-    _append(journal, ThoughtEntry(id="h1", text="what is 2+2?", sender="ann", conversation="room"),
-            ResponseEntry(id="h2", text="It is 4.", conversation="room"))
-    command = (f"{sys.executable} -m coven_codex chat --journal {journal} --conversation room "
-               "--sender ann; echo \"[chat exited $?]\"; sleep 60")
+    _append(
+        journal,
+        ThoughtEntry(id="h1", text="what is 2+2?", sender="ann", conversation="room"),
+        ResponseEntry(id="h2", text="It is 4.", conversation="room"),
+    )
+    command = (
+        f"{sys.executable} -m coven_codex chat --journal {journal} --conversation room "
+        '--sender ann; echo "[chat exited $?]"; sleep 60'
+    )
     terminal.tmux("new-session", "-d", "-s", "chat", "-x", "120", "-y", "40", command)
     terminal.wait_for(lambda s: "[conversation room" in s, "the chat's banner")
     screen = terminal.screen()
@@ -81,16 +86,21 @@ def test_console_chat_in_a_real_terminal(terminal: Terminal, tmp_path: Path) -> 
     terminal.type("please list the files")
     terminal.wait_for(lambda s: "ann> please list the files" in s, "the typed line after the prompt")
     deadline = time.monotonic() + 10
-    while not any(isinstance(e, ThoughtEntry) and e.text == "please list the files"
-                  for e in _journal_entries(journal)):
+    while not any(isinstance(e, ThoughtEntry) and e.text == "please list the files" for e in _journal_entries(journal)):
         assert time.monotonic() < deadline, "the typed thought never reached the journal"
         time.sleep(0.05)
 
-    _append(journal, DeltaEntry(id="d1", text="Here ", conversation="room"),
-            DeltaEntry(id="d2", text="they are", conversation="room"))
+    _append(
+        journal,
+        DeltaEntry(id="d1", text="Here ", conversation="room"),
+        DeltaEntry(id="d2", text="they are", conversation="room"),
+    )
     terminal.wait_for(lambda s: "codex: Here they are" in s, "the streamed reply")
-    _append(journal, ResponseEntry(id="r1", text="Here they are: a.txt", conversation="room"),
-            ApprovalRequestEntry(id="a1", request_id="req-1", action="run `ls -la`", conversation="room"))
+    _append(
+        journal,
+        ResponseEntry(id="r1", text="Here they are: a.txt", conversation="room"),
+        ApprovalRequestEntry(id="a1", request_id="req-1", action="run `ls -la`", conversation="room"),
+    )
     screen = terminal.wait_for(lambda s: "approval needed [req-1]" in s, "the approval request")
     assert "codex: Here they are: a.txt" in screen
     assert screen.count("Here they are") == 1
@@ -106,7 +116,7 @@ def test_console_chat_in_a_real_terminal(terminal: Terminal, tmp_path: Path) -> 
 @pytest.mark.slow
 def test_the_demo_in_a_real_terminal(terminal: Terminal, tmp_path: Path) -> None:
     """The demo console: a prompt, /help says /quit stops it, a spell call, Ctrl-C without a traceback."""
-    command = (f"{sys.executable} -m coven_codex demo --dir {tmp_path / 'demo'}; echo \"[demo exited $?]\"; sleep 60")
+    command = f'{sys.executable} -m coven_codex demo --dir {tmp_path / "demo"}; echo "[demo exited $?]"; sleep 60'
     terminal.tmux("new-session", "-d", "-s", "chat", "-x", "150", "-y", "50", command)
     terminal.wait_for(lambda s: "/help for commands" in s and s.rstrip().endswith("you>"), "the demo's prompt", 90)
     terminal.type("/help")
