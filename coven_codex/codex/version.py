@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import total_ordering
@@ -127,17 +128,24 @@ def detect_version(
     command: Sequence[str] = (),
 ) -> CodexVersion:
     """Run ``<executable> --version`` (with ``timeout``) and parse it; ``command`` (default:
-    ``executable`` alone) is what starts Codex (:class:`coven_codex.codex.launch.CodexLaunch`)."""
-    try:
-        done = run_captured(
-            [*(command or (str(executable),)), "--version"], env=os.environ if env is None else env, timeout=timeout
-        )
-    except subprocess.TimeoutExpired:
-        raise VersionError(
-            f"`{executable} --version` did not answer within {timeout:.0f}s; check the installation"
-        ) from None
-    except OSError as exc:
-        raise VersionError(f"cannot run `{executable} --version`: {exc}; check the installation") from None
+    ``executable`` alone) is what starts Codex (:class:`coven_codex.codex.launch.CodexLaunch`).
+
+    Even ``--version`` makes Codex write helper links under ``$CODEX_HOME/tmp``, so it runs with
+    ``CODEX_HOME`` set to a scratch folder, removed afterwards: the user's ``~/.codex`` is never
+    written to."""
+    with tempfile.TemporaryDirectory(prefix="coven-version-") as scratch:
+        try:
+            done = run_captured(
+                [*(command or (str(executable),)), "--version"],
+                env={**(os.environ if env is None else env), "CODEX_HOME": scratch},
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired:
+            raise VersionError(
+                f"`{executable} --version` did not answer within {timeout:.0f}s; check the installation"
+            ) from None
+        except OSError as exc:
+            raise VersionError(f"cannot run `{executable} --version`: {exc}; check the installation") from None
     if done.returncode != 0:
         detail = " ".join((done.stderr or done.stdout).split())[:160]
         raise VersionError(f"`{executable} --version` failed with exit {done.returncode}: {detail}; reinstall Codex")

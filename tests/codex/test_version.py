@@ -68,3 +68,21 @@ def test_real_cli_versions(codex_bin: Path, codex_version: str, tmp_path: Path) 
     version = detect_version(codex_bin, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
     assert str(version) == codex_version
     assert version.default_driver == ("app-server" if codex_version == "0.169.0" else "exec")
+
+
+@pytest.mark.codex
+def test_reading_the_version_never_writes_to_the_users_codex_home(tmp_path: Path, codex_bin: Path) -> None:
+    """`codex --version` writes helper links under $CODEX_HOME/tmp (by default ~/.codex): the
+    probe gives it a scratch CODEX_HOME, so the user's own Codex directory is never touched."""
+    import os
+
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {key: value for key, value in os.environ.items() if key != "CODEX_HOME"}
+    env["HOME"] = str(home)
+    # Codex creates no helper links under its temporary directory; tmp_path is under /tmp, so
+    # Codex gets a temporary directory of its own elsewhere, and would write into this HOME.
+    (tmp_path / "codex-tmp").mkdir()
+    env["TMPDIR"] = str(tmp_path / "codex-tmp")
+    detect_version(codex_bin, env=env)
+    assert sorted(str(path.relative_to(home)) for path in home.rglob("*")) == []
