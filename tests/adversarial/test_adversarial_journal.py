@@ -257,12 +257,16 @@ async def test_a_full_disk_stops_the_daemon_with_one_clear_message(
         # Free the space: the daemon resumes where it stopped, answering and writing everything once.
         filler.unlink()
         daemon = await h.start(*args)
-        await h.wait_for(lambda es: "filled" in replies(es, "c"), what="the reply after the restart")
         if failing == "state":
             await h.wait_for(lambda es: "echo: a new conversation" in replies(es, "d"), what="d's reply")
         await h.think("c", "after")
         await h.wait_for(lambda es: "echo: after" in replies(es, "c"), what="a later reply")
-        assert replies(await h.entries(), "c") == ["echo: hello", "filled", "echo: after"]
+        entries = await h.entries()
+        # "fill it" reached Codex once. The stop interrupts its turn when the disk fills before the
+        # model's answer (which it does or not, depending on timing): then its turn ends aborted
+        # and it has no reply; otherwise the reply is there. Never twice. (A turn cut off by a
+        # stopping daemon gets no end status if Codex had not recorded one: docs/architecture.md.)
+        assert replies(entries, "c") in (["echo: hello", "filled", "echo: after"], ["echo: hello", "echo: after"])
         assert asked(server).count("fill it") == 1
         assert asked(server).count("a new conversation") == (1 if failing == "state" else 0)
         assert record.start < (await h.journal.load_cursor("agent-ingress") or 0)
