@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,17 +29,6 @@ def _alive(pid: int) -> bool:
         return False
 
 
-async def _until_logged(harness: AgentHarness, text: str, timeout: float = 60.0) -> str:
-    deadline = time.monotonic() + timeout
-    while True:
-        log = harness.daemons[-1].log()
-        if text in log:
-            return log
-        if time.monotonic() > deadline or harness.daemons[-1].process.returncode is not None:
-            raise AssertionError(f"the daemon never logged {text!r}:\n{log[-3000:]}")
-        await asyncio.sleep(0.05)
-
-
 async def test_forged_processes_json_in_the_workspace_kills_nothing(
     codex_bin_169: Path, model_server: ScriptedModelServer, harness_factory: Factory
 ) -> None:
@@ -54,7 +41,7 @@ async def test_forged_processes_json_in_the_workspace_kills_nothing(
         (h.workspace / ".coven").mkdir()
         (h.workspace / ".coven" / "processes.json").write_text(json.dumps(forged))
         daemon = await h.start()
-        log = await _until_logged(h, "ready (pid")
+        log = await h.until_logged("ready (pid")
         await h.think("red", "still working?")
         await h.wait_for(lambda es: "echo: still working?" in replies(es, "red"), what="the reply")
         assert _alive(victim.pid), f"the daemon ended a process it did not start:\n{log[-3000:]}"
@@ -199,7 +186,7 @@ async def test_a_node_planted_in_the_workspace_never_runs(
     node.chmod(0o755)
     monkeypatch.setenv("PATH", f":{os.environ['PATH']}:.")
     daemon = await h.start()
-    log = await _until_logged(h, "ready (pid")
+    log = await h.until_logged("ready (pid")
     await h.think("red", "who runs?")
     await h.wait_for(lambda es: "echo: who runs?" in replies(es, "red"), what="the reply")
     assert await h.stop(daemon) == 0

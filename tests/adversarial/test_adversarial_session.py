@@ -124,6 +124,9 @@ async def test_a_huge_conversation_name_is_refused_not_a_crash_loop(
         assert len([e for e in entries if isinstance(e, ErrorEntry)]) == 1
         assert daemon.log_path.stat().st_size < 1_000_000
         restarted = await h.start()  # read again after a restart: not reported twice
+        # SIGTERM before the daemon is up would meet Python's default handler (exit -15): wait
+        # until it has read the journal and is serving.
+        await h.until_logged("ready (pid")
         await asyncio.sleep(2.0)
         assert await h.stop(restarted) == 0
         assert len([e for e in await h.entries() if isinstance(e, ErrorEntry)]) == 1

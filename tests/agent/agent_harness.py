@@ -119,6 +119,17 @@ class AgentHarness:
         self.daemons.append(daemon)
         return daemon
 
+    async def until_logged(self, text: str, *, timeout: float = 60.0) -> str:
+        """Wait until the newest daemon's log holds ``text`` (e.g. ``"ready (pid"``); its log."""
+        deadline = time.monotonic() + timeout
+        while True:
+            log = self.daemons[-1].log()
+            if text in log:
+                return log
+            if time.monotonic() > deadline or self.daemons[-1].process.returncode is not None:
+                raise AssertionError(f"the daemon never logged {text!r}:\n{log[-3000:]}")
+            await asyncio.sleep(0.05)
+
     async def stop(self, daemon: Daemon, *, timeout: float = 30.0) -> int:
         daemon.process.send_signal(signal.SIGTERM)
         try:
