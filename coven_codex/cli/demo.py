@@ -12,6 +12,7 @@ HELP = ("the whole thing offline: the daemon, the real Codex CLI, a scripted mod
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the ``demo`` command's options to ``parser``."""
     parser.add_argument("--dir", type=Path, default=Path(".demo"),
                         help="folder for the demo's workspace, journal and log (default ./.demo)")
     parser.add_argument("--codex-path", dest="codex_path",
@@ -26,6 +27,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
+    """Run ``coven-codex demo``, interactive or scripted (``--script``); returns the exit code."""
     thoughts = None if args.script is None else (args.script or list(DEFAULT_SCRIPT))
     return main_demo(DemoOptions(folder=args.dir, codex_path=args.codex_path, thoughts=thoughts,
                                  turn_timeout=args.turn_timeout, driver=args.driver))
