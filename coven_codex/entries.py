@@ -30,10 +30,12 @@ CODEX_SENDER = "codex"
 
 
 def utc_now() -> datetime:
+    """The current time in UTC (timezone-aware)."""
     return datetime.now(UTC)
 
 
 def new_entry_id() -> str:
+    """A fresh random entry id (32 hex digits)."""
     return uuid.uuid4().hex
 
 
@@ -66,6 +68,7 @@ class BaseEntry(BaseModel):
                           separators=(",", ":"))
 
     def with_id(self, entry_id: str) -> BaseEntry:
+        """A copy of this entry with ``id`` set to ``entry_id``."""
         return self.model_copy(update={"id": entry_id})
 
 
