@@ -82,6 +82,30 @@ class Attachment(BaseModel):
     name: str = ""
 
 
+class DaemonEntry(BaseEntry):
+    """Fields shared by the kinds the daemon writes.
+
+    ``in_reply_to`` is the id of the thought whose turn produced the entry (for a turn a thought
+    was steered into: the newest thought Codex took in that turn), ``None`` for entries of no
+    turn (``session_started``, a bad journal line, ...).
+    """
+
+    sender: str = CODEX_SENDER
+    in_reply_to: str | None = None
+
+
+class TokenUsage(BaseModel):
+    """Tokens one turn used, as Codex reports them (a count Codex does not give is ``None``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    input_tokens: int | None = None
+    cached_input_tokens: int | None = None
+    output_tokens: int | None = None
+    reasoning_output_tokens: int | None = None
+    total_tokens: int | None = None
+
+
 class ThoughtEntry(BaseEntry):
     """A user's message for Codex (chat → Codex), with optional attachments."""
 
@@ -89,7 +113,7 @@ class ThoughtEntry(BaseEntry):
     attachments: list[Attachment] = Field(default_factory=list)
 
 
-class ResponseEntry(BaseEntry):
+class ResponseEntry(DaemonEntry):
     """Codex's assistant text (one complete reply item)."""
 
     kind: Literal["response"] = "response"
@@ -98,7 +122,7 @@ class ResponseEntry(BaseEntry):
     turn_id: str | None = None
 
 
-class DeltaEntry(BaseEntry):
+class DeltaEntry(DaemonEntry):
     """An ephemeral piece of a reply being streamed; the final ``response`` follows.
 
     Readers that do not stream may ignore ``delta`` entries entirely.
@@ -109,14 +133,14 @@ class DeltaEntry(BaseEntry):
     item_id: str | None = None
 
 
-class ReasoningEntry(BaseEntry):
+class ReasoningEntry(DaemonEntry):
     """A reasoning summary Codex produced."""
 
     kind: Literal["reasoning"] = "reasoning"
     sender: str = CODEX_SENDER
 
 
-class ToolCallEntry(BaseEntry):
+class ToolCallEntry(DaemonEntry):
     """Codex called a tool (MCP spell, shell command, ...)."""
 
     kind: Literal["tool_call"] = "tool_call"
@@ -126,7 +150,7 @@ class ToolCallEntry(BaseEntry):
     call_id: str | None = None
 
 
-class ToolResultEntry(BaseEntry):
+class ToolResultEntry(DaemonEntry):
     """The result of a tool call, paired with its call by ``call_id``."""
 
     kind: Literal["tool_result"] = "tool_result"
@@ -138,10 +162,10 @@ class ToolResultEntry(BaseEntry):
 
 StatusState = str
 """Known states: session_started, session_resumed, session_waiting, session_ended,
-turn_started, turn_completed, turn_aborted. Others may appear."""
+turn_started, turn_completed, turn_aborted, session_reset. Others may appear."""
 
 
-class StatusEntry(BaseEntry):
+class StatusEntry(DaemonEntry):
     """Session and turn lifecycle."""
 
     kind: Literal["status"] = "status"
@@ -149,9 +173,11 @@ class StatusEntry(BaseEntry):
     state: StatusState
     thread_id: str | None = None
     turn_id: str | None = None
+    usage: TokenUsage | None = None
+    """On a turn's end: the tokens the turn used, where Codex reports them."""
 
 
-class ErrorEntry(BaseEntry):
+class ErrorEntry(DaemonEntry):
     """A classified failure (docs/operations.md, Error codes in the chat) or a bad journal line."""
 
     kind: Literal["error"] = "error"
@@ -172,7 +198,7 @@ class ResetEntry(BaseEntry):
     kind: Literal["reset"] = "reset"
 
 
-class ApprovalRequestEntry(BaseEntry):
+class ApprovalRequestEntry(DaemonEntry):
     """Codex asks permission for an action; answered by an ``approval`` entry."""
 
     kind: Literal["approval_request"] = "approval_request"

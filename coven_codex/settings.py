@@ -101,6 +101,9 @@ class Settings(BaseModel):
         "$XDG_STATE_HOME/coven-codex/<workspace name>-<hash> (~/.local/state/...), outside the workspace.",
     )
     restart_backoff: float = Field(default=1.0, ge=0.0, le=300.0, description="First restart delay.")
+    max_attachment_bytes: int = Field(
+        default=20 * 1024 * 1024, ge=1, description="Largest image a thought may attach, in bytes."
+    )
 
     @model_validator(mode="after")
     def _clamp_timeouts(self) -> Settings:

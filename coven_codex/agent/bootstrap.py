@@ -94,6 +94,10 @@ class LinkMaker:
     def records_turn_end(self) -> bool:
         return self.version.records_turn_end
 
+    @property
+    def image_urls(self) -> bool:
+        return self.driver == "app-server"
+
     def __call__(self, conversation: str) -> CodexLink:
         def make(sink: EventSink) -> CodexDriver:
             return create_driver(

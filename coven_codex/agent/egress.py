@@ -69,7 +69,7 @@ class Egress:
 
     async def run(self, rollout: Path, thread_id: str) -> None:
         """Tail ``rollout`` until cancelled."""
-        translator = RolloutTranslator(self._state.conversation, thread_id)
+        translator = RolloutTranslator(self._state.conversation, thread_id, reply_to=self._state.thought_of)
         spell_calls = SpellCalls()
         resume_at = self._state.egress_offset
         log.debug("egress for %r: %s from byte %d", cut(self._state.conversation), rollout, resume_at)

@@ -7,7 +7,8 @@ The reader starts at the saved ingress cursor and follows the journal live. For 
 - entries written by the daemon itself (``sender == "codex"``) are passed over;
 - a thought that can never be answered (conversation name, id or text beyond the limits of
   :mod:`coven_codex.agent.limits`) is refused with one ``error`` entry (id ``refused@<position>``);
-- ``thought``, ``cancel`` and ``approval`` entries go to the :class:`Router`;
+- ``thought``, ``reset``, ``cancel`` and ``approval`` entries go to the :class:`Router` (a
+  ``reset`` is pending, like a thought, until its session has acted on it);
 - every other kind is passed over.
 
 The cursor is a :class:`~coven_codex.agent.cursor.LowWaterCursor`; a thought stays pending
@@ -39,6 +40,7 @@ from coven_codex.entries import (
     BaseEntry,
     CancelEntry,
     ErrorEntry,
+    ResetEntry,
     ThoughtEntry,
 )
 from coven_codex.journal import BadLine, Journal, JournalItem, JournalRecord, JournalReplaced
@@ -53,6 +55,10 @@ class Router(Protocol):
 
     def route_thought(self, entry: ThoughtEntry, position: int) -> bool:
         """Take a thought; ``True`` if it is now pending (will call :meth:`Ingress.finish`)."""
+        ...
+
+    def route_reset(self, entry: ResetEntry, position: int) -> bool:
+        """Take a ``reset``; ``True`` if it is now pending (will call :meth:`Ingress.finish`)."""
         ...
 
     def route_cancel(self, entry: CancelEntry, *, live: bool) -> None: ...
@@ -155,6 +161,8 @@ class Ingress:
             return False
         if isinstance(entry, ThoughtEntry):
             return self._router.route_thought(entry, record.start)
+        if isinstance(entry, ResetEntry):
+            return self._router.route_reset(entry, record.start)
         if isinstance(entry, CancelEntry):
             self._router.route_cancel(entry, live=live)
         elif isinstance(entry, ApprovalEntry):

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from coven_codex.codex.drivers.base import ImageInput
 from coven_codex.codex.errors import ClassifiedError
+from coven_codex.entries import TokenUsage
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +39,8 @@ class TurnEnded:
     error: str | None = None
     classified: ClassifiedError | None = None
     """The driver's classification of ``error``, when it made one."""
+    usage: TokenUsage | None = None
+    """The tokens the turn used, when the driver reports them (exec's ``turn.completed``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,11 +118,11 @@ class CodexLink(Protocol):
         """Start Codex (for persistent links) and start or resume the thread."""
         ...
 
-    async def send(self, thought_id: str, text: str) -> None:
-        """Start a turn with ``text``; returns once Codex has the input (bytes written / accepted)."""
+    async def send(self, thought_id: str, text: str, images: tuple[ImageInput, ...] = ()) -> None:
+        """Start a turn with ``text`` (and ``images``); returns once Codex has the input (bytes written / accepted)."""
         ...
 
-    async def steer(self, thought_id: str, text: str) -> str:
+    async def steer(self, thought_id: str, text: str, images: tuple[ImageInput, ...] = ()) -> str:
         """Add ``text`` to the running turn: ``"steered"``; or, if the turn had just ended,
         ``"started"`` (a new turn) or ``"queued"`` (the link starts it as its next turn)."""
         ...

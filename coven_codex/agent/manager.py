@@ -19,7 +19,7 @@ from coven_codex.agent.session import Session
 from coven_codex.agent.state import SessionState
 from coven_codex.agent.storage import storage_failure
 from coven_codex.codex.process import KILL_WAIT, PIPE_WAIT, end_all_trees
-from coven_codex.entries import ApprovalEntry, CancelEntry, ThoughtEntry
+from coven_codex.entries import ApprovalEntry, CancelEntry, ResetEntry, ThoughtEntry
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +106,9 @@ class SessionManager:
     # -- Router ------------------------------------------------------------------------------------
     def route_thought(self, entry: ThoughtEntry, position: int) -> bool:
         return self._session(entry.conversation).offer_thought(entry, position)
+
+    def route_reset(self, entry: ResetEntry, position: int) -> bool:
+        return self._session(entry.conversation).offer_reset(entry, position)
 
     def route_cancel(self, entry: CancelEntry, *, live: bool) -> None:
         session = self.sessions.get(entry.conversation)

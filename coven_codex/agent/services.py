@@ -13,17 +13,22 @@ from coven_codex.agent.processes import ProcessRegistry
 from coven_codex.agent.slots import SlotPool
 from coven_codex.agent.state import StateStore
 from coven_codex.agent.writer import DaemonWriter
+from coven_codex.codex.drivers.base import ImageInput
+from coven_codex.entries import Attachment
 from coven_codex.journal import Journal
 from coven_codex.settings import Settings
 
 
 @dataclass(frozen=True, slots=True)
 class PendingThought:
-    """A thought routed to a session and not yet delivered: its id, text and journal position."""
+    """A thought routed to a session and not yet delivered: its id, text and journal position,
+    its attachments as written and, once checked, the images they are."""
 
     entry_id: str
     text: str
     position: int
+    attachments: tuple[Attachment, ...] = ()
+    images: tuple[ImageInput, ...] = ()
 
 
 class LinkFactory(Protocol):
@@ -35,6 +40,11 @@ class LinkFactory(Protocol):
     @property
     def records_turn_end(self) -> bool:
         """Codex's rollout records each turn's end, so egress writes it and the session must not."""
+        ...
+
+    @property
+    def image_urls(self) -> bool:
+        """The driver takes ``https`` images (else files only)."""
         ...
 
     def __call__(self, conversation: str) -> CodexLink: ...

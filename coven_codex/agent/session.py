@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import time
@@ -43,6 +44,7 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+from coven_codex.agent.attachments import AttachmentRefused, check_images, uploads_dir
 from coven_codex.agent.backoff import RepeatFilter, backoff
 from coven_codex.agent.egress import Egress
 from coven_codex.agent.egress_runner import EgressRunner
@@ -71,8 +73,10 @@ from coven_codex.entries import (
     CancelEntry,
     DeltaEntry,
     ErrorEntry,
+    ResetEntry,
     StatusEntry,
     ThoughtEntry,
+    TokenUsage,
 )
 from coven_codex.rollout import TURN_ABORTED, TURN_COMPLETED, TURN_FAILED, turn_entry_id
 from coven_codex.tailing import Line
@@ -84,6 +88,8 @@ DELIVERY_ATTEMPTS = 3
 ERROR_DRAIN = 1.0
 TURN_END_STATE_OF = {"completed": TURN_COMPLETED, "failed": TURN_FAILED, "interrupted": TURN_ABORTED}
 """The status a driver's turn outcome becomes when the rollout does not record the turn's end."""
+SESSION_RESET = "session_reset"
+"""The status a ``reset`` is answered with."""
 PRUNE_DELIVERED_AT = 256
 CONFIRM_LOCATE = 5.0
 STOP_GRACE_FACTOR = 2.0
@@ -116,6 +122,18 @@ class _Duplicate:
     position: int
 
 
+@dataclass(frozen=True, slots=True)
+class _Reset:
+    """A ``reset`` entry routed to this session: end the thread once what came before it is done."""
+
+    entry_id: str
+    position: int
+
+
+RESET_DRAIN = 5.0
+"""After the thread's last turn, how long a reset waits for egress to bring the rest of its rollout."""
+
+
 @dataclass(slots=True)
 class _Turn:
     """The turn running in Codex, as far as this session knows."""
@@ -129,7 +147,7 @@ class _Turn:
     ends_before: int
 
 
-_Message = PendingThought | CancelEntry | ApprovalEntry | _LinkMessage | _Evict | _Recorded | _Duplicate
+_Message = PendingThought | _Reset | CancelEntry | ApprovalEntry | _LinkMessage | _Evict | _Recorded | _Duplicate
 
 
 class Session:
@@ -143,7 +161,7 @@ class Session:
         self._svc = services
         self._settings = services.settings
         self._inbox: asyncio.Queue[_Message] = asyncio.Queue()
-        self._queue: deque[PendingThought] = deque()
+        self._queue: deque[PendingThought | _Reset] = deque()
         self._queued_ids: dict[str, int] = {}
         """Ids of the thoughts in the inbox or the queue, with their journal positions."""
         self._link: CodexLink | None = None
@@ -187,7 +205,26 @@ class Session:
                 self._inbox.put_nowait(_Duplicate(entry.id, position))
             return False
         self._queued_ids[entry.id] = position
-        self._inbox.put_nowait(PendingThought(entry.id, entry.text, position))
+        self._inbox.put_nowait(PendingThought(entry.id, entry.text, position, tuple(entry.attachments)))
+        return True
+
+    def offer_reset(self, entry: ResetEntry, position: int) -> bool:
+        """Queue a ``reset`` unless it was acted on before; ``True`` if it is now pending.
+
+        It takes its place among the thoughts: those before it still go to the current thread,
+        then the thread ends (a running turn is interrupted as soon as the reset arrives) and the
+        next thought starts a new one.
+        """
+        assert entry.id is not None
+        earlier = self.state.delivered.get(entry.id)
+        if earlier is None:
+            earlier = self._queued_ids.get(entry.id)
+        if earlier is not None:
+            if earlier != position:
+                self._inbox.put_nowait(_Duplicate(entry.id, position))
+            return False
+        self._queued_ids[entry.id] = position
+        self._inbox.put_nowait(_Reset(entry.id, position))
         return True
 
     def offer_cancel(self, entry: CancelEntry) -> None:
@@ -248,7 +285,11 @@ class Session:
     # -- messages ------------------------------------------------------------------------------
     async def _handle(self, message: _Message) -> None:
         if isinstance(message, PendingThought):
+            await self._take_thought(message)
+        elif isinstance(message, _Reset):
             self._queue.append(message)
+            if self._turn is not None and self._link is not None and self._interrupt_sent_at is None:
+                await self._cancel()
         elif isinstance(message, CancelEntry):
             await self._cancel()
         elif isinstance(message, ApprovalEntry):
@@ -266,6 +307,39 @@ class Session:
             await self._duplicate(message)
         elif message.generation == self._generation:
             await self._link_event(message.event)
+
+    async def _take_thought(self, thought: PendingThought) -> None:
+        """Queue ``thought``, its attachments checked first: one that cannot go to Codex refuses it."""
+        if thought.attachments:
+            journal = self._settings.journal
+            try:
+                images = await asyncio.to_thread(
+                    check_images,
+                    thought.attachments,
+                    folder=uploads_dir(journal) if journal is not None else None,
+                    max_bytes=self._settings.max_attachment_bytes,
+                    urls=self._svc.make_link.image_urls,
+                )
+            except AttachmentRefused as exc:
+                await self._refuse_attachments(thought, str(exc))
+                return
+            thought = dataclasses.replace(thought, images=images)
+        self._queue.append(thought)
+
+    async def _refuse_attachments(self, thought: PendingThought, why: str) -> None:
+        self._queued_ids.pop(thought.entry_id, None)
+        log.warning("conversation %r: thought at journal position %d refused: %s", self._name, thought.position, why)
+        await self._emit(
+            ErrorEntry(
+                id=f"refused@{thought.position}",
+                code=REFUSED_CODE,
+                text=shorten(f"The thought at journal position {thought.position} was not handed to Codex: {why}."),
+                hint="Attach PNG, JPEG, GIF or WebP images stored by the adapter in the journal's attachments "
+                "folder (within max_attachment_bytes), and send it again.",
+                in_reply_to=thought.entry_id,
+            )
+        )
+        self._svc.finish_thought(thought.position)
 
     async def _duplicate(self, message: _Duplicate) -> None:
         shown = cut(message.entry_id, MAX_ID_CHARS)
@@ -327,14 +401,14 @@ class Session:
             await self._turn_over(event, turn)
         elif isinstance(event, Delta):
             if self._settings.stream_deltas and event.text:
-                await self._emit(DeltaEntry(item_id=event.item_id, text=event.text))
+                await self._emit(DeltaEntry(item_id=event.item_id, text=event.text, in_reply_to=self.state.reply_to))
         elif isinstance(event, ApprovalAsked):
             await self._approval_asked(event)
         elif isinstance(event, ApprovalSettled):
             self._approvals.discard(event.request_id)
             if event.by == "timeout":
                 text = f"no answer to approval {event.request_id} within {self._settings.approval_timeout:.0f}s; denied"
-                await self._emit(StatusEntry(state="approval_timeout", text=text))
+                await self._emit(StatusEntry(state="approval_timeout", text=text, in_reply_to=self.state.reply_to))
         else:
             await self._process_exited(event)
 
@@ -362,9 +436,11 @@ class Session:
         key = event.turn_id or (turn.key if turn is not None else None)
         if error_missing:
             c = event.classified or classify(event.error or "")
-            await self._error(c.code, c.message, c.hint, entry_id=self._turn_entry_id(key, "error"))
+            await self._error(
+                c.code, c.message, c.hint, entry_id=self._turn_entry_id(key, "error"), in_reply_to=self.state.reply_to
+            )
         if end_missing:
-            await self._write_turn_end(TURN_END_STATE_OF[event.status], key, event.turn_id)
+            await self._write_turn_end(TURN_END_STATE_OF[event.status], key, event.turn_id, usage=event.usage)
 
     def _seen_since(self, turn: _Turn | None) -> tuple[int, int]:
         """(errors, turn ends) egress produced from the rollout since ``turn`` started."""
@@ -384,7 +460,9 @@ class Session:
             scope = "conversation-" + hashlib.sha256(self.conversation.encode()).hexdigest()[:16]
         return turn_entry_id(scope, key, what)
 
-    async def _write_turn_end(self, state: str, key: str | None, turn_id: str | None, text: str | None = None) -> None:
+    async def _write_turn_end(
+        self, state: str, key: str | None, turn_id: str | None, text: str | None = None, usage: TokenUsage | None = None
+    ) -> None:
         await self._emit(
             StatusEntry(
                 id=self._turn_entry_id(key, "end"),
@@ -392,6 +470,8 @@ class Session:
                 text=text or state.replace("_", " "),
                 thread_id=self.state.thread_id,
                 turn_id=turn_id,
+                usage=usage,
+                in_reply_to=self.state.reply_to,
             )
         )
 
@@ -414,10 +494,11 @@ class Session:
                     "conversation %r: Codex thread %s replaced by %s", self._name, self.state.thread_id, event.thread_id
                 )
             await self._egress.stop()
+            self.state.forget_thread()
             self.state.thread_id = event.thread_id
-            self.state.rollout_path = None
-            self.state.egress_offset = 0
-            self.state.user_messages = 0
+            in_flight = self.state.in_flight
+            if in_flight is not None:  # the thought being handed over is the new thread's first message
+                self.state.expect_reply(in_flight.thought_id, in_flight.text, 0)
         if event.rollout_path is not None:
             self.state.rollout_path = str(event.rollout_path)
         if changed or event.rollout_path is not None:
@@ -432,7 +513,13 @@ class Session:
         else:
             text = f"{event.action} (answered by approval_policy = {policy!r}; nothing to do)"
         await self._emit(
-            ApprovalRequestEntry(request_id=event.request_id, action=event.action, call_id=event.call_id, text=text)
+            ApprovalRequestEntry(
+                request_id=event.request_id,
+                action=event.action,
+                call_id=event.call_id,
+                text=text,
+                in_reply_to=self.state.reply_to,
+            )
         )
 
     async def _process_exited(self, event: ProcessExited) -> None:
@@ -470,6 +557,7 @@ class Session:
             "The session will be resumed in a moment; send the thought again if its reply is "
             "missing. Run `coven-codex validate` if this repeats.",
             entry_id=self._turn_entry_id(key, "error"),
+            in_reply_to=self.state.reply_to if turn is not None else None,
         )
         await self._turn_cut_short(turn, TURN_FAILED, "Codex ended")
         log.warning("conversation %r: Codex exited (%s); resuming in %.1fs", self._name, event.returncode, delay)
@@ -553,16 +641,20 @@ class Session:
             self._restart_at = None
         if self._turn is not None:
             waiting = [t for t in self._queue if t is not self._unconfirmed]
-            if waiting and self._can_steer():
+            if waiting and isinstance(waiting[0], PendingThought) and self._can_steer():
                 await self._deliver(waiting[0], steer=True)
             return
         if self._queue:
             self._mark_busy()
             if self._unconfirmed is not None:
                 return  # the driver is starting it as its next turn
+            head = self._queue[0]
+            if isinstance(head, _Reset):
+                await self._reset(head)
+                return
             if self._link is None and not await self._open_link():
                 return
-            await self._deliver(self._queue[0])
+            await self._deliver(head)
             return
         if self._restart_wanted and self._link is None:
             self._restart_wanted = False
@@ -675,14 +767,15 @@ class Session:
             thread_id=self.state.thread_id,
             user_messages_before=self.state.user_messages,
         )
+        self.state.expect_reply(thought.entry_id, thought.text, self.state.user_messages)
         await self._save_now()
         # Set before sending: egress may see the thought recorded before the call returns.
         self._unconfirmed = thought
         try:
             if steer:
-                how = await link.steer(thought.entry_id, thought.text)
+                how = await link.steer(thought.entry_id, thought.text, thought.images)
             else:
-                await link.send(thought.entry_id, thought.text)
+                await link.send(thought.entry_id, thought.text, thought.images)
         except LinkError as exc:
             self._unconfirmed = None
             await self._delivery_failed(thought, exc)
@@ -755,6 +848,31 @@ class Session:
             delay,
         )
         self._retry_at(delay)
+
+    async def _reset(self, reset: _Reset) -> None:
+        """End the thread (everything before the reset is done): the next thought starts a new one.
+
+        Its status has an id of the reset's journal position and is written before the state
+        records the reset as done (in the same save that forgets the thread): a daemon killed in
+        between acts on it again, which ends the same thread again and finds the status written.
+        """
+        old = self.state.thread_id
+        log.info("conversation %r: reset; thread %s ends", self._name, old)
+        await self._end_link(reason="reset")
+        await self.drain_egress(RESET_DRAIN)  # the old thread's last entries first
+        await self._egress.stop()
+        if old is None:
+            text = "no Codex thread was open; a new thread starts with the next thought"
+        else:
+            text = f"Codex thread {old} ended; a new thread starts with the next thought"
+        await self._emit(StatusEntry(id=f"reset@{reset.position}", state=SESSION_RESET, thread_id=old, text=text))
+        self._queue.remove(reset)
+        self._queued_ids.pop(reset.entry_id, None)
+        self.state.forget_thread()
+        self.state.reply_to = None
+        self.state.delivered[reset.entry_id] = reset.position
+        await self._save_now()
+        self._svc.finish_thought(reset.position)
 
     def _forget_thought(self, thought: PendingThought) -> None:
         self._queue.remove(thought)
@@ -840,8 +958,11 @@ class Session:
         entry.conversation = self.conversation
         return await self._svc.writer.append(entry) is not None
 
-    async def _error(self, code: str, message: str, hint: str, *, entry_id: str | None = None) -> None:
-        if await self._emit(ErrorEntry(id=entry_id, code=str(code), text=shorten(message), hint=hint)):
+    async def _error(
+        self, code: str, message: str, hint: str, *, entry_id: str | None = None, in_reply_to: str | None = None
+    ) -> None:
+        entry = ErrorEntry(id=entry_id, code=str(code), text=shorten(message), hint=hint, in_reply_to=in_reply_to)
+        if await self._emit(entry):
             log.warning("conversation %r: %s: %s", self._name, code, shorten(message))
 
     async def report_crash(self, exc: BaseException) -> None:

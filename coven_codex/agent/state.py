@@ -64,6 +64,23 @@ class InFlight(BaseModel):
     """How many of our thoughts the thread had received before this one (exec resolution)."""
 
 
+REPLY_TARGETS_KEPT = 8
+"""How many of a thread's newest user messages keep their thought id (a turn takes one, or a few when steered)."""
+
+
+class ReplyTarget(BaseModel):
+    """The thought that became one of the thread's user messages (for ``in_reply_to``)."""
+
+    thought_id: str
+    digest: str
+    """The first 16 hex digits of the SHA-256 of the thought's text (checks which message it is)."""
+
+
+def text_digest(text: str) -> str:
+    """What :class:`ReplyTarget` keeps of a text."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
 class SessionState(BaseModel):
     """What is persisted for one conversation."""
 
@@ -77,6 +94,47 @@ class SessionState(BaseModel):
     delivered: dict[str, int] = Field(default_factory=dict)
     user_messages: int = 0
     """Thoughts this thread has received from us (used to resolve in-flight thoughts on exec)."""
+    reply_targets: dict[int, ReplyTarget] = Field(default_factory=dict)
+    """Ordinal of a user message in the thread → the thought it is (the newest few; written with
+    ``in_flight``): egress puts it on the entries of that message's turn as ``in_reply_to``."""
+    reply_to: str | None = None
+    """The newest thought handed to Codex: what the session's own entries of a turn answer."""
+
+    def expect_reply(self, thought_id: str, text: str, ordinal: int) -> None:
+        """``thought_id`` is being handed to Codex as the thread's user message ``ordinal``."""
+        self.reply_targets[ordinal] = ReplyTarget(thought_id=thought_id, digest=text_digest(text))
+        for old in sorted(self.reply_targets)[:-REPLY_TARGETS_KEPT]:
+            del self.reply_targets[old]
+        self.reply_to = thought_id
+
+    def thought_of(self, ordinal: int, client_id: str | None, text: str) -> str | None:
+        """The thought that is the thread's user message ``ordinal`` (a
+        :data:`~coven_codex.rollout.translator.ReplyLookup`).
+
+        A client id (0.169) names it. Otherwise the message at ``ordinal`` is taken if its text
+        matches (a message is counted once Codex records its event; a process killed between
+        the thread's history and the event leaves one message uncounted, hence the next one is
+        tried too). With no text (a turn's start), the thought expected at ``ordinal``.
+        """
+        if client_id is not None:
+            return client_id
+        if not text:
+            target = self.reply_targets.get(ordinal)
+            return target.thought_id if target is not None else None
+        digest = text_digest(text)
+        for at in (ordinal, ordinal + 1):
+            target = self.reply_targets.get(at)
+            if target is not None and target.digest == digest:
+                return target.thought_id
+        return None
+
+    def forget_thread(self) -> None:
+        """The thread is over (reset): the next thought starts a new one."""
+        self.thread_id = None
+        self.rollout_path = None
+        self.egress_offset = 0
+        self.user_messages = 0
+        self.reply_targets = {}
 
     def forget_delivered_before(self, position: int) -> None:
         """Drop delivered ids the ingress cursor has moved past: they will never be re-read."""

@@ -93,6 +93,14 @@ _FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
         },
     ),
     (
+        "--max-attachment-bytes",
+        {
+            "type": int,
+            "dest": "max_attachment_bytes",
+            "help": "largest image a thought may attach, in bytes",
+        },
+    ),
+    (
         "--approval-timeout",
         {
             "type": float,

@@ -23,6 +23,7 @@ from coven_codex.rollout.records import (
     RolloutParseError,
     RolloutRecord,
     SessionMeta,
+    TokenCountEvent,
     ToolCallCompletedEvent,
     ToolCallItem,
     ToolOutputItem,
@@ -209,6 +210,14 @@ def _item_completed(p: JsonObject) -> Payload:
     return ItemCompletedEvent(item_type, turn_id, p)
 
 
+def _token_count(p: JsonObject) -> Payload:
+    info = p.get("info")
+    if not isinstance(info, dict):
+        return TokenCountEvent(None, None, p)
+    total, last = info.get("total_token_usage"), info.get("last_token_usage")
+    return TokenCountEvent(total if isinstance(total, dict) else None, last if isinstance(last, dict) else None, p)
+
+
 def _task_complete(p: JsonObject) -> Payload:
     error = p.get("error")
     message: str | None = None
@@ -233,6 +242,7 @@ _EVENT_TYPERS: dict[str, Callable[[JsonObject], Payload]] = {
     "task_started": lambda p: TurnStartedEvent(_str(p.get("turn_id")), p),
     "turn_started": lambda p: TurnStartedEvent(_str(p.get("turn_id")), p),
     "task_complete": _task_complete,
+    "token_count": _token_count,
     "turn_complete": _task_complete,
     "turn_aborted": lambda p: TurnAbortedEvent(_str(p.get("turn_id")), _str(p.get("reason")), p),
     "error": lambda p: ErrorMessageEvent(

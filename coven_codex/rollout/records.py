@@ -183,6 +183,17 @@ class ErrorMessageEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class TokenCountEvent:
+    """``token_count``: the thread's token usage so far (``total``) and of the last model
+    request (``last``), each a mapping such as ``{"input_tokens": 10, ...}``; ``None`` when the
+    event carries no usage (Codex also writes it for rate-limit updates alone)."""
+
+    total: JsonObject | None
+    last: JsonObject | None
+    raw: JsonObject
+
+
+@dataclass(frozen=True, slots=True)
 class OtherEvent:
     """An ``event_msg`` payload that carries nothing for the chat (``token_count``,
     ``thread_settings_applied``) or is unknown."""
@@ -223,6 +234,7 @@ Payload = (
     | TurnCompleteEvent
     | TurnAbortedEvent
     | ErrorMessageEvent
+    | TokenCountEvent
     | OtherEvent
     | OtherResponseItem
     | OtherPayload

@@ -44,6 +44,7 @@ from coven_codex.entries import (
     ReasoningEntry,
     ResponseEntry,
     StatusEntry,
+    TokenUsage,
     ToolCallEntry,
     ToolResultEntry,
 )
@@ -54,6 +55,7 @@ from coven_codex.rollout.records import (
     AgentReasoningEvent,
     ErrorMessageEvent,
     RolloutRecord,
+    TokenCountEvent,
     ToolCallCompletedEvent,
     ToolCallItem,
     ToolOutputItem,
@@ -72,6 +74,13 @@ TURN_COMPLETED = "turn_completed"
 TURN_FAILED = "turn_failed"
 TURN_ABORTED = "turn_aborted"
 TURN_END_STATES: frozenset[str] = frozenset({TURN_COMPLETED, TURN_FAILED, TURN_ABORTED})
+
+ReplyLookup = Callable[[int, str | None, str], str | None]
+"""``(ordinal, client_id, text)`` of a user message Codex recorded → the id of the thought it is
+(``None``: not known). ``ordinal`` counts the thread's user messages from 0; on a turn's start,
+before its message is recorded, it is called with the next ordinal, ``None`` and ``""``."""
+
+USAGE_FIELDS = ("input_tokens", "cached_input_tokens", "output_tokens", "reasoning_output_tokens", "total_tokens")
 
 
 def turn_entry_id(scope: str, turn: str, what: str) -> str:
@@ -95,7 +104,6 @@ SKIPPED_ENVELOPES: frozenset[tuple[str, str | None]] = frozenset(
         ("compacted", None),
         ("response_item", "message"),
         ("response_item", "reasoning"),
-        ("event_msg", "token_count"),
         ("event_msg", "thread_settings_applied"),
     }
 )
@@ -113,10 +121,20 @@ RECORD_START = b'{"timestamp":"'
 class RolloutTranslator:
     """Translates one thread's rollout lines, in file order, into chat entries."""
 
-    def __init__(self, conversation: str, thread_id: str, *, decode_all: bool = False) -> None:
+    def __init__(
+        self, conversation: str, thread_id: str, *, decode_all: bool = False, reply_to: ReplyLookup | None = None
+    ) -> None:
         self.conversation = conversation
         self.thread_id = thread_id
         self._decode_all = decode_all
+        self._lookup = reply_to
+        self._user_messages = 0
+        """User messages recorded so far (the event form)."""
+        self._reply_to: str | None = None
+        """The thought the current turn answers: every entry carries it as ``in_reply_to``."""
+        self._usage_total: dict[str, Any] | None = None
+        """The thread's token usage so far (the newest ``token_count``)."""
+        self._usage_at_turn_start: dict[str, Any] | None = None
         self._tool_names: dict[str, str] = {}
         self._failed_calls: set[str] = set()
         self._saw_turn_events = False
@@ -136,6 +154,7 @@ class RolloutTranslator:
             TurnCompleteEvent: self._turn_complete,
             TurnAbortedEvent: self._turn_aborted,
             ErrorMessageEvent: self._error_event,
+            TokenCountEvent: self._token_count,
         }
 
     # -- input ----------------------------------------------------------------------------
@@ -189,6 +208,8 @@ class RolloutTranslator:
                 self._parsed_timestamp_text = text
             if self._parsed_timestamp is not None:
                 fields["ts"] = self._parsed_timestamp  # lines without one take the previous line's time
+        if self._reply_to is not None:
+            fields["in_reply_to"] = self._reply_to
         return fields
 
     def _turn_common(self, offset: int, turn_id: str | None, what: str, index: int = 0) -> dict[str, Any]:
@@ -243,15 +264,46 @@ class RolloutTranslator:
     def _turn_started(self, record: RolloutRecord) -> list[BaseEntry]:
         assert isinstance(record.payload, TurnStartedEvent)
         self._saw_turn_events = True
+        self._new_turn()
+        if self._lookup is not None:  # (0.169 records the turn's start before its user message)
+            self._reply_to = self._lookup(self._user_messages, None, "")
         return [self._status(TURN_STARTED, record.payload.turn_id, "turn started", self._common(record.offset))]
 
     def _user_message(self, record: RolloutRecord) -> list[BaseEntry]:
         payload = record.payload
         assert isinstance(payload, UserMessageEvent)
+        if self._lookup is not None:
+            found = self._lookup(self._user_messages, payload.client_id, payload.text)
+            if found is not None:
+                self._reply_to = found
+        self._user_messages += 1
         # 0.47 records no turn events: its user_message event is where a turn visibly starts.
         if self._saw_turn_events or payload.turn_id is not None or record.payload_type != "user_message":
             return []
+        self._new_turn()
         return [self._status(TURN_STARTED, None, "turn started", self._common(record.offset))]
+
+    def _new_turn(self) -> None:
+        self._usage_at_turn_start = self._usage_total
+
+    def _token_count(self, record: RolloutRecord) -> list[BaseEntry]:
+        payload = record.payload
+        assert isinstance(payload, TokenCountEvent)
+        if payload.total is not None:
+            self._usage_total = payload.total
+        return []
+
+    def turn_usage(self) -> TokenUsage | None:
+        """The tokens the current (or last) turn used: the thread's usage now minus at the turn's
+        start; ``None`` when Codex reported none during the turn."""
+        now, before = self._usage_total, self._usage_at_turn_start
+        if now is None or now is before:
+            return None
+        counts: dict[str, int | None] = {}
+        for name in USAGE_FIELDS:
+            value, start = now.get(name), (before or {}).get(name, 0)
+            counts[name] = value - start if isinstance(value, int) and isinstance(start, int) else None
+        return TokenUsage(**counts)
 
     def _turn_complete(self, record: RolloutRecord) -> list[BaseEntry]:
         payload = record.payload
@@ -266,6 +318,7 @@ class RolloutTranslator:
                     payload.turn_id,
                     "turn completed",
                     self._turn_common(record.offset, payload.turn_id, "end"),
+                    usage=self.turn_usage(),
                 )
             ]
         error = self._error(
@@ -281,6 +334,7 @@ class RolloutTranslator:
                 payload.turn_id,
                 f"turn failed: {error.code}",
                 self._turn_common(record.offset, payload.turn_id, "end", 1),
+                usage=self.turn_usage(),
             ),
         ]
 
@@ -297,6 +351,7 @@ class RolloutTranslator:
                 f"turn aborted ({reason})",
                 self._turn_common(record.offset, payload.turn_id, "end"),
                 reason=payload.reason,
+                usage=self.turn_usage(),
             )
         ]
 

@@ -37,6 +37,7 @@ from coven_codex.agent.session import DELIVERY_ATTEMPTS, Session
 from coven_codex.agent.slots import SlotPool
 from coven_codex.agent.state import SessionState, StateStore
 from coven_codex.agent.writer import DaemonWriter
+from coven_codex.codex.drivers import ImageInput
 from coven_codex.entries import BaseEntry, ErrorEntry, StatusEntry, ThoughtEntry
 from coven_codex.journal import JournalRecord, MemoryJournal
 from coven_codex.rollout import TURN_END_STATES
@@ -63,6 +64,9 @@ class FakeCodex:
     open_error: BaseException | None = None
     records_client_id: bool = True
     records_turn_end: bool = True
+    image_urls: bool = False
+    images: list[tuple[str, tuple[ImageInput, ...]]] = field(default_factory=list)
+    """(thought id, images) of every hand-over that carried images."""
 
     def rollout(self, thread_id: str) -> Path:
         return self.root / f"rollout-{thread_id}.jsonl"
@@ -131,7 +135,7 @@ class FakeLink:
         }
         return _line({"type": "item_completed", "thread_id": self._thread, "turn_id": self._turn, "item": item})
 
-    async def send(self, thought_id: str, text: str) -> None:
+    async def send(self, thought_id: str, text: str, images: tuple[ImageInput, ...] = ()) -> None:
         """``refuse``: the request fails; ``die``: Codex dies before recording it (``flaky``: the first
         time only); ``hang``: the turn
         runs until the link ends; ``fail-late``: the driver reports a 401 before the rollout has it;
@@ -139,6 +143,8 @@ class FakeLink:
         if self.dead:
             raise LinkError("the Codex process is gone", delivered=False)
         self._codex.sends.append((thought_id, text))
+        if images:
+            self._codex.images.append((thought_id, images))
         word = text.split(maxsplit=1)[0]
         if word == "refuse":
             raise LinkError("Codex refused the thought: no", delivered=True)
@@ -169,9 +175,9 @@ class FakeLink:
         self._turn = None
         self._events.put_nowait(event)
 
-    async def steer(self, thought_id: str, text: str) -> str:
+    async def steer(self, thought_id: str, text: str, images: tuple[ImageInput, ...] = ()) -> str:
         if self._turn is None:
-            await self.send(thought_id, text)
+            await self.send(thought_id, text, images)
             return "started"
         self._codex.sends.append((thought_id, text))
         self._write(self._recorded(thought_id, text))

@@ -23,7 +23,7 @@ EXPECTED_PAYLOAD_CLASSES: dict[tuple[str, str | None], set[type]] = {
     ("event_msg", "user_message"): {r.UserMessageEvent},
     ("event_msg", "agent_message"): {r.AgentMessageEvent},
     ("event_msg", "agent_reasoning"): {r.AgentReasoningEvent},
-    ("event_msg", "token_count"): {r.OtherEvent},
+    ("event_msg", "token_count"): {r.TokenCountEvent},
     ("event_msg", "thread_settings_applied"): {r.OtherEvent},
     ("event_msg", "task_started"): {r.TurnStartedEvent},
     ("event_msg", "task_complete"): {r.TurnCompleteEvent},

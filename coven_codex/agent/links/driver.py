@@ -66,11 +66,11 @@ class DriverLink:
         except d.DriverError as exc:
             raise LinkError(str(exc)) from None
 
-    async def send(self, thought_id: str, text: str) -> None:
-        await self._submit(thought_id, text)
+    async def send(self, thought_id: str, text: str, images: tuple[d.ImageInput, ...] = ()) -> None:
+        await self._submit(thought_id, text, images)
 
-    async def steer(self, thought_id: str, text: str) -> str:
-        how = await self._submit(thought_id, text)
+    async def steer(self, thought_id: str, text: str, images: tuple[d.ImageInput, ...] = ()) -> str:
+        how = await self._submit(thought_id, text, images)
         if how != "steered":
             log.info("thought %s did not join a running turn: %s", cut(thought_id), how)
         return how
@@ -83,9 +83,9 @@ class DriverLink:
     def queued_ids(self) -> tuple[str, ...]:
         return self._driver.queued
 
-    async def _submit(self, thought_id: str, text: str) -> d.Submission:
+    async def _submit(self, thought_id: str, text: str, images: tuple[d.ImageInput, ...]) -> d.Submission:
         try:
-            return await self._driver.submit(text, thought_id)
+            return await self._driver.submit(text, thought_id, images)
         except d.DriverError as exc:
             # The driver may have written the request before it failed: Codex may have it.
             raise LinkError(str(exc), delivered=True) from None
@@ -126,7 +126,8 @@ def _translate(event: d.DriverEvent) -> LinkEvent | None:
         return TurnStarted(event.turn_id)
     if isinstance(event, d.TurnFinished):
         error = event.error
-        return TurnEnded(event.turn_id, event.status, error.message if error else None, classified=error)
+        message = error.message if error else None
+        return TurnEnded(event.turn_id, event.status, message, classified=error, usage=event.usage)
     if isinstance(event, d.Delta):
         return Delta(event.item_id, event.text)
     if isinstance(event, d.ApprovalRequested):

@@ -50,6 +50,7 @@ from coven_codex.codex.drivers.base import (
     DriverFailed,
     DriverSettings,
     EventSink,
+    ImageInput,
     PendingThought,
     ResolvedBy,
     Submission,
@@ -108,6 +109,7 @@ class AppServerDriver(CodexDriver):
     kind: ClassVar[str] = "app-server"
     supports_steer: ClassVar[bool] = True
     records_client_id: ClassVar[bool] = True
+    image_urls: ClassVar[bool] = True
     label: ClassVar[str] = "the Codex app-server"
 
     def __init__(
@@ -193,10 +195,10 @@ class AppServerDriver(CodexDriver):
         await self._events.deliver(ThreadStarted(thread_id, resumed=resumed, note=note))
 
     # -- thoughts ----------------------------------------------------------------------------------
-    async def submit(self, text: str, client_id: str) -> Submission:
+    async def submit(self, text: str, client_id: str, images: tuple[ImageInput, ...] = ()) -> Submission:
         async with self._lock:
             self._check_alive()
-            thought = PendingThought(text, client_id)
+            thought = PendingThought(text, client_id, images)
             turn = self._turn
             if turn is None and not self._queue:
                 await self._start_turn(thought)
@@ -208,7 +210,7 @@ class AppServerDriver(CodexDriver):
                         {
                             "threadId": self._require_thread(),
                             "expectedTurnId": turn.turn_id,
-                            "input": [{"type": "text", "text": text}],
+                            "input": input_items(thought),
                             "clientUserMessageId": client_id,
                         },
                     )
@@ -232,7 +234,7 @@ class AppServerDriver(CodexDriver):
                 "turn/start",
                 {
                     "threadId": self._require_thread(),
-                    "input": [{"type": "text", "text": thought.text}],
+                    "input": input_items(thought),
                     "clientUserMessageId": thought.client_id,
                 },
             )
@@ -574,3 +576,16 @@ def _approval_detail(params: Mapping[str, Any]) -> str:
     if isinstance(detail, list):
         detail = " ".join(str(part) for part in detail)
     return shorten(str(detail), 160)
+
+
+def input_items(thought: PendingThought) -> list[dict[str, str]]:
+    """The ``input`` of ``turn/start``/``turn/steer``: the thought's images (``localImage`` with a
+    ``path``, or ``image`` with a ``url``), then its text."""
+    items: list[dict[str, str]] = []
+    for image in thought.images:
+        if image.path is not None:
+            items.append({"type": "localImage", "path": str(image.path)})
+        elif image.url is not None:
+            items.append({"type": "image", "url": image.url})
+    items.append({"type": "text", "text": thought.text})
+    return items

@@ -23,7 +23,8 @@ Calls:
   a :class:`ThreadStarted` for an app-server thread has been *delivered* to the sink (the agent
   persists the id there). For exec the thread id is known only when the first turn's process
   prints it; :class:`ThreadStarted` is emitted then, before that turn ends.
-- ``await submit(text, client_id) -> Submission``: hand over a thought; returns once Codex
+- ``await submit(text, client_id, images) -> Submission``: hand over a thought (with its
+  :class:`ImageInput` images: app-server ``localImage``/``image`` input items, exec ``--image``); returns once Codex
   accepted it (app-server: ``turn/start``/``turn/steer`` answered) or its bytes are written to
   the process's stdin (exec), or once it is queued behind the running turn. Queued thoughts
   start in order as turns end. With ``mid_turn="steer"`` (app-server only) a thought arriving
@@ -73,6 +74,7 @@ from typing import Any, ClassVar, Literal
 
 from coven_codex.codex.errors import HINTS, ClassifiedError, ErrorCode, classify, shorten
 from coven_codex.codex.version import CodexVersion
+from coven_codex.entries import TokenUsage
 from coven_codex.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -142,6 +144,8 @@ class TurnFinished:
     status: TurnStatus
     client_ids: tuple[str, ...]
     error: ClassifiedError | None = None
+    usage: TokenUsage | None = None
+    """The tokens the turn used, when Codex reported them to the driver (exec's ``turn.completed``)."""
 
     @property
     def ok(self) -> bool:
@@ -264,10 +268,21 @@ def idle_error(idle_timeout: float) -> ClassifiedError:
 
 
 # -- shared machinery -------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ImageInput:
+    """An image a thought carries: a local file (``path``) or, where the driver takes one, an ``https`` ``url``."""
+
+    path: Path | None = None
+    url: str | None = None
+
+
 @dataclass(slots=True)
 class PendingThought:
+    """A thought on its way into Codex: its text, its journal id and its images."""
+
     text: str
     client_id: str
+    images: tuple[ImageInput, ...] = ()
 
 
 @dataclass(slots=True)
@@ -419,8 +434,11 @@ class CodexDriver(abc.ABC):
     @abc.abstractmethod
     async def start(self, resume_thread_id: str | None) -> None: ...
 
+    image_urls: ClassVar[bool]
+    """Takes images by ``https`` URL as well as local files."""
+
     @abc.abstractmethod
-    async def submit(self, text: str, client_id: str) -> Submission: ...
+    async def submit(self, text: str, client_id: str, images: tuple[ImageInput, ...] = ()) -> Submission: ...
 
     @abc.abstractmethod
     async def cancel(self) -> bool: ...

@@ -43,6 +43,7 @@ from coven_codex.codex.drivers.base import (
     DriverFailed,
     DriverSettings,
     EventSink,
+    ImageInput,
     PendingThought,
     Submission,
     ThreadStarted,
@@ -55,6 +56,7 @@ from coven_codex.codex.drivers.base import (
 from coven_codex.codex.errors import ClassifiedError, classify, shorten
 from coven_codex.codex.process import STREAM_LIMIT, ChildProcess, signal_group, spawn, terminate_tree
 from coven_codex.codex.version import CodexVersion
+from coven_codex.entries import TokenUsage
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +71,7 @@ class _ExecTurn:
     last_error: str | None = None
     cancel_requested: bool = False
     forced_error: ClassifiedError | None = None
+    usage: TokenUsage | None = None
     stderr: deque[str] = field(default_factory=lambda: deque(maxlen=STDERR_LINES))
 
 
@@ -78,6 +81,7 @@ class ExecDriver(CodexDriver):
     kind: ClassVar[str] = "exec"
     supports_steer: ClassVar[bool] = False
     records_client_id: ClassVar[bool] = False
+    image_urls: ClassVar[bool] = False
     label: ClassVar[str] = "codex exec"
 
     def __init__(
@@ -109,18 +113,20 @@ class ExecDriver(CodexDriver):
         self._thread_id = resume_thread_id  # no turn can start before start() returns
 
     # -- thoughts ----------------------------------------------------------------------------------
-    async def submit(self, text: str, client_id: str) -> Submission:
+    async def submit(self, text: str, client_id: str, images: tuple[ImageInput, ...] = ()) -> Submission:
         async with self._lock:
             self._check_alive()
-            thought = PendingThought(text, client_id)
+            if any(image.path is None for image in images):
+                raise DriverError("codex exec takes images as files only, not by URL")
+            thought = PendingThought(text, client_id, images)
             if self._turn is None and not self._queue:
                 await self._start_turn(thought)
                 return "started"
             self._queue.append(thought)
             return "queued"
 
-    def _argv(self) -> list[str]:
-        argv = [*self.command, "exec", "--json", "--skip-git-repo-check"]
+    def _argv(self, thought: PendingThought) -> list[str]:
+        argv = [*self.command, "exec", "--json", "--skip-git-repo-check", *image_args(thought)]
         if self._thread_id is not None:
             argv += ["resume", self._thread_id]
         return [*argv, "-"]
@@ -129,7 +135,7 @@ class ExecDriver(CodexDriver):
         if self._tg is None:
             raise DriverError("the exec driver is not started")
         try:
-            child = await spawn(self._argv(), env=self.env, cwd=self.workspace)
+            child = await spawn(self._argv(thought), env=self.env, cwd=self.workspace)
         except OSError as exc:
             error = classify(f"cannot start {self.executable}: {exc.strerror or exc}")
             self._queue.appendleft(thought)  # it never reached Codex
@@ -168,7 +174,7 @@ class ExecDriver(CodexDriver):
         status, error = self._outcome(turn)
         if self._turn is turn:
             self._turn = None
-        self._events.emit(TurnFinished(None, status, (turn.thought.client_id,), error))
+        self._events.emit(TurnFinished(None, status, (turn.thought.client_id,), error, turn.usage))
         if self._queue and not self._closing:
             await self._pump()
 
@@ -224,6 +230,7 @@ class ExecDriver(CodexDriver):
             turn.last_error = str(event.get("message", ""))
         elif kind == "turn.completed":
             turn.completed = True
+            turn.usage = exec_usage(event.get("usage"))
         elif kind == "turn.failed":
             error = event.get("error")
             message = error.get("message") if isinstance(error, dict) else None
@@ -289,3 +296,22 @@ class ExecDriver(CodexDriver):
         undelivered = self.queued
         self._queue.clear()
         self._events.emit(DriverFailed(error, returncode, undelivered, in_flight))
+
+
+def exec_usage(usage: Any) -> TokenUsage | None:
+    """The ``usage`` of exec's ``turn.completed`` (``input_tokens``, ``cached_input_tokens``,
+    ``output_tokens``; the total is their sum where Codex gives none), or ``None``."""
+    if not isinstance(usage, dict):
+        return None
+    counts = {k: v for k, v in usage.items() if isinstance(v, int) and not isinstance(v, bool)}
+    if not counts:
+        return None
+    if "total_tokens" not in counts and "input_tokens" in counts and "output_tokens" in counts:
+        counts["total_tokens"] = counts["input_tokens"] + counts["output_tokens"]
+    return TokenUsage(**counts)
+
+
+def image_args(thought: PendingThought) -> list[str]:
+    """``--image FILE`` for each of the thought's images. Given before ``resume``: 0.47's
+    ``exec resume`` has no ``--image`` of its own, and takes the ``exec`` one."""
+    return [arg for image in thought.images if image.path is not None for arg in ("--image", str(image.path))]
