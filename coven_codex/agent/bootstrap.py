@@ -96,6 +96,7 @@ class LinkMaker:
 
     @property
     def image_urls(self) -> bool:
+        """The app-server takes ``https`` images; ``codex exec`` only files."""
         return self.driver == "app-server"
 
     def __call__(self, conversation: str) -> CodexLink:
