@@ -126,7 +126,8 @@ class ExecDriver(CodexDriver):
             return "queued"
 
     def _argv(self, thought: PendingThought) -> list[str]:
-        argv = [*self.command, "exec", "--json", "--skip-git-repo-check", *image_args(thought)]
+        # `--image` takes several values: a flag must follow its last one, or it would swallow `resume`
+        argv = [*self.command, "exec", "--json", *image_args(thought), "--skip-git-repo-check"]
         if self._thread_id is not None:
             argv += ["resume", self._thread_id]
         return [*argv, "-"]
@@ -312,6 +313,7 @@ def exec_usage(usage: Any) -> TokenUsage | None:
 
 
 def image_args(thought: PendingThought) -> list[str]:
-    """``--image FILE`` for each of the thought's images. Given before ``resume``: 0.47's
-    ``exec resume`` has no ``--image`` of its own, and takes the ``exec`` one."""
+    """``--image FILE`` for each of the thought's images. Given before ``resume`` (0.47's ``exec
+    resume`` has no ``--image`` of its own, and takes the ``exec`` one) and followed by another
+    flag (``--image`` takes several values and would take ``resume <thread> -`` as files)."""
     return [arg for image in thought.images if image.path is not None for arg in ("--image", str(image.path))]
