@@ -267,7 +267,10 @@ class Session:
         if timeout is None:
             return await self._inbox.get()
         try:
-            return await asyncio.wait_for(self._inbox.get(), timeout=max(timeout, 0.0))
+            # Not asyncio.wait_for: on Python 3.11 it returns the message instead of raising when the
+            # get completes in the same step as a cancel, and the session would not stop.
+            async with asyncio.timeout(max(timeout, 0.0)):
+                return await self._inbox.get()
         except TimeoutError:
             return None
 

@@ -28,6 +28,7 @@ from coven_codex.codex.drivers.exec import exec_usage, image_args
 from coven_codex.entries import (
     Attachment,
     BaseEntry,
+    CancelEntry,
     ErrorEntry,
     ResetEntry,
     StatusEntry,
@@ -269,3 +270,18 @@ def test_the_drivers_pass_images_on() -> None:
         {"type": "text", "text": "see"},
     ]
     assert image_args(thought) == ["--image", "/j.attachments/a.png"]
+
+
+async def test_a_session_cancelled_as_a_message_arrives_stops(rig: Rig) -> None:
+    """Python 3.11's ``asyncio.wait_for`` returns the result instead of raising when the awaited
+    get completes in the same step as the cancel: the session then went on waiting (for the idle
+    timeout, 30 minutes) and could not be stopped. Seen as a hung teardown under load."""
+    session = rig.session()
+    rig.offer(session, "hello there")
+    await rig.wait(lambda es: len(turn_ends(es)) == 1, "the turn")
+    await asyncio.sleep(0.1)  # idle now, waiting for its inbox with the idle-reap timeout
+    task = rig.tasks[-1]
+    session.offer_cancel(CancelEntry(conversation="c"))  # the inbox's get completes...
+    task.cancel()  # ...in the same step as the cancel
+    done, _ = await asyncio.wait({task}, timeout=5)
+    assert task in done and task.cancelled()
