@@ -110,6 +110,7 @@ def mcp_server_entry(*, python: str = sys.executable) -> dict[str, Any]:
         "args": ["-m", "coven_codex.testing.mcp_echo_server"],
         "default_tools_approval_mode": "approve",
         "startup_timeout_sec": 20,
+        "required": True,  # Codex waits for it before the first model request (see mcp/codex_entry.py)
     }
 
 
