@@ -3,8 +3,9 @@
 :class:`OtlpReceiver` listens on 127.0.0.1 (loopback only) and answers ``POST /v1/logs``,
 ``/v1/traces`` and ``/v1/metrics`` with the OTLP/HTTP success response in the request's own
 encoding (``application/json`` or ``application/x-protobuf``, gzip or deflate allowed), after the
-decoded payload (:mod:`coven_codex.traces.records`) has been written by its
-:class:`~coven_codex.traces.writer.JsonlWriter`. What it cannot use it refuses and keeps serving:
+decoded payload (:mod:`coven_codex.traces.records`) has been written by its sink (a
+:class:`~coven_codex.traces.writer.JsonlWriter`, or the daemon's
+:class:`~coven_codex.traces.routing.ThreadRouter`). What it cannot use it refuses and keeps serving:
 
 - a body over ``max_body`` bytes: ``413``, and the connection is closed without reading it;
 - a payload that does not decode: ``400``; an unknown ``Content-Type``/``Content-Encoding``: ``415``;
@@ -27,7 +28,7 @@ from typing import Self
 
 from coven_codex.testing import http11
 from coven_codex.traces.records import SIGNALS, PayloadError, decode_payload, encoding_of, make_record
-from coven_codex.traces.writer import JsonlWriter
+from coven_codex.traces.writer import RecordSink
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +40,10 @@ _REASON_CHARS = 160
 
 
 class OtlpReceiver:
-    """Serve OTLP/HTTP on ``127.0.0.1:port`` (0: any free port) and write every export to ``writer``."""
+    """Serve OTLP/HTTP on ``127.0.0.1:port`` (0: any free port) and write every export to ``sink``."""
 
-    def __init__(self, writer: JsonlWriter, *, port: int = 0, max_body: int = MAX_BODY_BYTES) -> None:
-        self.writer = writer
+    def __init__(self, sink: RecordSink, *, port: int = 0, max_body: int = MAX_BODY_BYTES) -> None:
+        self.sink = sink
         self.max_body = max_body
         self.accepted: Counter[str] = Counter()
         self.refused: Counter[int] = Counter()
@@ -95,7 +96,7 @@ class OtlpReceiver:
                 await asyncio.wait(pending)
         if server is not None:
             await server.wait_closed()
-        await asyncio.to_thread(self.writer.close)
+        await asyncio.to_thread(self.sink.close)
         if self.refused:
             shown = ", ".join(f"{count} with {status}" for status, count in sorted(self.refused.items()))
             log.warning("the OTLP receiver refused %d payload(s): %s", self.refused.total(), shown)
@@ -150,9 +151,9 @@ class OtlpReceiver:
             payload = decode_payload(signal, encoding, body)
         except PayloadError as exc:
             return await self._answer(writer, 400, str(exc), keep_alive=keep)
-        line = make_record(signal, encoding, payload).to_line()
+        record = make_record(signal, encoding, payload)
         async with self._write_lock:
-            await asyncio.to_thread(self.writer.write_line, line)
+            await asyncio.to_thread(self.sink.write, record)
         self.accepted[signal] += 1
         success = (b"", "application/x-protobuf") if encoding == "protobuf" else (b"{}", "application/json")
         writer.write(http11.full_response(200, success[0], success[1], keep_alive=keep))

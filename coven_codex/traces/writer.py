@@ -6,7 +6,19 @@ import contextlib
 import os
 import threading
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
+
+from coven_codex.traces.records import TraceRecord
+
+
+class RecordSink(Protocol):
+    """Where the receiver puts records: called from a worker thread, one record at a time."""
+
+    def write(self, record: TraceRecord) -> None:
+        """Store ``record``."""
+
+    def close(self) -> None:
+        """Flush and close (called once, when the receiver stops)."""
 
 
 class JsonlWriter:
@@ -26,6 +38,10 @@ class JsonlWriter:
         self._handle: BinaryIO | None = None
         self._size = 0
         self._lock = threading.Lock()
+
+    def write(self, record: TraceRecord) -> None:
+        """Append ``record`` as one line."""
+        self.write_line(record.to_line())
 
     def write_line(self, line: bytes) -> None:
         """Append ``line`` (which must end in a newline), rotating first if needed."""
