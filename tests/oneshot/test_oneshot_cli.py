@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import codex_binary
 
 
 def tree_digest(root: Path) -> str:
@@ -38,8 +37,10 @@ def coven(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_dry_run_prints_the_exact_command_and_environment_and_changes_nothing(tmp_path: Path) -> None:
-    codex = codex_binary("0.169.0")
+def test_dry_run_prints_the_exact_command_and_environment_and_changes_nothing(
+    tmp_path: Path, codex_bin_169: Path
+) -> None:
+    codex = codex_bin_169
     (tmp_path / "home" / ".codex").mkdir(parents=True)
     (tmp_path / "home" / ".codex" / "auth.json").write_text("{}")
     (tmp_path / "base.toml").write_text('model = "m"\n')
