@@ -153,7 +153,9 @@ async def run_oneshot(
             receiver = await stack.enter_async_context(
                 OtlpReceiver(JsonlWriter(traces / TRACES_FILE), port=options.otel_port)
             )
-            sinks.log_file = stack.enter_context((traces / STDOUT_FILE).open("wb"))
+            (traces / STDOUT_FILE).unlink(missing_ok=True)
+            if options.codex_args.exec_mode:  # elsewhere Codex keeps the terminal
+                sinks.log_file = stack.enter_context((traces / STDOUT_FILE).open("wb"))
         home = await asyncio.to_thread(
             prepare_workspace, plan, otel_base_url=receiver.base_url if receiver else None, environ=env
         )

@@ -42,7 +42,7 @@ TRACES_FILE = "traces.jsonl"
 STDOUT_FILE = "stdout.log"
 EXCLUDED = (f"/{HOME_DIR}/", f"/{TRACES_DIR}/")
 GIT_TIMEOUT = 30.0
-OPTIONS = ("--prompt-file", "-V KEY=VALUE")
+OPTIONS = ("--prompt-file", "the command line as -V NAME=VALUE")
 
 
 class WorkspaceError(RuntimeError):

@@ -69,7 +69,10 @@ def test_the_same_inputs_give_the_same_files(tmp_path: Path) -> None:
 def test_unsubstituted_variables_are_listed_with_the_flag_to_set_them(tmp_path: Path) -> None:
     template = tmp_path / "t.md"
     template.write_text("$ZED, $ALPHA and $ZED; $L$ stays\n")
-    with pytest.raises(WorkspaceError, match=r"uses \$ZED, \$ALPHA but no value was given; add them to -V KEY=VALUE"):
+    with pytest.raises(
+        WorkspaceError,
+        match=r"uses \$ZED, \$ALPHA but no value was given; add them to the command line as -V NAME=VALUE",
+    ):
         plan_workspace(spec(tmp_path, prompt_file=template))
     assert not (tmp_path / "W").exists()
 
