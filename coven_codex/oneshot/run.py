@@ -149,7 +149,7 @@ async def run_oneshot(
                 say(notice)
             traces = options.spec.traces_dir
             traces.mkdir(parents=True, exist_ok=True)
-            (traces / TRACES_FILE).unlink(missing_ok=True)
+            (traces / TRACES_FILE).write_bytes(b"")  # afresh, and there even if Codex exports nothing
             receiver = await stack.enter_async_context(
                 OtlpReceiver(JsonlWriter(traces / TRACES_FILE), port=options.otel_port)
             )

@@ -6,19 +6,30 @@ untouched, and ``--collect-traces`` captures Codex's own OpenTelemetry records f
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
+import signal
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pytest
 import tomlkit
 
 from coven_codex.codex.version import detect_version
 from coven_codex.oneshot.run import RETRY_MESSAGE
-from coven_codex.testing import EXHAUSTED_TEXT, HttpError, RecordedRequest, Reply, ScriptedModelServer, codex_config
+from coven_codex.testing import (
+    EXHAUSTED_TEXT,
+    HttpError,
+    RecordedRequest,
+    Reply,
+    ScriptedModelServer,
+    Stall,
+    codex_config,
+)
 from coven_codex.testing.codex_config import DEFAULT_ENV_KEY
 from coven_codex.testing.steps import TurnScript
 from coven_codex.traces import TraceRecord
@@ -226,3 +237,37 @@ async def test_collected_traces_are_codex_records_of_this_run(tmp_path: Path, co
     assert all(line in log_text for line in done.stdout.splitlines())
     if not version.supports_otel_traces:
         assert done.stderr.count("exports only log records") == 1
+
+
+def codex_processes_of(codex_home: Path) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get("CODEX_HOME") == str(codex_home):
+                found.append(proc)
+    return found
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+async def test_a_signal_ends_codex_and_the_command(tmp_path: Path, codex_bin_169: Path, signum: int, code: int) -> None:
+    async with ScriptedModelServer([Stall(120)]) as server:
+        base = base_config(tmp_path, server)
+        env = {**os.environ, "HOME": str(user_home(tmp_path)), DEFAULT_ENV_KEY: "scripted"}
+        env.pop("CODEX_HOME", None)
+        process = await asyncio.create_subprocess_exec(
+            *[sys.executable, "-m", "coven_codex", "exec", "--codex-path", str(codex_bin_169)],
+            *["--workspace", "W", "--codex-config", str(base), "--collect-traces", "--", "exec", "wait"],
+            env=env,
+            cwd=tmp_path,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        await asyncio.wait_for(server.requests.wait_for(1), 60)  # Codex is in its turn
+        home = (tmp_path / "W" / ".codex-home").resolve()
+        assert codex_processes_of(home)
+        process.send_signal(signum)
+        assert await asyncio.wait_for(process.wait(), 60) == code
+    assert codex_processes_of(home) == []
+    # started afresh before Codex, whatever Codex managed to export before it was ended
+    assert (tmp_path / "W" / "traces" / "traces.jsonl").exists()
