@@ -271,3 +271,16 @@ async def test_a_signal_ends_codex_and_the_command(tmp_path: Path, codex_bin_169
     assert codex_processes_of(home) == []
     # started afresh before Codex, whatever Codex managed to export before it was ended
     assert (tmp_path / "W" / "traces" / "traces.jsonl").exists()
+
+
+async def test_outside_exec_mode_arguments_pass_untouched_and_there_is_no_retry(
+    tmp_path: Path, codex_bin: Path
+) -> None:
+    async with ScriptedModelServer([]) as server:
+        base = base_config(tmp_path, server)
+        done = await coven_exec(tmp_path, codex_bin, base, "--max-retries", "3", "--", "--version")
+        assert server.requests.responses_requests() == []
+    assert done.code == 0, done.stderr
+    assert detect_version(codex_bin).raw in done.stdout  # Codex's own output, on the command's stdout
+    assert "still missing" not in done.stderr
+    assert (tmp_path / "W" / ".codex-home" / "config.toml").exists()  # the workspace was prepared all the same
