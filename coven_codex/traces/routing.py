@@ -4,13 +4,16 @@ Codex tags each of its log records with the thread it belongs to (the ``conversa
 attribute, the thread id the daemon keeps for each conversation). :class:`ThreadRouter` splits
 every log export by that id and writes each part, as a record of its own, to
 ``<dir>/<thread id>.jsonl``; log records without an id, spans and metrics (which Codex does not tag
-reliably) go to ``<dir>/codex.jsonl``. Every file is rotated by size (``.1``, ``.2``, ...).
+reliably) go to ``<dir>/codex.jsonl``. Every file is rotated by size (``.1``, ``.2``, ...). At most
+:data:`MAX_OPEN` files are open at once: the least recently written one is closed (flushed and
+fsynced) to make room, and reopened for appending when its thread writes again.
 """
 
 from __future__ import annotations
 
 import re
 import threading
+from collections import OrderedDict
 from pathlib import Path
 
 from pydantic import JsonValue
@@ -21,6 +24,7 @@ from coven_codex.traces.writer import JsonlWriter
 SHARED_FILE = "codex.jsonl"
 MAX_FILE_BYTES = 32 * 2**20
 BACKUPS = 3
+MAX_OPEN = 32
 CONVERSATION_KEY = "conversation.id"
 _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -32,7 +36,7 @@ class ThreadRouter:
         self.directory = directory
         self.max_bytes = max_bytes
         self.backups = backups
-        self._writers: dict[str, JsonlWriter] = {}
+        self._writers: OrderedDict[str, JsonlWriter] = OrderedDict()
         self._lock = threading.Lock()
 
     def write(self, record: TraceRecord) -> None:
@@ -50,10 +54,13 @@ class ThreadRouter:
     def _writer(self, thread: str | None) -> JsonlWriter:
         name = f"{thread}.jsonl" if thread is not None else SHARED_FILE
         with self._lock:
-            writer = self._writers.get(name)
+            writer = self._writers.pop(name, None)
             if writer is None:
                 writer = JsonlWriter(self.directory / name, max_bytes=self.max_bytes, backups=self.backups)
-                self._writers[name] = writer
+            self._writers[name] = writer  # the most recently used is last
+            while len(self._writers) > MAX_OPEN:
+                _, oldest = self._writers.popitem(last=False)
+                oldest.close()
             return writer
 
 

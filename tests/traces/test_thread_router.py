@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from pydantic import JsonValue
@@ -64,3 +65,19 @@ def test_each_threads_file_is_rotated_by_size(tmp_path: Path) -> None:
     assert texts(tmp_path / "t.jsonl") == [["2" * 100]]
     assert texts(tmp_path / "t.jsonl.1") == [["1" * 100]]
     assert not (tmp_path / "t.jsonl.2").exists()
+
+
+def test_at_most_max_open_files_stay_open_and_a_closed_one_is_appended_to(tmp_path: Path) -> None:
+    from coven_codex.traces import routing
+
+    router = ThreadRouter(tmp_path)
+    threads = [f"t{index}" for index in range(routing.MAX_OPEN + 5)] + ["t0"]
+    for thread in threads:
+        router.write(record("logs", {"resourceLogs": [{"scopeLogs": [{"logRecords": [log_record(thread, thread)]}]}]}))
+        open_files = [
+            path for path in Path(f"/proc/{os.getpid()}/fd").iterdir() if str(path.resolve()).startswith(str(tmp_path))
+        ]
+        assert len(open_files) <= routing.MAX_OPEN
+    router.close()
+    assert texts(tmp_path / "t0.jsonl") == [["t0"], ["t0"]]
+    assert len(list(tmp_path.glob("*.jsonl"))) == routing.MAX_OPEN + 5
