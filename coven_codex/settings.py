@@ -101,6 +101,10 @@ class Settings(BaseModel):
         "$XDG_STATE_HOME/coven-codex/<workspace name>-<hash> (~/.local/state/...), outside the workspace.",
     )
     restart_backoff: float = Field(default=1.0, ge=0.0, le=300.0, description="First restart delay.")
+    collect_traces: bool = Field(
+        default=False,
+        description="Capture Codex's OpenTelemetry export as JSONL under <state_dir>/traces/, one file per thread.",
+    )
 
     @model_validator(mode="after")
     def _clamp_timeouts(self) -> Settings:

@@ -111,3 +111,34 @@ def test_the_protocol_doc_says_what_happens_to_a_line_without_ts(tmp_path: Path)
     doc = (ROOT / "docs" / "journal-protocol.md").read_text()
     row = next(row for row in doc.splitlines() if row.startswith("| `ts` |"))
     assert "assigned if omitted" not in row and "readers then see the time they read it" in row
+
+
+def test_the_exec_options_table_lists_every_exec_flag() -> None:
+    """docs/exec.md, Options: one row per flag of `coven-codex exec`, and no row for a flag it lacks."""
+    parser, _ = build_parser()
+    sub = next(action for action in parser._actions if action.dest == "command")
+    exec_parser = sub.choices["exec"]  # type: ignore[attr-defined]
+    flags = {
+        option
+        for action in exec_parser._actions
+        for option in action.option_strings
+        if option not in {"-h", "--help", "--log-level"}
+    }
+    doc = (ROOT / "docs" / "exec.md").read_text()
+    table = doc[doc.index("## Options") : doc.index("## The workspace")]
+    documented = {
+        flag for cell in re.findall(r"^\| ([^|]+) \|", table, re.M) for flag in re.findall(r"`(-[-\w]+)", cell)
+    }
+    assert documented == flags
+
+
+def test_the_trace_table_matches_what_each_version_is_known_to_export() -> None:
+    from coven_codex.codex.version import parse_version
+    from coven_codex.traces.otel_config import exported_signals
+
+    doc = (ROOT / "docs" / "exec.md").read_text()
+    rows = re.findall(r"^\| (\d+\.\d+\.\d+) \| (yes|no) \| (yes|no) \|", doc, re.M)
+    assert rows
+    for version, logs, traces in rows:
+        signals = exported_signals(parse_version(f"codex-cli {version}"))
+        assert ("logs" in signals, "traces" in signals) == (logs == "yes", traces == "yes"), version

@@ -13,6 +13,7 @@ IMPORT_NAMES = {
     "tomlkit": "tomlkit",
     "watchfiles": "watchfiles",
     "psutil": "psutil",
+    "opentelemetry-proto": "opentelemetry.proto",
 }
 
 

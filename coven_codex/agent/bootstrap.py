@@ -57,8 +57,12 @@ from coven_codex.mcp import (
 )
 from coven_codex.rollout.locator import locate_rollout
 from coven_codex.settings import Settings
+from coven_codex.traces.otel_config import export_notice, otel_tables
+from coven_codex.traces.receiver import OtlpReceiver
+from coven_codex.traces.routing import ThreadRouter
 
 log = logging.getLogger(__name__)
+TRACES_DIR = "traces"
 
 ROLLOUT_LOCATE_TIMEOUT = 10.0
 
@@ -203,6 +207,17 @@ async def run_daemon(
             owned[("mcp_servers", "coven")] = codex_mcp_entry(
                 server.socket_path, server.secret, str(version), tool_timeout=registry.longest_timeout
             )
+        if settings.collect_traces:
+            # Before Codex starts, and closed after every Codex process is gone (the stack unwinds last-in first-out).
+            traces_dir = settings.resolved_state_dir / TRACES_DIR
+            try:
+                receiver = await stack.enter_async_context(OtlpReceiver(ThreadRouter(traces_dir)))
+            except OSError as exc:
+                raise BootstrapError(str(exc)) from None
+            owned.update(otel_tables(receiver.base_url))
+            if notice := export_notice(version):
+                log.warning("%s", notice)
+            log.info("collecting Codex's OpenTelemetry export at %s into %s", receiver.base_url, traces_dir)
         try:
             home = await asyncio.to_thread(
                 prepare_codex_home,

@@ -17,6 +17,7 @@ from coven_codex import __version__
 
 SUBCOMMANDS: tuple[tuple[str, str], ...] = (
     ("run", "run the daemon: bridge a chat journal and Codex"),
+    ("exec", "run Codex once in a prepared workspace, passing its arguments through"),
     ("validate", "check the environment and say exactly what to fix"),
     ("chat", "a console chat adapter on a journal"),
     ("web", "the web chat page on a journal"),

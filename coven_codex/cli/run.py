@@ -105,6 +105,14 @@ _FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
         {"action": argparse.BooleanOptionalAction, "dest": "stream_deltas", "help": "write streaming `delta` entries"},
     ),
     (
+        "--collect-traces",
+        {
+            "action": argparse.BooleanOptionalAction,
+            "dest": "collect_traces",
+            "help": "capture Codex's OpenTelemetry export as JSONL under STATE_DIR/traces/",
+        },
+    ),
+    (
         "--agents-template",
         {"type": Path, "dest": "agents_template", "help": "template for AGENTS.md with $VARNAME substitution"},
     ),

@@ -17,6 +17,10 @@ class HttpProtocolError(Exception):
     """The peer sent something that is not HTTP/1.1 we understand; the connection is closed."""
 
 
+class BodyTooLargeError(HttpProtocolError):
+    """The request body is larger than the caller's limit; the connection is closed."""
+
+
 class UnsupportedEncodingError(Exception):
     """The request body uses a Content-Encoding this server cannot decode."""
 
@@ -37,8 +41,13 @@ class HttpRequest:
         return connection != "close"
 
 
-async def read_request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> HttpRequest | None:
-    """Read one request; ``None`` when the peer closed the connection between requests."""
+async def read_request(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, max_body: int = MAX_BODY_BYTES
+) -> HttpRequest | None:
+    """Read one request; ``None`` when the peer closed the connection between requests.
+
+    A body longer than ``max_body`` raises :class:`BodyTooLargeError` before it is read (for a
+    ``Content-Length``) or as soon as the chunks pass the limit."""
     request_line = await reader.readline()
     while request_line in (b"\r\n", b"\n"):
         request_line = await reader.readline()
@@ -63,11 +72,11 @@ async def read_request(reader: asyncio.StreamReader, writer: asyncio.StreamWrite
     if headers.get("expect", "").lower() == "100-continue":
         writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         await writer.drain()
-    body = await _read_body(reader, headers)
+    body = await _read_body(reader, headers, max_body)
     return HttpRequest(method.upper(), target, version, headers, body)
 
 
-async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
+async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str], max_body: int) -> bytes:
     if "chunked" in headers.get("transfer-encoding", "").lower():
         parts: list[bytes] = []
         total = 0
@@ -82,8 +91,8 @@ async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> b
                     pass  # trailers are read and ignored
                 return b"".join(parts)
             total += size
-            if total > MAX_BODY_BYTES:
-                raise HttpProtocolError("request body too large")
+            if total > max_body:
+                raise BodyTooLargeError(f"request body over {max_body} bytes")
             parts.append(await reader.readexactly(size))
             await reader.readline()
     length_text = headers.get("content-length")
@@ -93,8 +102,10 @@ async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> b
         length = int(length_text)
     except ValueError:
         raise HttpProtocolError(f"bad Content-Length {length_text!r}") from None
-    if length < 0 or length > MAX_BODY_BYTES:
+    if length < 0:
         raise HttpProtocolError(f"Content-Length {length} out of range")
+    if length > max_body:
+        raise BodyTooLargeError(f"Content-Length {length} over {max_body} bytes")
     return await reader.readexactly(length)
 
 

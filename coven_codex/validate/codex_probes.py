@@ -34,6 +34,7 @@ from coven_codex.codex.process import run_captured
 from coven_codex.codex.version import VersionError, detect_version
 from coven_codex.mcp import SpellRegistry, codex_mcp_entry
 from coven_codex.mcp.codex_entry import SERVER_NAME
+from coven_codex.traces.otel_config import export_notice, exported_signals
 from coven_codex.validate.framework import ProbeContext, ProbeResult
 from coven_codex.validate.spell_probes import SPELLS_FACT
 
@@ -105,6 +106,17 @@ async def probe_codex_supported(context: ProbeContext) -> ProbeResult:
     context.facts[DRIVER_FACT] = driver
     how = "chosen by version" if wanted == "auto" else "as configured"
     return ProbeResult.ok(f"Codex {version} is supported; driver: {driver} ({how})")
+
+
+async def probe_traces(context: ProbeContext) -> ProbeResult:
+    """What ``collect_traces`` will capture from this Codex version (docs/exec.md, Traces)."""
+    version = context.facts[VERSION_FACT]
+    if not context.settings.collect_traces:
+        return ProbeResult.ok("trace capture is off (collect_traces = false)")
+    notice = export_notice(version)
+    if notice is not None:
+        return ProbeResult.warn(notice, "Upgrade Codex (npm install -g @openai/codex@latest) to capture more.")
+    return ProbeResult.ok(f"Codex {version} exports {' and '.join(exported_signals(version))} to the local receiver")
 
 
 def _configured_env_keys(context: ProbeContext) -> list[str]:
