@@ -26,7 +26,7 @@ from collections import Counter
 from types import TracebackType
 from typing import Self
 
-from coven_codex.testing import http11
+from coven_codex import http11
 from coven_codex.traces.records import SIGNALS, PayloadError, decode_payload, encoding_of, make_record
 from coven_codex.traces.writer import RecordSink
 

@@ -1,5 +1,6 @@
-"""Just enough HTTP/1.1 for a local test server: keep-alive, Content-Length and chunked
-request bodies, gzip/deflate request encodings, chunked streaming responses."""
+"""Just enough HTTP/1.1 for the package's small loopback servers (the scripted model server, the
+OTLP trace receiver): keep-alive, Content-Length and chunked request bodies with a size limit,
+gzip/deflate request encodings, chunked streaming responses."""
 
 from __future__ import annotations
 
