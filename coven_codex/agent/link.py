@@ -25,6 +25,8 @@ class ThreadReady:
 
 @dataclass(frozen=True, slots=True)
 class TurnStarted:
+    """Codex started a turn (``turn_id`` when the driver knows it)."""
+
     turn_id: str | None
 
 
@@ -95,7 +97,9 @@ class CodexLink(Protocol):
         ...
 
     @property
-    def supports_steer(self) -> bool: ...
+    def supports_steer(self) -> bool:
+        """A thought can join a running turn (:meth:`steer`); only the app-server can."""
+        ...
 
     @property
     def records_client_id(self) -> bool:
@@ -103,7 +107,9 @@ class CodexLink(Protocol):
         ...
 
     @property
-    def thread_id(self) -> str | None: ...
+    def thread_id(self) -> str | None:
+        """The Codex thread, once known."""
+        ...
 
     @property
     def pids(self) -> list[int]:
@@ -133,9 +139,13 @@ class CodexLink(Protocol):
         """A turn is running in Codex."""
         ...
 
-    async def interrupt(self) -> None: ...
+    async def interrupt(self) -> None:
+        """Ask Codex to stop the running turn; its end arrives as a :class:`TurnEnded` event."""
+        ...
 
-    async def answer(self, request_id: str, approve: bool) -> None: ...
+    async def answer(self, request_id: str, approve: bool) -> None:
+        """Answer the approval request ``request_id``; raise :class:`LinkError` if that fails."""
+        ...
 
     def events(self) -> AsyncIterator[LinkEvent]:
         """Events until the link is closed; ends after a :class:`ProcessExited` of a persistent link."""

@@ -30,7 +30,9 @@ class LinkFactory(Protocol):
     """Makes the link for a conversation; knows how in-flight thoughts are resolved."""
 
     @property
-    def records_client_id(self) -> bool: ...
+    def records_client_id(self) -> bool:
+        """Codex records our thought ids in the rollout, so in-flight thoughts resolve by id, not count."""
+        ...
 
     @property
     def records_turn_end(self) -> bool:
@@ -41,6 +43,8 @@ class LinkFactory(Protocol):
 
 
 class RolloutLocator(Protocol):
+    """Finds the rollout file of a Codex thread."""
+
     async def __call__(self, thread_id: str) -> Path: ...
 
 

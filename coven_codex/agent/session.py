@@ -881,6 +881,7 @@ class Session:
                 await self._link.interrupt()
 
     async def wait_turn_over(self, limit: float) -> None:
+        """Shutdown: wait up to ``limit`` seconds for the running turn, if any, to end."""
         if self._link is None:
             return
         with contextlib.suppress(TimeoutError):
