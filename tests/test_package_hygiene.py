@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
 import re
 import tomllib
 from pathlib import Path
@@ -37,3 +39,79 @@ def test_every_module_names_its_logger_log() -> None:
         if re.search(r"^(?!log = )\w+ = logging\.getLogger\(", path.read_text(encoding="utf-8"), re.M)
     ]
     assert other == []
+
+
+def _link_event_fields() -> dict[str, list[tuple[str, ast.expr | None]]]:
+    """Each link event class of ``coven_codex/agent/link.py``: its fields, each with its default (or None)."""
+    tree = ast.parse((ROOT / "coven_codex" / "agent" / "link.py").read_text(encoding="utf-8"))
+    union = next(
+        node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "LinkEvent" for t in node.targets)
+    )
+    names = {n.id for n in ast.walk(union) if isinstance(n, ast.Name)}
+    fields: dict[str, list[tuple[str, ast.expr | None]]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name in names:
+            fields[node.name] = [
+                (item.target.id, item.value)
+                for item in node.body
+                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+            ]
+    assert set(fields) == names
+    return fields
+
+
+def test_every_link_event_field_carries_something() -> None:
+    """A field of a link event that every construction in the package fills with the same constant is a
+    dead branch in the session (issue 10 item 10: ``rollout_path`` was always None, ``expected`` always False)."""
+    fields = _link_event_fields()
+    informative: dict[str, set[str]] = {name: set() for name in fields}
+    constructions = 0
+    for path in sources():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        imported = {
+            alias.asname or alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module == "coven_codex.agent.link"
+            for alias in node.names
+        }
+        for call in ast.walk(tree):
+            if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
+                continue
+            name = call.func.id
+            if name not in fields or name not in imported:
+                continue
+            constructions += 1
+            names = [field for field, _ in fields[name]]
+            given: dict[str, ast.expr] = dict(zip(names, call.args, strict=False))
+            given.update({kw.arg: kw.value for kw in call.keywords if kw.arg is not None})
+            informative[name].update(field for field, value in given.items() if not isinstance(value, ast.Constant))
+    assert constructions >= len(fields), "every link event is built somewhere in the package"
+    constant = sorted(
+        f"{name}.{field}" for name, entries in fields.items() for field, _ in entries if field not in informative[name]
+    )
+    assert constant == [], "link event fields only ever given a constant (or their default)"
+
+
+def test_pending_thought_names_one_thing() -> None:
+    """The session's pending thought and the driver's turn input are different things with different names."""
+    defined = [
+        str(path.relative_to(ROOT))
+        for path in sources()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ClassDef) and node.name == "PendingThought"
+    ]
+    assert defined == ["coven_codex/agent/services.py"]
+
+
+def test_every_subcommand_is_implemented() -> None:
+    """Each ``coven-codex`` subcommand has its module with help, options and an implementation; no scaffolding."""
+    from coven_codex.cli import main
+
+    for name, _summary in main.SUBCOMMANDS:
+        module = importlib.import_module(f"coven_codex.cli.{name.replace('-', '_')}")
+        assert isinstance(module.HELP, str) and module.HELP, name
+        assert callable(module.configure) and callable(module.execute), name
+    text = (ROOT / "coven_codex" / "cli" / "main.py").read_text(encoding="utf-8")
+    assert "not implemented" not in text.lower()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 from coven_codex.codex.errors import ClassifiedError
@@ -17,10 +16,9 @@ from coven_codex.codex.errors import ClassifiedError
 
 @dataclass(frozen=True, slots=True)
 class ThreadReady:
-    """Codex told us the thread id (and, when it knows, the rollout file)."""
+    """Codex told us the thread id (the session finds the rollout file through its ``RolloutLocator``)."""
 
     thread_id: str
-    rollout_path: Path | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,11 +67,10 @@ class ApprovalSettled:
 
 @dataclass(frozen=True, slots=True)
 class ProcessExited:
-    """The Codex process ended. ``expected`` when we asked it to (or an exec turn finished)."""
+    """The Codex process ended without being asked to (the driver failed); the session restarts it later."""
 
     returncode: int | None
     detail: str
-    expected: bool
     classified: ClassifiedError | None = None
 
 

@@ -19,7 +19,10 @@ from coven_codex.settings import Settings
 
 @dataclass(frozen=True, slots=True)
 class PendingThought:
-    """A thought routed to a session and not yet delivered: its id, text and journal position."""
+    """A thought routed to a session and not yet settled (delivered, or given up): its id, text and journal position.
+
+    The driver side's :class:`coven_codex.codex.drivers.base.TurnInput` is what reaches Codex of it.
+    """
 
     entry_id: str
     text: str

@@ -115,7 +115,7 @@ class FakeLink:
             raise self._codex.open_error
         self._thread = resume_thread or str(uuid.uuid4())
         self._codex.rollout(self._thread).touch()
-        self._events.put_nowait(ThreadReady(self._thread, self._codex.rollout(self._thread)))
+        self._events.put_nowait(ThreadReady(self._thread))
 
     def _write(self, *lines: bytes) -> None:
         assert self._thread is not None
@@ -190,7 +190,7 @@ class FakeLink:
         """Codex dies (SIGKILL)."""
         self.dead = True
         self._turn = None
-        self._events.put_nowait(ProcessExited(-9, "ERROR codex: could not find bubblewrap", expected=False))
+        self._events.put_nowait(ProcessExited(-9, "ERROR codex: could not find bubblewrap"))
         self._events.put_nowait(None)
 
     async def interrupt(self) -> None:

@@ -137,7 +137,7 @@ def _translate(event: d.DriverEvent) -> LinkEvent | None:
     if isinstance(event, d.ThreadStarted):
         if event.note:
             log.warning("%s", event.note)
-        return ThreadReady(event.thread_id, None)
+        return ThreadReady(event.thread_id)
     if isinstance(event, d.TurnStarted):
         return TurnStarted(event.turn_id)
     if isinstance(event, d.TurnFinished):
@@ -150,5 +150,5 @@ def _translate(event: d.DriverEvent) -> LinkEvent | None:
     if isinstance(event, d.ApprovalResolved):
         return ApprovalSettled(event.request_id, event.approved, event.by)
     if isinstance(event, d.DriverFailed):
-        return ProcessExited(event.returncode, event.error.message, expected=False, classified=event.error)
+        return ProcessExited(event.returncode, event.error.message, classified=event.error)
     return None  # AgentMessageCompleted: the rollout is the record of replies

@@ -50,12 +50,12 @@ from coven_codex.codex.drivers.base import (
     DriverFailed,
     DriverSettings,
     EventSink,
-    PendingThought,
     ResolvedBy,
     Submission,
     ThreadStarted,
     TurnClock,
     TurnFinished,
+    TurnInput,
     TurnStarted,
     TurnStatus,
     process_error,
@@ -200,7 +200,7 @@ class AppServerDriver(CodexDriver):
         """Start a turn with the thought, steer it into the running turn (``mid_turn="steer"``) or queue it."""
         async with self._lock:
             self._check_alive()
-            thought = PendingThought(text, client_id)
+            thought = TurnInput(text, client_id)
             turn = self._turn
             if turn is None and not self._queue:
                 await self._start_turn(thought)
@@ -227,7 +227,7 @@ class AppServerDriver(CodexDriver):
                 self._spawn(self._pump())
             return "queued"
 
-    async def _start_turn(self, thought: PendingThought) -> None:
+    async def _start_turn(self, thought: TurnInput) -> None:
         turn = _Turn([thought.client_id], TurnClock(self.settings.turn_timeout, self.settings.stream_idle_timeout))
         self._turn = turn
         turn.watchdog = self._spawn(self._watch_turn(turn))

@@ -271,8 +271,12 @@ def idle_error(idle_timeout: float) -> ClassifiedError:
 
 # -- shared machinery -------------------------------------------------------------------------
 @dataclass(slots=True)
-class PendingThought:
-    """A thought held back until the running turn ends: its text and client (journal entry) id."""
+class TurnInput:
+    """One thought as the driver hands it to Codex: its text and client (journal entry) id.
+
+    The driver queues it while another turn runs and starts a turn with it; it is not the session's
+    :class:`coven_codex.agent.services.PendingThought`, which also carries the journal position.
+    """
 
     text: str
     client_id: str
@@ -399,7 +403,7 @@ class CodexDriver(abc.ABC):
         self.env = dict(env)
         self.settings = settings
         self._events = EventDispatcher(sink)
-        self._queue: deque[PendingThought] = deque()
+        self._queue: deque[TurnInput] = deque()
         self._thread_id: str | None = None
         self._runner: asyncio.Task[None] | None = None
         self._tg: asyncio.TaskGroup | None = None
@@ -470,7 +474,7 @@ class CodexDriver(abc.ABC):
 
     # -- for the implementations ---------------------------------------------------------------
     @abc.abstractmethod
-    async def _start_turn(self, thought: PendingThought) -> None:
+    async def _start_turn(self, thought: TurnInput) -> None:
         """Hand ``thought`` to Codex as a new turn (called with :attr:`_lock` held)."""
 
     @abc.abstractmethod

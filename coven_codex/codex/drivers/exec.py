@@ -43,11 +43,11 @@ from coven_codex.codex.drivers.base import (
     DriverFailed,
     DriverSettings,
     EventSink,
-    PendingThought,
     Submission,
     ThreadStarted,
     TurnClock,
     TurnFinished,
+    TurnInput,
     TurnStarted,
     TurnStatus,
     process_error,
@@ -61,7 +61,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class _ExecTurn:
-    thought: PendingThought
+    thought: TurnInput
     child: ChildProcess
     clock: TurnClock
     completed: bool = False
@@ -116,7 +116,7 @@ class ExecDriver(CodexDriver):
         """Start a turn (a ``codex exec`` process) with the thought, or queue it behind the running turn."""
         async with self._lock:
             self._check_alive()
-            thought = PendingThought(text, client_id)
+            thought = TurnInput(text, client_id)
             if self._turn is None and not self._queue:
                 await self._start_turn(thought)
                 return "started"
@@ -129,7 +129,7 @@ class ExecDriver(CodexDriver):
             argv += ["resume", self._thread_id]
         return [*argv, "-"]
 
-    async def _start_turn(self, thought: PendingThought) -> None:
+    async def _start_turn(self, thought: TurnInput) -> None:
         if self._tg is None:
             raise DriverError("the exec driver is not started")
         try:
