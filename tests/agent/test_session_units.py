@@ -373,6 +373,25 @@ async def test_codex_dying_mid_turn_ends_the_turn_once_and_resumes(rig: Rig) -> 
     assert len(rig.codex.sends) == 2  # the thought Codex had recorded is not sent again
 
 
+async def test_session_started_and_resumed_say_so_with_their_thread(rig: Rig) -> None:
+    """Issue 10 item 7: ``session_started`` had an empty text; both statuses name the thread."""
+    session = rig.session()
+    rig.offer(session, "hello")
+    await rig.wait(lambda es: len(replies(es)) == 1, "the reply")
+    thread = rig.codex.links[-1].thread_id
+    rig.codex.links[-1].kill()
+    entries = await rig.wait(lambda es: any(getattr(e, "state", "") == "session_resumed" for e in es), "the resume")
+    sessions = [
+        (e.state, e.thread_id, e.text)
+        for e in entries
+        if isinstance(e, StatusEntry) and e.state in ("session_started", "session_resumed")
+    ]
+    assert sessions == [
+        ("session_started", thread, f"Codex session started (thread {thread})"),
+        ("session_resumed", thread, f"Codex session resumed (thread {thread})"),
+    ]
+
+
 async def test_closing_the_session_mid_turn_ends_the_turn(rig: Rig) -> None:
     session = rig.session()
     rig.offer(session, "hang on")
