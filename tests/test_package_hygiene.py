@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 import importlib
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -115,3 +117,33 @@ def test_every_subcommand_is_implemented() -> None:
         assert callable(module.configure) and callable(module.execute), name
     text = (ROOT / "coven_codex" / "cli" / "main.py").read_text(encoding="utf-8")
     assert "not implemented" not in text.lower()
+
+
+def test_a_private_import_from_a_dependency_comes_with_an_upper_pin() -> None:
+    """Private API may change in any release: a dependency whose ``_private`` module is imported is pinned
+    below its next major version (issue 10 item 9: watchfiles' ``_rust_notify``)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    specs = {re.split(r"[<>=!~ \[;]", spec, maxsplit=1)[0]: spec for spec in project["dependencies"]}
+    modules = {IMPORT_NAMES.get(name, name): name for name in specs}
+    private: set[str] = set()
+    for path in sources():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                top, *rest = node.module.split(".")
+                if top in modules and any(part.startswith("_") for part in rest):
+                    private.add(modules[top])
+    assert private, "the watchfiles waker imports watchfiles._rust_notify"
+    unpinned = sorted(name for name in private if "<" not in specs[name])
+    assert unpinned == []
+
+
+def test_the_code_is_ruff_formatted_and_the_test_script_checks_it() -> None:
+    """Issue 10 item 9: the repository is ``ruff format``-ted, and ``scripts/test.sh`` (what CI runs) enforces it."""
+    paths = ["coven_codex", "mcp_shim", "tests", "benchmarks", "examples"]
+    script = (ROOT / "scripts" / "test.sh").read_text(encoding="utf-8")
+    assert f"ruff format --check {' '.join(paths)}" in script
+    ruff = Path(sys.executable).with_name("ruff")
+    done = subprocess.run(
+        [str(ruff), "format", "--check", *paths], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
