@@ -111,7 +111,7 @@ def test_every_subcommand_is_implemented() -> None:
     """Each ``coven-codex`` subcommand has its module with help, options and an implementation; no scaffolding."""
     from coven_codex.cli import main
 
-    for name, _summary in main.SUBCOMMANDS:
+    for name in main.SUBCOMMANDS:
         module = importlib.import_module(f"coven_codex.cli.{name.replace('-', '_')}")
         assert isinstance(module.HELP, str) and module.HELP, name
         assert callable(module.configure) and callable(module.execute), name
