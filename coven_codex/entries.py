@@ -30,10 +30,12 @@ CODEX_SENDER = "codex"
 
 
 def utc_now() -> datetime:
+    """The current time in UTC (timezone-aware)."""
     return datetime.now(UTC)
 
 
 def new_entry_id() -> str:
+    """A fresh random entry id (32 hex digits)."""
     return uuid.uuid4().hex
 
 
@@ -65,6 +67,7 @@ class BaseEntry(BaseModel):
         return json.dumps(self.model_dump(mode="json", exclude_none=False), ensure_ascii=False, separators=(",", ":"))
 
     def with_id(self, entry_id: str) -> BaseEntry:
+        """A copy of this entry with ``id`` set to ``entry_id``."""
         return self.model_copy(update={"id": entry_id})
 
 

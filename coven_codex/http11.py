@@ -28,6 +28,8 @@ class UnsupportedEncodingError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class HttpRequest:
+    """One parsed HTTP request: header names lower-cased, the body with its encodings undone."""
+
     method: str
     target: str
     version: str
@@ -36,6 +38,7 @@ class HttpRequest:
 
     @property
     def keep_alive(self) -> bool:
+        """The client wants the connection kept open (the default of HTTP/1.1, opt-in for HTTP/1.0)."""
         connection = self.headers.get("connection", "").lower()
         if self.version == "HTTP/1.0":
             return connection == "keep-alive"
@@ -126,6 +129,7 @@ def decode_body(body: bytes, content_encoding: str) -> bytes:
 
 
 def response_head(status: int, headers: list[tuple[str, str]]) -> bytes:
+    """The status line and headers of a response, ending with the blank line."""
     reason = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "Status"
     lines = [f"HTTP/1.1 {status} {reason}"] + [f"{name}: {value}" for name, value in headers]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
@@ -134,6 +138,7 @@ def response_head(status: int, headers: list[tuple[str, str]]) -> bytes:
 def full_response(
     status: int, body: bytes, content_type: str, *, keep_alive: bool, extra_headers: tuple[tuple[str, str], ...] = ()
 ) -> bytes:
+    """A whole response with a ``Content-Length`` body and the connection header ``keep_alive`` asks for."""
     headers = [
         ("content-type", content_type),
         ("content-length", str(len(body))),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -142,3 +143,35 @@ def test_the_trace_table_matches_what_each_version_is_known_to_export() -> None:
     for version, logs, traces in rows:
         signals = exported_signals(parse_version(f"codex-cli {version}"))
         assert ("logs" in signals, "traces" in signals) == (logs == "yes", traces == "yes"), version
+
+
+SESSION_TIMERS = (
+    ("kill_grace", "interrupt grace"),
+    ("idle_reap", "idle reaping"),
+    ("restart_backoff", "restart backoff"),
+)
+DRIVER_TIMERS = (
+    ("turn_timeout", "turn deadline"),
+    ("stream_idle_timeout", "stream-idle bound"),
+    ("approval_timeout", "approval timeout"),
+)
+
+
+def timed_by(setting: str, code: str) -> bool:
+    """``code`` computes a wait or a deadline from ``setting`` (not merely quotes it in a message)."""
+    return re.search(rf"(?:[-+*(,]|sleep\()\s*self\.(?:_)?settings\.{setting}\b", code) is not None
+
+
+def test_the_session_docstring_names_its_own_timers_and_the_drivers() -> None:
+    """Issue 10 item 7: the ``session.py`` docstring listed timers that had moved to the drivers."""
+    session = (ROOT / "coven_codex" / "agent" / "session.py").read_text()
+    drivers = "\n".join(path.read_text() for path in (ROOT / "coven_codex" / "codex" / "drivers").glob("*.py"))
+    docstring = " ".join((ast.get_docstring(ast.parse(session)) or "").split())
+    own = docstring[docstring.index("its own timers") : docstring.index("Delivering a thought")]
+    mine, theirs = own.split("drivers'", 1)[0].split("The turn deadline", 1)
+    theirs = "The turn deadline" + theirs
+    for setting, words in SESSION_TIMERS:
+        assert timed_by(setting, session) and words in mine, setting
+    for setting, words in DRIVER_TIMERS:
+        assert not timed_by(setting, session) and timed_by(setting, drivers), setting
+        assert words in theirs and words not in mine, setting

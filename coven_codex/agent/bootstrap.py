@@ -92,10 +92,12 @@ class LinkMaker:
 
     @property
     def records_client_id(self) -> bool:
+        """The app-server driver records our thought ids in the rollout; exec does not."""
         return self.driver == "app-server"
 
     @property
     def records_turn_end(self) -> bool:
+        """This Codex version's rollout records each turn's end (so egress writes it)."""
         return self.version.records_turn_end
 
     def __call__(self, conversation: str) -> CodexLink:

@@ -57,10 +57,14 @@ log = logging.getLogger(__name__)
 
 
 class Ready(Protocol):
+    """Called once the daemon is serving: recovery is done, the sessions and ingress are started."""
+
     def __call__(self) -> None: ...
 
 
 class Daemon:
+    """The coven-codex daemon over one journal and one state directory; see the module docstring."""
+
     def __init__(
         self,
         settings: Settings,

@@ -105,9 +105,11 @@ class SessionManager:
 
     # -- Router ------------------------------------------------------------------------------------
     def route_thought(self, entry: ThoughtEntry, position: int) -> bool:
+        """Offer the thought to its conversation's session (made on first use); ``True`` if it is now pending."""
         return self._session(entry.conversation).offer_thought(entry, position)
 
     def route_cancel(self, entry: CancelEntry, *, live: bool) -> None:
+        """Pass a live cancel to its session; one from before this run, or with no session, is only logged."""
         session = self.sessions.get(entry.conversation)
         if not live or session is None:
             log.info("cancel %s for %r: no turn of this run to cancel", cut(entry.id or "?"), cut(entry.conversation))
@@ -115,6 +117,7 @@ class SessionManager:
         session.offer_cancel(entry)
 
     def route_approval(self, entry: ApprovalEntry, *, live: bool) -> None:
+        """Pass a live approval answer to its session; one from before this run, or with no session, is only logged."""
         session = self.sessions.get(entry.conversation)
         if not live or session is None:
             log.info(

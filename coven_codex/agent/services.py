@@ -19,7 +19,10 @@ from coven_codex.settings import Settings
 
 @dataclass(frozen=True, slots=True)
 class PendingThought:
-    """A thought routed to a session and not yet delivered: its id, text and journal position."""
+    """A thought routed to a session and not yet settled (delivered, or given up): its id, text and journal position.
+
+    The driver side's :class:`coven_codex.codex.drivers.base.TurnInput` is what reaches Codex of it.
+    """
 
     entry_id: str
     text: str
@@ -30,7 +33,9 @@ class LinkFactory(Protocol):
     """Makes the link for a conversation; knows how in-flight thoughts are resolved."""
 
     @property
-    def records_client_id(self) -> bool: ...
+    def records_client_id(self) -> bool:
+        """Codex records our thought ids in the rollout, so in-flight thoughts resolve by id, not count."""
+        ...
 
     @property
     def records_turn_end(self) -> bool:
@@ -41,6 +46,8 @@ class LinkFactory(Protocol):
 
 
 class RolloutLocator(Protocol):
+    """Finds the rollout file of a Codex thread."""
+
     async def __call__(self, thread_id: str) -> Path: ...
 
 

@@ -418,9 +418,6 @@ class Session:
             self.state.rollout_path = None
             self.state.egress_offset = 0
             self.state.user_messages = 0
-        if event.rollout_path is not None:
-            self.state.rollout_path = str(event.rollout_path)
-        if changed or event.rollout_path is not None:
             await self._save_now()
         self._start_egress()
 
@@ -448,7 +445,7 @@ class Session:
         if self._unconfirmed is not None:
             await self._confirm_unconfirmed()
         turn = self._turn_finished()
-        if event.expected or self._stopping:
+        if self._stopping:
             await self._turn_cut_short(turn, TURN_ABORTED, "Codex stopped")
             return
         delay = self._restart_later()
@@ -656,7 +653,7 @@ class Session:
                 StatusEntry(state="session_resumed" if resumed else "session_started", thread_id=thread, text=text)
             )
         if link.thread_id is not None and link.thread_id != self.state.thread_id:
-            await self._thread_ready(ThreadReady(link.thread_id, None))
+            await self._thread_ready(ThreadReady(link.thread_id))
         return True
 
     async def _pump(self, link: CodexLink, generation: int) -> None:
@@ -881,6 +878,7 @@ class Session:
                 await self._link.interrupt()
 
     async def wait_turn_over(self, limit: float) -> None:
+        """Shutdown: wait up to ``limit`` seconds for the running turn, if any, to end."""
         if self._link is None:
             return
         with contextlib.suppress(TimeoutError):

@@ -20,6 +20,8 @@ log = logging.getLogger(__name__)
 
 
 class SlotPool:
+    """At most ``size`` named holders at once; waiters are served in order; see the module docstring."""
+
     def __init__(self, size: int) -> None:
         if size < 1:
             raise ValueError("a slot pool needs at least one slot")
@@ -30,13 +32,16 @@ class SlotPool:
 
     @property
     def in_use(self) -> int:
+        """How many slots are held."""
         return len(self._holders)
 
     @property
     def waiting(self) -> int:
+        """How many sessions wait for a slot."""
         return len(self._waiters)
 
     def holds(self, name: str) -> bool:
+        """``name`` holds a slot."""
         return name in self._holders
 
     def try_acquire(self, name: str) -> bool:
@@ -66,6 +71,7 @@ class SlotPool:
             raise
 
     def release(self, name: str) -> None:
+        """Give ``name``'s slot back (if it holds one) and grant it to the first waiter."""
         self._idle.pop(name, None)
         if name in self._holders:
             self._holders.discard(name)
@@ -79,6 +85,7 @@ class SlotPool:
             self._evict_idle()
 
     def mark_busy(self, name: str) -> None:
+        """The holder ``name`` is busy again: it is no longer asked to give its slot back."""
         self._idle.pop(name, None)
 
     def _grant(self) -> None:

@@ -155,6 +155,7 @@ class StateStore:
             )
 
     def path_for(self, conversation: str) -> Path:
+        """The state file of ``conversation`` in the sessions directory."""
         return self.sessions_dir / state_file_name(conversation)
 
     def load_all(self) -> dict[str, SessionState]:
@@ -169,6 +170,7 @@ class StateStore:
         return states
 
     def load(self, conversation: str) -> SessionState:
+        """``conversation``'s saved state, or a new empty state when none is saved (or readable)."""
         state = self._load_file(self.path_for(conversation))
         return state if state is not None else SessionState(conversation=conversation)
 

@@ -138,6 +138,7 @@ def default_text(name: str) -> str:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the ``run`` command's options (``--config``, one flag per setting, ``--spells``) to ``parser``."""
     parser.add_argument("--config", type=Path, help="coven.toml with the same settings as the flags")
     for flag, options in _FLAGS:
         name = options.get("dest", flag.removeprefix("--"))
@@ -149,11 +150,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
+    """The settings from ``--config`` with the given flags on top; raises :class:`SettingsError`."""
     overrides = {name: getattr(args, name, None) for name in Settings.model_fields if hasattr(args, name)}
     return load_settings(args.config, overrides)
 
 
 def execute(args: argparse.Namespace) -> int:
+    """Run the daemon (``coven-codex run``); exit code 2 for bad settings or a refusal, 1 if start-up fails."""
     try:
         settings = settings_from_args(args)
     except SettingsError as exc:

@@ -19,6 +19,7 @@ HELP = "check the whole environment (Codex, credentials, folders, spells, shim, 
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the ``validate`` command's options to ``parser``."""
     parser.add_argument("--workspace", type=Path, help="the directory Codex will work in (default: .)")
     parser.add_argument("--config", type=Path, help="coven.toml with the daemon's settings")
     parser.add_argument("--journal", type=Path, help="the chat journal the daemon will follow")
@@ -30,6 +31,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
+    """Run the preflight checks and print them as a table or JSON; returns the exit code the outcomes call for."""
     overrides: dict[str, Any] = {
         "workspace": args.workspace,
         "journal": args.journal,

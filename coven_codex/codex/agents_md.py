@@ -32,6 +32,7 @@ class TemplateError(ValueError):
 
 
 def builtin_variables(workspace: Path) -> dict[str, str]:
+    """The variables every template gets: ``WORKSPACE_DIR``, the workspace's absolute path."""
     return {"WORKSPACE_DIR": str(workspace.expanduser().resolve())}
 
 

@@ -81,6 +81,7 @@ class CodexHome:
 
     @property
     def has_credentials(self) -> bool:
+        """Codex has something to log in with: an ``auth.json``, an API-key variable or a provider's env key."""
         return (
             self.auth_source is not None
             or (self.path / AUTH_FILE).exists()
@@ -100,6 +101,7 @@ def approval_defaults(driver: DriverKind) -> dict[KeyPath, Any]:
 
 
 def trust_entry(workspace: Path) -> dict[KeyPath, Any]:
+    """The Codex config entry that marks ``workspace`` as a trusted project."""
     return {("projects", str(workspace), "trust_level"): "trusted"}
 
 

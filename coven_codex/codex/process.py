@@ -160,22 +160,27 @@ class ChildProcess:
 
     @property
     def pid(self) -> int:
+        """The process's pid, which is also its process-group id."""
         return self.process.pid
 
     @property
     def returncode(self) -> int | None:
+        """The exit status once the process has exited (negative: killed by that signal), else ``None``."""
         return self.process.returncode
 
     @property
     def stdin(self) -> asyncio.StreamWriter | None:
+        """The process's stdin stream, if it was piped."""
         return self.process.stdin
 
     @property
     def stdout(self) -> asyncio.StreamReader | None:
+        """The process's stdout stream, if it was piped."""
         return self.process.stdout
 
     @property
     def stderr(self) -> asyncio.StreamReader | None:
+        """The process's stderr stream, if it was piped."""
         return self.process.stderr
 
     async def wait(self) -> int:

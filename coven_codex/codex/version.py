@@ -41,6 +41,8 @@ class VersionError(RuntimeError):
 @total_ordering
 @dataclass(frozen=True, slots=True)
 class CodexVersion:
+    """A Codex CLI version as ``codex --version`` printed it; ordered by ``(major, minor, patch)``."""
+
     major: int
     minor: int
     patch: int
@@ -49,6 +51,7 @@ class CodexVersion:
 
     @property
     def triple(self) -> tuple[int, int, int]:
+        """``(major, minor, patch)``, without the suffix."""
         return (self.major, self.minor, self.patch)
 
     def __lt__(self, other: object) -> bool:
@@ -61,6 +64,7 @@ class CodexVersion:
         return f"{base}-{self.suffix}" if self.suffix else base
 
     def at_least(self, triple: tuple[int, int, int]) -> bool:
+        """This version is ``triple`` or newer (the suffix is ignored)."""
         return self.triple >= triple
 
     @property

@@ -251,4 +251,5 @@ class RolloutParseError:
     excerpt: str
 
     def describe(self) -> str:
+        """The error in one line for logs: the byte offset and the reason."""
         return f"unreadable rollout line at byte {self.offset}: {self.reason}"

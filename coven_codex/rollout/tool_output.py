@@ -21,6 +21,8 @@ _EXIT = re.compile(r"^(?:Process exited with code|Exit code:?)\s*(-?\d+)", re.M)
 
 @dataclass(frozen=True, slots=True)
 class ToolOutput:
+    """A tool's output as a chat shows it, and the exit code when the output reports one."""
+
     text: str
     exit_code: int | None
 

@@ -85,6 +85,7 @@ def handle(message: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def serve(stdin: TextIO, stdout: TextIO) -> None:
+    """Answer JSON-RPC messages read line by line from ``stdin`` on ``stdout`` until end of input."""
     for line in stdin:
         if not line.strip():
             continue

@@ -108,11 +108,13 @@ class ScriptedModelServer:
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
+        """Listen on the host and port (port 0: a free one, then :attr:`port` says which)."""
         self._server = await asyncio.start_server(self._on_connection, self._host, self._port)
         self._port = self._server.sockets[0].getsockname()[1]
         log.info("scripted model server listening on %s", self.base_url)
 
     async def aclose(self) -> None:
+        """Stop listening and cancel open connections; safe to call twice."""
         if self._server is None:
             return
         self._server.close()
@@ -133,6 +135,7 @@ class ScriptedModelServer:
         await self.aclose()
 
     async def serve_forever(self) -> None:
+        """Start if not started, then serve until cancelled."""
         if self._server is None:
             await self.start()
         assert self._server is not None
@@ -140,6 +143,7 @@ class ScriptedModelServer:
 
     @property
     def port(self) -> int:
+        """The port the server listens on (known after :meth:`start`)."""
         return self._port
 
     @property

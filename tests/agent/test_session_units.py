@@ -115,7 +115,7 @@ class FakeLink:
             raise self._codex.open_error
         self._thread = resume_thread or str(uuid.uuid4())
         self._codex.rollout(self._thread).touch()
-        self._events.put_nowait(ThreadReady(self._thread, self._codex.rollout(self._thread)))
+        self._events.put_nowait(ThreadReady(self._thread))
 
     def _write(self, *lines: bytes) -> None:
         assert self._thread is not None
@@ -190,7 +190,7 @@ class FakeLink:
         """Codex dies (SIGKILL)."""
         self.dead = True
         self._turn = None
-        self._events.put_nowait(ProcessExited(-9, "ERROR codex: could not find bubblewrap", expected=False))
+        self._events.put_nowait(ProcessExited(-9, "ERROR codex: could not find bubblewrap"))
         self._events.put_nowait(None)
 
     async def interrupt(self) -> None:
@@ -371,6 +371,25 @@ async def test_codex_dying_mid_turn_ends_the_turn_once_and_resumes(rig: Rig) -> 
     entries = await rig.wait(lambda es: "echo: hello again" in replies(es), "the next reply")
     assert len(turn_ends(entries)) == 2 and len(errors(entries)) == 1
     assert len(rig.codex.sends) == 2  # the thought Codex had recorded is not sent again
+
+
+async def test_session_started_and_resumed_say_so_with_their_thread(rig: Rig) -> None:
+    """Issue 10 item 7: ``session_started`` had an empty text; both statuses name the thread."""
+    session = rig.session()
+    rig.offer(session, "hello")
+    await rig.wait(lambda es: len(replies(es)) == 1, "the reply")
+    thread = rig.codex.links[-1].thread_id
+    rig.codex.links[-1].kill()
+    entries = await rig.wait(lambda es: any(getattr(e, "state", "") == "session_resumed" for e in es), "the resume")
+    sessions = [
+        (e.state, e.thread_id, e.text)
+        for e in entries
+        if isinstance(e, StatusEntry) and e.state in ("session_started", "session_resumed")
+    ]
+    assert sessions == [
+        ("session_started", thread, f"Codex session started (thread {thread})"),
+        ("session_resumed", thread, f"Codex session resumed (thread {thread})"),
+    ]
 
 
 async def test_closing_the_session_mid_turn_ends_the_turn(rig: Rig) -> None:

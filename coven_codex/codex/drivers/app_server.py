@@ -50,12 +50,12 @@ from coven_codex.codex.drivers.base import (
     DriverFailed,
     DriverSettings,
     EventSink,
-    PendingThought,
     ResolvedBy,
     Submission,
     ThreadStarted,
     TurnClock,
     TurnFinished,
+    TurnInput,
     TurnStarted,
     TurnStatus,
     process_error,
@@ -133,15 +133,18 @@ class AppServerDriver(CodexDriver):
     # -- properties ----------------------------------------------------------------------------
     @property
     def busy(self) -> bool:
+        """A turn is running."""
         return self._turn is not None
 
     @property
     def pids(self) -> list[int]:
+        """The app-server's pid while it runs, else nothing."""
         child = self._child
         return [child.pid] if child is not None and child.returncode is None else []
 
     # -- start -----------------------------------------------------------------------------------
     async def start(self, resume_thread_id: str | None) -> None:
+        """Start ``codex app-server`` and open the thread (resumed, or a new one); :class:`DriverError` if not."""
         if self._child is not None:
             raise DriverError("the app-server driver was already started")
         argv = [*self.command, "app-server"]
@@ -194,9 +197,10 @@ class AppServerDriver(CodexDriver):
 
     # -- thoughts ----------------------------------------------------------------------------------
     async def submit(self, text: str, client_id: str) -> Submission:
+        """Start a turn with the thought, steer it into the running turn (``mid_turn="steer"``) or queue it."""
         async with self._lock:
             self._check_alive()
-            thought = PendingThought(text, client_id)
+            thought = TurnInput(text, client_id)
             turn = self._turn
             if turn is None and not self._queue:
                 await self._start_turn(thought)
@@ -223,7 +227,7 @@ class AppServerDriver(CodexDriver):
                 self._spawn(self._pump())
             return "queued"
 
-    async def _start_turn(self, thought: PendingThought) -> None:
+    async def _start_turn(self, thought: TurnInput) -> None:
         turn = _Turn([thought.client_id], TurnClock(self.settings.turn_timeout, self.settings.stream_idle_timeout))
         self._turn = turn
         turn.watchdog = self._spawn(self._watch_turn(turn))
@@ -247,6 +251,7 @@ class AppServerDriver(CodexDriver):
 
     # -- cancel and approvals ----------------------------------------------------------------------
     async def cancel(self) -> bool:
+        """Ask the app-server to interrupt the running turn and return at once; ``False`` if none runs."""
         turn = self._turn
         if turn is None or self._failed is not None:
             return False
@@ -294,6 +299,7 @@ class AppServerDriver(CodexDriver):
             log.info("turn/interrupt of %s not acknowledged: %s", turn.turn_id, exc)
 
     async def answer_approval(self, request_id: str, approve: bool) -> None:
+        """Answer a pending approval request from the chat; :class:`DriverError` if it is no longer pending."""
         approval = self._approvals.get(request_id)
         if approval is None:
             raise DriverError(f"no pending approval request {request_id!r} (answered, expired or unknown)")

@@ -130,6 +130,8 @@ class ThreadStarted:
 
 @dataclass(frozen=True, slots=True)
 class TurnStarted:
+    """A turn started in Codex; ``client_ids``: the thoughts it carries so far."""
+
     turn_id: str | None
     client_ids: tuple[str, ...]
 
@@ -145,6 +147,7 @@ class TurnFinished:
 
     @property
     def ok(self) -> bool:
+        """The turn completed (not interrupted, not failed)."""
         return self.status == "completed"
 
 
@@ -225,6 +228,7 @@ class DriverError(RuntimeError):
 
 # -- classification helpers -------------------------------------------------------------------
 def describe_exit(returncode: int | None) -> str:
+    """A process's end for messages: ``exit N``, ``killed by signal N`` or ``still running``."""
     if returncode is None:
         return "still running"
     if returncode < 0:
@@ -256,16 +260,24 @@ _WARNING_LINE = re.compile(r"^\s*(?:WARNING|WARN)\b|\sWARN\s", re.I)
 
 
 def timeout_error(turn_timeout: float) -> ClassifiedError:
+    """The error of a turn that ran longer than ``turn_timeout`` (``OUTER_TIMEOUT``)."""
     return classify(f"the turn ran longer than the turn timeout ({turn_timeout:.0f}s)", exit_code=124)
 
 
 def idle_error(idle_timeout: float) -> ClassifiedError:
+    """The error of a turn silent for ``idle_timeout`` seconds (``STREAM_IDLE``)."""
     return classify(f"no output from Codex for {idle_timeout:.0f}s: stream idle, turn abandoned")
 
 
 # -- shared machinery -------------------------------------------------------------------------
 @dataclass(slots=True)
-class PendingThought:
+class TurnInput:
+    """One thought as the driver hands it to Codex: its text and client (journal entry) id.
+
+    The driver queues it while another turn runs and starts a turn with it; it is not the session's
+    :class:`coven_codex.agent.services.PendingThought`, which also carries the journal position.
+    """
+
     text: str
     client_id: str
 
@@ -278,6 +290,7 @@ class EventDispatcher:
     _queue: asyncio.Queue[tuple[DriverEvent, asyncio.Future[None] | None]] = field(default_factory=asyncio.Queue)
 
     def emit(self, event: DriverEvent) -> None:
+        """Queue ``event`` for the sink without waiting for it to be handled."""
         self._queue.put_nowait((event, None))
 
     async def deliver(self, event: DriverEvent) -> None:
@@ -287,6 +300,7 @@ class EventDispatcher:
         await done
 
     async def run(self) -> None:
+        """Hand queued events to the sink one at a time; a sink that raises is logged and skipped."""
         while True:
             event, done = await self._queue.get()
             try:
@@ -326,18 +340,22 @@ class TurnClock:
         self._changed = asyncio.Event()
 
     def touch(self) -> None:
+        """Codex showed activity: push the idle deadline back."""
         self._last_activity = self._loop.time()
 
     def approval_started(self) -> None:
+        """An approval is pending: the idle deadline does not apply until it ends."""
         self._waiting_for_approval += 1
         self._changed.set()
 
     def approval_ended(self) -> None:
+        """An approval was answered: activity, and the idle deadline applies again once none is pending."""
         self._waiting_for_approval = max(0, self._waiting_for_approval - 1)
         self.touch()
         self._changed.set()
 
     async def expired(self) -> ClassifiedError:
+        """Sleep until the turn or idle deadline passes; returns the matching error."""
         while True:
             now = self._loop.time()
             if now >= self._deadline:
@@ -385,7 +403,7 @@ class CodexDriver(abc.ABC):
         self.env = dict(env)
         self.settings = settings
         self._events = EventDispatcher(sink)
-        self._queue: deque[PendingThought] = deque()
+        self._queue: deque[TurnInput] = deque()
         self._thread_id: str | None = None
         self._runner: asyncio.Task[None] | None = None
         self._tg: asyncio.TaskGroup | None = None
@@ -417,16 +435,24 @@ class CodexDriver(abc.ABC):
         """Process-group leaders currently running for this driver."""
 
     @abc.abstractmethod
-    async def start(self, resume_thread_id: str | None) -> None: ...
+    async def start(self, resume_thread_id: str | None) -> None:
+        """Start Codex and open the thread (app-server) or remember the thread to resume (exec)."""
+        ...
 
     @abc.abstractmethod
-    async def submit(self, text: str, client_id: str) -> Submission: ...
+    async def submit(self, text: str, client_id: str) -> Submission:
+        """Hand over a thought; returns once Codex has it or it is queued (see the module docstring)."""
+        ...
 
     @abc.abstractmethod
-    async def cancel(self) -> bool: ...
+    async def cancel(self) -> bool:
+        """Interrupt the running turn and return at once; ``False`` if no turn was running."""
+        ...
 
     @abc.abstractmethod
-    async def answer_approval(self, request_id: str, approve: bool) -> None: ...
+    async def answer_approval(self, request_id: str, approve: bool) -> None:
+        """Answer an :class:`ApprovalRequested`; :class:`DriverError` if it cannot be answered."""
+        ...
 
     @property
     def failed(self) -> ClassifiedError | None:
@@ -448,7 +474,7 @@ class CodexDriver(abc.ABC):
 
     # -- for the implementations ---------------------------------------------------------------
     @abc.abstractmethod
-    async def _start_turn(self, thought: PendingThought) -> None:
+    async def _start_turn(self, thought: TurnInput) -> None:
         """Hand ``thought`` to Codex as a new turn (called with :attr:`_lock` held)."""
 
     @abc.abstractmethod
