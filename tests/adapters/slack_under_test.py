@@ -33,13 +33,22 @@ class SlackAdapter:
     limit = None  # Slack's limits (3,000 characters a section) are checked by the fake itself
 
     def __init__(
-        self, folder: Path, *, chaos: float = 0.0, rate_limit_every: int = 0, extra_config: str = "", seed: int = 7
+        self,
+        folder: Path,
+        *,
+        chaos: float = 0.0,
+        rate_limit_every: int = 0,
+        burst: int = 0,
+        extra_config: str = "",
+        seed: int = 7,
     ) -> None:
         self.folder = folder
         self.journal = folder / "journal.jsonl"
         self.config = folder / "coven.toml"
         self.stderr = folder / "slack-adapter.log"
-        self.fake = FakeSlack(rate_limit_every=rate_limit_every, retry_after="0" if rate_limit_every else "1")
+        self.fake = FakeSlack(
+            rate_limit_every=rate_limit_every, burst=burst, retry_after="0" if rate_limit_every else "1"
+        )
         self.chaos = chaos
         self.extra_config = extra_config
         self.rng = random.Random(seed)

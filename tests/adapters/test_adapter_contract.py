@@ -51,6 +51,13 @@ CRASH_SAFE: dict[str, Callable[[Path], AdapterUnderTest]] = {
 }
 
 
+RATE_LIMITED: dict[str, Callable[[Path], AdapterUnderTest]] = {
+    # Adapters whose platform answers HTTP 429: the fake every second call, the fake Slack 5 in a row (Retry-After: 1)
+    "fake": lambda folder: FakeAdapter(folder, rate_limit_every=2),
+    "slack": lambda folder: SlackAdapter(folder, burst=5),
+}
+
+
 async def _close(adapter: AdapterUnderTest) -> None:
     """Stop the adapter, and the platform it runs against when the test owns one (the fake Slack)."""
     await adapter.stop()
@@ -268,6 +275,25 @@ async def test_an_image_comes_in_as_an_attachment(adapter: AdapterUnderTest, tmp
     assert len(thought.attachments) == 1 and thought.attachments[0].media_type == "image/png"
     got = thought.attachments[0].url
     assert got == url or Path(got.removeprefix("file://")).read_bytes() == image.read_bytes()
+
+
+@pytest.mark.parametrize("kind", list(RATE_LIMITED))
+async def test_a_burst_of_429s_drops_nothing(kind: str, tmp_path: Path) -> None:
+    adapter = RATE_LIMITED[kind](tmp_path)
+    conversation = adapter.conversation("general", "ann")
+    await adapter.start()
+    try:
+        await _append(
+            adapter.journal, *(ResponseEntry(text=f"burst reply {n:02}.", conversation=conversation) for n in range(30))
+        )
+        await _until("the last reply", lambda: _visible(adapter, "burst reply 29."), timeout=60)
+    finally:
+        await _close(adapter)
+    screen = "\n".join(message.text for message in await adapter.messages())
+    assert [screen.count(f"burst reply {n:02}.") for n in range(30)] == [1] * 30
+    assert [screen.index(f"burst reply {n:02}.") for n in range(30)] == sorted(
+        screen.index(f"burst reply {n:02}.") for n in range(30)
+    )
 
 
 @pytest.mark.slow
