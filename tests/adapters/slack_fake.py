@@ -72,6 +72,8 @@ class FakeSlack:
     after_write: Callable[[str], None] | None = None
     """Called after a post or update is recorded, before the answer is sent (the tests' kill -9 hook)."""
     limited: int = 0
+    drop_answers: int = 0
+    """The next ``drop_answers`` posts are recorded, then their connection is cut before the answer."""
     url: str = ""
 
     def __post_init__(self) -> None:
@@ -143,6 +145,9 @@ class FakeSlack:
         answer: dict[str, Any] = handler(arguments)
         if answer.get("ok") and method in ("chat.postMessage", "chat.update") and self.after_write is not None:
             self.after_write(method)
+        if answer.get("ok") and method == "chat.postMessage" and self.drop_answers > 0 and request.transport:
+            self.drop_answers -= 1
+            request.transport.abort()  # the post is made; the bot never hears so
         return web.json_response(answer)
 
     def _auth_test(self, _: dict[str, Any]) -> dict[str, Any]:

@@ -102,6 +102,18 @@ async def test_a_burst_of_429s_is_waited_out_and_nothing_is_dropped(slack: Slack
     assert slack.stderr.read_text().count("rate-limits us") == 1  # said once, not once per 429
 
 
+async def test_a_post_whose_answer_is_lost_is_found_not_posted_twice(slack: SlackAdapter) -> None:
+    conversation = slack.conversation("general", "ann")
+    slack.fake.drop_answers = 3
+    await _append(
+        slack.journal, *(ResponseEntry(text=f"lost answer {n}.", conversation=conversation) for n in range(5))
+    )
+    await _until("the last reply", lambda: bool(_shown(slack, "lost answer 4.")), timeout=40)
+    screen = "\n".join(text_of(m) for m in slack.fake.bot_messages())
+    assert [screen.count(f"lost answer {n}.") for n in range(5)] == [1] * 5
+    assert slack.fake.drop_answers == 0
+
+
 async def test_a_top_level_mention_starts_a_thread_and_the_reply_goes_there(slack: SlackAdapter) -> None:
     ts = await slack.fake.mention("CRANDOM", "UANN", "hello from the top")
     await _until("the thought", lambda: _has_thought(slack, "hello from the top"))

@@ -72,7 +72,26 @@ DEFAULT_RETRY_AFTER = 1.0
 FILE_HOSTS = frozenset({"files.slack.com", "slack-files.com"})
 """Hosts the bot token is sent to for a file download (besides the Web API's own host)."""
 
+REQUIRED_SCOPES: dict[str, str] = {
+    "app_mentions:read": "the app_mention event",
+    "channels:history": "conversations.replies/history in public channels (finding a message after a crash)",
+    "chat:write": "chat.postMessage, chat.update, chat.delete",
+    "commands": f"the {SLASH_COMMAND} slash command",
+    "files:read": "downloading images shared with a message",
+    "groups:history": "conversations.replies/history in private channels",
+    "im:history": "the message.im event and conversations.replies/history in DMs",
+    "usergroups:read": "usergroups.users.list (allow_groups)",
+    "users:read": "users.info (names as thoughts' senders)",
+}
+"""The bot token scopes the adapter uses, and what for (examples/slack-manifest.json asks for exactly these)."""
+BOT_EVENTS = ("app_mention", "message.im")
+"""The events the app subscribes to."""
+
 _MENTION = re.compile(r"^\s*<@[A-Z0-9]+(?:\|[^>]*)?>[\s:,]*")
+
+
+class NetworkFailure(RateLimited):
+    """Slack could not be reached or did not answer: whether the call took effect is unknown; try again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +136,7 @@ class SlackPlatform:
         self._cache = _Cache()
         self._last_thread: dict[tuple[str, str], str] = {}
         self._http: aiohttp.ClientSession | None = None
+        self._unreachable = False
         api_host = urlsplit(client.base_url).hostname or ""
         self._file_hosts = FILE_HOSTS | {api_host}
 
@@ -126,8 +146,13 @@ class SlackPlatform:
         """Call ``method``; 429 → :class:`RateLimited`, any other refusal → :class:`PlatformError`."""
         try:
             if get:
-                return await self.client.api_call(method, http_verb="GET", params=arguments)
-            return await self.client.api_call(method, json=arguments)
+                answer = await self.client.api_call(method, http_verb="GET", params=arguments)
+            else:
+                answer = await self.client.api_call(method, json=arguments)
+            if self._unreachable:
+                self._unreachable = False
+                log.warning("slack: reachable again")
+            return answer
         except SlackApiError as exc:
             response = exc.response
             if response.status_code == 429 or response.get("error") == "ratelimited":
@@ -136,8 +161,10 @@ class SlackPlatform:
             raise PlatformError(f"Slack refused {method}: {clip(error, 100)}{_hint(error)}") from None
         except (aiohttp.ClientError, TimeoutError) as exc:
             # A network failure: the kit retries a RateLimited call, so a dropped connection loses nothing.
-            log.warning("slack: %s failed (%s); trying again in %.0f s", method, type(exc).__name__, 2.0)
-            raise RateLimited(2.0) from None
+            level = logging.DEBUG if self._unreachable else logging.WARNING
+            log.log(level, "slack: %s failed (%s); trying again every 2 s", method, type(exc).__name__)
+            self._unreachable = True
+            raise NetworkFailure(2.0) from None
 
     async def start(self) -> SlackIdentity:
         """Ask Slack who the bot is (``auth.test``); :class:`PlatformError` when it refuses the token."""
@@ -171,7 +198,14 @@ class SlackPlatform:
             arguments["thread_ts"] = address.thread
         if key is not None:
             arguments["metadata"] = {"event_type": METADATA_EVENT, "event_payload": {"key": key}}
-        answer = await self._api("chat.postMessage", **arguments)
+        try:
+            answer = await self._api("chat.postMessage", **arguments)
+        except NetworkFailure:
+            # The post may have landed before the connection failed: look before posting again.
+            found = await self.find(address, key) if key is not None else None
+            if found is not None:
+                return found
+            raise
         return str(answer["ts"])
 
     async def edit(self, address: Address, message_id: str, message: Outgoing) -> None:
@@ -433,7 +467,9 @@ async def run_slack(settings: SlackRun, started: Callable[[SlackIdentity], Await
     """Run the Slack adapter until cancelled; :class:`PlatformError` when Slack refuses to start."""
     section, secrets = settings.section, settings.secrets
     token = secrets["token"]
-    client = AsyncWebClient(token=token.reveal(), base_url=_api_url(section.api_url))
+    # No retry handlers: slack_sdk's default one posts again after a lost connection, which could
+    # show a message twice; the platform retries itself, looking for the message first (post()).
+    client = AsyncWebClient(token=token.reveal(), base_url=_api_url(section.api_url), retry_handlers=[])
     platform = SlackPlatform(
         client,
         token,
