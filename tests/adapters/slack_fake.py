@@ -393,7 +393,9 @@ class FakeSlack:
         await self.deliver("events_api", _callback(event))
         return str(event["ts"])
 
-    async def press(self, channel: str, user: str, value: str, message_ts: str, thread: str) -> str:
+    async def press(
+        self, channel: str, user: str, value: str, message_ts: str, thread: str, *, action_id: str = "coven:0"
+    ) -> str:
         """A user presses the button whose value is ``value`` under ``message_ts``; the envelope id."""
         message = self.messages.get(channel, {}).get(message_ts, {"ts": message_ts})
         payload = {
@@ -420,7 +422,7 @@ class FakeSlack:
             "response_url": f"{self.url}/response",
             "actions": [
                 {
-                    "action_id": "coven:0",
+                    "action_id": action_id,
                     "block_id": "coven_actions",
                     "value": value,
                     "type": "button",

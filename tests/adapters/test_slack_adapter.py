@@ -22,7 +22,7 @@ import pytest
 from slack_fake import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET, TEAM, actions_of, text_of
 from slack_under_test import ROOT, SlackAdapter
 
-from coven_codex.entries import BaseEntry, CancelEntry, ResponseEntry, ThoughtEntry
+from coven_codex.entries import BaseEntry, CancelEntry, ResetEntry, ResponseEntry, ThoughtEntry
 from coven_codex.journal import FileJournal, JournalRecord
 
 
@@ -177,6 +177,21 @@ async def test_the_slash_command_runs_the_kit_commands_in_the_user_s_thread(slac
     await _until("bob's thought", lambda: _has_thought(slack, "bob too"))
     await slack.fake.acked(await slack.fake.slash("CGENERAL", "UBOB", "new"))
     await _until("the refusal of /new", lambda: bool(_shown(slack, "Only an admin")))
+
+
+async def test_the_slash_command_alone_shows_the_commands_as_buttons_for_the_thread(slack: SlackAdapter) -> None:
+    await slack.fake.mention("CGENERAL", "UANN", "start here", slack.roots["general"])
+    await _until("the thought", lambda: _has_thought(slack, "start here"))
+    menu = await slack.fake.acked(await slack.fake.slash("CGENERAL", "UANN", ""))
+    buttons = {e["value"]: e["action_id"] for b in menu["blocks"] if b["type"] == "actions" for e in b["elements"]}
+    assert set(buttons) == {"cancel", "new", "status", "help"}
+    # the menu is not in the thread (Slack shows it to the user only): its buttons name the thread
+    await slack.fake.acked(await slack.fake.press("CGENERAL", "UANN", "new", "", "", action_id=buttons["new"]))
+    await slack.fake.acked(await slack.fake.press("CGENERAL", "UANN", "status", "", "", action_id=buttons["status"]))
+    await _until("the status", lambda: bool(_shown(slack, "queued messages")))
+    assert _shown(slack, "queued messages")[0]["thread_ts"] == slack.roots["general"]
+    reset = next(e for e in await _entries(slack.journal) if isinstance(e, ResetEntry))
+    assert reset.conversation == slack.conversation("general", "ann")
 
 
 async def _has(adapter: SlackAdapter, kind: type[BaseEntry]) -> bool:

@@ -26,6 +26,11 @@ TEXT_LIMIT = 3900
 BUTTON_PREFIX = "coven:"
 """The ``action_id`` prefix of the adapter's buttons; the button's ``value`` is the kit's command line."""
 
+THREAD_MARK = "@"
+"""In a ``/codex`` menu button's ``action_id``, what precedes the thread the button acts on."""
+MENU = (Button("Cancel", "cancel"), Button("New session", "new"), Button("Status", "status"), Button("Help", "help"))
+"""The buttons of the ``/codex`` menu."""
+
 _FENCE = re.compile(r"^( {0,3})(`{3,}|~{3,})(.*)$")
 _BOLD = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*|__(?=\S)(.+?)(?<=\S)__")
 _STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~")
@@ -148,3 +153,15 @@ def fallback_text(message: Outgoing) -> str:
     """The message's plain ``text`` (notifications, screen readers): its start."""
     text = message.text
     return text if len(text) <= TEXT_LIMIT else text[: TEXT_LIMIT - 1] + "…"
+
+
+def menu(thread: str) -> list[dict[str, Any]]:
+    """The ``/codex`` menu (shown only to the user who ran it): the commands as buttons for ``thread``."""
+    elements = [
+        dict(button(index, item), action_id=f"{BUTTON_PREFIX}{index}{THREAD_MARK}{thread}")
+        for index, item in enumerate(MENU)
+    ]
+    return [
+        {"type": "section", "text": {"type": "mrkdwn", "text": "Codex in your last thread here:"}},
+        {"type": "actions", "block_id": "coven_menu", "elements": elements},
+    ]

@@ -51,7 +51,7 @@ from coven_codex.adapters.kit.platform import (
 )
 from coven_codex.adapters.kit.render import Dialect, clip
 from coven_codex.adapters.kit.runner import AdapterRunner
-from coven_codex.adapters.slack.dialect import BUTTON_PREFIX, SlackDialect, blocks, fallback_text
+from coven_codex.adapters.slack.dialect import BUTTON_PREFIX, THREAD_MARK, SlackDialect, blocks, fallback_text, menu
 from coven_codex.adapters.web.uploads import MAX_IMAGE_BYTES, ImageStore, UploadError, uploads_dir
 from coven_codex.entries import Attachment
 from coven_codex.journal import FileJournal
@@ -318,6 +318,8 @@ class SlackPlatform:
             user = await self._user(str((body.get("user") or {}).get("id") or ""))
             for action in body.get("actions") or []:
                 value = str(action.get("value") or "")
+                menu_thread = str(action.get("action_id") or "").partition(THREAD_MARK)[2]
+                thread = menu_thread or thread  # a button of the /codex menu names its thread
                 if value and channel:
                     address = Address(channel=channel, workspace=team, thread=thread)
                     await self._submit(ButtonPress(address, user, value, str(container.get("message_ts") or "")))
@@ -327,7 +329,7 @@ class SlackPlatform:
     async def _on_command(self, ack: AsyncAck, command: dict[str, Any]) -> None:
         channel = str(command.get("channel_id") or "")
         user_id = str(command.get("user_id") or "")
-        line = str(command.get("text") or "").strip() or "help"
+        line = str(command.get("text") or "").strip()
         if channel.startswith("D"):
             thread: str | None = self._last_thread.get((channel, user_id), "")
         else:
@@ -335,9 +337,12 @@ class SlackPlatform:
         if thread is None:
             await ack(
                 text=f"{SLASH_COMMAND} works in a thread you started with me here: mention me in that thread"
-                f" with /{line.split(' ', 1)[0]} (or press the buttons under my messages), or use {SLASH_COMMAND}"
-                " in a direct message"
+                f" with /{line.split(' ', 1)[0] or 'status'} (or press the buttons under my messages), or use"
+                f" {SLASH_COMMAND} in a direct message"
             )
+            return
+        if not line:
+            await ack(text="Codex in your last thread here", blocks=menu(thread))
             return
         try:
             team = str(command.get("team_id") or self.identity.team_id)
