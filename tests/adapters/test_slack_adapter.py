@@ -118,7 +118,7 @@ async def test_a_top_level_mention_starts_a_thread_and_the_reply_goes_there(slac
     ts = await slack.fake.mention("CRANDOM", "UANN", "hello from the top")
     await _until("the thought", lambda: _has_thought(slack, "hello from the top"))
     thought = (await _thoughts(slack))[-1]
-    assert thought.conversation == f"slack:{TEAM}/CRANDOM/{ts}" and thought.sender == "ann"
+    assert thought.conversation == f"slack:{TEAM}/CRANDOM/{ts}" and thought.sender == "ann (UANN)"
     await _append(slack.journal, ResponseEntry(text="hi ann", conversation=thought.conversation))
     await _until("the reply", lambda: bool(_shown(slack, "hi ann")))
     assert _shown(slack, "hi ann")[0]["thread_ts"] == ts
@@ -149,6 +149,15 @@ async def test_an_event_slack_delivers_again_is_one_thought(slack: SlackAdapter)
     await slack.fake.mention("CGENERAL", "UANN", "a later one", slack.roots["general"])
     await _until("the later thought", lambda: _has_thought(slack, "a later one"))
     assert [t.text for t in await _thoughts(slack)].count("only once") == 1
+
+
+async def test_a_display_name_equal_to_an_allowed_id_does_not_let_anyone_in(slack: SlackAdapter) -> None:
+    slack.fake.users["UEVE"] = "UANN"  # Eve names herself after Ann's member id
+    await slack.fake.mention("CGENERAL", "UEVE", "eve pretends", slack.roots["general"])
+    await _until("the refusal", lambda: bool(_shown(slack, "not allowed")))
+    await slack.fake.mention("CGENERAL", "UANN", "ann is ann", slack.roots["general"])
+    await _until("ann's thought", lambda: _has_thought(slack, "ann is ann"))
+    assert not await _has_thought(slack, "eve pretends")
 
 
 async def test_members_of_an_allowed_user_group_may_talk_and_others_may_not(slack: SlackAdapter) -> None:

@@ -352,8 +352,13 @@ class SlackPlatform:
             await ack()
 
     async def _user(self, user_id: str) -> User:
-        """``user_id`` with its display name and the allow-listed user groups it belongs to."""
-        return User(user_id, await self._name(user_id), await self._groups_of(user_id))
+        """``user_id`` with its display name and the allow-listed user groups it belongs to.
+
+        The name is ``"<display name> (<id>)"``: anyone can set their display name, and the kit's
+        allow-lists also match names, so a name must never be able to equal a listed id.
+        """
+        name = await self._name(user_id)
+        return User(user_id, f"{name} ({user_id})" if name else "", await self._groups_of(user_id))
 
     async def _name(self, user_id: str) -> str:
         now = time.monotonic()
