@@ -138,6 +138,24 @@ async def test_a_direct_message_is_a_conversation_answered_in_the_dm(slack: Slac
     assert "thread_ts" not in _shown(slack, "a private answer")[0]
 
 
+async def test_images_come_in_and_other_files_or_foreign_hosts_are_refused_aloud(slack: SlackAdapter) -> None:
+    png = b"\x89PNG\r\n\x1a\n" + b"\x00" * 32
+    image = slack.fake.add_file(png, "image/png", "cat.png")
+    text = slack.fake.add_file(b"hello", "text/plain", "notes.txt")
+    foreign = dict(slack.fake.add_file(png, "image/png", "far.png"), url_private_download="http://192.0.2.1/far.png")
+    await slack.fake.direct("DANN", "UANN", "look", [image, text, foreign])
+    await _until("the thought", lambda: _has_thought(slack, "look"))
+    thought = (await _thoughts(slack))[-1]
+    assert [Path(a.url.removeprefix("file://")).read_bytes() for a in thought.attachments] == [png]
+    assert Path(thought.attachments[0].url.removeprefix("file://")).parent == tmp_attachments(slack)
+    assert _shown(slack, "notes.txt is not an image", "DANN")
+    assert _shown(slack, "far.png was not passed to Codex", "DANN")
+
+
+def tmp_attachments(adapter: SlackAdapter) -> Path:
+    return adapter.journal.parent.resolve() / f"{adapter.journal.name}.attachments"
+
+
 async def test_an_event_slack_delivers_again_is_one_thought(slack: SlackAdapter) -> None:
     event = slack.fake.user_message("CGENERAL", "UANN", "<@UBOT> only once", slack.roots["general"])
     event["type"] = "app_mention"
