@@ -178,6 +178,17 @@ async def test_a_display_name_equal_to_an_allowed_id_does_not_let_anyone_in(slac
     assert not await _has_thought(slack, "eve pretends")
 
 
+async def test_a_mention_made_while_the_adapter_was_killed_arrives_once_after_its_restart(slack: SlackAdapter) -> None:
+    await slack.kill()
+    await slack.fake.mention("CGENERAL", "UANN", "while you were down", slack.roots["general"])
+    await slack.start()
+    await slack.fake.mention("CGENERAL", "UANN", "after the restart", slack.roots["general"])
+    await _until("both thoughts", lambda: _has_thought(slack, "after the restart"))
+    await _until("the first thought", lambda: _has_thought(slack, "while you were down"))
+    texts = [t.text for t in await _thoughts(slack)]
+    assert texts.count("while you were down") == 1 and texts.count("after the restart") == 1
+
+
 async def test_members_of_an_allowed_user_group_may_talk_and_others_may_not(slack: SlackAdapter) -> None:
     await slack.fake.mention("CGENERAL", "UCAROL", "carol is in the group", slack.roots["general"])
     await slack.fake.mention("CGENERAL", "USTRANGER", "stranger is not", slack.roots["general"])
