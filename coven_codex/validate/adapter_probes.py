@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import os
+from pathlib import Path
 
 from coven_codex.adapters.kit.config import AdapterConfigError, AdapterSection
 from coven_codex.settings import Settings
@@ -37,6 +38,17 @@ def _tokens(section: AdapterSection) -> ProbeFunction:
             secrets = section.load_secrets(dict(os.environ))
         except AdapterConfigError as exc:
             return ProbeResult.fail(str(exc), "Set the token as the message says, then run validate again.")
+        loose = [
+            f"{kind}_file {where}"
+            for kind in secrets
+            for how, where in [section.secret_source(kind)]
+            if how == "file" and _readable_by_others(Path(where))
+        ]
+        if loose:
+            return ProbeResult.warn(
+                f"present and well-formed, but other users of this machine may read {', '.join(loose)}",
+                "chmod 600 the file (or 640 with a group only the service's user is in).",
+            )
         sources = ", ".join(
             f"{kind} from {'$' if how == 'env' else ''}{where}"
             for kind in secrets
@@ -45,6 +57,13 @@ def _tokens(section: AdapterSection) -> ProbeFunction:
         return ProbeResult.ok(f"present and well-formed: {sources}")
 
     return probe
+
+
+def _readable_by_others(path: Path) -> bool:
+    try:
+        return bool(path.stat().st_mode & 0o007)
+    except OSError:
+        return False
 
 
 def _access(section: AdapterSection) -> ProbeFunction:
