@@ -20,6 +20,7 @@ from coven_codex.validate.framework import Probe, ProbeContext, ProbeFunction, P
 
 def _library(section: AdapterSection) -> ProbeFunction:
     async def probe(context: ProbeContext) -> ProbeResult:
+        """Whether the adapter's library imports."""
         try:
             await asyncio.to_thread(importlib.import_module, section.LIBRARY)
         except ImportError as exc:
@@ -34,6 +35,7 @@ def _library(section: AdapterSection) -> ProbeFunction:
 
 def _tokens(section: AdapterSection) -> ProbeFunction:
     async def probe(context: ProbeContext) -> ProbeResult:
+        """Whether every token the adapter needs is present and well-formed."""
         try:
             secrets = section.load_secrets(dict(os.environ))
         except AdapterConfigError as exc:
@@ -68,6 +70,7 @@ def _readable_by_others(path: Path) -> bool:
 
 def _access(section: AdapterSection) -> ProbeFunction:
     async def probe(context: ProbeContext) -> ProbeResult:
+        """Whether the allow-lists let somebody in."""
         problems = section.access_problems()
         if problems:
             return ProbeResult.fail(

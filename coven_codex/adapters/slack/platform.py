@@ -510,6 +510,7 @@ async def run_slack(settings: SlackRun, started: Callable[[SlackIdentity], Await
             log.info("slack: connected as %s in %s (%s mode)", identity.user_id, identity.team_id, section.mode)
 
             async def announce() -> None:
+                """Tell ``started`` once the runner follows the journal."""
                 await runner.ready.wait()
                 if started is not None:
                     await started(identity)
