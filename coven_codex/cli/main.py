@@ -15,7 +15,17 @@ from types import ModuleType
 
 from coven_codex import __version__
 
-SUBCOMMANDS: tuple[str, ...] = ("run", "exec", "validate", "chat", "web", "demo", "spells", "model-server")
+SUBCOMMANDS: tuple[str, ...] = (
+    "run",
+    "exec",
+    "validate",
+    "chat",
+    "web",
+    "slack",
+    "demo",
+    "spells",
+    "model-server",
+)
 """In ``--help`` order; each module's ``HELP`` is its summary there."""
 
 
