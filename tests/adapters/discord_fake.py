@@ -1,0 +1,176 @@
+"""A local fake of Discord's REST API, built from its published shapes, that records every call.
+
+- ``GET /users/@me`` answers the bot user (discord.py's login).
+- ``POST /channels/{id}/messages`` creates a message; with ``enforce_nonce`` a nonce already used
+  in that channel within ``nonce_window`` seconds answers the first message, as Discord does.
+- ``PATCH``/``DELETE /channels/{id}/messages/{mid}``, ``POST /channels/{id}/typing``.
+- ``GET /channels/{id}/messages?limit=N`` answers the newest first, with ``nonce`` on messages
+  created within the nonce window only.
+- ``rate_limit_every=N``: every N-th request is answered 429 with Discord's body
+  (``message``, ``retry_after``, ``global``) and headers (``Retry-After``,
+  ``X-RateLimit-Limit``/``Remaining``/``Reset-After``/``Bucket``/``Scope``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+DISCORD_EPOCH_MS = 1420070400000
+
+
+def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    """A JSON answer as Discord gives it: ``Content-Type: application/json`` (no charset), ``Via: 1.1 google``."""
+    return web.Response(
+        body=json.dumps(data).encode(),
+        status=status,
+        headers={"Content-Type": "application/json", "Via": "1.1 google", **(headers or {})},
+    )
+
+
+BOT = {"id": "1000000000000000001", "username": "coven", "discriminator": "0", "avatar": None, "bot": True}
+
+
+@dataclass
+class FakeMessage:
+    """A message as the fake keeps it."""
+
+    id: str
+    channel_id: str
+    content: str
+    components: list[Any]
+    nonce: str | None
+    created: float
+    edits: int = 0
+
+
+@dataclass
+class FakeDiscord:
+    """The fake's state; :meth:`app` serves it under ``/api/v10``."""
+
+    rate_limit_every: int = 0
+    retry_after: float = 0.05
+    nonce_window: float = 120.0
+    messages: dict[str, FakeMessage] = field(default_factory=dict)
+    deleted: list[str] = field(default_factory=list)
+    typing: list[str] = field(default_factory=list)
+    rate_limited: int = 0
+    requests: int = 0
+    _counter: itertools.count[int] = field(default_factory=itertools.count)
+
+    def snowflake(self) -> str:
+        """A new id in Discord's snowflake format (milliseconds since 2015 << 22, then a counter)."""
+        ms = int(time.time() * 1000) - DISCORD_EPOCH_MS
+        return str((ms << 22) | (next(self._counter) & 0xFFF))
+
+    def payload(self, message: FakeMessage) -> dict[str, Any]:
+        """The message in Discord's JSON shape."""
+        data: dict[str, Any] = {
+            "id": message.id,
+            "channel_id": message.channel_id,
+            "type": 0,
+            "content": message.content,
+            "author": BOT,
+            "attachments": [],
+            "embeds": [],
+            "mentions": [],
+            "mention_roles": [],
+            "mention_everyone": False,
+            "pinned": False,
+            "tts": False,
+            "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(message.created)),
+            "edited_timestamp": None,
+            "components": message.components,
+        }
+        if message.nonce is not None and time.time() - message.created < self.nonce_window:
+            data["nonce"] = message.nonce
+        return data
+
+    def in_channel(self, channel: str) -> list[FakeMessage]:
+        """The channel's messages that are not deleted, oldest first."""
+        return [m for m in self.messages.values() if m.channel_id == channel and m.id not in self.deleted]
+
+    @web.middleware
+    async def _limits(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        self.requests += 1
+        if self.rate_limit_every and self.requests % self.rate_limit_every == 0:
+            self.rate_limited += 1
+            return _json(
+                {"message": "You are being rate limited.", "retry_after": self.retry_after, "global": False},
+                status=429,
+                headers={
+                    "Retry-After": str(self.retry_after),
+                    "X-RateLimit-Limit": "5",
+                    "X-RateLimit-Remaining": "0",
+                    "X-RateLimit-Reset-After": str(self.retry_after),
+                    "X-RateLimit-Bucket": "fakebucket",
+                    "X-RateLimit-Scope": "user",
+                },
+            )
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    def app(self) -> web.Application:
+        """The aiohttp application serving the fake API under ``/api/v10``."""
+        app = web.Application(middlewares=[self._limits])
+        app.router.add_get("/api/v10/users/@me", self._me)
+        app.router.add_post("/api/v10/channels/{cid}/messages", self._create)
+        app.router.add_get("/api/v10/channels/{cid}/messages", self._list)
+        app.router.add_patch("/api/v10/channels/{cid}/messages/{mid}", self._edit)
+        app.router.add_delete("/api/v10/channels/{cid}/messages/{mid}", self._delete)
+        app.router.add_post("/api/v10/channels/{cid}/typing", self._typing)
+        return app
+
+    async def _me(self, request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != "Bot good-token":
+            return _json({"message": "401: Unauthorized", "code": 0}, status=401)
+        return _json(BOT)
+
+    async def _create(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        channel = request.match_info["cid"]
+        nonce = body.get("nonce")
+        if nonce is not None and body.get("enforce_nonce"):
+            for message in self.in_channel(channel):
+                if message.nonce == nonce and time.time() - message.created < self.nonce_window:
+                    return _json(self.payload(message))
+        message = FakeMessage(
+            id=self.snowflake(),
+            channel_id=channel,
+            content=str(body.get("content") or ""),
+            components=list(body.get("components") or []),
+            nonce=None if nonce is None else str(nonce),
+            created=time.time(),
+        )
+        self.messages[message.id] = message
+        return _json(self.payload(message))
+
+    async def _list(self, request: web.Request) -> web.Response:
+        limit = min(100, int(request.query.get("limit", "50")))
+        newest_first = list(reversed(self.in_channel(request.match_info["cid"])))[:limit]
+        return _json([self.payload(m) for m in newest_first])
+
+    async def _edit(self, request: web.Request) -> web.Response:
+        message = self.messages.get(request.match_info["mid"])
+        if message is None or message.id in self.deleted:
+            return _json({"message": "Unknown Message", "code": 10008}, status=404)
+        body = await request.json()
+        if "content" in body:
+            message.content = str(body["content"] or "")
+        if "components" in body:
+            message.components = list(body["components"] or [])
+        message.edits += 1
+        return _json(self.payload(message))
+
+    async def _delete(self, request: web.Request) -> web.Response:
+        self.deleted.append(request.match_info["mid"])
+        return web.Response(status=204)
+
+    async def _typing(self, request: web.Request) -> web.Response:
+        self.typing.append(request.match_info["cid"])
+        return web.Response(status=204)
