@@ -13,9 +13,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import time
+import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,6 +35,9 @@ def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -
     )
 
 
+GUILD_ID = "3000000000000000001"
+CHANNEL_ID = "2000000000000000001"
+ROLE_ID = "7700000000000000001"
 BOT = {"id": "1000000000000000001", "username": "coven", "discriminator": "0", "avatar": None, "bot": True}
 
 
@@ -61,7 +66,11 @@ class FakeDiscord:
     typing: list[str] = field(default_factory=list)
     rate_limited: int = 0
     requests: int = 0
+    interactions: list[dict[str, Any]] = field(default_factory=list)
+    identified: asyncio.Event = field(default_factory=asyncio.Event)
     _counter: itertools.count[int] = field(default_factory=itertools.count)
+    _sockets: list[tuple[web.WebSocketResponse, Any]] = field(default_factory=list)
+    _seq: int = 0
 
     def snowflake(self) -> str:
         """A new id in Discord's snowflake format (milliseconds since 2015 << 22, then a counter)."""
@@ -119,6 +128,10 @@ class FakeDiscord:
         """The aiohttp application serving the fake API under ``/api/v10``."""
         app = web.Application(middlewares=[self._limits])
         app.router.add_get("/api/v10/users/@me", self._me)
+        app.router.add_get("/api/v10/gateway/bot", self._gateway_bot)
+        app.router.add_get("/api/v10/oauth2/applications/@me", self._application)
+        app.router.add_get("/gateway", self._gateway)
+        app.router.add_post("/api/v10/interactions/{iid}/{token}/callback", self._callback)
         app.router.add_post("/api/v10/channels/{cid}/messages", self._create)
         app.router.add_get("/api/v10/channels/{cid}/messages", self._list)
         app.router.add_patch("/api/v10/channels/{cid}/messages/{mid}", self._edit)
@@ -174,3 +187,172 @@ class FakeDiscord:
     async def _typing(self, request: web.Request) -> web.Response:
         self.typing.append(request.match_info["cid"])
         return web.Response(status=204)
+
+    # The Gateway: HELLO, IDENTIFY -> READY + GUILD_CREATE, heartbeats, then dispatched events.
+
+    async def _application(self, request: web.Request) -> web.Response:
+        owner = {"id": "4000000000000000001", "username": "owner", "discriminator": "0", "avatar": None}
+        return _json(
+            {
+                "id": BOT["id"],
+                "name": "coven",
+                "icon": None,
+                "description": "",
+                "bot_public": False,
+                "bot_require_code_grant": False,
+                "owner": owner,
+                "verify_key": "0" * 64,
+                "team": None,
+                "flags": 0,
+            }
+        )
+
+    async def _gateway_bot(self, request: web.Request) -> web.Response:
+        url = f"ws://{request.host}/gateway"
+        limit = {"total": 1000, "remaining": 999, "reset_after": 0, "max_concurrency": 1}
+        return _json({"url": url, "shards": 1, "session_start_limit": limit})
+
+    async def _send(self, ws: web.WebSocketResponse, compressor: Any, payload: dict[str, Any]) -> None:
+        """One Gateway payload, zlib-stream compressed when the client asked for it."""
+        raw = json.dumps(payload).encode()
+        if compressor is None:
+            await ws.send_str(raw.decode())
+        else:
+            await ws.send_bytes(compressor.compress(raw) + compressor.flush(zlib.Z_SYNC_FLUSH))
+
+    async def dispatch(self, event: str, data: dict[str, Any]) -> None:
+        """Send a dispatch (op 0) event ``event`` to every connected client."""
+        self._seq += 1
+        for ws, compressor in list(self._sockets):
+            await self._send(ws, compressor, {"op": 0, "t": event, "s": self._seq, "d": data})
+
+    async def _gateway(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        assert request.query.get("encoding") == "json"
+        compressor = zlib.compressobj() if request.query.get("compress") == "zlib-stream" else None
+        await self._send(ws, compressor, {"op": 10, "s": None, "t": None, "d": {"heartbeat_interval": 41250}})
+        async for frame in ws:
+            payload = json.loads(frame.data)
+            if payload["op"] == 1:
+                await self._send(ws, compressor, {"op": 11, "s": None, "t": None, "d": None})
+            elif payload["op"] == 2:
+                self._sockets.append((ws, compressor))
+                await self.dispatch("READY", self._ready(f"ws://{request.host}/gateway"))
+                await self.dispatch("GUILD_CREATE", self._guild())
+                self.identified.set()
+        return ws
+
+    def _ready(self, url: str) -> dict[str, Any]:
+        return {
+            "v": 10,
+            "user": BOT,
+            "guilds": [{"id": GUILD_ID, "unavailable": True}],
+            "session_id": "fake-session",
+            "resume_gateway_url": url,
+            "application": {"id": BOT["id"], "flags": 0},
+            "private_channels": [],
+        }
+
+    def _guild(self) -> dict[str, Any]:
+        everyone = {
+            "id": GUILD_ID,
+            "name": "@everyone",
+            "permissions": "1024",
+            "position": 0,
+            "color": 0,
+            "hoist": False,
+            "managed": False,
+            "mentionable": False,
+            "flags": 0,
+        }
+        channel = {"id": CHANNEL_ID, "type": 0, "guild_id": GUILD_ID, "name": "general", "position": 0}
+        channel["permission_overwrites"] = []
+        return {
+            "id": GUILD_ID,
+            "name": "coven",
+            "owner_id": "4000000000000000001",
+            "roles": [everyone, {**everyone, "id": ROLE_ID, "name": "codex-users", "position": 1}],
+            "channels": [channel],
+            "threads": [],
+            "members": [],
+            "member_count": 2,
+            "emojis": [],
+            "stickers": [],
+            "features": [],
+            "unavailable": False,
+            "large": False,
+            "joined_at": "2026-01-01T00:00:00+00:00",
+            "voice_states": [],
+            "presences": [],
+        }
+
+    def user_message(
+        self, user_id: str, text: str, *, roles: tuple[str, ...] = (), mention: bool = True
+    ) -> dict[str, Any]:
+        """A MESSAGE_CREATE payload: ``user_id`` writes ``text`` in the guild's channel."""
+        author = {"id": user_id, "username": f"user{user_id[-3:]}", "discriminator": "0", "avatar": None}
+        return {
+            "id": self.snowflake(),
+            "channel_id": CHANNEL_ID,
+            "guild_id": GUILD_ID,
+            "author": author,
+            "member": {
+                "roles": list(roles),
+                "joined_at": "2026-01-01T00:00:00+00:00",
+                "deaf": False,
+                "mute": False,
+                "flags": 0,
+            },
+            "content": (f"<@{BOT['id']}> " if mention else "") + text,
+            "timestamp": "2026-11-23T12:00:00+00:00",
+            "edited_timestamp": None,
+            "tts": False,
+            "mention_everyone": False,
+            "mentions": [BOT] if mention else [],
+            "mention_roles": [],
+            "attachments": [],
+            "embeds": [],
+            "pinned": False,
+            "type": 0,
+        }
+
+    def button_press(self, user_id: str, message_id: str, custom_id: str) -> dict[str, Any]:
+        """An INTERACTION_CREATE payload: ``user_id`` presses button ``custom_id`` under ``message_id``."""
+        message = self.payload(self.messages[message_id])
+        return {
+            "id": self.snowflake(),
+            "application_id": BOT["id"],
+            "type": 3,
+            "data": {"custom_id": custom_id, "component_type": 2},
+            "guild_id": GUILD_ID,
+            "channel_id": CHANNEL_ID,
+            "channel": {"id": CHANNEL_ID, "type": 0, "guild_id": GUILD_ID, "name": "general", "position": 0},
+            "member": {
+                "user": {"id": user_id, "username": "presser", "discriminator": "0", "avatar": None},
+                "roles": [],
+                "joined_at": "2026-01-01T00:00:00+00:00",
+                "deaf": False,
+                "mute": False,
+                "flags": 0,
+                "permissions": "1024",
+            },
+            "token": "interaction-token",
+            "version": 1,
+            "message": message,
+            "app_permissions": "1024",
+            "locale": "en-US",
+            "guild_locale": "en-US",
+            "entitlements": [],
+            "authorizing_integration_owners": {},
+            "context": 0,
+            "attachment_size_limit": 10485760,
+        }
+
+    async def _callback(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.interactions.append(body)
+        if request.query.get("with_response", "").lower() not in ("true", "1"):
+            return web.Response(status=204)
+        interaction = {"id": request.match_info["iid"], "type": 3, "response_message_loading": False}
+        return _json({"interaction": interaction, "resource": {"type": body["type"]}})

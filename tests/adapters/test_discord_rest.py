@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp import web
-from discord_fake import FakeDiscord
+from discord_fake import CHANNEL_ID, GUILD_ID, ROLE_ID, FakeDiscord
 
-from coven_codex.adapters.discord.rest import DiscordRest, nonce_for, set_api_base
-from coven_codex.adapters.kit.platform import Address, Button, Outgoing, PlatformError, RateLimited
+from coven_codex.adapters.discord.gateway import DiscordGateway
+from coven_codex.adapters.discord.rest import DiscordRest, nonce_for, set_api_base, set_gateway_url
+from coven_codex.adapters.kit.platform import (
+    Address,
+    Button,
+    ButtonPress,
+    IncomingMessage,
+    Outgoing,
+    PlatformError,
+    RateLimited,
+)
 
-CHANNEL = Address(channel="2000000000000000001", workspace="3000000000000000001")
+CHANNEL = Address(channel=CHANNEL_ID, workspace=GUILD_ID)
 
 
 @pytest.fixture
@@ -23,6 +33,7 @@ async def fake() -> AsyncIterator[FakeDiscord]:
     await site.start()
     port = runner.addresses[0][1]
     set_api_base(f"http://127.0.0.1:{port}/api/v10")
+    set_gateway_url(f"ws://127.0.0.1:{port}/gateway")
     yield state
     await runner.cleanup()
 
@@ -98,3 +109,43 @@ async def test_a_long_429_is_handed_to_the_runner(fake: FakeDiscord) -> None:
         assert fake.in_channel(CHANNEL.channel) == []
     finally:
         await rest.close()
+
+
+async def test_gateway_events_become_the_kits_incoming(fake: FakeDiscord) -> None:
+    gateway = DiscordGateway()
+    await gateway.login("good-token")
+    runner = asyncio.create_task(gateway.connect(reconnect=False))
+    try:
+        async with asyncio.timeout(20):
+            await gateway.wait_until_ready()
+            events = gateway.events()
+            await fake.dispatch(
+                "MESSAGE_CREATE", fake.user_message("5000000000000000001", "hi codex", roles=(ROLE_ID,))
+            )
+            await fake.dispatch(
+                "MESSAGE_CREATE", fake.user_message("5000000000000000002", "not for the bot", mention=False)
+            )
+            await fake.dispatch("MESSAGE_CREATE", fake.user_message("5000000000000000003", "second"))
+            first = await anext(events)
+            assert isinstance(first, IncomingMessage)
+            assert first.text == "hi codex" and first.user.id == "5000000000000000001"
+            assert first.user.roles == frozenset({ROLE_ID})
+            assert first.address == Address(channel=CHANNEL_ID, workspace=GUILD_ID)
+            second = await anext(events)
+            assert isinstance(second, IncomingMessage) and second.text == "second"
+            rest = DiscordRest("good-token")
+            await rest.start()
+            try:
+                mid = await rest.post(
+                    second.address, Outgoing("approve?", buttons=(Button("Approve", "approve r1"),)), "k"
+                )
+            finally:
+                await rest.close()
+            await fake.dispatch("INTERACTION_CREATE", fake.button_press("5000000000000000001", mid, "approve r1"))
+            press = await anext(events)
+            assert press == ButtonPress(second.address, press.user, "approve r1", mid)
+            assert press.user.id == "5000000000000000001"
+            assert fake.interactions and fake.interactions[0]["type"] == 6
+    finally:
+        await gateway.close()
+        await runner

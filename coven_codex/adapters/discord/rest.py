@@ -20,7 +20,9 @@ import hashlib
 from typing import Any
 
 import discord
+import discord.gateway
 import discord.http
+import yarl
 
 from coven_codex.adapters.kit.platform import Address, Outgoing, PlatformError, RateLimited
 
@@ -42,6 +44,14 @@ def set_api_base(base: str) -> None:
     the class-wide setting is its alone.
     """
     discord.http.Route.BASE = base.rstrip("/")
+
+
+def set_gateway_url(url: str) -> None:
+    """Point discord.py's Gateway connection at ``url`` (``wss://gateway.discord.gg/`` by default).
+
+    discord.py connects an unsharded client to this class-wide URL (not to ``GET /gateway/bot``).
+    """
+    discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(url)
 
 
 def _channel(address: Address) -> str:
