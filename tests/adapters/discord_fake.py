@@ -58,6 +58,7 @@ class FakeMessage:
 class FakeDiscord:
     """The fake's state; :meth:`app` serves it under ``/api/v10``."""
 
+    token: str = "good-token"
     rate_limit_every: int = 0
     retry_after: float = 0.05
     nonce_window: float = 120.0
@@ -140,7 +141,7 @@ class FakeDiscord:
         return app
 
     async def _me(self, request: web.Request) -> web.Response:
-        if request.headers.get("Authorization") != "Bot good-token":
+        if request.headers.get("Authorization") != f"Bot {self.token}":
             return _json({"message": "401: Unauthorized", "code": 0}, status=401)
         return _json(BOT)
 

@@ -1,0 +1,126 @@
+"""The Discord adapter as the kit sees it: :class:`DiscordPlatform` and :func:`run_discord`.
+
+REST calls go through :class:`~coven_codex.adapters.discord.rest.DiscordRest` (exactly-once posts
+with ``nonce`` + ``enforce_nonce``), users' actions come from
+:class:`~coven_codex.adapters.discord.gateway.DiscordGateway`, and the kit's
+:class:`~coven_codex.adapters.kit.runner.AdapterRunner` does the rest (journal, rendering,
+2,000-character splitting, streaming by edits, access control, the delivery ledger).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from coven_codex.adapters.discord.gateway import DiscordGateway
+from coven_codex.adapters.discord.rest import DiscordRest
+from coven_codex.adapters.kit.access import AccessPolicy
+from coven_codex.adapters.kit.ledger import DeliveryLedger, ledger_path
+from coven_codex.adapters.kit.mapping import ChannelMap
+from coven_codex.adapters.kit.platform import Address, Capabilities, Incoming, Outgoing
+from coven_codex.adapters.kit.render import Dialect, PlainDialect
+from coven_codex.adapters.kit.runner import AdapterRunner
+from coven_codex.journal import FileJournal
+
+log = logging.getLogger(__name__)
+
+NAME = "discord"
+MESSAGE_LIMIT = 2000
+"""Discord's most characters in one message's ``content``."""
+EDIT_INTERVAL = 1.0
+"""Least seconds between two edits of one streamed message (Discord allows about 5 edits per 5 s)."""
+
+
+class DiscordDialect(PlainDialect):
+    """Discord Markdown: Markdown as written, at most 2,000 characters a message."""
+
+    name = "discord"
+
+    def __init__(self) -> None:
+        super().__init__(limit=MESSAGE_LIMIT)
+
+    def folded(self, summary: str, body: str) -> str:
+        """A summary line, then the body as a quote."""
+        quoted = "\n".join(f"> {line}" for line in body.splitlines() or [""])
+        return f"**{summary}**\n{quoted}"
+
+
+class DiscordPlatform:
+    """Discord, as the kit's :class:`~coven_codex.adapters.kit.platform.Platform`."""
+
+    name = NAME
+
+    def __init__(self, rest: DiscordRest, gateway: DiscordGateway) -> None:
+        self.dialect: Dialect = DiscordDialect()
+        self.capabilities = Capabilities(edit_interval=EDIT_INTERVAL, can_find=True, echoes_own_messages=True)
+        self.rest = rest
+        self.gateway = gateway
+
+    async def post(self, address: Address, message: Outgoing, key: str | None) -> str:
+        """Post through REST (exactly once for a ``key``)."""
+        return await self.rest.post(address, message, key)
+
+    async def edit(self, address: Address, message_id: str, message: Outgoing) -> None:
+        """Edit through REST."""
+        await self.rest.edit(address, message_id, message)
+
+    async def delete(self, address: Address, message_id: str) -> None:
+        """Delete through REST."""
+        await self.rest.delete(address, message_id)
+
+    async def typing(self, address: Address, active: bool) -> None:
+        """Discord's typing indicator."""
+        await self.rest.typing(address, active)
+
+    async def find(self, address: Address, key: str) -> str | None:
+        """A recent message posted with ``key``'s nonce."""
+        return await self.rest.find(address, key)
+
+    def incoming(self) -> AsyncIterator[Incoming]:
+        """The Gateway's events for the bot."""
+        return self.gateway.events()
+
+
+@dataclass(frozen=True, slots=True)
+class DiscordSettings:
+    """What :func:`run_discord` needs: the journal, the bot token, access and listened channels."""
+
+    journal: Path
+    token: str
+    access: AccessPolicy
+    listen_channels: frozenset[str] = frozenset()
+    per_user_channels: frozenset[str] = frozenset()
+
+
+async def run_discord(settings: DiscordSettings) -> None:
+    """Run the Discord adapter until the Gateway closes or the task is cancelled.
+
+    Raises :class:`~coven_codex.adapters.kit.platform.PlatformError` when Discord refuses the token.
+    """
+    rest = DiscordRest(settings.token)
+    await rest.start()
+    gateway = DiscordGateway(listen_channels=settings.listen_channels)
+    journal = FileJournal(settings.journal)
+    ledger = DeliveryLedger.open(ledger_path(settings.journal, NAME))
+    try:
+        await gateway.login(settings.token)
+        runner = AdapterRunner(
+            journal,
+            DiscordPlatform(rest, gateway),
+            ChannelMap(NAME, per_user=settings.per_user_channels),
+            settings.access,
+            ledger,
+            name=NAME,
+        )
+        async with asyncio.TaskGroup() as group:
+            connection = group.create_task(gateway.connect(reconnect=True))
+            await runner.run()
+            connection.cancel()
+    finally:
+        await gateway.close()
+        await rest.close()
+        ledger.close()
+        await journal.aclose()

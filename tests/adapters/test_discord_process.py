@@ -1,0 +1,83 @@
+"""``coven-codex discord`` as a process of its own, against the local fake of Discord."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+from discord_fake import CHANNEL_ID, GUILD_ID, FakeDiscord
+
+TOKEN = "MTAwMDAwMDAwMDAwMDAwMDAwMQ.GabcDe.abcdefghijklmnopqrstuvwxyz012345"
+ALLOWED = "5000000000000000001"
+STRANGER = "5000000000000000009"
+
+
+@pytest.fixture
+async def served() -> AsyncIterator[tuple[FakeDiscord, int]]:
+    state = FakeDiscord(token=TOKEN)
+    runner = web.AppRunner(state.app())
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    yield state, runner.addresses[0][1]
+    await runner.cleanup()
+
+
+def _thoughts(journal: Path) -> list[dict[str, object]]:
+    if not journal.exists():
+        return []
+    entries = [json.loads(line) for line in journal.read_text().splitlines() if line.strip()]
+    return [e for e in entries if e.get("kind") == "thought"]
+
+
+async def _until(condition: Callable[[], bool], seconds: float = 20.0) -> None:
+    async with asyncio.timeout(seconds):
+        while not condition():
+            await asyncio.sleep(0.05)
+
+
+async def test_allowed_user_reaches_the_journal_and_a_stranger_is_refused(
+    served: tuple[FakeDiscord, int], tmp_path: Path
+) -> None:
+    fake, port = served
+    journal = tmp_path / "chat.jsonl"
+    env = {**os.environ, "DISCORD_BOT_TOKEN": TOKEN}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "coven_codex.cli.main",
+        "discord",
+        "--journal",
+        str(journal),
+        "--allow-user",
+        ALLOWED,
+        "--api-base",
+        f"http://127.0.0.1:{port}/api/v10",
+        "--gateway-url",
+        f"ws://127.0.0.1:{port}/gateway",
+        env=env,
+    )
+    try:
+        async with asyncio.timeout(30):
+            await fake.identified.wait()
+        await fake.dispatch("MESSAGE_CREATE", fake.user_message(STRANGER, "let me in"))
+        await _until(lambda: any(m.content for m in fake.in_channel(CHANNEL_ID)))
+        assert _thoughts(journal) == []
+        await fake.dispatch("MESSAGE_CREATE", fake.user_message(ALLOWED, "hello codex"))
+        await _until(lambda: len(_thoughts(journal)) == 1)
+        thought = _thoughts(journal)[0]
+        assert thought["text"] == "hello codex"
+        assert thought["conversation"] == f"discord:{GUILD_ID}/{CHANNEL_ID}/"
+        refusals = [m.content for m in fake.in_channel(CHANNEL_ID)]
+        assert len(refusals) == 1 and "not" in refusals[0].lower()
+        assert not any("let me in" in json.dumps(e) for e in _thoughts(journal))
+    finally:
+        process.terminate()
+        async with asyncio.timeout(20):
+            await process.wait()
