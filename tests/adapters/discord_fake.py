@@ -59,6 +59,8 @@ class FakeDiscord:
     """The fake's state; :meth:`app` serves it under ``/api/v10``."""
 
     token: str = "good-token"
+    close_code: int = 0
+    """When set, IDENTIFY is answered by closing the Gateway with this code (4014: disallowed intents)."""
     rate_limit_every: int = 0
     retry_after: float = 0.05
     nonce_window: float = 120.0
@@ -237,6 +239,8 @@ class FakeDiscord:
             payload = json.loads(frame.data)
             if payload["op"] == 1:
                 await self._send(ws, compressor, {"op": 11, "s": None, "t": None, "d": None})
+            elif payload["op"] == 2 and self.close_code:
+                await ws.close(code=self.close_code, message=b"Disallowed intent(s).")
             elif payload["op"] == 2:
                 self._sockets.append((ws, compressor))
                 await self.dispatch("READY", self._ready(f"ws://{request.host}/gateway"))

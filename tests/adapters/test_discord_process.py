@@ -81,3 +81,35 @@ async def test_allowed_user_reaches_the_journal_and_a_stranger_is_refused(
         process.terminate()
         async with asyncio.timeout(20):
             await process.wait()
+
+
+async def test_a_missing_privileged_intent_is_a_clear_start_up_error(
+    served: tuple[FakeDiscord, int], tmp_path: Path
+) -> None:
+    fake, port = served
+    fake.close_code = 4014
+    env = {**os.environ, "DISCORD_BOT_TOKEN": TOKEN}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "coven_codex.cli.main",
+        "discord",
+        "--journal",
+        str(tmp_path / "chat.jsonl"),
+        "--allow-user",
+        ALLOWED,
+        "--api-base",
+        f"http://127.0.0.1:{port}/api/v10",
+        "--gateway-url",
+        f"ws://127.0.0.1:{port}/gateway",
+        env=env,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    async with asyncio.timeout(30):
+        _, stderr = await process.communicate()
+    assert process.returncode == 1
+    text = stderr.decode()
+    assert "enable it under Bot > Privileged Gateway Intents" in text
+    assert text.count("Privileged Gateway Intents") == 1
+    assert "Traceback" not in text
+    assert TOKEN not in text

@@ -15,12 +15,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import discord
+
 from coven_codex.adapters.discord.gateway import DiscordGateway
 from coven_codex.adapters.discord.rest import DiscordRest
 from coven_codex.adapters.kit.access import AccessPolicy
 from coven_codex.adapters.kit.ledger import DeliveryLedger, ledger_path
 from coven_codex.adapters.kit.mapping import ChannelMap
-from coven_codex.adapters.kit.platform import Address, Capabilities, Incoming, Outgoing
+from coven_codex.adapters.kit.platform import Address, Capabilities, Incoming, Outgoing, PlatformError
 from coven_codex.adapters.kit.render import Dialect, PlainDialect
 from coven_codex.adapters.kit.runner import AdapterRunner
 from coven_codex.journal import FileJournal
@@ -84,6 +86,17 @@ class DiscordPlatform:
         return self.gateway.events()
 
 
+async def _connect(gateway: DiscordGateway) -> None:
+    """Hold the Gateway connection (discord.py reconnects and resumes); refusals become clear errors."""
+    try:
+        await gateway.connect(reconnect=True)
+    except discord.PrivilegedIntentsRequired as exc:
+        raise PlatformError(
+            "Discord refused the Message Content intent: enable it under Bot > Privileged Gateway "
+            "Intents in the Developer Portal, then start again"
+        ) from exc
+
+
 @dataclass(frozen=True, slots=True)
 class DiscordSettings:
     """What :func:`run_discord` needs: the journal, the bot token, access and listened channels."""
@@ -115,10 +128,17 @@ async def run_discord(settings: DiscordSettings) -> None:
             ledger,
             name=NAME,
         )
-        async with asyncio.TaskGroup() as group:
-            connection = group.create_task(gateway.connect(reconnect=True))
-            await runner.run()
-            connection.cancel()
+        connection = asyncio.create_task(_connect(gateway))
+        following = asyncio.create_task(runner.run())
+        try:
+            await asyncio.wait({connection, following}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (connection, following):
+                task.cancel()
+            await asyncio.gather(connection, following, return_exceptions=True)
+        for task in (connection, following):
+            if not task.cancelled() and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
     finally:
         await gateway.close()
         await rest.close()
