@@ -13,6 +13,9 @@ import pytest
 from aiohttp import web
 from discord_fake import CHANNEL_ID, GUILD_ID, FakeDiscord
 
+from coven_codex.entries import ApprovalRequestEntry
+from coven_codex.journal import FileJournal
+
 TOKEN = "MTAwMDAwMDAwMDAwMDAwMDAwMQ.GabcDe.abcdefghijklmnopqrstuvwxyz012345"
 ALLOWED = "5000000000000000001"
 STRANGER = "5000000000000000009"
@@ -113,3 +116,61 @@ async def test_a_missing_privileged_intent_is_a_clear_start_up_error(
     assert text.count("Privileged Gateway Intents") == 1
     assert "Traceback" not in text
     assert TOKEN not in text
+
+
+def _entries(journal: Path, kind: str) -> list[dict[str, object]]:
+    if not journal.exists():
+        return []
+    entries = [json.loads(line) for line in journal.read_text().splitlines() if line.strip()]
+    return [e for e in entries if e.get("kind") == kind]
+
+
+async def test_an_approval_round_trips_through_buttons(served: tuple[FakeDiscord, int], tmp_path: Path) -> None:
+    fake, port = served
+    journal = tmp_path / "chat.jsonl"
+    env = {**os.environ, "DISCORD_BOT_TOKEN": TOKEN}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "coven_codex.cli.main",
+        "discord",
+        "--journal",
+        str(journal),
+        "--allow-user",
+        ALLOWED,
+        "--api-base",
+        f"http://127.0.0.1:{port}/api/v10",
+        "--gateway-url",
+        f"ws://127.0.0.1:{port}/gateway",
+        env=env,
+    )
+    try:
+        async with asyncio.timeout(30):
+            await fake.identified.wait()
+        await fake.dispatch("MESSAGE_CREATE", fake.user_message(ALLOWED, "start"))
+        await _until(lambda: len(_entries(journal, "thought")) == 1)
+        conversation = f"discord:{GUILD_ID}/{CHANNEL_ID}/"
+        journal_writer = FileJournal(journal, durability="never")
+        try:
+            await journal_writer.append(
+                ApprovalRequestEntry(request_id="req-7", action="run rm -rf build", conversation=conversation)
+            )
+        finally:
+            await journal_writer.aclose()
+
+        def request_shown() -> bool:
+            return any("req-7" in m.content and m.components for m in fake.in_channel(CHANNEL_ID))
+
+        await _until(request_shown)
+        shown = next(m for m in fake.in_channel(CHANNEL_ID) if "req-7" in m.content)
+        actions = [c["custom_id"] for row in shown.components for c in row["components"]]
+        assert "approve req-7" in actions and "deny req-7" in actions
+        await fake.dispatch("INTERACTION_CREATE", fake.button_press(ALLOWED, shown.id, "approve req-7"))
+        await _until(lambda: len(_entries(journal, "approval")) == 1)
+        answer = _entries(journal, "approval")[0]
+        assert (answer["request_id"], answer["decision"], answer["conversation"]) == ("req-7", "approve", conversation)
+        assert fake.interactions and fake.interactions[0]["type"] == 6
+    finally:
+        process.terminate()
+        async with asyncio.timeout(20):
+            await process.wait()
