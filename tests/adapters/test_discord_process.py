@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 from discord_fake import CHANNEL_ID, GUILD_ID, FakeDiscord
 
-from coven_codex.entries import ApprovalRequestEntry
+from coven_codex.entries import ApprovalRequestEntry, ResponseEntry
 from coven_codex.journal import FileJournal
 
 TOKEN = "MTAwMDAwMDAwMDAwMDAwMDAwMQ.GabcDe.abcdefghijklmnopqrstuvwxyz012345"
@@ -170,6 +170,60 @@ async def test_an_approval_round_trips_through_buttons(served: tuple[FakeDiscord
         answer = _entries(journal, "approval")[0]
         assert (answer["request_id"], answer["decision"], answer["conversation"]) == ("req-7", "approve", conversation)
         assert fake.interactions and fake.interactions[0]["type"] == 6
+    finally:
+        process.terminate()
+        async with asyncio.timeout(20):
+            await process.wait()
+
+
+async def _adapter(journal: Path, port: int) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "coven_codex.cli.main",
+        "discord",
+        "--journal",
+        str(journal),
+        "--allow-user",
+        ALLOWED,
+        "--api-base",
+        f"http://127.0.0.1:{port}/api/v10",
+        "--gateway-url",
+        f"ws://127.0.0.1:{port}/gateway",
+        env={**os.environ, "DISCORD_BOT_TOKEN": TOKEN},
+    )
+
+
+@pytest.mark.slow
+async def test_kill_9_while_200_entries_flow_posts_each_once(served: tuple[FakeDiscord, int], tmp_path: Path) -> None:
+    fake, port = served
+    fake.rate_limit_every = 7
+    journal = tmp_path / "chat.jsonl"
+    process = await _adapter(journal, port)
+    try:
+        async with asyncio.timeout(30):
+            await fake.identified.wait()
+        await fake.dispatch("MESSAGE_CREATE", fake.user_message(ALLOWED, "start"))
+        await _until(lambda: len(_entries(journal, "thought")) == 1)
+        conversation = f"discord:{GUILD_ID}/{CHANNEL_ID}/"
+        writer = FileJournal(journal, durability="never")
+        try:
+            for i in range(200):
+                await writer.append(ResponseEntry(text=f"reply {i:03d}", conversation=conversation))
+        finally:
+            await writer.aclose()
+        await _until(lambda: len(fake.in_channel(CHANNEL_ID)) >= 60, 60)
+        process.kill()
+        await process.wait()
+        assert len(fake.in_channel(CHANNEL_ID)) < 200, "the kill came after the last post"
+        fake.identified.clear()
+        process = await _adapter(journal, port)
+        await _until(lambda: len(fake.in_channel(CHANNEL_ID)) >= 200, 120)
+        await asyncio.sleep(1.0)
+        texts = [m.content for m in fake.in_channel(CHANNEL_ID)]
+        expected = [f"codex: reply {i:03d}" for i in range(200)]
+        assert sorted(texts) == expected
+        assert fake.rate_limited > 0
     finally:
         process.terminate()
         async with asyncio.timeout(20):
