@@ -60,6 +60,8 @@ class FakeDiscord:
 
     token: str = "good-token"
     close_code: int = 0
+    files: dict[str, bytes] = field(default_factory=dict)
+    """What the fake CDN serves at ``/attachments/<name>``."""
     """When set, IDENTIFY is answered by closing the Gateway with this code (4014: disallowed intents)."""
     rate_limit_every: int = 0
     retry_after: float = 0.05
@@ -134,6 +136,7 @@ class FakeDiscord:
         app.router.add_get("/api/v10/gateway/bot", self._gateway_bot)
         app.router.add_get("/api/v10/oauth2/applications/@me", self._application)
         app.router.add_get("/gateway", self._gateway)
+        app.router.add_get("/attachments/{name}", self._cdn)
         app.router.add_post("/api/v10/interactions/{iid}/{token}/callback", self._callback)
         app.router.add_post("/api/v10/channels/{cid}/messages", self._create)
         app.router.add_get("/api/v10/channels/{cid}/messages", self._list)
@@ -292,8 +295,35 @@ class FakeDiscord:
             "presences": [],
         }
 
+    async def _cdn(self, request: web.Request) -> web.Response:
+        data = self.files.get(request.match_info["name"])
+        if data is None:
+            return web.Response(status=404)
+        return web.Response(body=data, content_type="image/png")
+
+    def attachment(self, base: str, name: str, data: bytes) -> dict[str, Any]:
+        """An attachment object for a message, served by the fake CDN at ``base``."""
+        self.files[name] = data
+        url = f"{base}/attachments/{name}"
+        return {
+            "id": self.snowflake(),
+            "filename": name,
+            "size": len(data),
+            "url": url,
+            "proxy_url": url,
+            "content_type": "image/png",
+            "width": 1,
+            "height": 1,
+        }
+
     def user_message(
-        self, user_id: str, text: str, *, roles: tuple[str, ...] = (), mention: bool = True
+        self,
+        user_id: str,
+        text: str,
+        *,
+        roles: tuple[str, ...] = (),
+        mention: bool = True,
+        attachments: tuple[dict[str, Any], ...] = (),
     ) -> dict[str, Any]:
         """A MESSAGE_CREATE payload: ``user_id`` writes ``text`` in the guild's channel."""
         author = {"id": user_id, "username": f"user{user_id[-3:]}", "discriminator": "0", "avatar": None}
@@ -316,7 +346,7 @@ class FakeDiscord:
             "mention_everyone": False,
             "mentions": [BOT] if mention else [],
             "mention_roles": [],
-            "attachments": [],
+            "attachments": list(attachments),
             "embeds": [],
             "pinned": False,
             "type": 0,

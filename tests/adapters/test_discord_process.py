@@ -228,3 +228,32 @@ async def test_kill_9_while_200_entries_flow_posts_each_once(served: tuple[FakeD
         process.terminate()
         async with asyncio.timeout(20):
             await process.wait()
+
+
+PNG = (
+    b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00\x1f\x15\xc4\x89"
+    b"\x00\x00\x00\rIDATx\x9cc\xf8\xff\xff?\x00\x05\xfe\x02\xfe\xa7V\x81\x1d\x00\x00\x00\x00IEND\xaeB`\x82"
+)
+
+
+async def test_an_image_becomes_a_thought_attachment(served: tuple[FakeDiscord, int], tmp_path: Path) -> None:
+    fake, port = served
+    journal = tmp_path / "chat.jsonl"
+    process = await _adapter(journal, port)
+    try:
+        async with asyncio.timeout(30):
+            await fake.identified.wait()
+        image = fake.attachment(f"http://127.0.0.1:{port}", "shot.png", PNG)
+        await fake.dispatch("MESSAGE_CREATE", fake.user_message(ALLOWED, "what is this", attachments=(image,)))
+        await _until(lambda: len(_entries(journal, "thought")) == 1)
+        thought = _entries(journal, "thought")[0]
+        attachments = thought["attachments"]
+        assert isinstance(attachments, list) and len(attachments) == 1
+        stored = Path(str(attachments[0]["url"]).removeprefix("file://"))
+        assert stored.parent == tmp_path / "chat.jsonl.attachments"
+        assert stored.read_bytes() == PNG
+        assert attachments[0]["media_type"] == "image/png"
+    finally:
+        process.terminate()
+        async with asyncio.timeout(20):
+            await process.wait()

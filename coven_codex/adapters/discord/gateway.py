@@ -19,6 +19,9 @@ from collections.abc import AsyncIterator
 import discord
 
 from coven_codex.adapters.kit.platform import Address, ButtonPress, Incoming, IncomingMessage, User
+from coven_codex.adapters.kit.render import clip
+from coven_codex.adapters.web.uploads import MAX_IMAGE_BYTES, ImageStore, UploadError
+from coven_codex.entries import Attachment
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +54,10 @@ def _address(channel: object, guild: discord.Guild | None) -> Address:
 class DiscordGateway(discord.Client):
     """A discord.py client whose events become the kit's :data:`Incoming` events."""
 
-    def __init__(self, *, listen_channels: frozenset[str] = frozenset()) -> None:
+    def __init__(self, *, listen_channels: frozenset[str] = frozenset(), images: ImageStore | None = None) -> None:
         super().__init__(intents=intents(), max_messages=None, chunk_guilds_at_startup=False)
         self.listen_channels = listen_channels
+        self.images = images
         self._events: asyncio.Queue[Incoming] = asyncio.Queue(QUEUE_SIZE)
         self._closed = asyncio.Event()
 
@@ -82,9 +86,32 @@ class DiscordGateway(discord.Client):
                 _address(message.channel, message.guild),
                 _user(message.author),
                 self._text(message),
+                await self._images(message),
                 message_id=str(message.id),
             )
         )
+
+    async def _images(self, message: discord.Message) -> tuple[Attachment, ...]:
+        """The message's image attachments, downloaded into the journal's attachments folder.
+
+        Files that are not PNG, JPEG, GIF or WebP, or larger than the web page's limit, are left
+        out (with one warning each, the file name cut).
+        """
+        if self.images is None:
+            return ()
+        stored: list[Attachment] = []
+        for attachment in message.attachments:
+            if attachment.size > MAX_IMAGE_BYTES:
+                log.warning(
+                    "discord: attachment %s is larger than the image limit; left out", clip(attachment.filename, 64)
+                )
+                continue
+            try:
+                data = await attachment.read()
+                stored.append((await self.images.save(data)).attachment())
+            except (UploadError, discord.HTTPException) as exc:
+                log.warning("discord: attachment %s left out: %s", clip(attachment.filename, 64), clip(str(exc), 200))
+        return tuple(stored)
 
     async def on_interaction(self, interaction: discord.Interaction) -> None:
         """A button press: acknowledge it and queue its action (the button's ``custom_id``)."""

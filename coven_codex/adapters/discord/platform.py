@@ -25,6 +25,7 @@ from coven_codex.adapters.kit.mapping import ChannelMap
 from coven_codex.adapters.kit.platform import Address, Capabilities, Incoming, Outgoing, PlatformError
 from coven_codex.adapters.kit.render import Dialect, PlainDialect
 from coven_codex.adapters.kit.runner import AdapterRunner
+from coven_codex.adapters.web.uploads import ImageStore, uploads_dir
 from coven_codex.journal import FileJournal
 
 log = logging.getLogger(__name__)
@@ -115,7 +116,8 @@ async def run_discord(settings: DiscordSettings) -> None:
     """
     rest = DiscordRest(settings.token)
     await rest.start()
-    gateway = DiscordGateway(listen_channels=settings.listen_channels)
+    images = ImageStore(uploads_dir(settings.journal))
+    gateway = DiscordGateway(listen_channels=settings.listen_channels, images=images)
     journal = FileJournal(settings.journal)
     ledger = DeliveryLedger.open(ledger_path(settings.journal, NAME))
     try:
