@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 from discord_fake import CHANNEL_ID, GUILD_ID, FakeDiscord
 
-from coven_codex.entries import ApprovalRequestEntry, ResponseEntry
+from coven_codex.entries import ApprovalRequestEntry, DeltaEntry, ResponseEntry, StatusEntry
 from coven_codex.journal import FileJournal
 
 TOKEN = "MTAwMDAwMDAwMDAwMDAwMDAwMQ.GabcDe.abcdefghijklmnopqrstuvwxyz012345"
@@ -253,6 +253,44 @@ async def test_an_image_becomes_a_thought_attachment(served: tuple[FakeDiscord, 
         assert stored.parent == tmp_path / "chat.jsonl.attachments"
         assert stored.read_bytes() == PNG
         assert attachments[0]["media_type"] == "image/png"
+    finally:
+        process.terminate()
+        async with asyncio.timeout(20):
+            await process.wait()
+
+
+async def test_a_streamed_reply_is_one_message_edited_and_a_long_one_is_split(
+    served: tuple[FakeDiscord, int], tmp_path: Path
+) -> None:
+    fake, port = served
+    journal = tmp_path / "chat.jsonl"
+    process = await _adapter(journal, port)
+    try:
+        async with asyncio.timeout(30):
+            await fake.identified.wait()
+        await fake.dispatch("MESSAGE_CREATE", fake.user_message(ALLOWED, "start"))
+        await _until(lambda: len(_entries(journal, "thought")) == 1)
+        conversation = f"discord:{GUILD_ID}/{CHANNEL_ID}/"
+        writer = FileJournal(journal, durability="never")
+        try:
+            await writer.append(StatusEntry(state="turn_started", conversation=conversation))
+            for chunk in ("The ans", "wer is ", "forty-"):
+                await writer.append(DeltaEntry(text=chunk, item_id="item-1", conversation=conversation))
+                await asyncio.sleep(0.1)
+            await _until(lambda: any("The ans" in m.content for m in fake.in_channel(CHANNEL_ID)))
+            await writer.append(DeltaEntry(text="two.", item_id="item-1", conversation=conversation))
+            await writer.append(ResponseEntry(text="The answer is forty-two.", conversation=conversation))
+            await writer.append(StatusEntry(state="turn_completed", conversation=conversation))
+            await writer.append(ResponseEntry(text="word " * 900, conversation=conversation))
+        finally:
+            await writer.aclose()
+        await _until(lambda: sum("word" in m.content for m in fake.in_channel(CHANNEL_ID)) >= 3)
+        shown = fake.in_channel(CHANNEL_ID)
+        assert [m.content for m in shown if "forty" in m.content] == ["codex: The answer is forty-two."]
+        streamed = next(m for m in shown if "forty" in m.content)
+        assert streamed.edits >= 1
+        assert all(len(m.content) <= 2000 for m in shown)
+        assert sum(m.content.count("word") for m in shown) == 900
     finally:
         process.terminate()
         async with asyncio.timeout(20):
