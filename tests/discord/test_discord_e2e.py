@@ -1,5 +1,6 @@
 """End to end: the daemon with the real Codex CLI 0.169.0 and the scripted model, behind the
-Discord adapter process, driven through the fake Discord Gateway and REST API."""
+Discord adapter process, driven through the fake Discord Gateway and REST API: a streamed reply
+shown once, a stranger refused, a spell call, and an approval answered with the Approve button."""
 
 from __future__ import annotations
 
@@ -10,13 +11,14 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
-from agent_harness import AgentHarness
+from agent_harness import AgentHarness, user_prompts
 from aiohttp import web
 from discord_fake import CHANNEL_ID, FakeDiscord
 
 from coven_codex.testing.model_server import ScriptedModelServer
 from coven_codex.testing.request_log import RecordedRequest
-from coven_codex.testing.steps import Reply, TurnScript
+from coven_codex.testing.responders import pending_tool_output
+from coven_codex.testing.steps import CallTool, Reply, TurnScript
 
 pytestmark = [pytest.mark.codex, pytest.mark.timeout(300)]
 
@@ -26,7 +28,26 @@ STRANGER = "5000000000000000009"
 STREAMED = "Here is a streamed answer from codex, in several pieces."
 
 
+ESCALATED = {
+    "cmd": "touch approved.txt",
+    "sandbox_permissions": "require_escalated",
+    "login": False,
+    "tty": False,
+    "yield_time_ms": 5000,
+    "justification": "create approved.txt",
+}
+
+
 def respond(request: RecordedRequest) -> TurnScript:
+    prompts = user_prompts(request)
+    last = prompts[-1] if prompts else ""
+    output = pending_tool_output(request)
+    if output is not None:
+        return Reply("the command ran") if last.startswith("run") else Reply(f"the spell says {output.output}")
+    if last.startswith("add"):
+        return CallTool("coven.add", {"a": 2, "b": 3})
+    if last.startswith("run"):
+        return CallTool("exec_command", ESCALATED)
     return Reply(STREAMED, chunk_size=4, delay=0.04)
 
 
@@ -55,8 +76,8 @@ async def test_a_discord_message_gets_the_streamed_reply_once(
     fake, port = served
     async with ScriptedModelServer(responder=respond) as server:
         h = harness_factory(codex_bin_169, server)
-        h.write_base_config()
-        await h.start()
+        h.write_base_config(approval_policy="on-request")
+        await h.start("--spells", "coven_codex.demo.spells:spells")
         adapter = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -84,6 +105,23 @@ async def test_a_discord_message_gets_the_streamed_reply_once(
             reply = next(m for m in fake.in_channel(CHANNEL_ID) if STREAMED in m.content)
             assert reply.edits >= 1, "the reply was not streamed by edits"
             assert "let me in" not in h.journal_path.read_text()
+            # a spell call and its result
+            await fake.dispatch("MESSAGE_CREATE", fake.user_message(ALLOWED, "add 2 and 3"))
+            await _until(lambda: any("the spell says" in m.content for m in fake.in_channel(CHANNEL_ID)), 120)
+            assert any("coven.add" in m.content for m in fake.in_channel(CHANNEL_ID))
+            # a command that needs approval, answered with the Approve button
+
+            def approval() -> bool:
+                return any(m.components for m in fake.in_channel(CHANNEL_ID) if "touch" in m.content)
+
+            await fake.dispatch("MESSAGE_CREATE", fake.user_message(ALLOWED, "run the touch command"))
+            await _until(approval, 120)
+            request = next(m for m in fake.in_channel(CHANNEL_ID) if m.components and "touch" in m.content)
+            actions = [c["custom_id"] for row in request.components for c in row["components"]]
+            approve = next(a for a in actions if a.startswith("approve"))
+            await fake.dispatch("INTERACTION_CREATE", fake.button_press(ALLOWED, request.id, approve))
+            await _until(lambda: any("the command ran" in m.content for m in fake.in_channel(CHANNEL_ID)), 120)
+            assert (h.workspace / "approved.txt").exists()
         finally:
             adapter.terminate()
             async with asyncio.timeout(20):
