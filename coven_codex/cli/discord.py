@@ -23,16 +23,27 @@ TOKEN_SHAPE = re.compile(r"^[A-Za-z0-9_\-]{20,}\.[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_
 def configure(parser: argparse.ArgumentParser) -> None:
     """The command's options."""
     parser.add_argument("--journal", type=Path, required=True, help="the journal file the daemon follows")
-    parser.add_argument("--token-env", default=DEFAULT_TOKEN_ENV,
-                        help=f"environment variable holding the bot token (default {DEFAULT_TOKEN_ENV})")
+    parser.add_argument(
+        "--token-env",
+        default=DEFAULT_TOKEN_ENV,
+        help=f"environment variable holding the bot token (default {DEFAULT_TOKEN_ENV})",
+    )
     parser.add_argument("--token-file", type=Path, default=None, help="file holding the bot token instead")
     parser.add_argument("--allow-user", action="append", default=[], help="a user id allowed to talk to Codex")
     parser.add_argument("--allow-role", action="append", default=[], help="a role id whose members are allowed")
-    parser.add_argument("--allow-channel", action="append", default=[],
-                        help="a channel id the bot answers in (default: every channel it can see)")
+    parser.add_argument(
+        "--allow-channel",
+        action="append",
+        default=[],
+        help="a channel id the bot answers in (default: every channel it can see)",
+    )
     parser.add_argument("--admin", action="append", default=[], help="a user id allowed to run /new")
-    parser.add_argument("--listen-channel", action="append", default=[],
-                        help="a channel id where every message (not only mentions) goes to Codex")
+    parser.add_argument(
+        "--listen-channel",
+        action="append",
+        default=[],
+        help="a channel id where every message (not only mentions) goes to Codex",
+    )
     parser.add_argument("--api-base", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--gateway-url", default=None, help=argparse.SUPPRESS)
 
@@ -43,20 +54,25 @@ def _token(args: argparse.Namespace) -> str | None:
         try:
             token: str = args.token_file.read_text(encoding="utf-8").strip()
         except OSError as exc:
-            print(f"coven-codex discord: cannot read the token file {args.token_file}: {exc.strerror}",
-                  file=sys.stderr)
+            print(f"coven-codex discord: cannot read the token file {args.token_file}: {exc.strerror}", file=sys.stderr)
             return None
         source = f"the token file {args.token_file}"
     else:
         token = os.environ.get(args.token_env, "").strip()
         source = f"the environment variable {args.token_env}"
         if not token:
-            print(f"coven-codex discord: no bot token: set {args.token_env} (Developer Portal > your "
-                  "application > Bot > Reset Token) or pass --token-file", file=sys.stderr)
+            print(
+                f"coven-codex discord: no bot token: set {args.token_env} (Developer Portal > your "
+                "application > Bot > Reset Token) or pass --token-file",
+                file=sys.stderr,
+            )
             return None
     if not TOKEN_SHAPE.match(token):
-        print(f"coven-codex discord: {source} does not hold a Discord bot token (three dot-separated "
-              "parts); copy it again from the Developer Portal", file=sys.stderr)
+        print(
+            f"coven-codex discord: {source} does not hold a Discord bot token (three dot-separated "
+            "parts); copy it again from the Developer Portal",
+            file=sys.stderr,
+        )
         return None
     return token
 
@@ -69,16 +85,21 @@ def execute(args: argparse.Namespace) -> int:
     except ModuleNotFoundError as exc:
         if exc.name != "discord":
             raise
-        print("coven-codex discord: discord.py is not installed: pip install 'coven-codex[discord]'",
-              file=sys.stderr)
+        print("coven-codex discord: discord.py is not installed: pip install 'coven-codex[discord]'", file=sys.stderr)
         return 2
     if not args.journal.parent.is_dir():
-        print(f"coven-codex discord: the journal's folder {args.journal.parent} does not exist; "
-              "create it or pass the --journal the daemon uses", file=sys.stderr)
+        print(
+            f"coven-codex discord: the journal's folder {args.journal.parent} does not exist; "
+            "create it or pass the --journal the daemon uses",
+            file=sys.stderr,
+        )
         return 2
     if not args.allow_user and not args.allow_role:
-        print("coven-codex discord: nobody is allowed: pass --allow-user ID or --allow-role ID "
-              "(Discord: Settings > Advanced > Developer Mode, then right-click > Copy ID)", file=sys.stderr)
+        print(
+            "coven-codex discord: nobody is allowed: pass --allow-user ID or --allow-role ID "
+            "(Discord: Settings > Advanced > Developer Mode, then right-click > Copy ID)",
+            file=sys.stderr,
+        )
         return 2
     token = _token(args)
     if token is None:
@@ -93,8 +114,9 @@ def execute(args: argparse.Namespace) -> int:
         channels=frozenset(args.allow_channel) or None,
         admins=frozenset(args.admin),
     )
-    settings = DiscordSettings(journal=args.journal, token=token, access=access,
-                               listen_channels=frozenset(args.listen_channel))
+    settings = DiscordSettings(
+        journal=args.journal, token=token, access=access, listen_channels=frozenset(args.listen_channel)
+    )
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     try:
         with contextlib.suppress(KeyboardInterrupt):
