@@ -44,6 +44,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=[],
         help="a channel id where every message (not only mentions) goes to Codex",
     )
+    parser.add_argument(
+        "--thread-channel",
+        action="append",
+        default=[],
+        help="a channel id where each mention starts a Discord thread of its own (the thread is the conversation)",
+    )
     parser.add_argument("--api-base", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--gateway-url", default=None, help=argparse.SUPPRESS)
 
@@ -115,7 +121,11 @@ def execute(args: argparse.Namespace) -> int:
         admins=frozenset(args.admin),
     )
     settings = DiscordSettings(
-        journal=args.journal, token=token, access=access, listen_channels=frozenset(args.listen_channel)
+        journal=args.journal,
+        token=token,
+        access=access,
+        listen_channels=frozenset(args.listen_channel),
+        thread_channels=frozenset(args.thread_channel),
     )
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     try:

@@ -6,6 +6,14 @@
 - ``PATCH``/``DELETE /channels/{id}/messages/{mid}``, ``POST /channels/{id}/typing``.
 - ``GET /channels/{id}/messages?limit=N`` answers the newest first, with ``nonce`` on messages
   created within the nonce window only.
+- ``PUT /applications/{id}/commands`` registers the slash commands (kept in ``commands``).
+- ``POST /interactions/{id}/{token}/callback`` acknowledges an interaction; a deferred one (type 5)
+  creates its "thinking" message in the interaction's channel, which
+  ``PATCH /webhooks/{app}/{token}/messages/@original`` edits; ``POST /webhooks/{app}/{token}``
+  posts a follow-up there.
+- ``POST /channels/{id}/messages/{mid}/threads`` starts a thread on a message (its id is the
+  message's, as on Discord; a second start answers 400 with code 160004) and dispatches
+  ``THREAD_CREATE`` to the connected Gateway clients.
 - ``rate_limit_every=N``: every N-th request is answered 429 with Discord's body
   (``message``, ``retry_after``, ``global``) and headers (``Retry-After``,
   ``X-RateLimit-Limit``/``Remaining``/``Reset-After``/``Bucket``/``Scope``).
@@ -14,11 +22,16 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
+import os
+import sys
 import time
 import zlib
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -52,6 +65,8 @@ class FakeMessage:
     nonce: str | None
     created: float
     edits: int = 0
+    interaction: str = ""
+    """The token of the interaction this message answers (a slash command's response), if any."""
 
 
 @dataclass
@@ -72,6 +87,12 @@ class FakeDiscord:
     rate_limited: int = 0
     requests: int = 0
     interactions: list[dict[str, Any]] = field(default_factory=list)
+    commands: list[dict[str, Any]] = field(default_factory=list)
+    """The application commands as last registered."""
+    threads: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Started threads by id, as Discord's channel objects."""
+    _interaction_channels: dict[str, str] = field(default_factory=dict)
+    _originals: dict[str, str] = field(default_factory=dict)
     identified: asyncio.Event = field(default_factory=asyncio.Event)
     _counter: itertools.count[int] = field(default_factory=itertools.count)
     _sockets: list[tuple[web.WebSocketResponse, Any]] = field(default_factory=list)
@@ -138,6 +159,10 @@ class FakeDiscord:
         app.router.add_get("/gateway", self._gateway)
         app.router.add_get("/attachments/{name}", self._cdn)
         app.router.add_post("/api/v10/interactions/{iid}/{token}/callback", self._callback)
+        app.router.add_put("/api/v10/applications/{app}/commands", self._register)
+        app.router.add_patch("/api/v10/webhooks/{app}/{token}/messages/@original", self._edit_original)
+        app.router.add_post("/api/v10/webhooks/{app}/{token}", self._followup)
+        app.router.add_post("/api/v10/channels/{cid}/messages/{mid}/threads", self._start_thread)
         app.router.add_post("/api/v10/channels/{cid}/messages", self._create)
         app.router.add_get("/api/v10/channels/{cid}/messages", self._list)
         app.router.add_patch("/api/v10/channels/{cid}/messages/{mid}", self._edit)
@@ -158,15 +183,12 @@ class FakeDiscord:
             for message in self.in_channel(channel):
                 if message.nonce == nonce and time.time() - message.created < self.nonce_window:
                     return _json(self.payload(message))
-        message = FakeMessage(
-            id=self.snowflake(),
-            channel_id=channel,
-            content=str(body.get("content") or ""),
-            components=list(body.get("components") or []),
-            nonce=None if nonce is None else str(nonce),
-            created=time.time(),
+        message = self._new_message(
+            channel,
+            str(body.get("content") or ""),
+            None if nonce is None else str(nonce),
+            list(body.get("components") or []),
         )
-        self.messages[message.id] = message
         return _json(self.payload(message))
 
     async def _list(self, request: web.Request) -> web.Response:
@@ -324,12 +346,13 @@ class FakeDiscord:
         roles: tuple[str, ...] = (),
         mention: bool = True,
         attachments: tuple[dict[str, Any], ...] = (),
+        channel: str = CHANNEL_ID,
     ) -> dict[str, Any]:
-        """A MESSAGE_CREATE payload: ``user_id`` writes ``text`` in the guild's channel."""
+        """A MESSAGE_CREATE payload: ``user_id`` writes ``text`` in ``channel`` (the guild's channel by default)."""
         author = {"id": user_id, "username": f"user{user_id[-3:]}", "discriminator": "0", "avatar": None}
         return {
             "id": self.snowflake(),
-            "channel_id": CHANNEL_ID,
+            "channel_id": channel,
             "guild_id": GUILD_ID,
             "author": author,
             "member": {
@@ -387,7 +410,187 @@ class FakeDiscord:
     async def _callback(self, request: web.Request) -> web.Response:
         body = await request.json()
         self.interactions.append(body)
+        token = request.match_info["token"]
+        interaction: dict[str, Any] = {"id": request.match_info["iid"], "type": 3, "response_message_loading": False}
+        resource: dict[str, Any] = {"type": body["type"]}
+        if body["type"] == 5:  # DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE: the "thinking" message
+            message = self._new_message(self._interaction_channels[token], "", None, interaction=token)
+            self._originals[token] = message.id
+            interaction.update(type=2, response_message_loading=True, response_message_id=message.id)
+            resource["message"] = self.payload(message)
         if request.query.get("with_response", "").lower() not in ("true", "1"):
             return web.Response(status=204)
-        interaction = {"id": request.match_info["iid"], "type": 3, "response_message_loading": False}
-        return _json({"interaction": interaction, "resource": {"type": body["type"]}})
+        return _json({"interaction": interaction, "resource": resource})
+
+    def _new_message(
+        self, channel: str, content: str, nonce: str | None, components: list[Any] | None = None, interaction: str = ""
+    ) -> FakeMessage:
+        message = FakeMessage(
+            id=self.snowflake(),
+            channel_id=channel,
+            content=content,
+            components=components or [],
+            nonce=nonce,
+            created=time.time(),
+            interaction=interaction,
+        )
+        self.messages[message.id] = message
+        return message
+
+    async def _register(self, request: web.Request) -> web.Response:
+        self.commands = list(await request.json())
+        answer = [
+            {
+                "id": self.snowflake(),
+                "application_id": request.match_info["app"],
+                "version": self.snowflake(),
+                "type": command.get("type", 1),
+                "name": command["name"],
+                "description": command.get("description", ""),
+                "options": command.get("options", []),
+                "default_member_permissions": command.get("default_member_permissions"),
+                "nsfw": command.get("nsfw", False),
+                "contexts": command.get("contexts"),
+                "integration_types": command.get("integration_types", [0]),
+            }
+            for command in self.commands
+        ]
+        return _json(answer)
+
+    async def _edit_original(self, request: web.Request) -> web.Response:
+        original = self._originals.get(request.match_info["token"])
+        if original is None:
+            return _json({"message": "Unknown Webhook", "code": 10015}, status=404)
+        message = self.messages[original]
+        body = await request.json()
+        message.content = str(body.get("content") or "")
+        message.edits += 1
+        return _json(self.payload(message))
+
+    async def _followup(self, request: web.Request) -> web.Response:
+        token = request.match_info["token"]
+        channel = self._interaction_channels.get(token)
+        if channel is None:
+            return _json({"message": "Unknown Webhook", "code": 10015}, status=404)
+        body = await request.json()
+        message = self._new_message(channel, str(body.get("content") or ""), None, interaction=token)
+        return _json(self.payload(message))
+
+    async def _start_thread(self, request: web.Request) -> web.Response:
+        channel, message_id = request.match_info["cid"], request.match_info["mid"]
+        if message_id in self.threads:
+            return _json({"message": "A thread has already been created for this message", "code": 160004}, status=400)
+        body = await request.json()
+        thread = {
+            "id": message_id,
+            "type": 11,
+            "guild_id": GUILD_ID,
+            "parent_id": channel,
+            "owner_id": BOT["id"],
+            "name": str(body["name"]),
+            "last_message_id": None,
+            "rate_limit_per_user": 0,
+            "message_count": 0,
+            "member_count": 1,
+            "total_message_sent": 0,
+            "flags": 0,
+            "thread_metadata": {
+                "archived": False,
+                "auto_archive_duration": int(body.get("auto_archive_duration") or 1440),
+                "archive_timestamp": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
+                "locked": False,
+            },
+        }
+        self.threads[message_id] = thread
+        await self.dispatch("THREAD_CREATE", {**thread, "newly_created": True})
+        return _json(thread)
+
+    def slash_command(
+        self, user_id: str, name: str, options: dict[str, str] | None = None, *, roles: tuple[str, ...] = ()
+    ) -> dict[str, Any]:
+        """An INTERACTION_CREATE payload (type 2): ``user_id`` runs ``/name`` in the guild's channel."""
+        registered = {command["name"] for command in self.commands}
+        assert name in registered, f"/{name} was not registered"
+        interaction_id = self.snowflake()
+        token = f"interaction-token-{interaction_id}"
+        self._interaction_channels[token] = CHANNEL_ID
+        data: dict[str, Any] = {"id": self.snowflake(), "name": name, "type": 1}
+        if options:
+            data["options"] = [{"name": key, "type": 3, "value": value} for key, value in options.items()]
+        return {
+            "id": interaction_id,
+            "application_id": BOT["id"],
+            "type": 2,
+            "data": data,
+            "guild_id": GUILD_ID,
+            "channel_id": CHANNEL_ID,
+            "channel": {"id": CHANNEL_ID, "type": 0, "guild_id": GUILD_ID, "name": "general", "position": 0},
+            "member": {
+                "user": {"id": user_id, "username": f"user{user_id[-3:]}", "discriminator": "0", "avatar": None},
+                "roles": list(roles),
+                "joined_at": "2026-01-01T00:00:00+00:00",
+                "deaf": False,
+                "mute": False,
+                "flags": 0,
+                "permissions": "1024",
+            },
+            "token": token,
+            "version": 1,
+            "app_permissions": "1024",
+            "locale": "en-US",
+            "guild_locale": "en-US",
+            "entitlements": [],
+            "authorizing_integration_owners": {"0": GUILD_ID},
+            "context": 0,
+            "attachment_size_limit": 10485760,
+        }
+
+
+TEST_TOKEN = "MTAwMDAwMDAwMDAwMDAwMDAwMQ.GabcDe.abcdefghijklmnopqrstuvwxyz012345"
+"""A token of Discord's shape, which the fake accepts when constructed with it."""
+
+
+async def start_adapter(journal: Path, port: int, *options: str) -> asyncio.subprocess.Process:
+    """``coven-codex discord`` as a process against the fake at ``port``, with extra ``options``."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "coven_codex.cli.main",
+        "discord",
+        "--journal",
+        str(journal),
+        *options,
+        "--api-base",
+        f"http://127.0.0.1:{port}/api/v10",
+        "--gateway-url",
+        f"ws://127.0.0.1:{port}/gateway",
+        env={**os.environ, "DISCORD_BOT_TOKEN": TEST_TOKEN},
+    )
+
+
+@contextlib.asynccontextmanager
+async def serve(state: FakeDiscord) -> AsyncIterator[int]:
+    """Serve ``state`` on a free local port for the block; yields the port."""
+    runner = web.AppRunner(state.app())
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    try:
+        yield runner.addresses[0][1]
+    finally:
+        await runner.cleanup()
+
+
+def journal_entries(journal: Path, kind: str) -> list[dict[str, Any]]:
+    """The journal's entries of ``kind``, read as JSON lines."""
+    if not journal.exists():
+        return []
+    entries = [json.loads(line) for line in journal.read_text().splitlines() if line.strip()]
+    return [e for e in entries if e.get("kind") == kind]
+
+
+async def until(condition: Callable[[], bool], seconds: float = 20.0) -> None:
+    """Wait until ``condition()`` holds, at most ``seconds``."""
+    async with asyncio.timeout(seconds):
+        while not condition():
+            await asyncio.sleep(0.05)

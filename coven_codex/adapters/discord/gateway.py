@@ -1,10 +1,22 @@
 """Discord's Gateway side of the adapter: what users do, through discord.py's real event dispatch.
 
 A :class:`discord.Client` connected to the Gateway turns ``MESSAGE_CREATE`` (a DM, a mention of
-the bot, or any message in a channel listed as listened to) into the kit's
-:class:`~coven_codex.adapters.kit.platform.IncomingMessage` and a button's ``INTERACTION_CREATE``
-into a :class:`~coven_codex.adapters.kit.platform.ButtonPress` (the interaction is acknowledged at
-once, so Discord does not show "interaction failed").
+the bot, any message in a channel listed as listened to, or in a thread the bot started) into the
+kit's :class:`~coven_codex.adapters.kit.platform.IncomingMessage` and a button's
+``INTERACTION_CREATE`` into a :class:`~coven_codex.adapters.kit.platform.ButtonPress` (the
+interaction is acknowledged at once, so Discord does not show "interaction failed").
+
+Slash commands (:data:`SLASH_COMMANDS`: ``/codex``, ``/cancel``, ``/new``, ``/status``) are
+application commands on discord.py's :class:`~discord.app_commands.CommandTree`, registered
+(``PUT /applications/{id}/commands``) at every start. A slash command is deferred at once
+("Codex is thinking…") and becomes an :class:`IncomingMessage` (``/codex``'s prompt, or the text
+``/cancel`` …) that the kit's runner handles like a typed one, access control included; what the
+runner says back while handling it (a refusal, ``/status``, …) becomes the command's response
+(:class:`SlashAnswer`), and a command that got no words (a prompt sent to Codex) shows the prompt.
+
+In a channel listed in ``thread_channels`` a mention starts a Discord thread on the message
+(``POST /channels/{id}/messages/{id}/threads``): the thread is the conversation, and every later
+message in it goes to Codex without a mention.
 
 Intents: ``guilds``, ``guild_messages``, ``dm_messages`` and the privileged ``message_content``
 (enable "Message Content Intent" under Bot in the Developer Portal).
@@ -15,9 +27,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import discord
+from discord import app_commands
 
+from coven_codex.adapters.discord.rest import MESSAGE_LIMIT
 from coven_codex.adapters.kit.platform import Address, ButtonPress, Incoming, IncomingMessage, User
 from coven_codex.adapters.kit.render import clip
 from coven_codex.adapters.web.uploads import MAX_IMAGE_BYTES, ImageStore, UploadError
@@ -27,6 +43,12 @@ log = logging.getLogger(__name__)
 
 QUEUE_SIZE = 1000
 """Events waiting for the runner; the gateway reader waits (back-pressure) when it is full."""
+THREAD_NAME_LIMIT = 100
+"""Discord's longest thread name."""
+THREAD_EXISTS = 160004
+"""Discord's error code for "a thread has already been created for this message"."""
+THREAD_ARCHIVE_MINUTES: Literal[1440] = 1440
+"""A request's thread is archived after a day without messages (it reopens when someone writes)."""
 
 
 def intents() -> discord.Intents:
@@ -51,24 +73,144 @@ def _address(channel: object, guild: discord.Guild | None) -> Address:
     return Address(channel=str(getattr(channel, "id", "")), workspace=workspace)
 
 
+_NO_MENTIONS = discord.AllowedMentions.none()
+
+
+@dataclass(slots=True)
+class SlashAnswer:
+    """A slash command being handled: what the runner says goes to its (deferred) response."""
+
+    interaction: discord.Interaction
+    address: Address
+    fallback: str
+    """Shown when the runner said nothing (the prompt sent to Codex)."""
+    said: bool = False
+
+    async def say(self, text: str) -> str:
+        """Show ``text`` as the command's response (a follow-up message after the first); its message id."""
+        if not self.said:
+            message: discord.Message = await self.interaction.edit_original_response(
+                content=text, allowed_mentions=_NO_MENTIONS
+            )
+        else:
+            message = await self.interaction.followup.send(text, allowed_mentions=_NO_MENTIONS, wait=True)
+        self.said = True
+        return str(message.id)
+
+
+def _gateway_of(interaction: discord.Interaction) -> DiscordGateway:
+    client = interaction.client
+    assert isinstance(client, DiscordGateway)
+    return client
+
+
+@app_commands.command(name="codex", description="Send a message to Codex in this conversation")
+@app_commands.describe(prompt="what to ask Codex")
+async def _codex_command(interaction: discord.Interaction, prompt: str) -> None:
+    await _gateway_of(interaction).slash(interaction, prompt, shown=f"> {prompt}")
+
+
+@app_commands.command(name="cancel", description="Stop Codex's running turn in this conversation")
+async def _cancel_command(interaction: discord.Interaction) -> None:
+    await _gateway_of(interaction).slash(interaction, "/cancel")
+
+
+@app_commands.command(name="new", description="Start a fresh Codex session in this conversation (admins)")
+async def _new_command(interaction: discord.Interaction) -> None:
+    await _gateway_of(interaction).slash(interaction, "/new")
+
+
+@app_commands.command(name="status", description="Is Codex running here; queued messages, thread, token usage")
+async def _status_command(interaction: discord.Interaction) -> None:
+    await _gateway_of(interaction).slash(interaction, "/status")
+
+
+SLASH_COMMANDS: tuple[app_commands.Command[Any, Any, None], ...] = (
+    _codex_command,
+    _cancel_command,
+    _new_command,
+    _status_command,
+)
+"""The application commands the bot registers."""
+
+
 class DiscordGateway(discord.Client):
     """A discord.py client whose events become the kit's :data:`Incoming` events."""
 
-    def __init__(self, *, listen_channels: frozenset[str] = frozenset(), images: ImageStore | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        listen_channels: frozenset[str] = frozenset(),
+        thread_channels: frozenset[str] = frozenset(),
+        images: ImageStore | None = None,
+    ) -> None:
         super().__init__(intents=intents(), max_messages=None, chunk_guilds_at_startup=False)
         self.listen_channels = listen_channels
+        self.thread_channels = thread_channels
         self.images = images
-        self._events: asyncio.Queue[Incoming] = asyncio.Queue(QUEUE_SIZE)
+        self.tree: app_commands.CommandTree[DiscordGateway] = app_commands.CommandTree(self)
+        for command in SLASH_COMMANDS:
+            self.tree.add_command(command)
+        self._events: asyncio.Queue[tuple[Incoming, SlashAnswer | None]] = asyncio.Queue(QUEUE_SIZE)
         self._closed = asyncio.Event()
+        self._answering: SlashAnswer | None = None
+        self._thread_refused: set[str] = set()
+
+    async def setup_hook(self) -> None:
+        """After login: register the slash commands (a refusal is logged once; mentions still work)."""
+        try:
+            await self.tree.sync()
+        except discord.HTTPException as exc:
+            log.warning(
+                "discord: the slash commands could not be registered (%s); mentions and DMs still work."
+                " Invite the bot with the applications.commands scope (see docs/adapters.md)",
+                clip(str(exc), 200),
+            )
+
+    def answering(self, address: Address) -> SlashAnswer | None:
+        """The slash command being handled at ``address``, whose response the runner's words become."""
+        answer = self._answering
+        return answer if answer is not None and answer.address == address else None
+
+    async def slash(self, interaction: discord.Interaction, text: str, shown: str = "done") -> None:
+        """Defer a slash command's response and queue it as a message with ``text``."""
+        await interaction.response.defer(thinking=True)
+        address = _address(interaction.channel, interaction.guild)
+        event = IncomingMessage(address, _user(interaction.user), text, message_id=str(interaction.id))
+        await self._events.put((event, SlashAnswer(interaction, address, shown[: MESSAGE_LIMIT - 1])))
+
+    def _own_thread(self, channel: object) -> bool:
+        return isinstance(channel, discord.Thread) and self.user is not None and channel.owner_id == self.user.id
 
     def _addressed(self, message: discord.Message) -> bool:
-        """Is ``message`` for the bot: a DM, a mention, or a listened-to channel."""
+        """Is ``message`` for the bot: a DM, a mention, a listened-to channel or a thread the bot started."""
         if message.guild is None:
             return True
         if self.user is not None and self.user in message.mentions:
             return True
         address = _address(message.channel, message.guild)
+        if address.thread and address.channel in self.thread_channels and self._own_thread(message.channel):
+            return True
         return address.channel in self.listen_channels or address.thread in self.listen_channels
+
+    async def _thread_for(self, message: discord.Message, address: Address, text: str) -> Address:
+        """A new thread on ``message`` as the request's conversation; the channel when Discord refuses."""
+        name = " ".join(text.split())[:THREAD_NAME_LIMIT] or "Codex"
+        try:
+            thread = await message.create_thread(name=name, auto_archive_duration=THREAD_ARCHIVE_MINUTES)
+        except discord.HTTPException as exc:
+            if exc.code == THREAD_EXISTS:  # delivered again: Discord gives a message's thread the message's id
+                return Address(channel=address.channel, workspace=address.workspace, thread=str(message.id))
+            if address.channel not in self._thread_refused:
+                self._thread_refused.add(address.channel)
+                log.warning(
+                    "discord: cannot start a thread in channel %s (%s); answering in the channel. Give the bot"
+                    " Create Public Threads and Send Messages in Threads there (see docs/adapters.md)",
+                    clip(address.channel, 32),
+                    clip(str(exc), 200),
+                )
+            return address
+        return Address(channel=address.channel, workspace=address.workspace, thread=str(thread.id))
 
     def _text(self, message: discord.Message) -> str:
         text = message.content
@@ -81,15 +223,14 @@ class DiscordGateway(discord.Client):
         """A message the bot can see: queue it when it is for the bot and not the bot's own."""
         if message.author.bot or not self._addressed(message):
             return
-        await self._events.put(
-            IncomingMessage(
-                _address(message.channel, message.guild),
-                _user(message.author),
-                self._text(message),
-                await self._images(message),
-                message_id=str(message.id),
-            )
+        text = self._text(message)
+        address = _address(message.channel, message.guild)
+        if not address.thread and address.channel in self.thread_channels and message.guild is not None:
+            address = await self._thread_for(message, address, text)
+        event = IncomingMessage(
+            address, _user(message.author), text, await self._images(message), message_id=str(message.id)
         )
+        await self._events.put((event, None))
 
     async def _images(self, message: discord.Message) -> tuple[Attachment, ...]:
         """The message's image attachments, downloaded into the journal's attachments folder.
@@ -120,12 +261,18 @@ class DiscordGateway(discord.Client):
         action = str(interaction.data.get("custom_id", ""))
         await interaction.response.defer()
         message_id = "" if interaction.message is None else str(interaction.message.id)
-        await self._events.put(
-            ButtonPress(_address(interaction.channel, interaction.guild), _user(interaction.user), action, message_id)
+        press = ButtonPress(
+            _address(interaction.channel, interaction.guild), _user(interaction.user), action, message_id
         )
+        await self._events.put((press, None))
 
     async def events(self) -> AsyncIterator[Incoming]:
-        """The queued events, as they come; ends when the client closes."""
+        """The queued events, as they come; ends when the client closes.
+
+        A slash command's event is being handled until the next is asked for: meanwhile the
+        runner's words at its address are its response (:meth:`answering`); when there were none,
+        the response shows the command's fallback.
+        """
         while not self.is_closed():
             get = asyncio.ensure_future(self._events.get())
             closed = asyncio.ensure_future(self._closed.wait())
@@ -136,7 +283,21 @@ class DiscordGateway(discord.Client):
                 if not get.done():
                     get.cancel()
             if get.done() and not get.cancelled():
-                yield get.result()
+                event, answer = get.result()
+                self._answering = answer
+                try:
+                    yield event
+                finally:
+                    self._answering = None
+                if answer is not None and not answer.said:
+                    await self._settle(answer)
+
+    async def _settle(self, answer: SlashAnswer) -> None:
+        """Replace the "thinking" of a slash command the runner said nothing about."""
+        try:
+            await answer.say(answer.fallback)
+        except discord.HTTPException as exc:
+            log.warning("discord: a slash command's response could not be shown: %s", clip(str(exc), 200))
 
     async def close(self) -> None:
         """Close the connection; :meth:`events` then ends."""

@@ -18,12 +18,12 @@ from pathlib import Path
 import discord
 
 from coven_codex.adapters.discord.gateway import DiscordGateway
-from coven_codex.adapters.discord.rest import DiscordRest
+from coven_codex.adapters.discord.rest import MESSAGE_LIMIT, DiscordRest
 from coven_codex.adapters.kit.access import AccessPolicy
 from coven_codex.adapters.kit.ledger import DeliveryLedger, ledger_path
 from coven_codex.adapters.kit.mapping import ChannelMap
 from coven_codex.adapters.kit.platform import Address, Capabilities, Incoming, Outgoing, PlatformError
-from coven_codex.adapters.kit.render import Dialect, PlainDialect
+from coven_codex.adapters.kit.render import Dialect, PlainDialect, clip
 from coven_codex.adapters.kit.runner import AdapterRunner
 from coven_codex.adapters.web.uploads import ImageStore, uploads_dir
 from coven_codex.journal import FileJournal
@@ -31,8 +31,6 @@ from coven_codex.journal import FileJournal
 log = logging.getLogger(__name__)
 
 NAME = "discord"
-MESSAGE_LIMIT = 2000
-"""Discord's most characters in one message's ``content``."""
 EDIT_INTERVAL = 1.0
 """Least seconds between two edits of one streamed message (Discord allows about 5 edits per 5 s)."""
 
@@ -63,7 +61,18 @@ class DiscordPlatform:
         self.gateway = gateway
 
     async def post(self, address: Address, message: Outgoing, key: str | None) -> str:
-        """Post through REST (exactly once for a ``key``)."""
+        """Post through REST (exactly once for a ``key``).
+
+        A notice (no ``key``) said while a slash command at ``address`` is handled is that
+        command's response instead; when Discord no longer takes it (the interaction's 15 minutes
+        are over), it is posted in the channel.
+        """
+        answer = self.gateway.answering(address) if key is None else None
+        if answer is not None:
+            try:
+                return await answer.say(message.text)
+            except discord.HTTPException as exc:
+                log.info("discord: a slash command's response went to the channel instead: %s", clip(str(exc), 200))
         return await self.rest.post(address, message, key)
 
     async def edit(self, address: Address, message_id: str, message: Outgoing) -> None:
@@ -107,6 +116,8 @@ class DiscordSettings:
     access: AccessPolicy
     listen_channels: frozenset[str] = frozenset()
     per_user_channels: frozenset[str] = frozenset()
+    thread_channels: frozenset[str] = frozenset()
+    """Channels where a request (a mention) starts a thread of its own, which is its conversation."""
 
 
 async def run_discord(settings: DiscordSettings) -> None:
@@ -117,7 +128,9 @@ async def run_discord(settings: DiscordSettings) -> None:
     rest = DiscordRest(settings.token)
     await rest.start()
     images = ImageStore(uploads_dir(settings.journal))
-    gateway = DiscordGateway(listen_channels=settings.listen_channels, images=images)
+    gateway = DiscordGateway(
+        listen_channels=settings.listen_channels, thread_channels=settings.thread_channels, images=images
+    )
     journal = FileJournal(settings.journal)
     ledger = DeliveryLedger.open(ledger_path(settings.journal, NAME))
     try:

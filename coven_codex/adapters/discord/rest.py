@@ -26,6 +26,8 @@ import yarl
 
 from coven_codex.adapters.kit.platform import Address, Outgoing, PlatformError, RateLimited
 
+MESSAGE_LIMIT = 2000
+"""Discord's most characters in one message's ``content``."""
 NONCE_LENGTH = 25
 """Discord accepts a nonce of at most 25 characters."""
 FIND_WINDOW = 50
