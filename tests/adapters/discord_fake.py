@@ -91,6 +91,8 @@ class FakeDiscord:
     """The application commands as last registered."""
     threads: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Started threads by id, as Discord's channel objects."""
+    thread_starts: int = 0
+    """How many times a thread start was asked for (a refused second start included)."""
     _interaction_channels: dict[str, str] = field(default_factory=dict)
     _originals: dict[str, str] = field(default_factory=dict)
     identified: asyncio.Event = field(default_factory=asyncio.Event)
@@ -478,6 +480,7 @@ class FakeDiscord:
 
     async def _start_thread(self, request: web.Request) -> web.Response:
         channel, message_id = request.match_info["cid"], request.match_info["mid"]
+        self.thread_starts += 1
         if message_id in self.threads:
             return _json({"message": "A thread has already been created for this message", "code": 160004}, status=400)
         body = await request.json()
