@@ -19,6 +19,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from coven_codex.adapters.kit.config import AdaptersSettings, resolve_paths
+
 log = logging.getLogger(__name__)
 
 TURN_TIMEOUT_RANGE = (30.0, 3600.0)
@@ -101,6 +103,10 @@ class Settings(BaseModel):
         "$XDG_STATE_HOME/coven-codex/<workspace name>-<hash> (~/.local/state/...), outside the workspace.",
     )
     restart_backoff: float = Field(default=1.0, ge=0.0, le=300.0, description="First restart delay.")
+    adapters: AdaptersSettings = Field(
+        default_factory=AdaptersSettings,
+        description="The chat adapters' sections ([adapters.slack], [adapters.discord]; docs/adapters.md).",
+    )
 
     @model_validator(mode="after")
     def _clamp_timeouts(self) -> Settings:
@@ -150,6 +156,7 @@ def read_settings_file(path: Path) -> dict[str, Any]:
         value = data.get(key)
         if isinstance(value, str) and not Path(value).expanduser().is_absolute():
             data[key] = str(base / value)
+    resolve_paths(data.get("adapters"), base)
     return data
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from coven_codex.cli.options import add_spells_option
 from coven_codex.settings import SettingsError, load_settings, read_settings_file
+from coven_codex.validate.adapter_probes import adapter_plan
 from coven_codex.validate.framework import ProbeContext, exit_code, run_plan
 from coven_codex.validate.plan import PLAN
 from coven_codex.validate.report import render_json, render_table
@@ -48,6 +49,6 @@ def execute(args: argparse.Namespace) -> int:
             print(f"coven-codex validate: {exc}", file=sys.stderr)
         return 2
     raw.update({key: value for key, value in overrides.items() if value is not None})
-    outcomes = asyncio.run(run_plan(PLAN, ProbeContext(settings=settings, raw_settings=raw)))
+    outcomes = asyncio.run(run_plan(PLAN + adapter_plan(settings), ProbeContext(settings=settings, raw_settings=raw)))
     print(render_json(outcomes) if args.json else render_table(outcomes))
     return exit_code(outcomes)

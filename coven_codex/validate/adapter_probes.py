@@ -1,0 +1,72 @@
+"""Probes of each chat adapter configured in ``coven.toml`` (``[adapters.<name>]``, docs/adapters.md).
+
+For every configured adapter, three checks: its library is importable (the pip extra is
+installed), its tokens are present and well-formed (never printed), and its allow-lists let
+somebody in. The adapter itself runs the same checks at start-up
+(:mod:`coven_codex.adapters.kit.config`), so ``validate`` refuses what the adapter would refuse.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+
+from coven_codex.adapters.kit.config import AdapterConfigError, AdapterSection
+from coven_codex.settings import Settings
+from coven_codex.validate.framework import Probe, ProbeContext, ProbeFunction, ProbeResult
+
+
+def _library(section: AdapterSection) -> ProbeFunction:
+    async def probe(context: ProbeContext) -> ProbeResult:
+        try:
+            await asyncio.to_thread(importlib.import_module, section.LIBRARY)
+        except ImportError as exc:
+            return ProbeResult.fail(
+                f"{section.LIBRARY} cannot be imported ({type(exc).__name__}: {str(exc)[:200]})",
+                f"Install the adapter's extra: pip install 'coven-codex[{section.EXTRA}]'.",
+            )
+        return ProbeResult.ok(f"{section.LIBRARY} imports")
+
+    return probe
+
+
+def _tokens(section: AdapterSection) -> ProbeFunction:
+    async def probe(context: ProbeContext) -> ProbeResult:
+        try:
+            secrets = section.load_secrets(dict(os.environ))
+        except AdapterConfigError as exc:
+            return ProbeResult.fail(str(exc), "Set the token as the message says, then run validate again.")
+        sources = ", ".join(
+            f"{kind} from {'$' if how == 'env' else ''}{where}"
+            for kind in secrets
+            for how, where in [section.secret_source(kind)]
+        )
+        return ProbeResult.ok(f"present and well-formed: {sources}")
+
+    return probe
+
+
+def _access(section: AdapterSection) -> ProbeFunction:
+    async def probe(context: ProbeContext) -> ProbeResult:
+        problems = section.access_problems()
+        if problems:
+            return ProbeResult.fail(
+                "; ".join(problems), "List the ids in coven.toml (docs/adapters.md says where to find them)."
+            )
+        return ProbeResult.ok(section.access_policy().describe())
+
+    return probe
+
+
+def adapter_plan(settings: Settings) -> tuple[Probe, ...]:
+    """The probes of every adapter configured in ``settings`` (none when ``[adapters]`` is absent)."""
+    probes: list[Probe] = []
+    for section in settings.adapters.configured():
+        name = section.PLATFORM
+        probes += [
+            Probe(f"{name}_library", f"{name} adapter: {section.LIBRARY} importable", _library(section), timeout=20),
+            Probe(f"{name}_tokens", f"{name} adapter: tokens present and well-formed", _tokens(section), timeout=5),
+            Probe(f"{name}_access", f"{name} adapter: allow-lists let somebody in", _access(section), timeout=1),
+        ]
+    return tuple(probes)
