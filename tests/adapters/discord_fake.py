@@ -553,22 +553,41 @@ TEST_TOKEN = "MTAwMDAwMDAwMDAwMDAwMDAwMQ.GabcDe.abcdefghijklmnopqrstuvwxyz012345
 """A token of Discord's shape, which the fake accepts when constructed with it."""
 
 
-async def start_adapter(journal: Path, port: int, *options: str) -> asyncio.subprocess.Process:
-    """``coven-codex discord`` as a process against the fake at ``port``, with extra ``options``."""
+def write_config(journal: Path, **section: object) -> Path:
+    """A config file (coven.toml's shape) beside ``journal``, naming it; ``[adapters.discord]`` holds ``section``."""
+    lines = [f"journal = {json.dumps(str(journal))}", "", "[adapters.discord]"]
+    lines += [f"{key} = {json.dumps(value)}" for key, value in section.items()]
+    config = journal.parent / "discord.toml"
+    config.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return config
+
+
+async def start_adapter(
+    journal: Path, port: int, *, env: dict[str, str] | None = None, stderr: int | None = None, **section: object
+) -> asyncio.subprocess.Process:
+    """``coven-codex discord`` as a process against the fake at ``port``; ``section`` is its configuration."""
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "coven_codex.cli.main",
         "discord",
-        "--journal",
-        str(journal),
-        *options,
+        "--config",
+        str(write_config(journal, **section)),
         "--api-base",
         f"http://127.0.0.1:{port}/api/v10",
         "--gateway-url",
         f"ws://127.0.0.1:{port}/gateway",
-        env={**os.environ, "DISCORD_BOT_TOKEN": TEST_TOKEN},
+        env={**os.environ, "DISCORD_BOT_TOKEN": TEST_TOKEN, **(env or {})},
+        stderr=stderr,
     )
+
+
+async def stop(process: asyncio.subprocess.Process) -> None:
+    """SIGTERM the adapter and wait for it to end (at most 20 s)."""
+    if process.returncode is None:
+        process.terminate()
+    async with asyncio.timeout(20):
+        await process.wait()
 
 
 @contextlib.asynccontextmanager

@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 from aiohttp import web
-from discord_fake import CHANNEL_ID, GUILD_ID, FakeDiscord
+from discord_fake import CHANNEL_ID, GUILD_ID, TEST_TOKEN, FakeDiscord, start_adapter, stop
 
 from coven_codex.entries import ApprovalRequestEntry, DeltaEntry, ResponseEntry, StatusEntry
 from coven_codex.journal import FileJournal
 
-TOKEN = "MTAwMDAwMDAwMDAwMDAwMDAwMQ.GabcDe.abcdefghijklmnopqrstuvwxyz012345"
+TOKEN = TEST_TOKEN
 ALLOWED = "5000000000000000001"
 STRANGER = "5000000000000000009"
 
@@ -50,22 +48,7 @@ async def test_allowed_user_reaches_the_journal_and_a_stranger_is_refused(
 ) -> None:
     fake, port = served
     journal = tmp_path / "chat.jsonl"
-    env = {**os.environ, "DISCORD_BOT_TOKEN": TOKEN}
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "coven_codex.cli.main",
-        "discord",
-        "--journal",
-        str(journal),
-        "--allow-user",
-        ALLOWED,
-        "--api-base",
-        f"http://127.0.0.1:{port}/api/v10",
-        "--gateway-url",
-        f"ws://127.0.0.1:{port}/gateway",
-        env=env,
-    )
+    process = await start_adapter(journal, port, allow_users=[ALLOWED])
     try:
         async with asyncio.timeout(30):
             await fake.identified.wait()
@@ -81,9 +64,7 @@ async def test_allowed_user_reaches_the_journal_and_a_stranger_is_refused(
         assert len(refusals) == 1 and "not" in refusals[0].lower()
         assert not any("let me in" in json.dumps(e) for e in _thoughts(journal))
     finally:
-        process.terminate()
-        async with asyncio.timeout(20):
-            await process.wait()
+        await stop(process)
 
 
 async def test_a_missing_privileged_intent_is_a_clear_start_up_error(
@@ -91,23 +72,7 @@ async def test_a_missing_privileged_intent_is_a_clear_start_up_error(
 ) -> None:
     fake, port = served
     fake.close_code = 4014
-    env = {**os.environ, "DISCORD_BOT_TOKEN": TOKEN}
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "coven_codex.cli.main",
-        "discord",
-        "--journal",
-        str(tmp_path / "chat.jsonl"),
-        "--allow-user",
-        ALLOWED,
-        "--api-base",
-        f"http://127.0.0.1:{port}/api/v10",
-        "--gateway-url",
-        f"ws://127.0.0.1:{port}/gateway",
-        env=env,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    process = await start_adapter(tmp_path / "chat.jsonl", port, allow_users=[ALLOWED], stderr=asyncio.subprocess.PIPE)
     async with asyncio.timeout(30):
         _, stderr = await process.communicate()
     assert process.returncode == 1
@@ -128,22 +93,7 @@ def _entries(journal: Path, kind: str) -> list[dict[str, object]]:
 async def test_an_approval_round_trips_through_buttons(served: tuple[FakeDiscord, int], tmp_path: Path) -> None:
     fake, port = served
     journal = tmp_path / "chat.jsonl"
-    env = {**os.environ, "DISCORD_BOT_TOKEN": TOKEN}
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "coven_codex.cli.main",
-        "discord",
-        "--journal",
-        str(journal),
-        "--allow-user",
-        ALLOWED,
-        "--api-base",
-        f"http://127.0.0.1:{port}/api/v10",
-        "--gateway-url",
-        f"ws://127.0.0.1:{port}/gateway",
-        env=env,
-    )
+    process = await start_adapter(journal, port, allow_users=[ALLOWED])
     try:
         async with asyncio.timeout(30):
             await fake.identified.wait()
@@ -171,27 +121,11 @@ async def test_an_approval_round_trips_through_buttons(served: tuple[FakeDiscord
         assert (answer["request_id"], answer["decision"], answer["conversation"]) == ("req-7", "approve", conversation)
         assert fake.interactions and fake.interactions[0]["type"] == 6
     finally:
-        process.terminate()
-        async with asyncio.timeout(20):
-            await process.wait()
+        await stop(process)
 
 
 async def _adapter(journal: Path, port: int) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "coven_codex.cli.main",
-        "discord",
-        "--journal",
-        str(journal),
-        "--allow-user",
-        ALLOWED,
-        "--api-base",
-        f"http://127.0.0.1:{port}/api/v10",
-        "--gateway-url",
-        f"ws://127.0.0.1:{port}/gateway",
-        env={**os.environ, "DISCORD_BOT_TOKEN": TOKEN},
-    )
+    return await start_adapter(journal, port, allow_users=[ALLOWED])
 
 
 @pytest.mark.slow
@@ -225,9 +159,7 @@ async def test_kill_9_while_200_entries_flow_posts_each_once(served: tuple[FakeD
         assert sorted(texts) == expected
         assert fake.rate_limited > 0
     finally:
-        process.terminate()
-        async with asyncio.timeout(20):
-            await process.wait()
+        await stop(process)
 
 
 PNG = (
@@ -254,9 +186,7 @@ async def test_an_image_becomes_a_thought_attachment(served: tuple[FakeDiscord, 
         assert stored.read_bytes() == PNG
         assert attachments[0]["media_type"] == "image/png"
     finally:
-        process.terminate()
-        async with asyncio.timeout(20):
-            await process.wait()
+        await stop(process)
 
 
 async def test_a_streamed_reply_is_one_message_edited_and_a_long_one_is_split(
@@ -292,6 +222,4 @@ async def test_a_streamed_reply_is_one_message_edited_and_a_long_one_is_split(
         assert all(len(m.content) <= 2000 for m in shown)
         assert sum(m.content.count("word") for m in shown) == 900
     finally:
-        process.terminate()
-        async with asyncio.timeout(20):
-            await process.wait()
+        await stop(process)

@@ -11,6 +11,7 @@ from discord_fake import CHANNEL_ID, GUILD_ID, ROLE_ID, FakeDiscord
 
 from coven_codex.adapters.discord.gateway import DiscordGateway
 from coven_codex.adapters.discord.rest import DiscordRest, nonce_for, set_api_base, set_gateway_url
+from coven_codex.adapters.kit.config import Secret
 from coven_codex.adapters.kit.platform import (
     Address,
     Button,
@@ -40,11 +41,11 @@ async def fake() -> AsyncIterator[FakeDiscord]:
 
 async def test_bad_token_is_a_clear_error(fake: FakeDiscord) -> None:
     with pytest.raises(PlatformError, match="refused the bot token"):
-        await DiscordRest("bad-token").start()
+        await DiscordRest(Secret("bad-token")).start()
 
 
 async def test_post_edit_delete_typing_and_buttons(fake: FakeDiscord) -> None:
-    rest = DiscordRest("good-token")
+    rest = DiscordRest(Secret("good-token"))
     assert await rest.start() == "1000000000000000001"
     try:
         mid = await rest.post(CHANNEL, Outgoing("hello", buttons=(Button("Approve", "approve r1"),)), "k1")
@@ -63,7 +64,7 @@ async def test_post_edit_delete_typing_and_buttons(fake: FakeDiscord) -> None:
 
 
 async def test_a_repeated_post_is_one_message_and_find_sees_it(fake: FakeDiscord) -> None:
-    rest = DiscordRest("good-token")
+    rest = DiscordRest(Secret("good-token"))
     await rest.start()
     try:
         assert await rest.find(CHANNEL, "entry-7") is None
@@ -80,7 +81,7 @@ async def test_a_repeated_post_is_one_message_and_find_sees_it(fake: FakeDiscord
 
 async def test_a_burst_of_429s_drops_nothing(fake: FakeDiscord) -> None:
     fake.rate_limit_every = 3
-    rest = DiscordRest("good-token")
+    rest = DiscordRest(Secret("good-token"))
     await rest.start()
     try:
         for i in range(30):
@@ -100,7 +101,7 @@ async def test_a_burst_of_429s_drops_nothing(fake: FakeDiscord) -> None:
 async def test_a_long_429_is_handed_to_the_runner(fake: FakeDiscord) -> None:
     fake.rate_limit_every = 2
     fake.retry_after = 31.0
-    rest = DiscordRest("good-token")
+    rest = DiscordRest(Secret("good-token"))
     await rest.start()
     try:
         with pytest.raises(RateLimited) as caught:
@@ -133,7 +134,7 @@ async def test_gateway_events_become_the_kits_incoming(fake: FakeDiscord) -> Non
             assert first.address == Address(channel=CHANNEL_ID, workspace=GUILD_ID)
             second = await anext(events)
             assert isinstance(second, IncomingMessage) and second.text == "second"
-            rest = DiscordRest("good-token")
+            rest = DiscordRest(Secret("good-token"))
             await rest.start()
             try:
                 mid = await rest.post(

@@ -15,6 +15,7 @@ from discord_fake import (
     journal_entries,
     serve,
     start_adapter,
+    stop,
     until,
 )
 
@@ -53,7 +54,7 @@ async def test_the_four_commands_are_registered_and_codex_sends_the_prompt(
 ) -> None:
     fake, port = served
     journal = tmp_path / "chat.jsonl"
-    process = await start_adapter(journal, port, "--allow-user", ALLOWED)
+    process = await start_adapter(journal, port, allow_users=[ALLOWED])
     try:
         await until(fake.identified.is_set, 30)
         assert sorted(command["name"] for command in fake.commands) == ["cancel", "codex", "new", "status"]
@@ -66,14 +67,13 @@ async def test_the_four_commands_are_registered_and_codex_sends_the_prompt(
         deferred = [i for i in fake.interactions if i["type"] == 5]
         assert len(deferred) == 1
     finally:
-        process.terminate()
-        await process.wait()
+        await stop(process)
 
 
 async def test_access_control_applies_to_slash_commands(served: tuple[FakeDiscord, int], tmp_path: Path) -> None:
     fake, port = served
     journal = tmp_path / "chat.jsonl"
-    process = await start_adapter(journal, port, "--allow-user", ALLOWED, "--allow-user", ADMIN, "--admin", ADMIN)
+    process = await start_adapter(journal, port, allow_users=[ALLOWED, ADMIN], admins=[ADMIN])
     try:
         await until(fake.identified.is_set, 30)
         refused = await _run(fake, STRANGER, "codex", {"prompt": "let me in"})
@@ -83,8 +83,7 @@ async def test_access_control_applies_to_slash_commands(served: tuple[FakeDiscor
         assert journal_entries(journal, "thought") == []
         assert journal_entries(journal, "reset") == []
     finally:
-        process.terminate()
-        await process.wait()
+        await stop(process)
 
 
 async def test_new_appends_a_reset_and_status_and_cancel_answer(
@@ -92,7 +91,7 @@ async def test_new_appends_a_reset_and_status_and_cancel_answer(
 ) -> None:
     fake, port = served
     journal = tmp_path / "chat.jsonl"
-    process = await start_adapter(journal, port, "--allow-user", ADMIN, "--admin", ADMIN)
+    process = await start_adapter(journal, port, allow_users=[ADMIN], admins=[ADMIN])
     try:
         await until(fake.identified.is_set, 30)
         assert "new session" in await _run(fake, ADMIN, "new")
@@ -103,5 +102,4 @@ async def test_new_appends_a_reset_and_status_and_cancel_answer(
         assert [c["conversation"] for c in journal_entries(journal, "cancel")] == [CONVERSATION]
         assert not [m for m in fake.in_channel(CHANNEL_ID) if not m.interaction]  # every answer was a response
     finally:
-        process.terminate()
-        await process.wait()
+        await stop(process)

@@ -14,6 +14,7 @@ from discord_fake import (
     journal_entries,
     serve,
     start_adapter,
+    stop,
     until,
 )
 
@@ -43,7 +44,7 @@ async def test_a_mention_starts_a_thread_that_is_the_conversation(
 ) -> None:
     fake, port = served
     journal = tmp_path / "chat.jsonl"
-    process = await start_adapter(journal, port, "--allow-user", ALLOWED, "--thread-channel", CHANNEL_ID)
+    process = await start_adapter(journal, port, allow_users=[ALLOWED], thread_channels=[CHANNEL_ID])
     try:
         await until(fake.identified.is_set, 30)
         request = fake.user_message(ALLOWED, "why is the   build red?")
@@ -75,14 +76,13 @@ async def test_a_mention_starts_a_thread_that_is_the_conversation(
         await until(lambda: any("fixed in the thread" in m.content for m in fake.in_channel(thread)))
         assert fake.in_channel(CHANNEL_ID) == []
     finally:
-        process.terminate()
-        await process.wait()
+        await stop(process)
 
 
 async def test_a_channel_not_listed_is_the_conversation_itself(served: tuple[FakeDiscord, int], tmp_path: Path) -> None:
     fake, port = served
     journal = tmp_path / "chat.jsonl"
-    process = await start_adapter(journal, port, "--allow-user", ALLOWED)
+    process = await start_adapter(journal, port, allow_users=[ALLOWED])
     try:
         await until(fake.identified.is_set, 30)
         await fake.dispatch("MESSAGE_CREATE", fake.user_message(ALLOWED, "hello"))
@@ -93,5 +93,21 @@ async def test_a_channel_not_listed_is_the_conversation_itself(served: tuple[Fak
         assert [t["conversation"] for t in journal_entries(journal, "thought")] == [conversation] * 2
         assert fake.threads == {}
     finally:
-        process.terminate()
-        await process.wait()
+        await stop(process)
+
+
+async def test_a_per_user_channel_gives_each_user_a_session(served: tuple[FakeDiscord, int], tmp_path: Path) -> None:
+    fake, port = served
+    other = "5000000000000000003"
+    journal = tmp_path / "chat.jsonl"
+    process = await start_adapter(journal, port, allow_users=[ALLOWED, other], per_user_channels=[CHANNEL_ID])
+    try:
+        await until(fake.identified.is_set, 30)
+        await fake.dispatch("MESSAGE_CREATE", fake.user_message(ALLOWED, "mine"))
+        await fake.dispatch("MESSAGE_CREATE", fake.user_message(other, "theirs"))
+        await until(lambda: len(journal_entries(journal, "thought")) == 2)
+        conversations = {t["text"]: t["conversation"] for t in journal_entries(journal, "thought")}
+        channel = f"discord:{GUILD_ID}/{CHANNEL_ID}/"
+        assert conversations == {"mine": f"{channel}@{ALLOWED}", "theirs": f"{channel}@{other}"}
+    finally:
+        await stop(process)

@@ -5,15 +5,12 @@ shown once, a stranger refused, a spell call, and an approval answered with the 
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
 from agent_harness import AgentHarness, user_prompts
-from aiohttp import web
-from discord_fake import CHANNEL_ID, FakeDiscord
+from discord_fake import CHANNEL_ID, TEST_TOKEN, FakeDiscord, serve, start_adapter, stop
 
 from coven_codex.testing.model_server import ScriptedModelServer
 from coven_codex.testing.request_log import RecordedRequest
@@ -22,7 +19,6 @@ from coven_codex.testing.steps import CallTool, Reply, TurnScript
 
 pytestmark = [pytest.mark.codex, pytest.mark.timeout(300)]
 
-TOKEN = "MTAwMDAwMDAwMDAwMDAwMDAwMQ.GabcDe.abcdefghijklmnopqrstuvwxyz012345"
 ALLOWED = "5000000000000000001"
 STRANGER = "5000000000000000009"
 STREAMED = "Here is a streamed answer from codex, in several pieces."
@@ -53,13 +49,9 @@ def respond(request: RecordedRequest) -> TurnScript:
 
 @pytest.fixture
 async def served() -> AsyncIterator[tuple[FakeDiscord, int]]:
-    state = FakeDiscord(token=TOKEN)
-    runner = web.AppRunner(state.app())
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    yield state, runner.addresses[0][1]
-    await runner.cleanup()
+    state = FakeDiscord(token=TEST_TOKEN)
+    async with serve(state) as port:
+        yield state, port
 
 
 async def _until(condition: Callable[[], bool], seconds: float = 60.0) -> None:
@@ -78,21 +70,7 @@ async def test_a_discord_message_gets_the_streamed_reply_once(
         h = harness_factory(codex_bin_169, server)
         h.write_base_config(approval_policy="on-request")
         await h.start("--spells", "coven_codex.demo.spells:spells")
-        adapter = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "coven_codex.cli.main",
-            "discord",
-            "--journal",
-            str(h.journal_path),
-            "--allow-user",
-            ALLOWED,
-            "--api-base",
-            f"http://127.0.0.1:{port}/api/v10",
-            "--gateway-url",
-            f"ws://127.0.0.1:{port}/gateway",
-            env={**os.environ, "DISCORD_BOT_TOKEN": TOKEN},
-        )
+        adapter = await start_adapter(h.journal_path, port, allow_users=[ALLOWED])
         try:
             async with asyncio.timeout(30):
                 await fake.identified.wait()
@@ -123,6 +101,4 @@ async def test_a_discord_message_gets_the_streamed_reply_once(
             await _until(lambda: any("the command ran" in m.content for m in fake.in_channel(CHANNEL_ID)), 120)
             assert (h.workspace / "approved.txt").exists()
         finally:
-            adapter.terminate()
-            async with asyncio.timeout(20):
-                await adapter.wait()
+            await stop(adapter)

@@ -19,9 +19,8 @@ import discord
 
 from coven_codex.adapters.discord.gateway import DiscordGateway
 from coven_codex.adapters.discord.rest import MESSAGE_LIMIT, DiscordRest
-from coven_codex.adapters.kit.access import AccessPolicy
+from coven_codex.adapters.kit.config import DiscordSection, Secret
 from coven_codex.adapters.kit.ledger import DeliveryLedger, ledger_path
-from coven_codex.adapters.kit.mapping import ChannelMap
 from coven_codex.adapters.kit.platform import Address, Capabilities, Incoming, Outgoing, PlatformError
 from coven_codex.adapters.kit.render import Dialect, PlainDialect, clip
 from coven_codex.adapters.kit.runner import AdapterRunner
@@ -54,9 +53,9 @@ class DiscordPlatform:
 
     name = NAME
 
-    def __init__(self, rest: DiscordRest, gateway: DiscordGateway) -> None:
+    def __init__(self, rest: DiscordRest, gateway: DiscordGateway, *, edit_interval: float = EDIT_INTERVAL) -> None:
         self.dialect: Dialect = DiscordDialect()
-        self.capabilities = Capabilities(edit_interval=EDIT_INTERVAL, can_find=True, echoes_own_messages=True)
+        self.capabilities = Capabilities(edit_interval=edit_interval, can_find=True, echoes_own_messages=True)
         self.rest = rest
         self.gateway = gateway
 
@@ -109,15 +108,11 @@ async def _connect(gateway: DiscordGateway) -> None:
 
 @dataclass(frozen=True, slots=True)
 class DiscordSettings:
-    """What :func:`run_discord` needs: the journal, the bot token, access and listened channels."""
+    """What :func:`run_discord` needs: the journal, the bot token and the ``[adapters.discord]`` section."""
 
     journal: Path
-    token: str
-    access: AccessPolicy
-    listen_channels: frozenset[str] = frozenset()
-    per_user_channels: frozenset[str] = frozenset()
-    thread_channels: frozenset[str] = frozenset()
-    """Channels where a request (a mention) starts a thread of its own, which is its conversation."""
+    token: Secret
+    section: DiscordSection
 
 
 async def run_discord(settings: DiscordSettings) -> None:
@@ -125,21 +120,24 @@ async def run_discord(settings: DiscordSettings) -> None:
 
     Raises :class:`~coven_codex.adapters.kit.platform.PlatformError` when Discord refuses the token.
     """
+    section = settings.section
     rest = DiscordRest(settings.token)
     await rest.start()
     images = ImageStore(uploads_dir(settings.journal))
     gateway = DiscordGateway(
-        listen_channels=settings.listen_channels, thread_channels=settings.thread_channels, images=images
+        listen_channels=frozenset(section.listen_channels),
+        thread_channels=frozenset(section.thread_channels),
+        images=images,
     )
     journal = FileJournal(settings.journal)
     ledger = DeliveryLedger.open(ledger_path(settings.journal, NAME))
     try:
-        await gateway.login(settings.token)
+        await gateway.login(settings.token.reveal())
         runner = AdapterRunner(
             journal,
-            DiscordPlatform(rest, gateway),
-            ChannelMap(NAME, per_user=settings.per_user_channels),
-            settings.access,
+            DiscordPlatform(rest, gateway, edit_interval=section.edit_interval),
+            section.channel_map(),
+            section.access_policy(),
             ledger,
             name=NAME,
         )

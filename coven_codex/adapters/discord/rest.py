@@ -24,6 +24,7 @@ import discord.gateway
 import discord.http
 import yarl
 
+from coven_codex.adapters.kit.config import Secret
 from coven_codex.adapters.kit.platform import Address, Outgoing, PlatformError, RateLimited
 
 MESSAGE_LIMIT = 2000
@@ -75,7 +76,7 @@ def _view(message: Outgoing) -> discord.ui.View | None:
 class DiscordRest:
     """Post, edit, delete, typing and find on Discord, through discord.py's HTTP client."""
 
-    def __init__(self, token: str, *, max_wait: float = 30.0) -> None:
+    def __init__(self, token: Secret, *, max_wait: float = 30.0) -> None:
         self._token = token
         self._max_wait = max_wait
         self._http: discord.http.HTTPClient | None = None
@@ -87,7 +88,7 @@ class DiscordRest:
         """
         http = discord.http.HTTPClient(asyncio.get_running_loop(), max_ratelimit_timeout=self._max_wait)
         try:
-            me = await http.static_login(self._token)
+            me = await http.static_login(self._token.reveal())
         except discord.LoginFailure as exc:
             await http.close()
             raise PlatformError(
