@@ -16,6 +16,7 @@ from pathlib import Path
 
 from coven_codex.adapters.kit.config import AdapterConfigError, DiscordSection, load_section
 from coven_codex.adapters.kit.platform import PlatformError
+from coven_codex.adapters.kit.runner import cursor_name
 
 HELP = "the Discord chat adapter on a journal ([adapters.discord] in coven.toml; the daemon must be running)"
 
@@ -66,13 +67,20 @@ def execute(args: argparse.Namespace) -> int:
         set_gateway_url(args.gateway_url)
     print(f"coven-codex discord: {section.access_policy().describe()}", file=sys.stderr, flush=True)
 
+    def started(bot: str) -> None:
+        print(
+            f"coven-codex discord: connected as {bot[:80]}; following {journal} (cursor '{cursor_name('discord')}')",
+            file=sys.stderr,
+            flush=True,
+        )
+
     async def main() -> None:
         task = asyncio.current_task()
         assert task is not None
         loop = asyncio.get_running_loop()
         for number in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(number, task.cancel)
-        await run_discord(DiscordSettings(journal=journal, token=token, section=section))
+        await run_discord(DiscordSettings(journal=journal, token=token, section=section), started)
 
     try:
         asyncio.run(main())

@@ -134,6 +134,9 @@ class FakeDiscord:
 
     @web.middleware
     async def _limits(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if not request.path.startswith("/api/"):  # the Gateway and the CDN have no REST rate limits
+            response: web.StreamResponse = await handler(request)
+            return response
         self.requests += 1
         if self.rate_limit_every and self.requests % self.rate_limit_every == 0:
             self.rate_limited += 1
@@ -149,8 +152,8 @@ class FakeDiscord:
                     "X-RateLimit-Scope": "user",
                 },
             )
-        response: web.StreamResponse = await handler(request)
-        return response
+        limited: web.StreamResponse = await handler(request)
+        return limited
 
     def app(self) -> web.Application:
         """The aiohttp application serving the fake API under ``/api/v10``."""
@@ -254,7 +257,10 @@ class FakeDiscord:
         """Send a dispatch (op 0) event ``event`` to every connected client."""
         self._seq += 1
         for ws, compressor in list(self._sockets):
-            await self._send(ws, compressor, {"op": 0, "t": event, "s": self._seq, "d": data})
+            if ws.closed:
+                continue
+            with contextlib.suppress(ConnectionResetError):  # the client died since (kill -9)
+                await self._send(ws, compressor, {"op": 0, "t": event, "s": self._seq, "d": data})
 
     async def _gateway(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse()
@@ -262,17 +268,20 @@ class FakeDiscord:
         assert request.query.get("encoding") == "json"
         compressor = zlib.compressobj() if request.query.get("compress") == "zlib-stream" else None
         await self._send(ws, compressor, {"op": 10, "s": None, "t": None, "d": {"heartbeat_interval": 41250}})
-        async for frame in ws:
-            payload = json.loads(frame.data)
-            if payload["op"] == 1:
-                await self._send(ws, compressor, {"op": 11, "s": None, "t": None, "d": None})
-            elif payload["op"] == 2 and self.close_code:
-                await ws.close(code=self.close_code, message=b"Disallowed intent(s).")
-            elif payload["op"] == 2:
-                self._sockets.append((ws, compressor))
-                await self.dispatch("READY", self._ready(f"ws://{request.host}/gateway"))
-                await self.dispatch("GUILD_CREATE", self._guild())
-                self.identified.set()
+        try:
+            async for frame in ws:
+                payload = json.loads(frame.data)
+                if payload["op"] == 1:
+                    await self._send(ws, compressor, {"op": 11, "s": None, "t": None, "d": None})
+                elif payload["op"] == 2 and self.close_code:
+                    await ws.close(code=self.close_code, message=b"Disallowed intent(s).")
+                elif payload["op"] == 2:
+                    self._sockets.append((ws, compressor))
+                    await self.dispatch("READY", self._ready(f"ws://{request.host}/gateway"))
+                    await self.dispatch("GUILD_CREATE", self._guild())
+                    self.identified.set()
+        finally:  # a client gone (closed, or killed) gets no more events
+            self._sockets = [(other, c) for other, c in self._sockets if other is not ws]
         return ws
 
     def _ready(self, url: str) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from adapters_under_test import AdapterUnderTest, ConsoleAdapter, FakeAdapter, Shown
+from discord_under_test import DiscordAdapter
 from web_under_test import WebAdapter
 
 from coven_codex.entries import (
@@ -36,6 +37,7 @@ ADAPTERS: dict[str, Callable[[Path], AdapterUnderTest]] = {
     "fake": FakeAdapter,
     "console": ConsoleAdapter,
     "web": WebAdapter,
+    "discord": DiscordAdapter,
 }
 NETWORK = [name for name in ADAPTERS if ADAPTERS[name](Path("/nonexistent")).network]
 CRASH_SAFE: dict[str, Callable[[Path], AdapterUnderTest]] = {
@@ -43,6 +45,7 @@ CRASH_SAFE: dict[str, Callable[[Path], AdapterUnderTest]] = {
     # at its own critical points (here: right after the platform recorded a post or an edit).
     "fake": lambda folder: FakeAdapter(folder, rate_limit_every=7, chaos=0.03),
     "web": WebAdapter,
+    "discord": lambda folder: DiscordAdapter(folder, rate_limit_every=7),
 }
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -106,6 +106,14 @@ async def _connect(gateway: DiscordGateway) -> None:
         ) from exc
 
 
+async def _announce(gateway: DiscordGateway, runner: AdapterRunner, started: Callable[[str], None] | None) -> None:
+    """Call ``started`` once the Gateway is ready and the runner follows the journal."""
+    await runner.ready.wait()
+    await gateway.wait_until_ready()
+    if started is not None:
+        started(str(gateway.user) if gateway.user is not None else "the bot")
+
+
 @dataclass(frozen=True, slots=True)
 class DiscordSettings:
     """What :func:`run_discord` needs: the journal, the bot token and the ``[adapters.discord]`` section."""
@@ -115,10 +123,12 @@ class DiscordSettings:
     section: DiscordSection
 
 
-async def run_discord(settings: DiscordSettings) -> None:
+async def run_discord(settings: DiscordSettings, started: Callable[[str], None] | None = None) -> None:
     """Run the Discord adapter until the Gateway closes or the task is cancelled.
 
-    Raises :class:`~coven_codex.adapters.kit.platform.PlatformError` when Discord refuses the token.
+    ``started`` is called with the bot's user name once the Gateway is ready and the runner
+    follows the journal. Raises :class:`~coven_codex.adapters.kit.platform.PlatformError` when
+    Discord refuses the token.
     """
     section = settings.section
     rest = DiscordRest(settings.token)
@@ -143,12 +153,13 @@ async def run_discord(settings: DiscordSettings) -> None:
         )
         connection = asyncio.create_task(_connect(gateway))
         following = asyncio.create_task(runner.run())
+        announce = asyncio.create_task(_announce(gateway, runner, started))
         try:
             await asyncio.wait({connection, following}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for task in (connection, following):
+            for task in (connection, following, announce):
                 task.cancel()
-            await asyncio.gather(connection, following, return_exceptions=True)
+            await asyncio.gather(connection, following, announce, return_exceptions=True)
         for task in (connection, following):
             if not task.cancelled() and task.exception() is not None:
                 raise task.exception()  # type: ignore[misc]
