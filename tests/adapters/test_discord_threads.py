@@ -22,6 +22,7 @@ from coven_codex.entries import ResponseEntry
 from coven_codex.journal import FileJournal
 
 ALLOWED = "5000000000000000001"
+STRANGER = "5000000000000000009"
 
 
 @pytest.fixture
@@ -109,5 +110,42 @@ async def test_a_per_user_channel_gives_each_user_a_session(served: tuple[FakeDi
         conversations = {t["text"]: t["conversation"] for t in journal_entries(journal, "thought")}
         channel = f"discord:{GUILD_ID}/{CHANNEL_ID}/"
         assert conversations == {"mine": f"{channel}@{ALLOWED}", "theirs": f"{channel}@{other}"}
+    finally:
+        await stop(process)
+
+
+async def test_a_stranger_starts_no_thread(served: tuple[FakeDiscord, int], tmp_path: Path) -> None:
+    fake, port = served
+    journal = tmp_path / "chat.jsonl"
+    process = await start_adapter(journal, port, allow_users=[ALLOWED], thread_channels=[CHANNEL_ID])
+    try:
+        await until(fake.identified.is_set, 30)
+        await fake.dispatch("MESSAGE_CREATE", fake.user_message(STRANGER, "make me a thread"))
+        await until(lambda: any("not allowed" in m.content for m in fake.in_channel(CHANNEL_ID)))
+        assert fake.thread_starts == 0 and fake.threads == {}
+        assert journal_entries(journal, "thought") == []
+    finally:
+        await stop(process)
+
+
+async def test_codex_slash_command_starts_its_thread_on_the_response(
+    served: tuple[FakeDiscord, int], tmp_path: Path
+) -> None:
+    fake, port = served
+    journal = tmp_path / "chat.jsonl"
+    process = await start_adapter(journal, port, allow_users=[ALLOWED], thread_channels=[CHANNEL_ID])
+    try:
+        await until(fake.identified.is_set, 30)
+        payload = fake.slash_command(ALLOWED, "codex", {"prompt": "lint the repo"})
+        await fake.dispatch("INTERACTION_CREATE", payload)
+        await until(lambda: len(journal_entries(journal, "thought")) == 1)
+        response = next(m for m in fake.in_channel(CHANNEL_ID) if m.interaction == payload["token"])
+        assert list(fake.threads) == [response.id] and fake.threads[response.id]["name"] == "lint the repo"
+        thought = journal_entries(journal, "thought")[0]
+        assert (thought["text"], thought["conversation"]) == (
+            "lint the repo",
+            f"discord:{GUILD_ID}/{CHANNEL_ID}/{response.id}",
+        )
+        await until(lambda: response.content == "> lint the repo")
     finally:
         await stop(process)

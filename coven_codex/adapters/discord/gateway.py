@@ -34,6 +34,7 @@ import discord
 from discord import app_commands
 
 from coven_codex.adapters.discord.rest import MESSAGE_LIMIT
+from coven_codex.adapters.kit.access import AccessPolicy
 from coven_codex.adapters.kit.platform import Address, ButtonPress, Incoming, IncomingMessage, User
 from coven_codex.adapters.kit.render import clip
 from coven_codex.adapters.web.uploads import MAX_IMAGE_BYTES, ImageStore, UploadError
@@ -107,7 +108,7 @@ def _gateway_of(interaction: discord.Interaction) -> DiscordGateway:
 @app_commands.command(name="codex", description="Send a message to Codex in this conversation")
 @app_commands.describe(prompt="what to ask Codex")
 async def _codex_command(interaction: discord.Interaction, prompt: str) -> None:
-    await _gateway_of(interaction).slash(interaction, prompt, shown=f"> {prompt}")
+    await _gateway_of(interaction).slash(interaction, prompt, shown=f"> {prompt}", request=True)
 
 
 @app_commands.command(name="cancel", description="Stop Codex's running turn in this conversation")
@@ -143,10 +144,13 @@ class DiscordGateway(discord.Client):
         listen_channels: frozenset[str] = frozenset(),
         thread_channels: frozenset[str] = frozenset(),
         images: ImageStore | None = None,
+        access: AccessPolicy | None = None,
     ) -> None:
         super().__init__(intents=intents(), max_messages=None, chunk_guilds_at_startup=False)
         self.listen_channels = listen_channels
         self.thread_channels = thread_channels
+        self.access = access
+        """Who may start a thread (the runner's policy; a stranger's refusal goes to the channel)."""
         self.images = images
         self.tree: app_commands.CommandTree[DiscordGateway] = app_commands.CommandTree(self)
         for command in SLASH_COMMANDS:
@@ -172,11 +176,19 @@ class DiscordGateway(discord.Client):
         answer = self._answering
         return answer if answer is not None and answer.address == address else None
 
-    async def slash(self, interaction: discord.Interaction, text: str, shown: str = "done") -> None:
-        """Defer a slash command's response and queue it as a message with ``text``."""
-        await interaction.response.defer(thinking=True)
-        address = _address(interaction.channel, interaction.guild)
-        event = IncomingMessage(address, _user(interaction.user), text, message_id=str(interaction.id))
+    async def slash(
+        self, interaction: discord.Interaction, text: str, shown: str = "done", request: bool = False
+    ) -> None:
+        """Defer a slash command's response and queue it as a message with ``text``.
+
+        A ``request`` (``/codex``) in a ``thread_channels`` channel starts its thread on the
+        command's response message, as a mention does on the message.
+        """
+        deferred = await interaction.response.defer(thinking=True)
+        address, user = _address(interaction.channel, interaction.guild), _user(interaction.user)
+        if request and deferred is not None and deferred.message_id is not None:
+            address = await self._thread_for(address, user, str(deferred.message_id), text)
+        event = IncomingMessage(address, user, text, message_id=str(interaction.id))
         await self._events.put((event, SlashAnswer(interaction, address, shown[: MESSAGE_LIMIT - 1])))
 
     def _own_thread(self, channel: object) -> bool:
@@ -193,14 +205,24 @@ class DiscordGateway(discord.Client):
             return True
         return address.channel in self.listen_channels or address.thread in self.listen_channels
 
-    async def _thread_for(self, message: discord.Message, address: Address, text: str) -> Address:
-        """A new thread on ``message`` as the request's conversation; the channel when Discord refuses."""
+    async def _thread_for(self, address: Address, user: User, message_id: str, text: str) -> Address:
+        """A new thread on message ``message_id`` as the request's conversation, when the channel wants one.
+
+        Only for a user the access policy lets in here (a stranger's refusal goes to the channel,
+        and no thread is started for it); the channel itself when Discord refuses.
+        """
+        if address.thread or address.channel not in self.thread_channels or not address.workspace:
+            return address
+        if self.access is not None and self.access.refusal(user, address) is not None:
+            return address
         name = " ".join(text.split())[:THREAD_NAME_LIMIT] or "Codex"
         try:
-            thread = await message.create_thread(name=name, auto_archive_duration=THREAD_ARCHIVE_MINUTES)
+            thread = await self.http.start_thread_with_message(
+                address.channel, message_id, name=name, auto_archive_duration=THREAD_ARCHIVE_MINUTES
+            )
         except discord.HTTPException as exc:
             if exc.code == THREAD_EXISTS:  # delivered again: Discord gives a message's thread the message's id
-                return Address(channel=address.channel, workspace=address.workspace, thread=str(message.id))
+                return Address(channel=address.channel, workspace=address.workspace, thread=message_id)
             if address.channel not in self._thread_refused:
                 self._thread_refused.add(address.channel)
                 log.warning(
@@ -210,7 +232,7 @@ class DiscordGateway(discord.Client):
                     clip(str(exc), 200),
                 )
             return address
-        return Address(channel=address.channel, workspace=address.workspace, thread=str(thread.id))
+        return Address(channel=address.channel, workspace=address.workspace, thread=str(thread["id"]))
 
     def _text(self, message: discord.Message) -> str:
         text = message.content
@@ -223,13 +245,9 @@ class DiscordGateway(discord.Client):
         """A message the bot can see: queue it when it is for the bot and not the bot's own."""
         if message.author.bot or not self._addressed(message):
             return
-        text = self._text(message)
-        address = _address(message.channel, message.guild)
-        if not address.thread and address.channel in self.thread_channels and message.guild is not None:
-            address = await self._thread_for(message, address, text)
-        event = IncomingMessage(
-            address, _user(message.author), text, await self._images(message), message_id=str(message.id)
-        )
+        text, user = self._text(message), _user(message.author)
+        address = await self._thread_for(_address(message.channel, message.guild), user, str(message.id), text)
+        event = IncomingMessage(address, user, text, await self._images(message), message_id=str(message.id))
         await self._events.put((event, None))
 
     async def _images(self, message: discord.Message) -> tuple[Attachment, ...]:

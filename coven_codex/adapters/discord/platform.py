@@ -131,6 +131,7 @@ async def run_discord(settings: DiscordSettings, started: Callable[[str], None] 
     Discord refuses the token.
     """
     section = settings.section
+    access = section.access_policy()
     rest = DiscordRest(settings.token)
     await rest.start()
     images = ImageStore(uploads_dir(settings.journal))
@@ -138,6 +139,7 @@ async def run_discord(settings: DiscordSettings, started: Callable[[str], None] 
         listen_channels=frozenset(section.listen_channels),
         thread_channels=frozenset(section.thread_channels),
         images=images,
+        access=access,
     )
     journal = FileJournal(settings.journal)
     ledger = DeliveryLedger.open(ledger_path(settings.journal, NAME))
@@ -147,7 +149,7 @@ async def run_discord(settings: DiscordSettings, started: Callable[[str], None] 
             journal,
             DiscordPlatform(rest, gateway, edit_interval=section.edit_interval),
             section.channel_map(),
-            section.access_policy(),
+            access,
             ledger,
             name=NAME,
         )
