@@ -518,14 +518,27 @@ class FakeDiscord:
         return _json(thread)
 
     def slash_command(
-        self, user_id: str, name: str, options: dict[str, str] | None = None, *, roles: tuple[str, ...] = ()
+        self,
+        user_id: str,
+        name: str,
+        options: dict[str, str] | None = None,
+        *,
+        roles: tuple[str, ...] = (),
+        channel: str = CHANNEL_ID,
     ) -> dict[str, Any]:
-        """An INTERACTION_CREATE payload (type 2): ``user_id`` runs ``/name`` in the guild's channel."""
+        """An INTERACTION_CREATE payload (type 2): ``user_id`` runs ``/name`` in ``channel`` (a thread started too)."""
         registered = {command["name"] for command in self.commands}
         assert name in registered, f"/{name} was not registered"
         interaction_id = self.snowflake()
         token = f"interaction-token-{interaction_id}"
-        self._interaction_channels[token] = CHANNEL_ID
+        self._interaction_channels[token] = channel
+        where = self.threads.get(channel) or {
+            "id": CHANNEL_ID,
+            "type": 0,
+            "guild_id": GUILD_ID,
+            "name": "general",
+            "position": 0,
+        }
         data: dict[str, Any] = {"id": self.snowflake(), "name": name, "type": 1}
         if options:
             data["options"] = [{"name": key, "type": 3, "value": value} for key, value in options.items()]
@@ -535,8 +548,8 @@ class FakeDiscord:
             "type": 2,
             "data": data,
             "guild_id": GUILD_ID,
-            "channel_id": CHANNEL_ID,
-            "channel": {"id": CHANNEL_ID, "type": 0, "guild_id": GUILD_ID, "name": "general", "position": 0},
+            "channel_id": channel,
+            "channel": where,
             "member": {
                 "user": {"id": user_id, "username": f"user{user_id[-3:]}", "discriminator": "0", "avatar": None},
                 "roles": list(roles),

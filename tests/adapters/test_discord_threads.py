@@ -133,7 +133,7 @@ async def test_codex_slash_command_starts_its_thread_on_the_response(
 ) -> None:
     fake, port = served
     journal = tmp_path / "chat.jsonl"
-    process = await start_adapter(journal, port, allow_users=[ALLOWED], thread_channels=[CHANNEL_ID])
+    process = await start_adapter(journal, port, allow_users=[ALLOWED], admins=[ALLOWED], thread_channels=[CHANNEL_ID])
     try:
         await until(fake.identified.is_set, 30)
         payload = fake.slash_command(ALLOWED, "codex", {"prompt": "lint the repo"})
@@ -147,5 +147,11 @@ async def test_codex_slash_command_starts_its_thread_on_the_response(
             f"discord:{GUILD_ID}/{CHANNEL_ID}/{response.id}",
         )
         await until(lambda: response.content == "> lint the repo")
+        # Inside the thread, /new resets the thread's conversation and answers there.
+        reset = fake.slash_command(ALLOWED, "new", channel=response.id)
+        await fake.dispatch("INTERACTION_CREATE", reset)
+        await until(lambda: len(journal_entries(journal, "reset")) == 1)
+        assert journal_entries(journal, "reset")[0]["conversation"] == thought["conversation"]
+        await until(lambda: any(m.interaction == reset["token"] and m.content for m in fake.in_channel(response.id)))
     finally:
         await stop(process)
