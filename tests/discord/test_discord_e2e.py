@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from agent_harness import AgentHarness, user_prompts
-from discord_fake import CHANNEL_ID, TEST_TOKEN, FakeDiscord, serve, start_adapter, stop
+from discord_fake import CHANNEL_ID, GUILD_ID, TEST_TOKEN, FakeDiscord, serve, start_adapter, stop
 
 from coven_codex.testing.model_server import ScriptedModelServer
 from coven_codex.testing.request_log import RecordedRequest
@@ -100,5 +100,49 @@ async def test_a_discord_message_gets_the_streamed_reply_once(
             await fake.dispatch("INTERACTION_CREATE", fake.button_press(ALLOWED, request.id, approve))
             await _until(lambda: any("the command ran" in m.content for m in fake.in_channel(CHANNEL_ID)), 120)
             assert (h.workspace / "approved.txt").exists()
+        finally:
+            await stop(adapter)
+
+
+async def test_codex_slash_command_in_a_thread_channel_gets_its_reply_in_the_thread(
+    codex_bin_169: Path,
+    harness_factory: Callable[[Path, ScriptedModelServer], AgentHarness],
+    served: tuple[FakeDiscord, int],
+) -> None:
+    fake, port = served
+    async with ScriptedModelServer(responder=respond) as server:
+        h = harness_factory(codex_bin_169, server)
+        h.write_base_config(approval_policy="on-request")
+        await h.start()
+        adapter = await start_adapter(h.journal_path, port, allow_users=[ALLOWED], thread_channels=[CHANNEL_ID])
+        try:
+            async with asyncio.timeout(30):
+                await fake.identified.wait()
+            command = fake.slash_command(ALLOWED, "codex", {"prompt": "hello from a slash command"})
+            await fake.dispatch("INTERACTION_CREATE", command)
+            await _until(lambda: len(fake.threads) == 1)
+            thread = next(iter(fake.threads))
+
+            def replies() -> list[str]:
+                return [m.content for m in fake.in_channel(thread) if STREAMED in m.content]
+
+            await _until(lambda: len(replies()) == 1, 120)
+            # a follow-up in the thread, without a mention, continues the same conversation
+            await fake.dispatch(
+                "MESSAGE_CREATE", fake.user_message(ALLOWED, "and again", mention=False, channel=thread)
+            )
+            await _until(lambda: len(replies()) == 2, 120)
+            assert not [m for m in fake.in_channel(CHANNEL_ID) if STREAMED in m.content]
+            prompts = server.requests.turn_prompts()
+            assert any("hello from a slash command" in p for p in prompts), prompts
+            assert any("and again" in p for p in prompts), prompts
+            # ... and the same Codex session: the second turn's request carries the first prompt
+            second = next(
+                r for r in server.requests.responses_requests() if r.starts_turn() and "and again" in r.user_texts()[-1]
+            )
+            assert any("hello from a slash command" in text for text in second.user_texts())
+            conversation = f"discord:{GUILD_ID}/{CHANNEL_ID}/{thread}"
+            thoughts = [e for e in await h.entries() if e.kind == "thought"]
+            assert len(thoughts) == 2 and {e.conversation for e in thoughts} == {conversation}
         finally:
             await stop(adapter)
