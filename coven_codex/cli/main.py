@@ -21,6 +21,7 @@ SUBCOMMANDS: tuple[tuple[str, str], ...] = (
     ("chat", "a console chat adapter on a journal"),
     ("web", "the web chat page on a journal"),
     ("discord", "the Discord chat adapter on a journal"),
+    ("slack", "the Slack chat adapter on a journal"),
     ("demo", "the whole thing offline: daemon, real Codex CLI, scripted model, console chat"),
     ("spells", "list the spells (Python functions) Codex will see as tools"),
     ("model-server", "a scripted local model server for running offline"),

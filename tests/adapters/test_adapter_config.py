@@ -189,3 +189,26 @@ async def test_validate_names_the_extra_when_the_library_is_missing(tmp_path: Pa
     settings.adapters.slack = Missing(allow_users=["U1"])
     outcome = (await run_plan(adapter_plan(settings)[:1], ProbeContext(settings)))[0]
     assert outcome.result.status is Status.FAIL and "pip install 'coven-codex[slack]'" in outcome.result.fix
+
+
+def test_coven_codex_validate_runs_the_adapter_probes(tmp_path: Path) -> None:
+    import json
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    config = write(tmp_path, f'workspace = "{tmp_path}"\n[adapters.slack]\nallow_users = ["U1"]\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLACK_")} | {"SLACK_BOT_TOKEN": BOT}
+    done = subprocess.run(
+        [str(root / ".venv" / "bin" / "coven-codex"), "validate", "--config", str(config), "--json"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
+    checks = {check["code"]: check for check in json.loads(done.stdout)["checks"]}
+    assert checks["slack_tokens"]["status"] == "fail" and "SLACK_APP_TOKEN" in checks["slack_tokens"]["detail"]
+    assert checks["slack_access"]["status"] == "pass" and checks["slack_library"]["status"] == "pass"
+    assert BOT not in done.stdout and done.returncode == 1
