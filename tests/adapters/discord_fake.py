@@ -358,9 +358,16 @@ class FakeDiscord:
         mention: bool = True,
         attachments: tuple[dict[str, Any], ...] = (),
         channel: str = CHANNEL_ID,
+        name: str | None = None,
     ) -> dict[str, Any]:
-        """A MESSAGE_CREATE payload: ``user_id`` writes ``text`` in ``channel`` (the guild's channel by default)."""
-        author = {"id": user_id, "username": f"user{user_id[-3:]}", "discriminator": "0", "avatar": None}
+        """A MESSAGE_CREATE payload: ``user_id`` (shown as ``name``) writes ``text`` in ``channel``."""
+        author = {
+            "id": user_id,
+            "username": f"user{user_id[-3:]}",
+            "global_name": name,
+            "discriminator": "0",
+            "avatar": None,
+        }
         return {
             "id": self.snowflake(),
             "channel_id": channel,

@@ -223,3 +223,22 @@ async def test_a_streamed_reply_is_one_message_edited_and_a_long_one_is_split(
         assert sum(m.content.count("word") for m in shown) == 900
     finally:
         await stop(process)
+
+
+async def test_a_display_name_equal_to_an_allowed_id_is_not_let_in(
+    served: tuple[FakeDiscord, int], tmp_path: Path
+) -> None:
+    fake, port = served
+    journal = tmp_path / "chat.jsonl"
+    process = await _adapter(journal, port)
+    try:
+        async with asyncio.timeout(30):
+            await fake.identified.wait()
+        await fake.dispatch("MESSAGE_CREATE", fake.user_message(STRANGER, "impersonating", name=ALLOWED))
+        await _until(lambda: any("not allowed" in m.content for m in fake.in_channel(CHANNEL_ID)))
+        await fake.dispatch("MESSAGE_CREATE", fake.user_message(ALLOWED, "the real one", name="Ann"))
+        await _until(lambda: len(_entries(journal, "thought")) == 1)
+        thought = _entries(journal, "thought")[0]
+        assert (thought["text"], thought["sender"]) == ("the real one", f"Ann ({ALLOWED})")
+    finally:
+        await stop(process)

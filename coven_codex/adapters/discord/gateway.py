@@ -63,8 +63,13 @@ def intents() -> discord.Intents:
 
 
 def _user(author: discord.User | discord.Member) -> User:
+    """The kit's user for a Discord author: id, roles, and the name ``"<display name> (<id>)"``.
+
+    Anyone can set their display name, and the kit's allow-lists also match names: with the id in
+    it, a name can never equal a listed id.
+    """
     roles = frozenset(str(role.id) for role in getattr(author, "roles", ()) if not role.is_default())
-    return User(id=str(author.id), name=author.display_name[:80], roles=roles)
+    return User(id=str(author.id), name=f"{author.display_name[:80]} ({author.id})", roles=roles)
 
 
 def _address(channel: object, guild: discord.Guild | None) -> Address:
