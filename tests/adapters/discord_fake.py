@@ -77,6 +77,8 @@ class FakeDiscord:
     close_code: int = 0
     files: dict[str, bytes] = field(default_factory=dict)
     """What the fake CDN serves at ``/attachments/<name>``."""
+    fetched: dict[str, int] = field(default_factory=dict)
+    """How many times each CDN file was downloaded."""
     """When set, IDENTIFY is answered by closing the Gateway with this code (4014: disallowed intents)."""
     rate_limit_every: int = 0
     retry_after: float = 0.05
@@ -330,13 +332,15 @@ class FakeDiscord:
 
     async def _cdn(self, request: web.Request) -> web.Response:
         data = self.files.get(request.match_info["name"])
+        self.fetched[request.match_info["name"]] = self.fetched.get(request.match_info["name"], 0) + 1
         if data is None:
             return web.Response(status=404)
         return web.Response(body=data, content_type="image/png")
 
-    def attachment(self, base: str, name: str, data: bytes) -> dict[str, Any]:
+    def attachment(self, base: str, name: str, data: bytes, content_type: str = "image/png") -> dict[str, Any]:
         """An attachment object for a message, served by the fake CDN at ``base``."""
         self.files[name] = data
+        self.fetched.setdefault(name, 0)
         url = f"{base}/attachments/{name}"
         return {
             "id": self.snowflake(),
@@ -344,7 +348,7 @@ class FakeDiscord:
             "size": len(data),
             "url": url,
             "proxy_url": url,
-            "content_type": "image/png",
+            "content_type": content_type,
             "width": 1,
             "height": 1,
         }

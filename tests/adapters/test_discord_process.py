@@ -242,3 +242,30 @@ async def test_a_display_name_equal_to_an_allowed_id_is_not_let_in(
         assert (thought["text"], thought["sender"]) == ("the real one", f"Ann ({ALLOWED})")
     finally:
         await stop(process)
+
+
+async def test_a_file_that_is_no_image_is_left_out_aloud_and_a_strangers_file_is_not_fetched(
+    served: tuple[FakeDiscord, int], tmp_path: Path
+) -> None:
+    fake, port = served
+    journal = tmp_path / "chat.jsonl"
+    process = await _adapter(journal, port)
+    try:
+        async with asyncio.timeout(30):
+            await fake.identified.wait()
+        base = f"http://127.0.0.1:{port}"
+        secret = fake.attachment(base, "stranger.png", PNG)
+        await fake.dispatch("MESSAGE_CREATE", fake.user_message(STRANGER, "look", attachments=(secret,)))
+        await _until(lambda: any("not allowed" in m.content for m in fake.in_channel(CHANNEL_ID)))
+        notes = fake.attachment(base, "notes.txt", b"just text", content_type="text/plain")
+        image = fake.attachment(base, "shot.png", PNG)
+        await fake.dispatch("MESSAGE_CREATE", fake.user_message(ALLOWED, "see these", attachments=(notes, image)))
+        await _until(lambda: len(_entries(journal, "thought")) == 1)
+        thought = _entries(journal, "thought")[0]
+        assert [a["media_type"] for a in thought["attachments"]] == ["image/png"]
+        notices = [m.content for m in fake.in_channel(CHANNEL_ID) if "left out" in m.content]
+        assert len(notices) == 1 and "notes.txt" in notices[0] and "shot.png" not in notices[0]
+        assert fake.fetched["stranger.png"] == 0
+        assert len(list((tmp_path / "chat.jsonl.attachments").iterdir())) == 1
+    finally:
+        await stop(process)

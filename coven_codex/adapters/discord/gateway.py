@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import discord
+import discord.http
 from discord import app_commands
 
 from coven_codex.adapters.discord.rest import MESSAGE_LIMIT
@@ -252,30 +253,48 @@ class DiscordGateway(discord.Client):
             return
         text, user = self._text(message), _user(message.author)
         address = await self._thread_for(_address(message.channel, message.guild), user, str(message.id), text)
-        event = IncomingMessage(address, user, text, await self._images(message), message_id=str(message.id))
+        allowed = self.access is None or self.access.refusal(user, address) is None
+        images = await self._images(message, address) if allowed else ()  # a stranger's files are not fetched
+        event = IncomingMessage(address, user, text, images, message_id=str(message.id))
         await self._events.put((event, None))
 
-    async def _images(self, message: discord.Message) -> tuple[Attachment, ...]:
+    async def _images(self, message: discord.Message, address: Address) -> tuple[Attachment, ...]:
         """The message's image attachments, downloaded into the journal's attachments folder.
 
         Files that are not PNG, JPEG, GIF or WebP, or larger than the web page's limit, are left
-        out (with one warning each, the file name cut).
+        out, and the user is told which (one notice per message, in the conversation).
         """
         if self.images is None:
             return ()
         stored: list[Attachment] = []
+        left_out: list[str] = []
         for attachment in message.attachments:
             if attachment.size > MAX_IMAGE_BYTES:
-                log.warning(
-                    "discord: attachment %s is larger than the image limit; left out", clip(attachment.filename, 64)
-                )
+                left_out.append(f"{clip(attachment.filename, 64)} (larger than {MAX_IMAGE_BYTES // 2**20} MiB)")
                 continue
             try:
                 data = await attachment.read()
                 stored.append((await self.images.save(data)).attachment())
-            except (UploadError, discord.HTTPException) as exc:
-                log.warning("discord: attachment %s left out: %s", clip(attachment.filename, 64), clip(str(exc), 200))
+            except UploadError as exc:
+                left_out.append(f"{clip(attachment.filename, 64)} ({clip(str(exc), 120)})")
+            except discord.HTTPException as exc:
+                left_out.append(f"{clip(attachment.filename, 64)} (could not be downloaded: {clip(str(exc), 120)})")
+        if left_out:
+            await self._notice(
+                address, "left out, only PNG, JPEG, GIF and WebP images go to Codex: " + "; ".join(left_out)
+            )
         return tuple(stored)
+
+    async def _notice(self, address: Address, text: str) -> None:
+        """Post a short notice in the conversation at ``address`` (failures are logged, once each)."""
+        params = discord.http.handle_message_parameters(
+            content=text[: MESSAGE_LIMIT - 1], allowed_mentions=_NO_MENTIONS
+        )
+        try:
+            with params:
+                await self.http.send_message(address.thread or address.channel, params=params)
+        except discord.HTTPException as exc:
+            log.warning("discord: a notice could not be posted: %s", clip(str(exc), 200))
 
     async def on_interaction(self, interaction: discord.Interaction) -> None:
         """A button press: acknowledge it and queue its action (the button's ``custom_id``)."""
