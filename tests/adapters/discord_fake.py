@@ -93,6 +93,8 @@ class FakeDiscord:
     """The application commands as last registered."""
     threads: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Started threads by id, as Discord's channel objects."""
+    expired: set[str] = field(default_factory=set)
+    """Interaction tokens whose callback answers 404 Unknown interaction (acknowledged too late)."""
     thread_starts: int = 0
     """How many times a thread start was asked for (a refused second start included)."""
     _interaction_channels: dict[str, str] = field(default_factory=dict)
@@ -433,6 +435,8 @@ class FakeDiscord:
         body = await request.json()
         self.interactions.append(body)
         token = request.match_info["token"]
+        if token in self.expired:
+            return _json({"message": "Unknown interaction", "code": 10062}, status=404)
         interaction: dict[str, Any] = {"id": request.match_info["iid"], "type": 3, "response_message_loading": False}
         resource: dict[str, Any] = {"type": body["type"]}
         if body["type"] == 5:  # DEFERRED_CHANNEL_MESSAGE_WITH_SOURCE: the "thinking" message

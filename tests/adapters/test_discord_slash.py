@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -103,3 +104,23 @@ async def test_new_appends_a_reset_and_status_and_cancel_answer(
         assert not [m for m in fake.in_channel(CHANNEL_ID) if not m.interaction]  # every answer was a response
     finally:
         await stop(process)
+
+
+async def test_a_command_acknowledged_too_late_is_still_answered_in_the_channel(
+    served: tuple[FakeDiscord, int], tmp_path: Path
+) -> None:
+    fake, port = served
+    journal = tmp_path / "chat.jsonl"
+    process = await start_adapter(journal, port, allow_users=[ADMIN], admins=[ADMIN], stderr=asyncio.subprocess.PIPE)
+    try:
+        await until(fake.identified.is_set, 30)
+        payload = fake.slash_command(ADMIN, "new")
+        fake.expired.add(str(payload["token"]))
+        await fake.dispatch("INTERACTION_CREATE", payload)
+        await until(lambda: any("new session" in m.content for m in fake.in_channel(CHANNEL_ID)))
+        assert [r["conversation"] for r in journal_entries(journal, "reset")] == [CONVERSATION]
+    finally:
+        await stop(process)
+    assert process.stderr is not None
+    log = (await process.stderr.read()).decode()
+    assert "could not be acknowledged" in log and "Traceback" not in log

@@ -190,7 +190,11 @@ class DiscordGateway(discord.Client):
         A ``request`` (``/codex``) in a ``thread_channels`` channel starts its thread on the
         command's response message, as a mention does on the message.
         """
-        deferred = await interaction.response.defer(thinking=True)
+        try:
+            deferred = await interaction.response.defer(thinking=True)
+        except discord.HTTPException as exc:  # too late (3 s) or gone: still handled, answers go to the channel
+            log.warning("discord: a slash command could not be acknowledged: %s", clip(str(exc), 200))
+            deferred = None
         address, user = _address(interaction.channel, interaction.guild), _user(interaction.user)
         if request and deferred is not None and deferred.message_id is not None:
             address = await self._thread_for(address, user, str(deferred.message_id), text)
