@@ -540,8 +540,13 @@ class FakeDiscord:
         *,
         roles: tuple[str, ...] = (),
         channel: str = CHANNEL_ID,
+        files: dict[str, dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
-        """An INTERACTION_CREATE payload (type 2): ``user_id`` runs ``/name`` in ``channel`` (a thread started too)."""
+        """An INTERACTION_CREATE payload (type 2): ``user_id`` runs ``/name`` in ``channel`` (a thread started too).
+
+        ``files`` maps attachment options to attachment objects (:meth:`attachment`), sent as
+        Discord does: the option's value is the attachment's id, the object is in ``resolved``.
+        """
         registered = {command["name"] for command in self.commands}
         assert name in registered, f"/{name} was not registered"
         interaction_id = self.snowflake()
@@ -555,8 +560,12 @@ class FakeDiscord:
             "position": 0,
         }
         data: dict[str, Any] = {"id": self.snowflake(), "name": name, "type": 1}
-        if options:
-            data["options"] = [{"name": key, "type": 3, "value": value} for key, value in options.items()]
+        data["options"] = [{"name": key, "type": 3, "value": value} for key, value in (options or {}).items()]
+        for key, attachment in (files or {}).items():
+            data["options"].append({"name": key, "type": 11, "value": attachment["id"]})
+            data.setdefault("resolved", {}).setdefault("attachments", {})[attachment["id"]] = attachment
+        if not data["options"]:
+            del data["options"]
         return {
             "id": interaction_id,
             "application_id": BOT["id"],

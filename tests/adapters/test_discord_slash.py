@@ -60,7 +60,8 @@ async def test_the_four_commands_are_registered_and_codex_sends_the_prompt(
         await until(fake.identified.is_set, 30)
         assert sorted(command["name"] for command in fake.commands) == ["cancel", "codex", "new", "status"]
         codex = next(command for command in fake.commands if command["name"] == "codex")
-        assert [(o["name"], o["type"], o["required"]) for o in codex["options"]] == [("prompt", 3, True)]
+        options = [(o["name"], o["type"], o["required"]) for o in codex["options"]]
+        assert options == [("prompt", 3, True), ("image", 11, False)]
         shown = await _run(fake, ALLOWED, "codex", {"prompt": "what is 6 x 7?"})
         assert shown == "> what is 6 x 7?"
         thoughts = journal_entries(journal, "thought")
@@ -124,3 +125,28 @@ async def test_a_command_acknowledged_too_late_is_still_answered_in_the_channel(
     assert process.stderr is not None
     log = (await process.stderr.read()).decode()
     assert "could not be acknowledged" in log and "Traceback" not in log
+
+
+PNG = (
+    b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00\x1f\x15\xc4\x89"
+    b"\x00\x00\x00\rIDATx\x9cc\xf8\xff\xff?\x00\x05\xfe\x02\xfe\xa7V\x81\x1d\x00\x00\x00\x00IEND\xaeB`\x82"
+)
+
+
+async def test_codex_with_an_image_sends_it_as_image_input(served: tuple[FakeDiscord, int], tmp_path: Path) -> None:
+    fake, port = served
+    journal = tmp_path / "chat.jsonl"
+    process = await start_adapter(journal, port, allow_users=[ALLOWED])
+    try:
+        await until(fake.identified.is_set, 30)
+        image = fake.attachment(f"http://127.0.0.1:{port}", "screen.png", PNG)
+        payload = fake.slash_command(ALLOWED, "codex", {"prompt": "what is on screen?"}, files={"image": image})
+        await fake.dispatch("INTERACTION_CREATE", payload)
+        await until(lambda: len(journal_entries(journal, "thought")) == 1)
+        thought = journal_entries(journal, "thought")[0]
+        assert thought["text"] == "what is on screen?"
+        assert [a["media_type"] for a in thought["attachments"]] == ["image/png"]
+        stored = Path(str(thought["attachments"][0]["url"]).removeprefix("file://"))
+        assert stored.read_bytes() == PNG
+    finally:
+        await stop(process)

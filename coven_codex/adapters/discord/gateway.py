@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -112,9 +112,12 @@ def _gateway_of(interaction: discord.Interaction) -> DiscordGateway:
 
 
 @app_commands.command(name="codex", description="Send a message to Codex in this conversation")
-@app_commands.describe(prompt="what to ask Codex")
-async def _codex_command(interaction: discord.Interaction, prompt: str) -> None:
-    await _gateway_of(interaction).slash(interaction, prompt, shown=f"> {prompt}", request=True)
+@app_commands.describe(prompt="what to ask Codex", image="an image for Codex to look at")
+async def _codex_command(
+    interaction: discord.Interaction, prompt: str, image: discord.Attachment | None = None
+) -> None:
+    files = (image,) if image is not None else ()
+    await _gateway_of(interaction).slash(interaction, prompt, shown=f"> {prompt}", request=True, files=files)
 
 
 @app_commands.command(name="cancel", description="Stop Codex's running turn in this conversation")
@@ -183,7 +186,12 @@ class DiscordGateway(discord.Client):
         return answer if answer is not None and answer.address == address else None
 
     async def slash(
-        self, interaction: discord.Interaction, text: str, shown: str = "done", request: bool = False
+        self,
+        interaction: discord.Interaction,
+        text: str,
+        shown: str = "done",
+        request: bool = False,
+        files: tuple[discord.Attachment, ...] = (),
     ) -> None:
         """Defer a slash command's response and queue it as a message with ``text``.
 
@@ -198,7 +206,9 @@ class DiscordGateway(discord.Client):
         address, user = _address(interaction.channel, interaction.guild), _user(interaction.user)
         if request and deferred is not None and deferred.message_id is not None:
             address = await self._thread_for(address, user, str(deferred.message_id), text)
-        event = IncomingMessage(address, user, text, message_id=str(interaction.id))
+        allowed = self.access is None or self.access.refusal(user, address) is None
+        images = await self._images(files, address) if allowed and files else ()
+        event = IncomingMessage(address, user, text, images, message_id=str(interaction.id))
         await self._events.put((event, SlashAnswer(interaction, address, shown[: MESSAGE_LIMIT - 1])))
 
     def _own_thread(self, channel: object) -> bool:
@@ -258,12 +268,12 @@ class DiscordGateway(discord.Client):
         text, user = self._text(message), _user(message.author)
         address = await self._thread_for(_address(message.channel, message.guild), user, str(message.id), text)
         allowed = self.access is None or self.access.refusal(user, address) is None
-        images = await self._images(message, address) if allowed else ()  # a stranger's files are not fetched
+        images = await self._images(message.attachments, address) if allowed else ()  # a stranger's: not fetched
         event = IncomingMessage(address, user, text, images, message_id=str(message.id))
         await self._events.put((event, None))
 
-    async def _images(self, message: discord.Message, address: Address) -> tuple[Attachment, ...]:
-        """The message's image attachments, downloaded into the journal's attachments folder.
+    async def _images(self, files: Sequence[discord.Attachment], address: Address) -> tuple[Attachment, ...]:
+        """The image ``files`` (a message's or a slash command's), downloaded into the attachments folder.
 
         Files that are not PNG, JPEG, GIF or WebP, or larger than the web page's limit, are left
         out, and the user is told which (one notice per message, in the conversation).
@@ -272,7 +282,7 @@ class DiscordGateway(discord.Client):
             return ()
         stored: list[Attachment] = []
         left_out: list[str] = []
-        for attachment in message.attachments:
+        for attachment in files:
             if attachment.size > MAX_IMAGE_BYTES:
                 left_out.append(f"{clip(attachment.filename, 64)} (larger than {MAX_IMAGE_BYTES // 2**20} MiB)")
                 continue
