@@ -52,6 +52,7 @@ def execute(args: argparse.Namespace) -> int:
     print(f"coven-codex slack: {section.access_policy().describe()}", file=sys.stderr, flush=True)
 
     async def started(identity: SlackIdentity) -> None:
+        """Say who the bot is and which journal it follows (tests and service logs wait for this line)."""
         print(
             f"coven-codex slack: connected as {identity.user_id} in {identity.team_id} ({section.mode} mode);"
             f" following {journal} (cursor '{cursor_name('slack')}')",
@@ -60,6 +61,7 @@ def execute(args: argparse.Namespace) -> int:
         )
 
     async def main() -> None:
+        """Run the adapter; SIGINT and SIGTERM cancel it (a clean exit)."""
         task = asyncio.current_task()
         assert task is not None
         loop = asyncio.get_running_loop()

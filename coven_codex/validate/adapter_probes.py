@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import os
+from pathlib import Path
 
 from coven_codex.adapters.kit.config import AdapterConfigError, AdapterSection
 from coven_codex.settings import Settings
@@ -19,6 +20,7 @@ from coven_codex.validate.framework import Probe, ProbeContext, ProbeFunction, P
 
 def _library(section: AdapterSection) -> ProbeFunction:
     async def probe(context: ProbeContext) -> ProbeResult:
+        """Whether the adapter's library imports."""
         try:
             await asyncio.to_thread(importlib.import_module, section.LIBRARY)
         except ImportError as exc:
@@ -33,10 +35,22 @@ def _library(section: AdapterSection) -> ProbeFunction:
 
 def _tokens(section: AdapterSection) -> ProbeFunction:
     async def probe(context: ProbeContext) -> ProbeResult:
+        """Whether every token the adapter needs is present and well-formed."""
         try:
             secrets = section.load_secrets(dict(os.environ))
         except AdapterConfigError as exc:
             return ProbeResult.fail(str(exc), "Set the token as the message says, then run validate again.")
+        loose = [
+            f"{kind}_file {where}"
+            for kind in secrets
+            for how, where in [section.secret_source(kind)]
+            if how == "file" and _readable_by_others(Path(where))
+        ]
+        if loose:
+            return ProbeResult.warn(
+                f"present and well-formed, but other users of this machine may read {', '.join(loose)}",
+                "chmod 600 the file (or 640 with a group only the service's user is in).",
+            )
         sources = ", ".join(
             f"{kind} from {'$' if how == 'env' else ''}{where}"
             for kind in secrets
@@ -47,8 +61,16 @@ def _tokens(section: AdapterSection) -> ProbeFunction:
     return probe
 
 
+def _readable_by_others(path: Path) -> bool:
+    try:
+        return bool(path.stat().st_mode & 0o007)
+    except OSError:
+        return False
+
+
 def _access(section: AdapterSection) -> ProbeFunction:
     async def probe(context: ProbeContext) -> ProbeResult:
+        """Whether the allow-lists let somebody in."""
         problems = section.access_problems()
         if problems:
             return ProbeResult.fail(

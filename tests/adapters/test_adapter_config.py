@@ -212,3 +212,19 @@ def test_coven_codex_validate_runs_the_adapter_probes(tmp_path: Path) -> None:
     assert checks["slack_tokens"]["status"] == "fail" and "SLACK_APP_TOKEN" in checks["slack_tokens"]["detail"]
     assert checks["slack_access"]["status"] == "pass" and checks["slack_library"]["status"] == "pass"
     assert BOT not in done.stdout and done.returncode == 1
+
+
+async def test_validate_warns_when_a_token_file_is_readable_by_everyone(tmp_path: Path) -> None:
+    secret = tmp_path / "bot"
+    secret.write_text(BOT)
+    (tmp_path / "app").write_text(APP)
+    config = write(tmp_path, '[adapters.slack]\ntoken_file = "bot"\napp_token_file = "app"\nallow_users = ["U1"]\n')
+    settings = load_settings(config)
+    for mode, status in ((0o644, Status.WARN), (0o600, Status.PASS)):
+        secret.chmod(mode)
+        (tmp_path / "app").chmod(0o600)
+        tokens = [
+            o for o in await run_plan(adapter_plan(settings), ProbeContext(settings)) if o.probe.code == "slack_tokens"
+        ]
+        assert tokens[0].result.status is status, tokens[0].result
+    assert BOT not in tokens[0].result.detail

@@ -343,5 +343,12 @@ async def test_a_token_slack_refuses_stops_the_adapter_with_what_to_do(tmp_path:
         )
         assert done.returncode == 1, done.stderr
         assert "invalid_auth" in done.stderr and "copy it again" in done.stderr and wrong not in done.stderr
+        wrong_app = "xapp-1-AFAKE-9999999999-notthisonenotthisone00"
+        done = await asyncio.to_thread(
+            _command, tmp_path, adapter.config.read_text(), {"SLACK_BOT_TOKEN": BOT_TOKEN, "SLACK_APP_TOKEN": wrong_app}
+        )
+        assert done.returncode == 1, done.stderr
+        assert "Slack refused Socket Mode (invalid_auth)" in done.stderr and "SLACK_APP_TOKEN" in done.stderr
+        assert wrong_app not in done.stderr
     finally:
         await adapter.fake.stop()

@@ -510,6 +510,7 @@ async def run_slack(settings: SlackRun, started: Callable[[SlackIdentity], Await
             log.info("slack: connected as %s in %s (%s mode)", identity.user_id, identity.team_id, section.mode)
 
             async def announce() -> None:
+                """Tell ``started`` once the runner follows the journal."""
                 await runner.ready.wait()
                 if started is not None:
                     await started(identity)
@@ -539,14 +540,21 @@ async def _connect_socket_mode(
     from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler  # noqa: PLC0415
 
     handler = AsyncSocketModeHandler(app, app_token.reveal(), web_client=client)
+    # The first address is asked for here: slack_sdk's connect loop retries every error for ever
+    # (a wrong app-level token would hang the adapter); a refusal is said once and ends the adapter.
     try:
-        await handler.connect_async()  # type: ignore[no-untyped-call]
+        opened = await client.apps_connections_open(app_token=app_token.reveal())
+        handler.client.wss_uri = str(opened["url"])
     except SlackApiError as exc:
         error = str(exc.response.get("error") or "refused")
-        raise PlatformError(
-            f"Slack refused Socket Mode ({clip(error, 80)}): enable Socket Mode for the app and give the app-level"
-            " token the connections:write scope"
-        ) from None
+        if error != "ratelimited":
+            raise PlatformError(
+                f"Slack refused Socket Mode ({clip(error, 80)}): check SLACK_APP_TOKEN (Basic Information >"
+                " App-Level Tokens, scope connections:write) and that Socket Mode is enabled for the app"
+            ) from None
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        log.warning("slack: cannot reach Slack yet (%s); Socket Mode keeps trying", type(exc).__name__)
+    await handler.connect_async()  # type: ignore[no-untyped-call]
     stack.push_async_callback(handler.close_async)
 
 
