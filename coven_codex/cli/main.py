@@ -21,6 +21,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "validate",
     "chat",
     "web",
+    "discord",
     "slack",
     "demo",
     "spells",

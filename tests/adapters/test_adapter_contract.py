@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from adapters_under_test import AdapterUnderTest, ConsoleAdapter, FakeAdapter, Shown
+from discord_under_test import DiscordAdapter
 from slack_under_test import SlackAdapter
 from web_under_test import WebAdapter
 
@@ -37,6 +38,7 @@ ADAPTERS: dict[str, Callable[[Path], AdapterUnderTest]] = {
     "fake": FakeAdapter,
     "console": ConsoleAdapter,
     "web": WebAdapter,
+    "discord": DiscordAdapter,
     "slack": SlackAdapter,
 }
 NETWORK = [name for name in ADAPTERS if ADAPTERS[name](Path("/nonexistent")).network]
@@ -45,6 +47,7 @@ CRASH_SAFE: dict[str, Callable[[Path], AdapterUnderTest]] = {
     # at its own critical points (here: right after the platform recorded a post or an edit).
     "fake": lambda folder: FakeAdapter(folder, rate_limit_every=7, chaos=0.03),
     "web": WebAdapter,
+    "discord": lambda folder: DiscordAdapter(folder, rate_limit_every=7),
     # the fake Slack answers every 7th post or edit with 429 (Retry-After: 0) and kills the adapter
     # right after recording 3% of its posts and edits, before the answer reaches it
     "slack": lambda folder: SlackAdapter(folder, chaos=0.03, rate_limit_every=7),

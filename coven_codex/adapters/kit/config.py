@@ -293,6 +293,24 @@ class DiscordSection(AdapterSection):
     listen_channels: list[str] = Field(
         default_factory=list, description="Channel ids where every message (not only mentions) goes to Codex."
     )
+    thread_channels: list[str] = Field(
+        default_factory=list,
+        description="Channel ids where each mention starts a Discord thread of its own, which is its conversation.",
+    )
+
+    def access_problems(self) -> list[str]:
+        """The common problems, and listen/thread channels that ``allow_channels`` leaves out (never answered)."""
+        problems = super().access_problems()
+        if self.allow_channels:
+            for key in ("listen_channels", "thread_channels"):
+                outside = sorted(set(getattr(self, key)) - set(self.allow_channels))
+                if outside:
+                    problems.append(
+                        f"[adapters.discord] {key} names channels that allow_channels leaves out"
+                        f" ({', '.join(channel[:32] for channel in outside[:5])}): add them to allow_channels"
+                        " or remove them"
+                    )
+        return problems
 
 
 class AdaptersSettings(BaseModel):
