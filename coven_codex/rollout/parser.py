@@ -55,6 +55,8 @@ def parse_line(data: bytes, offset: int) -> RolloutRecord | RolloutParseError:
 def record_from_object(obj: JsonObject, offset: int, data: bytes = b"") -> RolloutRecord | RolloutParseError:
     """Type an already decoded line object."""
     kind = obj.get("type")
+    if "payload" not in obj and is_legacy_record(obj):
+        return _error(data or _dump(obj), offset, "a record of the old rollout format (no envelope)", legacy=True)
     if not isinstance(kind, str):
         return _error(data or _dump(obj), offset, "the line has no string 'type'")
     if "payload" not in obj:
@@ -85,8 +87,35 @@ def _dump(obj: Any) -> bytes:
     return json.dumps(obj, ensure_ascii=False)[:EXCERPT_CHARS].encode()
 
 
-def _error(data: bytes, offset: int, reason: str) -> RolloutParseError:
-    return RolloutParseError(offset, reason, data[:EXCERPT_CHARS].decode("utf-8", "replace"))
+def _error(data: bytes, offset: int, reason: str, *, legacy: bool = False) -> RolloutParseError:
+    return RolloutParseError(offset, reason, data[:EXCERPT_CHARS].decode("utf-8", "replace"), legacy)
+
+
+LEGACY_ITEM_TYPES: frozenset[str] = frozenset(
+    {
+        "message",
+        "reasoning",
+        "function_call",
+        "function_call_output",
+        "custom_tool_call",
+        "custom_tool_call_output",
+        "local_shell_call",
+        "web_search_call",
+    }
+)
+"""Model items that the old rollout format wrote bare, one per line, without an envelope."""
+
+
+def is_legacy_record(obj: JsonObject) -> bool:
+    """Whether a decoded line without ``payload`` is a record of the old rollout format: its
+    session header (``{"id", "timestamp", "instructions"...}`` without ``type``), a state line
+    (``{"record_type": "state"}``) or a bare model item (``{"type": "message", ...}``)."""
+    if isinstance(obj.get("record_type"), str):
+        return True
+    kind = obj.get("type")
+    if kind is None:
+        return isinstance(obj.get("id"), str) and isinstance(obj.get("timestamp"), str)
+    return kind in LEGACY_ITEM_TYPES
 
 
 def _str(value: Any) -> str | None:

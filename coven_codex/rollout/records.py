@@ -249,6 +249,9 @@ class RolloutParseError:
     offset: int
     reason: str
     excerpt: str
+    legacy: bool = False
+    """The line is a record of the old format without the ``type``/``payload`` envelope
+    (Codex versions before the envelope; see ``docs/rollout.md``)."""
 
     def describe(self) -> str:
         return f"unreadable rollout line at byte {self.offset}: {self.reason}"

@@ -59,6 +59,7 @@ from coven_codex.rollout.records import (
     ToolOutputItem,
     TurnAbortedEvent,
     TurnCompleteEvent,
+    TurnContext,
     TurnStartedEvent,
     UserMessageEvent,
 )
@@ -85,11 +86,14 @@ def turn_entry_id(scope: str, turn: str, what: str) -> str:
 
 
 BAD_LINE_CODE = "BAD_LINE"
+UNSUPPORTED_FORMAT_CODE = "VERSION"
+"""The code of the one error a rollout in the old format (no envelope) gets."""
+NO_END_REASON = "no_end_recorded"
+"""``reason`` of the ``turn_aborted`` the translator adds for a turn whose end Codex never wrote."""
 
 SKIPPED_ENVELOPES: frozenset[tuple[str, str | None]] = frozenset(
     {
         ("session_meta", None),
-        ("turn_context", None),
         ("world_state", None),
         ("token_usage_record", None),
         ("compacted", None),
@@ -122,6 +126,16 @@ class RolloutTranslator:
         self._saw_turn_events = False
         self._ended_turns: set[str] = set()
         """Turns whose end was translated: a turn ends once (a repeated end line gives nothing)."""
+        self._turn_open = False
+        """Whether the turn started by the last ``task_started`` has not ended yet."""
+        self._open_turn_id: str | None = None
+        """That turn's id (None when Codex gave none)."""
+        self._current_turn_id: str | None = None
+        """The turn the lines now belong to (``task_started`` / ``turn_context``), for entries whose
+        record carries no turn id."""
+        self._open_calls: dict[str, str] = {}
+        """Tool calls of the open turn without a result yet: call id → tool."""
+        self._legacy_reported = False
         self._last_timestamp_text: str | None = None
         self._parsed_timestamp_text: str | None = None
         self._parsed_timestamp: datetime | None = None
@@ -136,6 +150,7 @@ class RolloutTranslator:
             TurnCompleteEvent: self._turn_complete,
             TurnAbortedEvent: self._turn_aborted,
             ErrorMessageEvent: self._error_event,
+            TurnContext: self._turn_context,
         }
 
     # -- input ----------------------------------------------------------------------------
@@ -164,6 +179,8 @@ class RolloutTranslator:
             return self.feed_record(parsed)
         if parsed.reason == "blank line":
             return []
+        if parsed.legacy:
+            return self._unsupported_format(start)
         resumed_at = data.rfind(RECORD_START, 1)
         if resumed_at == -1:
             return [self._bad_line(start, parsed.reason)]
@@ -185,7 +202,9 @@ class RolloutTranslator:
         text = self._last_timestamp_text
         if text is not None:
             if text != self._parsed_timestamp_text:
-                self._parsed_timestamp = _parse_timestamp(text) or self._parsed_timestamp
+                parsed = _parse_timestamp(text)
+                if parsed is not None and (self._parsed_timestamp is None or parsed > self._parsed_timestamp):
+                    self._parsed_timestamp = parsed  # never earlier than an entry before: see docs/rollout.md
                 self._parsed_timestamp_text = text
             if self._parsed_timestamp is not None:
                 fields["ts"] = self._parsed_timestamp  # lines without one take the previous line's time
@@ -214,7 +233,7 @@ class RolloutTranslator:
             ResponseEntry(
                 text=payload.text,
                 thread_id=self.thread_id,
-                turn_id=payload.turn_id,
+                turn_id=payload.turn_id or self._current_turn_id,
                 **extra,
                 **self._common(record.offset),
             )
@@ -227,11 +246,22 @@ class RolloutTranslator:
 
     def _tool_call_item(self, record: RolloutRecord) -> list[BaseEntry]:
         assert isinstance(record.payload, ToolCallItem)
-        return [self._tool_call(record.payload, self._common(record.offset))]
+        call = self._tool_call(record.payload, self._common(record.offset))
+        if self._turn_open and call.call_id is not None:
+            self._open_calls[call.call_id] = call.tool
+        return [call]
 
     def _tool_output_item(self, record: RolloutRecord) -> list[BaseEntry]:
         assert isinstance(record.payload, ToolOutputItem)
+        if record.payload.call_id is not None:
+            self._open_calls.pop(record.payload.call_id, None)
         return [self._tool_result(record.payload, self._common(record.offset))]
+
+    def _turn_context(self, record: RolloutRecord) -> list[BaseEntry]:
+        assert isinstance(record.payload, TurnContext)
+        if record.payload.turn_id is not None:
+            self._current_turn_id = record.payload.turn_id
+        return []
 
     def _tool_call_completed(self, record: RolloutRecord) -> list[BaseEntry]:
         payload = record.payload
@@ -243,7 +273,51 @@ class RolloutTranslator:
     def _turn_started(self, record: RolloutRecord) -> list[BaseEntry]:
         assert isinstance(record.payload, TurnStartedEvent)
         self._saw_turn_events = True
-        return [self._status(TURN_STARTED, record.payload.turn_id, "turn started", self._common(record.offset))]
+        turn_id = record.payload.turn_id
+        repeated = self._turn_open and turn_id is not None and turn_id == self._open_turn_id
+        closed = [] if repeated else self._close_open_turn(record.offset)
+        self._turn_open, self._open_turn_id = True, turn_id
+        self._current_turn_id = turn_id
+        return [*closed, self._status(TURN_STARTED, turn_id, "turn started", self._common(record.offset))]
+
+    def _close_open_turn(self, offset: int) -> list[BaseEntry]:
+        """For a turn still open when the next one starts (Codex was killed before it wrote the
+        end, 0.104): a ``tool_result`` for each call left without one, then ``turn_aborted``.
+        Their ids: ``:1``, ``:2`` … of the new ``task_started`` line, and the turn's end id."""
+        if not self._turn_open:
+            return []
+        turn_id = self._open_turn_id
+        self._turn_open = False
+        if self._ended(turn_id):
+            return []
+        out: list[BaseEntry] = []
+        for index, (call_id, tool) in enumerate(self._open_calls.items(), start=1):
+            out.append(
+                ToolResultEntry(
+                    call_id=call_id,
+                    tool=tool,
+                    is_error=True,
+                    text="no result was recorded: the turn ended without one",
+                    **self._common(offset, index),
+                )
+            )
+        self._open_calls.clear()
+        out.append(
+            self._status(
+                TURN_ABORTED,
+                turn_id,
+                "turn aborted (Codex recorded no end for it; the next turn started)",
+                self._turn_common(offset, turn_id, "end", len(out) + 1),
+                reason=NO_END_REASON,
+            )
+        )
+        return out
+
+    def _turn_ended(self, turn_id: str | None) -> None:
+        """Forget the open turn once its end is read."""
+        if self._turn_open and (turn_id is None or turn_id == self._open_turn_id):
+            self._turn_open = False
+            self._open_calls.clear()
 
     def _user_message(self, record: RolloutRecord) -> list[BaseEntry]:
         payload = record.payload
@@ -257,6 +331,7 @@ class RolloutTranslator:
         payload = record.payload
         assert isinstance(payload, TurnCompleteEvent)
         self._saw_turn_events = True
+        self._turn_ended(payload.turn_id)
         if self._ended(payload.turn_id):
             return []
         if payload.error_message is None:
@@ -287,6 +362,7 @@ class RolloutTranslator:
     def _turn_aborted(self, record: RolloutRecord) -> list[BaseEntry]:
         payload = record.payload
         assert isinstance(payload, TurnAbortedEvent)
+        self._turn_ended(payload.turn_id)
         if self._ended(payload.turn_id):
             return []
         reason = payload.reason or "aborted"
@@ -339,7 +415,7 @@ class RolloutTranslator:
 
     def _tool_result(self, item: ToolOutputItem, common: dict[str, Any]) -> ToolResultEntry:
         output = clean_tool_output(item.output)
-        failed = item.call_id in self._failed_calls or (output.exit_code not in (None, 0))
+        failed = item.call_id in self._failed_calls or output.failed or (output.exit_code not in (None, 0))
         extra: dict[str, Any] = {} if output.exit_code is None else {"exit_code": output.exit_code}
         tool = self._tool_names.get(item.call_id) if item.call_id is not None else None
         return ToolResultEntry(call_id=item.call_id, tool=tool, is_error=failed, text=output.text, **extra, **common)
@@ -362,6 +438,25 @@ class RolloutTranslator:
         if transient:
             return entry.model_copy(update={"transient": True})
         return entry
+
+    def _unsupported_format(self, start: int) -> list[BaseEntry]:
+        """One ``VERSION`` error for a rollout in the old format, however many lines it has."""
+        if self._legacy_reported:
+            return []
+        self._legacy_reported = True
+        log.warning("rollout of thread %s is in the old format without envelopes: not translated", self.thread_id)
+        fields: dict[str, Any] = self._common(start)
+        fields.update(thread_id=self.thread_id, offset=start)
+        return [
+            ErrorEntry(
+                code=UNSUPPORTED_FORMAT_CODE,
+                text="This rollout was written by a Codex version whose rollout format (records without a "
+                "type/payload envelope) coven-codex does not read: nothing of this thread is shown.",
+                hint="Install a supported Codex CLI (coven-codex validate names them) and start a new session; "
+                "this thread's history stays in Codex.",
+                **fields,
+            )
+        ]
 
     def _bad_line(self, start: int, reason: str) -> ErrorEntry:
         log.warning("rollout of thread %s: unreadable line at byte %d: %s", self.thread_id, start, reason)
