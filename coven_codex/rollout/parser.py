@@ -8,12 +8,14 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from coven_codex.rollout import activities
 from coven_codex.rollout.records import (
     AgentMessageEvent,
     AgentReasoningEvent,
     ErrorMessageEvent,
     ItemCompletedEvent,
     JsonObject,
+    McpCallEndEvent,
     MessageItem,
     OtherEvent,
     OtherPayload,
@@ -166,7 +168,16 @@ def _turn_context(p: JsonObject) -> Payload:
 
 def _response_item(item_type: Any, p: JsonObject) -> Payload:
     if item_type == "message":
-        return MessageItem(_str(p.get("role")), content_text(p.get("content")), _str(p.get("id")), p)
+        text = content_text(p.get("content"))
+        if p.get("role") == "user" and text.startswith(activities.USER_SHELL_PREFIX):
+            shell = activities.user_shell(text, p)
+            if shell is not None:
+                return shell
+        return MessageItem(_str(p.get("role")), text, _str(p.get("id")), p)
+    if item_type == "web_search_call":
+        return activities.web_search(p) or OtherResponseItem(item_type, p)
+    if item_type == "image_generation_call":
+        return activities.image_generated(p)
     if item_type == "reasoning":
         summary = p.get("summary")
         parts = summary if isinstance(summary, list) else []
@@ -225,6 +236,8 @@ def _item_completed(p: JsonObject) -> Payload:
         summary = item.get("summary_text")
         text = "\n".join(s for s in summary if isinstance(s, str)) if isinstance(summary, list) else ""
         return AgentReasoningEvent(text, _str(item.get("id")), turn_id, p)
+    if item_type == "Plan":
+        return activities.plan(item, turn_id) or ItemCompletedEvent(item_type, turn_id, p)
     if item_type in _TOOL_ITEM_TYPES:
         status = _str(item.get("status"))
         result = item.get("result")
@@ -236,6 +249,30 @@ def _item_completed(p: JsonObject) -> Payload:
         )
         return ToolCallCompletedEvent(item_type, _str(item.get("id")), status, failed, turn_id, p)
     return ItemCompletedEvent(item_type, turn_id, p)
+
+
+def _mcp_call_end(p: JsonObject) -> Payload:
+    invocation = p.get("invocation")
+    call = invocation if isinstance(invocation, dict) else {}
+    result = p.get("result")
+    failed = False
+    if isinstance(result, dict) and "Err" in result:
+        failed, text = True, output_text(result["Err"])
+    else:
+        ok = result.get("Ok", result) if isinstance(result, dict) else result
+        text = output_text(ok) if ok is not None else ""
+        failed = isinstance(ok, dict) and (ok.get("isError") is True or ok.get("is_error") is True)
+    if isinstance(p.get("error"), str):
+        failed, text = True, p["error"]
+    return McpCallEndEvent(
+        _str(p.get("call_id")),
+        _str(call.get("server")) or "",
+        _str(call.get("tool")) or "",
+        call.get("arguments"),
+        text,
+        failed,
+        p,
+    )
 
 
 def _task_complete(p: JsonObject) -> Payload:
@@ -267,6 +304,9 @@ _EVENT_TYPERS: dict[str, Callable[[JsonObject], Payload]] = {
     "error": lambda p: ErrorMessageEvent(
         "error", _str(p.get("message")) or json.dumps(p), p.get("codex_error_info"), p
     ),
+    "patch_apply_end": activities.patch_applied,
+    "mcp_tool_call_end": _mcp_call_end,
+    "exited_review_mode": lambda p: activities.review_finished(p) or OtherEvent("exited_review_mode", p),
     "stream_error": lambda p: ErrorMessageEvent(
         "stream_error", _str(p.get("message")) or json.dumps(p), p.get("codex_error_info"), p
     ),
@@ -275,6 +315,8 @@ _EVENT_TYPERS: dict[str, Callable[[JsonObject], Payload]] = {
 
 def _type_payload(kind: str, payload_type: Any, p: JsonObject) -> Payload:
     if kind == "event_msg":
+        if payload_type in activities.COLLAB_EVENTS:
+            return activities.subagent(payload_type, p)
         typer = _EVENT_TYPERS.get(payload_type) if isinstance(payload_type, str) else None
         return typer(p) if typer is not None else OtherEvent(_str(payload_type), p)
     if kind == "response_item":
@@ -283,6 +325,8 @@ def _type_payload(kind: str, payload_type: Any, p: JsonObject) -> Payload:
         return _session_meta(p)
     if kind == "turn_context":
         return _turn_context(p)
+    if kind == "compacted":
+        return activities.compaction(p)
     return OtherPayload(p)
 
 

@@ -39,6 +39,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from coven_codex.entries import (
+    ActivityEntry,
     BaseEntry,
     ErrorEntry,
     ReasoningEntry,
@@ -47,12 +48,15 @@ from coven_codex.entries import (
     ToolCallEntry,
     ToolResultEntry,
 )
+from coven_codex.rollout.activities import USER_SHELL_PREFIX
 from coven_codex.rollout.error_entries import error_entry_from_message
 from coven_codex.rollout.parser import ENVELOPE_PATTERN, parse_line
 from coven_codex.rollout.records import (
+    ActivityRecord,
     AgentMessageEvent,
     AgentReasoningEvent,
     ErrorMessageEvent,
+    McpCallEndEvent,
     RolloutRecord,
     ToolCallCompletedEvent,
     ToolCallItem,
@@ -96,7 +100,6 @@ SKIPPED_ENVELOPES: frozenset[tuple[str, str | None]] = frozenset(
         ("session_meta", None),
         ("world_state", None),
         ("token_usage_record", None),
-        ("compacted", None),
         ("response_item", "message"),
         ("response_item", "reasoning"),
         ("event_msg", "token_count"),
@@ -108,6 +111,11 @@ SKIPPED_ENVELOPES: frozenset[tuple[str, str | None]] = frozenset(
 _SKIPPED_RAW: frozenset[tuple[bytes, bytes | None]] = frozenset(
     (kind.encode(), None if payload_type is None else payload_type.encode()) for kind, payload_type in SKIPPED_ENVELOPES
 )
+_USER_SHELL_RAW = USER_SHELL_PREFIX.encode()
+"""A ``response_item/message`` holding this is a user's ``!command`` (an activity): decoded."""
+
+_REPEATS_A_CALL = frozenset({"patch", "subagent"})
+"""Activities whose event repeats a tool call shown with the same ``call_id`` (then skipped)."""
 
 TEXT_PREVIEW = 200
 RECORD_START = b'{"timestamp":"'
@@ -151,6 +159,8 @@ class RolloutTranslator:
             TurnAbortedEvent: self._turn_aborted,
             ErrorMessageEvent: self._error_event,
             TurnContext: self._turn_context,
+            ActivityRecord: self._activity,
+            McpCallEndEvent: self._mcp_call_end,
         }
 
     # -- input ----------------------------------------------------------------------------
@@ -170,7 +180,12 @@ class RolloutTranslator:
         """
         if not self._decode_all:
             envelope = ENVELOPE_PATTERN.match(data)  # same test as peek_envelope, without decoding names
-            if envelope is not None and envelope.group(1, 2) in _SKIPPED_RAW and data.find(RECORD_START, 1) == -1:
+            if (
+                envelope is not None
+                and envelope.group(1, 2) in _SKIPPED_RAW
+                and data.find(RECORD_START, 1) == -1
+                and _USER_SHELL_RAW not in data
+            ):
                 if data.endswith(b"}") or data.rstrip().endswith(b"}"):  # rstrip copies: only if needed
                     return []
                 return [self._bad_line(start, "torn line (it does not end with '}')")]
@@ -256,6 +271,49 @@ class RolloutTranslator:
         if record.payload.call_id is not None:
             self._open_calls.pop(record.payload.call_id, None)
         return [self._tool_result(record.payload, self._common(record.offset))]
+
+    def _activity(self, record: RolloutRecord) -> list[BaseEntry]:
+        payload = record.payload
+        assert isinstance(payload, ActivityRecord)
+        if payload.activity in _REPEATS_A_CALL and payload.call_id is not None and payload.call_id in self._tool_names:
+            return []  # the call (apply_patch, spawn_agent…) and its result already say it (outside code mode)
+        extra: dict[str, Any] = dict(payload.details)
+        return [
+            ActivityEntry(
+                activity=payload.activity,
+                text=payload.text,
+                thread_id=self.thread_id,
+                turn_id=payload.turn_id or self._current_turn_id,
+                **extra,
+                **self._common(record.offset),
+            )
+        ]
+
+    def _mcp_call_end(self, record: RolloutRecord) -> list[BaseEntry]:
+        """A call and its result from ``mcp_tool_call_end``, unless a ``function_call`` showed it."""
+        payload = record.payload
+        assert isinstance(payload, McpCallEndEvent)
+        if payload.call_id is not None and payload.call_id in self._tool_names:
+            return []
+        tool = f"{payload.server}.{payload.tool}" if payload.server else payload.tool
+        arguments_text = json.dumps(payload.arguments, ensure_ascii=False) if payload.arguments is not None else ""
+        extra: dict[str, Any] = {"mcp_server": payload.server} if payload.server else {}
+        call = ToolCallEntry(
+            tool=tool,
+            arguments=payload.arguments,
+            call_id=payload.call_id,
+            text=_preview(f"{tool} {arguments_text}".rstrip()),
+            **extra,
+            **self._common(record.offset),
+        )
+        result = ToolResultEntry(
+            call_id=payload.call_id,
+            tool=tool,
+            is_error=payload.failed,
+            text=payload.text,
+            **self._common(record.offset, 1),
+        )
+        return [call, result]
 
     def _turn_context(self, record: RolloutRecord) -> list[BaseEntry]:
         assert isinstance(record.payload, TurnContext)

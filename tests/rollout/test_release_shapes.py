@@ -97,3 +97,54 @@ def test_timestamps_running_backwards_do_not_move_entries_back() -> None:
     )
     stamps = [e.ts.second for e in translate(data)]
     assert stamps == [5, 5, 6]
+
+
+def test_code_mode_mcp_calls_and_patches_come_from_their_events_once() -> None:
+    """In code mode a script's MCP calls and patches are recorded only as events; outside it the
+    same events repeat a function call already shown."""
+    mcp_end = {
+        "type": "mcp_tool_call_end",
+        "call_id": "exec-7",
+        "invocation": {"server": "echo", "tool": "echo", "arguments": {"text": "hi"}},
+        "result": {"Ok": {"content": [{"type": "text", "text": "echo: hi"}], "isError": False}},
+    }
+    failed_end = {**mcp_end, "call_id": "exec-8", "result": {"Err": "tool call failed: boom"}}
+    patch_end = {"type": "patch_apply_end", "call_id": "p1", "success": True, "changes": {"/w/a.txt": {}}}
+    data = b"".join(_line("2026-01-01T00:00:00Z", "event_msg", payload) for payload in (mcp_end, failed_end, patch_end))
+    entries = translate(data)
+    assert [(e.kind, e.model_dump().get("tool") or e.model_dump().get("activity"), e.text) for e in entries] == [
+        ("tool_call", "echo.echo", 'echo.echo {"text": "hi"}'),
+        ("tool_result", "echo.echo", "echo: hi"),
+        ("tool_call", "echo.echo", 'echo.echo {"text": "hi"}'),
+        ("tool_result", "echo.echo", "tool call failed: boom"),
+        ("activity", "patch", "applied a patch: /w/a.txt"),
+    ]
+    assert [e.is_error for e in entries if isinstance(e, ToolResultEntry)] == [False, True]
+    shown = _line(
+        "2026-01-01T00:00:00Z",
+        "response_item",
+        {"type": "function_call", "name": "echo", "namespace": "mcp__echo", "arguments": "{}", "call_id": "exec-7"},
+    ) + _line(
+        "2026-01-01T00:00:00Z",
+        "response_item",
+        {"type": "custom_tool_call", "name": "apply_patch", "input": "*", "call_id": "p1"},
+    )
+    assert [e.kind for e in translate(shown + data)] == ["tool_call", "tool_call", "tool_call", "tool_result"]
+
+
+def test_sub_agent_events_show_once() -> None:
+    spawn = {
+        "type": "collab_agent_spawn_end",
+        "call_id": "s1",
+        "new_thread_id": "child-1",
+        "new_agent_nickname": "Tesla",
+        "new_agent_role": "explorer",
+        "prompt": "map the files",
+    }
+    alone = translate(_line("2026-01-01T00:00:00Z", "event_msg", spawn))
+    assert [(e.kind, e.text, e.model_dump().get("agent_thread_id")) for e in alone] == [
+        ("activity", "started a sub-agent Tesla (explorer): map the files", "child-1")
+    ]
+    call = {"type": "function_call", "name": "spawn_agent", "arguments": "{}", "call_id": "s1"}
+    shown = _line("2026-01-01T00:00:00Z", "response_item", call) + _line("2026-01-01T00:00:00Z", "event_msg", spawn)
+    assert [e.kind for e in translate(shown)] == ["tool_call"]
