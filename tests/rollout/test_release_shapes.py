@@ -148,3 +148,25 @@ def test_sub_agent_events_show_once() -> None:
     call = {"type": "function_call", "name": "spawn_agent", "arguments": "{}", "call_id": "s1"}
     shown = _line("2026-01-01T00:00:00Z", "response_item", call) + _line("2026-01-01T00:00:00Z", "event_msg", spawn)
     assert [e.kind for e in translate(shown)] == ["tool_call"]
+
+
+def test_plan_items() -> None:
+    """Plan mode (0.116 to 0.135): the proposed plan is an ``item_completed`` ``Plan`` item."""
+    plan = {"type": "item_completed", "turn_id": "t1", "item": {"type": "Plan", "id": "p", "text": "# Plan\n1. a"}}
+    empty = {"type": "item_completed", "turn_id": "t1", "item": {"type": "Plan", "id": "q", "text": ""}}
+    data = _line("2026-01-01T00:00:00Z", "event_msg", plan) + _line("2026-01-01T00:00:00Z", "event_msg", empty)
+    assert [(e.kind, e.model_dump()["activity"], e.text, e.model_dump()["turn_id"]) for e in translate(data)] == [
+        ("activity", "plan", "# Plan\n1. a", "t1")
+    ]
+
+
+def test_images() -> None:
+    """A generated image shows its prompt; the picture itself is not put in the chat."""
+    item = {"type": "image_generation_call", "status": "completed", "revised_prompt": "a cat", "result": "QUJD"}
+    (entry,) = translate(_line("2026-01-01T00:00:00Z", "response_item", item))
+    assert (entry.kind, entry.model_dump()["activity"], entry.text) == (
+        "activity",
+        "image",
+        "generated an image: a cat",
+    )
+    assert "QUJD" not in entry.to_json()
