@@ -143,7 +143,8 @@ class RolloutTranslator:
         record carries no turn id."""
         self._open_calls: dict[str, str] = {}
         """Tool calls of the open turn without a result yet: call id → tool."""
-        self._legacy_reported = False
+        self._legacy_file = False
+        """The file's first line is a record of the old format (see :meth:`_unsupported_format`)."""
         self._last_timestamp_text: str | None = None
         self._parsed_timestamp_text: str | None = None
         self._parsed_timestamp: datetime | None = None
@@ -194,7 +195,7 @@ class RolloutTranslator:
             return self.feed_record(parsed)
         if parsed.reason == "blank line":
             return []
-        if parsed.legacy:
+        if parsed.legacy and (start == 0 or self._legacy_file):
             return self._unsupported_format(start)
         resumed_at = data.rfind(RECORD_START, 1)
         if resumed_at == -1:
@@ -498,10 +499,11 @@ class RolloutTranslator:
         return entry
 
     def _unsupported_format(self, start: int) -> list[BaseEntry]:
-        """One ``VERSION`` error for a rollout in the old format, however many lines it has."""
-        if self._legacy_reported:
-            return []
-        self._legacy_reported = True
+        """One ``VERSION`` error for a rollout whose first line is of the old format, however many
+        lines it has; in a file that began in the envelope format such a line is a ``BAD_LINE``."""
+        if self._legacy_file:
+            return []  # reported once, at the first line
+        self._legacy_file = True
         log.warning("rollout of thread %s is in the old format without envelopes: not translated", self.thread_id)
         fields: dict[str, Any] = self._common(start)
         fields.update(thread_id=self.thread_id, offset=start)
