@@ -58,6 +58,7 @@ from coven_codex.rollout.records import (
     ErrorMessageEvent,
     McpCallEndEvent,
     RolloutRecord,
+    SessionMeta,
     ToolCallCompletedEvent,
     ToolCallItem,
     ToolOutputItem,
@@ -97,7 +98,6 @@ NO_END_REASON = "no_end_recorded"
 
 SKIPPED_ENVELOPES: frozenset[tuple[str, str | None]] = frozenset(
     {
-        ("session_meta", None),
         ("world_state", None),
         ("token_usage_record", None),
         ("response_item", "message"),
@@ -143,6 +143,12 @@ class RolloutTranslator:
         record carries no turn id."""
         self._open_calls: dict[str, str] = {}
         """Tool calls of the open turn without a result yet: call id → tool."""
+        self._own_thread: str | None = None
+        """The thread id of the file's first ``session_meta``."""
+        self._fork = False
+        """The file is a fork (``forked_from_id``, or another thread's ``session_meta`` in it)."""
+        self._inherited_turn = False
+        """The lines now belong to a turn of the parent's history a fork embeds."""
         self._legacy_file = False
         """The file's first line is a record of the old format (see :meth:`_unsupported_format`)."""
         self._last_timestamp_text: str | None = None
@@ -236,8 +242,26 @@ class RolloutTranslator:
     def _translate(self, record: RolloutRecord) -> list[BaseEntry]:
         if record.timestamp is not None:
             self._last_timestamp_text = record.timestamp
-        handler = self._handlers.get(type(record.payload))
-        return handler(record) if handler is not None else []
+        payload = record.payload
+        if isinstance(payload, SessionMeta):
+            self._session_meta(payload)
+            return []
+        if isinstance(payload, TurnStartedEvent | TurnContext) and payload.turn_id is not None:
+            self._inherited_turn = self._fork and _created_before(payload.turn_id, self._own_thread)
+        handler = self._handlers.get(type(payload))
+        entries = handler(record) if handler is not None else []
+        return [] if self._inherited_turn else entries
+
+    def _session_meta(self, meta: SessionMeta) -> None:
+        """A fork (0.130, 0.135) starts with its own ``session_meta`` (``forked_from_id``) and then
+        embeds the parent's: its ``session_meta`` and its whole history, stamped anew. Those turns
+        were shown from the parent's own rollout; they are recognised by their ids (see
+        :func:`_created_before`) and give no entries here."""
+        if self._own_thread is None:
+            self._own_thread = meta.thread_id
+            self._fork = isinstance(meta.raw.get("forked_from_id"), str)
+        elif meta.thread_id != self._own_thread:
+            self._fork = True
 
     def _agent_message(self, record: RolloutRecord) -> list[BaseEntry]:
         payload = record.payload
@@ -347,6 +371,9 @@ class RolloutTranslator:
             return []
         turn_id = self._open_turn_id
         self._turn_open = False
+        if self._fork and turn_id is not None and _created_before(turn_id, self._own_thread):
+            self._open_calls.clear()
+            return []  # the parent's turn: its end is the parent's rollout's business
         if self._ended(turn_id):
             return []
         out: list[BaseEntry] = []
@@ -543,6 +570,27 @@ def display_tool_name(name: str, namespace: str | None) -> tuple[str, str | None
     if sep and server and tool:
         return f"{server}.{tool}", server
     return name, None
+
+
+def _uuid7_millis(value: str) -> int | None:
+    """The creation time (ms since the epoch) a UUIDv7 carries in its first 48 bits, or None."""
+    hex_digits = value.replace("-", "")
+    if len(hex_digits) != 32 or hex_digits[12] != "7":
+        return None
+    try:
+        return int(hex_digits[:12], 16)
+    except ValueError:
+        return None
+
+
+def _created_before(turn_id: str, thread_id: str | None) -> bool:
+    """Whether turn ``turn_id`` was created before thread ``thread_id``: both are UUIDv7 on the
+    releases that fork (0.130 on), so a turn older than the fork's own thread is the parent's.
+    Ids that are not UUIDv7 say nothing (False)."""
+    if thread_id is None:
+        return False
+    turn_time, thread_time = _uuid7_millis(turn_id), _uuid7_millis(thread_id)
+    return turn_time is not None and thread_time is not None and turn_time < thread_time
 
 
 def _parse_timestamp(text: str) -> datetime | None:

@@ -170,3 +170,28 @@ def test_images() -> None:
         "generated an image: a cat",
     )
     assert "QUJD" not in entry.to_json()
+
+
+def test_a_fork_shows_only_its_own_turns() -> None:
+    """A fork embeds the parent's session_meta and history; the parent's turns were shown from the
+    parent's rollout. Turn and thread ids are UUIDv7 (time-ordered) on the releases that fork."""
+    parent, child = "019e0000-0000-7000-8000-000000000001", "019e0000-1000-7000-8000-000000000002"
+    old_turn, new_turn = "019e0000-0001-7000-8000-000000000003", "019e0000-1001-7000-8000-000000000004"
+    lines = [
+        ("session_meta", {"id": child, "forked_from_id": parent}),
+        ("session_meta", {"id": parent}),
+        ("event_msg", {"type": "task_started", "turn_id": old_turn}),
+        ("event_msg", {"type": "agent_message", "message": "the parent's answer"}),
+        ("event_msg", {"type": "task_complete", "turn_id": old_turn}),
+        ("event_msg", {"type": "task_started", "turn_id": new_turn}),
+        ("event_msg", {"type": "agent_message", "message": "the fork's answer"}),
+        ("event_msg", {"type": "task_complete", "turn_id": new_turn}),
+    ]
+    data = b"".join(_line("2026-01-01T00:00:00Z", kind, payload) for kind, payload in lines)
+    assert [(e.kind, e.text) for e in translate(data)] == [
+        ("status", "turn started"),
+        ("response", "the fork's answer"),
+        ("status", "turn completed"),
+    ]
+    # the same turns in a file that is not a fork are all shown
+    assert len(translate(b"".join(_line("2026-01-01T00:00:00Z", k, p) for k, p in lines[2:]))) == 6
