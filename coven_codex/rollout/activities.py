@@ -72,7 +72,9 @@ def user_shell(text: str, p: JsonObject) -> ActivityRecord | None:
     command = parts.get("command", "").strip()
     if not command:
         return None
-    result = parts.get("result", "")
+    result = parts.get("result")
+    if result is None:  # a result without its closing tag (the record was cut): the rest of the text
+        _, _, result = text.partition("<result>")
     details: list[tuple[str, str | int | bool]] = []
     exit_code = re.search(r"^Exit code:\s*(-?\d+)", result, re.M)
     if exit_code:
@@ -103,23 +105,21 @@ def image_generated(p: JsonObject) -> ActivityRecord:
 
 
 def review_finished(p: JsonObject) -> ActivityRecord | None:
-    """``exited_review_mode``: the review's verdict and findings as Markdown."""
+    """``exited_review_mode``: the review's verdict and the titles of its findings, on one line
+    (0.135 also writes the findings in full as the review turn's ``agent_message``)."""
     output = p.get("review_output")
     if not isinstance(output, dict):
         return None
-    lines: list[str] = []
-    explanation = _str(output.get("overall_explanation"))
-    correctness = _str(output.get("overall_correctness"))
-    if correctness:
-        lines.append(f"**{correctness}**")
-    if explanation:
-        lines.append(explanation)
     findings = output.get("findings")
-    for finding in findings if isinstance(findings, list) else []:
-        if isinstance(finding, dict) and _str(finding.get("title")):
-            body = _str(finding.get("body")) or ""
-            lines.append(f"- {finding['title']}" + (f": {body}" if body else ""))
-    return ActivityRecord("review", _cut("\n".join(lines)), None, None, (), p) if lines else None
+    titles = [
+        str(finding["title"])
+        for finding in (findings if isinstance(findings, list) else [])
+        if isinstance(finding, dict) and isinstance(finding.get("title"), str)
+    ]
+    verdict = _str(output.get("overall_correctness")) or "review finished"
+    count = f"{len(titles)} finding{'s' if len(titles) != 1 else ''}"
+    text = f"{verdict}: {count}" + (f" ({'; '.join(titles)})" if titles else "")
+    return ActivityRecord("review", _cut(text), None, None, (), p)
 
 
 _COLLAB_VERBS: dict[str, str] = {

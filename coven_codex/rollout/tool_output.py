@@ -62,11 +62,9 @@ def _strip_header(raw: str) -> ToolOutput:
     lines = head.strip().splitlines()
     if sep and lines and all(_HEADER_LINE.match(line) for line in lines):
         match = _EXIT.search(head)
-        return ToolOutput(
-            body[1:] if body.startswith("\n") else body,
-            int(match[1]) if match else None,
-            failed=_SCRIPT_FAILED.search(head) is not None,
-        )
+        if lines[0].startswith("Script "):  # code mode: the parts of a content list were joined by newlines
+            return ToolOutput(body.lstrip("\n"), None, failed=_SCRIPT_FAILED.search(head) is not None)
+        return ToolOutput(body[1:] if body.startswith("\n") else body, int(match[1]) if match else None)
     if not sep and lines and all(_HEADER_LINE.match(line) for line in lines) and lines[0].startswith("Script "):
         # code mode without an output section: "Script completed" / "Script failed\nScript error: …" is not this
         return ToolOutput("", None, failed=lines[0].startswith("Script failed"))

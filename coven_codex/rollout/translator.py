@@ -202,7 +202,7 @@ class RolloutTranslator:
         if parsed.reason == "blank line":
             return []
         if parsed.legacy and (start == 0 or self._legacy_file):
-            return self._unsupported_format(start)
+            return self._unsupported_format(start, data)
         resumed_at = data.rfind(RECORD_START, 1)
         if resumed_at == -1:
             return [self._bad_line(start, parsed.reason)]
@@ -399,11 +399,11 @@ class RolloutTranslator:
         )
         return out
 
-    def _turn_ended(self, turn_id: str | None) -> None:
-        """Forget the open turn once its end is read."""
-        if self._turn_open and (turn_id is None or turn_id == self._open_turn_id):
-            self._turn_open = False
-            self._open_calls.clear()
+    def _turn_ended(self) -> None:
+        """Forget the open turn once an end is read: Codex runs one turn at a time in a thread,
+        and review mode (0.135) ends its turn with the id of the turn that asked for the review."""
+        self._turn_open = False
+        self._open_calls.clear()
 
     def _user_message(self, record: RolloutRecord) -> list[BaseEntry]:
         payload = record.payload
@@ -417,7 +417,7 @@ class RolloutTranslator:
         payload = record.payload
         assert isinstance(payload, TurnCompleteEvent)
         self._saw_turn_events = True
-        self._turn_ended(payload.turn_id)
+        self._turn_ended()
         if self._ended(payload.turn_id):
             return []
         if payload.error_message is None:
@@ -448,7 +448,7 @@ class RolloutTranslator:
     def _turn_aborted(self, record: RolloutRecord) -> list[BaseEntry]:
         payload = record.payload
         assert isinstance(payload, TurnAbortedEvent)
-        self._turn_ended(payload.turn_id)
+        self._turn_ended()
         if self._ended(payload.turn_id):
             return []
         reason = payload.reason or "aborted"
@@ -525,12 +525,15 @@ class RolloutTranslator:
             return entry.model_copy(update={"transient": True})
         return entry
 
-    def _unsupported_format(self, start: int) -> list[BaseEntry]:
+    def _unsupported_format(self, start: int, data: bytes) -> list[BaseEntry]:
         """One ``VERSION`` error for a rollout whose first line is of the old format, however many
         lines it has; in a file that began in the envelope format such a line is a ``BAD_LINE``."""
         if self._legacy_file:
             return []  # reported once, at the first line
         self._legacy_file = True
+        header = json.loads(data.decode("utf-8"))  # it decoded once already: the parser said what it is
+        if isinstance(header.get("timestamp"), str):  # the old header's time, so re-reading gives the same ts
+            self._last_timestamp_text = header["timestamp"]
         log.warning("rollout of thread %s is in the old format without envelopes: not translated", self.thread_id)
         fields: dict[str, Any] = self._common(start)
         fields.update(thread_id=self.thread_id, offset=start)

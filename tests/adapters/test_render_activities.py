@@ -21,7 +21,9 @@ def test_each_activity_has_a_compact_form() -> None:
     ]
     assert _plain(ActivityEntry(activity="user_shell", text="!ls\na.txt")) == ["[shell] !ls\na.txt"]
     assert _plain(ActivityEntry(activity="plan", text="1. read\n2. write")) == ["plan: 1. read\n2. write"]
-    assert _plain(ActivityEntry(activity="review", text="- bug")) == ["review: - bug"]
+    assert _plain(ActivityEntry(activity="review", text="patch is incorrect: 1 finding (bug)")) == [
+        "[review] patch is incorrect: 1 finding (bug)"
+    ]
     assert _plain(ActivityEntry(activity="something_new", text="x")) == ["[something new] x"]
     long = _plain(ActivityEntry(activity="patch", text="y" * 1000))[0]
     assert len(long) < 420 and long.endswith("…")

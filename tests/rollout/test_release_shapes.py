@@ -33,7 +33,7 @@ def test_a_command_header_with_a_multi_line_command_still_gives_the_exit_code() 
 
 def test_code_mode_script_results() -> None:
     failed = clean_tool_output("Script failed\nWall time 0.0 seconds\nOutput:\n\nScript error:\nboom")
-    assert (failed.failed, failed.text) == (True, "\nScript error:\nboom")
+    assert (failed.failed, failed.text) == (True, "Script error:\nboom")
     bare = clean_tool_output("Script failed\nScript error:\nexec cell m1 not found")
     assert (bare.failed, bare.text) == (True, "Script error:\nexec cell m1 not found")
     listed = clean_tool_output('[{"type":"input_text","text":"Script failed"},{"type":"input_text","text":"no"}]')

@@ -163,7 +163,12 @@ def expected_reports(line: bytes, offset: int, *, decode_all: bool, old_file: bo
     lines follow."""
     if (offset == 0 or old_file) and is_old_format(line):
         return set()
-    if not decode_all and peek_envelope(line) in SKIPPED_ENVELOPES and line.find(RECORD_START, 1) == -1:
+    if (
+        not decode_all
+        and peek_envelope(line) in SKIPPED_ENVELOPES
+        and line.find(RECORD_START, 1) == -1
+        and b"<user_shell_command>" not in line  # a user's !command is decoded (an activity)
+    ):
         return set() if line.rstrip().endswith(b"}") else {offset}
     if not is_bad(line) or not line.strip():
         return set()

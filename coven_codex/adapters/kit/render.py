@@ -232,10 +232,10 @@ ACTIVITY_LABELS: dict[str, str] = {
 
 
 def render_activity(entry: ActivityEntry) -> Block:
-    """An ``activity`` compactly: a plan or review findings as Markdown under a label, anything else
-    as one ``[label] text`` line."""
+    """An ``activity`` compactly: a plan as Markdown under a label, anything else as one
+    ``[label] text`` line."""
     label = ACTIVITY_LABELS.get(entry.activity, entry.activity.replace("_", " "))
-    if entry.activity in {"plan", "review"}:
+    if entry.activity == "plan":
         return Block("activity", entry.text, markdown=True, label=f"{label}:")
     return Block("activity", f"[{label}] {clip(entry.text)}" if entry.text else f"[{label}]")
 
