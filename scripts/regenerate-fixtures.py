@@ -168,6 +168,24 @@ SCENARIOS: dict[str, Scenario] = {
         extra_config={"features": {"code_mode": True}},
         versions=("0.147.0",),
     ),
+    "code_mode_mcp": Scenario(
+        ["use the tool from a script"],
+        [
+            OutputItem(
+                {
+                    "type": "custom_tool_call",
+                    "call_id": "call_cm2",
+                    "name": "exec",
+                    "input": 'const r = await tools.mcp__echo__echo({text: "from code mode"});\ntext(r);',
+                    "status": "completed",
+                }
+            ),
+            Reply("The tool ran."),
+        ],
+        "code mode: an `exec` script calls an MCP tool, recorded only as an mcp_tool_call_end event",
+        extra_config={"features": {"code_mode": True}},
+        versions=("0.147.0",),
+    ),
     "turn_never_ends": Scenario(
         ["start a long command", "are you there?"],
         [RunCommand("sleep 25"), Reply("Yes, a new turn.")],

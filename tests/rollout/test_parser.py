@@ -25,6 +25,7 @@ EXPECTED_PAYLOAD_CLASSES: dict[tuple[str, str | None], set[type]] = {
     ("event_msg", "web_search_end"): {r.OtherEvent},
     ("event_msg", "entered_review_mode"): {r.OtherEvent},
     ("event_msg", "exited_review_mode"): {r.ActivityRecord},
+    ("event_msg", "mcp_tool_call_end"): {r.McpCallEndEvent},
     ("response_item", "reasoning"): {r.ReasoningItem},
     ("response_item", "function_call"): {r.ToolCallItem},
     ("response_item", "function_call_output"): {r.ToolOutputItem},
