@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -98,6 +99,7 @@ NO_END_REASON = "no_end_recorded"
 
 SKIPPED_ENVELOPES: frozenset[tuple[str, str | None]] = frozenset(
     {
+        ("turn_context", None),
         ("world_state", None),
         ("token_usage_record", None),
         ("response_item", "message"),
@@ -111,6 +113,11 @@ SKIPPED_ENVELOPES: frozenset[tuple[str, str | None]] = frozenset(
 _SKIPPED_RAW: frozenset[tuple[bytes, bytes | None]] = frozenset(
     (kind.encode(), None if payload_type is None else payload_type.encode()) for kind, payload_type in SKIPPED_ENVELOPES
 )
+_TURN_CONTEXT_RAW = b"turn_context"
+_TURN_ID_FIRST = re.compile(rb'\{"turn_id":"([^"\\]*)"')
+"""A ``turn_context`` payload as Codex writes it from 0.104 on: its turn id first. The fast path
+reads the id from the bytes; the rest of the line (instructions, policies: kilobytes) is not
+decoded."""
 _USER_SHELL_RAW = USER_SHELL_PREFIX.encode()
 """A ``response_item/message`` holding this is a user's ``!command`` (an activity): decoded."""
 
@@ -193,9 +200,11 @@ class RolloutTranslator:
                 and data.find(RECORD_START, 1) == -1
                 and _USER_SHELL_RAW not in data
             ):
-                if data.endswith(b"}") or data.rstrip().endswith(b"}"):  # rstrip copies: only if needed
-                    return []
-                return [self._bad_line(start, "torn line (it does not end with '}')")]
+                if not (data.endswith(b"}") or data.rstrip().endswith(b"}")):  # rstrip copies: only if needed
+                    return [self._bad_line(start, "torn line (it does not end with '}')")]
+                if envelope.group(1) == _TURN_CONTEXT_RAW:
+                    return self._turn_context_fast(data, envelope.end(), start)
+                return []
         parsed = parse_line(data, start)
         if isinstance(parsed, RolloutRecord):
             return self.feed_record(parsed)
@@ -345,6 +354,19 @@ class RolloutTranslator:
         if record.payload.turn_id is not None:
             self._current_turn_id = record.payload.turn_id
         return []
+
+    def _turn_context_fast(self, data: bytes, payload_at: int, start: int) -> list[BaseEntry]:
+        """A ``turn_context`` line on the fast path: only its turn id matters (see ``_translate``)."""
+        first = _TURN_ID_FIRST.match(data, payload_at)
+        if first is not None:
+            turn_id = first[1].decode("utf-8", "replace")
+            self._inherited_turn = self._fork and _created_before(turn_id, self._own_thread)
+            self._current_turn_id = turn_id
+            return []
+        if b'"turn_id"' not in data:
+            return []  # 0.47, 0.58: no turn id
+        parsed = parse_line(data, start)  # the id elsewhere in the payload
+        return self.feed_record(parsed) if isinstance(parsed, RolloutRecord) else []
 
     def _tool_call_completed(self, record: RolloutRecord) -> list[BaseEntry]:
         payload = record.payload
