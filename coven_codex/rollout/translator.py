@@ -15,13 +15,20 @@ Sources of truth (each reply exactly once, see ``docs/rollout.md``):
   never records the end of a normal turn (the driver sees the process end); interrupted
   turns end with ``turn_aborted`` in both versions.
 - the user's own prompt is never echoed.
+- other releases (``docs/rollout.md``, "Rollouts of other Codex releases"): plans, web
+  searches, compactions, a user's ``!command``, review verdicts, images and the events code
+  mode leaves as the only record of a call become ``activity`` (or tool) entries; a turn left
+  without an end is closed (``turn_aborted``) when the next starts; a fork's embedded parent
+  history gives nothing; a file of the old format gives one ``VERSION`` error; ``ts`` never
+  goes back.
 
 Entry ids are ``f"{thread_id}:{line_start}:{index}"``: feeding the same file again from
 offset 0 gives the same entries with the same ids (and the same ``ts``: each entry takes
 its line's timestamp, or the previous line's when it has none; only entries before the
 first timestamped line fall back to the time of reading). The state carried between lines
-is the ``call_id`` → tool name map, the failed call ids, whether turn events were seen and
-the last timestamp.
+is the ``call_id`` → tool name map, the failed call ids, whether turn events were seen, the
+open turn and its calls without a result, the current turn id, the file's own thread id and
+whether it is a fork, and the last timestamp.
 
 Fast path: lines whose envelope (read without decoding) says they carry nothing for the
 chat are skipped undecoded unless ``decode_all`` is set; such a line is still reported as
