@@ -193,6 +193,22 @@ class ApprovalEntry(BaseEntry):
     decision: Literal["approve", "deny"]
 
 
+ActivityKind = str
+"""Known activities (docs/journal-protocol.md): ``plan``, ``web_search``, ``compaction``,
+``user_shell``, ``patch``, ``image``, ``review``, ``subagent``. Others may appear."""
+
+
+class ActivityEntry(BaseEntry):
+    """Something Codex did in a turn besides replying and calling tools: proposed a plan,
+    searched the web, compacted the history, ran a user's ``!command``… (``activity`` says which)."""
+
+    kind: Literal["activity"] = "activity"
+    sender: str = CODEX_SENDER
+    activity: ActivityKind
+    thread_id: str | None = None
+    turn_id: str | None = None
+
+
 class GenericEntry(BaseEntry):
     """An entry of a kind this version does not know; kept whole so it round-trips."""
 
@@ -211,6 +227,7 @@ KNOWN_KINDS: frozenset[str] = frozenset(
         "reset",
         "approval_request",
         "approval",
+        "activity",
     }
 )
 
@@ -235,6 +252,7 @@ Entry = Annotated[
     | Annotated[ResetEntry, Tag("reset")]
     | Annotated[ApprovalRequestEntry, Tag("approval_request")]
     | Annotated[ApprovalEntry, Tag("approval")]
+    | Annotated[ActivityEntry, Tag("activity")]
     | Annotated[GenericEntry, Tag("generic")],
     Discriminator(_kind_tag),
 ]

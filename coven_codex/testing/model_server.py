@@ -16,7 +16,8 @@ Usage::
 Script: every ``POST /v1/responses`` takes the next entry of the script, a *turn script*:
 one step or a sequence of steps (see :mod:`coven_codex.testing.steps`): ``Reply(text)``,
 ``Reasoning(summary)``, ``CallTool(name, arguments)``, ``RunCommand(cmd)``,
-``HttpError(status)``, ``ErrorEvent(message)``, ``Stall(seconds)``, ``Disconnect()``.
+``OutputItem(item)`` (any other output item), ``HttpError(status)``, ``ErrorEvent(message)``,
+``Stall(seconds)``, ``Disconnect()``.
 A tool call and the model's answer to the tool result are two requests, so two entries:
 ``[CallTool(...), Reply("done")]`` as a list of entries, versus ``(Reasoning("r"),
 Reply("t"))`` (a tuple inside the list) for two items in one response.
@@ -58,6 +59,7 @@ from coven_codex.testing.steps import (
     Disconnect,
     ErrorEvent,
     HttpError,
+    OutputItem,
     Reasoning,
     Reply,
     RunCommand,
@@ -343,6 +345,10 @@ class ScriptedModelServer:
                 output_index += 1
             elif isinstance(step, RunCommand):
                 await send(sse.run_command_event(step, tools, self._ids, output_index))
+                output_index += 1
+            elif isinstance(step, OutputItem):
+                for event in sse.output_item_events(step, self._ids.new("item"), output_index):
+                    await send(event)
                 output_index += 1
         await send(sse.completed(response_id))
         writer.write(http11.LAST_CHUNK)

@@ -8,7 +8,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from coven_codex.testing.steps import CallTool, Reasoning, Reply, RunCommand
+from coven_codex.testing.steps import CallTool, OutputItem, Reasoning, Reply, RunCommand
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +171,13 @@ def run_command_event(step: RunCommand, tools: list[dict[str, Any]], ids: IdSour
     return function_call_event(
         name, None, arguments, call_id=step.call_id or ids.new("call"), item_id=ids.new("fc"), output_index=output_index
     )
+
+
+def output_item_events(step: OutputItem, item_id: str, output_index: int) -> Iterator[Event]:
+    """``response.output_item.added`` then ``.done`` for an arbitrary item (``id`` added if missing)."""
+    item = {"id": item_id, **step.item}
+    yield {"type": "response.output_item.added", "output_index": output_index, "item": item}
+    yield {"type": "response.output_item.done", "output_index": output_index, "item": item}
 
 
 def split_tool_name(name: str) -> tuple[str | None, str]:
