@@ -55,7 +55,7 @@ class AppServerPool:
         self._failures = 0
         self._failed_at = 0.0
         self._closed = False
-        self._closing: set[asyncio.Task[None]] = set()
+        self._closing: set[asyncio.Future[None]] = set()
 
     @property
     def pids(self) -> list[int]:
@@ -94,20 +94,22 @@ class AppServerPool:
             chosen.users += 1
             return chosen
 
-    def release(self, connection: AppServerConnection) -> None:
+    async def release(self, connection: AppServerConnection) -> None:
         """A thread that :meth:`connect` placed on ``connection`` is closed. The last one ends the
-        process: when every conversation is idle (reaped, evicted) no Codex process runs."""
+        process (and returns once it is gone): when every conversation is idle (reaped,
+        evicted) no Codex process runs."""
         connection.users = max(0, connection.users - 1)
         if connection.users == 0 and not self._closed:
             connection.retire()  # at once: connect() never hands it out again
             self._connections = [c for c in self._connections if c is not connection]
-            task = asyncio.get_running_loop().create_task(connection.aclose(), name="codex-app-server-close")
-            self._closing.add(task)
-            task.add_done_callback(self._closing.discard)
             if connection.lost is None:
                 log.info(
                     "no conversation uses the shared Codex app-server (pid %s) any more; ending it", connection.pid
                 )
+            closing = asyncio.ensure_future(connection.aclose())
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
+            await asyncio.shield(closing)  # (a cancelled caller leaves it to finish; aclose() waits for it)
 
     async def aclose(self) -> None:
         """End every process (politely first: see :meth:`AppServerConnection.aclose`), and wait

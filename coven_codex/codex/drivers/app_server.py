@@ -347,7 +347,7 @@ class AppServerDriver(CodexDriver):
                     await conn.request("thread/unsubscribe", {"threadId": thread}, within=self.settings.kill_grace)
                 conn.detach(thread, self)
             self._attached = False
-            self._pool.release(conn)
+            await self._pool.release(conn)
         if self._own_pool:
             await self._pool.aclose()
 
