@@ -39,6 +39,10 @@ class LinkFactory(Protocol):
 
     def __call__(self, conversation: str) -> CodexLink: ...
 
+    async def aclose(self) -> None:
+        """End the Codex processes the links share (shutdown, after every link is closed)."""
+        ...
+
 
 class RolloutLocator(Protocol):
     async def __call__(self, thread_id: str) -> Path: ...

@@ -451,6 +451,11 @@ class Session:
         if event.expected or self._stopping:
             await self._turn_cut_short(turn, TURN_ABORTED, "Codex stopped")
             return
+        if turn is None and link is not None and link.persistent:
+            # The shared app-server died while no turn of ours ran on it: nothing was lost, and
+            # nothing is said in the chat; the thread is resumed on the next thought.
+            log.info("conversation %r: Codex exited while idle; its thread resumes on the next thought", self._name)
+            return
         delay = self._restart_later()
         where = " during a turn" if turn is not None else ""
         if event.returncode is not None and event.returncode < 0:
@@ -604,7 +609,7 @@ class Session:
                 await self._emit(
                     StatusEntry(
                         state="session_waiting",
-                        text=f"waiting for a free Codex process slot ({slots.size} in use); your thought is "
+                        text=f"waiting for a free turn slot (max_sessions = {slots.size}, all in use); your thought is "
                         "queued and will be delivered in order",
                     )
                 )

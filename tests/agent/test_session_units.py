@@ -72,6 +72,9 @@ class FakeCodex:
         self.links.append(link)
         return link
 
+    async def aclose(self) -> None:
+        """No process is shared by the fake links."""
+
     async def locate(self, thread_id: str) -> Path:
         path = self.rollout(thread_id)
         if not path.exists():
@@ -371,6 +374,22 @@ async def test_codex_dying_mid_turn_ends_the_turn_once_and_resumes(rig: Rig) -> 
     entries = await rig.wait(lambda es: "echo: hello again" in replies(es), "the next reply")
     assert len(turn_ends(entries)) == 2 and len(errors(entries)) == 1
     assert len(rig.codex.sends) == 2  # the thought Codex had recorded is not sent again
+
+
+async def test_codex_dying_while_idle_writes_nothing_and_resumes_on_the_next_thought(rig: Rig) -> None:
+    """The shared app-server dies while this conversation has no turn on it: no error entry, no
+    restart of its own; the thread is resumed when the next thought comes."""
+    session = rig.session()
+    rig.offer(session, "hello")
+    await rig.wait(lambda es: "echo: hello" in replies(es), "the reply")
+    rig.codex.links[-1].kill()
+    await asyncio.sleep(0.5)  # (restart_backoff is 0.05 s: an eager restart would have happened by now)
+    entries = await rig.entries()
+    assert errors(entries) == [] and not session.live and len(rig.codex.links) == 1
+    rig.offer(session, "hello again")
+    entries = await rig.wait(lambda es: "echo: hello again" in replies(es), "the next reply")
+    assert errors(entries) == [] and len(rig.codex.links) == 2
+    assert rig.codex.links[1].thread_id == rig.codex.links[0].thread_id
 
 
 async def test_closing_the_session_mid_turn_ends_the_turn(rig: Rig) -> None:
