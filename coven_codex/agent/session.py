@@ -59,6 +59,7 @@ from coven_codex.agent.link import (
     TurnEnded,
     TurnStarted,
 )
+from coven_codex.agent.links.driver import killed_from_outside
 from coven_codex.agent.recovery import codex_received, recorded_client_id
 from coven_codex.agent.saver import StateSaver
 from coven_codex.agent.services import PendingThought, SessionServices
@@ -446,7 +447,7 @@ class Session:
         self._svc.slots.release(self.conversation)
         self._idle_since = None
         if self._unconfirmed is not None:
-            await self._confirm_unconfirmed()
+            await self._confirm_unconfirmed(counts=not killed_from_outside(event.returncode))
         turn = self._turn_finished()
         if event.expected or self._stopping:
             await self._turn_cut_short(turn, TURN_ABORTED, "Codex stopped")
@@ -708,8 +709,9 @@ class Session:
         if self._turn is None:  # (the driver may have said so already)
             self._start_turn(thought.entry_id)
 
-    async def _confirm_unconfirmed(self) -> None:
-        """The turn is over (or its process gone) and egress did not see the thought recorded: ask the rollout."""
+    async def _confirm_unconfirmed(self, *, counts: bool = True) -> None:
+        """The turn is over (or its process gone) and egress did not see the thought recorded: ask the
+        rollout. ``counts=False``: Codex was killed from outside, a failure not counted against the thought."""
         thought, self._unconfirmed = self._unconfirmed, None
         in_flight = self.state.in_flight
         if thought is None or in_flight is None:
@@ -727,11 +729,15 @@ class Session:
             return
         self.state.in_flight = None
         await self._save_now()
-        await self._count_failure(thought, "Codex ended before it took the thought")
+        await self._count_failure(thought, "Codex ended before it took the thought", counts=counts)
 
-    async def _count_failure(self, thought: PendingThought, reason: str) -> None:
-        """One more failed hand-over of ``thought``: back off, and give up after :data:`DELIVERY_ATTEMPTS`."""
-        attempts = self._attempts.get(thought.entry_id, 0) + 1
+    async def _count_failure(self, thought: PendingThought, reason: str, *, counts: bool = True) -> None:
+        """One more failed hand-over of ``thought``: back off, and give up after :data:`DELIVERY_ATTEMPTS`.
+
+        ``counts=False`` (Codex was killed from outside, e.g. ``kill -9`` of the shared app-server):
+        the thought is sent again after the backoff without coming closer to being dropped.
+        """
+        attempts = self._attempts.get(thought.entry_id, 0) + (1 if counts else 0)
         if attempts >= DELIVERY_ATTEMPTS:
             log.warning(
                 "conversation %r: thought %s failed %d hand-overs (%s); dropping it",
@@ -750,7 +756,7 @@ class Session:
             self._svc.finish_thought(thought.position)
             return
         self._attempts[thought.entry_id] = attempts
-        delay = backoff(self._settings.restart_backoff, attempts)
+        delay = backoff(self._settings.restart_backoff, max(attempts, 1))
         log.warning(
             "conversation %r: hand-over %d of thought %s failed (%s); it will be sent again in %.1fs",
             self._name,
@@ -794,7 +800,7 @@ class Session:
                 return
         self.state.in_flight = None
         await self._save_now()
-        await self._count_failure(thought, str(exc))
+        await self._count_failure(thought, str(exc), counts=not exc.killed)
 
     async def _end_link(self, *, reason: str, expected: bool = True) -> None:
         link = self._link

@@ -135,8 +135,8 @@ class FakeLink:
         return _line({"type": "item_completed", "thread_id": self._thread, "turn_id": self._turn, "item": item})
 
     async def send(self, thought_id: str, text: str) -> None:
-        """``refuse``: the request fails; ``die``: Codex dies before recording it (``flaky``: the first
-        time only); ``hang``: the turn
+        """``refuse``: the request fails; ``die``: Codex crashes before recording it (``flaky``: is
+        killed, the first time only; ``sigkill``: is killed, the first DELIVERY_ATTEMPTS times); ``hang``: the turn
         runs until the link ends; ``fail-late``: the driver reports a 401 before the rollout has it;
         ``fail``: the rollout has it first; anything else: an echo."""
         if self.dead:
@@ -145,7 +145,11 @@ class FakeLink:
         word = text.split(maxsplit=1)[0]
         if word == "refuse":
             raise LinkError("Codex refused the thought: no", delivered=True)
-        if word == "die" or (word == "flaky" and [t for t, _ in self._codex.sends].count(thought_id) == 1):
+        tries = [t for t, _ in self._codex.sends].count(thought_id)
+        if word == "die":
+            self.kill(-11)  # the thought crashes Codex
+            return
+        if (word == "flaky" and tries == 1) or (word == "sigkill" and tries <= DELIVERY_ATTEMPTS):
             self.kill()
             return
         turn = self._turn = uuid.uuid4().hex
@@ -189,11 +193,11 @@ class FakeLink:
         )
         self._end_turn(TurnEnded(turn, "completed"))
 
-    def kill(self) -> None:
-        """Codex dies (SIGKILL)."""
+    def kill(self, returncode: int = -9) -> None:
+        """Codex dies (by default SIGKILL: killed from outside; -11, SIGSEGV: it crashed)."""
         self.dead = True
         self._turn = None
-        self._events.put_nowait(ProcessExited(-9, "ERROR codex: could not find bubblewrap", expected=False))
+        self._events.put_nowait(ProcessExited(returncode, "ERROR codex: could not find bubblewrap", expected=False))
         self._events.put_nowait(None)
 
     async def interrupt(self) -> None:
@@ -337,6 +341,16 @@ async def test_a_thought_is_dropped_after_exactly_the_documented_attempts(rig: R
     rig.offer(session, "hello after")
     await rig.wait(lambda es: "echo: hello after" in replies(es), "the next reply")
     assert len(rig.codex.sends) == DELIVERY_ATTEMPTS + 1
+
+
+async def test_a_thought_is_not_dropped_when_codex_is_killed_from_outside_during_its_hand_overs(rig: Rig) -> None:
+    """kill -9 of the shared app-server is not the thought's fault: however often it hits the
+    hand-over, the thought is sent again (after the backoff) and never dropped."""
+    session = rig.session()
+    thought = rig.offer(session, "sigkill me")
+    entries = await rig.wait(lambda es: "echo: sigkill me" in replies(es), "the reply", timeout=20)
+    assert [t for t, _ in rig.codex.sends] == [thought] * (DELIVERY_ATTEMPTS + 1)
+    assert not [e for e in errors(entries) if "could not be handed" in e.text]
 
 
 async def test_a_thought_codex_did_not_record_is_sent_again(rig: Rig) -> None:

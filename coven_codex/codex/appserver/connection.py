@@ -127,6 +127,8 @@ class AppServerConnection:
         """Threads the pool handed this connection to and that are not closed yet."""
         self.started_at = 0.0
         """When the process was started (event-loop clock)."""
+        self.served = False
+        """A turn completed on the process: it was healthy (its death starts the restart count over)."""
 
     # -- state -----------------------------------------------------------------------------------
     @property
@@ -336,8 +338,11 @@ class AppServerConnection:
                 )
                 return
             client.on_server_request(message.id, message.method, params)
-        elif client is not None:
-            client.on_notification(message.method, params)
+        else:
+            if message.method == "turn/completed":
+                self.served = True
+            if client is not None:
+                client.on_notification(message.method, params)
 
     def _on_response(self, message: RpcMessage) -> None:
         future = self._rpc.get(message.id) if isinstance(message.id, int) else None

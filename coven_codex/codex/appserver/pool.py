@@ -11,8 +11,8 @@ conversation idle-reaped or evicted) the process is ended too.
 
 A process that died (or was killed because it stopped answering) is replaced lazily, by the
 next :meth:`connect`, after the restart backoff (:func:`~coven_codex.agent.backoff.backoff` of
-``restart_backoff``, doubling for each failure in a row; a process that ran longer than the
-backoff limit starts the count over).
+``restart_backoff``, doubling for each failure in a row; a process that completed a turn, or
+ran longer than the backoff limit, starts the count over).
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ class AppServerPool:
 
     def _note_failure(self, connection: AppServerConnection | None) -> None:
         now = asyncio.get_running_loop().time()
-        lived_well = connection is not None and now - connection.started_at > MAX_BACKOFF
+        lived_well = connection is not None and (connection.served or now - connection.started_at > MAX_BACKOFF)
         self._failures = 1 if lived_well else self._failures + 1
         self._failed_at = now
 
