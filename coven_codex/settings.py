@@ -82,7 +82,12 @@ class Settings(BaseModel):
         default=540.0, description="Seconds without model output before a turn is abandoned."
     )
     kill_grace: float = Field(default=5.0, ge=0.1, le=120.0, description="Seconds between TERM and KILL.")
-    max_sessions: int = Field(default=8, ge=1, le=256, description="Live Codex processes at most.")
+    max_sessions: int = Field(
+        default=8, ge=1, le=256, description="Conversations with a Codex turn running at once, at most."
+    )
+    app_servers: int = Field(
+        default=1, ge=1, le=16, description="Shared `codex app-server` processes (app-server driver)."
+    )
     idle_reap: float = Field(
         default=1800.0, ge=1.0, description="Seconds after which an idle session's process is ended."
     )

@@ -32,6 +32,7 @@ from coven_codex.agent.links.driver import DriverLink
 from coven_codex.agent.state import StateError
 from coven_codex.agent.statelock import JournalLock, StateLock
 from coven_codex.agent.storage import StorageFailed
+from coven_codex.codex.appserver.pool import AppServerPool
 from coven_codex.codex.discovery import DiscoveryError, find_codex
 from coven_codex.codex.drivers import (
     CodexDriver,
@@ -89,6 +90,24 @@ class LinkMaker:
     env: Mapping[str, str] = field(repr=False)
     cwd: Path
     settings: Settings
+    pool: AppServerPool | None = field(default=None, init=False)
+    """The shared app-servers every conversation's thread runs on (app-server driver)."""
+
+    def __post_init__(self) -> None:
+        if self.driver == "app-server":
+            self.pool = AppServerPool(
+                self.command,
+                env=self.env,
+                cwd=self.cwd,
+                settings=DriverSettings.from_settings(self.settings),
+                size=self.settings.app_servers,
+                restart_backoff=self.settings.restart_backoff,
+            )
+
+    async def aclose(self) -> None:
+        """End the shared app-servers (after every link is closed)."""
+        if self.pool is not None:
+            await self.pool.aclose()
 
     @property
     def records_client_id(self) -> bool:
@@ -111,6 +130,7 @@ class LinkMaker:
                 sink=sink,
                 choice=self.driver,
                 command=self.command,
+                pool=self.pool,
             )
 
         return DriverLink(make)
@@ -250,6 +270,7 @@ async def run_daemon(
             cwd=workspace,
             settings=settings,
         )
+        stack.push_async_callback(maker.aclose)  # (shutdown closes it first; this covers a failed start)
         codex_home = home.path
 
         async def locate(thread_id: str) -> Path:

@@ -80,9 +80,11 @@ LinkEvent = ThreadReady | TurnStarted | TurnEnded | Delta | ApprovalAsked | Appr
 class LinkError(RuntimeError):
     """A request to Codex failed; ``delivered`` says whether Codex may have received the input."""
 
-    def __init__(self, message: str, *, delivered: bool = False) -> None:
+    def __init__(self, message: str, *, delivered: bool = False, killed: bool = False) -> None:
         super().__init__(message)
         self.delivered = delivered
+        self.killed = killed
+        """Codex was killed from outside (SIGKILL, SIGTERM, ...): not the thought's fault."""
 
 
 class CodexLink(Protocol):

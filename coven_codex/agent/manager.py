@@ -175,10 +175,12 @@ class SessionManager:
         for session in sessions:
             await session.final_save()
 
-    @staticmethod
-    async def _stop_politely(sessions: list[Session], deadline: float) -> None:
-        """Interrupt running turns, let them end until ``deadline``, then close every Codex."""
+    async def _stop_politely(self, sessions: list[Session], deadline: float) -> None:
+        """Interrupt running turns, let them end until ``deadline``, then close every Codex
+        (every link, then the processes they share)."""
+        make_link = self._services.make_link
         loop = asyncio.get_running_loop()
         await asyncio.gather(*(s.stop_turn() for s in sessions))
         await asyncio.gather(*(s.wait_turn_over(max(0.0, deadline - loop.time())) for s in sessions))
         await asyncio.gather(*(s.close() for s in sessions))
+        await make_link.aclose()

@@ -44,6 +44,10 @@ class LinkFactory(Protocol):
 
     def __call__(self, conversation: str) -> CodexLink: ...
 
+    async def aclose(self) -> None:
+        """End the Codex processes the links share (shutdown, after every link is closed)."""
+        ...
+
 
 class RolloutLocator(Protocol):
     """Finds the rollout file of a Codex thread."""

@@ -1,6 +1,7 @@
-"""The bound on live Codex processes (``max_sessions``), with eviction of idle holders.
+"""The bound on conversations running a turn (``max_sessions``), with eviction of idle holders.
 
-A session holds a slot while its Codex process lives. When every slot is taken, a session that
+A session holds a slot while its Codex thread is open (with the app-server driver the thread
+costs no process of its own: every thread is on the shared app-server). When every slot is taken, a session that
 needs one waits (first come, first served); to keep the wait short, the pool asks the holder
 that has been idle longest to give its slot back (its session ends the process if it is
 still idle, exactly as the idle reaper would). Busy holders are never disturbed.

@@ -52,7 +52,14 @@ _FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
         },
     ),
     ("--driver", {"choices": ["auto", "app-server", "exec"], "help": "how thoughts reach Codex"}),
-    ("--max-sessions", {"type": int, "dest": "max_sessions", "help": "live Codex processes at most"}),
+    (
+        "--max-sessions",
+        {"type": int, "dest": "max_sessions", "help": "conversations with a Codex turn running at once, at most"},
+    ),
+    (
+        "--app-servers",
+        {"type": int, "dest": "app_servers", "help": "shared `codex app-server` processes (app-server driver)"},
+    ),
     (
         "--idle-reap",
         {"type": float, "dest": "idle_reap", "help": "seconds after which an idle conversation's Codex ends"},

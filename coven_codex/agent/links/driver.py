@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 from collections.abc import AsyncIterator, Callable
 
 from coven_codex.agent.limits import cut
@@ -25,6 +26,16 @@ from coven_codex.agent.link import (
     TurnStarted,
 )
 from coven_codex.codex import drivers as d
+from coven_codex.codex.appserver.connection import ConnectionLost
+
+OUTSIDE_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
+"""Signals that end Codex from outside (an operator, the OOM killer), unlike a crash (SIGSEGV, SIGABRT)."""
+
+
+def killed_from_outside(returncode: int | None) -> bool:
+    """Codex ended by one of :data:`OUTSIDE_SIGNALS`: a thought being handed over is not to blame."""
+    return returncode is not None and returncode < 0 and -returncode in OUTSIDE_SIGNALS
+
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +111,8 @@ class DriverLink:
             return await self._driver.submit(text, thought_id)
         except d.DriverError as exc:
             # The driver may have written the request before it failed: Codex may have it.
-            raise LinkError(str(exc), delivered=True) from None
+            killed = isinstance(exc, ConnectionLost) and killed_from_outside(exc.returncode)
+            raise LinkError(str(exc), delivered=True, killed=killed) from None
 
     async def interrupt(self) -> None:
         """Interrupt the running turn (the driver kills the tree if it does not stop in time)."""

@@ -537,14 +537,19 @@ class CodexDriver(abc.ABC):
 
     async def _collect_stderr(self, stream: asyncio.StreamReader | None, into: deque[str]) -> None:
         """Keep the last lines a Codex process writes on stderr (they explain its end); log them."""
-        if stream is None:
-            return
-        with contextlib.suppress(ConnectionError, ValueError):
-            while line := await stream.readline():
-                text = ANSI.sub("", line.decode("utf-8", "replace")).strip()
-                if text:
-                    into.append(text[:400])
-                    log.debug("%s stderr: %s", self.label, text[:400])
+        await collect_stderr(stream, into, self.label)
+
+
+async def collect_stderr(stream: asyncio.StreamReader | None, into: deque[str], label: str) -> None:
+    """Keep the last lines a Codex process writes on stderr in ``into`` (they explain its end); log them."""
+    if stream is None:
+        return
+    with contextlib.suppress(ConnectionError, ValueError):
+        while line := await stream.readline():
+            text = ANSI.sub("", line.decode("utf-8", "replace")).strip()
+            if text:
+                into.append(text[:400])
+                log.debug("%s stderr: %s", label, text[:400])
 
 
 def _innermost(exc: BaseException) -> BaseException:
