@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/bench_rollout.py [--quick] [--megabytes N]
 
-The file is the committed fixture rollouts of both Codex versions (tests/fixtures/rollouts),
+The file is the committed fixture rollouts of every Codex version (tests/fixtures/rollouts) but
+the old format's,
 whole files repeated in order until it reaches the size. Every row reads the file in 16 MB
 chunks and splits it into lines with their offsets (as the tailer does), then:
 
@@ -31,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from coven_codex.entries import ErrorEntry  # noqa: E402
-from coven_codex.rollout import RolloutParseError, RolloutTranslator, parse_line  # noqa: E402
+from coven_codex.rollout import RolloutParseError, RolloutTranslator, parse_line, peek_envelope  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "rollouts"
 CHUNK = 16 * 2**20
@@ -40,7 +41,12 @@ TARGET_MEGABYTES = 100
 
 
 def assemble(path: Path, megabytes: int) -> int:
-    files = sorted(p for p in FIXTURES.glob("*/*.jsonl") if not p.name.endswith(".exec.jsonl"))
+    files = sorted(
+        p
+        for p in FIXTURES.glob("*/*.jsonl")
+        if not p.name.endswith((".exec.jsonl", ".expected.jsonl"))
+        and peek_envelope(p.read_bytes().split(b"\n", 1)[0]) is not None  # not the old format (0.20)
+    )
     unit = b"".join(p.read_bytes() for p in files)
     repeats = -(-megabytes * 10**6 // len(unit))
     with path.open("wb") as handle:

@@ -25,6 +25,7 @@ QUICK_ARGS: dict[str, list[str]] = {
     "drivers": ["--turns", "3"],
     "agent": ["--thoughts", "20", "--lines", "100"],
     "web": ["--quick"],
+    "scale": ["--sizes", "1", "10", "50", "--baseline-max", "10"],
 }
 
 

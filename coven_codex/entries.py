@@ -30,10 +30,12 @@ CODEX_SENDER = "codex"
 
 
 def utc_now() -> datetime:
+    """The current time in UTC (timezone-aware)."""
     return datetime.now(UTC)
 
 
 def new_entry_id() -> str:
+    """A fresh random entry id (32 hex digits)."""
     return uuid.uuid4().hex
 
 
@@ -65,6 +67,7 @@ class BaseEntry(BaseModel):
         return json.dumps(self.model_dump(mode="json", exclude_none=False), ensure_ascii=False, separators=(",", ":"))
 
     def with_id(self, entry_id: str) -> BaseEntry:
+        """A copy of this entry with ``id`` set to ``entry_id``."""
         return self.model_copy(update={"id": entry_id})
 
 
@@ -216,6 +219,22 @@ class ApprovalEntry(BaseEntry):
     decision: Literal["approve", "deny"]
 
 
+ActivityKind = str
+"""Known activities (docs/journal-protocol.md): ``plan``, ``web_search``, ``compaction``,
+``user_shell``, ``patch``, ``image``, ``review``, ``subagent``. Others may appear."""
+
+
+class ActivityEntry(DaemonEntry):
+    """Something Codex did in a turn besides replying and calling tools: proposed a plan,
+    searched the web, compacted the history, ran a user's ``!command``… (``activity`` says which)."""
+
+    kind: Literal["activity"] = "activity"
+    sender: str = CODEX_SENDER
+    activity: ActivityKind
+    thread_id: str | None = None
+    turn_id: str | None = None
+
+
 class GenericEntry(BaseEntry):
     """An entry of a kind this version does not know; kept whole so it round-trips."""
 
@@ -234,6 +253,7 @@ KNOWN_KINDS: frozenset[str] = frozenset(
         "reset",
         "approval_request",
         "approval",
+        "activity",
     }
 )
 
@@ -258,6 +278,7 @@ Entry = Annotated[
     | Annotated[ResetEntry, Tag("reset")]
     | Annotated[ApprovalRequestEntry, Tag("approval_request")]
     | Annotated[ApprovalEntry, Tag("approval")]
+    | Annotated[ActivityEntry, Tag("activity")]
     | Annotated[GenericEntry, Tag("generic")],
     Discriminator(_kind_tag),
 ]

@@ -19,6 +19,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from coven_codex.adapters.kit.config import AdaptersSettings, resolve_paths
+
 log = logging.getLogger(__name__)
 
 TURN_TIMEOUT_RANGE = (30.0, 3600.0)
@@ -80,7 +82,12 @@ class Settings(BaseModel):
         default=540.0, description="Seconds without model output before a turn is abandoned."
     )
     kill_grace: float = Field(default=5.0, ge=0.1, le=120.0, description="Seconds between TERM and KILL.")
-    max_sessions: int = Field(default=8, ge=1, le=256, description="Live Codex processes at most.")
+    max_sessions: int = Field(
+        default=8, ge=1, le=256, description="Conversations with a Codex turn running at once, at most."
+    )
+    app_servers: int = Field(
+        default=1, ge=1, le=16, description="Shared `codex app-server` processes (app-server driver)."
+    )
     idle_reap: float = Field(
         default=1800.0, ge=1.0, description="Seconds after which an idle session's process is ended."
     )
@@ -103,6 +110,14 @@ class Settings(BaseModel):
     restart_backoff: float = Field(default=1.0, ge=0.0, le=300.0, description="First restart delay.")
     max_attachment_bytes: int = Field(
         default=20 * 1024 * 1024, ge=1, description="Largest image a thought may attach, in bytes."
+    )
+    collect_traces: bool = Field(
+        default=False,
+        description="Capture Codex's OpenTelemetry export as JSONL under <state_dir>/traces/, one file per thread.",
+    )
+    adapters: AdaptersSettings = Field(
+        default_factory=AdaptersSettings,
+        description="The chat adapters' sections ([adapters.slack], [adapters.discord]; docs/adapters.md).",
     )
 
     @model_validator(mode="after")
@@ -153,6 +168,7 @@ def read_settings_file(path: Path) -> dict[str, Any]:
         value = data.get(key)
         if isinstance(value, str) and not Path(value).expanduser().is_absolute():
             data[key] = str(base / value)
+    resolve_paths(data.get("adapters"), base)
     return data
 
 

@@ -80,6 +80,7 @@ def answer_with_error(message: str, stdin_fd: int = 0, stdout_fd: int = 1) -> No
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Connect to the daemon's socket and relay stdin/stdout to it; returns the exit code (1 if it cannot connect)."""
     socket_path = _parse(sys.argv[1:] if argv is None else list(argv))
     secret = os.environ.get(wire.SECRET_ENV, "")
     try:

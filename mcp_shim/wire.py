@@ -25,16 +25,19 @@ _PLAIN = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01234567
 
 
 def hello(secret: str) -> bytes:
+    """The shim's handshake line, carrying ``secret``."""
     if secret and set(secret) <= _PLAIN:
         return b'{"coven":"hello","version":1,"secret":"' + secret.encode() + b'"}\n'
     return _line({"coven": "hello", "version": WIRE_VERSION, "secret": secret})
 
 
 def welcome() -> bytes:
+    """The daemon's line accepting the shim."""
     return WELCOME
 
 
 def refused(reason: str) -> bytes:
+    """The daemon's line refusing the shim, with ``reason``."""
     return _line({"coven": "refused", "reason": reason})
 
 

@@ -13,6 +13,9 @@ for later turns) in a temporary workspace against ScriptedModelServer, then stor
   run, prefixed by a ``{"turn": n, "exit_code": ...}`` line), for errors that never reach the
   rollout; for app-server scenarios, the JSON-RPC messages the server sent (deltas left out).
 
+``<version>/<scenario>.expected.jsonl`` (the entries a fixture must give) is written by hand,
+never by this script: regenerating a fixture means checking those again.
+
 The pinned CLIs come from scripts/install-codex.sh (``.codex-cli/<version>/``).
 """
 
@@ -39,6 +42,7 @@ from coven_codex.testing import (  # noqa: E402
     CallTool,
     ErrorEvent,
     HttpError,
+    OutputItem,
     Reasoning,
     Reply,
     RunCommand,
@@ -51,6 +55,10 @@ from coven_codex.testing.mcp_echo_server import mcp_server_entry  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "rollouts"
 VERSIONS = ("0.169.0", "0.47.0")
+OTHER_VERSIONS = ("0.20.0", "0.58.0", "0.104.0", "0.118.0", "0.135.0", "0.147.0")
+"""Releases whose rollouts other projects published (docs/rollout.md, "Rollouts of other Codex
+releases"): only the scenarios that show what differs on them are recorded with them."""
+ALL_VERSIONS = VERSIONS + OTHER_VERSIONS
 MAX_STRING = 240
 TURN_TIMEOUT = 120.0
 
@@ -70,41 +78,230 @@ class Scenario:
     interrupt_after: float | None = None
     """Interrupt each turn this many seconds after it started: app-server ``turn/interrupt``;
     exec: SIGINT (what Ctrl-C does)."""
+    kill_first_turn_after: float | None = None
+    """exec: SIGKILL the first turn's process group this many seconds after it started (Codex
+    gets no chance to record the turn's end); the later turns resume the thread."""
+    actions: Sequence[tuple[str, str]] = ()
+    """app-server: instead of one ``turn/start`` per prompt, these steps in order: ``("turn",
+    text)``, ``("plan_turn", text)`` (a turn in plan mode), ``("fork", "")`` (``thread/fork``;
+    later steps act on the fork, whose rollout becomes the fixture), ``("compact", "")``
+    (``thread/compact/start``), ``("shell", command)`` (``thread/shellCommand``: a user's
+    ``!command``), ``("review", instructions)`` (``review/start`` with a custom target)."""
 
 
 SCENARIOS: dict[str, Scenario] = {
-    "single_reply": Scenario(["say hello"], [(Reasoning("The user wants a greeting."), Reply("Hello there!"))],
-                             "one turn: a reasoning summary and a text reply"),
-    "multi_turn": Scenario(["first question", "second question"],
-                           [Reply("first answer"), (Reply("second answer, part one"), Reply("part two"))],
-                           "two turns (the second by `exec resume`), the second with two messages"),
-    "mcp_tool": Scenario(["echo ping please"],
-                         [(Reply("Calling the tool."), CallTool("echo.echo", {"text": "ping"})),
-                          Reply("The tool said: echo: ping")],
-                         "an MCP tool call and its result, then a reply"),
-    "mcp_tool_error": Scenario(["make it fail"], [CallTool("echo.fail", {"reason": "broken on purpose"}),
-                                                  Reply("The tool failed.")],
-                               "an MCP tool call whose result is an error"),
-    "shell_command": Scenario(["run echo"], [RunCommand("echo hi-from-shell"), Reply("Ran it.")],
-                              "a shell command call (exec_command on 0.169, shell on 0.47) and its output"),
-    "http_401": Scenario(["hi"], [HttpError(401, "Incorrect API key provided")],
-                         "the model endpoint answers 401"),
-    "http_429": Scenario(["hi"], [HttpError(429, "Rate limit reached for requests")],
-                         "the model endpoint answers 429"),
-    "response_failed": Scenario(["hi"], [(Reply("partial"), ErrorEvent("The model had an internal error"))],
-                                "the stream ends with response.failed"),
-    "error_then_resume": Scenario(["hi", "try again"], [HttpError(500, "upstream broke"), Reply("works now")],
-                                  "a failed turn (HTTP 500), then a resumed turn that succeeds"),
-    "app_server_two_turns": Scenario(["first via app-server", "second via app-server"],
-                                     [Reply("app answer one"), Reply("app answer two")],
-                                     "two turns through `codex app-server` with clientUserMessageId "
-                                     "thought-1 / thought-2 (recorded as client_id)",
-                                     driver="app-server", versions=("0.169.0",)),
-    "app_server_interrupt": Scenario(["start something long"], [(Reply("working on it"), Stall(5), Reply("never"))],
-                                     "a turn interrupted by app-server turn/interrupt while the model stalls",
-                                     driver="app-server", versions=("0.169.0",), interrupt_after=1.0),
-    "exec_sigint": Scenario(["start something long"], [(Reply("working on it"), Stall(5), Reply("never"))],
-                            "codex exec interrupted by SIGINT while the model stalls", interrupt_after=1.5),
+    "single_reply": Scenario(
+        ["say hello"],
+        [(Reasoning("The user wants a greeting."), Reply("Hello there!"))],
+        "one turn: a reasoning summary and a text reply",
+    ),
+    "multi_turn": Scenario(
+        ["first question", "second question"],
+        [Reply("first answer"), (Reply("second answer, part one"), Reply("part two"))],
+        "two turns (the second by `exec resume`), the second with two messages",
+    ),
+    "mcp_tool": Scenario(
+        ["echo ping please"],
+        [(Reply("Calling the tool."), CallTool("echo.echo", {"text": "ping"})), Reply("The tool said: echo: ping")],
+        "an MCP tool call and its result, then a reply",
+    ),
+    "mcp_tool_error": Scenario(
+        ["make it fail"],
+        [CallTool("echo.fail", {"reason": "broken on purpose"}), Reply("The tool failed.")],
+        "an MCP tool call whose result is an error",
+    ),
+    "shell_command": Scenario(
+        ["run echo"],
+        [RunCommand("echo hi-from-shell"), Reply("Ran it.")],
+        "a shell command call (exec_command on 0.169, shell on 0.47) and its output",
+    ),
+    "http_401": Scenario(["hi"], [HttpError(401, "Incorrect API key provided")], "the model endpoint answers 401"),
+    "http_429": Scenario(["hi"], [HttpError(429, "Rate limit reached for requests")], "the model endpoint answers 429"),
+    "response_failed": Scenario(
+        ["hi"],
+        [(Reply("partial"), ErrorEvent("The model had an internal error"))],
+        "the stream ends with response.failed",
+    ),
+    "error_then_resume": Scenario(
+        ["hi", "try again"],
+        [HttpError(500, "upstream broke"), Reply("works now")],
+        "a failed turn (HTTP 500), then a resumed turn that succeeds",
+    ),
+    "app_server_two_turns": Scenario(
+        ["first via app-server", "second via app-server"],
+        [Reply("app answer one"), Reply("app answer two")],
+        "two turns through `codex app-server` with clientUserMessageId thought-1 / thought-2 (recorded as client_id)",
+        driver="app-server",
+        versions=("0.169.0",),
+    ),
+    "app_server_interrupt": Scenario(
+        ["start something long"],
+        [(Reply("working on it"), Stall(5), Reply("never"))],
+        "a turn interrupted by app-server turn/interrupt while the model stalls",
+        driver="app-server",
+        versions=("0.169.0",),
+        interrupt_after=1.0,
+    ),
+    # -- other releases (docs/rollout.md, "Rollouts of other Codex releases") --------------------
+    "failed_command": Scenario(
+        ["run a failing command"],
+        [(Reasoning("Run it."), RunCommand("echo about to fail; exit 3")), Reply("It failed with exit code 3.")],
+        "a shell command exiting 3: 0.118 heads its output with `Command: …`; "
+        "0.118 also leaves `turn_id` out of agent_message events",
+        versions=("0.118.0",),
+    ),
+    "code_mode_failure": Scenario(
+        ["run a failing script"],
+        [
+            OutputItem(
+                {
+                    "type": "custom_tool_call",
+                    "call_id": "call_cm1",
+                    "name": "exec",
+                    "input": 'throw new Error("boom from the script");',
+                    "status": "completed",
+                }
+            ),
+            Reply("The script failed."),
+        ],
+        "code mode (features.code_mode): the model's `exec` script throws, the result begins `Script failed`",
+        extra_config={"features": {"code_mode": True}},
+        versions=("0.147.0",),
+    ),
+    "code_mode_mcp": Scenario(
+        ["use the tool from a script"],
+        [
+            OutputItem(
+                {
+                    "type": "custom_tool_call",
+                    "call_id": "call_cm2",
+                    "name": "exec",
+                    "input": 'const r = await tools.mcp__echo__echo({text: "from code mode"});\ntext(r);',
+                    "status": "completed",
+                }
+            ),
+            Reply("The tool ran."),
+        ],
+        "code mode: an `exec` script calls an MCP tool, recorded only as an mcp_tool_call_end event",
+        extra_config={"features": {"code_mode": True}},
+        versions=("0.147.0",),
+    ),
+    "turn_never_ends": Scenario(
+        ["start a long command", "are you there?"],
+        [RunCommand("sleep 25"), Reply("Yes, a new turn.")],
+        "Codex killed (SIGKILL) while a command runs, the thread resumed by the "
+        "next turn: the first turn has no end and its call no result",
+        versions=("0.104.0",),
+        kill_first_turn_after=4.0,
+    ),
+    "reasoning_then_reply": Scenario(
+        ["think first"],
+        [(Reasoning("Thinking about it.", chunk_size=4), Stall(0.5), Reply("Thought about it.", delay=0.05))],
+        "a reasoning summary, a pause, a reply streamed slowly, on 0.58 (the backward stamps seen in "
+        "published 0.58 files did not occur offline)",
+        versions=("0.58.0",),
+    ),
+    "old_format": Scenario(
+        ["hello old codex"],
+        [Reply("hello from the old format")],
+        "0.20 writes rollouts without the type/payload envelope",
+        versions=("0.20.0",),
+    ),
+    "forked_thread": Scenario(
+        [],
+        [Reply("parent answer"), Reply("fork answer")],
+        "a thread answered once, forked by app-server thread/fork, then the fork "
+        "answers its own turn: its rollout embeds the parent's history",
+        driver="app-server",
+        versions=("0.135.0",),
+        actions=(("turn", "parent question"), ("fork", ""), ("turn", "fork question")),
+    ),
+    "web_search": Scenario(
+        [],
+        [
+            (
+                OutputItem(
+                    {
+                        "type": "web_search_call",
+                        "status": "completed",
+                        "action": {"type": "search", "query": "coven codex rollout"},
+                    }
+                ),
+                OutputItem(
+                    {
+                        "type": "web_search_call",
+                        "status": "completed",
+                        "action": {"type": "open_page", "url": "https://example.com/rollout"},
+                    }
+                ),
+                Reply("Searched and read a page."),
+            )
+        ],
+        "the model searches the web and opens a page (web_search_call items), then replies",
+        driver="app-server",
+        versions=("0.135.0",),
+        actions=(("turn", "search the web"),),
+    ),
+    "user_shell": Scenario(
+        [],
+        [Reply("after the shell command")],
+        "a user's `!command` (app-server thread/shellCommand), then a turn",
+        driver="app-server",
+        versions=("0.135.0",),
+        actions=(("shell", "echo from-the-user"), ("turn", "and now?")),
+    ),
+    "compaction": Scenario(
+        [],
+        [Reply("first answer"), Reply("SUMMARY: the user asked one question."), Reply("after compaction")],
+        "a turn, a compaction (app-server thread/compact/start), a turn",
+        driver="app-server",
+        versions=("0.135.0",),
+        actions=(("turn", "first question"), ("compact", ""), ("turn", "second question")),
+    ),
+    "review": Scenario(
+        [],
+        [
+            Reply(
+                json.dumps(
+                    {
+                        "findings": [
+                            {
+                                "title": "Off-by-one in the loop",
+                                "body": "The loop stops one item early.",
+                                "confidence_score": 0.9,
+                                "priority": 1,
+                                "code_location": {
+                                    "absolute_file_path": "/workspace/a.py",
+                                    "line_range": {"start": 1, "end": 2},
+                                },
+                            }
+                        ],
+                        "overall_correctness": "patch is incorrect",
+                        "overall_explanation": "One bug found.",
+                        "overall_confidence_score": 0.8,
+                    }
+                )
+            )
+        ],
+        "review mode (app-server review/start with custom instructions): the findings",
+        driver="app-server",
+        versions=("0.135.0",),
+        actions=(("review", "review the loop"),),
+    ),
+    "plan_mode": Scenario(
+        [],
+        [Reply("Here is my plan.\n\n<proposed_plan>\n# Plan\n\n1. Read the code.\n2. Fix the bug.\n</proposed_plan>")],
+        "a turn in plan mode (turn/start collaborationMode plan): the model proposes a plan",
+        driver="app-server",
+        versions=("0.135.0",),
+        actions=(("plan_turn", "make a plan"),),
+    ),
+    "exec_sigint": Scenario(
+        ["start something long"],
+        [(Reply("working on it"), Stall(5), Reply("never"))],
+        "codex exec interrupted by SIGINT while the model stalls",
+        interrupt_after=1.5,
+    ),
 }
 
 
@@ -115,18 +312,41 @@ def codex_path(version: str) -> Path:
     return path
 
 
-async def run_turn(codex: Path, args: list[str], prompt: str, *, cwd: Path, env: dict[str, str],
-                   interrupt_after: float | None = None) -> tuple[int, list[str]]:
+async def run_turn(
+    codex: Path,
+    args: list[str],
+    prompt: str,
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    interrupt_after: float | None = None,
+    kill_after: float | None = None,
+) -> tuple[int, list[str]]:
     """Run one ``codex exec`` turn; the prompt goes on stdin (``-``)."""
     proc = await asyncio.create_subprocess_exec(
-        str(codex), "exec", "--json", "--skip-git-repo-check", *args, "-", cwd=cwd, env=env,
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        str(codex),
+        "exec",
+        "--json",
+        "--skip-git-repo-check",
+        *args,
+        "-",
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
 
     async def interrupt() -> None:
         if interrupt_after is not None:
             await asyncio.sleep(interrupt_after)
             if proc.returncode is None:
                 proc.send_signal(signal.SIGINT)
+        if kill_after is not None:
+            await asyncio.sleep(kill_after)
+            if proc.returncode is None:
+                os.killpg(proc.pid, signal.SIGKILL)  # the node wrapper, the native binary and the command
 
     try:
         async with asyncio.timeout(TURN_TIMEOUT):
@@ -175,21 +395,70 @@ class AppServer:
                     return dict(message)
 
 
-async def run_app_server(codex: Path, prompts: Sequence[str], *, cwd: Path, env: dict[str, str],
-                         interrupt_after: float | None = None) -> tuple[str, list[str]]:
-    proc = await asyncio.create_subprocess_exec(str(codex), "app-server", cwd=cwd, env=env, stdin=subprocess.PIPE,
-                                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+async def run_app_server(
+    codex: Path,
+    prompts: Sequence[str],
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    interrupt_after: float | None = None,
+    actions: Sequence[tuple[str, str]] = (),
+) -> tuple[str, list[str]]:
+    proc = await asyncio.create_subprocess_exec(
+        str(codex),
+        "app-server",
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
     client = AppServer(proc)
     try:
-        request = await client.send("initialize", {"clientInfo": {"name": "coven-fixtures", "version": "1"}})
+        hello: dict[str, Any] = {"clientInfo": {"name": "coven-fixtures", "version": "1"}}
+        if any(action == "plan_turn" for action, _ in actions):  # collaborationMode is an experimental field
+            hello["capabilities"] = {"experimentalApi": True}
+        request = await client.send("initialize", hello)
         await client.until(lambda m: m.get("id") == request)
         await client.send("initialized", notify=True)
         request = await client.send("thread/start", {"cwd": str(cwd)})
         started = await client.until(lambda m: m.get("id") == request)
         thread_id = str(started["result"]["thread"]["id"])
-        for number, prompt in enumerate(prompts, start=1):
-            params = {"threadId": thread_id, "clientUserMessageId": f"thought-{number}",
-                      "input": [{"type": "text", "text": prompt}]}
+        steps = list(actions) or [("turn", prompt) for prompt in prompts]
+        number = 0
+        for action, argument in steps:
+            if action == "fork":
+                request = await client.send("thread/fork", {"threadId": thread_id})
+                forked = await client.until(lambda m, request=request: m.get("id") == request)
+                thread_id = str(forked["result"]["thread"]["id"])
+                continue
+            if action == "compact":
+                request = await client.send("thread/compact/start", {"threadId": thread_id})
+                await client.until(lambda m, request=request: m.get("id") == request)
+                await client.until(lambda m: m.get("method") == "turn/completed")
+                continue
+            if action == "shell":
+                request = await client.send("thread/shellCommand", {"threadId": thread_id, "command": argument})
+                await client.until(lambda m, request=request: m.get("id") == request)
+                await client.until(lambda m: m.get("method") == "turn/completed")
+                continue
+            if action == "review":
+                request = await client.send(
+                    "review/start", {"threadId": thread_id, "target": {"type": "custom", "instructions": argument}}
+                )
+                await client.until(lambda m, request=request: m.get("id") == request)
+                await client.until(lambda m: m.get("method") == "turn/completed")
+                continue
+            if action not in ("turn", "plan_turn"):
+                raise ValueError(f"unknown app-server action {action!r}")
+            number += 1
+            params: dict[str, Any] = {
+                "threadId": thread_id,
+                "clientUserMessageId": f"thought-{number}",
+                "input": [{"type": "text", "text": argument}],
+            }
+            if action == "plan_turn":
+                params["collaborationMode"] = {"mode": "plan", "settings": {"model": "m"}}
             request = await client.send("turn/start", params)
             turn = await client.until(lambda m, request=request: m.get("id") == request)
             if interrupt_after is not None:
@@ -208,11 +477,14 @@ async def run_app_server(codex: Path, prompts: Sequence[str], *, cwd: Path, env:
     return thread_id, client.transcript
 
 
-def thread_id_of(exec_lines: list[str]) -> str:
+def thread_id_of(exec_lines: list[str], *, required: bool) -> str | None:
+    """The thread id ``codex exec --json`` reported (old releases such as 0.20 report none)."""
     for line in exec_lines:
         if line.startswith("{") and '"thread.started"' in line:
             return str(json.loads(line)["thread_id"])
-    raise RuntimeError(f"codex exec did not report a thread id: {exec_lines[:5]}")
+    if required:
+        raise RuntimeError(f"codex exec did not report a thread id: {exec_lines[:5]}")
+    return None
 
 
 class Sanitizer:
@@ -251,56 +523,96 @@ async def generate(version: str, name: str, scenario: Scenario) -> None:
     try:
         workspace, home = root / "workspace", root / "codex-home"
         workspace.mkdir()
+        (root / "home").mkdir()
         async with ScriptedModelServer(scenario.script) as server:
-            env = {**os.environ, **write_codex_config(home, server.base_url, mcp_servers={"echo": mcp_server_entry()},
-                                                      extra=scenario.extra_config)}
+            env = {
+                **os.environ,
+                "HOME": str(root / "home"),  # commands run without the recording machine's shell profile
+                **write_codex_config(
+                    home, server.base_url, mcp_servers={"echo": mcp_server_entry()}, extra=scenario.extra_config
+                ),
+            }
             exec_lines: list[str] = []
             thread_id: str | None = None
             if scenario.driver == "app-server":
-                thread_id, exec_lines = await run_app_server(codex, scenario.prompts, cwd=workspace, env=env,
-                                                             interrupt_after=scenario.interrupt_after)
+                thread_id, exec_lines = await run_app_server(
+                    codex,
+                    scenario.prompts,
+                    cwd=workspace,
+                    env=env,
+                    interrupt_after=scenario.interrupt_after,
+                    actions=scenario.actions,
+                )
             for turn, prompt in enumerate(scenario.prompts if scenario.driver == "exec" else (), start=1):
                 args = ["resume", thread_id] if thread_id else []
-                code, lines = await run_turn(codex, args, prompt, cwd=workspace, env=env,
-                                             interrupt_after=scenario.interrupt_after)
+                kill_after = scenario.kill_first_turn_after if turn == 1 else None
+                code, lines = await run_turn(
+                    codex,
+                    args,
+                    prompt,
+                    cwd=workspace,
+                    env=env,
+                    interrupt_after=scenario.interrupt_after,
+                    kill_after=kill_after,
+                )
                 exec_lines.append(json.dumps({"turn": turn, "exit_code": code}))
                 exec_lines.extend(lines)
-                thread_id = thread_id or thread_id_of(lines)
+                thread_id = thread_id or thread_id_of(lines, required=turn < len(scenario.prompts))
         rollouts = sorted(home.glob("sessions/*/*/*/rollout-*.jsonl"))
+        if len(rollouts) > 1 and thread_id is not None:  # a fork: the fixture is the last thread's file
+            rollouts = [path for path in rollouts if path.name.endswith(f"-{thread_id}.jsonl")]
         if len(rollouts) != 1:
             raise RuntimeError(f"{version} {name}: expected one rollout file, found {rollouts}")
-        sanitizer = Sanitizer({str(workspace): "/workspace", str(home): "/codex-home", str(root): "/tmp-root",
-                               sys.executable: "/python", str(ROOT): "/repo", f"{Path.home()}/": "/home/user/"})
+        sanitizer = Sanitizer(
+            {
+                str(workspace): "/workspace",
+                str(home): "/codex-home",
+                str(root): "/tmp-root",
+                sys.executable: "/python",
+                str(ROOT): "/repo",
+                f"{Path.home()}/": "/home/user/",
+            }
+        )
         target = FIXTURES / version
         target.mkdir(parents=True, exist_ok=True)
         rollout_lines = rollouts[0].read_text(encoding="utf-8").splitlines()
-        (target / f"{name}.jsonl").write_text("".join(sanitizer.line(x) + "\n" for x in rollout_lines),
-                                              encoding="utf-8")
-        (target / f"{name}.exec.jsonl").write_text("".join(sanitizer.line(x) + "\n" for x in exec_lines),
-                                                   encoding="utf-8")
+        (target / f"{name}.jsonl").write_text(
+            "".join(sanitizer.line(x) + "\n" for x in rollout_lines), encoding="utf-8"
+        )
+        (target / f"{name}.exec.jsonl").write_text(
+            "".join(sanitizer.line(x) + "\n" for x in exec_lines), encoding="utf-8"
+        )
         print(f"{version:8} {name:18} {len(rollout_lines):3} rollout lines  thread {thread_id}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
 def write_index(versions: Sequence[str]) -> None:
-    index = {name: {"prompts": list(s.prompts), "description": s.description, "driver": s.driver,
-                    "versions": list(s.versions)} for name, s in SCENARIOS.items()}
-    (FIXTURES / "scenarios.json").write_text(json.dumps({"versions": list(versions), "scenarios": index},
-                                                        indent=2) + "\n", encoding="utf-8")
+    index = {
+        name: {
+            "prompts": list(s.prompts) or [text for action, text in s.actions if action == "turn"],
+            "description": s.description,
+            "driver": s.driver,
+            "versions": list(s.versions),
+        }
+        for name, s in SCENARIOS.items()
+    }
+    (FIXTURES / "scenarios.json").write_text(
+        json.dumps({"versions": list(versions), "scenarios": index}, indent=2) + "\n", encoding="utf-8"
+    )
 
 
 async def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--version", action="append", choices=VERSIONS, help="only this Codex version")
+    parser.add_argument("--version", action="append", choices=ALL_VERSIONS, help="only this Codex version")
     parser.add_argument("--scenario", action="append", choices=sorted(SCENARIOS), help="only this scenario")
     args = parser.parse_args(argv)
-    versions = args.version or list(VERSIONS)
+    versions = args.version or list(ALL_VERSIONS)
     for version in versions:
         for name in args.scenario or list(SCENARIOS):
             if version in SCENARIOS[name].versions:
                 await generate(version, name, SCENARIOS[name])
-    write_index(VERSIONS)
+    write_index(ALL_VERSIONS)
     return 0
 
 

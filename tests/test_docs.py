@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -111,3 +112,66 @@ def test_the_protocol_doc_says_what_happens_to_a_line_without_ts(tmp_path: Path)
     doc = (ROOT / "docs" / "journal-protocol.md").read_text()
     row = next(row for row in doc.splitlines() if row.startswith("| `ts` |"))
     assert "assigned if omitted" not in row and "readers then see the time they read it" in row
+
+
+def test_the_exec_options_table_lists_every_exec_flag() -> None:
+    """docs/exec.md, Options: one row per flag of `coven-codex exec`, and no row for a flag it lacks."""
+    parser, _ = build_parser()
+    sub = next(action for action in parser._actions if action.dest == "command")
+    exec_parser = sub.choices["exec"]  # type: ignore[attr-defined]
+    flags = {
+        option
+        for action in exec_parser._actions
+        for option in action.option_strings
+        if option not in {"-h", "--help", "--log-level"}
+    }
+    doc = (ROOT / "docs" / "exec.md").read_text()
+    table = doc[doc.index("## Options") : doc.index("## The workspace")]
+    documented = {
+        flag for cell in re.findall(r"^\| ([^|]+) \|", table, re.M) for flag in re.findall(r"`(-[-\w]+)", cell)
+    }
+    assert documented == flags
+
+
+def test_the_trace_table_matches_what_each_version_is_known_to_export() -> None:
+    from coven_codex.codex.version import parse_version
+    from coven_codex.traces.otel_config import exported_signals
+
+    doc = (ROOT / "docs" / "exec.md").read_text()
+    rows = re.findall(r"^\| (\d+\.\d+\.\d+) \| (yes|no) \| (yes|no) \|", doc, re.M)
+    assert rows
+    for version, logs, traces in rows:
+        signals = exported_signals(parse_version(f"codex-cli {version}"))
+        assert ("logs" in signals, "traces" in signals) == (logs == "yes", traces == "yes"), version
+
+
+SESSION_TIMERS = (
+    ("kill_grace", "interrupt grace"),
+    ("idle_reap", "idle reaping"),
+    ("restart_backoff", "restart backoff"),
+)
+DRIVER_TIMERS = (
+    ("turn_timeout", "turn deadline"),
+    ("stream_idle_timeout", "stream-idle bound"),
+    ("approval_timeout", "approval timeout"),
+)
+
+
+def timed_by(setting: str, code: str) -> bool:
+    """``code`` computes a wait or a deadline from ``setting`` (not merely quotes it in a message)."""
+    return re.search(rf"(?:[-+*(,]|sleep\()\s*self\.(?:_)?settings\.{setting}\b", code) is not None
+
+
+def test_the_session_docstring_names_its_own_timers_and_the_drivers() -> None:
+    """Issue 10 item 7: the ``session.py`` docstring listed timers that had moved to the drivers."""
+    session = (ROOT / "coven_codex" / "agent" / "session.py").read_text()
+    drivers = "\n".join(path.read_text() for path in (ROOT / "coven_codex" / "codex" / "drivers").glob("*.py"))
+    docstring = " ".join((ast.get_docstring(ast.parse(session)) or "").split())
+    own = docstring[docstring.index("its own timers") : docstring.index("Delivering a thought")]
+    mine, theirs = own.split("drivers'", 1)[0].split("The turn deadline", 1)
+    theirs = "The turn deadline" + theirs
+    for setting, words in SESSION_TIMERS:
+        assert timed_by(setting, session) and words in mine, setting
+    for setting, words in DRIVER_TIMERS:
+        assert not timed_by(setting, session) and timed_by(setting, drivers), setting
+        assert words in theirs and words not in mine, setting

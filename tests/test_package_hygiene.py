@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -13,6 +17,7 @@ IMPORT_NAMES = {
     "tomlkit": "tomlkit",
     "watchfiles": "watchfiles",
     "psutil": "psutil",
+    "opentelemetry-proto": "opentelemetry.proto",
 }
 
 
@@ -37,3 +42,109 @@ def test_every_module_names_its_logger_log() -> None:
         if re.search(r"^(?!log = )\w+ = logging\.getLogger\(", path.read_text(encoding="utf-8"), re.M)
     ]
     assert other == []
+
+
+def _link_event_fields() -> dict[str, list[tuple[str, ast.expr | None]]]:
+    """Each link event class of ``coven_codex/agent/link.py``: its fields, each with its default (or None)."""
+    tree = ast.parse((ROOT / "coven_codex" / "agent" / "link.py").read_text(encoding="utf-8"))
+    union = next(
+        node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "LinkEvent" for t in node.targets)
+    )
+    names = {n.id for n in ast.walk(union) if isinstance(n, ast.Name)}
+    fields: dict[str, list[tuple[str, ast.expr | None]]] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name in names:
+            fields[node.name] = [
+                (item.target.id, item.value)
+                for item in node.body
+                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+            ]
+    assert set(fields) == names
+    return fields
+
+
+def test_every_link_event_field_carries_something() -> None:
+    """A field of a link event that every construction in the package fills with the same constant is a
+    dead branch in the session (issue 10 item 10: ``rollout_path`` was always None, ``expected`` always False)."""
+    fields = _link_event_fields()
+    informative: dict[str, set[str]] = {name: set() for name in fields}
+    constructions = 0
+    for path in sources():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        imported = {
+            alias.asname or alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module == "coven_codex.agent.link"
+            for alias in node.names
+        }
+        for call in ast.walk(tree):
+            if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)):
+                continue
+            name = call.func.id
+            if name not in fields or name not in imported:
+                continue
+            constructions += 1
+            names = [field for field, _ in fields[name]]
+            given: dict[str, ast.expr] = dict(zip(names, call.args, strict=False))
+            given.update({kw.arg: kw.value for kw in call.keywords if kw.arg is not None})
+            informative[name].update(field for field, value in given.items() if not isinstance(value, ast.Constant))
+    assert constructions >= len(fields), "every link event is built somewhere in the package"
+    constant = sorted(
+        f"{name}.{field}" for name, entries in fields.items() for field, _ in entries if field not in informative[name]
+    )
+    assert constant == [], "link event fields only ever given a constant (or their default)"
+
+
+def test_pending_thought_names_one_thing() -> None:
+    """The session's pending thought and the driver's turn input are different things with different names."""
+    defined = [
+        str(path.relative_to(ROOT))
+        for path in sources()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ClassDef) and node.name == "PendingThought"
+    ]
+    assert defined == ["coven_codex/agent/services.py"]
+
+
+def test_every_subcommand_is_implemented() -> None:
+    """Each ``coven-codex`` subcommand has its module with help, options and an implementation; no scaffolding."""
+    from coven_codex.cli import main
+
+    for name in main.SUBCOMMANDS:
+        module = importlib.import_module(f"coven_codex.cli.{name.replace('-', '_')}")
+        assert isinstance(module.HELP, str) and module.HELP, name
+        assert callable(module.configure) and callable(module.execute), name
+    text = (ROOT / "coven_codex" / "cli" / "main.py").read_text(encoding="utf-8")
+    assert "not implemented" not in text.lower()
+
+
+def test_a_private_import_from_a_dependency_comes_with_an_upper_pin() -> None:
+    """Private API may change in any release: a dependency whose ``_private`` module is imported is pinned
+    below its next major version (issue 10 item 9: watchfiles' ``_rust_notify``)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    specs = {re.split(r"[<>=!~ \[;]", spec, maxsplit=1)[0]: spec for spec in project["dependencies"]}
+    modules = {IMPORT_NAMES.get(name, name): name for name in specs}
+    private: set[str] = set()
+    for path in sources():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                top, *rest = node.module.split(".")
+                if top in modules and any(part.startswith("_") for part in rest):
+                    private.add(modules[top])
+    assert private, "the watchfiles waker imports watchfiles._rust_notify"
+    unpinned = sorted(name for name in private if "<" not in specs[name])
+    assert unpinned == []
+
+
+def test_the_code_is_ruff_formatted_and_the_test_script_checks_it() -> None:
+    """Issue 10 item 9: the repository is ``ruff format``-ted, and ``scripts/test.sh`` (what CI runs) enforces it."""
+    paths = ["coven_codex", "mcp_shim", "tests", "benchmarks", "examples"]
+    script = (ROOT / "scripts" / "test.sh").read_text(encoding="utf-8")
+    assert f"ruff format --check {' '.join(paths)}" in script
+    ruff = Path(sys.executable).with_name("ruff")
+    done = subprocess.run(
+        [str(ruff), "format", "--check", *paths], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr

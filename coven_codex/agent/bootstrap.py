@@ -32,6 +32,7 @@ from coven_codex.agent.links.driver import DriverLink
 from coven_codex.agent.state import StateError
 from coven_codex.agent.statelock import JournalLock, StateLock
 from coven_codex.agent.storage import StorageFailed
+from coven_codex.codex.appserver.pool import AppServerPool
 from coven_codex.codex.discovery import DiscoveryError, find_codex
 from coven_codex.codex.drivers import (
     CodexDriver,
@@ -57,8 +58,12 @@ from coven_codex.mcp import (
 )
 from coven_codex.rollout.locator import locate_rollout
 from coven_codex.settings import Settings
+from coven_codex.traces.otel_config import export_notice, otel_tables
+from coven_codex.traces.receiver import OtlpReceiver
+from coven_codex.traces.routing import ThreadRouter
 
 log = logging.getLogger(__name__)
+TRACES_DIR = "traces"
 
 ROLLOUT_LOCATE_TIMEOUT = 10.0
 
@@ -85,13 +90,33 @@ class LinkMaker:
     env: Mapping[str, str] = field(repr=False)
     cwd: Path
     settings: Settings
+    pool: AppServerPool | None = field(default=None, init=False)
+    """The shared app-servers every conversation's thread runs on (app-server driver)."""
+
+    def __post_init__(self) -> None:
+        if self.driver == "app-server":
+            self.pool = AppServerPool(
+                self.command,
+                env=self.env,
+                cwd=self.cwd,
+                settings=DriverSettings.from_settings(self.settings),
+                size=self.settings.app_servers,
+                restart_backoff=self.settings.restart_backoff,
+            )
+
+    async def aclose(self) -> None:
+        """End the shared app-servers (after every link is closed)."""
+        if self.pool is not None:
+            await self.pool.aclose()
 
     @property
     def records_client_id(self) -> bool:
+        """The app-server driver records our thought ids in the rollout; exec does not."""
         return self.driver == "app-server"
 
     @property
     def records_turn_end(self) -> bool:
+        """This Codex version's rollout records each turn's end (so egress writes it)."""
         return self.version.records_turn_end
 
     @property
@@ -110,6 +135,7 @@ class LinkMaker:
                 sink=sink,
                 choice=self.driver,
                 command=self.command,
+                pool=self.pool,
             )
 
         return DriverLink(make)
@@ -208,6 +234,17 @@ async def run_daemon(
             owned[("mcp_servers", "coven")] = codex_mcp_entry(
                 server.socket_path, server.secret, str(version), tool_timeout=registry.longest_timeout
             )
+        if settings.collect_traces:
+            # Before Codex starts, and closed after every Codex process is gone (the stack unwinds last-in first-out).
+            traces_dir = settings.resolved_state_dir / TRACES_DIR
+            try:
+                receiver = await stack.enter_async_context(OtlpReceiver(ThreadRouter(traces_dir)))
+            except OSError as exc:
+                raise BootstrapError(str(exc)) from None
+            owned.update(otel_tables(receiver.base_url))
+            if notice := export_notice(version):
+                log.warning("%s", notice)
+            log.info("collecting Codex's OpenTelemetry export at %s into %s", receiver.base_url, traces_dir)
         try:
             home = await asyncio.to_thread(
                 prepare_codex_home,
@@ -238,6 +275,7 @@ async def run_daemon(
             cwd=workspace,
             settings=settings,
         )
+        stack.push_async_callback(maker.aclose)  # (shutdown closes it first; this covers a failed start)
         codex_home = home.path
 
         async def locate(thread_id: str) -> Path:

@@ -43,8 +43,10 @@ class LowWaterCursor:
 
     @property
     def pending(self) -> int:
+        """How many routed items are not finished yet."""
         return self._pending
 
     @property
     def position(self) -> int:
+        """The start of the oldest unfinished item, or :attr:`read_end` when none is pending."""
         return self._heap[0] if self._heap else self._read_end

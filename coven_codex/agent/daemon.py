@@ -32,14 +32,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import faulthandler
 import logging
+import sys
 from pathlib import Path
 from typing import Protocol
 
 from coven_codex.agent.egress import AppendHook
 from coven_codex.agent.ingress import CURSOR_NAME, Ingress
 from coven_codex.agent.limits import cut
-from coven_codex.agent.manager import EGRESS_DRAIN, SessionManager
+from coven_codex.agent.manager import EGRESS_DRAIN, SHUTDOWN_SLACK, SessionManager
 from coven_codex.agent.processes import ProcessRegistry, end_stale_processes
 from coven_codex.agent.recovery import codex_received, find_unclaimed_rollout
 from coven_codex.agent.services import LinkFactory, RolloutLocator, SessionServices
@@ -55,12 +57,19 @@ from coven_codex.settings import Settings
 
 log = logging.getLogger(__name__)
 
+SHUTDOWN_WATCHDOG_MARGIN = 5.0
+"""Seconds past the shutdown's own bound after which the daemon dumps its stacks and exits 1."""
+
 
 class Ready(Protocol):
+    """Called once the daemon is serving: recovery is done, the sessions and ingress are started."""
+
     def __call__(self) -> None: ...
 
 
 class Daemon:
+    """The coven-codex daemon over one journal and one state directory; see the module docstring."""
+
     def __init__(
         self,
         settings: Settings,
@@ -235,6 +244,7 @@ class Daemon:
             failed_task = group.create_task(self._failed.wait(), name="storage-failed")
             await asyncio.wait([ingress_task, stop_task, failed_task], return_when=asyncio.FIRST_COMPLETED)
             log.info("shutting down: no new thoughts; stopping turns and Codex processes")
+            self._arm_shutdown_watchdog()
             ingress_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await ingress_task
@@ -242,7 +252,18 @@ class Daemon:
             await ingress.save()
             stop_task.cancel()
             failed_task.cancel()
+        faulthandler.cancel_dump_traceback_later()
         log.info("daemon stopped cleanly")
+
+    def _arm_shutdown_watchdog(self) -> None:
+        """Make the shutdown's bound (``kill_grace`` + :data:`SHUTDOWN_SLACK`) hard: should it be
+        overrun by :data:`SHUTDOWN_WATCHDOG_MARGIN` more (every step has its own timeout, so only
+        a blocked event loop or a bug can), every thread's stack goes to stderr (the log) and the
+        process exits with status 1, which the next start recovers from like a ``kill -9``."""
+        with contextlib.suppress(ValueError, OSError, AttributeError):  # stderr without a file descriptor
+            faulthandler.dump_traceback_later(
+                self.settings.kill_grace + SHUTDOWN_SLACK + SHUTDOWN_WATCHDOG_MARGIN, exit=True, file=sys.stderr
+            )
 
     async def _run_ingress(self, ingress: Ingress) -> None:
         try:

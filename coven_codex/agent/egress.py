@@ -73,7 +73,9 @@ class Egress:
         spell_calls = SpellCalls()
         resume_at = self._state.egress_offset
         log.debug("egress for %r: %s from byte %d", cut(self._state.conversation), rollout, resume_at)
-        async for line in tail_lines(rollout, 0, on_notice=self._notice):
+        # Released while idle: an idle conversation holds no file descriptor (a rollout is
+        # appended to, never replaced, so nothing is lost by reopening it by its path).
+        async for line in tail_lines(rollout, 0, on_notice=self._notice, hold_open=False):
             self.lines_seen += 1
             entries = [spell_calls.correct(entry) for entry in translator.feed(line)]
             if line.end <= resume_at:

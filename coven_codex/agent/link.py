@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 from coven_codex.codex.drivers.base import ImageInput
@@ -19,14 +18,15 @@ from coven_codex.entries import TokenUsage
 
 @dataclass(frozen=True, slots=True)
 class ThreadReady:
-    """Codex told us the thread id (and, when it knows, the rollout file)."""
+    """Codex told us the thread id (the session finds the rollout file through its ``RolloutLocator``)."""
 
     thread_id: str
-    rollout_path: Path | None
 
 
 @dataclass(frozen=True, slots=True)
 class TurnStarted:
+    """Codex started a turn (``turn_id`` when the driver knows it)."""
+
     turn_id: str | None
 
 
@@ -71,11 +71,10 @@ class ApprovalSettled:
 
 @dataclass(frozen=True, slots=True)
 class ProcessExited:
-    """The Codex process ended. ``expected`` when we asked it to (or an exec turn finished)."""
+    """The Codex process ended without being asked to (the driver failed); the session restarts it later."""
 
     returncode: int | None
     detail: str
-    expected: bool
     classified: ClassifiedError | None = None
 
 
@@ -85,9 +84,11 @@ LinkEvent = ThreadReady | TurnStarted | TurnEnded | Delta | ApprovalAsked | Appr
 class LinkError(RuntimeError):
     """A request to Codex failed; ``delivered`` says whether Codex may have received the input."""
 
-    def __init__(self, message: str, *, delivered: bool = False) -> None:
+    def __init__(self, message: str, *, delivered: bool = False, killed: bool = False) -> None:
         super().__init__(message)
         self.delivered = delivered
+        self.killed = killed
+        """Codex was killed from outside (SIGKILL, SIGTERM, ...): not the thought's fault."""
 
 
 class CodexLink(Protocol):
@@ -99,7 +100,9 @@ class CodexLink(Protocol):
         ...
 
     @property
-    def supports_steer(self) -> bool: ...
+    def supports_steer(self) -> bool:
+        """A thought can join a running turn (:meth:`steer`); only the app-server can."""
+        ...
 
     @property
     def records_client_id(self) -> bool:
@@ -107,7 +110,9 @@ class CodexLink(Protocol):
         ...
 
     @property
-    def thread_id(self) -> str | None: ...
+    def thread_id(self) -> str | None:
+        """The Codex thread, once known."""
+        ...
 
     @property
     def pids(self) -> list[int]:
@@ -137,9 +142,13 @@ class CodexLink(Protocol):
         """A turn is running in Codex."""
         ...
 
-    async def interrupt(self) -> None: ...
+    async def interrupt(self) -> None:
+        """Ask Codex to stop the running turn; its end arrives as a :class:`TurnEnded` event."""
+        ...
 
-    async def answer(self, request_id: str, approve: bool) -> None: ...
+    async def answer(self, request_id: str, approve: bool) -> None:
+        """Answer the approval request ``request_id``; raise :class:`LinkError` if that fails."""
+        ...
 
     def events(self) -> AsyncIterator[LinkEvent]:
         """Events until the link is closed; ends after a :class:`ProcessExited` of a persistent link."""

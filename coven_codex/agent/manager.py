@@ -105,12 +105,15 @@ class SessionManager:
 
     # -- Router ------------------------------------------------------------------------------------
     def route_thought(self, entry: ThoughtEntry, position: int) -> bool:
+        """Offer the thought to its conversation's session (made on first use); ``True`` if it is now pending."""
         return self._session(entry.conversation).offer_thought(entry, position)
 
     def route_reset(self, entry: ResetEntry, position: int) -> bool:
+        """Offer the ``reset`` to its conversation's session (made on first use); ``True`` if it is now pending."""
         return self._session(entry.conversation).offer_reset(entry, position)
 
     def route_cancel(self, entry: CancelEntry, *, live: bool) -> None:
+        """Pass a live cancel to its session; one from before this run, or with no session, is only logged."""
         session = self.sessions.get(entry.conversation)
         if not live or session is None:
             log.info("cancel %s for %r: no turn of this run to cancel", cut(entry.id or "?"), cut(entry.conversation))
@@ -118,6 +121,7 @@ class SessionManager:
         session.offer_cancel(entry)
 
     def route_approval(self, entry: ApprovalEntry, *, live: bool) -> None:
+        """Pass a live approval answer to its session; one from before this run, or with no session, is only logged."""
         session = self.sessions.get(entry.conversation)
         if not live or session is None:
             log.info(
@@ -175,10 +179,12 @@ class SessionManager:
         for session in sessions:
             await session.final_save()
 
-    @staticmethod
-    async def _stop_politely(sessions: list[Session], deadline: float) -> None:
-        """Interrupt running turns, let them end until ``deadline``, then close every Codex."""
+    async def _stop_politely(self, sessions: list[Session], deadline: float) -> None:
+        """Interrupt running turns, let them end until ``deadline``, then close every Codex
+        (every link, then the processes they share)."""
+        make_link = self._services.make_link
         loop = asyncio.get_running_loop()
         await asyncio.gather(*(s.stop_turn() for s in sessions))
         await asyncio.gather(*(s.wait_turn_over(max(0.0, deadline - loop.time())) for s in sessions))
         await asyncio.gather(*(s.close() for s in sessions))
+        await make_link.aclose()

@@ -50,6 +50,7 @@ class ProcessRegistry:
         self._records: dict[str, list[dict[str, float | int]]] = {}
 
     def record(self, conversation: str, pids: list[int]) -> None:
+        """Record ``conversation``'s process-group leaders (pid and start time); rewrites the file on change."""
         identities = [ident for pid in pids if (ident := _identity(pid)) is not None]
         if identities == self._records.get(conversation):
             return
@@ -57,6 +58,7 @@ class ProcessRegistry:
         self._flush()
 
     def forget(self, conversation: str) -> None:
+        """Drop ``conversation``'s record (its processes have ended)."""
         if self._records.pop(conversation, None) is not None:
             self._flush()
 

@@ -25,9 +25,11 @@ class StateSaver:
         self._wanted = asyncio.Event()
 
     def request(self) -> None:
+        """Mark the state dirty: :meth:`run` saves it soon, once for a burst of requests."""
         self._wanted.set()
 
     async def save_now(self) -> None:
+        """Save a snapshot of the state now; returns once it is durable as the store promises."""
         async with self._lock:
             data = self._state.model_dump_json().encode("utf-8")
             if self._store.durability == "always":
@@ -37,6 +39,7 @@ class StateSaver:
             await self._store.wait_durable()
 
     async def run(self) -> None:
+        """Save the newest snapshot whenever one was requested; runs until cancelled."""
         while True:
             await self._wanted.wait()
             self._wanted.clear()

@@ -21,8 +21,11 @@ from coven_codex.settings import Settings
 
 @dataclass(frozen=True, slots=True)
 class PendingThought:
-    """A thought routed to a session and not yet delivered: its id, text and journal position,
-    its attachments as written and, once checked, the images they are."""
+    """A thought routed to a session and not yet settled (delivered, or given up): its id, text and
+    journal position, its attachments as written and, once checked, the images they are.
+
+    The driver side's :class:`coven_codex.codex.drivers.base.TurnInput` is what reaches Codex of it.
+    """
 
     entry_id: str
     text: str
@@ -35,7 +38,9 @@ class LinkFactory(Protocol):
     """Makes the link for a conversation; knows how in-flight thoughts are resolved."""
 
     @property
-    def records_client_id(self) -> bool: ...
+    def records_client_id(self) -> bool:
+        """Codex records our thought ids in the rollout, so in-flight thoughts resolve by id, not count."""
+        ...
 
     @property
     def records_turn_end(self) -> bool:
@@ -49,8 +54,14 @@ class LinkFactory(Protocol):
 
     def __call__(self, conversation: str) -> CodexLink: ...
 
+    async def aclose(self) -> None:
+        """End the Codex processes the links share (shutdown, after every link is closed)."""
+        ...
+
 
 class RolloutLocator(Protocol):
+    """Finds the rollout file of a Codex thread."""
+
     async def __call__(self, thread_id: str) -> Path: ...
 
 

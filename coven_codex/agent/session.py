@@ -61,6 +61,7 @@ from coven_codex.agent.link import (
     TurnEnded,
     TurnStarted,
 )
+from coven_codex.agent.links.driver import killed_from_outside
 from coven_codex.agent.recovery import codex_received, recorded_client_id
 from coven_codex.agent.saver import StateSaver
 from coven_codex.agent.services import PendingThought, SessionServices
@@ -502,9 +503,6 @@ class Session:
             in_flight = self.state.in_flight
             if in_flight is not None:  # the thought being handed over is the new thread's first message
                 self.state.expect_reply(in_flight.thought_id, in_flight.text, 0)
-        if event.rollout_path is not None:
-            self.state.rollout_path = str(event.rollout_path)
-        if changed or event.rollout_path is not None:
             await self._save_now()
         self._start_egress()
 
@@ -536,10 +534,15 @@ class Session:
         self._svc.slots.release(self.conversation)
         self._idle_since = None
         if self._unconfirmed is not None:
-            await self._confirm_unconfirmed()
+            await self._confirm_unconfirmed(counts=not killed_from_outside(event.returncode))
         turn = self._turn_finished()
-        if event.expected or self._stopping:
+        if self._stopping:
             await self._turn_cut_short(turn, TURN_ABORTED, "Codex stopped")
+            return
+        if turn is None and link is not None and link.persistent:
+            # The shared app-server died while no turn of ours ran on it: nothing was lost, and
+            # nothing is said in the chat; the thread is resumed on the next thought.
+            log.info("conversation %r: Codex exited while idle; its thread resumes on the next thought", self._name)
             return
         delay = self._restart_later()
         where = " during a turn" if turn is not None else ""
@@ -699,7 +702,7 @@ class Session:
                 await self._emit(
                     StatusEntry(
                         state="session_waiting",
-                        text=f"waiting for a free Codex process slot ({slots.size} in use); your thought is "
+                        text=f"waiting for a free turn slot (max_sessions = {slots.size}, all in use); your thought is "
                         "queued and will be delivered in order",
                     )
                 )
@@ -751,7 +754,7 @@ class Session:
                 StatusEntry(state="session_resumed" if resumed else "session_started", thread_id=thread, text=text)
             )
         if link.thread_id is not None and link.thread_id != self.state.thread_id:
-            await self._thread_ready(ThreadReady(link.thread_id, None))
+            await self._thread_ready(ThreadReady(link.thread_id))
         return True
 
     async def _pump(self, link: CodexLink, generation: int) -> None:
@@ -799,8 +802,9 @@ class Session:
         if self._turn is None:  # (the driver may have said so already)
             self._start_turn(thought.entry_id)
 
-    async def _confirm_unconfirmed(self) -> None:
-        """The turn is over (or its process gone) and egress did not see the thought recorded: ask the rollout."""
+    async def _confirm_unconfirmed(self, *, counts: bool = True) -> None:
+        """The turn is over (or its process gone) and egress did not see the thought recorded: ask the
+        rollout. ``counts=False``: Codex was killed from outside, a failure not counted against the thought."""
         thought, self._unconfirmed = self._unconfirmed, None
         in_flight = self.state.in_flight
         if thought is None or in_flight is None:
@@ -818,11 +822,15 @@ class Session:
             return
         self.state.in_flight = None
         await self._save_now()
-        await self._count_failure(thought, "Codex ended before it took the thought")
+        await self._count_failure(thought, "Codex ended before it took the thought", counts=counts)
 
-    async def _count_failure(self, thought: PendingThought, reason: str) -> None:
-        """One more failed hand-over of ``thought``: back off, and give up after :data:`DELIVERY_ATTEMPTS`."""
-        attempts = self._attempts.get(thought.entry_id, 0) + 1
+    async def _count_failure(self, thought: PendingThought, reason: str, *, counts: bool = True) -> None:
+        """One more failed hand-over of ``thought``: back off, and give up after :data:`DELIVERY_ATTEMPTS`.
+
+        ``counts=False`` (Codex was killed from outside, e.g. ``kill -9`` of the shared app-server):
+        the thought is sent again after the backoff without coming closer to being dropped.
+        """
+        attempts = self._attempts.get(thought.entry_id, 0) + (1 if counts else 0)
         if attempts >= DELIVERY_ATTEMPTS:
             log.warning(
                 "conversation %r: thought %s failed %d hand-overs (%s); dropping it",
@@ -841,7 +849,7 @@ class Session:
             self._svc.finish_thought(thought.position)
             return
         self._attempts[thought.entry_id] = attempts
-        delay = backoff(self._settings.restart_backoff, attempts)
+        delay = backoff(self._settings.restart_backoff, max(attempts, 1))
         log.warning(
             "conversation %r: hand-over %d of thought %s failed (%s); it will be sent again in %.1fs",
             self._name,
@@ -910,7 +918,7 @@ class Session:
                 return
         self.state.in_flight = None
         await self._save_now()
-        await self._count_failure(thought, str(exc))
+        await self._count_failure(thought, str(exc), counts=not exc.killed)
 
     async def _end_link(self, *, reason: str, expected: bool = True) -> None:
         link = self._link
@@ -1005,6 +1013,7 @@ class Session:
                 await self._link.interrupt()
 
     async def wait_turn_over(self, limit: float) -> None:
+        """Shutdown: wait up to ``limit`` seconds for the running turn, if any, to end."""
         if self._link is None:
             return
         with contextlib.suppress(TimeoutError):

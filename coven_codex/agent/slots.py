@@ -1,6 +1,7 @@
-"""The bound on live Codex processes (``max_sessions``), with eviction of idle holders.
+"""The bound on conversations running a turn (``max_sessions``), with eviction of idle holders.
 
-A session holds a slot while its Codex process lives. When every slot is taken, a session that
+A session holds a slot while its Codex thread is open (with the app-server driver the thread
+costs no process of its own: every thread is on the shared app-server). When every slot is taken, a session that
 needs one waits (first come, first served); to keep the wait short, the pool asks the holder
 that has been idle longest to give its slot back (its session ends the process if it is
 still idle, exactly as the idle reaper would). Busy holders are never disturbed.
@@ -20,6 +21,8 @@ log = logging.getLogger(__name__)
 
 
 class SlotPool:
+    """At most ``size`` named holders at once; waiters are served in order; see the module docstring."""
+
     def __init__(self, size: int) -> None:
         if size < 1:
             raise ValueError("a slot pool needs at least one slot")
@@ -30,13 +33,16 @@ class SlotPool:
 
     @property
     def in_use(self) -> int:
+        """How many slots are held."""
         return len(self._holders)
 
     @property
     def waiting(self) -> int:
+        """How many sessions wait for a slot."""
         return len(self._waiters)
 
     def holds(self, name: str) -> bool:
+        """``name`` holds a slot."""
         return name in self._holders
 
     def try_acquire(self, name: str) -> bool:
@@ -66,6 +72,7 @@ class SlotPool:
             raise
 
     def release(self, name: str) -> None:
+        """Give ``name``'s slot back (if it holds one) and grant it to the first waiter."""
         self._idle.pop(name, None)
         if name in self._holders:
             self._holders.discard(name)
@@ -79,6 +86,7 @@ class SlotPool:
             self._evict_idle()
 
     def mark_busy(self, name: str) -> None:
+        """The holder ``name`` is busy again: it is no longer asked to give its slot back."""
         self._idle.pop(name, None)
 
     def _grant(self) -> None:

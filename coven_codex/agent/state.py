@@ -50,6 +50,8 @@ log = logging.getLogger(__name__)
 STATE_VERSION = 1
 STATE_SUFFIX = ".state"
 COMPACT_BYTES = 256 * 1024
+MAX_OPEN_LOGS = 32
+"""State logs kept open for appending at most; the least recently written others are reopened when saved."""
 _SLUG_RE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -213,6 +215,7 @@ class StateStore:
             )
 
     def path_for(self, conversation: str) -> Path:
+        """The state file of ``conversation`` in the sessions directory."""
         return self.sessions_dir / state_file_name(conversation)
 
     def load_all(self) -> dict[str, SessionState]:
@@ -227,6 +230,7 @@ class StateStore:
         return states
 
     def load(self, conversation: str) -> SessionState:
+        """``conversation``'s saved state, or a new empty state when none is saved (or readable)."""
         state = self._load_file(self.path_for(conversation))
         return state if state is not None else SessionState(conversation=conversation)
 
@@ -285,11 +289,13 @@ class StateStore:
                     with contextlib.suppress(OSError):
                         os.ftruncate(fd, size)  # never leave half a line for the next save to join
                     raise
-                self._fds[conversation] = (fd, size + len(line))
+                self._fds.pop(conversation, None)
+                self._fds[conversation] = (fd, size + len(line))  # (the newest last: least recent first)
                 if self.durability == "batched":
                     self._dirty.add(conversation)
             if self.durability == "always":
                 os.fsync(fd)
+            self._close_least_recent()
         except OSError as exc:
             if exc.errno not in STORAGE_ERRNOS:
                 raise
@@ -327,6 +333,18 @@ class StateStore:
         """Make every write so far durable now (blocking)."""
         if self.durability == "batched":
             self._sync_dirty()
+
+    def _close_least_recent(self) -> None:
+        """Keep at most :data:`MAX_OPEN_LOGS` logs open: close the least recently written ones
+        that have nothing waiting for an fsync (an idle conversation holds no file descriptor)."""
+        with self._lock:
+            excess = len(self._fds) - MAX_OPEN_LOGS
+            if excess <= 0:
+                return
+            for conversation in [c for c in self._fds if c not in self._dirty][:excess]:
+                fd, _size = self._fds.pop(conversation)
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
     def _open(self, conversation: str) -> tuple[int, int]:
         path = self.path_for(conversation)

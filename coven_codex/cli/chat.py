@@ -18,6 +18,7 @@ HELP = "chat with Codex in this terminal through a journal (the daemon must be r
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the ``chat`` command's options to ``parser``."""
     parser.add_argument("--journal", type=Path, required=True, help="the journal file the daemon follows")
     parser.add_argument(
         "--conversation", default=DEFAULT_CONVERSATION, help=f"conversation to join (default {DEFAULT_CONVERSATION!r})"
@@ -30,6 +31,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
+    """Run ``coven-codex chat`` (the console chat on the journal); returns the exit code, 2 for bad options."""
     journal_path: Path = args.journal
     if not journal_path.parent.is_dir():
         print(

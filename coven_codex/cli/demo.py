@@ -14,6 +14,7 @@ HELP = (
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the ``demo`` command's options to ``parser``."""
     parser.add_argument(
         "--dir",
         type=Path,
@@ -44,6 +45,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
+    """Run ``coven-codex demo``, interactive or scripted (``--script``); returns the exit code."""
     thoughts = None if args.script is None else (args.script or list(DEFAULT_SCRIPT))
     return main_demo(
         DemoOptions(

@@ -15,15 +15,19 @@ from types import ModuleType
 
 from coven_codex import __version__
 
-SUBCOMMANDS: tuple[tuple[str, str], ...] = (
-    ("run", "run the daemon: bridge a chat journal and Codex"),
-    ("validate", "check the environment and say exactly what to fix"),
-    ("chat", "a console chat adapter on a journal"),
-    ("web", "the web chat page on a journal"),
-    ("demo", "the whole thing offline: daemon, real Codex CLI, scripted model, console chat"),
-    ("spells", "list the spells (Python functions) Codex will see as tools"),
-    ("model-server", "a scripted local model server for running offline"),
+SUBCOMMANDS: tuple[str, ...] = (
+    "run",
+    "exec",
+    "validate",
+    "chat",
+    "web",
+    "discord",
+    "slack",
+    "demo",
+    "spells",
+    "model-server",
 )
+"""In ``--help`` order; each module's ``HELP`` is its summary there."""
 
 
 def _load(name: str) -> ModuleType:
@@ -48,11 +52,10 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, ModuleType]]:
         )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     modules: dict[str, ModuleType] = {}
-    for name, summary in SUBCOMMANDS:
+    for name in SUBCOMMANDS:
         module = _load(name)
         modules[name] = module
-        help_text = getattr(module, "HELP", summary)
-        sub_parser = sub.add_parser(name, help=help_text, description=help_text, parents=[common])
+        sub_parser = sub.add_parser(name, help=module.HELP, description=module.HELP, parents=[common])
         module.configure(sub_parser)
     return parser, modules
 

@@ -52,7 +52,14 @@ _FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
         },
     ),
     ("--driver", {"choices": ["auto", "app-server", "exec"], "help": "how thoughts reach Codex"}),
-    ("--max-sessions", {"type": int, "dest": "max_sessions", "help": "live Codex processes at most"}),
+    (
+        "--max-sessions",
+        {"type": int, "dest": "max_sessions", "help": "conversations with a Codex turn running at once, at most"},
+    ),
+    (
+        "--app-servers",
+        {"type": int, "dest": "app_servers", "help": "shared `codex app-server` processes (app-server driver)"},
+    ),
     (
         "--idle-reap",
         {"type": float, "dest": "idle_reap", "help": "seconds after which an idle conversation's Codex ends"},
@@ -113,11 +120,19 @@ _FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
         {"action": argparse.BooleanOptionalAction, "dest": "stream_deltas", "help": "write streaming `delta` entries"},
     ),
     (
+        "--collect-traces",
+        {
+            "action": argparse.BooleanOptionalAction,
+            "dest": "collect_traces",
+            "help": "capture Codex's OpenTelemetry export as JSONL under STATE_DIR/traces/",
+        },
+    ),
+    (
         "--agents-template",
         {"type": Path, "dest": "agents_template", "help": "template for AGENTS.md with $VARNAME substitution"},
     ),
 )
-TABLE_SETTINGS = frozenset({"codex", "agents_vars"})
+TABLE_SETTINGS = frozenset({"codex", "agents_vars", "adapters"})
 """Settings that are TOML tables: ``coven.toml`` only, no flag."""
 
 
@@ -138,6 +153,7 @@ def default_text(name: str) -> str:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the ``run`` command's options (``--config``, one flag per setting, ``--spells``) to ``parser``."""
     parser.add_argument("--config", type=Path, help="coven.toml with the same settings as the flags")
     for flag, options in _FLAGS:
         name = options.get("dest", flag.removeprefix("--"))
@@ -149,11 +165,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
+    """The settings from ``--config`` with the given flags on top; raises :class:`SettingsError`."""
     overrides = {name: getattr(args, name, None) for name in Settings.model_fields if hasattr(args, name)}
     return load_settings(args.config, overrides)
 
 
 def execute(args: argparse.Namespace) -> int:
+    """Run the daemon (``coven-codex run``); exit code 2 for bad settings or a refusal, 1 if start-up fails."""
     try:
         settings = settings_from_args(args)
     except SettingsError as exc:

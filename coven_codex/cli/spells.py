@@ -19,6 +19,7 @@ HELP = "list the spells (Python functions) Codex will see as tools"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the ``spells`` command's options to ``parser``."""
     add_spells_option(parser)
     parser.add_argument(
         "--config",
@@ -39,6 +40,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
+    """Print the configured spells as a table or toolbelt JSON (and write the toolbelt file if asked)."""
     try:
         settings = load_settings(args.config, {"spells": args.spells, "workspace": args.workspace})
     except SettingsError as exc:
@@ -67,6 +69,7 @@ def execute(args: argparse.Namespace) -> int:
 
 
 def render_table(registry: SpellRegistry) -> str:
+    """Each spell's signature, return type, timeout, sync or async, and its description's first line."""
     lines = [
         f"{len(registry)} spell(s), served as MCP server {SERVER_NAME!r} "
         f"(the model sees mcp__{SERVER_NAME}__<name>; Codex 0.47: {SERVER_NAME}__<name>)",

@@ -11,6 +11,7 @@ from typing import Any
 
 from coven_codex.cli.options import add_spells_option
 from coven_codex.settings import SettingsError, load_settings, read_settings_file
+from coven_codex.validate.adapter_probes import adapter_plan
 from coven_codex.validate.framework import ProbeContext, exit_code, run_plan
 from coven_codex.validate.plan import PLAN
 from coven_codex.validate.report import render_json, render_table
@@ -19,6 +20,7 @@ HELP = "check the whole environment (Codex, credentials, folders, spells, shim, 
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the ``validate`` command's options to ``parser``."""
     parser.add_argument("--workspace", type=Path, help="the directory Codex will work in (default: .)")
     parser.add_argument("--config", type=Path, help="coven.toml with the daemon's settings")
     parser.add_argument("--journal", type=Path, help="the chat journal the daemon will follow")
@@ -30,6 +32,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
+    """Run the preflight checks and print them as a table or JSON; returns the exit code the outcomes call for."""
     overrides: dict[str, Any] = {
         "workspace": args.workspace,
         "journal": args.journal,
@@ -48,6 +51,6 @@ def execute(args: argparse.Namespace) -> int:
             print(f"coven-codex validate: {exc}", file=sys.stderr)
         return 2
     raw.update({key: value for key, value in overrides.items() if value is not None})
-    outcomes = asyncio.run(run_plan(PLAN, ProbeContext(settings=settings, raw_settings=raw)))
+    outcomes = asyncio.run(run_plan(PLAN + adapter_plan(settings), ProbeContext(settings=settings, raw_settings=raw)))
     print(render_json(outcomes) if args.json else render_table(outcomes))
     return exit_code(outcomes)

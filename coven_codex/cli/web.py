@@ -16,6 +16,7 @@ HELP = "the web chat page on a journal (the daemon must be running on it)"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
+    """Add the ``web`` command's options to ``parser``."""
     parser.add_argument("--journal", type=Path, required=True, help="the journal file the daemon follows")
     parser.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)"
@@ -39,6 +40,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
+    """Serve the web chat page on the journal (needs the ``web`` extra); returns the exit code, 2 for bad options."""
     try:
         from coven_codex.adapters.web.server import bind, serve  # noqa: PLC0415 (the optional [web] extra)
     except ModuleNotFoundError as exc:

@@ -22,6 +22,9 @@ from pathlib import Path
 VARIABLE_RE = re.compile(r"(\$?)\$([A-Z][A-Z0-9_]+)(?![A-Za-z0-9_])")
 NAME_RE = re.compile(r"^[A-Z][A-Z0-9_]+$")
 AGENTS_FILE = "AGENTS.md"
+DAEMON_OPTIONS = ("agents_template", "agents_vars in coven.toml")
+"""How the daemon's settings name the template and the variables, for messages (``coven-codex exec``
+passes its own flags)."""
 
 
 class TemplateError(ValueError):
@@ -29,15 +32,18 @@ class TemplateError(ValueError):
 
 
 def builtin_variables(workspace: Path) -> dict[str, str]:
+    """The variables every template gets: ``WORKSPACE_DIR``, the workspace's absolute path."""
     return {"WORKSPACE_DIR": str(workspace.expanduser().resolve())}
 
 
-def render_template(template: str, variables: Mapping[str, str]) -> str:
-    """Substitute ``$VARNAME`` occurrences; raise :class:`TemplateError` for unknown ones."""
+def render_template(template: str, variables: Mapping[str, str], *, vars_option: str = DAEMON_OPTIONS[1]) -> str:
+    """Substitute ``$VARNAME`` occurrences; raise :class:`TemplateError` for unknown ones.
+
+    ``vars_option`` names where the user gives variables, for the messages."""
     bad = [name for name in variables if not NAME_RE.fullmatch(name)]
     if bad:
         raise TemplateError(
-            f"agents_vars names {', '.join(map(repr, bad))} can never be substituted: a name must be "
+            f"variable names {', '.join(map(repr, bad))} can never be substituted: a name must be "
             "an uppercase letter followed by uppercase letters, digits or '_' (at least 2 characters)"
         )
     missing: list[str] = []
@@ -57,25 +63,44 @@ def render_template(template: str, variables: Mapping[str, str]) -> str:
         names = ", ".join(f"${name}" for name in missing)
         raise TemplateError(
             f"the AGENTS.md template uses {names} but no value was given; add "
-            f"{'them' if len(missing) > 1 else 'it'} to agents_vars in coven.toml (or write $$NAME "
+            f"{'them' if len(missing) > 1 else 'it'} to {vars_option} (or write $$NAME "
             "for a literal $NAME)"
         )
     return rendered
 
 
-def write_agents_md(template_path: Path, codex_home: Path, workspace: Path, variables: Mapping[str, str]) -> Path:
-    """Render ``template_path`` into ``codex_home/AGENTS.md`` (atomically); return its path."""
+def render_agents_md(
+    template_path: Path,
+    workspace: Path,
+    variables: Mapping[str, str],
+    *,
+    options: tuple[str, str] = DAEMON_OPTIONS,
+) -> str:
+    """The text ``template_path`` renders to for ``workspace``; ``options`` name the template's and
+    the variables' settings in messages."""
     try:
         template = template_path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise TemplateError(f"AGENTS.md template {template_path} does not exist; fix agents_template") from None
+        raise TemplateError(f"AGENTS.md template {template_path} does not exist; fix {options[0]}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise TemplateError(f"cannot read AGENTS.md template {template_path}: {exc}") from None
     values = {**builtin_variables(workspace), **variables}
     try:
-        rendered = render_template(template, values)
+        return render_template(template, values, vars_option=options[1])
     except TemplateError as exc:
         raise TemplateError(f"{template_path}: {exc}") from None
+
+
+def write_agents_md(
+    template_path: Path,
+    codex_home: Path,
+    workspace: Path,
+    variables: Mapping[str, str],
+    *,
+    options: tuple[str, str] = DAEMON_OPTIONS,
+) -> Path:
+    """Render ``template_path`` into ``codex_home/AGENTS.md`` (atomically); return its path."""
+    rendered = render_agents_md(template_path, workspace, variables, options=options)
     target = codex_home / AGENTS_FILE
     partial = target.with_name(f".{AGENTS_FILE}.tmp")
     partial.write_text(rendered, encoding="utf-8")

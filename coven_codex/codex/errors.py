@@ -14,6 +14,8 @@ MESSAGE_LIMIT = 200
 
 
 class ErrorCode(StrEnum):
+    """The codes a Codex failure is classified into (docs/operations.md, Error codes in the chat)."""
+
     OUTER_TIMEOUT = "OUTER_TIMEOUT"
     KILL_TIMEOUT = "KILL_TIMEOUT"
     AUTH = "AUTH"
@@ -91,6 +93,8 @@ _TEXT_RULES: tuple[tuple[ErrorCode, re.Pattern[str]], ...] = (
 
 @dataclass(frozen=True, slots=True)
 class ClassifiedError:
+    """A Codex failure: its code, a shortened message and a hint saying what to do."""
+
     code: ErrorCode
     message: str
     hint: str

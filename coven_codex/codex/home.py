@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from coven_codex.codex.agents_md import TemplateError, write_agents_md
+from coven_codex.codex.agents_md import DAEMON_OPTIONS, TemplateError, write_agents_md
 from coven_codex.codex.config_merge import ConfigMergeError, ConfigPatch, KeyPath, merge_config
 
 log = logging.getLogger(__name__)
@@ -81,6 +81,7 @@ class CodexHome:
 
     @property
     def has_credentials(self) -> bool:
+        """Codex has something to log in with: an ``auth.json``, an API-key variable or a provider's env key."""
         return (
             self.auth_source is not None
             or (self.path / AUTH_FILE).exists()
@@ -100,6 +101,7 @@ def approval_defaults(driver: DriverKind) -> dict[KeyPath, Any]:
 
 
 def trust_entry(workspace: Path) -> dict[KeyPath, Any]:
+    """The Codex config entry that marks ``workspace`` as a trusted project."""
     return {("projects", str(workspace), "trust_level"): "trusted"}
 
 
@@ -120,14 +122,19 @@ def prepare_codex_home(
     base_config: Path | None = None,
     inline_config: Mapping[str, Any] | None = None,
     owned_tables: Mapping[KeyPath, Mapping[str, Any]] | None = None,
+    assign: Mapping[KeyPath, Any] | None = None,
     agents_template: Path | None = None,
     agents_vars: Mapping[str, str] | None = None,
+    agents_options: tuple[str, str] = DAEMON_OPTIONS,
     environ: Mapping[str, str] | None = None,
 ) -> CodexHome:
     """Create or refresh the isolated home; see the module docstring.
 
     ``owned_tables`` maps key paths to tables coven owns and replaces wholesale, e.g.
     ``{("mcp_servers", "coven"): mcp_entry}`` from the spells engineer's config function.
+    ``assign`` sets single keys coven decides (over the user's), like the trust entry.
+    ``agents_options`` name the template's and the variables' settings in messages (the daemon's
+    by default; ``coven-codex exec`` names its flags).
     """
     env_in = dict(os.environ if environ is None else environ)
     home = codex_home.expanduser().resolve()
@@ -142,13 +149,14 @@ def prepare_codex_home(
     if not (home / MARKER_FILE).is_file():
         _write_private(home / MARKER_FILE, MARKER_TEXT)
 
-    base_text, source = _read_base(base_config)
+    base_text, source = read_base_config(base_config)
     patch = ConfigPatch()
     if inline_config:
         patch.update_from(inline_config)
     for path, table in (owned_tables or {}).items():
         patch.replace[path] = dict(table)
     patch.assign.update(trust_entry(ws))
+    patch.assign.update(assign or {})
     patch.defaults.update(approval_defaults(driver))
     if inline_config and base_config is None:
         source = "the [codex] table of coven.toml"
@@ -165,7 +173,7 @@ def prepare_codex_home(
     agents = None
     if agents_template is not None:
         try:
-            agents = write_agents_md(agents_template, home, ws, agents_vars or {})
+            agents = write_agents_md(agents_template, home, ws, agents_vars or {}, options=agents_options)
         except TemplateError as exc:
             raise CodexHomeError(str(exc)) from None
 
@@ -247,7 +255,8 @@ def carry_auth(user_dir: Path | None, home: Path) -> Path | None:
     return source
 
 
-def _read_base(base_config: Path | None) -> tuple[str, str]:
+def read_base_config(base_config: Path | None) -> tuple[str, str]:
+    """The base config's text (checked to be TOML) and how to name its source in the header."""
     if base_config is None:
         return "", "no base config (Codex defaults)"
     path = base_config.expanduser()

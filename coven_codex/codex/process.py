@@ -160,22 +160,27 @@ class ChildProcess:
 
     @property
     def pid(self) -> int:
+        """The process's pid, which is also its process-group id."""
         return self.process.pid
 
     @property
     def returncode(self) -> int | None:
+        """The exit status once the process has exited (negative: killed by that signal), else ``None``."""
         return self.process.returncode
 
     @property
     def stdin(self) -> asyncio.StreamWriter | None:
+        """The process's stdin stream, if it was piped."""
         return self.process.stdin
 
     @property
     def stdout(self) -> asyncio.StreamReader | None:
+        """The process's stdout stream, if it was piped."""
         return self.process.stdout
 
     @property
     def stderr(self) -> asyncio.StreamReader | None:
+        """The process's stderr stream, if it was piped."""
         return self.process.stderr
 
     async def wait(self) -> int:
@@ -324,6 +329,7 @@ def _sweep_outside_session(wait: float) -> list[int]:
                 doomed[process.pid] = process
         if not found or time.monotonic() >= deadline:
             break
+        time.sleep(SCAN_PAUSE)  # let the killed die before looking again (see _sweep_tree)
     while any(running(p) for p in doomed.values()) and time.monotonic() < deadline:
         time.sleep(SCAN_PAUSE)
     with contextlib.suppress(psutil.Error):
@@ -441,8 +447,11 @@ def _sweep_tree(token: str, sessions: set[int], since: float, wait: float) -> li
                 doomed[process.pid] = process
         if (not members and not unknown) or time.monotonic() >= deadline:
             break
-        if not members:
-            time.sleep(SCAN_PAUSE)  # a process mid-exec: its environment is readable in a moment
+        # Members just killed need a moment to die (looking again at once would find them still
+        # running and spin, taking the CPU they need on a loaded machine); a process mid-exec
+        # has a readable environment a moment later. Children forked before a kill are found
+        # by the next look: a killed process forks no more.
+        time.sleep(SCAN_PAUSE)
     while any(running(p) for p in doomed.values()) and time.monotonic() < deadline:
         time.sleep(SCAN_PAUSE)
     left = [pid for pid, p in doomed.items() if running(p)]

@@ -28,6 +28,8 @@ VERSION_TIMEOUT = 5.0
 VERIFIED_APP_SERVER = (0, 169, 0)
 LAST_WITHOUT_TOOLS_APPROVAL_MODE = (0, 47, 0)
 OLDEST_SUPPORTED = (0, 47, 0)
+VERIFIED_OTEL_LOGS = (0, 47, 0)
+VERIFIED_OTEL_TRACES = (0, 169, 0)
 
 _VERSION_RE = re.compile(r"(?:^|\s)v?(\d+)\.(\d+)\.(\d+)(?:[-+.]([0-9A-Za-z.\-+]+))?(?=\s|$)")
 
@@ -39,6 +41,8 @@ class VersionError(RuntimeError):
 @total_ordering
 @dataclass(frozen=True, slots=True)
 class CodexVersion:
+    """A Codex CLI version as ``codex --version`` printed it; ordered by ``(major, minor, patch)``."""
+
     major: int
     minor: int
     patch: int
@@ -47,6 +51,7 @@ class CodexVersion:
 
     @property
     def triple(self) -> tuple[int, int, int]:
+        """``(major, minor, patch)``, without the suffix."""
         return (self.major, self.minor, self.patch)
 
     def __lt__(self, other: object) -> bool:
@@ -59,6 +64,7 @@ class CodexVersion:
         return f"{base}-{self.suffix}" if self.suffix else base
 
     def at_least(self, triple: tuple[int, int, int]) -> bool:
+        """This version is ``triple`` or newer (the suffix is ignored)."""
         return self.triple >= triple
 
     @property
@@ -94,6 +100,16 @@ class CodexVersion:
         twice, but never missed.
         """
         return self.at_least(VERIFIED_APP_SERVER)
+
+    @property
+    def supports_otel_logs(self) -> bool:
+        """``[otel] exporter`` posts log records over OTLP/HTTP (verified on 0.47.0 and 0.169.0)."""
+        return self.at_least(VERIFIED_OTEL_LOGS)
+
+    @property
+    def supports_otel_traces(self) -> bool:
+        """``[otel] trace_exporter`` posts spans over OTLP/HTTP (verified on 0.169.0; 0.47.0 ignores the key)."""
+        return self.at_least(VERIFIED_OTEL_TRACES)
 
     @property
     def supported(self) -> bool:

@@ -44,6 +44,7 @@ def _tool_output(request: RecordedRequest) -> tuple[str, str] | None:
 
 
 def demo_responder(request: RecordedRequest) -> TurnScript:
+    """The demo's model: call the spell a sum, dice or word count asks for, report its result; else say hello."""
     done = _tool_output(request)
     if done is not None:
         tool, output = done

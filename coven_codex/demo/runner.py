@@ -44,6 +44,8 @@ class DemoError(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class DemoOptions:
+    """What ``coven-codex demo`` was asked for; ``thoughts`` is ``None`` for interactive mode."""
+
     folder: Path
     codex_path: str | None
     thoughts: Sequence[str] | None  # None: interactive
@@ -87,6 +89,7 @@ def _log_to_file(path: Path) -> logging.Handler:
 
 
 async def run_demo(options: DemoOptions, out: TextIO) -> bool:
+    """Run the model server, daemon and chat in one event loop; ``False`` if a scripted thought got no reply."""
     folder = options.folder.resolve()
     (folder / "workspace").mkdir(parents=True, exist_ok=True)
     _log_to_file(folder / "daemon.log")
@@ -189,6 +192,7 @@ def _print(entry: BaseEntry, out: TextIO) -> None:
 
 
 def main_demo(options: DemoOptions) -> int:
+    """Run the demo; returns the exit code (0 ok, 1 failed, 130 on Ctrl-C)."""
     try:
         ok = asyncio.run(run_demo(options, sys.stdout))
     except KeyboardInterrupt:

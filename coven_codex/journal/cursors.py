@@ -38,9 +38,11 @@ class FileCursorStore:
         self.directory = directory
 
     def path_for(self, name: str) -> Path:
+        """The file cursor ``name`` is saved in; raises :class:`CursorError` for an invalid name."""
         return self.directory / f"{quote(check_cursor_name(name), safe='')}.json"
 
     def load(self, name: str) -> SavedCursor | None:
+        """The cursor saved under ``name``, or ``None``; :class:`CursorError` if its file is corrupt."""
         path = self.path_for(name)
         try:
             raw = path.read_bytes()

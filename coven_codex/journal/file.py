@@ -288,6 +288,7 @@ class FileJournal:
             os.close(fd)
 
     async def append(self, entry: BaseEntry) -> JournalRecord:
+        """Append ``entry`` as one line (an ``id`` is assigned when it has none), as durably as ``durability`` says."""
         entry = with_id(entry)
         line = encode_entry(entry, self.max_line_bytes)
         # Fast path: an uncontended write of one line to the page cache takes microseconds,
@@ -304,6 +305,7 @@ class FileJournal:
     # -- reading ---------------------------------------------------------------------------
 
     async def tail(self, start: Position = 0) -> AsyncGenerator[JournalItem, None]:
+        """Every item from ``start`` on, live; a replaced or truncated file: see ``follow_replacement``."""
         self._tail_file = await asyncio.to_thread(file_fingerprint, self.path) if start > 0 else None
         replaced: list[TailNotice] = []
 
@@ -382,6 +384,7 @@ class FileJournal:
         return items
 
     async def read(self, start: Position = 0, end: Position | None = None) -> list[JournalItem]:
+        """The items lying between ``start`` and ``end`` (the file's end when None); no file, no items."""
         if start < 0 or (end is not None and end < start):
             raise JournalError(f"invalid range {start}..{end}")
         try:
@@ -400,6 +403,7 @@ class FileJournal:
             os.close(fd)
 
     async def end_position(self) -> Position:
+        """The byte offset just after the last complete line."""
         try:
             return await asyncio.to_thread(self._end_position_blocking)
         except OSError as exc:
@@ -465,6 +469,7 @@ class FileJournal:
         await asyncio.to_thread(self._save_cursor_blocking, name, position)
 
     async def aclose(self) -> None:
+        """Wait for pending group commits, then close the file; later appends fail."""
         await self._group_commit.drain()
         with self._lock:
             self._closed = True

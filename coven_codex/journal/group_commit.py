@@ -22,6 +22,7 @@ class GroupCommit:
         self._running: asyncio.Task[None] | None = None
 
     async def wait_durable(self) -> None:
+        """Return once a sync started after this call has finished; raise that sync's error if it failed."""
         self._issued += 1
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append((self._issued, future))

@@ -31,6 +31,7 @@ class MemoryStore:
         self.grew = asyncio.Event()
 
     def push(self, item: JournalItem) -> None:
+        """Add ``item`` and wake every tail waiting for more."""
         self.items.append(item)
         grew, self.grew = self.grew, asyncio.Event()
         grew.set()
@@ -56,6 +57,7 @@ class MemoryJournal:
         return f"MemoryJournal({len(self._items)} items)"
 
     def reopen(self) -> MemoryJournal:
+        """Another handle on the same items and cursors, as a restarted process would see them."""
         return MemoryJournal(max_line_bytes=self.max_line_bytes, store=self.store)
 
     def _push(self, data: bytes) -> JournalItem:
@@ -67,6 +69,7 @@ class MemoryJournal:
         return item
 
     async def append(self, entry: BaseEntry) -> JournalRecord:
+        """Append ``entry`` through the file encoding; :class:`JournalError` if it does not decode back."""
         entry = with_id(entry)
         item = self._push(encode_entry(entry, self.max_line_bytes)[:-1])
         if not isinstance(item, JournalRecord):
@@ -78,6 +81,7 @@ class MemoryJournal:
         return self._push(data)
 
     async def tail(self, start: Position = 0) -> AsyncGenerator[JournalItem, None]:
+        """Every item from ``start`` on, live (a start past the end reads from 0); never ends by itself."""
         position = check_position(start)
         if position > len(self._items):
             log.warning("tail start %d is past the end (%d); reading from 0", position, len(self._items))
@@ -90,18 +94,23 @@ class MemoryJournal:
             await self.store.grew.wait()
 
     async def read(self, start: Position = 0, end: Position | None = None) -> list[JournalItem]:
+        """The items from index ``start`` up to ``end`` (the end when None)."""
         if start < 0 or (end is not None and end < start):
             raise JournalError(f"invalid range {start}..{end}")
         return self._items[start:end]
 
     async def end_position(self) -> Position:
+        """The number of items held."""
         return len(self._items)
 
     async def load_cursor(self, name: str) -> Position | None:
+        """The position saved under ``name``, or None."""
         return self._cursors.get(check_cursor_name(name))
 
     async def save_cursor(self, name: str, position: Position) -> None:
+        """Save ``position`` under ``name`` (in memory, shared with reopened handles)."""
         self._cursors[check_cursor_name(name)] = check_position(position)
 
     async def aclose(self) -> None:
+        """Mark the handle closed; the items stay in the store."""
         self._closed = True

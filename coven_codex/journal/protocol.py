@@ -103,6 +103,8 @@ JournalItem = JournalRecord | BadLine
 
 @runtime_checkable
 class Journal(Protocol):
+    """An append-only journal of chat entries, addressed by positions; the file and memory journals implement it."""
+
     async def append(self, entry: BaseEntry) -> JournalRecord:
         """Append ``entry`` (an ``id`` is assigned when it has none) and return its record."""
         ...
@@ -127,7 +129,9 @@ class Journal(Protocol):
         """Save ``position`` under ``name``, atomically and durably."""
         ...
 
-    async def aclose(self) -> None: ...
+    async def aclose(self) -> None:
+        """Release the journal's resources; it is not used afterwards."""
+        ...
 
 
 def check_cursor_name(name: str) -> str:
@@ -138,6 +142,7 @@ def check_cursor_name(name: str) -> str:
 
 
 def check_position(position: Position) -> Position:
+    """Return ``position`` if it is an integer >= 0, else raise :class:`CursorError`."""
     if isinstance(position, bool) or not isinstance(position, int) or position < 0:
         raise CursorError(f"invalid cursor position {position!r}: positions are integers >= 0")
     return position

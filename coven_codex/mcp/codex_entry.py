@@ -4,6 +4,12 @@ Verified on the real CLIs: 0.169.0 and 0.47.0 both accept ``startup_timeout_sec`
 ``tool_timeout_sec``; ``default_tools_approval_mode`` exists in 0.169.0 (without it a tool call
 fails with "requires approval" under ``approval_policy = "never"``), is unknown to 0.47.0 (which
 ignores unknown keys and needs no approval), so it is written for every version after 0.47.
+
+``required = true`` makes Codex wait for the spell server before a thread's first model
+request, and refuse the thread with "required MCP servers failed to initialize: coven: …" if it
+cannot start. Without it, 0.169.0 (``exec`` and ``app-server``) sends the first request while
+the server is still starting, and on a loaded machine the first turn silently lacked every
+spell ("unsupported call"). 0.47.0 ignores the key (it always waits).
 """
 
 from __future__ import annotations
@@ -61,6 +67,7 @@ def codex_mcp_entry(
         "args": args,
         "env": env,
         "startup_timeout_sec": float(startup_timeout),
+        "required": True,
     }
     if tool_timeout is not None:
         entry["tool_timeout_sec"] = float(tool_timeout + TOOL_TIMEOUT_MARGIN)

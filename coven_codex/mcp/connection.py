@@ -49,6 +49,8 @@ THREAD_PARSE_BYTES = 1 << 20
 
 @dataclass(frozen=True, slots=True)
 class ConnectionLimits:
+    """The bounds one connection works within (message size, concurrency, back-pressure, timeouts)."""
+
     max_message_bytes: int = 32 * 2**20
     max_in_flight: int = 64  # tools/call running at once; more wait (and can be cancelled)
     max_pending: int = 1024  # requests accepted but unanswered; past this the connection stops reading
@@ -61,6 +63,8 @@ class ConnectionLimits:
 
 @dataclass(frozen=True, slots=True)
 class Peer:
+    """The process at the other end of the socket, from ``SO_PEERCRED`` (``None`` where unknown)."""
+
     pid: int | None
     uid: int | None
 
@@ -69,6 +73,7 @@ class Peer:
 
 
 def peer_of(writer: asyncio.StreamWriter) -> Peer:
+    """The pid and uid of the process connected through ``writer``'s Unix socket, when the OS tells."""
     sock = writer.get_extra_info("socket")
     option = getattr(socket, "SO_PEERCRED", None)
     if sock is None or option is None:
@@ -95,6 +100,8 @@ def _peer_gone(writer: asyncio.StreamWriter) -> bool:
 
 
 class Connection:
+    """One shim connection; see the module docstring. :meth:`run` serves it."""
+
     def __init__(
         self,
         reader: asyncio.StreamReader,

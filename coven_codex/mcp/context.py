@@ -61,6 +61,7 @@ class SpellContext:
         return self._cancelled.is_set()
 
     def mark_cancelled(self) -> None:
+        """The call was cancelled or timed out: :attr:`cancelled` is ``True`` from now on."""
         self._cancelled.set()
 
     def report_progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:

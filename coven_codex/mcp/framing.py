@@ -37,6 +37,7 @@ class FrameDecoder:
         return len(self._buffer)
 
     def feed(self, data: bytes) -> list[Frame]:
+        """The frames ``data`` completes, in order; the rest is kept for the next call."""
         frames: list[Frame] = []
         start = 0
         while True:

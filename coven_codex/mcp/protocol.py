@@ -20,6 +20,8 @@ RequestId = str | int | float
 
 @dataclass(frozen=True, slots=True)
 class Request:
+    """A JSON-RPC request (it has an id and wants a response); ``message`` is the whole message."""
+
     id: RequestId
     method: str
     params: Any
@@ -28,6 +30,8 @@ class Request:
 
 @dataclass(frozen=True, slots=True)
 class Notification:
+    """A JSON-RPC notification (no id, no response); ``params`` is ``{}`` when absent."""
+
     method: str
     params: dict[str, Any]
 
@@ -41,6 +45,8 @@ class ClientResponse:
 
 @dataclass(frozen=True, slots=True)
 class Invalid:
+    """A message that breaks JSON-RPC 2.0; ``message`` says how (the error response carries ``id`` if known)."""
+
     id: RequestId | None
     message: str
 
@@ -49,6 +55,7 @@ Message = Request | Notification | ClientResponse | Invalid
 
 
 def is_request_id(value: object) -> bool:
+    """``value`` may be a request id: a string or a number (not a bool, not null)."""
     return isinstance(value, str | int | float) and not isinstance(value, bool)
 
 
@@ -83,6 +90,7 @@ def classify(value: Any) -> Message:
 
 
 def error_response(request_id: RequestId | None, code: int, message: str, data: Any = None) -> dict[str, Any]:
+    """A JSON-RPC error response to ``request_id``."""
     error: dict[str, Any] = {"code": code, "message": message}
     if data is not None:
         error["data"] = data
@@ -90,6 +98,7 @@ def error_response(request_id: RequestId | None, code: int, message: str, data: 
 
 
 def result_response(request_id: RequestId, result: Any) -> dict[str, Any]:
+    """A JSON-RPC success response to ``request_id``."""
     return {"jsonrpc": "2.0", "id": request_id, "result": result}
 
 

@@ -176,9 +176,11 @@ class SpellRegistry:
         self._spells[spell.name] = spell
 
     def get(self, name: str) -> Spell | None:
+        """The spell named ``name``, or ``None``."""
         return self._spells.get(name)
 
     def tool_definitions(self) -> list[dict[str, Any]]:
+        """Every spell's MCP tool definition (``tools/list``), in registration order."""
         return [spell.tool_definition() for spell in self._spells.values()]
 
     @property

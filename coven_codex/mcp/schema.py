@@ -109,6 +109,7 @@ class ResultPlan:
 
 
 def describe_validation_error(exc: ValidationError) -> str:
+    """The validation errors in one line: ``where: what`` for each, ``;``-separated."""
     parts = []
     for error in exc.errors(include_url=False):
         where = ".".join(str(part) for part in error["loc"]) or "arguments"

@@ -91,12 +91,14 @@ class SpellServer:
 
     @property
     def socket_path(self) -> Path:
+        """The Unix socket the server listens on; :class:`SpellServerError` when it is not running."""
         if self._socket_dir is None:
             raise SpellServerError("the spell server is not running; use it in `async with`")
         return self._socket_dir / self._socket_name
 
     @property
     def connection_count(self) -> int:
+        """How many shim connections are being served."""
         return len(self._connections)
 
     async def __aenter__(self) -> SpellServer:
@@ -109,6 +111,7 @@ class SpellServer:
         await self.close()
 
     async def start(self) -> None:
+        """Bind the socket and start serving; on failure, undo what was done and re-raise."""
         try:
             await self._start()
         except BaseException:

@@ -67,6 +67,10 @@ class SpellThreads(Executor):
             return self._workers
 
     def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
+        """Queue ``fn(*args, **kwargs)`` for a worker thread, starting one if needed.
+
+        Raises :class:`SpellThreadsExhausted` when every thread the pool may start is stuck.
+        """
         future: Future[T] = Future()
         with self._lock:
             if self._closed:

@@ -17,6 +17,7 @@ TOOLBELT_FILENAME = "toolbelt.json"
 
 
 def toolbelt(registry: SpellRegistry, server_name: str = SERVER_NAME) -> dict[str, Any]:
+    """The toolbelt document: the server name, the generator and every spell's tool definition."""
     return {
         "server": server_name,
         "generator": f"coven-codex {__version__}",

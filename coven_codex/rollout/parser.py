@@ -8,12 +8,14 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from coven_codex.rollout import activities
 from coven_codex.rollout.records import (
     AgentMessageEvent,
     AgentReasoningEvent,
     ErrorMessageEvent,
     ItemCompletedEvent,
     JsonObject,
+    McpCallEndEvent,
     MessageItem,
     OtherEvent,
     OtherPayload,
@@ -56,6 +58,8 @@ def parse_line(data: bytes, offset: int) -> RolloutRecord | RolloutParseError:
 def record_from_object(obj: JsonObject, offset: int, data: bytes = b"") -> RolloutRecord | RolloutParseError:
     """Type an already decoded line object."""
     kind = obj.get("type")
+    if "payload" not in obj and is_legacy_record(obj):
+        return _error(data or _dump(obj), offset, "a record of the old rollout format (no envelope)", legacy=True)
     if not isinstance(kind, str):
         return _error(data or _dump(obj), offset, "the line has no string 'type'")
     if "payload" not in obj:
@@ -86,8 +90,35 @@ def _dump(obj: Any) -> bytes:
     return json.dumps(obj, ensure_ascii=False)[:EXCERPT_CHARS].encode()
 
 
-def _error(data: bytes, offset: int, reason: str) -> RolloutParseError:
-    return RolloutParseError(offset, reason, data[:EXCERPT_CHARS].decode("utf-8", "replace"))
+def _error(data: bytes, offset: int, reason: str, *, legacy: bool = False) -> RolloutParseError:
+    return RolloutParseError(offset, reason, data[:EXCERPT_CHARS].decode("utf-8", "replace"), legacy)
+
+
+LEGACY_ITEM_TYPES: frozenset[str] = frozenset(
+    {
+        "message",
+        "reasoning",
+        "function_call",
+        "function_call_output",
+        "custom_tool_call",
+        "custom_tool_call_output",
+        "local_shell_call",
+        "web_search_call",
+    }
+)
+"""Model items that the old rollout format wrote bare, one per line, without an envelope."""
+
+
+def is_legacy_record(obj: JsonObject) -> bool:
+    """Whether a decoded line without ``payload`` is a record of the old rollout format: its
+    session header (``{"id", "timestamp", "instructions"...}`` without ``type``), a state line
+    (``{"record_type": "state"}``) or a bare model item (``{"type": "message", ...}``)."""
+    if isinstance(obj.get("record_type"), str):
+        return True
+    kind = obj.get("type")
+    if kind is None:
+        return isinstance(obj.get("id"), str) and isinstance(obj.get("timestamp"), str)
+    return kind in LEGACY_ITEM_TYPES
 
 
 def _str(value: Any) -> str | None:
@@ -138,7 +169,16 @@ def _turn_context(p: JsonObject) -> Payload:
 
 def _response_item(item_type: Any, p: JsonObject) -> Payload:
     if item_type == "message":
-        return MessageItem(_str(p.get("role")), content_text(p.get("content")), _str(p.get("id")), p)
+        text = content_text(p.get("content"))
+        if p.get("role") == "user" and text.startswith(activities.USER_SHELL_PREFIX):
+            shell = activities.user_shell(text, p)
+            if shell is not None:
+                return shell
+        return MessageItem(_str(p.get("role")), text, _str(p.get("id")), p)
+    if item_type == "web_search_call":
+        return activities.web_search(p) or OtherResponseItem(item_type, p)
+    if item_type == "image_generation_call":
+        return activities.image_generated(p)
     if item_type == "reasoning":
         summary = p.get("summary")
         parts = summary if isinstance(summary, list) else []
@@ -197,6 +237,8 @@ def _item_completed(p: JsonObject) -> Payload:
         summary = item.get("summary_text")
         text = "\n".join(s for s in summary if isinstance(s, str)) if isinstance(summary, list) else ""
         return AgentReasoningEvent(text, _str(item.get("id")), turn_id, p)
+    if item_type == "Plan":
+        return activities.plan(item, turn_id) or ItemCompletedEvent(item_type, turn_id, p)
     if item_type in _TOOL_ITEM_TYPES:
         status = _str(item.get("status"))
         result = item.get("result")
@@ -216,6 +258,30 @@ def _token_count(p: JsonObject) -> Payload:
         return TokenCountEvent(None, None, p)
     total, last = info.get("total_token_usage"), info.get("last_token_usage")
     return TokenCountEvent(total if isinstance(total, dict) else None, last if isinstance(last, dict) else None, p)
+
+
+def _mcp_call_end(p: JsonObject) -> Payload:
+    invocation = p.get("invocation")
+    call = invocation if isinstance(invocation, dict) else {}
+    result = p.get("result")
+    failed = False
+    if isinstance(result, dict) and "Err" in result:
+        failed, text = True, output_text(result["Err"])
+    else:
+        ok = result.get("Ok", result) if isinstance(result, dict) else result
+        text = output_text(ok) if ok is not None else ""
+        failed = isinstance(ok, dict) and (ok.get("isError") is True or ok.get("is_error") is True)
+    if isinstance(p.get("error"), str):
+        failed, text = True, p["error"]
+    return McpCallEndEvent(
+        _str(p.get("call_id")),
+        _str(call.get("server")) or "",
+        _str(call.get("tool")) or "",
+        call.get("arguments"),
+        text,
+        failed,
+        p,
+    )
 
 
 def _task_complete(p: JsonObject) -> Payload:
@@ -248,6 +314,9 @@ _EVENT_TYPERS: dict[str, Callable[[JsonObject], Payload]] = {
     "error": lambda p: ErrorMessageEvent(
         "error", _str(p.get("message")) or json.dumps(p), p.get("codex_error_info"), p
     ),
+    "patch_apply_end": activities.patch_applied,
+    "mcp_tool_call_end": _mcp_call_end,
+    "exited_review_mode": lambda p: activities.review_finished(p) or OtherEvent("exited_review_mode", p),
     "stream_error": lambda p: ErrorMessageEvent(
         "stream_error", _str(p.get("message")) or json.dumps(p), p.get("codex_error_info"), p
     ),
@@ -256,6 +325,8 @@ _EVENT_TYPERS: dict[str, Callable[[JsonObject], Payload]] = {
 
 def _type_payload(kind: str, payload_type: Any, p: JsonObject) -> Payload:
     if kind == "event_msg":
+        if payload_type in activities.COLLAB_EVENTS:
+            return activities.subagent(payload_type, p)
         typer = _EVENT_TYPERS.get(payload_type) if isinstance(payload_type, str) else None
         return typer(p) if typer is not None else OtherEvent(_str(payload_type), p)
     if kind == "response_item":
@@ -264,6 +335,8 @@ def _type_payload(kind: str, payload_type: Any, p: JsonObject) -> Payload:
         return _session_meta(p)
     if kind == "turn_context":
         return _turn_context(p)
+    if kind == "compacted":
+        return activities.compaction(p)
     return OtherPayload(p)
 
 

@@ -194,9 +194,39 @@ class TokenCountEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class ActivityRecord:
+    """A record that becomes an ``activity`` entry (docs/rollout.md, "Rollouts of other Codex
+    releases"): a plan, a web search, a compaction, a user's shell command, a patch, a generated
+    image, review findings. ``call_id`` is set for records that may repeat a tool call's result."""
+
+    activity: str
+    text: str
+    turn_id: str | None
+    call_id: str | None
+    details: tuple[tuple[str, str | int | bool], ...]
+    """Extra fields for the entry (``query``, ``url``, ``exit_code``, ``success``)."""
+    raw: JsonObject
+
+
+@dataclass(frozen=True, slots=True)
+class McpCallEndEvent:
+    """``mcp_tool_call_end``: an MCP call and its result in one event. In code mode (0.144 to
+    0.147) a script's MCP calls are recorded only this way; otherwise the ``function_call`` with
+    the same ``call_id`` came first and this repeats it."""
+
+    call_id: str | None
+    server: str
+    tool: str
+    arguments: Any
+    text: str
+    failed: bool
+    raw: JsonObject
+
+
+@dataclass(frozen=True, slots=True)
 class OtherEvent:
-    """An ``event_msg`` payload that carries nothing for the chat (``token_count``,
-    ``thread_settings_applied``) or is unknown."""
+    """An ``event_msg`` payload that carries nothing for the chat (``thread_settings_applied``)
+    or is unknown."""
 
     event_type: str | None
     raw: JsonObject
@@ -235,6 +265,8 @@ Payload = (
     | TurnAbortedEvent
     | ErrorMessageEvent
     | TokenCountEvent
+    | ActivityRecord
+    | McpCallEndEvent
     | OtherEvent
     | OtherResponseItem
     | OtherPayload
@@ -261,6 +293,10 @@ class RolloutParseError:
     offset: int
     reason: str
     excerpt: str
+    legacy: bool = False
+    """The line is a record of the old format without the ``type``/``payload`` envelope
+    (Codex versions before the envelope; see ``docs/rollout.md``)."""
 
     def describe(self) -> str:
+        """The error in one line for logs: the byte offset and the reason."""
         return f"unreadable rollout line at byte {self.offset}: {self.reason}"

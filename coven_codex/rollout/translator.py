@@ -15,13 +15,22 @@ Sources of truth (each reply exactly once, see ``docs/rollout.md``):
   never records the end of a normal turn (the driver sees the process end); interrupted
   turns end with ``turn_aborted`` in both versions.
 - the user's own prompt is never echoed.
+- other releases (``docs/rollout.md``, "Rollouts of other Codex releases"): plans, web
+  searches, compactions, a user's ``!command``, review verdicts, images and the events code
+  mode leaves as the only record of a call become ``activity`` (or tool) entries; a turn left
+  without an end is closed (``turn_aborted``) when the next starts; a fork's embedded parent
+  history gives nothing; a file of the old format gives one ``VERSION`` error; ``ts`` never
+  goes back.
 
 Entry ids are ``f"{thread_id}:{line_start}:{index}"``: feeding the same file again from
 offset 0 gives the same entries with the same ids (and the same ``ts``: each entry takes
 its line's timestamp, or the previous line's when it has none; only entries before the
 first timestamped line fall back to the time of reading). The state carried between lines
-is the ``call_id`` → tool name map, the failed call ids, whether turn events were seen and
-the last timestamp.
+is the ``call_id`` → tool name map, the failed call ids, whether turn events were seen, the
+open turn and its calls without a result, the current turn id, the file's own thread id and
+whether it is a fork, the last timestamp, the user messages counted, the thought the current
+turn answers (``in_reply_to`` on each entry of the turn, from the ``reply_to`` lookup) and the
+thread's token usage (``token_count``) now and at the turn's start (``usage`` on the turn's end).
 
 Fast path: lines whose envelope (read without decoding) says they carry nothing for the
 chat are skipped undecoded unless ``decode_all`` is set; such a line is still reported as
@@ -32,6 +41,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -39,6 +49,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from coven_codex.entries import (
+    ActivityEntry,
     BaseEntry,
     ErrorEntry,
     ReasoningEntry,
@@ -48,19 +59,24 @@ from coven_codex.entries import (
     ToolCallEntry,
     ToolResultEntry,
 )
+from coven_codex.rollout.activities import USER_SHELL_PREFIX
 from coven_codex.rollout.error_entries import error_entry_from_message
 from coven_codex.rollout.parser import ENVELOPE_PATTERN, parse_line
 from coven_codex.rollout.records import (
+    ActivityRecord,
     AgentMessageEvent,
     AgentReasoningEvent,
     ErrorMessageEvent,
+    McpCallEndEvent,
     RolloutRecord,
+    SessionMeta,
     TokenCountEvent,
     ToolCallCompletedEvent,
     ToolCallItem,
     ToolOutputItem,
     TurnAbortedEvent,
     TurnCompleteEvent,
+    TurnContext,
     TurnStartedEvent,
     UserMessageEvent,
 )
@@ -94,14 +110,16 @@ def turn_entry_id(scope: str, turn: str, what: str) -> str:
 
 
 BAD_LINE_CODE = "BAD_LINE"
+UNSUPPORTED_FORMAT_CODE = "VERSION"
+"""The code of the one error a rollout in the old format (no envelope) gets."""
+NO_END_REASON = "no_end_recorded"
+"""``reason`` of the ``turn_aborted`` the translator adds for a turn whose end Codex never wrote."""
 
 SKIPPED_ENVELOPES: frozenset[tuple[str, str | None]] = frozenset(
     {
-        ("session_meta", None),
         ("turn_context", None),
         ("world_state", None),
         ("token_usage_record", None),
-        ("compacted", None),
         ("response_item", "message"),
         ("response_item", "reasoning"),
         ("event_msg", "thread_settings_applied"),
@@ -112,6 +130,16 @@ SKIPPED_ENVELOPES: frozenset[tuple[str, str | None]] = frozenset(
 _SKIPPED_RAW: frozenset[tuple[bytes, bytes | None]] = frozenset(
     (kind.encode(), None if payload_type is None else payload_type.encode()) for kind, payload_type in SKIPPED_ENVELOPES
 )
+_TURN_CONTEXT_RAW = b"turn_context"
+_TURN_ID_FIRST = re.compile(rb'\{"turn_id":"([^"\\]*)"')
+"""A ``turn_context`` payload as Codex writes it from 0.104 on: its turn id first. The fast path
+reads the id from the bytes; the rest of the line (instructions, policies: kilobytes) is not
+decoded."""
+_USER_SHELL_RAW = USER_SHELL_PREFIX.encode()
+"""A ``response_item/message`` holding this is a user's ``!command`` (an activity): decoded."""
+
+_REPEATS_A_CALL = frozenset({"patch", "subagent"})
+"""Activities whose event repeats a tool call shown with the same ``call_id`` (then skipped)."""
 
 TEXT_PREVIEW = 200
 RECORD_START = b'{"timestamp":"'
@@ -140,6 +168,23 @@ class RolloutTranslator:
         self._saw_turn_events = False
         self._ended_turns: set[str] = set()
         """Turns whose end was translated: a turn ends once (a repeated end line gives nothing)."""
+        self._turn_open = False
+        """Whether the turn started by the last ``task_started`` has not ended yet."""
+        self._open_turn_id: str | None = None
+        """That turn's id (None when Codex gave none)."""
+        self._current_turn_id: str | None = None
+        """The turn the lines now belong to (``task_started`` / ``turn_context``), for entries whose
+        record carries no turn id."""
+        self._open_calls: dict[str, str] = {}
+        """Tool calls of the open turn without a result yet: call id → tool."""
+        self._own_thread: str | None = None
+        """The thread id of the file's first ``session_meta``."""
+        self._fork = False
+        """The file is a fork (``forked_from_id``, or another thread's ``session_meta`` in it)."""
+        self._inherited_turn = False
+        """The lines now belong to a turn of the parent's history a fork embeds."""
+        self._legacy_file = False
+        """The file's first line is a record of the old format (see :meth:`_unsupported_format`)."""
         self._last_timestamp_text: str | None = None
         self._parsed_timestamp_text: str | None = None
         self._parsed_timestamp: datetime | None = None
@@ -155,6 +200,9 @@ class RolloutTranslator:
             TurnAbortedEvent: self._turn_aborted,
             ErrorMessageEvent: self._error_event,
             TokenCountEvent: self._token_count,
+            TurnContext: self._turn_context,
+            ActivityRecord: self._activity,
+            McpCallEndEvent: self._mcp_call_end,
         }
 
     # -- input ----------------------------------------------------------------------------
@@ -174,15 +222,24 @@ class RolloutTranslator:
         """
         if not self._decode_all:
             envelope = ENVELOPE_PATTERN.match(data)  # same test as peek_envelope, without decoding names
-            if envelope is not None and envelope.group(1, 2) in _SKIPPED_RAW and data.find(RECORD_START, 1) == -1:
-                if data.endswith(b"}") or data.rstrip().endswith(b"}"):  # rstrip copies: only if needed
-                    return []
-                return [self._bad_line(start, "torn line (it does not end with '}')")]
+            if (
+                envelope is not None
+                and envelope.group(1, 2) in _SKIPPED_RAW
+                and data.find(RECORD_START, 1) == -1
+                and _USER_SHELL_RAW not in data
+            ):
+                if not (data.endswith(b"}") or data.rstrip().endswith(b"}")):  # rstrip copies: only if needed
+                    return [self._bad_line(start, "torn line (it does not end with '}')")]
+                if envelope.group(1) == _TURN_CONTEXT_RAW:
+                    return self._turn_context_fast(data, envelope.end(), start)
+                return []
         parsed = parse_line(data, start)
         if isinstance(parsed, RolloutRecord):
             return self.feed_record(parsed)
         if parsed.reason == "blank line":
             return []
+        if parsed.legacy and (start == 0 or self._legacy_file):
+            return self._unsupported_format(start, data)
         resumed_at = data.rfind(RECORD_START, 1)
         if resumed_at == -1:
             return [self._bad_line(start, parsed.reason)]
@@ -204,7 +261,9 @@ class RolloutTranslator:
         text = self._last_timestamp_text
         if text is not None:
             if text != self._parsed_timestamp_text:
-                self._parsed_timestamp = _parse_timestamp(text) or self._parsed_timestamp
+                parsed = _parse_timestamp(text)
+                if parsed is not None and (self._parsed_timestamp is None or parsed > self._parsed_timestamp):
+                    self._parsed_timestamp = parsed  # never earlier than an entry before: see docs/rollout.md
                 self._parsed_timestamp_text = text
             if self._parsed_timestamp is not None:
                 fields["ts"] = self._parsed_timestamp  # lines without one take the previous line's time
@@ -222,8 +281,26 @@ class RolloutTranslator:
     def _translate(self, record: RolloutRecord) -> list[BaseEntry]:
         if record.timestamp is not None:
             self._last_timestamp_text = record.timestamp
-        handler = self._handlers.get(type(record.payload))
-        return handler(record) if handler is not None else []
+        payload = record.payload
+        if isinstance(payload, SessionMeta):
+            self._session_meta(payload)
+            return []
+        if isinstance(payload, TurnStartedEvent | TurnContext) and payload.turn_id is not None:
+            self._inherited_turn = self._fork and _created_before(payload.turn_id, self._own_thread)
+        handler = self._handlers.get(type(payload))
+        entries = handler(record) if handler is not None else []
+        return [] if self._inherited_turn else entries
+
+    def _session_meta(self, meta: SessionMeta) -> None:
+        """A fork (0.130, 0.135) starts with its own ``session_meta`` (``forked_from_id``) and then
+        embeds the parent's: its ``session_meta`` and its whole history, stamped anew. Those turns
+        were shown from the parent's own rollout; they are recognised by their ids (see
+        :func:`_created_before`) and give no entries here."""
+        if self._own_thread is None:
+            self._own_thread = meta.thread_id
+            self._fork = isinstance(meta.raw.get("forked_from_id"), str)
+        elif meta.thread_id != self._own_thread:
+            self._fork = True
 
     def _agent_message(self, record: RolloutRecord) -> list[BaseEntry]:
         payload = record.payload
@@ -235,7 +312,7 @@ class RolloutTranslator:
             ResponseEntry(
                 text=payload.text,
                 thread_id=self.thread_id,
-                turn_id=payload.turn_id,
+                turn_id=payload.turn_id or self._current_turn_id,
                 **extra,
                 **self._common(record.offset),
             )
@@ -248,11 +325,78 @@ class RolloutTranslator:
 
     def _tool_call_item(self, record: RolloutRecord) -> list[BaseEntry]:
         assert isinstance(record.payload, ToolCallItem)
-        return [self._tool_call(record.payload, self._common(record.offset))]
+        call = self._tool_call(record.payload, self._common(record.offset))
+        if self._turn_open and call.call_id is not None:
+            self._open_calls[call.call_id] = call.tool
+        return [call]
 
     def _tool_output_item(self, record: RolloutRecord) -> list[BaseEntry]:
         assert isinstance(record.payload, ToolOutputItem)
+        if record.payload.call_id is not None:
+            self._open_calls.pop(record.payload.call_id, None)
         return [self._tool_result(record.payload, self._common(record.offset))]
+
+    def _activity(self, record: RolloutRecord) -> list[BaseEntry]:
+        payload = record.payload
+        assert isinstance(payload, ActivityRecord)
+        if payload.activity in _REPEATS_A_CALL and payload.call_id is not None and payload.call_id in self._tool_names:
+            return []  # the call (apply_patch, spawn_agent…) and its result already say it (outside code mode)
+        extra: dict[str, Any] = dict(payload.details)
+        return [
+            ActivityEntry(
+                activity=payload.activity,
+                text=payload.text,
+                thread_id=self.thread_id,
+                turn_id=payload.turn_id or self._current_turn_id,
+                **extra,
+                **self._common(record.offset),
+            )
+        ]
+
+    def _mcp_call_end(self, record: RolloutRecord) -> list[BaseEntry]:
+        """A call and its result from ``mcp_tool_call_end``, unless a ``function_call`` showed it."""
+        payload = record.payload
+        assert isinstance(payload, McpCallEndEvent)
+        if payload.call_id is not None and payload.call_id in self._tool_names:
+            return []
+        tool = f"{payload.server}.{payload.tool}" if payload.server else payload.tool
+        arguments_text = json.dumps(payload.arguments, ensure_ascii=False) if payload.arguments is not None else ""
+        extra: dict[str, Any] = {"mcp_server": payload.server} if payload.server else {}
+        call = ToolCallEntry(
+            tool=tool,
+            arguments=payload.arguments,
+            call_id=payload.call_id,
+            text=_preview(f"{tool} {arguments_text}".rstrip()),
+            **extra,
+            **self._common(record.offset),
+        )
+        result = ToolResultEntry(
+            call_id=payload.call_id,
+            tool=tool,
+            is_error=payload.failed,
+            text=payload.text,
+            **self._common(record.offset, 1),
+        )
+        return [call, result]
+
+    def _turn_context(self, record: RolloutRecord) -> list[BaseEntry]:
+        assert isinstance(record.payload, TurnContext)
+        if record.payload.turn_id is not None:
+            self._current_turn_id = record.payload.turn_id
+        return []
+
+    def _turn_context_fast(self, data: bytes, payload_at: int, start: int) -> list[BaseEntry]:
+        """A ``turn_context`` line on the fast path: only its turn id matters (see ``_translate``)."""
+        first = _TURN_ID_FIRST.match(data, payload_at)
+        if first is not None:
+            turn_id = first[1].decode("utf-8", "replace")
+            self._inherited_turn = self._fork and _created_before(turn_id, self._own_thread)
+            self._current_turn_id = turn_id
+            return []
+        if b'"turn_id"' not in data:
+            return []  # 0.47, 0.58: no turn id
+        parsed = parse_line(data, start)  # the id elsewhere in the payload
+        return self.feed_record(parsed) if isinstance(parsed, RolloutRecord) else []
 
     def _tool_call_completed(self, record: RolloutRecord) -> list[BaseEntry]:
         payload = record.payload
@@ -264,10 +408,59 @@ class RolloutTranslator:
     def _turn_started(self, record: RolloutRecord) -> list[BaseEntry]:
         assert isinstance(record.payload, TurnStartedEvent)
         self._saw_turn_events = True
-        self._new_turn()
-        if self._lookup is not None:  # (0.169 records the turn's start before its user message)
-            self._reply_to = self._lookup(self._user_messages, None, "")
-        return [self._status(TURN_STARTED, record.payload.turn_id, "turn started", self._common(record.offset))]
+        turn_id = record.payload.turn_id
+        repeated = self._turn_open and turn_id is not None and turn_id == self._open_turn_id
+        closed = [] if repeated else self._close_open_turn(record.offset)
+        self._turn_open, self._open_turn_id = True, turn_id
+        self._current_turn_id = turn_id
+        if not repeated:
+            self._new_turn()
+            if self._lookup is not None:  # (0.169 records the turn's start before its user message)
+                self._reply_to = self._lookup(self._user_messages, None, "")
+        return [*closed, self._status(TURN_STARTED, turn_id, "turn started", self._common(record.offset))]
+
+    def _close_open_turn(self, offset: int) -> list[BaseEntry]:
+        """For a turn still open when the next one starts (Codex was killed before it wrote the
+        end, 0.104): a ``tool_result`` for each call left without one, then ``turn_aborted``.
+        Their ids: ``:1``, ``:2`` … of the new ``task_started`` line, and the turn's end id."""
+        if not self._turn_open:
+            return []
+        turn_id = self._open_turn_id
+        self._turn_open = False
+        if self._fork and turn_id is not None and _created_before(turn_id, self._own_thread):
+            self._open_calls.clear()
+            return []  # the parent's turn: its end is the parent's rollout's business
+        if self._ended(turn_id):
+            return []
+        out: list[BaseEntry] = []
+        for index, (call_id, tool) in enumerate(self._open_calls.items(), start=1):
+            out.append(
+                ToolResultEntry(
+                    call_id=call_id,
+                    tool=tool,
+                    is_error=True,
+                    text="no result was recorded: the turn ended without one",
+                    **self._common(offset, index),
+                )
+            )
+        self._open_calls.clear()
+        out.append(
+            self._status(
+                TURN_ABORTED,
+                turn_id,
+                "turn aborted (Codex recorded no end for it; the next turn started)",
+                self._turn_common(offset, turn_id, "end", len(out) + 1),
+                reason=NO_END_REASON,
+                usage=self.turn_usage(),
+            )
+        )
+        return out
+
+    def _turn_ended(self) -> None:
+        """Forget the open turn once an end is read: Codex runs one turn at a time in a thread,
+        and review mode (0.135) ends its turn with the id of the turn that asked for the review."""
+        self._turn_open = False
+        self._open_calls.clear()
 
     def _user_message(self, record: RolloutRecord) -> list[BaseEntry]:
         payload = record.payload
@@ -309,6 +502,7 @@ class RolloutTranslator:
         payload = record.payload
         assert isinstance(payload, TurnCompleteEvent)
         self._saw_turn_events = True
+        self._turn_ended()
         if self._ended(payload.turn_id):
             return []
         if payload.error_message is None:
@@ -341,6 +535,7 @@ class RolloutTranslator:
     def _turn_aborted(self, record: RolloutRecord) -> list[BaseEntry]:
         payload = record.payload
         assert isinstance(payload, TurnAbortedEvent)
+        self._turn_ended()
         if self._ended(payload.turn_id):
             return []
         reason = payload.reason or "aborted"
@@ -394,7 +589,7 @@ class RolloutTranslator:
 
     def _tool_result(self, item: ToolOutputItem, common: dict[str, Any]) -> ToolResultEntry:
         output = clean_tool_output(item.output)
-        failed = item.call_id in self._failed_calls or (output.exit_code not in (None, 0))
+        failed = item.call_id in self._failed_calls or output.failed or (output.exit_code not in (None, 0))
         extra: dict[str, Any] = {} if output.exit_code is None else {"exit_code": output.exit_code}
         tool = self._tool_names.get(item.call_id) if item.call_id is not None else None
         return ToolResultEntry(call_id=item.call_id, tool=tool, is_error=failed, text=output.text, **extra, **common)
@@ -414,9 +609,33 @@ class RolloutTranslator:
             ts=common.get("ts"),
             entry_id=common["id"],
         )
+        update: dict[str, Any] = {"in_reply_to": common.get("in_reply_to")}
         if transient:
-            return entry.model_copy(update={"transient": True})
-        return entry
+            update["transient"] = True
+        return entry.model_copy(update=update)
+
+    def _unsupported_format(self, start: int, data: bytes) -> list[BaseEntry]:
+        """One ``VERSION`` error for a rollout whose first line is of the old format, however many
+        lines it has; in a file that began in the envelope format such a line is a ``BAD_LINE``."""
+        if self._legacy_file:
+            return []  # reported once, at the first line
+        self._legacy_file = True
+        header = json.loads(data.decode("utf-8"))  # it decoded once already: the parser said what it is
+        if isinstance(header.get("timestamp"), str):  # the old header's time, so re-reading gives the same ts
+            self._last_timestamp_text = header["timestamp"]
+        log.warning("rollout of thread %s is in the old format without envelopes: not translated", self.thread_id)
+        fields: dict[str, Any] = self._common(start)
+        fields.update(thread_id=self.thread_id, offset=start)
+        return [
+            ErrorEntry(
+                code=UNSUPPORTED_FORMAT_CODE,
+                text="This rollout was written by a Codex version whose rollout format (records without a "
+                "type/payload envelope) coven-codex does not read: nothing of this thread is shown.",
+                hint="Install a supported Codex CLI (coven-codex validate names them) and start a new session; "
+                "this thread's history stays in Codex.",
+                **fields,
+            )
+        ]
 
     def _bad_line(self, start: int, reason: str) -> ErrorEntry:
         log.warning("rollout of thread %s: unreadable line at byte %d: %s", self.thread_id, start, reason)
@@ -443,6 +662,27 @@ def display_tool_name(name: str, namespace: str | None) -> tuple[str, str | None
     if sep and server and tool:
         return f"{server}.{tool}", server
     return name, None
+
+
+def _uuid7_millis(value: str) -> int | None:
+    """The creation time (ms since the epoch) a UUIDv7 carries in its first 48 bits, or None."""
+    hex_digits = value.replace("-", "")
+    if len(hex_digits) != 32 or hex_digits[12] != "7":
+        return None
+    try:
+        return int(hex_digits[:12], 16)
+    except ValueError:
+        return None
+
+
+def _created_before(turn_id: str, thread_id: str | None) -> bool:
+    """Whether turn ``turn_id`` was created before thread ``thread_id``: both are UUIDv7 on the
+    releases that fork (0.130 on), so a turn older than the fork's own thread is the parent's.
+    Ids that are not UUIDv7 say nothing (False)."""
+    if thread_id is None:
+        return False
+    turn_time, thread_time = _uuid7_millis(turn_id), _uuid7_millis(thread_id)
+    return turn_time is not None and thread_time is not None and turn_time < thread_time
 
 
 def _parse_timestamp(text: str) -> datetime | None:

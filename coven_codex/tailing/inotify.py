@@ -100,13 +100,16 @@ class InotifySubscription:
         """The directory itself went away; subscribe again to the new target."""
 
     def notify(self) -> None:
+        """Something happened to the file: wake the waiting :meth:`wait`."""
         self._event.set()
 
     async def wait(self) -> None:
+        """Return once a notification arrived since the last wait."""
         await self._event.wait()
         self._event.clear()
 
     async def aclose(self) -> None:
+        """Stop receiving notifications; the watch is removed once nobody else uses it."""
         self._hub.unsubscribe(self)
 
 
@@ -204,6 +207,7 @@ _HUBS: dict[asyncio.AbstractEventLoop, _InotifyHub] = {}
 
 
 def inotify_available() -> bool:
+    """The C library offers inotify (Linux), so :func:`subscribe` can work."""
     return _LIBC is not None
 
 

@@ -49,10 +49,12 @@ class LineSplitter:
 
     @property
     def offset(self) -> int:
+        """The file offset of the next byte to feed."""
         return self._offset
 
     @property
     def consumed(self) -> int:
+        """The offset just after the last complete line returned (where a reader may resume)."""
         return self._partial_start
 
     @property

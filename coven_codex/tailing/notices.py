@@ -12,6 +12,8 @@ log = logging.getLogger(__name__)
 
 
 class TailNoticeKind(StrEnum):
+    """What happened to a tailed file that its reader should know."""
+
     POLLING = "polling"
     """No usable change notification for this file: the tailer polls it."""
     TRUNCATED = "truncated"
@@ -24,6 +26,8 @@ class TailNoticeKind(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class TailNotice:
+    """A notice from a tailer about its file, with a message for people."""
+
     kind: TailNoticeKind
     path: Path
     message: str

@@ -88,6 +88,11 @@ class _Follower:
             os.close(self._fd)
             self._fd = None
 
+    def release(self) -> None:
+        """Close the file while waiting; the next :meth:`catch_up` opens it again by its path and
+        goes on at the same offset if it is the same file (else it was replaced: read from 0)."""
+        self.close()
+
     def _notice(self, kind: TailNoticeKind, message: str, offset: int | None) -> None:
         report(TailNotice(kind, self._path, message, offset), self._on_notice)
 
@@ -153,7 +158,15 @@ class _Follower:
             fd = self._open()
             if fd is None:
                 return
-            self._adopt(fd)
+            st = os.fstat(fd)
+            if self._identity is None:
+                self._adopt(fd)
+            elif (st.st_dev, st.st_ino) == self._identity:
+                self._fd = fd  # the same file, reopened after :meth:`release`: go on where we were
+            else:
+                self._drop_partial("the file was replaced")
+                self._adopt(fd)
+                self._notice(TailNoticeKind.REPLACED, "another file took this path; following it from 0", 0)
         yield from self._drain()
         while True:
             try:
@@ -274,6 +287,7 @@ async def tail_lines(
     on_notice: NoticeCallback | None = None,
     poll_interval: float = DEFAULT_POLL_INTERVAL,
     notifier: NotifierKind = "auto",
+    hold_open: bool = True,
 ) -> AsyncGenerator[Line, None]:
     """Yield the complete lines of ``path`` from byte ``start`` on, forever.
 
@@ -285,6 +299,10 @@ async def tail_lines(
     ``notifier`` picks the notification mechanism (``"auto"``: inotify on Linux, watchfiles
     elsewhere). Truncation, replacement and a polling fallback are logged and passed to
     ``on_notice``.
+
+    ``hold_open=False`` closes the file while waiting for a change (a tail that is idle holds no
+    file descriptor: many of them can wait at once), at the price of not finishing a replaced
+    file's last lines written after the previous read.
     """
     path = _absolute(path)
     follower = _Follower(path, start, max_line_bytes, on_notice)
@@ -301,6 +319,8 @@ async def tail_lines(
                 await waker.aclose()
                 waker = factory.create()
                 continue
+            if not hold_open:
+                follower.release()
             await waker.wait()
     finally:
         follower.close()

@@ -36,14 +36,20 @@ WATCHFILES_DEBOUNCE_MS: Final = 10
 
 
 class Waker(Protocol):
+    """What a tailer waits on between reads; see the module docstring."""
+
     @property
     def dead(self) -> bool:
         """The watched directory went away: create a waker for the new target."""
         ...
 
-    async def wait(self) -> None: ...
+    async def wait(self) -> None:
+        """Return after something may have happened to the watched file (spurious wake-ups allowed)."""
+        ...
 
-    async def aclose(self) -> None: ...
+    async def aclose(self) -> None:
+        """Stop watching and release what the waker holds."""
+        ...
 
 
 class InotifyWaker:
@@ -54,12 +60,15 @@ class InotifyWaker:
 
     @property
     def dead(self) -> bool:
+        """The watched directory went away."""
         return self._subscription.dead
 
     async def wait(self) -> None:
+        """Return after the kernel reported a change to the file, or its directory went away (:attr:`dead`)."""
         await self._subscription.wait()
 
     async def aclose(self) -> None:
+        """Drop the inotify subscription."""
         await self._subscription.aclose()
 
 
@@ -84,9 +93,11 @@ class WatchfilesWaker:
 
     @property
     def dead(self) -> bool:
+        """The watched directory went away (or watchfiles stopped watching it)."""
         return self._dead
 
     async def wait(self) -> None:
+        """Return once watchfiles reports a change to the file, or the directory is gone (then :attr:`dead`)."""
         loop = asyncio.get_running_loop()
         while True:
             if self._pending is None:
@@ -111,6 +122,7 @@ class WatchfilesWaker:
         return not os.path.isdir(self._directory)
 
     async def aclose(self) -> None:
+        """Stop the watcher, wait for its thread's current wait to return, and close it."""
         self._stop.set()
         if self._pending is not None:
             with contextlib.suppress(Exception):
@@ -130,6 +142,7 @@ class PollingWaker:
 
     @property
     def dead(self) -> bool:
+        """Never: a polled path is simply polled again."""
         return False
 
     def _signature(self) -> tuple[int, int, int, int] | None:
@@ -140,6 +153,7 @@ class PollingWaker:
         return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
     async def wait(self) -> None:
+        """Return once the file's identity, size or modification time changed (checked every ``interval``)."""
         while True:
             await asyncio.sleep(self._interval)
             signature = self._signature()
@@ -148,10 +162,12 @@ class PollingWaker:
                 return
 
     async def aclose(self) -> None:
+        """Nothing to release."""
         return None
 
 
 def default_notifier() -> Literal["inotify", "watchfiles"]:
+    """``"inotify"`` on Linux when it is available, else ``"watchfiles"``."""
     if sys.platform.startswith("linux") and inotify.inotify_available():
         return "inotify"
     return "watchfiles"

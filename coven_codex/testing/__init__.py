@@ -3,6 +3,7 @@
 - :class:`ScriptedModelServer`: an OpenAI Responses API server on 127.0.0.1, driven by a
   script of steps or a responder, recording every request (see :mod:`.model_server`).
 - Steps: :class:`Reply`, :class:`Reasoning`, :class:`CallTool`, :class:`RunCommand`,
+  :class:`OutputItem`,
   :class:`HttpError`, :class:`ErrorEvent`, :class:`Stall`, :class:`Disconnect`.
 - Responders: :func:`echo_responder`, :func:`command_responder`, :func:`tool_rule`.
 - :func:`write_codex_config`: a Codex ``config.toml`` pointing at the server.
@@ -17,6 +18,7 @@ from coven_codex.testing.steps import (
     Disconnect,
     ErrorEvent,
     HttpError,
+    OutputItem,
     Reasoning,
     Reply,
     RunCommand,
@@ -32,6 +34,7 @@ __all__ = [
     "ErrorEvent",
     "FunctionCallOutput",
     "HttpError",
+    "OutputItem",
     "Reasoning",
     "RecordedRequest",
     "Reply",

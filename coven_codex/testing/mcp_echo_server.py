@@ -85,6 +85,7 @@ def handle(message: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def serve(stdin: TextIO, stdout: TextIO) -> None:
+    """Answer JSON-RPC messages read line by line from ``stdin`` on ``stdout`` until end of input."""
     for line in stdin:
         if not line.strip():
             continue
@@ -110,6 +111,7 @@ def mcp_server_entry(*, python: str = sys.executable) -> dict[str, Any]:
         "args": ["-m", "coven_codex.testing.mcp_echo_server"],
         "default_tools_approval_mode": "approve",
         "startup_timeout_sec": 20,
+        "required": True,  # Codex waits for it before the first model request (see mcp/codex_entry.py)
     }
 
 

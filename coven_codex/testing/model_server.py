@@ -16,7 +16,8 @@ Usage::
 Script: every ``POST /v1/responses`` takes the next entry of the script, a *turn script*:
 one step or a sequence of steps (see :mod:`coven_codex.testing.steps`): ``Reply(text)``,
 ``Reasoning(summary)``, ``CallTool(name, arguments)``, ``RunCommand(cmd)``,
-``HttpError(status)``, ``ErrorEvent(message)``, ``Stall(seconds)``, ``Disconnect()``.
+``OutputItem(item)`` (any other output item), ``HttpError(status)``, ``ErrorEvent(message)``,
+``Stall(seconds)``, ``Disconnect()``.
 A tool call and the model's answer to the tool result are two requests, so two entries:
 ``[CallTool(...), Reply("done")]`` as a list of entries, versus ``(Reasoning("r"),
 Reply("t"))`` (a tuple inside the list) for two items in one response.
@@ -49,7 +50,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from coven_codex.testing import http11
+from coven_codex import http11
 from coven_codex.testing import responses_sse as sse
 from coven_codex.testing.request_log import RecordedRequest, RequestLog
 from coven_codex.testing.responders import Responder
@@ -58,6 +59,7 @@ from coven_codex.testing.steps import (
     Disconnect,
     ErrorEvent,
     HttpError,
+    OutputItem,
     Reasoning,
     Reply,
     RunCommand,
@@ -108,11 +110,13 @@ class ScriptedModelServer:
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
+        """Listen on the host and port (port 0: a free one, then :attr:`port` says which)."""
         self._server = await asyncio.start_server(self._on_connection, self._host, self._port)
         self._port = self._server.sockets[0].getsockname()[1]
         log.info("scripted model server listening on %s", self.base_url)
 
     async def aclose(self) -> None:
+        """Stop listening and cancel open connections; safe to call twice."""
         if self._server is None:
             return
         self._server.close()
@@ -133,6 +137,7 @@ class ScriptedModelServer:
         await self.aclose()
 
     async def serve_forever(self) -> None:
+        """Start if not started, then serve until cancelled."""
         if self._server is None:
             await self.start()
         assert self._server is not None
@@ -140,6 +145,7 @@ class ScriptedModelServer:
 
     @property
     def port(self) -> int:
+        """The port the server listens on (known after :meth:`start`)."""
         return self._port
 
     @property
@@ -339,6 +345,10 @@ class ScriptedModelServer:
                 output_index += 1
             elif isinstance(step, RunCommand):
                 await send(sse.run_command_event(step, tools, self._ids, output_index))
+                output_index += 1
+            elif isinstance(step, OutputItem):
+                for event in sse.output_item_events(step, self._ids.new("item"), output_index):
+                    await send(event)
                 output_index += 1
         await send(sse.completed(response_id))
         writer.write(http11.LAST_CHUNK)

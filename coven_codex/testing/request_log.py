@@ -43,14 +43,17 @@ class RecordedRequest:
 
     @property
     def is_responses(self) -> bool:
+        """The request is a ``POST .../responses`` (a model turn)."""
         return self.method == "POST" and self.path.split("?")[0].endswith("/responses")
 
     def input_items(self) -> list[dict[str, Any]]:
+        """The objects of the body's ``input`` list (empty if there is none)."""
         data = self.json
         items = data.get("input") if isinstance(data, dict) else None
         return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
 
     def tools(self) -> list[dict[str, Any]]:
+        """The objects of the body's ``tools`` list, as Codex offered them."""
         data = self.json
         tools = data.get("tools") if isinstance(data, dict) else None
         return [tool for tool in tools if isinstance(tool, dict)] if isinstance(tools, list) else []
@@ -85,6 +88,7 @@ class RecordedRequest:
         return bool(items) and items[-1].get("role") == "user"
 
     def function_call_outputs(self) -> list[FunctionCallOutput]:
+        """The tool results in the input (function and custom tool call outputs), in order."""
         outputs: list[FunctionCallOutput] = []
         for item in self.input_items():
             if item.get("type") in {"function_call_output", "custom_tool_call_output"}:
@@ -119,6 +123,7 @@ class RequestLog:
         self._changed = asyncio.Event()
 
     def add(self, request: RecordedRequest) -> None:
+        """Record ``request`` and wake whoever waits for a new one."""
         self._requests.append(request)
         self._changed.set()
 
@@ -132,6 +137,7 @@ class RequestLog:
         return self._requests[index]
 
     def all(self) -> list[RecordedRequest]:
+        """A copy of every request so far, in arrival order."""
         return list(self._requests)
 
     def responses_requests(self) -> list[RecordedRequest]:
@@ -139,6 +145,7 @@ class RequestLog:
         return [request for request in self._requests if request.is_responses]
 
     def other_requests(self) -> list[RecordedRequest]:
+        """The requests that are not model turns, in order."""
         return [request for request in self._requests if not request.is_responses]
 
     def user_texts(self) -> list[str]:

@@ -32,6 +32,7 @@ Responder = Callable[[RecordedRequest], TurnScript]
 
 
 def last_user_text(request: RecordedRequest) -> str:
+    """The last text the user typed in the request, or ``""``."""
     texts = request.user_texts()
     return texts[-1] if texts else ""
 
@@ -46,6 +47,7 @@ def pending_tool_output(request: RecordedRequest) -> FunctionCallOutput | None:
 
 
 def echo_responder(request: RecordedRequest) -> TurnScript:
+    """Reply ``"echo: <last user text>"``; after a tool call, ``"tool result: <output>"``."""
     output = pending_tool_output(request)
     if output is not None:
         return Reply(f"tool result: {output.output}")
@@ -56,6 +58,7 @@ _COMMAND = re.compile(r"^/(?P<verb>tool|error|fail|stall|think)\b\s*(?P<rest>.*)
 
 
 def command_responder(request: RecordedRequest) -> TurnScript:
+    """Act on the user's text as the command language of the module docstring; anything else is echoed."""
     output = pending_tool_output(request)
     if output is not None:
         return Reply(f"tool result: {output.output}")

@@ -8,7 +8,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from coven_codex.testing.steps import CallTool, Reasoning, Reply, RunCommand
+from coven_codex.testing.steps import CallTool, OutputItem, Reasoning, Reply, RunCommand
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +28,7 @@ class IdSource:
         self._counter = itertools.count(1)
 
     def new(self, prefix: str) -> str:
+        """The next id, ``<prefix>_<n>``."""
         return f"{prefix}_{next(self._counter)}"
 
 
@@ -38,10 +39,12 @@ def _chunks(text: str, size: int) -> Iterator[str]:
 
 
 def created(response_id: str) -> Event:
+    """The ``response.created`` event."""
     return {"type": "response.created", "response": {"id": response_id}}
 
 
 def completed(response_id: str) -> Event:
+    """The ``response.completed`` event, with a fixed token usage."""
     usage = {
         "input_tokens": 10,
         "input_tokens_details": {"cached_tokens": 0},
@@ -53,6 +56,7 @@ def completed(response_id: str) -> Event:
 
 
 def failed(response_id: str, message: str, code: str) -> Event:
+    """A ``response.failed`` event carrying ``code`` and ``message``."""
     return {
         "type": "response.failed",
         "response": {"id": response_id, "status": "failed", "error": {"code": code, "message": message}},
@@ -60,10 +64,12 @@ def failed(response_id: str, message: str, code: str) -> Event:
 
 
 def error_event(message: str, code: str) -> Event:
+    """A stream ``error`` event carrying ``code`` and ``message``."""
     return {"type": "error", "code": code, "message": message, "param": None}
 
 
 def reply_events(step: Reply, item_id: str, output_index: int) -> Iterator[Event]:
+    """An assistant message: item added, text deltas of ``step.chunk_size``, item done."""
     yield {
         "type": "response.output_item.added",
         "output_index": output_index,
@@ -91,6 +97,7 @@ def reply_events(step: Reply, item_id: str, output_index: int) -> Iterator[Event
 
 
 def reasoning_events(step: Reasoning, item_id: str, output_index: int) -> Iterator[Event]:
+    """A reasoning item: item added, summary deltas, item done with the whole summary."""
     yield {
         "type": "response.output_item.added",
         "output_index": output_index,
@@ -120,6 +127,7 @@ def reasoning_events(step: Reasoning, item_id: str, output_index: int) -> Iterat
 def function_call_event(
     name: str, namespace: str | None, arguments: Any, *, call_id: str, item_id: str, output_index: int
 ) -> Event:
+    """A completed ``function_call`` item (``namespace`` for a namespaced tool); arguments are sent as JSON text."""
     item: dict[str, Any] = {
         "type": "function_call",
         "id": item_id,
@@ -134,6 +142,7 @@ def function_call_event(
 
 
 def call_tool_event(step: CallTool, tools: list[dict[str, Any]], ids: IdSource, output_index: int) -> Event:
+    """The function call of ``step``, with its name resolved against the tools Codex offered."""
     name, namespace = resolve_tool(step.name, tools)
     return function_call_event(
         name,
@@ -146,6 +155,7 @@ def call_tool_event(step: CallTool, tools: list[dict[str, Any]], ids: IdSource, 
 
 
 def run_command_event(step: RunCommand, tools: list[dict[str, Any]], ids: IdSource, output_index: int) -> Event:
+    """A shell call of ``step.command`` through whichever shell tool Codex offered."""
     offered = {tool.get("name") for tool in tools if tool.get("type") == "function"}
     name: str
     arguments: dict[str, Any]
@@ -161,6 +171,13 @@ def run_command_event(step: RunCommand, tools: list[dict[str, Any]], ids: IdSour
     return function_call_event(
         name, None, arguments, call_id=step.call_id or ids.new("call"), item_id=ids.new("fc"), output_index=output_index
     )
+
+
+def output_item_events(step: OutputItem, item_id: str, output_index: int) -> Iterator[Event]:
+    """``response.output_item.added`` then ``.done`` for an arbitrary item (``id`` added if missing)."""
+    item = {"id": item_id, **step.item}
+    yield {"type": "response.output_item.added", "output_index": output_index, "item": item}
+    yield {"type": "response.output_item.done", "output_index": output_index, "item": item}
 
 
 def split_tool_name(name: str) -> tuple[str | None, str]:

@@ -2,14 +2,14 @@
 
 Each POST to ``/v1/responses`` is answered by one *turn script*: a single step or a
 sequence of steps, played in order. Output steps (:class:`Reply`, :class:`Reasoning`,
-:class:`CallTool`, :class:`RunCommand`) become output items of one streamed response;
+:class:`CallTool`, :class:`RunCommand`, :class:`OutputItem`) become output items of one streamed response;
 control steps shape the stream (:class:`Stall`, :class:`Disconnect`) or replace it
 (:class:`HttpError`, :class:`ErrorEvent`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +62,15 @@ class RunCommand:
 
 
 @dataclass(frozen=True, slots=True)
+class OutputItem:
+    """Any other output item, sent as ``response.output_item.added`` and ``.done``: a
+    ``web_search_call``, a ``custom_tool_call`` (code mode's ``exec``), an
+    ``image_generation_call``… ``item`` is the item object; an ``id`` is added when it has none."""
+
+    item: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
 class HttpError:
     """Answer with HTTP ``status`` and a JSON error body instead of a stream.
 
@@ -99,13 +108,15 @@ class Disconnect:
     """Close the connection here, without ``response.completed``."""
 
 
-Step = Reply | Reasoning | CallTool | RunCommand | HttpError | ErrorEvent | Stall | Disconnect
+Step = Reply | Reasoning | CallTool | RunCommand | OutputItem | HttpError | ErrorEvent | Stall | Disconnect
 TurnScript = Step | Sequence[Step]
 """What answers one ``/v1/responses`` request."""
 
 
 def as_steps(script: TurnScript) -> tuple[Step, ...]:
     """Normalise a single step or a sequence of steps to a tuple."""
-    if isinstance(script, Reply | Reasoning | CallTool | RunCommand | HttpError | ErrorEvent | Stall | Disconnect):
+    if isinstance(
+        script, Reply | Reasoning | CallTool | RunCommand | OutputItem | HttpError | ErrorEvent | Stall | Disconnect
+    ):
         return (script,)
     return tuple(script)

@@ -34,6 +34,7 @@ from coven_codex.codex.process import run_captured
 from coven_codex.codex.version import VersionError, detect_version
 from coven_codex.mcp import SpellRegistry, codex_mcp_entry
 from coven_codex.mcp.codex_entry import SERVER_NAME
+from coven_codex.traces.otel_config import export_notice, exported_signals
 from coven_codex.validate.framework import ProbeContext, ProbeResult
 from coven_codex.validate.spell_probes import SPELLS_FACT
 
@@ -46,6 +47,7 @@ PROVIDER_KEYS_FACT = "provider_env_keys"
 
 
 async def probe_codex_found(context: ProbeContext) -> ProbeResult:
+    """Find the Codex executable and how it is started; warns about relative ``PATH`` entries."""
     settings = context.settings
     try:
         found = await asyncio.to_thread(find_codex, settings.codex_path, settings.workspace)
@@ -77,6 +79,7 @@ def _discovery_fix(message: str) -> str:
 
 
 async def probe_codex_version(context: ProbeContext) -> ProbeResult:
+    """Ask Codex for its version (``codex --version``)."""
     launch: CodexLaunch = context.facts[LAUNCH_FACT]
     try:
         version = await asyncio.to_thread(
@@ -89,6 +92,7 @@ async def probe_codex_version(context: ProbeContext) -> ProbeResult:
 
 
 async def probe_codex_supported(context: ProbeContext) -> ProbeResult:
+    """The version is supported and offers the driver asked for; records the driver that will run."""
     version = context.facts[VERSION_FACT]
     if not version.supported:
         return ProbeResult.fail(
@@ -105,6 +109,17 @@ async def probe_codex_supported(context: ProbeContext) -> ProbeResult:
     context.facts[DRIVER_FACT] = driver
     how = "chosen by version" if wanted == "auto" else "as configured"
     return ProbeResult.ok(f"Codex {version} is supported; driver: {driver} ({how})")
+
+
+async def probe_traces(context: ProbeContext) -> ProbeResult:
+    """What ``collect_traces`` will capture from this Codex version (docs/exec.md, Traces)."""
+    version = context.facts[VERSION_FACT]
+    if not context.settings.collect_traces:
+        return ProbeResult.ok("trace capture is off (collect_traces = false)")
+    notice = export_notice(version)
+    if notice is not None:
+        return ProbeResult.warn(notice, "Upgrade Codex (npm install -g @openai/codex@latest) to capture more.")
+    return ProbeResult.ok(f"Codex {version} exports {' and '.join(exported_signals(version))} to the local receiver")
 
 
 def _configured_env_keys(context: ProbeContext) -> list[str]:
@@ -132,6 +147,7 @@ def _credential_sources(context: ProbeContext) -> list[str]:
 
 
 async def probe_credentials(context: ProbeContext) -> ProbeResult:
+    """Codex has credentials: an ``auth.json``, an API-key variable, or the provider's env key."""
     sources = _credential_sources(context)
     if sources:
         return ProbeResult.ok("credentials: " + ", ".join(sources))
@@ -148,6 +164,7 @@ async def probe_credentials(context: ProbeContext) -> ProbeResult:
 
 
 async def probe_login(context: ProbeContext) -> ProbeResult:
+    """What ``codex login status`` says, run against a scratch copy of the user's ``auth.json``."""
     launch: CodexLaunch = context.facts[LAUNCH_FACT]
     api_sources = [s for s in _credential_sources(context) if s.startswith("$")]
     user_dir = user_codex_dir(os.environ)
@@ -178,6 +195,7 @@ async def probe_login(context: ProbeContext) -> ProbeResult:
 
 
 async def probe_config_merge(context: ProbeContext) -> ProbeResult:
+    """Build the isolated Codex home in a scratch folder and check its merged config re-parses."""
     settings = context.settings
     driver: DriverKind = context.facts.get(DRIVER_FACT, "exec")
     registry = context.facts.get(SPELLS_FACT)

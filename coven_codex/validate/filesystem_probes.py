@@ -16,6 +16,7 @@ from coven_codex.validate.framework import ProbeContext, ProbeResult
 
 
 def nearest_existing(path: Path) -> Path:
+    """``path`` itself if it exists, else its nearest existing ancestor."""
     current = path
     while not current.exists() and current != current.parent:
         current = current.parent
@@ -39,6 +40,7 @@ def _try_write(folder: Path) -> str | None:
 
 
 async def check_writable_dir(path: Path, what: str, setting: str) -> ProbeResult:
+    """``path`` is a writable folder, or would be created in one (its nearest existing ancestor)."""
     existing = nearest_existing(path)
     if not existing.is_dir():
         return ProbeResult.fail(f"{what} {path}: {existing} is not a folder", f"Point {setting} at a folder.")
@@ -53,6 +55,7 @@ async def check_writable_dir(path: Path, what: str, setting: str) -> ProbeResult
 
 
 async def probe_workspace(context: ProbeContext) -> ProbeResult:
+    """The workspace exists and is writable."""
     workspace = context.settings.workspace
     if not workspace.exists():
         return ProbeResult.fail(
@@ -62,14 +65,17 @@ async def probe_workspace(context: ProbeContext) -> ProbeResult:
 
 
 async def probe_codex_home(context: ProbeContext) -> ProbeResult:
+    """The isolated ``CODEX_HOME`` is writable (or can be created)."""
     return await check_writable_dir(context.settings.resolved_codex_home, "CODEX_HOME", "codex_home")
 
 
 async def probe_state_dir(context: ProbeContext) -> ProbeResult:
+    """The state folder is writable (or can be created)."""
     return await check_writable_dir(context.settings.resolved_state_dir, "state folder", "state_dir")
 
 
 async def probe_sessions_folder(context: ProbeContext) -> ProbeResult:
+    """Codex's rollout folder (``CODEX_HOME/sessions``) is readable, if it exists yet."""
     sessions = context.settings.resolved_codex_home / "sessions"
     if not sessions.exists():
         return ProbeResult.ok(f"{sessions} does not exist yet; Codex creates it at the first turn")
@@ -93,6 +99,7 @@ async def probe_sessions_folder(context: ProbeContext) -> ProbeResult:
 
 
 async def probe_journal(context: ProbeContext) -> ProbeResult:
+    """The journal is a readable and writable file, or can be created in its folder (warns when none is set)."""
     journal = context.settings.journal
     if journal is None:
         return ProbeResult.warn("no journal configured", "Pass --journal PATH (or set journal in coven.toml).")

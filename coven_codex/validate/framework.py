@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 
 
 class Status(StrEnum):
+    """A probe's verdict."""
+
     PASS = "pass"
     WARN = "warn"
     FAIL = "fail"
@@ -31,20 +33,25 @@ class Status(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class ProbeResult:
+    """What a probe found: its status, a detail line and, for a warning or failure, the fix."""
+
     status: Status
     detail: str
     fix: str = ""
 
     @classmethod
     def ok(cls, detail: str) -> ProbeResult:
+        """A pass with ``detail``."""
         return cls(Status.PASS, detail)
 
     @classmethod
     def warn(cls, detail: str, fix: str) -> ProbeResult:
+        """A warning: ``detail`` and what to do about it."""
         return cls(Status.WARN, detail, fix)
 
     @classmethod
     def fail(cls, detail: str, fix: str) -> ProbeResult:
+        """A failure: ``detail`` and what to do about it."""
         return cls(Status.FAIL, detail, fix)
 
 
@@ -62,6 +69,8 @@ ProbeFunction = Callable[[ProbeContext], Awaitable[ProbeResult]]
 
 @dataclass(frozen=True, slots=True)
 class Probe:
+    """One check of the plan: code, title, function, time bound; ``needs``: probes that must pass first."""
+
     code: str
     title: str
     run: ProbeFunction
@@ -72,15 +81,19 @@ class Probe:
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
+    """A probe's result and how long it took."""
+
     probe: Probe
     result: ProbeResult
     seconds: float
 
     @property
     def blocking(self) -> bool:
+        """A required probe failed: the daemon would not run."""
         return self.probe.required and self.result.status is Status.FAIL
 
     def as_dict(self) -> dict[str, Any]:
+        """The outcome as JSON-ready data (what ``validate --json`` prints for each check)."""
         return {
             "code": self.probe.code,
             "title": self.probe.title,

@@ -20,6 +20,14 @@ PLAN: tuple[Probe, ...] = (
         timeout=1,
         needs=("codex_version",),
     ),
+    Probe(
+        "traces",
+        "what collect_traces captures from this Codex",
+        codex.probe_traces,
+        timeout=1,
+        required=False,
+        needs=("codex_version",),
+    ),
     Probe("credentials", "credentials for the model provider", codex.probe_credentials, timeout=2),
     Probe(
         "login", "`codex login status`", codex.probe_login, timeout=12, required=False, needs=("codex_version",)

@@ -12,6 +12,7 @@ _MARKS = {Status.PASS: "ok", Status.WARN: "WARN", Status.FAIL: "FAIL", Status.SK
 
 
 def render_table(outcomes: Sequence[Outcome], width: int = 100) -> str:
+    """The outcomes as a table for a terminal (fixes under failures and warnings), then READY or NOT READY."""
     code_width = max((len(o.probe.code) for o in outcomes), default=4)
     lines = [f"{'':4}  {'check':<{code_width}}  result", f"{'':4}  {'-' * code_width}  {'-' * 40}"]
     for outcome in outcomes:
@@ -41,6 +42,7 @@ def render_table(outcomes: Sequence[Outcome], width: int = 100) -> str:
 
 
 def render_json(outcomes: Sequence[Outcome]) -> str:
+    """The outcomes as JSON: ``ok`` (no required check failed) and every check."""
     return json.dumps(
         {"ok": exit_code(outcomes) == 0, "checks": [o.as_dict() for o in outcomes]},
         indent=2,

@@ -28,6 +28,7 @@ SPELLS_FACT = "spell_registry"
 
 
 async def probe_spells(context: ProbeContext) -> ProbeResult:
+    """The configured spells import and give valid tool schemas (passes when none are configured)."""
     sources = context.settings.spells
     try:
         registry = await asyncio.to_thread(load_configured_spells, sources, workspace=context.settings.workspace)
@@ -53,6 +54,7 @@ async def probe_spells(context: ProbeContext) -> ProbeResult:
 
 
 async def probe_shim_version(context: ProbeContext) -> ProbeResult:
+    """The MCP shim starts and answers ``--version`` in time."""
     command, _, extra_env = shim_command(Path("unused.sock"))
     argv = [command, "-S", "-m", "mcp_shim", "--version"]
     started = time.monotonic()
@@ -78,6 +80,7 @@ async def probe_shim_version(context: ProbeContext) -> ProbeResult:
 
 
 async def probe_shim_handshake(context: ProbeContext) -> ProbeResult:
+    """The shim connects to a real spell server and a ``tools/list`` round trip succeeds."""
     registry = context.facts.get(SPELLS_FACT)
     if not isinstance(registry, SpellRegistry):
         registry = SpellRegistry()

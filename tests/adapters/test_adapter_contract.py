@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 from adapters_under_test import AdapterUnderTest, ConsoleAdapter, FakeAdapter, Shown
+from discord_under_test import DiscordAdapter
+from slack_under_test import SlackAdapter
 from web_under_test import WebAdapter
 
 from coven_codex.entries import (
@@ -36,6 +38,8 @@ ADAPTERS: dict[str, Callable[[Path], AdapterUnderTest]] = {
     "fake": FakeAdapter,
     "console": ConsoleAdapter,
     "web": WebAdapter,
+    "discord": DiscordAdapter,
+    "slack": SlackAdapter,
 }
 NETWORK = [name for name in ADAPTERS if ADAPTERS[name](Path("/nonexistent")).network]
 CRASH_SAFE: dict[str, Callable[[Path], AdapterUnderTest]] = {
@@ -43,7 +47,26 @@ CRASH_SAFE: dict[str, Callable[[Path], AdapterUnderTest]] = {
     # at its own critical points (here: right after the platform recorded a post or an edit).
     "fake": lambda folder: FakeAdapter(folder, rate_limit_every=7, chaos=0.03),
     "web": WebAdapter,
+    "discord": lambda folder: DiscordAdapter(folder, rate_limit_every=7),
+    # the fake Slack answers every 7th post or edit with 429 (Retry-After: 0) and kills the adapter
+    # right after recording 3% of its posts and edits, before the answer reaches it
+    "slack": lambda folder: SlackAdapter(folder, chaos=0.03, rate_limit_every=7),
 }
+
+
+RATE_LIMITED: dict[str, Callable[[Path], AdapterUnderTest]] = {
+    # Adapters whose platform answers HTTP 429: the fake every second call, the fake Slack 5 in a row (Retry-After: 1)
+    "fake": lambda folder: FakeAdapter(folder, rate_limit_every=2),
+    "slack": lambda folder: SlackAdapter(folder, burst=5),
+}
+
+
+async def _close(adapter: AdapterUnderTest) -> None:
+    """Stop the adapter, and the platform it runs against when the test owns one (the fake Slack)."""
+    await adapter.stop()
+    closing = getattr(adapter, "close", None)
+    if closing is not None:
+        await closing()
 
 
 async def _running(kind: str, tmp_path: Path) -> AsyncIterator[AdapterUnderTest]:
@@ -52,7 +75,7 @@ async def _running(kind: str, tmp_path: Path) -> AsyncIterator[AdapterUnderTest]
     try:
         yield adapter
     finally:
-        await adapter.stop()
+        await _close(adapter)
 
 
 @pytest.fixture(params=list(ADAPTERS))
@@ -257,6 +280,25 @@ async def test_an_image_comes_in_as_an_attachment(adapter: AdapterUnderTest, tmp
     assert got == url or Path(got.removeprefix("file://")).read_bytes() == image.read_bytes()
 
 
+@pytest.mark.parametrize("kind", list(RATE_LIMITED))
+async def test_a_burst_of_429s_drops_nothing(kind: str, tmp_path: Path) -> None:
+    adapter = RATE_LIMITED[kind](tmp_path)
+    conversation = adapter.conversation("general", "ann")
+    await adapter.start()
+    try:
+        await _append(
+            adapter.journal, *(ResponseEntry(text=f"burst reply {n:02}.", conversation=conversation) for n in range(30))
+        )
+        await _until("the last reply", lambda: _visible(adapter, "burst reply 29."), timeout=60)
+    finally:
+        await _close(adapter)
+    screen = "\n".join(message.text for message in await adapter.messages())
+    assert [screen.count(f"burst reply {n:02}.") for n in range(30)] == [1] * 30
+    assert [screen.index(f"burst reply {n:02}.") for n in range(30)] == sorted(
+        screen.index(f"burst reply {n:02}.") for n in range(30)
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", list(CRASH_SAFE))
 async def test_kill_9_at_random_points_never_duplicates_or_loses_a_message(kind: str, tmp_path: Path) -> None:
@@ -308,7 +350,7 @@ async def test_kill_9_at_random_points_never_duplicates_or_loses_a_message(kind:
         await _until("the last message", lambda: _restarted_until(adapter, markers[-1]), timeout=90)
         await asyncio.sleep(1)
     finally:
-        await adapter.stop()
+        await _close(adapter)
     screen = "\n".join(message.text for message in await adapter.messages())
     counts = {marker: screen.count(marker) for marker in markers}
     duplicated = {marker: count for marker, count in counts.items() if count > 1}

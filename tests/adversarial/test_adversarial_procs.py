@@ -250,6 +250,14 @@ fi
 """
 
 
+def parent_of(proc: psutil.Process) -> tuple[int, int | None]:
+    """``(pid, ppid)``, ppid ``None`` once the process is gone (it may die while we describe it)."""
+    try:
+        return proc.pid, proc.ppid()
+    except psutil.Error:
+        return proc.pid, None
+
+
 def detached_loops() -> list[psutil.Process]:
     """The `sh -c 'while ...'` loops the snapshot started (found by their command line)."""
     found = []
@@ -291,7 +299,7 @@ async def test_descendants_of_the_shell_snapshot_do_not_outlive_the_daemon_under
                 code, _ = await timed_stop(h)
                 assert code == 0, daemon.log()[-3000:]
                 left = [p for p in detached_loops() if p.pid not in before]
-                assert not left, f"run {run}: survivors {[(p.pid, p.ppid()) for p in left]}"
+                assert not left, f"run {run}: survivors {[parent_of(p) for p in left]}\n{daemon.log()[-3000:]}"
                 assert not survivors(h.codex_home), f"run {run}"
     finally:
         for proc in detached_loops():

@@ -78,6 +78,8 @@ async def test_codex_killed_mid_turn_ends_the_turn_once(codex_bin_169: Path, har
         await h.wait_for(lambda es: any(getattr(e, "state", "") == "session_resumed" for e in es), what="resume")
         await h.think("c", "after the kill")
         await h.wait_for(lambda es: "echo: after the kill" in replies(es, "c"), what="the reply after the kill")
+        # the reply is written before its turn's end: stopping now would interrupt that turn
+        await h.wait_for(lambda es: len(turn_ends_of(es, "c")) == 2, what="the second turn's end")
         assert await h.stop(daemon) == 0
         entries = await h.entries()
         errors = errors_of(entries, "c")

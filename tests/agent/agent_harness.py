@@ -154,13 +154,25 @@ class AgentHarness:
         return [item.entry for item in await self.journal.read() if isinstance(item, JournalRecord)]
 
     async def wait_for(
-        self, predicate: Callable[[list[BaseEntry]], bool], *, timeout: float = 60.0, what: str = "entries"
+        self,
+        predicate: Callable[[list[BaseEntry]], bool],
+        *,
+        timeout: float = 60.0,
+        what: str = "entries",
+        while_progressing: bool = False,
     ) -> list[BaseEntry]:
+        """Wait until ``predicate`` holds for the journal's entries, at most ``timeout`` seconds; with
+        ``while_progressing``, at most ``timeout`` seconds without a new entry (long runs whose
+        speed depends on the machine's load: a stuck daemon still fails within ``timeout``)."""
         deadline = time.monotonic() + timeout
+        seen = -1
         while True:
             entries = await self.entries()
             if predicate(entries):
                 return entries
+            if while_progressing and len(entries) > seen:
+                seen = len(entries)
+                deadline = time.monotonic() + timeout
             if time.monotonic() > deadline:
                 logs = "\n".join(d.log()[-4000:] for d in self.daemons[-1:])
                 shown = "\n".join(

@@ -23,7 +23,7 @@ from coven_codex.agent.session import Session
 from coven_codex.agent.state import SessionState
 from coven_codex.codex.drivers import ImageInput
 from coven_codex.codex.drivers.app_server import input_items
-from coven_codex.codex.drivers.base import PendingThought as DriverThought
+from coven_codex.codex.drivers.base import TurnInput
 from coven_codex.codex.drivers.exec import exec_usage, image_args
 from coven_codex.entries import (
     Attachment,
@@ -106,6 +106,40 @@ def test_rollout_entries_carry_the_thought_by_ordinal_and_text_without_client_id
     assert all(
         getattr(e, "in_reply_to", None) is None for e in translate(FIXTURES / "0.47.0" / "multi_turn.jsonl", other)
     )
+
+
+def _by_ordinal(ordinal: int, client_id: str | None, text: str) -> str:
+    """A lookup naming each user message's thought by its ordinal (the fixtures' texts vary)."""
+    return client_id or f"thought-{ordinal}"
+
+
+def _translate_by_ordinal(path: Path) -> list[BaseEntry]:
+    translator = RolloutTranslator("c", "T", reply_to=_by_ordinal)
+    return [entry for line in LineSplitter(0).feed(path.read_bytes()) for entry in translator.feed(line)]
+
+
+def test_a_turn_closed_for_want_of_an_end_keeps_its_own_thought_and_usage() -> None:
+    # 0.104: Codex killed mid-turn wrote no end; the translator closes the turn when the next starts.
+    entries = _translate_by_ordinal(FIXTURES / "0.104.0" / "turn_never_ends.jsonl")
+    shown = [(e.kind, getattr(e, "state", None), getattr(e, "in_reply_to", None)) for e in entries]
+    assert shown == [
+        ("status", "turn_started", "thought-0"),
+        ("tool_call", None, "thought-0"),
+        ("tool_result", None, "thought-0"),
+        ("status", "turn_aborted", "thought-0"),
+        ("status", "turn_started", "thought-1"),
+        ("response", None, "thought-1"),
+        ("status", "turn_completed", "thought-1"),
+    ]
+    closed = next(e for e in entries if isinstance(e, StatusEntry) and e.state == "turn_aborted")
+    assert closed.usage is not None and closed.usage.total_tokens == 15
+
+
+def test_activities_and_the_rollouts_errors_carry_the_thought() -> None:
+    activities = [e for e in _translate_by_ordinal(FIXTURES / "0.135.0" / "web_search.jsonl") if e.kind == "activity"]
+    assert activities and all(getattr(e, "in_reply_to", None) == "thought-0" for e in activities)
+    errors = [e for e in _translate_by_ordinal(FIXTURES / "0.169.0" / "http_401.jsonl") if isinstance(e, ErrorEntry)]
+    assert [e.in_reply_to for e in errors] == ["thought-0"]
 
 
 # -- sessions ------------------------------------------------------------------------------------------
@@ -261,7 +295,7 @@ def test_https_images_are_accepted_where_the_driver_takes_urls(tmp_path: Path) -
 
 
 def test_the_drivers_pass_images_on() -> None:
-    thought = DriverThought(
+    thought = TurnInput(
         "see", "id-1", (ImageInput(path=Path("/j.attachments/a.png")), ImageInput(url="https://x/b.png"))
     )
     assert input_items(thought) == [

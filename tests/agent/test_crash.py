@@ -1,6 +1,7 @@
-"""Crash tests: ``kill -9`` of the daemon at random moments while thoughts flow in.
+"""Crash tests: ``kill -9`` of the daemon, or of the shared app-server, at random moments while
+thoughts flow in.
 
-A writer appends thoughts to three conversations (interleaved, many while turns run) while
+A writer appends thoughts to three (or more) conversations (interleaved, many while turns run) while
 the daemon (``python -m coven_codex run`` with the real Codex, 0.169.0's app-server or 0.47.0's
 exec, and the scripted model server) is killed with SIGKILL and restarted again and again. At the end one more
 thought per conversation is sent with the daemon left alone, and then:
@@ -12,19 +13,25 @@ thought per conversation is sent with the daemon left alone, and then:
   exactly the set of egress entry ids found in the journal (besides the turn ends the session
   wrote because the rollout holds none), and no id appears twice;
 - every reply is in the right conversation, and no Codex process is left.
+
+With the app-server driver every conversation's thread is on one shared ``codex app-server``;
+the ``app-server`` victim kills that process (``kill -9`` of its whole tree) instead of the
+daemon, which must report each running turn's failure once, restart it and resume every thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
 import pytest
-from agent_harness import AgentHarness, codex_processes, user_prompts
+from agent_harness import AgentHarness, Daemon, codex_processes, user_prompts
 
 from coven_codex.entries import BaseEntry
 from coven_codex.rollout import RolloutTranslator
@@ -50,13 +57,40 @@ def rollout_entries(codex_home: Path, conversation_of: dict[str, str]) -> list[B
     return entries
 
 
-async def crash_loop(h: AgentHarness, server: ScriptedModelServer, *, thoughts: int, kills: int, seed: int) -> None:
+def app_server_leaders(daemon: Daemon) -> list[psutil.Process]:
+    """The Codex processes the daemon started itself (the app-server leaders)."""
+    with contextlib.suppress(psutil.Error):
+        return [p for p in psutil.Process(daemon.pid).children() if p.status() != psutil.STATUS_ZOMBIE]
+    return []
+
+
+async def kill9_app_server(daemon: Daemon) -> int:
+    """``kill -9`` every process of the shared app-server's tree (not the daemon); how many leaders were hit."""
+    leaders = app_server_leaders(daemon)
+    for leader in leaders:
+        with contextlib.suppress(psutil.Error):
+            tree = [leader, *leader.children(recursive=True)]
+            for process in tree:
+                process.kill()
+    return len(leaders)
+
+
+async def crash_loop(
+    h: AgentHarness,
+    server: ScriptedModelServer,
+    *,
+    thoughts: int,
+    kills: int,
+    seed: int,
+    victim: str = "daemon",
+    conversations: tuple[str, ...] = CONVERSATIONS,
+) -> None:
     rng = random.Random(seed)
-    sent: dict[str, list[str]] = {c: [] for c in CONVERSATIONS}
+    sent: dict[str, list[str]] = {c: [] for c in conversations}
 
     async def writer() -> None:
         for index in range(thoughts):
-            conversation = rng.choice(CONVERSATIONS)
+            conversation = rng.choice(conversations)
             text = f"{conversation} thought {index}"
             sent[conversation].append(text)
             await h.think(conversation, text)
@@ -64,18 +98,33 @@ async def crash_loop(h: AgentHarness, server: ScriptedModelServer, *, thoughts: 
 
     writing = asyncio.create_task(writer())
     started = time.monotonic()
-    for _ in range(kills):
+    if victim == "daemon":
+        for _ in range(kills):
+            daemon = await h.start()
+            await asyncio.sleep(rng.uniform(0.2, 2.5))
+            await h.kill9(daemon)
+    else:
         daemon = await h.start()
-        await asyncio.sleep(rng.uniform(0.2, 2.5))
-        await h.kill9(daemon)
+        hit = 0
+        for _ in range(kills):
+            await asyncio.sleep(rng.uniform(0.5, 3.0))
+            leaders = app_server_leaders(daemon)
+            assert len(leaders) <= 1, f"more than one app-server for one CODEX_HOME: {leaders}"
+            hit += await kill9_app_server(daemon)
+        # Once the writer is done, a killed app-server is started again only by the next thought.
+        assert hit >= kills // 3, f"only {hit} of {kills} kills found an app-server running"
+        assert await h.stop(daemon) == 0
     await writing
     daemon = await h.start()
-    for conversation in CONVERSATIONS:
+    for conversation in conversations:
         sent[conversation].append(f"{conversation} final")
         await h.think(conversation, f"{conversation} final")
-    finals = {f"echo: {c} final" for c in CONVERSATIONS}
+    finals = {f"echo: {c} final" for c in conversations}
     await h.wait_for(
-        lambda es: finals <= {e.text for e in es if e.kind == "response"}, timeout=120, what="the final replies"
+        lambda es: finals <= {e.text for e in es if e.kind == "response"},
+        timeout=120,
+        what="the final replies",
+        while_progressing=True,  # 200 turns take what the machine's load makes them take
     )
     assert await h.stop(daemon) == 0
     elapsed = time.monotonic() - started
@@ -86,7 +135,7 @@ async def crash_loop(h: AgentHarness, server: ScriptedModelServer, *, thoughts: 
     newest = Counter(user_prompts(r)[-1] for r in requests if user_prompts(r))
     twice = {text: n for text, n in newest.items() if n > 1}
     assert not twice, f"thoughts handed to Codex more than once: {twice}"
-    for conversation in CONVERSATIONS:
+    for conversation in conversations:
         final = [r for r in requests if user_prompts(r) and user_prompts(r)[-1] == f"{conversation} final"]
         assert len(final) == 1
         history = user_prompts(final[0])
@@ -106,9 +155,11 @@ async def crash_loop(h: AgentHarness, server: ScriptedModelServer, *, thoughts: 
     for entry in journal:
         if entry.kind == "response":
             assert entry.text.startswith(f"echo: {entry.conversation} "), entry
-    assert (
-        len({getattr(e, "thread_id", None) for e in journal if e.kind == "response" and e.conversation == "red"}) == 1
-    )
+    for conversation in conversations:  # each conversation kept its one thread: resumed, never replaced
+        threads = {
+            getattr(e, "thread_id", None) for e in journal if e.kind == "response" and e.conversation == conversation
+        }
+        assert len(threads) == 1, (conversation, threads)
     assert not codex_processes(h.codex_home)
 
 
@@ -145,3 +196,31 @@ async def test_kill9_daemon_steering_169(codex_bin_169: Path, harness_factory: F
         h = harness_factory(codex_bin_169, server)
         h.extra_args = ["--mid-turn", "steer"]
         await crash_loop(h, server, thoughts=60, kills=10, seed=169)
+
+
+MANY = tuple(f"c{n}" for n in range(8))
+
+
+async def test_kill9_shared_app_server_mid_turn_many_conversations(
+    codex_bin_169: Path, harness_factory: Factory
+) -> None:
+    """Eight conversations on one app-server, killed six times mid-flow: every thought once, no orphan."""
+    async with ScriptedModelServer(responder=echo_responder) as server:
+        h = harness_factory(codex_bin_169, server)
+        await crash_loop(h, server, thoughts=48, kills=6, seed=12, victim="app-server", conversations=MANY)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+async def test_kill9_shared_app_server_200_thoughts_15_kills(codex_bin_169: Path, harness_factory: Factory) -> None:
+    async with ScriptedModelServer(responder=echo_responder) as server:
+        h = harness_factory(codex_bin_169, server)
+        await crash_loop(h, server, thoughts=200, kills=15, seed=1212, victim="app-server", conversations=MANY)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+async def test_kill9_daemon_many_conversations_on_one_app_server(codex_bin_169: Path, harness_factory: Factory) -> None:
+    async with ScriptedModelServer(responder=echo_responder) as server:
+        h = harness_factory(codex_bin_169, server)
+        await crash_loop(h, server, thoughts=120, kills=15, seed=88, conversations=MANY)

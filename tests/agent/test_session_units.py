@@ -76,6 +76,9 @@ class FakeCodex:
         self.links.append(link)
         return link
 
+    async def aclose(self) -> None:
+        """No process is shared by the fake links."""
+
     async def locate(self, thread_id: str) -> Path:
         path = self.rollout(thread_id)
         if not path.exists():
@@ -119,7 +122,7 @@ class FakeLink:
             raise self._codex.open_error
         self._thread = resume_thread or str(uuid.uuid4())
         self._codex.rollout(self._thread).touch()
-        self._events.put_nowait(ThreadReady(self._thread, self._codex.rollout(self._thread)))
+        self._events.put_nowait(ThreadReady(self._thread))
 
     def _write(self, *lines: bytes) -> None:
         assert self._thread is not None
@@ -136,8 +139,8 @@ class FakeLink:
         return _line({"type": "item_completed", "thread_id": self._thread, "turn_id": self._turn, "item": item})
 
     async def send(self, thought_id: str, text: str, images: tuple[ImageInput, ...] = ()) -> None:
-        """``refuse``: the request fails; ``die``: Codex dies before recording it (``flaky``: the first
-        time only); ``hang``: the turn
+        """``refuse``: the request fails; ``die``: Codex crashes before recording it (``flaky``: is
+        killed, the first time only; ``sigkill``: is killed, the first DELIVERY_ATTEMPTS times); ``hang``: the turn
         runs until the link ends; ``fail-late``: the driver reports a 401 before the rollout has it;
         ``fail``: the rollout has it first; anything else: an echo."""
         if self.dead:
@@ -148,7 +151,11 @@ class FakeLink:
         word = text.split(maxsplit=1)[0]
         if word == "refuse":
             raise LinkError("Codex refused the thought: no", delivered=True)
-        if word == "die" or (word == "flaky" and [t for t, _ in self._codex.sends].count(thought_id) == 1):
+        tries = [t for t, _ in self._codex.sends].count(thought_id)
+        if word == "die":
+            self.kill(-11)  # the thought crashes Codex
+            return
+        if (word == "flaky" and tries == 1) or (word == "sigkill" and tries <= DELIVERY_ATTEMPTS):
             self.kill()
             return
         turn = self._turn = uuid.uuid4().hex
@@ -192,11 +199,11 @@ class FakeLink:
         )
         self._end_turn(TurnEnded(turn, "completed"))
 
-    def kill(self) -> None:
-        """Codex dies (SIGKILL)."""
+    def kill(self, returncode: int = -9) -> None:
+        """Codex dies (by default SIGKILL: killed from outside; -11, SIGSEGV: it crashed)."""
         self.dead = True
         self._turn = None
-        self._events.put_nowait(ProcessExited(-9, "ERROR codex: could not find bubblewrap", expected=False))
+        self._events.put_nowait(ProcessExited(returncode, "ERROR codex: could not find bubblewrap"))
         self._events.put_nowait(None)
 
     async def interrupt(self) -> None:
@@ -342,6 +349,16 @@ async def test_a_thought_is_dropped_after_exactly_the_documented_attempts(rig: R
     assert len(rig.codex.sends) == DELIVERY_ATTEMPTS + 1
 
 
+async def test_a_thought_is_not_dropped_when_codex_is_killed_from_outside_during_its_hand_overs(rig: Rig) -> None:
+    """kill -9 of the shared app-server is not the thought's fault: however often it hits the
+    hand-over, the thought is sent again (after the backoff) and never dropped."""
+    session = rig.session()
+    thought = rig.offer(session, "sigkill me")
+    entries = await rig.wait(lambda es: "echo: sigkill me" in replies(es), "the reply", timeout=20)
+    assert [t for t, _ in rig.codex.sends] == [thought] * (DELIVERY_ATTEMPTS + 1)
+    assert not [e for e in errors(entries) if "could not be handed" in e.text]
+
+
 async def test_a_thought_codex_did_not_record_is_sent_again(rig: Rig) -> None:
     session = rig.session()
     thought = rig.offer(session, "flaky one")
@@ -377,6 +394,42 @@ async def test_codex_dying_mid_turn_ends_the_turn_once_and_resumes(rig: Rig) -> 
     entries = await rig.wait(lambda es: "echo: hello again" in replies(es), "the next reply")
     assert len(turn_ends(entries)) == 2 and len(errors(entries)) == 1
     assert len(rig.codex.sends) == 2  # the thought Codex had recorded is not sent again
+
+
+async def test_session_started_and_resumed_say_so_with_their_thread(rig: Rig) -> None:
+    """Issue 10 item 7: ``session_started`` had an empty text; both statuses name the thread."""
+    session = rig.session()
+    rig.offer(session, "hello")
+    await rig.wait(lambda es: len(replies(es)) == 1, "the reply")
+    thread = rig.codex.links[-1].thread_id
+    rig.codex.links[-1].kill()  # while idle: the thread is resumed with the next thought
+    rig.offer(session, "hello again")
+    entries = await rig.wait(lambda es: any(getattr(e, "state", "") == "session_resumed" for e in es), "the resume")
+    sessions = [
+        (e.state, e.thread_id, e.text)
+        for e in entries
+        if isinstance(e, StatusEntry) and e.state in ("session_started", "session_resumed")
+    ]
+    assert sessions == [
+        ("session_started", thread, f"Codex session started (thread {thread})"),
+        ("session_resumed", thread, f"Codex session resumed (thread {thread})"),
+    ]
+
+
+async def test_codex_dying_while_idle_writes_nothing_and_resumes_on_the_next_thought(rig: Rig) -> None:
+    """The shared app-server dies while this conversation has no turn on it: no error entry, no
+    restart of its own; the thread is resumed when the next thought comes."""
+    session = rig.session()
+    rig.offer(session, "hello")
+    await rig.wait(lambda es: "echo: hello" in replies(es), "the reply")
+    rig.codex.links[-1].kill()
+    await asyncio.sleep(0.5)  # (restart_backoff is 0.05 s: an eager restart would have happened by now)
+    entries = await rig.entries()
+    assert errors(entries) == [] and not session.live and len(rig.codex.links) == 1
+    rig.offer(session, "hello again")
+    entries = await rig.wait(lambda es: "echo: hello again" in replies(es), "the next reply")
+    assert errors(entries) == [] and len(rig.codex.links) == 2
+    assert rig.codex.links[1].thread_id == rig.codex.links[0].thread_id
 
 
 async def test_closing_the_session_mid_turn_ends_the_turn(rig: Rig) -> None:

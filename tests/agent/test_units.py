@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 from coven_codex.agent.cursor import LowWaterCursor
 from coven_codex.agent.recovery import codex_received, find_unclaimed_rollout, user_messages
 from coven_codex.agent.slots import SlotPool
-from coven_codex.agent.state import InFlight, SessionState, StateError, StateStore, state_file_name
+from coven_codex.agent.state import MAX_OPEN_LOGS, InFlight, SessionState, StateError, StateStore, state_file_name
 from coven_codex.agent.statelock import StateLock
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "rollouts"
@@ -30,6 +31,34 @@ def test_state_round_trip_and_atomic_replace(tmp_path: Path) -> None:
     assert again["chan/#1"] == state
     assert [p.name for p in store.sessions_dir.iterdir()] == [state_file_name("chan/#1")]
     assert oct(store.path_for("chan/#1").stat().st_mode & 0o777) == "0o600"
+
+
+@pytest.mark.parametrize("durability", ["always", "batched", "never"])
+async def test_many_conversations_keep_a_bounded_number_of_state_logs_open(tmp_path: Path, durability: str) -> None:
+    """An idle conversation holds no file descriptor: 300 conversations' saves leave at most
+    MAX_OPEN_LOGS logs open, and every state reads back as saved."""
+    store = StateStore(tmp_path, durability=durability)  # type: ignore[arg-type]
+    store.prepare()
+
+    def open_logs() -> int:
+        count = 0
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):  # (the listing's own descriptor is gone by now)
+                count += os.readlink(f"/proc/self/fd/{fd}").startswith(str(store.sessions_dir))
+        return count
+
+    try:
+        for round_ in range(2):
+            for n in range(300):
+                store.write(
+                    f"c{n}", SessionState(conversation=f"c{n}", egress_offset=round_).model_dump_json().encode()
+                )
+                await store.wait_durable()
+        assert open_logs() <= MAX_OPEN_LOGS + 1
+    finally:
+        store.close()
+    again = StateStore(tmp_path).load_all()
+    assert len(again) == 300 and all(state.egress_offset == 1 for state in again.values())
 
 
 def test_state_file_names_are_distinct_and_safe() -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from coven_codex.codex.appserver import AppServerPool
 from coven_codex.codex.drivers import CodexDriver, DriverChoice, DriverEvent, DriverSettings, create_driver
 from coven_codex.codex.home import CodexHome, prepare_codex_home
 from coven_codex.codex.version import parse_version
@@ -62,7 +63,9 @@ class CodexSetup:
     home: CodexHome
     server: ScriptedModelServer
 
-    def driver(self, recorder: Recorder, *, choice: DriverChoice = "auto", **settings: Any) -> CodexDriver:
+    def driver(
+        self, recorder: Recorder, *, choice: DriverChoice = "auto", pool: AppServerPool | None = None, **settings: Any
+    ) -> CodexDriver:
         return create_driver(
             self.executable,
             parse_version(f"codex-cli {self.version}"),
@@ -71,6 +74,17 @@ class CodexSetup:
             settings=DriverSettings(**{"kill_grace": 3.0, **settings}),
             sink=recorder,
             choice=choice,
+            pool=pool,
+        )
+
+    def pool(self, **options: Any) -> AppServerPool:
+        """A pool of shared app-servers for this CODEX_HOME."""
+        return AppServerPool(
+            (str(self.executable),),
+            env=self.home.env,
+            cwd=self.workspace,
+            settings=DriverSettings(kill_grace=3.0),
+            **options,
         )
 
     def rollouts(self) -> list[Path]:

@@ -29,9 +29,11 @@ def test_entry_for_new_and_old_codex() -> None:
     assert Path(new["env"]["PYTHONPATH"], "mcp_shim", "__main__.py").is_file()
     assert new["default_tools_approval_mode"] == "approve"
     assert new["startup_timeout_sec"] == 20.0 and new["tool_timeout_sec"] == 40.0
+    assert new["required"] is True  # Codex waits for the spells
     old = codex_mcp_entry("/run/x/mcp.sock", "s" * 32, "codex-cli 0.47.0")
     assert "default_tools_approval_mode" not in old
     assert "tool_timeout_sec" not in old
+    assert old["required"] is True  # 0.47 ignores it (it always waits): one entry shape
     assert "--socket" in tomlkit.dumps({"mcp_servers": {"coven": new}})
     assert supports_approval_mode("0.100.0") and supports_approval_mode(None)
     assert supports_approval_mode("not a version") and not supports_approval_mode("0.47.0")

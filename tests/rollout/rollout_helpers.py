@@ -17,7 +17,12 @@ def fixture_path(version: str, scenario: str) -> Path:
 
 
 def fixture_files() -> list[Path]:
-    return sorted(p for p in FIXTURES.glob("*/*.jsonl") if not p.name.endswith(".exec.jsonl"))
+    return sorted(p for p in FIXTURES.glob("*/*.jsonl") if not p.name.endswith((".exec.jsonl", ".expected.jsonl")))
+
+
+def expected_files() -> list[Path]:
+    """The hand-written ``<scenario>.expected.jsonl`` files: the entries a fixture must give."""
+    return sorted(FIXTURES.glob("*/*.expected.jsonl"))
 
 
 def lines_of(data: bytes) -> list[Line]:

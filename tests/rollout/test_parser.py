@@ -16,7 +16,16 @@ EXPECTED_PAYLOAD_CLASSES: dict[tuple[str, str | None], set[type]] = {
     ("turn_context", None): {r.TurnContext},
     ("world_state", None): {r.OtherPayload},
     ("token_usage_record", None): {r.OtherPayload},
-    ("response_item", "message"): {r.MessageItem},
+    ("response_item", "message"): {r.MessageItem, r.ActivityRecord},  # a user's !command is an activity
+    ("response_item", "custom_tool_call"): {r.ToolCallItem},
+    ("response_item", "custom_tool_call_output"): {r.ToolOutputItem},
+    ("response_item", "web_search_call"): {r.ActivityRecord},
+    ("compacted", None): {r.ActivityRecord},
+    ("event_msg", "context_compacted"): {r.OtherEvent},
+    ("event_msg", "web_search_end"): {r.OtherEvent},
+    ("event_msg", "entered_review_mode"): {r.OtherEvent},
+    ("event_msg", "exited_review_mode"): {r.ActivityRecord},
+    ("event_msg", "mcp_tool_call_end"): {r.McpCallEndEvent},
     ("response_item", "reasoning"): {r.ReasoningItem},
     ("response_item", "function_call"): {r.ToolCallItem},
     ("response_item", "function_call_output"): {r.ToolOutputItem},
@@ -33,11 +42,14 @@ EXPECTED_PAYLOAD_CLASSES: dict[tuple[str, str | None], set[type]] = {
         r.UserMessageEvent,
         r.AgentReasoningEvent,
         r.ToolCallCompletedEvent,
+        r.ActivityRecord,  # a Plan item
     },
 }
+OLD_FORMAT = {fixture_path("0.20.0", "old_format")}
+"""Fixtures of the format before the envelope: every line is rejected, as such."""
 
 
-@pytest.mark.parametrize("path", fixture_files(), ids=lambda p: f"{p.parent.name}/{p.stem}")
+@pytest.mark.parametrize("path", sorted(set(fixture_files()) - OLD_FORMAT), ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_every_fixture_line_parses_to_its_typed_record(path: Path) -> None:
     data = path.read_bytes()
     for line in lines_of(data):
@@ -50,9 +62,16 @@ def test_every_fixture_line_parses_to_its_typed_record(path: Path) -> None:
         assert peek_envelope(line.data) == (record.type, record.payload_type)
 
 
+def test_every_line_of_an_old_format_fixture_is_rejected_as_such() -> None:
+    for path in OLD_FORMAT:
+        for line in lines_of(path.read_bytes()):
+            result = parse_line(line.data, line.start)
+            assert isinstance(result, RolloutParseError) and result.legacy, result
+
+
 def test_all_payload_types_of_both_versions_are_covered() -> None:
     seen = set()
-    for path in fixture_files():
+    for path in sorted(set(fixture_files()) - OLD_FORMAT):
         for line in lines_of(path.read_bytes()):
             record = parse_line(line.data, line.start)
             assert isinstance(record, RolloutRecord)

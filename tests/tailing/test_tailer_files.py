@@ -173,3 +173,51 @@ async def test_a_symlinked_file_is_followed_where_it_is_written(tmp_path: Path, 
     assert await tail.wait_lines(1) == [b"through the link"]
     append(target, b"again\n")
     assert await tail.wait_lines(2) == [b"through the link", b"again"]
+
+
+def open_fds_on(path: Path) -> int:
+    """How many of this process's file descriptors are open on ``path``."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") == str(path):
+                count += 1
+        except OSError:
+            continue
+    return count
+
+
+async def test_a_released_tail_holds_no_descriptor_while_idle_and_goes_on_where_it_was(
+    tmp_path: Path, collect: Make
+) -> None:
+    path = tmp_path / "rollout.jsonl"
+    path.write_bytes(b"one\npart")
+    tail = collect(path, hold_open=False).start()
+    assert await tail.wait_lines(1) == [b"one"]
+    await asyncio.sleep(0.1)
+    assert open_fds_on(path) == 0  # idle: the file is closed
+    append(path, b"ial\ntwo\n")
+    assert await tail.wait_lines(3) == [b"one", b"partial", b"two"]
+    assert tail.lines[1] == Line(b"partial", 4, 12)
+    await asyncio.sleep(0.1)
+    assert open_fds_on(path) == 0
+
+
+async def test_a_held_tail_keeps_its_descriptor(tmp_path: Path, collect: Make) -> None:
+    path = tmp_path / "journal.jsonl"
+    path.write_bytes(b"one\n")
+    tail = collect(path).start()
+    assert await tail.wait_lines(1) == [b"one"]
+    assert open_fds_on(path) == 1
+
+
+async def test_a_released_tail_notices_a_replaced_file(tmp_path: Path, collect: Make) -> None:
+    path = tmp_path / "rollout.jsonl"
+    path.write_bytes(b"old\n")
+    tail = collect(path, hold_open=False).start()
+    assert await tail.wait_lines(1) == [b"old"]
+    other = tmp_path / "new"
+    other.write_bytes(b"new\n")
+    os.replace(other, path)
+    assert await tail.wait_lines(2) == [b"old", b"new"]
+    assert TailNoticeKind.REPLACED in [notice.kind for notice in tail.notices]

@@ -225,3 +225,24 @@ def test_validate_command_json_passes_on_an_offline_setup(tmp_path: Path) -> Non
     )
     assert done.returncode == 1
     assert "NOT READY" in done.stdout and "codex_found" in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("version", "collect", "status", "detail"),
+    [
+        ("0.169.0", True, "pass", "exports logs and traces"),
+        ("0.47.0", True, "warn", "exports only log records"),
+        ("0.46.0", True, "warn", "exports no OpenTelemetry data"),
+        ("0.47.0", False, "pass", "trace capture is off"),
+    ],
+)
+async def test_the_traces_check_says_what_this_version_exports(
+    tmp_path: Path, version: str, collect: bool, status: str, detail: str
+) -> None:
+    from coven_codex.codex.version import parse_version
+
+    context = _context(tmp_path, collect_traces=collect)
+    context.facts[codex_probes.VERSION_FACT] = parse_version(f"codex-cli {version}")
+    result = await codex_probes.probe_traces(context)
+    assert result.status == status
+    assert detail in result.detail

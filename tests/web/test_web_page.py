@@ -128,21 +128,33 @@ async def test_kill9_of_the_page_server_while_200_entries_flow_loses_and_repeats
     async with chromium(tmp_path / "profile") as browser:
         page = await open_page(browser, url + "#c=flow", errors)
 
+        # Kills fall at random entry counts, not at random times: on a loaded machine the writer
+        # could otherwise finish before the last kill (the entries would no longer be flowing).
+        points = sorted(rng.sample(range(5, total - 5), kills))
+        progress = asyncio.Condition()
+        kills_done = asyncio.Event()
+
         async def write() -> None:
             for n, text in enumerate(expected):
+                if n == total - 1:  # the last entry waits for the last kill: every kill falls mid-flow
+                    await asyncio.wait_for(kills_done.wait(), 120)
                 await journal.append(ResponseEntry(conversation="flow", text=text))
-                written[0] = n + 1
+                async with progress:
+                    written[0] = n + 1
+                    progress.notify_all()
                 if n % 3 == 0:  # other conversations' entries flow too
                     await journal.append(ResponseEntry(conversation=f"other-{n % 7}", text=text))
                 await asyncio.sleep(rng.uniform(0.02, 0.08))
 
         async def kill() -> None:
-            for _ in range(kills):
-                await asyncio.sleep(rng.uniform(0.05, 0.6))
+            for point in points:
+                async with progress:
+                    await asyncio.wait_for(progress.wait_for(lambda p=point: written[0] >= p), 120)
                 killed_at.append(written[0])
                 await web_server.kill9()
                 await asyncio.sleep(rng.uniform(0.0, 0.3))
                 await web_server.start()
+            kills_done.set()
 
         await asyncio.gather(write(), kill())
         deadline = time.monotonic() + 60

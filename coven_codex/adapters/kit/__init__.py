@@ -9,7 +9,8 @@
 - :mod:`~coven_codex.adapters.kit.streaming`: ``delta`` entries coalesced into rate-limited edits;
 - :mod:`~coven_codex.adapters.kit.ledger`: the write-ahead delivery ledger (exactly-once posting);
 - :mod:`~coven_codex.adapters.kit.commands`: cancel, new, status, approve/deny, help;
-- :mod:`~coven_codex.adapters.kit.runner`: the loop tying them to a journal and a platform.
+- :mod:`~coven_codex.adapters.kit.runner`: the loop tying them to a journal and a platform;
+- :mod:`~coven_codex.adapters.kit.config`: the ``[adapters.<name>]`` sections of ``coven.toml`` and tokens.
 
 See docs/adapters.md.
 """

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from coven_codex.adapters.kit.split import split_message
 from coven_codex.entries import (
+    ActivityEntry,
     ApprovalEntry,
     ApprovalRequestEntry,
     BaseEntry,
@@ -132,6 +133,7 @@ ANSI_STYLES = {
     "status": "\x1b[2m",  # dim
     "error": "\x1b[1;31m",  # bold red
     "approval_request": "\x1b[1;35m",  # bold magenta
+    "activity": "\x1b[36m",  # cyan
     "other": "\x1b[2m",
 }
 
@@ -216,6 +218,28 @@ def approval_actions(request_id: str) -> tuple[Action, ...]:
     return (Action("Approve", f"approve {request_id}"), Action("Deny", f"deny {request_id}"))
 
 
+ACTIVITY_LABELS: dict[str, str] = {
+    "plan": "plan",
+    "web_search": "web search",
+    "compaction": "compacted",
+    "user_shell": "shell",
+    "patch": "patch",
+    "image": "image",
+    "review": "review",
+    "subagent": "sub-agent",
+}
+"""The short label each known ``activity`` is shown under; others show their own name."""
+
+
+def render_activity(entry: ActivityEntry) -> Block:
+    """An ``activity`` compactly: a plan as Markdown under a label, anything else as one
+    ``[label] text`` line."""
+    label = ACTIVITY_LABELS.get(entry.activity, entry.activity.replace("_", " "))
+    if entry.activity == "plan":
+        return Block("activity", entry.text, markdown=True, label=f"{label}:")
+    return Block("activity", f"[{label}] {clip(entry.text)}" if entry.text else f"[{label}]")
+
+
 def render_entry(entry: BaseEntry, options: RenderOptions = RenderOptions()) -> Block | None:
     """What ``entry`` shows in a chat, or None when it shows nothing (deltas, quiet statuses)."""
     match entry:
@@ -258,6 +282,8 @@ def render_entry(entry: BaseEntry, options: RenderOptions = RenderOptions()) -> 
             return Block("status", f"[{entry.sender} asked to cancel the turn]")
         case ResetEntry():
             return Block("status", f"[{entry.sender} started a new session]")
+        case ActivityEntry():
+            return render_activity(entry)
     if entry.kind == "delta":
         return None
     return Block("other", f"[{entry.kind}] {entry.text}")

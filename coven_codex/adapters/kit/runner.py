@@ -242,6 +242,9 @@ class AdapterRunner:
             start = 0 if self.options.start == "beginning" else await self.journal.end_position()
             if self.options.history:
                 await self.show_history(start)
+            if self.options.resume:
+                # Saved at once: an adapter killed before its first entry resumes here, not at a later end.
+                await self.journal.save_cursor(name, start)
         self._saved = start
         self.ready.set()
         async for item in self.journal.tail(start):

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
+from coven_codex.codex.appserver.pool import AppServerPool
 from coven_codex.codex.drivers.app_server import AppServerDriver
 from coven_codex.codex.drivers.base import (
     AgentMessageCompleted,
@@ -61,12 +62,17 @@ def create_driver(
     sink: EventSink,
     choice: DriverChoice = "auto",
     command: Sequence[str] = (),
+    pool: AppServerPool | None = None,
 ) -> CodexDriver:
     """A driver for ``executable`` (not started yet: call ``await driver.start(thread_id)``);
-    ``command`` (default: ``executable`` alone) is what starts it, before Codex's arguments."""
-    kind = choose_driver(version, choice)
-    cls: type[CodexDriver] = AppServerDriver if kind == "app-server" else ExecDriver
-    return cls(executable, version, workspace, env=env, settings=settings, sink=sink, command=command)
+    ``command`` (default: ``executable`` alone) is what starts it, before Codex's arguments.
+    ``pool``: the shared app-servers an app-server driver puts its thread on (without one it has
+    a process of its own)."""
+    if choose_driver(version, choice) == "app-server":
+        return AppServerDriver(
+            executable, version, workspace, env=env, settings=settings, sink=sink, command=command, pool=pool
+        )
+    return ExecDriver(executable, version, workspace, env=env, settings=settings, sink=sink, command=command)
 
 
 __all__ = [

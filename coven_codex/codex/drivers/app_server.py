@@ -1,4 +1,10 @@
-"""The app-server driver: one long-running ``codex app-server`` per conversation (Codex 0.169+).
+"""The app-server driver: one conversation's thread on a shared ``codex app-server`` (Codex 0.169+).
+
+The process and its wire live in :mod:`coven_codex.codex.appserver` (a pool of connections, one
+per process, routing messages by ``threadId``); this driver is one thread on one of them: its
+turn, its queue, its approvals and its clocks. It holds no process and no file descriptor of
+its own. The process dying is :class:`~coven_codex.codex.drivers.base.DriverFailed` for every
+thread on it; a new driver resumes the thread (``thread/resume``) on the next process.
 
 The protocol (verified against ``codex app-server generate-json-schema`` and the real 0.169.0):
 JSON-RPC messages, one JSON object per line, on the process's stdin/stdout (no ``"jsonrpc"``
@@ -21,26 +27,25 @@ answered with a JSON-RPC error so Codex does not wait for it.
 Verified quirks: the thread's rollout file appears only with its first turn, and a thread
 without one cannot be resumed (``thread/resume`` fails); the driver then starts a new thread
 and says so in :class:`~coven_codex.codex.drivers.base.ThreadStarted`. ``approval_policy =
-"untrusted"`` is rejected by 0.169 ("no longer supported"). The app-server exits when its stdin
-closes, which is how :meth:`aclose` asks it to stop before ending the process tree.
+"untrusted"`` is rejected by 0.169 ("no longer supported"). Closing a driver interrupts its
+running turn and unsubscribes its thread (``thread/unsubscribe``), so the process can let it go;
+the process itself exits when the pool closes its stdin.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import uuid
-from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from coven_codex import __version__
+from coven_codex.codex.appserver.connection import AppServerConnection, ConnectionLost, RpcError, RpcId
+from coven_codex.codex.appserver.pool import AppServerPool
 from coven_codex.codex.drivers.base import (
-    STDERR_LINES,
     AgentMessageCompleted,
     ApprovalRequested,
     ApprovalResolved,
@@ -51,18 +56,16 @@ from coven_codex.codex.drivers.base import (
     DriverSettings,
     EventSink,
     ImageInput,
-    PendingThought,
     ResolvedBy,
     Submission,
     ThreadStarted,
     TurnClock,
     TurnFinished,
+    TurnInput,
     TurnStarted,
     TurnStatus,
-    process_error,
 )
 from coven_codex.codex.errors import HINTS, ClassifiedError, ErrorCode, classify, shorten
-from coven_codex.codex.process import STREAM_LIMIT, ChildProcess, spawn, terminate_tree
 from coven_codex.codex.version import CodexVersion
 
 log = logging.getLogger(__name__)
@@ -77,10 +80,6 @@ _APPROVAL_ACTIONS = {
 
 
 _STATUSES: dict[str, TurnStatus] = {"completed": "completed", "interrupted": "interrupted", "failed": "failed"}
-
-
-class RpcError(Exception):
-    """The app-server answered a request with an error."""
 
 
 @dataclass(slots=True)
@@ -122,56 +121,51 @@ class AppServerDriver(CodexDriver):
         settings: DriverSettings,
         sink: EventSink,
         command: Sequence[str] = (),
+        pool: AppServerPool | None = None,
     ) -> None:
+        """``pool``: the shared app-servers to put the thread on; without one the driver has a
+        pool of its own, of one process, which it ends when it is closed."""
         super().__init__(executable, version, workspace, env=env, settings=settings, sink=sink, command=command)
-        self._child: ChildProcess | None = None
-        self._next_id = 0
-        self._rpc: dict[int, asyncio.Future[Any]] = {}
+        self._own_pool = pool is None
+        self._pool = pool or AppServerPool(self.command, env=self.env, cwd=workspace, settings=settings)
+        self._conn: AppServerConnection | None = None
+        self._attached = False
         self._turn: _Turn | None = None
         self._approvals: dict[str, _Approval] = {}
-        self._stderr: deque[str] = deque(maxlen=STDERR_LINES)
         self._killed_because: ClassifiedError | None = None
 
     # -- properties ----------------------------------------------------------------------------
     @property
     def busy(self) -> bool:
+        """A turn is running."""
         return self._turn is not None
 
     @property
     def pids(self) -> list[int]:
-        child = self._child
-        return [child.pid] if child is not None and child.returncode is None else []
+        """The shared process this thread is on (while attached): a hint for the process registry."""
+        conn = self._conn
+        pid = conn.pid if conn is not None and self._attached and conn.alive else None
+        return [pid] if pid is not None else []
 
     # -- start -----------------------------------------------------------------------------------
     async def start(self, resume_thread_id: str | None) -> None:
-        if self._child is not None:
+        """Attach to a shared app-server and open the thread (resumed, or a new one); :class:`DriverError` if not."""
+        if self._conn is not None or self._runner is not None:
             raise DriverError("the app-server driver was already started")
-        argv = [*self.command, "app-server"]
+        await self._start_runner()
         try:
-            self._child = await spawn(argv, env=self.env, cwd=self.workspace)
-        except OSError as exc:
-            raise DriverError(f"cannot start {argv[0]} app-server: {exc.strerror or exc}") from None
-        child = self._child
-        await self._start_runner(
-            ("app-server-stdout", self._read_stdout(child)),
-            ("app-server-stderr", self._collect_stderr(child.stderr, self._stderr)),
-            ("app-server-exit", self._watch_exit(child)),
-        )
-        try:
+            self._conn = await self._pool.connect()
             await self._open_thread(resume_thread_id)
+        except ConnectionLost as exc:  # the process died while the thread was opened: say why
+            self._fail(exc.error, exc.returncode)
+            await self.aclose()
+            raise
         except BaseException:
             await self.aclose()
             raise
 
     async def _open_thread(self, resume_thread_id: str | None) -> None:
         try:
-            await self._request(
-                "initialize",
-                {
-                    "clientInfo": {"name": "coven-codex", "title": "coven-codex", "version": __version__},
-                },
-            )
-            await self._write({"method": "initialized"})
             result: Any = None
             note = None
             if resume_thread_id is not None:
@@ -192,13 +186,17 @@ class AppServerDriver(CodexDriver):
         if not isinstance(thread_id, str) or not thread_id:
             raise DriverError("the Codex app-server opened a thread without telling its id")
         self._thread_id = thread_id
+        assert self._conn is not None
+        self._conn.attach(thread_id, self)
+        self._attached = True
         await self._events.deliver(ThreadStarted(thread_id, resumed=resumed, note=note))
 
     # -- thoughts ----------------------------------------------------------------------------------
     async def submit(self, text: str, client_id: str, images: tuple[ImageInput, ...] = ()) -> Submission:
+        """Start a turn with the thought, steer it into the running turn (``mid_turn="steer"``) or queue it."""
         async with self._lock:
             self._check_alive()
-            thought = PendingThought(text, client_id, images)
+            thought = TurnInput(text, client_id, images)
             turn = self._turn
             if turn is None and not self._queue:
                 await self._start_turn(thought)
@@ -225,7 +223,7 @@ class AppServerDriver(CodexDriver):
                 self._spawn(self._pump())
             return "queued"
 
-    async def _start_turn(self, thought: PendingThought) -> None:
+    async def _start_turn(self, thought: TurnInput) -> None:
         turn = _Turn([thought.client_id], TurnClock(self.settings.turn_timeout, self.settings.stream_idle_timeout))
         self._turn = turn
         turn.watchdog = self._spawn(self._watch_turn(turn))
@@ -249,6 +247,7 @@ class AppServerDriver(CodexDriver):
 
     # -- cancel and approvals ----------------------------------------------------------------------
     async def cancel(self) -> bool:
+        """Ask the app-server to interrupt the running turn and return at once; ``False`` if none runs."""
         turn = self._turn
         if turn is None or self._failed is not None:
             return False
@@ -267,25 +266,43 @@ class AppServerDriver(CodexDriver):
         grace = self.settings.kill_grace
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace
-        await self._interrupt(turn, grace)
+        answered = await self._interrupt(turn, grace)
         try:
             await asyncio.wait_for(turn.ended.wait(), max(0.0, deadline - loop.time()))
         except TimeoutError:
             reason = error.message if error is not None else "the turn was cancelled"
-            stuck = ClassifiedError(
+            conn = self._conn
+            if answered or conn is None:
+                # The shared process answers: only this thread is stuck. It is let go (the turn
+                # is abandoned in Codex); the others on the process go on.
+                self._fail(
+                    ClassifiedError(
+                        ErrorCode.KILL_TIMEOUT,
+                        shorten(f"{reason}; Codex did not stop the turn within {grace:g}s of the interrupt"),
+                        HINTS[ErrorCode.KILL_TIMEOUT],
+                    ),
+                    None,
+                )
+                return
+            # The process answers nothing at all: it is killed, which ends every thread on it.
+            # Killed first, so that when DriverFailed arrives nothing of this Codex runs any more.
+            self._killed_because = ClassifiedError(
                 ErrorCode.KILL_TIMEOUT,
                 shorten(f"{reason}; Codex did not stop the turn within {grace:g}s of the interrupt, so it was killed"),
                 HINTS[ErrorCode.KILL_TIMEOUT],
             )
-            # Killed first, so that when DriverFailed arrives nothing of this Codex runs any more.
-            self._killed_because = stuck
-            if self._child is not None:
-                await terminate_tree(self._child, 0.0)
-            self._fail(stuck, None)
+            await conn.kill(
+                ClassifiedError(
+                    ErrorCode.KILL_TIMEOUT,
+                    shorten(f"the Codex app-server stopped answering for {grace:g}s, so it was killed"),
+                    HINTS[ErrorCode.KILL_TIMEOUT],
+                )
+            )
 
-    async def _interrupt(self, turn: _Turn, within: float) -> None:
+    async def _interrupt(self, turn: _Turn, within: float) -> bool:
+        """Ask Codex to interrupt ``turn``; ``True`` if the process answered (yes or no)."""
         if turn.turn_id is None or turn.ended.is_set():
-            return
+            return True
         try:
             await self._request(
                 "turn/interrupt", {"threadId": self._require_thread(), "turnId": turn.turn_id}, within=within
@@ -294,8 +311,11 @@ class AppServerDriver(CodexDriver):
             log.info("turn/interrupt of %s: %s", turn.turn_id, exc)
         except DriverError as exc:
             log.info("turn/interrupt of %s not acknowledged: %s", turn.turn_id, exc)
+            return False
+        return True
 
     async def answer_approval(self, request_id: str, approve: bool) -> None:
+        """Answer a pending approval request from the chat; :class:`DriverError` if it is no longer pending."""
         approval = self._approvals.get(request_id)
         if approval is None:
             raise DriverError(f"no pending approval request {request_id!r} (answered, expired or unknown)")
@@ -309,7 +329,7 @@ class AppServerDriver(CodexDriver):
             approval.timer.cancel()
         if self._turn is not None:
             self._turn.clock.approval_ended()
-        await self._write({"id": approval.rpc_id, "result": _approval_answer(approval.method, approve)})
+        await self._require_conn().respond(approval.rpc_id, _approval_answer(approval.method, approve))
         self._events.emit(ApprovalResolved(request_id, approve, by))
 
     async def _approval_timeout(self, request_id: str) -> None:
@@ -320,50 +340,45 @@ class AppServerDriver(CodexDriver):
 
     # -- closing -----------------------------------------------------------------------------------
     async def _end_processes(self) -> None:
-        self._fail_pending_rpcs(DriverError("the driver is closed"))  # nothing waits on a closing Codex
-        child = self._child
-        if child is not None:
-            if child.returncode is None and child.stdin is not None:
-                with contextlib.suppress(OSError, RuntimeError):
-                    child.stdin.close()
-            # It exits by itself once its stdin is closed; half the grace for that, then TERM,
-            # then KILL when the grace is over.
-            await terminate_tree(child, self.settings.kill_grace, patience=self.settings.kill_grace / 2)
+        """Let the thread go: interrupt its running turn and unsubscribe it (each bounded by
+        ``kill_grace``), detach it from the shared process; end the process only if it is the
+        driver's own."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            thread = self._thread_id
+            if self._attached and thread is not None and conn.alive:
+                turn = self._turn
+                if turn is not None and turn.turn_id is not None and not turn.ended.is_set():
+                    await self._interrupt_quietly(conn, thread, turn.turn_id)
+                with contextlib.suppress(RpcError, DriverError):
+                    await conn.request("thread/unsubscribe", {"threadId": thread}, within=self.settings.kill_grace)
+                conn.detach(thread, self)
+            self._attached = False
+            await self._pool.release(conn)
+        if self._own_pool:
+            await self._pool.aclose()
 
-    # -- reading -----------------------------------------------------------------------------------
-    async def _read_stdout(self, child: ChildProcess) -> None:
-        assert child.stdout is not None
-        while True:
-            try:
-                line = await child.stdout.readline()
-            except ValueError:  # longer than STREAM_LIMIT: asyncio dropped it, reading goes on
-                log.error("the Codex app-server wrote a message over %d MiB; it was dropped", STREAM_LIMIT >> 20)
-                continue
-            except ConnectionError:
-                return
-            if not line:
-                return
-            self._dispatch(line)
+    async def _interrupt_quietly(self, conn: AppServerConnection, thread: str, turn_id: str) -> None:
+        with contextlib.suppress(RpcError, DriverError):
+            await conn.request(
+                "turn/interrupt", {"threadId": thread, "turnId": turn_id}, within=self.settings.kill_grace
+            )
 
-    async def _watch_exit(self, child: ChildProcess) -> None:
-        await child.exited.wait()
-        if self._closing:
-            return
-        if self._killed_because is not None:
-            return  # _stop_turn killed it and reports why
-        # give stderr a moment to deliver the last words of the process
-        await asyncio.sleep(0.1)
-        self._fail(process_error(child.returncode, list(self._stderr), what=self.label), child.returncode)
-        await terminate_tree(child, self.settings.kill_grace)
+    # -- the shared process ------------------------------------------------------------------------
+    def on_connection_lost(self, error: ClassifiedError, returncode: int | None) -> None:
+        """The shared process is gone (:class:`~coven_codex.codex.appserver.connection.ThreadClient`)."""
+        self._attached = False
+        self._fail(self._killed_because or error, returncode)
 
     def _fail(self, error: ClassifiedError, returncode: int | None) -> None:
         if self._failed is not None or self._closing:
             return
         self._failed = error
-        if returncode is None and self._child is not None:
-            returncode = self._child.returncode
-        log.error("Codex app-server failed: %s", error.message)
-        self._fail_pending_rpcs(DriverError(error.message))
+        conn = self._conn
+        if conn is not None and self._attached and self._thread_id is not None:
+            conn.detach(self._thread_id, self)  # the process may go on serving other threads
+            self._attached = False
+        log.info("app-server thread %s failed: %s", self._thread_id, error.message)
         undelivered = self.queued
         self._queue.clear()
         turn, self._turn = self._turn, None
@@ -379,40 +394,11 @@ class AppServerDriver(CodexDriver):
         self._approvals.clear()
         self._events.emit(DriverFailed(error, returncode, undelivered, in_flight))
 
-    def _dispatch(self, line: bytes) -> None:
-        try:
-            message = json.loads(line)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            log.warning("app-server wrote a line that is not JSON: %r", line[:200])
-            return
-        if not isinstance(message, dict):
-            return
-        if self._turn is not None:
-            self._turn.clock.touch()
-        method = message.get("method")
-        params = message.get("params")
-        params = params if isinstance(params, dict) else {}
-        if method is None:
-            self._on_response(message)
-        elif "id" in message:
-            self._on_server_request(message["id"], str(method), params)
-        else:
-            self._on_notification(str(method), params)
-
-    def _on_response(self, message: Mapping[str, Any]) -> None:
-        rpc_id = message.get("id")
-        future = self._rpc.get(rpc_id) if isinstance(rpc_id, int) else None
-        if future is None or future.done():
-            return
-        error = message.get("error")
-        if error is not None:
-            text = error.get("message", str(error)) if isinstance(error, dict) else str(error)
-            future.set_exception(RpcError(text))
-        else:
-            future.set_result(message.get("result"))
-
-    def _on_notification(self, method: str, params: Mapping[str, Any]) -> None:
+    def on_notification(self, method: str, params: Mapping[str, Any]) -> None:
+        """A notification about this thread, routed here by the shared connection."""
         turn = self._turn
+        if turn is not None:
+            turn.clock.touch()
         if method == "item/agentMessage/delta":
             if self.settings.stream_deltas and isinstance(params.get("delta"), str):
                 self._events.emit(Delta(str(params.get("itemId", "")), params["delta"]))
@@ -460,12 +446,15 @@ class AppServerDriver(CodexDriver):
                     if turn is not None:
                         turn.clock.approval_ended()
 
-    def _on_server_request(self, rpc_id: int | str, method: str, params: Mapping[str, Any]) -> None:
+    def on_server_request(self, rpc_id: RpcId, method: str, params: Mapping[str, Any]) -> None:
+        """A request of Codex about this thread (an approval), routed here by the shared connection."""
+        if self._turn is not None:
+            self._turn.clock.touch()
         action = _APPROVAL_ACTIONS.get(method)
         if action is None:
             log.info("the app-server asked %s, which coven-codex does not handle; refusing", method)
             self._spawn(
-                self._write_quietly(
+                self._send_quietly(
                     {"id": rpc_id, "error": {"code": -32601, "message": f"{method} is not supported by coven-codex"}}
                 )
             )
@@ -519,48 +508,22 @@ class AppServerDriver(CodexDriver):
             raise DriverError("the Codex thread is not open yet")
         return self._thread_id
 
-    async def _request(self, method: str, params: Mapping[str, Any], *, within: float | None = None) -> Any:
-        """Send a request and wait for its answer: at most ``within`` seconds in all, by default
-        ``stream_idle_timeout`` (the longest Codex may be silent)."""
-        limit = self.settings.stream_idle_timeout if within is None else within
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + limit
-        self._next_id += 1
-        rpc_id = self._next_id
-        future: asyncio.Future[Any] = loop.create_future()
-        self._rpc[rpc_id] = future
-        try:
-            await self._write({"id": rpc_id, "method": method, "params": dict(params)}, within=limit)
-            return await asyncio.wait_for(future, max(0.0, deadline - loop.time()))
-        except TimeoutError:
-            raise DriverError(f"the Codex app-server did not answer {method} within {limit:g}s") from None
-        finally:
-            self._rpc.pop(rpc_id, None)
-
-    async def _write(self, message: Mapping[str, Any], *, within: float | None = None) -> None:
-        """Write one message; waiting for room in the pipe (a stopped Codex reads nothing) takes
-        at most ``within`` seconds, by default ``stream_idle_timeout``."""
-        child = self._child
-        if child is None or child.stdin is None or child.exited.is_set() or self._failed is not None:
+    def _require_conn(self) -> AppServerConnection:
+        conn = self._conn
+        if conn is None or not self._attached or self._failed is not None:
             raise DriverError("the Codex app-server is not running")
-        limit = self.settings.stream_idle_timeout if within is None else within
-        data = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
-        try:
-            child.stdin.write(data)
-            await asyncio.wait_for(child.stdin.drain(), limit)
-        except TimeoutError:
-            raise DriverError(f"the Codex app-server read none of its input for {limit:g}s") from None
-        except (ConnectionError, RuntimeError) as exc:
-            raise DriverError(f"lost the Codex app-server's stdin: {exc}") from None
+        return conn
 
-    async def _write_quietly(self, message: Mapping[str, Any]) -> None:
+    async def _request(self, method: str, params: Mapping[str, Any], *, within: float | None = None) -> Any:
+        """A request on the shared connection (see :meth:`AppServerConnection.request`)."""
+        conn = self._conn
+        if conn is None or self._failed is not None:
+            raise DriverError("the Codex app-server is not running")
+        return await conn.request(method, params, within=within)
+
+    async def _send_quietly(self, message: Mapping[str, Any]) -> None:
         with contextlib.suppress(DriverError):
-            await self._write(message)
-
-    def _fail_pending_rpcs(self, error: Exception) -> None:
-        for future in self._rpc.values():
-            if not future.done():
-                future.set_exception(error)
+            await self._require_conn().send(message)
 
 
 def _approval_answer(method: str, approve: bool) -> dict[str, Any]:
@@ -578,7 +541,7 @@ def _approval_detail(params: Mapping[str, Any]) -> str:
     return shorten(str(detail), 160)
 
 
-def input_items(thought: PendingThought) -> list[dict[str, str]]:
+def input_items(thought: TurnInput) -> list[dict[str, str]]:
     """The ``input`` of ``turn/start``/``turn/steer``: the thought's images (``localImage`` with a
     ``path``, or ``image`` with a ``url``), then its text."""
     items: list[dict[str, str]] = []

@@ -132,6 +132,8 @@ class ThreadStarted:
 
 @dataclass(frozen=True, slots=True)
 class TurnStarted:
+    """A turn started in Codex; ``client_ids``: the thoughts it carries so far."""
+
     turn_id: str | None
     client_ids: tuple[str, ...]
 
@@ -149,6 +151,7 @@ class TurnFinished:
 
     @property
     def ok(self) -> bool:
+        """The turn completed (not interrupted, not failed)."""
         return self.status == "completed"
 
 
@@ -229,6 +232,7 @@ class DriverError(RuntimeError):
 
 # -- classification helpers -------------------------------------------------------------------
 def describe_exit(returncode: int | None) -> str:
+    """A process's end for messages: ``exit N``, ``killed by signal N`` or ``still running``."""
     if returncode is None:
         return "still running"
     if returncode < 0:
@@ -260,10 +264,12 @@ _WARNING_LINE = re.compile(r"^\s*(?:WARNING|WARN)\b|\sWARN\s", re.I)
 
 
 def timeout_error(turn_timeout: float) -> ClassifiedError:
+    """The error of a turn that ran longer than ``turn_timeout`` (``OUTER_TIMEOUT``)."""
     return classify(f"the turn ran longer than the turn timeout ({turn_timeout:.0f}s)", exit_code=124)
 
 
 def idle_error(idle_timeout: float) -> ClassifiedError:
+    """The error of a turn silent for ``idle_timeout`` seconds (``STREAM_IDLE``)."""
     return classify(f"no output from Codex for {idle_timeout:.0f}s: stream idle, turn abandoned")
 
 
@@ -277,8 +283,12 @@ class ImageInput:
 
 
 @dataclass(slots=True)
-class PendingThought:
-    """A thought on its way into Codex: its text, its journal id and its images."""
+class TurnInput:
+    """One thought as the driver hands it to Codex: its text, client (journal entry) id and images.
+
+    The driver queues it while another turn runs and starts a turn with it; it is not the session's
+    :class:`coven_codex.agent.services.PendingThought`, which also carries the journal position.
+    """
 
     text: str
     client_id: str
@@ -293,6 +303,7 @@ class EventDispatcher:
     _queue: asyncio.Queue[tuple[DriverEvent, asyncio.Future[None] | None]] = field(default_factory=asyncio.Queue)
 
     def emit(self, event: DriverEvent) -> None:
+        """Queue ``event`` for the sink without waiting for it to be handled."""
         self._queue.put_nowait((event, None))
 
     async def deliver(self, event: DriverEvent) -> None:
@@ -302,6 +313,7 @@ class EventDispatcher:
         await done
 
     async def run(self) -> None:
+        """Hand queued events to the sink one at a time; a sink that raises is logged and skipped."""
         while True:
             event, done = await self._queue.get()
             try:
@@ -341,18 +353,22 @@ class TurnClock:
         self._changed = asyncio.Event()
 
     def touch(self) -> None:
+        """Codex showed activity: push the idle deadline back."""
         self._last_activity = self._loop.time()
 
     def approval_started(self) -> None:
+        """An approval is pending: the idle deadline does not apply until it ends."""
         self._waiting_for_approval += 1
         self._changed.set()
 
     def approval_ended(self) -> None:
+        """An approval was answered: activity, and the idle deadline applies again once none is pending."""
         self._waiting_for_approval = max(0, self._waiting_for_approval - 1)
         self.touch()
         self._changed.set()
 
     async def expired(self) -> ClassifiedError:
+        """Sleep until the turn or idle deadline passes; returns the matching error."""
         while True:
             now = self._loop.time()
             if now >= self._deadline:
@@ -400,7 +416,7 @@ class CodexDriver(abc.ABC):
         self.env = dict(env)
         self.settings = settings
         self._events = EventDispatcher(sink)
-        self._queue: deque[PendingThought] = deque()
+        self._queue: deque[TurnInput] = deque()
         self._thread_id: str | None = None
         self._runner: asyncio.Task[None] | None = None
         self._tg: asyncio.TaskGroup | None = None
@@ -432,19 +448,27 @@ class CodexDriver(abc.ABC):
         """Process-group leaders currently running for this driver."""
 
     @abc.abstractmethod
-    async def start(self, resume_thread_id: str | None) -> None: ...
+    async def start(self, resume_thread_id: str | None) -> None:
+        """Start Codex and open the thread (app-server) or remember the thread to resume (exec)."""
+        ...
 
     image_urls: ClassVar[bool]
     """Takes images by ``https`` URL as well as local files."""
 
     @abc.abstractmethod
-    async def submit(self, text: str, client_id: str, images: tuple[ImageInput, ...] = ()) -> Submission: ...
+    async def submit(self, text: str, client_id: str, images: tuple[ImageInput, ...] = ()) -> Submission:
+        """Hand over a thought and its images; returns once Codex has it or it is queued (module docstring)."""
+        ...
 
     @abc.abstractmethod
-    async def cancel(self) -> bool: ...
+    async def cancel(self) -> bool:
+        """Interrupt the running turn and return at once; ``False`` if no turn was running."""
+        ...
 
     @abc.abstractmethod
-    async def answer_approval(self, request_id: str, approve: bool) -> None: ...
+    async def answer_approval(self, request_id: str, approve: bool) -> None:
+        """Answer an :class:`ApprovalRequested`; :class:`DriverError` if it cannot be answered."""
+        ...
 
     @property
     def failed(self) -> ClassifiedError | None:
@@ -466,7 +490,7 @@ class CodexDriver(abc.ABC):
 
     # -- for the implementations ---------------------------------------------------------------
     @abc.abstractmethod
-    async def _start_turn(self, thought: PendingThought) -> None:
+    async def _start_turn(self, thought: TurnInput) -> None:
         """Hand ``thought`` to Codex as a new turn (called with :attr:`_lock` held)."""
 
     @abc.abstractmethod
@@ -529,14 +553,19 @@ class CodexDriver(abc.ABC):
 
     async def _collect_stderr(self, stream: asyncio.StreamReader | None, into: deque[str]) -> None:
         """Keep the last lines a Codex process writes on stderr (they explain its end); log them."""
-        if stream is None:
-            return
-        with contextlib.suppress(ConnectionError, ValueError):
-            while line := await stream.readline():
-                text = ANSI.sub("", line.decode("utf-8", "replace")).strip()
-                if text:
-                    into.append(text[:400])
-                    log.debug("%s stderr: %s", self.label, text[:400])
+        await collect_stderr(stream, into, self.label)
+
+
+async def collect_stderr(stream: asyncio.StreamReader | None, into: deque[str], label: str) -> None:
+    """Keep the last lines a Codex process writes on stderr in ``into`` (they explain its end); log them."""
+    if stream is None:
+        return
+    with contextlib.suppress(ConnectionError, ValueError):
+        while line := await stream.readline():
+            text = ANSI.sub("", line.decode("utf-8", "replace")).strip()
+            if text:
+                into.append(text[:400])
+                log.debug("%s stderr: %s", label, text[:400])
 
 
 def _innermost(exc: BaseException) -> BaseException:

@@ -44,11 +44,11 @@ from coven_codex.codex.drivers.base import (
     DriverSettings,
     EventSink,
     ImageInput,
-    PendingThought,
     Submission,
     ThreadStarted,
     TurnClock,
     TurnFinished,
+    TurnInput,
     TurnStarted,
     TurnStatus,
     process_error,
@@ -63,7 +63,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class _ExecTurn:
-    thought: PendingThought
+    thought: TurnInput
     child: ChildProcess
     clock: TurnClock
     completed: bool = False
@@ -101,38 +101,42 @@ class ExecDriver(CodexDriver):
 
     @property
     def busy(self) -> bool:
+        """A turn's ``codex exec`` process is running."""
         return self._turn is not None
 
     @property
     def pids(self) -> list[int]:
+        """The running turn's process while it lives, else nothing."""
         turn = self._turn
         return [turn.child.pid] if turn is not None and turn.child.returncode is None else []
 
     async def start(self, resume_thread_id: str | None) -> None:
+        """Start the driver's tasks and remember the thread to resume; no process starts until a turn does."""
         await self._start_runner()
         self._thread_id = resume_thread_id  # no turn can start before start() returns
 
     # -- thoughts ----------------------------------------------------------------------------------
     async def submit(self, text: str, client_id: str, images: tuple[ImageInput, ...] = ()) -> Submission:
+        """Start a turn (a ``codex exec`` process) with the thought, or queue it behind the running turn."""
         async with self._lock:
             self._check_alive()
             if any(image.path is None for image in images):
                 raise DriverError("codex exec takes images as files only, not by URL")
-            thought = PendingThought(text, client_id, images)
+            thought = TurnInput(text, client_id, images)
             if self._turn is None and not self._queue:
                 await self._start_turn(thought)
                 return "started"
             self._queue.append(thought)
             return "queued"
 
-    def _argv(self, thought: PendingThought) -> list[str]:
+    def _argv(self, thought: TurnInput) -> list[str]:
         # `--image` takes several values: a flag must follow its last one, or it would swallow `resume`
         argv = [*self.command, "exec", "--json", *image_args(thought), "--skip-git-repo-check"]
         if self._thread_id is not None:
             argv += ["resume", self._thread_id]
         return [*argv, "-"]
 
-    async def _start_turn(self, thought: PendingThought) -> None:
+    async def _start_turn(self, thought: TurnInput) -> None:
         if self._tg is None:
             raise DriverError("the exec driver is not started")
         try:
@@ -262,6 +266,7 @@ class ExecDriver(CodexDriver):
 
     # -- cancel, approvals, close ------------------------------------------------------------------
     async def cancel(self) -> bool:
+        """SIGINT the running turn's process group and kill its tree after ``kill_grace``; ``False`` if none runs."""
         turn = self._turn
         if turn is None or turn.child.returncode is not None:
             return False
@@ -277,6 +282,7 @@ class ExecDriver(CodexDriver):
             await terminate_tree(turn.child, 0.0)
 
     async def answer_approval(self, request_id: str, approve: bool) -> None:
+        """Always raises :class:`DriverError`: ``codex exec`` never asks for approval."""
         raise DriverError(
             f"approval {request_id!r} cannot be answered: `codex exec` never asks for approval "
             "(approval_policy is 'never' with the exec driver)"
@@ -312,7 +318,7 @@ def exec_usage(usage: Any) -> TokenUsage | None:
     return TokenUsage(**counts)
 
 
-def image_args(thought: PendingThought) -> list[str]:
+def image_args(thought: TurnInput) -> list[str]:
     """``--image FILE`` for each of the thought's images. Given before ``resume`` (0.47's ``exec
     resume`` has no ``--image`` of its own, and takes the ``exec`` one) and followed by another
     flag (``--image`` takes several values and would take ``resume <thread> -`` as files)."""

@@ -1,5 +1,6 @@
-"""Just enough HTTP/1.1 for a local test server: keep-alive, Content-Length and chunked
-request bodies, gzip/deflate request encodings, chunked streaming responses."""
+"""Just enough HTTP/1.1 for the package's small loopback servers (the scripted model server, the
+OTLP trace receiver): keep-alive, Content-Length and chunked request bodies with a size limit,
+gzip/deflate request encodings, chunked streaming responses."""
 
 from __future__ import annotations
 
@@ -17,12 +18,18 @@ class HttpProtocolError(Exception):
     """The peer sent something that is not HTTP/1.1 we understand; the connection is closed."""
 
 
+class BodyTooLargeError(HttpProtocolError):
+    """The request body is larger than the caller's limit; the connection is closed."""
+
+
 class UnsupportedEncodingError(Exception):
     """The request body uses a Content-Encoding this server cannot decode."""
 
 
 @dataclass(frozen=True, slots=True)
 class HttpRequest:
+    """One parsed HTTP request: header names lower-cased, the body with its encodings undone."""
+
     method: str
     target: str
     version: str
@@ -31,14 +38,20 @@ class HttpRequest:
 
     @property
     def keep_alive(self) -> bool:
+        """The client wants the connection kept open (the default of HTTP/1.1, opt-in for HTTP/1.0)."""
         connection = self.headers.get("connection", "").lower()
         if self.version == "HTTP/1.0":
             return connection == "keep-alive"
         return connection != "close"
 
 
-async def read_request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> HttpRequest | None:
-    """Read one request; ``None`` when the peer closed the connection between requests."""
+async def read_request(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, max_body: int = MAX_BODY_BYTES
+) -> HttpRequest | None:
+    """Read one request; ``None`` when the peer closed the connection between requests.
+
+    A body longer than ``max_body`` raises :class:`BodyTooLargeError` before it is read (for a
+    ``Content-Length``) or as soon as the chunks pass the limit."""
     request_line = await reader.readline()
     while request_line in (b"\r\n", b"\n"):
         request_line = await reader.readline()
@@ -63,11 +76,11 @@ async def read_request(reader: asyncio.StreamReader, writer: asyncio.StreamWrite
     if headers.get("expect", "").lower() == "100-continue":
         writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         await writer.drain()
-    body = await _read_body(reader, headers)
+    body = await _read_body(reader, headers, max_body)
     return HttpRequest(method.upper(), target, version, headers, body)
 
 
-async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
+async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str], max_body: int) -> bytes:
     if "chunked" in headers.get("transfer-encoding", "").lower():
         parts: list[bytes] = []
         total = 0
@@ -82,8 +95,8 @@ async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> b
                     pass  # trailers are read and ignored
                 return b"".join(parts)
             total += size
-            if total > MAX_BODY_BYTES:
-                raise HttpProtocolError("request body too large")
+            if total > max_body:
+                raise BodyTooLargeError(f"request body over {max_body} bytes")
             parts.append(await reader.readexactly(size))
             await reader.readline()
     length_text = headers.get("content-length")
@@ -93,8 +106,10 @@ async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> b
         length = int(length_text)
     except ValueError:
         raise HttpProtocolError(f"bad Content-Length {length_text!r}") from None
-    if length < 0 or length > MAX_BODY_BYTES:
+    if length < 0:
         raise HttpProtocolError(f"Content-Length {length} out of range")
+    if length > max_body:
+        raise BodyTooLargeError(f"Content-Length {length} over {max_body} bytes")
     return await reader.readexactly(length)
 
 
@@ -114,6 +129,7 @@ def decode_body(body: bytes, content_encoding: str) -> bytes:
 
 
 def response_head(status: int, headers: list[tuple[str, str]]) -> bytes:
+    """The status line and headers of a response, ending with the blank line."""
     reason = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "Status"
     lines = [f"HTTP/1.1 {status} {reason}"] + [f"{name}: {value}" for name, value in headers]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
@@ -122,6 +138,7 @@ def response_head(status: int, headers: list[tuple[str, str]]) -> bytes:
 def full_response(
     status: int, body: bytes, content_type: str, *, keep_alive: bool, extra_headers: tuple[tuple[str, str], ...] = ()
 ) -> bytes:
+    """A whole response with a ``Content-Length`` body and the connection header ``keep_alive`` asks for."""
     headers = [
         ("content-type", content_type),
         ("content-length", str(len(body))),

@@ -1,0 +1,310 @@
+"""Scale: N conversations on Codex 0.169.0, one thought each, against one Codex process per conversation.
+
+Run: ``.venv/bin/python benchmarks/bench_scale.py [--sizes 1 10 50 200] [--baseline-max 50]``
+
+For each N the daemon (``python -m coven_codex run``, a process of its own, with
+``max_sessions = N`` so every conversation may run at once) serves N conversations against the
+scripted model server (echo, in this process). One thought per conversation is appended at
+once; measured:
+
+- *RSS*: the resident memory of the daemon plus every process under it (Codex and whatever
+  Codex started), summed, once every conversation has its reply;
+- *processes*: the daemon and every process under it, then;
+- *all replied*: from appending the thoughts to the last conversation's ``response`` entry in
+  the journal; *p50 reply*: the median of the conversations' thought → reply times;
+- *CPU 0-10 s after* and *idle CPU 10-20 s after*: CPU time of the daemon and every process
+  under it over the 10 s right after the last reply (Codex finishing its turns) and over the 10 s
+  after those (idle), as a percentage of one core; the idle target applies to the second;
+- *fds*: the daemon's open file descriptors then.
+
+``HOME`` is an empty folder: Codex snapshots the user's login shell for every thread, and what
+a profile starts (on the measuring machine, ``pyenv init``'s rehash loops) is not coven's cost.
+
+The baseline is the per-conversation-process design: the same measurement with the code of
+``--baseline-rev`` (default :data:`BASELINE_REV`, the last revision of that design), exported
+with ``git archive`` into a temporary folder and put first on ``PYTHONPATH``, for the sizes up
+to ``--baseline-max`` (each of its conversations costs a Codex process of ~150 MB: 200 would not
+fit most machines).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import io
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import tomlkit
+from _common import machine_line, percentile, print_table
+
+from coven_codex.entries import ThoughtEntry
+from coven_codex.journal import FileJournal, JournalRecord
+from coven_codex.testing.codex_config import DEFAULT_ENV_KEY, codex_config
+from coven_codex.testing.model_server import ScriptedModelServer
+from coven_codex.testing.responders import echo_responder
+
+ROOT = Path(__file__).resolve().parent.parent
+CODEX = ROOT / ".codex-cli" / "0.169.0" / "node_modules" / ".bin" / "codex"
+IDLE_WINDOW = 10.0
+REPLY_TIMEOUT = 600.0
+BASELINE_REV = "da53439"
+"""The last revision with one ``codex app-server`` per conversation (the parent of the shared design)."""
+TARGETS = {50: 600.0, 200: 1500.0}
+"""Total RSS targets (MB) by N (issue 12)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    design: str
+    n: int
+    rss_mb: float
+    processes: int
+    all_replied: float
+    p50_reply: float
+    busy_cpu_percent: float
+    """CPU of everything over the 10 s right after the last reply (Codex finishing its turns)."""
+    idle_cpu_percent: float
+    """CPU of everything over the 10 s after those."""
+    fds: int
+
+
+def tree_of(pid: int) -> list[psutil.Process]:
+    """The process and every living process under it."""
+    try:
+        root = psutil.Process(pid)
+        found = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+    living = []
+    for process in found:
+        with contextlib.suppress(psutil.Error):
+            if process.status() != psutil.STATUS_ZOMBIE:
+                living.append(process)
+    return living
+
+
+def rss_mb(processes: list[psutil.Process]) -> float:
+    """The summed resident memory of ``processes``, in MiB."""
+    total = 0
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            total += process.memory_info().rss
+    return total / 2**20
+
+
+def cpu_seconds(processes: list[psutil.Process]) -> dict[int, float]:
+    """CPU seconds (user + system) used so far by each of ``processes``, by pid."""
+    seconds: dict[int, float] = {}
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            times = process.cpu_times()
+            seconds[process.pid] = times.user + times.system
+    return seconds
+
+
+async def measure(
+    design: str, n: int, source: Path, server: ScriptedModelServer, extra: tuple[str, ...] = ()
+) -> Result:
+    """One daemon running the code in ``source``, ``n`` conversations, one thought each (module docstring)."""
+    with tempfile.TemporaryDirectory(prefix=f"bench-scale-{design}-{n}-") as tmp_name:
+        tmp = Path(tmp_name)
+        workspace = tmp / "ws"
+        workspace.mkdir()
+        home = tmp / "home"
+        home.mkdir()
+        journal_path = tmp / "journal.jsonl"
+        base = tmp / "base.toml"
+        base.write_text(tomlkit.dumps(codex_config(server.base_url)))
+        env = {k: v for k, v in os.environ.items() if k not in {"CODEX_HOME", "OPENAI_API_KEY"}}
+        env.update(
+            {
+                DEFAULT_ENV_KEY: "bench",
+                "XDG_STATE_HOME": str(tmp / "state"),
+                # An empty home: Codex snapshots the user's login shell per thread, and a profile
+                # that runs e.g. `pyenv init` (rehash loops waiting on a lock) is not what is measured.
+                "HOME": str(home),
+                "PYTHONPATH": str(source),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        argv = [
+            sys.executable,
+            "-m",
+            "coven_codex",
+            "run",
+            "--workspace",
+            str(workspace),
+            "--journal",
+            str(journal_path),
+            "--codex-config",
+            str(base),
+            "--codex-path",
+            str(CODEX),
+            "--max-sessions",
+            str(min(n, 256)),
+            *extra,
+        ]
+        log_path = tmp / "daemon.log"
+        with log_path.open("wb") as log:
+            daemon = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, cwd=source)
+        journal = FileJournal(journal_path, durability="never")
+        try:
+            await wait_running(log_path, daemon)
+            appended: dict[str, float] = {}
+            started = time.perf_counter()
+            for index in range(n):
+                conversation = f"c{index}"
+                appended[conversation] = time.perf_counter()
+                await journal.append(ThoughtEntry(conversation=conversation, text=f"hello {index}"))
+            replied = await wait_replies(journal, set(appended), daemon, log_path)
+            all_replied = max(replied.values()) - started
+            p50 = percentile([replied[c] - appended[c] for c in appended], 0.5)
+            processes = tree_of(daemon.pid)
+            memory = rss_mb(processes)
+            fds = len(os.listdir(f"/proc/{daemon.pid}/fd"))
+            busy = await cpu_percent(daemon.pid)
+            idle = await cpu_percent(daemon.pid)
+            return Result(design, n, memory, len(processes), all_replied, p50, busy, idle, fds)
+        finally:
+            await journal.aclose()
+            daemon.terminate()
+            try:
+                daemon.wait(60)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+                daemon.wait()
+
+
+async def cpu_percent(pid: int) -> float:
+    """CPU time of ``pid`` and every process under it over :data:`IDLE_WINDOW`, in % of one core
+    (processes that ended meanwhile count up to their last look)."""
+    before = cpu_seconds(tree_of(pid))
+    await asyncio.sleep(IDLE_WINDOW)
+    after = cpu_seconds(tree_of(pid))
+    used = sum(after.get(p, seconds) - seconds for p, seconds in before.items())
+    used += sum(seconds for p, seconds in after.items() if p not in before)
+    return 100 * used / IDLE_WINDOW
+
+
+async def wait_running(log_path: Path, daemon: subprocess.Popen[bytes]) -> None:
+    """Wait (at most a minute) until the daemon logs that it runs."""
+    deadline = time.monotonic() + 60
+    while b"daemon running" not in log_path.read_bytes():
+        if daemon.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the daemon did not start:\n{log_path.read_text()[-2000:]}")
+        await asyncio.sleep(0.1)
+
+
+async def wait_replies(
+    journal: FileJournal, conversations: set[str], daemon: subprocess.Popen[bytes], log_path: Path
+) -> dict[str, float]:
+    """When each conversation's first ``response`` entry appeared (polled every 50 ms)."""
+    replied: dict[str, float] = {}
+    position = 0
+    deadline = time.monotonic() + REPLY_TIMEOUT
+    while len(replied) < len(conversations):
+        items = await journal.read(position)
+        now = time.perf_counter()
+        for item in items:
+            position = max(position, item.end)
+            if isinstance(item, JournalRecord):
+                entry = item.entry
+                if entry.kind == "response" and entry.conversation in conversations:
+                    replied.setdefault(entry.conversation, now)
+        if daemon.poll() is not None or time.monotonic() > deadline:
+            missing = sorted(conversations - set(replied))[:5]
+            raise RuntimeError(f"no reply for {missing} ...:\n{log_path.read_text()[-3000:]}")
+        await asyncio.sleep(0.05)
+    return replied
+
+
+def export_baseline(rev: str, into: Path) -> Path:
+    """The tree of ``rev`` (its ``coven_codex`` package), exported into ``into``."""
+    data = subprocess.run(["git", "archive", rev, "coven_codex"], cwd=ROOT, check=True, capture_output=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+        archive.extractall(into, filter="data")
+    return into
+
+
+async def main() -> int:
+    """Measure every size with both designs, print the table; exit 1 if a target is missed."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1, 10, 50, 200])
+    parser.add_argument("--baseline-max", type=int, default=50, help="largest N measured with the baseline")
+    parser.add_argument("--app-servers", type=int, default=1, help="shared app-servers (the app_servers setting)")
+    parser.add_argument(
+        "--baseline-rev", default=BASELINE_REV, help="a revision with one app-server per conversation (git)"
+    )
+    args = parser.parse_args()
+    print(f"bench_scale: Codex 0.169.0, one thought per conversation; {machine_line()}")
+    results: dict[tuple[str, int], Result] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-scale-baseline-") as baseline_dir:
+        baseline = None
+        if args.baseline_max > 0:
+            baseline = export_baseline(args.baseline_rev, Path(baseline_dir))
+        async with ScriptedModelServer(responder=echo_responder) as server:
+            for n in args.sizes:
+                extra = ("--app-servers", str(args.app_servers))
+                results["shared", n] = await measure("shared", n, ROOT, server, extra)
+                print(f"  shared app-server, N={n}: {results['shared', n]}", flush=True)
+                if baseline is not None and n <= args.baseline_max:
+                    results["per-conversation", n] = await measure("per-conversation", n, baseline, server)
+                    print(f"  per-conversation, N={n}: {results['per-conversation', n]}", flush=True)
+    rows = []
+    for (design, n), r in sorted(results.items(), key=lambda item: (item[0][1], item[0][0] != "shared")):
+        base = results.get(("per-conversation", n))
+        shown = f"{r.rss_mb:.0f}"
+        if design == "shared" and base is not None:
+            shown += f" ({base.rss_mb / r.rss_mb:.1f}x less)"
+        rows.append(
+            [
+                n,
+                design,
+                shown,
+                r.processes,
+                f"{r.all_replied:.2f}",
+                f"{r.p50_reply:.2f}",
+                f"{r.busy_cpu_percent:.2f}",
+                f"{r.idle_cpu_percent:.2f}",
+                r.fds,
+            ]
+        )
+    print_table(
+        "N conversations, one thought each (0.169.0)",
+        [
+            "N",
+            "design",
+            "total RSS MB",
+            "processes",
+            "all replied s",
+            "p50 reply s",
+            "CPU % 0-10 s after",
+            "idle CPU % 10-20 s after",
+            "fds",
+        ],
+        rows,
+    )
+    failed = []
+    for n, limit in TARGETS.items():
+        shared = results.get(("shared", n))
+        if shared is not None and shared.rss_mb > limit:
+            failed.append(f"N={n}: {shared.rss_mb:.0f} MB > {limit:.0f} MB")
+    for (design, n), r in results.items():
+        if design == "shared" and r.idle_cpu_percent > 0.5:
+            failed.append(f"N={n}: idle CPU {r.idle_cpu_percent:.2f}% > 0.5%")
+    for line in failed:
+        print(f"TARGET MISSED: {line}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

@@ -1,0 +1,172 @@
+"""The Discord adapter as the kit sees it: :class:`DiscordPlatform` and :func:`run_discord`.
+
+REST calls go through :class:`~coven_codex.adapters.discord.rest.DiscordRest` (exactly-once posts
+with ``nonce`` + ``enforce_nonce``), users' actions come from
+:class:`~coven_codex.adapters.discord.gateway.DiscordGateway`, and the kit's
+:class:`~coven_codex.adapters.kit.runner.AdapterRunner` does the rest (journal, rendering,
+2,000-character splitting, streaming by edits, access control, the delivery ledger).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import discord
+
+from coven_codex.adapters.discord.gateway import DiscordGateway
+from coven_codex.adapters.discord.rest import MESSAGE_LIMIT, DiscordRest
+from coven_codex.adapters.kit.config import DiscordSection, Secret
+from coven_codex.adapters.kit.ledger import DeliveryLedger, ledger_path
+from coven_codex.adapters.kit.platform import Address, Capabilities, Incoming, Outgoing, PlatformError
+from coven_codex.adapters.kit.render import Dialect, PlainDialect, clip
+from coven_codex.adapters.kit.runner import AdapterRunner
+from coven_codex.adapters.web.uploads import ImageStore, uploads_dir
+from coven_codex.journal import FileJournal
+
+log = logging.getLogger(__name__)
+
+NAME = "discord"
+EDIT_INTERVAL = 1.0
+"""Least seconds between two edits of one streamed message (Discord allows about 5 edits per 5 s)."""
+
+
+class DiscordDialect(PlainDialect):
+    """Discord Markdown: Markdown as written, at most 2,000 characters a message."""
+
+    name = "discord"
+
+    def __init__(self) -> None:
+        super().__init__(limit=MESSAGE_LIMIT)
+
+    def folded(self, summary: str, body: str) -> str:
+        """A summary line, then the body as a quote."""
+        quoted = "\n".join(f"> {line}" for line in body.splitlines() or [""])
+        return f"**{summary}**\n{quoted}"
+
+
+class DiscordPlatform:
+    """Discord, as the kit's :class:`~coven_codex.adapters.kit.platform.Platform`."""
+
+    name = NAME
+
+    def __init__(self, rest: DiscordRest, gateway: DiscordGateway, *, edit_interval: float = EDIT_INTERVAL) -> None:
+        self.dialect: Dialect = DiscordDialect()
+        self.capabilities = Capabilities(edit_interval=edit_interval, can_find=True, echoes_own_messages=True)
+        self.rest = rest
+        self.gateway = gateway
+
+    async def post(self, address: Address, message: Outgoing, key: str | None) -> str:
+        """Post through REST (exactly once for a ``key``).
+
+        A notice (no ``key``) said while a slash command at ``address`` is handled is that
+        command's response instead; when Discord no longer takes it (the interaction's 15 minutes
+        are over), it is posted in the channel.
+        """
+        answer = self.gateway.answering(address) if key is None else None
+        if answer is not None:
+            try:
+                return await answer.say(message.text)
+            except discord.HTTPException as exc:
+                log.info("discord: a slash command's response went to the channel instead: %s", clip(str(exc), 200))
+        return await self.rest.post(address, message, key)
+
+    async def edit(self, address: Address, message_id: str, message: Outgoing) -> None:
+        """Edit through REST."""
+        await self.rest.edit(address, message_id, message)
+
+    async def delete(self, address: Address, message_id: str) -> None:
+        """Delete through REST."""
+        await self.rest.delete(address, message_id)
+
+    async def typing(self, address: Address, active: bool) -> None:
+        """Discord's typing indicator."""
+        await self.rest.typing(address, active)
+
+    async def find(self, address: Address, key: str) -> str | None:
+        """A recent message posted with ``key``'s nonce."""
+        return await self.rest.find(address, key)
+
+    def incoming(self) -> AsyncIterator[Incoming]:
+        """The Gateway's events for the bot."""
+        return self.gateway.events()
+
+
+async def _connect(gateway: DiscordGateway) -> None:
+    """Hold the Gateway connection (discord.py reconnects and resumes); refusals become clear errors."""
+    try:
+        await gateway.connect(reconnect=True)
+    except discord.PrivilegedIntentsRequired as exc:
+        raise PlatformError(
+            "Discord refused the Message Content intent: enable it under Bot > Privileged Gateway "
+            "Intents in the Developer Portal, then start again"
+        ) from exc
+
+
+async def _announce(gateway: DiscordGateway, runner: AdapterRunner, started: Callable[[str], None] | None) -> None:
+    """Call ``started`` once the Gateway is ready and the runner follows the journal."""
+    await runner.ready.wait()
+    await gateway.wait_until_ready()
+    if started is not None:
+        started(str(gateway.user) if gateway.user is not None else "the bot")
+
+
+@dataclass(frozen=True, slots=True)
+class DiscordSettings:
+    """What :func:`run_discord` needs: the journal, the bot token and the ``[adapters.discord]`` section."""
+
+    journal: Path
+    token: Secret
+    section: DiscordSection
+
+
+async def run_discord(settings: DiscordSettings, started: Callable[[str], None] | None = None) -> None:
+    """Run the Discord adapter until the Gateway closes or the task is cancelled.
+
+    ``started`` is called with the bot's user name once the Gateway is ready and the runner
+    follows the journal. Raises :class:`~coven_codex.adapters.kit.platform.PlatformError` when
+    Discord refuses the token.
+    """
+    section = settings.section
+    access = section.access_policy()
+    rest = DiscordRest(settings.token)
+    await rest.start()
+    images = ImageStore(uploads_dir(settings.journal))
+    gateway = DiscordGateway(
+        listen_channels=frozenset(section.listen_channels),
+        thread_channels=frozenset(section.thread_channels),
+        images=images,
+        access=access,
+    )
+    journal = FileJournal(settings.journal)
+    ledger = DeliveryLedger.open(ledger_path(settings.journal, NAME))
+    try:
+        await gateway.login(settings.token.reveal())
+        runner = AdapterRunner(
+            journal,
+            DiscordPlatform(rest, gateway, edit_interval=section.edit_interval),
+            section.channel_map(),
+            access,
+            ledger,
+            name=NAME,
+        )
+        connection = asyncio.create_task(_connect(gateway))
+        following = asyncio.create_task(runner.run())
+        announce = asyncio.create_task(_announce(gateway, runner, started))
+        try:
+            await asyncio.wait({connection, following}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (connection, following, announce):
+                task.cancel()
+            await asyncio.gather(connection, following, announce, return_exceptions=True)
+        for task in (connection, following):
+            if not task.cancelled() and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+    finally:
+        await gateway.close()
+        await rest.close()
+        ledger.close()
+        await journal.aclose()

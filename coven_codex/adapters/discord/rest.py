@@ -1,0 +1,164 @@
+"""Discord's REST side of the adapter, on discord.py's own :class:`discord.http.HTTPClient`.
+
+Posting is exactly once with Discord's message ``nonce`` and ``enforce_nonce``: the kit's ledger
+key, hashed to Discord's 25-character nonce limit, goes with every post, and Discord answers a
+repeated nonce (within a few minutes of the first post) with the message it already created
+instead of a second one. :meth:`DiscordRest.find` searches the channel's most recent messages for
+that nonce (Discord returns ``nonce`` only on recently created messages); the kit's ledger covers
+anything older.
+
+A 429 is either waited out by discord.py itself (short waits) or, when the wait is longer than
+``max_wait`` (discord.py's floor is 30 s), raised as the kit's
+:class:`~coven_codex.adapters.kit.platform.RateLimited`, so the runner waits and tries again:
+nothing is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from typing import Any
+
+import discord
+import discord.gateway
+import discord.http
+import yarl
+
+from coven_codex.adapters.kit.config import Secret
+from coven_codex.adapters.kit.platform import Address, Outgoing, PlatformError, RateLimited
+
+MESSAGE_LIMIT = 2000
+"""Discord's most characters in one message's ``content``."""
+NONCE_LENGTH = 25
+"""Discord accepts a nonce of at most 25 characters."""
+FIND_WINDOW = 50
+"""How many of a channel's most recent messages :meth:`DiscordRest.find` searches for a nonce."""
+
+
+def nonce_for(key: str) -> str:
+    """Discord's nonce for the kit's ledger ``key``: deterministic and at most 25 characters."""
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:NONCE_LENGTH]
+
+
+def set_api_base(base: str) -> None:
+    """Point discord.py's REST calls at ``base`` (``https://discord.com/api/v10`` by default).
+
+    Used to run against a local fake of Discord's API; the adapter is a process of its own, so
+    the class-wide setting is its alone.
+    """
+    discord.http.Route.BASE = base.rstrip("/")
+
+
+def set_gateway_url(url: str) -> None:
+    """Point discord.py's Gateway connection at ``url`` (``wss://gateway.discord.gg/`` by default).
+
+    discord.py connects an unsharded client to this class-wide URL (not to ``GET /gateway/bot``).
+    """
+    discord.gateway.DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(url)
+
+
+def _channel(address: Address) -> str:
+    """Discord threads are channels of their own: post into the thread when there is one."""
+    return address.thread or address.channel
+
+
+def _view(message: Outgoing) -> discord.ui.View | None:
+    """The buttons of ``message`` as a :class:`discord.ui.View`; a button's ``custom_id`` is its action."""
+    if not message.buttons:
+        return None
+    view = discord.ui.View(timeout=None)
+    for button in message.buttons:
+        style = discord.ButtonStyle.danger if button.action.startswith("deny") else discord.ButtonStyle.primary
+        view.add_item(discord.ui.Button(label=button.label[:80], custom_id=button.action[:100], style=style))
+    return view
+
+
+class DiscordRest:
+    """Post, edit, delete, typing and find on Discord, through discord.py's HTTP client."""
+
+    def __init__(self, token: Secret, *, max_wait: float = 30.0) -> None:
+        self._token = token
+        self._max_wait = max_wait
+        self._http: discord.http.HTTPClient | None = None
+
+    async def start(self) -> str:
+        """Log in with the bot token; return the bot's user id.
+
+        Raises :class:`PlatformError` when Discord refuses the token.
+        """
+        http = discord.http.HTTPClient(asyncio.get_running_loop(), max_ratelimit_timeout=self._max_wait)
+        try:
+            me = await http.static_login(self._token.reveal())
+        except discord.LoginFailure as exc:
+            await http.close()
+            raise PlatformError(
+                "Discord refused the bot token: check the token in the [adapters.discord] section "
+                "(Developer Portal > your application > Bot > Reset Token)"
+            ) from exc
+        self._http = http
+        return str(me["id"])
+
+    async def close(self) -> None:
+        """Close the HTTP session."""
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
+
+    def _client(self) -> discord.http.HTTPClient:
+        if self._http is None:
+            raise RuntimeError("DiscordRest.start() has not been called")
+        return self._http
+
+    async def _call(self, coro: Any) -> Any:
+        """Await a discord.py request, turning its failures into the kit's exceptions."""
+        try:
+            return await coro
+        except discord.RateLimited as exc:
+            raise RateLimited(exc.retry_after) from exc
+        except discord.Forbidden as exc:
+            raise PlatformError(
+                "Discord refused the bot access to this channel: give it View Channel, Send "
+                "Messages and Read Message History there (see docs/adapters.md)"
+            ) from exc
+        except discord.NotFound as exc:
+            raise PlatformError("the Discord channel or message no longer exists") from exc
+
+    async def post(self, address: Address, message: Outgoing, key: str | None) -> str:
+        """Post ``message``; with a ``key``, exactly once through ``nonce`` + ``enforce_nonce``."""
+        params = discord.http.handle_message_parameters(
+            content=message.text,
+            nonce=None if key is None else nonce_for(key),
+            view=_view(message),
+            allowed_mentions=discord.AllowedMentions.none(),
+        )
+        with params:
+            data = await self._call(self._client().send_message(_channel(address), params=params))
+        return str(data["id"])
+
+    async def edit(self, address: Address, message_id: str, message: Outgoing) -> None:
+        """Replace the text and buttons of message ``message_id``."""
+        params = discord.http.handle_message_parameters(
+            content=message.text,
+            view=_view(message),  # None clears the buttons
+            allowed_mentions=discord.AllowedMentions.none(),
+        )
+        with params:
+            await self._call(self._client().edit_message(_channel(address), message_id, params=params))
+
+    async def delete(self, address: Address, message_id: str) -> None:
+        """Delete message ``message_id``."""
+        await self._call(self._client().delete_message(_channel(address), message_id))
+
+    async def typing(self, address: Address, active: bool) -> None:
+        """Trigger Discord's typing indicator (it lasts about ten seconds; there is no stop call)."""
+        if active:
+            await self._call(self._client().send_typing(_channel(address)))
+
+    async def find(self, address: Address, key: str) -> str | None:
+        """The id of a recent message posted with ``key``'s nonce, or None."""
+        nonce = nonce_for(key)
+        messages = await self._call(self._client().logs_from(_channel(address), FIND_WINDOW))
+        for data in messages:
+            if str(data.get("nonce", "")) == nonce:
+                return str(data["id"])
+        return None

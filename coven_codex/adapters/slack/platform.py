@@ -1,0 +1,574 @@
+"""Slack as the kit's :class:`~coven_codex.adapters.kit.platform.Platform`, and :func:`run_slack`.
+
+- **Out**: ``chat.postMessage`` in the conversation's thread, with Block Kit sections and buttons
+  (:mod:`.dialect`) and message ``metadata`` ``{"event_type": "coven_delivery", "event_payload":
+  {"key": <ledger key>}}``; ``chat.update`` for streamed replies; :meth:`SlackPlatform.find` reads
+  the thread (``conversations.replies``) or the channel (``conversations.history``) with
+  ``include_all_metadata`` for a message of this bot carrying the key: exactly once across restarts.
+  HTTP 429 becomes :class:`~coven_codex.adapters.kit.platform.RateLimited` with Slack's ``Retry-After``.
+- **In** (a ``slack_bolt`` :class:`AsyncApp`, Socket Mode or HTTP): ``app_mention`` anywhere (a
+  top-level mention starts a thread: the thread is the conversation), ``message`` in DMs, button
+  presses (``block_actions`` whose ``value`` is the kit's command line) and the slash command
+  (``/codex cancel|new|status|approve|deny|help``). The app runs with ``process_before_response``:
+  Slack's acknowledgement is sent once the runner has appended the thought (at most
+  :data:`ACK_WAIT` seconds later), so an adapter killed before that gets the event again, and
+  the kit's ledger makes it one thought (its id comes from the message's channel and ``ts``).
+- Images shared with a message are downloaded with the bot token (only from Slack's own hosts)
+  into the attachments folder the web page uses and sent as the thought's attachments.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+from slack_bolt.async_app import AsyncAck, AsyncApp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+from slack_sdk.web.async_slack_response import AsyncSlackResponse
+
+from coven_codex.adapters.kit.config import Secret, SlackSection
+from coven_codex.adapters.kit.ledger import DeliveryLedger, ledger_path
+from coven_codex.adapters.kit.platform import (
+    Address,
+    ButtonPress,
+    Capabilities,
+    Incoming,
+    IncomingMessage,
+    Outgoing,
+    PlatformError,
+    RateLimited,
+    User,
+)
+from coven_codex.adapters.kit.render import Dialect, clip
+from coven_codex.adapters.kit.runner import AdapterRunner
+from coven_codex.adapters.slack.dialect import BUTTON_PREFIX, THREAD_MARK, SlackDialect, blocks, fallback_text, menu
+from coven_codex.adapters.web.uploads import MAX_IMAGE_BYTES, ImageStore, UploadError, uploads_dir
+from coven_codex.entries import Attachment
+from coven_codex.journal import FileJournal
+
+log = logging.getLogger(__name__)
+
+NAME = "slack"
+METADATA_EVENT = "coven_delivery"
+"""The ``event_type`` of the metadata on every message the adapter posts for a journal entry."""
+SLASH_COMMAND = "/codex"
+ACK_WAIT = 2.5
+"""Seconds an event's acknowledgement waits for the runner (Slack wants it within 3 s, else it retries)."""
+FIND_PAGES = 50
+"""Pages of 200 messages :meth:`SlackPlatform.find` reads at most (a thread of 10,000 messages)."""
+CACHE_SECONDS = 60.0
+"""How long user names and user-group members are kept before being asked again."""
+DEFAULT_RETRY_AFTER = 1.0
+FILE_HOSTS = frozenset({"files.slack.com", "slack-files.com"})
+"""Hosts the bot token is sent to for a file download (besides the Web API's own host)."""
+
+REQUIRED_SCOPES: dict[str, str] = {
+    "app_mentions:read": "the app_mention event",
+    "channels:history": "conversations.replies/history in public channels (finding a message after a crash)",
+    "chat:write": "chat.postMessage, chat.update, chat.delete",
+    "commands": f"the {SLASH_COMMAND} slash command",
+    "files:read": "downloading images shared with a message",
+    "groups:history": "conversations.replies/history in private channels",
+    "im:history": "the message.im event and conversations.replies/history in DMs",
+    "usergroups:read": "usergroups.users.list (allow_groups)",
+    "users:read": "users.info (names as thoughts' senders)",
+}
+"""The bot token scopes the adapter uses, and what for (examples/slack-manifest.json asks for exactly these)."""
+BOT_EVENTS = ("app_mention", "message.im")
+"""The events the app subscribes to."""
+
+_MENTION = re.compile(r"^\s*<@[A-Z0-9]+(?:\|[^>]*)?>[\s:,]*")
+
+
+class NetworkFailure(RateLimited):
+    """Slack could not be reached or did not answer: whether the call took effect is unknown; try again."""
+
+
+@dataclass(frozen=True, slots=True)
+class SlackIdentity:
+    """Who the bot is (``auth.test``): its workspace, its user id and its bot id."""
+
+    team_id: str
+    user_id: str
+    bot_id: str
+
+
+@dataclass
+class _Cache:
+    names: dict[str, tuple[float, str]] = field(default_factory=dict)
+    groups: dict[str, frozenset[str]] = field(default_factory=dict)
+    groups_at: float = float("-inf")
+    warned: set[str] = field(default_factory=set)
+
+
+class SlackPlatform:
+    """Slack through ``slack_sdk``'s :class:`AsyncWebClient` (out) and a bolt app's listeners (in)."""
+
+    name = NAME
+
+    def __init__(
+        self,
+        client: AsyncWebClient,
+        token: Secret,
+        images: ImageStore,
+        *,
+        edit_interval: float = 1.2,
+        groups: frozenset[str] = frozenset(),
+    ) -> None:
+        self.dialect: Dialect = SlackDialect()
+        self.capabilities = Capabilities(edit_interval=edit_interval, can_find=True, echoes_own_messages=True)
+        self.client = client
+        self.images = images
+        self.groups = groups
+        self.identity = SlackIdentity("", "", "")
+        self._token = token
+        self._queue: asyncio.Queue[tuple[Incoming, asyncio.Future[None]] | None] = asyncio.Queue()
+        self._cache = _Cache()
+        self._last_thread: dict[tuple[str, str], str] = {}
+        self._http: aiohttp.ClientSession | None = None
+        self._unreachable = False
+        api_host = urlsplit(client.base_url).hostname or ""
+        self._file_hosts = FILE_HOSTS | {api_host}
+
+    # ------------------------------------------------------------------ Web API
+
+    async def _api(self, method: str, *, get: bool = False, **arguments: Any) -> AsyncSlackResponse:
+        """Call ``method``; 429 → :class:`RateLimited`, any other refusal → :class:`PlatformError`."""
+        try:
+            if get:
+                answer = await self.client.api_call(method, http_verb="GET", params=arguments)
+            else:
+                answer = await self.client.api_call(method, json=arguments)
+            if self._unreachable:
+                self._unreachable = False
+                log.warning("slack: reachable again")
+            return answer
+        except SlackApiError as exc:
+            response = exc.response
+            if response.status_code == 429 or response.get("error") == "ratelimited":
+                raise RateLimited(_retry_after(response.headers)) from None
+            error = str(response.get("error") or f"HTTP {response.status_code}")
+            raise PlatformError(f"Slack refused {method}: {clip(error, 100)}{_hint(error)}") from None
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            # A network failure: the kit retries a RateLimited call, so a dropped connection loses nothing.
+            level = logging.DEBUG if self._unreachable else logging.WARNING
+            log.log(level, "slack: %s failed (%s); trying again every 2 s", method, type(exc).__name__)
+            self._unreachable = True
+            raise NetworkFailure(2.0) from None
+
+    async def start(self) -> SlackIdentity:
+        """Ask Slack who the bot is (``auth.test``); :class:`PlatformError` when it refuses the token."""
+        try:
+            answer = await self._api("auth.test")
+        except RateLimited as limited:
+            await asyncio.sleep(limited.retry_after)
+            answer = await self._api("auth.test")
+        self.identity = SlackIdentity(
+            str(answer.get("team_id") or ""), str(answer.get("user_id") or ""), str(answer.get("bot_id") or "")
+        )
+        self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))
+        return self.identity
+
+    async def aclose(self) -> None:
+        """End the incoming stream and close the download session."""
+        self._queue.put_nowait(None)
+        if self._http is not None:
+            await self._http.close()
+
+    async def post(self, address: Address, message: Outgoing, key: str | None) -> str:
+        """``chat.postMessage`` in the thread, carrying ``key`` in its metadata; the message's ``ts``."""
+        arguments: dict[str, Any] = {
+            "channel": address.channel,
+            "text": fallback_text(message),
+            "blocks": blocks(message),
+            "unfurl_links": False,
+            "unfurl_media": False,
+        }
+        if address.thread:
+            arguments["thread_ts"] = address.thread
+        if key is not None:
+            arguments["metadata"] = {"event_type": METADATA_EVENT, "event_payload": {"key": key}}
+        try:
+            answer = await self._api("chat.postMessage", **arguments)
+        except NetworkFailure:
+            # The post may have landed before the connection failed: look before posting again.
+            found = await self.find(address, key) if key is not None else None
+            if found is not None:
+                return found
+            raise
+        return str(answer["ts"])
+
+    async def edit(self, address: Address, message_id: str, message: Outgoing) -> None:
+        """``chat.update`` of the message ``message_id`` (its ``ts``)."""
+        await self._api(
+            "chat.update", channel=address.channel, ts=message_id, text=fallback_text(message), blocks=blocks(message)
+        )
+
+    async def delete(self, address: Address, message_id: str) -> None:
+        """``chat.delete``."""
+        await self._api("chat.delete", channel=address.channel, ts=message_id)
+
+    async def typing(self, address: Address, active: bool) -> None:
+        """Nothing: Slack has no typing indicator for bots in channels (the streamed reply shows the work)."""
+
+    async def find(self, address: Address, key: str) -> str | None:
+        """The ``ts`` of this bot's message carrying ``key`` in its metadata, in the thread or channel."""
+        cursor = ""
+        for _ in range(FIND_PAGES):
+            arguments: dict[str, Any] = {"channel": address.channel, "limit": 200, "include_all_metadata": True}
+            if cursor:
+                arguments["cursor"] = cursor
+            if address.thread:
+                answer = await self._api("conversations.replies", get=True, ts=address.thread, **arguments)
+            else:
+                answer = await self._api("conversations.history", get=True, **arguments)
+            for message in answer.get("messages") or []:
+                if self._carries(message, key):
+                    return str(message["ts"])
+            cursor = str((answer.get("response_metadata") or {}).get("next_cursor") or "")
+            if not cursor:
+                return None
+        log.warning("slack: a message's key was not found in the last %d pages; it is posted again", FIND_PAGES)
+        return None
+
+    def _carries(self, message: dict[str, Any], key: str) -> bool:
+        metadata = message.get("metadata") or {}
+        if metadata.get("event_type") != METADATA_EVENT or (metadata.get("event_payload") or {}).get("key") != key:
+            return False
+        mine = {self.identity.bot_id, self.identity.user_id} - {""}
+        return not mine or bool({message.get("bot_id"), message.get("user")} & mine)
+
+    # ------------------------------------------------------------------ in
+
+    async def incoming(self) -> AsyncIterator[Incoming]:
+        """What users do, in order; each is acknowledged to Slack once the runner has handled it."""
+        while True:
+            item = await self._queue.get()
+            if item is None:
+                return
+            event, handled = item
+            try:
+                yield event
+            finally:
+                if not handled.done():
+                    handled.set_result(None)
+
+    async def _submit(self, event: Incoming) -> None:
+        """Hand ``event`` to the runner and wait (at most :data:`ACK_WAIT` s) until it is handled."""
+        handled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait((event, handled))
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(ACK_WAIT):
+                await asyncio.shield(handled)
+
+    def register(self, app: AsyncApp) -> None:
+        """Attach the adapter's listeners to the bolt ``app``."""
+        app.event("app_mention")(self._on_mention)
+        app.event("message")(self._on_message)
+        app.action(re.compile("^" + re.escape(BUTTON_PREFIX)))(self._on_button)
+        app.command(SLASH_COMMAND)(self._on_command)
+
+    async def _on_mention(self, event: dict[str, Any], body: dict[str, Any]) -> None:
+        if event.get("bot_id"):
+            return
+        channel = str(event.get("channel") or "")
+        thread = str(event.get("thread_ts") or event.get("ts") or "")
+        if channel.startswith("D"):
+            thread = str(event.get("thread_ts") or "")
+        await self._message(event, body, thread)
+
+    async def _on_message(self, event: dict[str, Any], body: dict[str, Any]) -> None:
+        if event.get("channel_type") != "im" or event.get("bot_id"):
+            return
+        if event.get("subtype") not in (None, "file_share", "thread_broadcast"):
+            return
+        await self._message(event, body, str(event.get("thread_ts") or ""))
+
+    async def _message(self, event: dict[str, Any], body: dict[str, Any], thread: str) -> None:
+        channel = str(event.get("channel") or "")
+        user_id = str(event.get("user") or "")
+        if not channel or not user_id:
+            return
+        team = str(event.get("team") or body.get("team_id") or self.identity.team_id)
+        address = Address(channel=channel, workspace=team, thread=thread)
+        self._last_thread[(channel, user_id)] = thread
+        text = _MENTION.sub("", str(event.get("text") or ""), count=1).strip()
+        user = await self._user(user_id)
+        attachments = await self._images(address, event.get("files") or [])
+        message_id = f"{channel}:{event.get('ts') or ''}"
+        await self._submit(IncomingMessage(address, user, _unescape(text), attachments, message_id))
+
+    async def _on_button(self, ack: AsyncAck, body: dict[str, Any]) -> None:
+        try:
+            container = body.get("container") or {}
+            message = body.get("message") or {}
+            channel = str(container.get("channel_id") or (body.get("channel") or {}).get("id") or "")
+            thread = str(container.get("thread_ts") or message.get("thread_ts") or "")
+            team = str((body.get("team") or {}).get("id") or self.identity.team_id)
+            user = await self._user(str((body.get("user") or {}).get("id") or ""))
+            for action in body.get("actions") or []:
+                value = str(action.get("value") or "")
+                menu_thread = str(action.get("action_id") or "").partition(THREAD_MARK)[2]
+                thread = menu_thread or thread  # a button of the /codex menu names its thread
+                if value and channel:
+                    address = Address(channel=channel, workspace=team, thread=thread)
+                    await self._submit(ButtonPress(address, user, value, str(container.get("message_ts") or "")))
+        finally:
+            await ack()
+
+    async def _on_command(self, ack: AsyncAck, command: dict[str, Any]) -> None:
+        channel = str(command.get("channel_id") or "")
+        user_id = str(command.get("user_id") or "")
+        line = str(command.get("text") or "").strip()
+        if channel.startswith("D"):
+            thread: str | None = self._last_thread.get((channel, user_id), "")
+        else:
+            thread = self._last_thread.get((channel, user_id))
+        if thread is None:
+            await ack(
+                text=f"{SLASH_COMMAND} works in a thread you started with me here: mention me in that thread"
+                f" with /{line.split(' ', 1)[0] or 'status'} (or press the buttons under my messages), or use"
+                f" {SLASH_COMMAND} in a direct message"
+            )
+            return
+        if not line:
+            await ack(text="Codex in your last thread here", blocks=menu(thread))
+            return
+        try:
+            team = str(command.get("team_id") or self.identity.team_id)
+            user = await self._user(user_id)
+            await self._submit(ButtonPress(Address(channel=channel, workspace=team, thread=thread), user, line))
+        finally:
+            await ack()
+
+    async def _user(self, user_id: str) -> User:
+        """``user_id`` with its display name and the allow-listed user groups it belongs to.
+
+        The name is ``"<display name> (<id>)"``: anyone can set their display name, and the kit's
+        allow-lists also match names, so a name must never be able to equal a listed id.
+        """
+        name = await self._name(user_id)
+        return User(user_id, f"{name} ({user_id})" if name else "", await self._groups_of(user_id))
+
+    async def _name(self, user_id: str) -> str:
+        now = time.monotonic()
+        cached = self._cache.names.get(user_id)
+        if cached is not None and now - cached[0] < CACHE_SECONDS:
+            return cached[1]
+        name = ""
+        try:
+            answer = await self._api("users.info", get=True, user=user_id)
+            info = answer.get("user") or {}
+            profile = info.get("profile") or {}
+            name = str(profile.get("display_name") or info.get("real_name") or info.get("name") or "")
+        except (PlatformError, RateLimited) as exc:
+            self._warn_once("users.info", f"user names are not shown ({exc}); the thoughts carry user ids")
+        self._cache.names[user_id] = (now, clip(name, 80))
+        return clip(name, 80)
+
+    async def _groups_of(self, user_id: str) -> frozenset[str]:
+        if not self.groups:
+            return frozenset()
+        now = time.monotonic()
+        if now - self._cache.groups_at >= CACHE_SECONDS:
+            members: dict[str, frozenset[str]] = {}
+            for group in sorted(self.groups):
+                try:
+                    answer = await self._api("usergroups.users.list", get=True, usergroup=group)
+                    members[group] = frozenset(str(u) for u in answer.get("users") or [])
+                except (PlatformError, RateLimited) as exc:
+                    self._warn_once(
+                        "usergroups", f"user group members cannot be read ({exc}); add the usergroups:read scope"
+                    )
+                    members[group] = self._cache.groups.get(group, frozenset())
+            self._cache.groups, self._cache.groups_at = members, now
+        return frozenset(group for group, users in self._cache.groups.items() if user_id in users)
+
+    def _warn_once(self, what: str, message: str) -> None:
+        if what not in self._cache.warned:
+            self._cache.warned.add(what)
+            log.warning("slack: %s", message)
+
+    async def _images(self, address: Address, files: list[dict[str, Any]]) -> tuple[Attachment, ...]:
+        """The images among ``files``, downloaded with the bot token and stored; others are refused aloud."""
+        stored: list[Attachment] = []
+        for shared in files[:10]:
+            name = clip(str(shared.get("name") or shared.get("id") or "file"), 80)
+            if not str(shared.get("mimetype") or "").startswith("image/"):
+                await self._notice(address, f"{name} is not an image; only images are passed to Codex")
+                continue
+            try:
+                data = await self._download(str(shared.get("url_private_download") or shared.get("url_private") or ""))
+                stored.append((await self.images.save(data)).attachment())
+            except (UploadError, PlatformError) as exc:
+                await self._notice(address, f"the image {name} was not passed to Codex: {exc}")
+        return tuple(stored)
+
+    async def _download(self, url: str) -> bytes:
+        host = urlsplit(url).hostname or ""
+        if not url or host not in self._file_hosts:
+            raise PlatformError(f"Slack gave no download address on its own hosts ({clip(host, 60) or 'none'})")
+        assert self._http is not None, "start() first"
+        headers = {"Authorization": f"Bearer {self._token.reveal()}"}
+        try:
+            async with self._http.get(url, headers=headers, allow_redirects=False) as response:
+                if response.status != 200:
+                    raise PlatformError(f"the download answered HTTP {response.status}; check the files:read scope")
+                data = await response.content.read(MAX_IMAGE_BYTES + 1)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise PlatformError(f"the download failed ({type(exc).__name__})") from None
+        return data
+
+    async def _notice(self, address: Address, text: str) -> None:
+        with contextlib.suppress(PlatformError, RateLimited):
+            await self.post(address, Outgoing(self.dialect.plain(text), style="notice"), None)
+
+
+def _retry_after(headers: Any) -> float:
+    value = None
+    if headers is not None:
+        value = headers.get("Retry-After") or headers.get("retry-after")
+        if isinstance(value, list):
+            value = value[0] if value else None
+    try:
+        return float(value) if value is not None else DEFAULT_RETRY_AFTER
+    except ValueError:
+        return DEFAULT_RETRY_AFTER
+
+
+def _hint(error: str) -> str:
+    hints = {
+        "not_in_channel": "; invite the bot to the channel (/invite @Codex)",
+        "channel_not_found": "; the channel is gone or the bot cannot see it",
+        "missing_scope": "; add the scope to the app (examples/slack-manifest.yml lists them) and reinstall it",
+        "invalid_auth": "; the bot token is wrong or revoked: copy it again from OAuth & Permissions",
+        "not_authed": "; no bot token was sent",
+        "token_revoked": "; the app was uninstalled or its token revoked: reinstall it",
+        "account_inactive": "; the app was uninstalled or its token revoked: reinstall it",
+    }
+    return hints.get(error, "")
+
+
+def _unescape(text: str) -> str:
+    """Slack's entities back to characters (the user typed ``<``, not ``&lt;``)."""
+    return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
+@dataclass(frozen=True, slots=True)
+class SlackRun:
+    """What :func:`run_slack` needs: the section, its loaded tokens and the journal."""
+
+    section: SlackSection
+    secrets: dict[str, Secret]
+    journal: Path
+
+
+async def run_slack(settings: SlackRun, started: Callable[[SlackIdentity], Awaitable[None]] | None = None) -> None:
+    """Run the Slack adapter until cancelled; :class:`PlatformError` when Slack refuses to start."""
+    section, secrets = settings.section, settings.secrets
+    token = secrets["token"]
+    # No retry handlers: slack_sdk's default one posts again after a lost connection, which could
+    # show a message twice; the platform retries itself, looking for the message first (post()).
+    client = AsyncWebClient(token=token.reveal(), base_url=_api_url(section.api_url), retry_handlers=[])
+    platform = SlackPlatform(
+        client,
+        token,
+        ImageStore(uploads_dir(settings.journal)),
+        edit_interval=section.edit_interval,
+        groups=frozenset(section.allow_groups),
+    )
+    identity = await platform.start()
+    http = section.mode == "http"
+    app = AsyncApp(
+        client=client,
+        token=token.reveal(),
+        signing_secret=secrets["signing_secret"].reveal() if http else None,
+        process_before_response=True,
+        request_verification_enabled=http,
+        logger=logging.getLogger("coven_codex.adapters.slack.bolt"),
+    )
+    platform.register(app)
+    journal = FileJournal(settings.journal)
+    ledger = DeliveryLedger.open(ledger_path(settings.journal, NAME))
+    runner = AdapterRunner(journal, platform, section.channel_map(), section.access_policy(), ledger, name=NAME)
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            if http:
+                await _serve_http(stack, app, section)
+            else:
+                await _connect_socket_mode(stack, app, client, secrets["app_token"])
+            log.info("slack: connected as %s in %s (%s mode)", identity.user_id, identity.team_id, section.mode)
+
+            async def announce() -> None:
+                """Tell ``started`` once the runner follows the journal."""
+                await runner.ready.wait()
+                if started is not None:
+                    await started(identity)
+
+            announcer = asyncio.create_task(announce())
+            try:
+                await runner.run()
+            finally:
+                announcer.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await announcer
+    finally:
+        await platform.aclose()
+        ledger.close()
+        await journal.aclose()
+
+
+def _api_url(url: str | None) -> str:
+    if not url:
+        return AsyncWebClient.BASE_URL
+    return url if url.endswith("/") else url + "/"
+
+
+async def _connect_socket_mode(
+    stack: contextlib.AsyncExitStack, app: AsyncApp, client: AsyncWebClient, app_token: Secret
+) -> None:
+    from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler  # noqa: PLC0415
+
+    handler = AsyncSocketModeHandler(app, app_token.reveal(), web_client=client)
+    # The first address is asked for here: slack_sdk's connect loop retries every error for ever
+    # (a wrong app-level token would hang the adapter); a refusal is said once and ends the adapter.
+    try:
+        opened = await client.apps_connections_open(app_token=app_token.reveal())
+        handler.client.wss_uri = str(opened["url"])
+    except SlackApiError as exc:
+        error = str(exc.response.get("error") or "refused")
+        if error != "ratelimited":
+            raise PlatformError(
+                f"Slack refused Socket Mode ({clip(error, 80)}): check SLACK_APP_TOKEN (Basic Information >"
+                " App-Level Tokens, scope connections:write) and that Socket Mode is enabled for the app"
+            ) from None
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        log.warning("slack: cannot reach Slack yet (%s); Socket Mode keeps trying", type(exc).__name__)
+    await handler.connect_async()  # type: ignore[no-untyped-call]
+    stack.push_async_callback(handler.close_async)
+
+
+async def _serve_http(stack: contextlib.AsyncExitStack, app: AsyncApp, section: SlackSection) -> None:
+    from aiohttp import web  # noqa: PLC0415
+
+    runner = web.AppRunner(app.web_app(path="/slack/events", port=section.http_port))
+    await runner.setup()
+    stack.push_async_callback(runner.cleanup)
+    site = web.TCPSite(runner, section.http_host, section.http_port)
+    try:
+        await site.start()
+    except OSError as exc:
+        raise PlatformError(
+            f"cannot listen on {section.http_host}:{section.http_port}: {exc.strerror}; choose another http_port"
+        ) from None
+    log.info("slack: HTTP events at http://%s:%d/slack/events", section.http_host, section.http_port)

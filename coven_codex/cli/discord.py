@@ -1,0 +1,92 @@
+"""``coven-codex discord``: the Discord chat adapter (``pip install 'coven-codex[discord]'``; docs/adapters.md).
+
+Everything comes from the ``[adapters.discord]`` section of ``coven.toml``
+(:class:`~coven_codex.adapters.kit.config.DiscordSection`); the bot token only from the
+environment or a file, checked for its shape before anything connects, and never printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+from coven_codex.adapters.kit.config import AdapterConfigError, DiscordSection, load_section
+from coven_codex.adapters.kit.platform import PlatformError
+from coven_codex.adapters.kit.runner import cursor_name
+
+HELP = "the Discord chat adapter on a journal ([adapters.discord] in coven.toml; the daemon must be running)"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """The command's options."""
+    parser.add_argument("--config", type=Path, required=True, help="coven.toml with an [adapters.discord] section")
+    parser.add_argument("--journal", type=Path, default=None, help="the journal (default: the one coven.toml names)")
+    parser.add_argument("--api-base", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--gateway-url", default=None, help=argparse.SUPPRESS)
+
+
+def _fail(message: str) -> int:
+    print(f"coven-codex discord: {message}", file=sys.stderr)
+    return 2
+
+
+def execute(args: argparse.Namespace) -> int:
+    """Check the configuration and the token, then run the adapter until SIGINT or SIGTERM."""
+    try:
+        from coven_codex.adapters.discord.platform import DiscordSettings, run_discord  # noqa: PLC0415 ([discord] extra)
+        from coven_codex.adapters.discord.rest import set_api_base, set_gateway_url  # noqa: PLC0415
+    except ModuleNotFoundError as exc:
+        if exc.name != "discord":
+            raise
+        return _fail("discord.py is not installed; install the Discord extra: pip install 'coven-codex[discord]'")
+    try:
+        section, journal = load_section("discord", args.config)
+        assert isinstance(section, DiscordSection)
+        journal = args.journal or journal
+        if journal is None:
+            return _fail(
+                f"no journal: set journal = ... in {args.config} (or in [adapters.discord]), or pass --journal"
+            )
+        if not journal.parent.is_dir():
+            return _fail(f"the journal's folder {journal.parent} does not exist; create it or fix the journal setting")
+        problems = section.access_problems()
+        if problems:
+            return _fail(
+                "; ".join(problems) + " (Discord: Settings > Advanced > Developer Mode, then right-click > Copy ID)"
+            )
+        token = section.load_secrets(dict(os.environ))["token"]
+    except AdapterConfigError as exc:
+        return _fail(str(exc))
+    if args.api_base:
+        set_api_base(args.api_base)
+    if args.gateway_url:
+        set_gateway_url(args.gateway_url)
+    print(f"coven-codex discord: {section.access_policy().describe()}", file=sys.stderr, flush=True)
+
+    def started(bot: str) -> None:
+        print(
+            f"coven-codex discord: connected as {bot[:80]}; following {journal} (cursor '{cursor_name('discord')}')",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    async def main() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        for number in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(number, task.cancel)
+        await run_discord(DiscordSettings(journal=journal, token=token, section=section), started)
+
+    try:
+        asyncio.run(main())
+    except asyncio.CancelledError:
+        return 0
+    except PlatformError as exc:
+        print(f"coven-codex discord: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,79 @@
+"""``coven-codex slack``: the Slack chat adapter (``pip install 'coven-codex[slack]'``; docs/adapters.md)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+
+from coven_codex.adapters.kit.config import AdapterConfigError, SlackSection, load_section
+from coven_codex.adapters.kit.platform import PlatformError
+from coven_codex.adapters.kit.runner import cursor_name
+
+HELP = "the Slack chat adapter on a journal ([adapters.slack] in coven.toml; the daemon must be running)"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    """The command's options."""
+    parser.add_argument("--config", type=Path, required=True, help="coven.toml with an [adapters.slack] section")
+    parser.add_argument("--journal", type=Path, default=None, help="the journal (default: the one coven.toml names)")
+
+
+def _fail(message: str) -> int:
+    print(f"coven-codex slack: {message}", file=sys.stderr)
+    return 2
+
+
+def execute(args: argparse.Namespace) -> int:
+    """Check the configuration and tokens, then run the adapter until SIGINT or SIGTERM."""
+    try:
+        from coven_codex.adapters.slack.platform import SlackIdentity, SlackRun, run_slack  # noqa: PLC0415 ([slack])
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("slack_bolt", "slack_sdk", "aiohttp"):
+            raise
+        return _fail(f"{exc.name} is not installed; install the Slack extra: pip install 'coven-codex[slack]'")
+    try:
+        section, journal = load_section("slack", args.config)
+        assert isinstance(section, SlackSection)
+        journal = args.journal or journal
+        if journal is None:
+            return _fail(f"no journal: set journal = ... in {args.config} (or in [adapters.slack]), or pass --journal")
+        if not journal.parent.is_dir():
+            return _fail(f"the journal's folder {journal.parent} does not exist; create it or fix the journal setting")
+        problems = section.access_problems()
+        if problems:
+            return _fail("; ".join(problems) + " (docs/adapters.md: where to find the ids)")
+        secrets = section.load_secrets(dict(os.environ))
+    except AdapterConfigError as exc:
+        return _fail(str(exc))
+    print(f"coven-codex slack: {section.access_policy().describe()}", file=sys.stderr, flush=True)
+
+    async def started(identity: SlackIdentity) -> None:
+        """Say who the bot is and which journal it follows (tests and service logs wait for this line)."""
+        print(
+            f"coven-codex slack: connected as {identity.user_id} in {identity.team_id} ({section.mode} mode);"
+            f" following {journal} (cursor '{cursor_name('slack')}')",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    async def main() -> None:
+        """Run the adapter; SIGINT and SIGTERM cancel it (a clean exit)."""
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        for number in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(number, task.cancel)
+        await run_slack(SlackRun(section, secrets, journal), started)
+
+    try:
+        asyncio.run(main())
+    except asyncio.CancelledError:
+        return 0
+    except PlatformError as exc:
+        print(f"coven-codex slack: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,15 @@
+"""Where a Codex process lives: the shared ``codex app-server`` processes and their wire.
+
+:mod:`~coven_codex.codex.appserver.pool` keeps a small pool of app-server processes for one
+CODEX_HOME; :mod:`~coven_codex.codex.appserver.connection` is one of them: the process, the
+JSON-RPC wire and the routing of messages by thread. A conversation lives elsewhere: in its
+session (:mod:`coven_codex.agent.session`) and its thread's driver
+(:mod:`coven_codex.codex.drivers.app_server`), which attaches to a connection while it is open.
+"""
+
+# The drivers first: connection and pool build on drivers.base, whose package imports them.
+import coven_codex.codex.drivers  # noqa: F401  (isort: skip)
+from coven_codex.codex.appserver.connection import AppServerConnection, RpcError, ThreadClient
+from coven_codex.codex.appserver.pool import AppServerPool
+
+__all__ = ["AppServerConnection", "AppServerPool", "RpcError", "ThreadClient"]

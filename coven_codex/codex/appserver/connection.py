@@ -1,0 +1,384 @@
+"""One ``codex app-server`` process, shared by the threads of many conversations.
+
+The connection owns the process and the wire: it starts the process, says ``initialize`` once,
+matches JSON-RPC responses to requests by id, and routes every notification and server request
+(approvals) to the :class:`ThreadClient` attached for the message's ``threadId`` (the legacy
+approval requests name it ``conversationId``). A conversation's state never lives here: the
+client (:class:`~coven_codex.codex.drivers.app_server.AppServerDriver`) keeps its thread, its
+turn and its approvals. A message for a thread nobody is attached to is dropped; such a server
+request is answered with a JSON-RPC error so Codex does not wait for it.
+
+When the process dies, or stops answering and is killed, that is one event for every thread on
+it: each attached client hears :meth:`ThreadClient.on_connection_lost` once, and the pool
+(:mod:`coven_codex.codex.appserver.pool`) starts a new process for the next thread that needs one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections import deque
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from coven_codex import __version__
+from coven_codex.codex.drivers.base import STDERR_LINES, DriverError, DriverSettings, collect_stderr, process_error
+from coven_codex.codex.errors import ClassifiedError, classify
+from coven_codex.codex.process import STREAM_LIMIT, ChildProcess, spawn, terminate_tree
+
+log = logging.getLogger(__name__)
+
+LABEL = "the Codex app-server"
+"""How messages name the process."""
+
+RpcId = int | str
+
+
+class RpcErrorBody(BaseModel):
+    """The ``error`` member of a JSON-RPC response."""
+
+    model_config = ConfigDict(extra="ignore")
+    code: int | None = None
+    message: str = ""
+
+
+class RpcMessage(BaseModel):
+    """One line of the app-server's output: a response (``id`` and ``result``/``error``), a
+    notification (``method``, ``params``) or a server request (``id``, ``method``, ``params``)."""
+
+    model_config = ConfigDict(extra="ignore")
+    id: int | str | None = None
+    method: str | None = None
+    params: dict[str, Any] | None = None
+    result: Any = None
+    error: RpcErrorBody | None = None
+
+
+class RpcError(Exception):
+    """The app-server answered a request with an error."""
+
+
+class ConnectionLost(DriverError):
+    """The process died (or was killed) before it answered; ``error`` says why, classified."""
+
+    def __init__(self, error: ClassifiedError, returncode: int | None) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.returncode = returncode
+
+
+class ThreadClient(Protocol):
+    """What a connection routes a thread's messages to (called from the connection's reader)."""
+
+    def on_notification(self, method: str, params: Mapping[str, Any]) -> None:
+        """A notification about this thread."""
+        ...
+
+    def on_server_request(self, rpc_id: RpcId, method: str, params: Mapping[str, Any]) -> None:
+        """A request of Codex about this thread (an approval); answer with :meth:`AppServerConnection.respond`."""
+        ...
+
+    def on_connection_lost(self, error: ClassifiedError, returncode: int | None) -> None:
+        """The process is gone (``error`` says why); the thread is detached already."""
+        ...
+
+
+def thread_of(params: Mapping[str, Any]) -> str | None:
+    """The thread a notification or server request is about, if it names one."""
+    thread = params.get("threadId") or params.get("conversationId")
+    return thread if isinstance(thread, str) else None
+
+
+class AppServerConnection:
+    """One ``codex app-server`` process and the threads attached to it (module docstring)."""
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        cwd: Path,
+        settings: DriverSettings,
+        on_lost: Callable[[AppServerConnection], None] | None = None,
+    ) -> None:
+        self.command = tuple(command)
+        self.env = dict(env)
+        self.cwd = cwd
+        self.settings = settings
+        self._on_lost = on_lost
+        self._child: ChildProcess | None = None
+        self._next_id = 0
+        self._rpc: dict[int, asyncio.Future[Any]] = {}
+        self._threads: dict[str, ThreadClient] = {}
+        self._stderr: deque[str] = deque(maxlen=STDERR_LINES)
+        self._runner: asyncio.Task[None] | None = None
+        self._tg: asyncio.TaskGroup | None = None
+        self._tg_ready = asyncio.Event()
+        self._closing = False
+        self._closed = False
+        self.lost: ClassifiedError | None = None
+        """Why the process is gone, once it is."""
+        self.users = 0
+        """Threads the pool handed this connection to and that are not closed yet."""
+        self.started_at = 0.0
+        """When the process was started (event-loop clock)."""
+        self.served = False
+        """A turn completed on the process: it was healthy (its death starts the restart count over)."""
+
+    # -- state -----------------------------------------------------------------------------------
+    @property
+    def pid(self) -> int | None:
+        """The process (group leader), while it runs."""
+        child = self._child
+        return child.pid if child is not None and child.returncode is None else None
+
+    @property
+    def alive(self) -> bool:
+        """The process runs and serves requests."""
+        child = self._child
+        return (
+            child is not None
+            and self.lost is None
+            and not self._closing
+            and not child.exited.is_set()
+            and child.returncode is None
+        )
+
+    @property
+    def threads(self) -> int:
+        """Threads attached now."""
+        return len(self._threads)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Start the process and initialize the protocol; raises :class:`DriverError`."""
+        argv = [*self.command, "app-server"]
+        loop = asyncio.get_running_loop()
+        try:
+            self._child = await spawn(argv, env=self.env, cwd=self.cwd)
+        except OSError as exc:
+            raise DriverError(f"cannot start {argv[0]} app-server: {exc.strerror or exc}") from None
+        self.started_at = loop.time()
+        child = self._child
+        self._runner = asyncio.create_task(
+            self._run(
+                (
+                    ("app-server-stdout", self._read_stdout(child)),
+                    ("app-server-stderr", collect_stderr(child.stderr, self._stderr, LABEL)),
+                    ("app-server-exit", self._watch_exit(child)),
+                )
+            ),
+            name="codex-app-server",
+        )
+        await self._tg_ready.wait()
+        try:
+            await self.request(
+                "initialize", {"clientInfo": {"name": "coven-codex", "title": "coven-codex", "version": __version__}}
+            )
+            await self.send({"method": "initialized"})
+        except RpcError as exc:
+            await self.aclose()
+            raise DriverError(f"the Codex app-server refused to initialize: {exc}") from None
+        except BaseException:
+            await self.aclose()
+            raise
+
+    async def _run(self, jobs: tuple[tuple[str, Coroutine[Any, Any, None]], ...]) -> None:
+        try:
+            async with asyncio.TaskGroup() as tg:
+                self._tg = tg
+                self._tg_ready.set()
+                for name, job in jobs:
+                    tg.create_task(job, name=name)
+        except* Exception as group:
+            for exc in group.exceptions:
+                log.error("app-server connection task failed", exc_info=exc)
+            self._lose(classify(f"internal error in the app-server connection: {group.exceptions[0]!r}"), None)
+            if self._child is not None:
+                await terminate_tree(self._child, 0.0)
+        finally:
+            self._tg = None
+            self._tg_ready.set()
+            for _, coro in jobs:
+                coro.close()
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        if self._tg is None:
+            coro.close()
+            return
+        self._tg.create_task(coro)
+
+    async def kill(self, error: ClassifiedError) -> None:
+        """The process stopped answering: kill its tree at once; every thread hears ``error``."""
+        child = self._child
+        if child is not None:
+            self._lose(error, None)
+            await terminate_tree(child, 0.0)
+
+    def retire(self) -> None:
+        """Take no more threads (:attr:`alive` is ``False`` from now on); :meth:`aclose` ends it."""
+        self._closing = True
+
+    async def aclose(self) -> None:
+        """End the process: stdin closed (it exits by itself), TERM after half of ``kill_grace``,
+        KILL at its end; no thread hears about it (they were closed first)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._closing = True
+        self._threads.clear()
+        self._fail_pending(DriverError("the Codex app-server is closing"))
+        child = self._child
+        if child is not None:
+            if child.returncode is None and child.stdin is not None:
+                with contextlib.suppress(OSError, RuntimeError):
+                    child.stdin.close()
+            grace = self.settings.kill_grace
+            await terminate_tree(child, grace, patience=grace / 2)
+        if self._runner is not None:
+            self._runner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._runner
+
+    # -- threads -----------------------------------------------------------------------------------
+    def attach(self, thread_id: str, client: ThreadClient) -> None:
+        """Route ``thread_id``'s messages to ``client`` from now on."""
+        if not self.alive:
+            raise DriverError("the Codex app-server is not running")
+        self._threads[thread_id] = client
+
+    def detach(self, thread_id: str, client: ThreadClient) -> None:
+        """Stop routing ``thread_id`` to ``client`` (if it is still the one attached)."""
+        if self._threads.get(thread_id) is client:
+            del self._threads[thread_id]
+
+    # -- wire --------------------------------------------------------------------------------------
+    async def request(self, method: str, params: Mapping[str, Any], *, within: float | None = None) -> Any:
+        """Send a request and wait for its answer: at most ``within`` seconds in all, by default
+        ``stream_idle_timeout`` (the longest Codex may be silent). Raises :class:`RpcError` for an
+        error answer, :class:`DriverError` when there is no answer."""
+        limit = self.settings.stream_idle_timeout if within is None else within
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + limit
+        self._next_id += 1
+        rpc_id = self._next_id
+        future: asyncio.Future[Any] = loop.create_future()
+        self._rpc[rpc_id] = future
+        try:
+            await self.send({"id": rpc_id, "method": method, "params": dict(params)}, within=limit)
+            return await asyncio.wait_for(future, max(0.0, deadline - loop.time()))
+        except TimeoutError:
+            raise DriverError(f"the Codex app-server did not answer {method} within {limit:g}s") from None
+        finally:
+            self._rpc.pop(rpc_id, None)
+
+    async def respond(self, rpc_id: RpcId, result: Mapping[str, Any]) -> None:
+        """Answer a server request."""
+        await self.send({"id": rpc_id, "result": dict(result)})
+
+    async def send(self, message: Mapping[str, Any], *, within: float | None = None) -> None:
+        """Write one message; waiting for room in the pipe (a stopped Codex reads nothing) takes
+        at most ``within`` seconds, by default ``stream_idle_timeout``."""
+        child = self._child
+        if child is None or child.stdin is None or child.exited.is_set() or self.lost is not None:
+            raise DriverError("the Codex app-server is not running")
+        limit = self.settings.stream_idle_timeout if within is None else within
+        data = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+        try:
+            child.stdin.write(data)
+            await asyncio.wait_for(child.stdin.drain(), limit)
+        except TimeoutError:
+            raise DriverError(f"the Codex app-server read none of its input for {limit:g}s") from None
+        except (ConnectionError, RuntimeError) as exc:
+            raise DriverError(f"lost the Codex app-server's stdin: {exc}") from None
+
+    async def _send_quietly(self, message: Mapping[str, Any]) -> None:
+        with contextlib.suppress(DriverError):
+            await self.send(message)
+
+    # -- reading -----------------------------------------------------------------------------------
+    async def _read_stdout(self, child: ChildProcess) -> None:
+        assert child.stdout is not None
+        while True:
+            try:
+                line = await child.stdout.readline()
+            except ValueError:  # longer than STREAM_LIMIT: asyncio dropped it, reading goes on
+                log.error("the Codex app-server wrote a message over %d MiB; it was dropped", STREAM_LIMIT >> 20)
+                continue
+            except ConnectionError:
+                return
+            if not line:
+                return
+            self._dispatch(line)
+
+    def _dispatch(self, line: bytes) -> None:
+        try:
+            message = RpcMessage.model_validate_json(line)
+        except ValidationError:
+            log.warning("app-server wrote a line that is not a JSON-RPC message: %r", line[:200])
+            return
+        if message.method is None:
+            self._on_response(message)
+            return
+        params = message.params or {}
+        thread = thread_of(params)
+        client = self._threads.get(thread) if thread is not None else None
+        if message.id is not None:
+            if client is None:
+                log.info("the app-server asked %s for no thread of ours; refusing", message.method)
+                self._spawn(
+                    self._send_quietly(
+                        {"id": message.id, "error": {"code": -32601, "message": f"{message.method} has no client here"}}
+                    )
+                )
+                return
+            client.on_server_request(message.id, message.method, params)
+        else:
+            if message.method == "turn/completed":
+                self.served = True
+            if client is not None:
+                client.on_notification(message.method, params)
+
+    def _on_response(self, message: RpcMessage) -> None:
+        future = self._rpc.get(message.id) if isinstance(message.id, int) else None
+        if future is None or future.done():
+            return
+        if message.error is not None:
+            future.set_exception(RpcError(message.error.message or f"error {message.error.code}"))
+        else:
+            future.set_result(message.result)
+
+    async def _watch_exit(self, child: ChildProcess) -> None:
+        await child.exited.wait()
+        if self._closing or self.lost is not None:
+            return
+        await asyncio.sleep(0.1)  # give stderr a moment to deliver the last words of the process
+        self._lose(process_error(child.returncode, list(self._stderr), what=LABEL), child.returncode)
+        await terminate_tree(child, self.settings.kill_grace)
+
+    def _lose(self, error: ClassifiedError, returncode: int | None) -> None:
+        """The process is gone: one event for every thread on it."""
+        if self.lost is not None or self._closing:
+            return
+        self.lost = error
+        clients = list(self._threads.values())
+        self._threads.clear()
+        log.error("the shared Codex app-server failed (%d thread(s) on it): %s", len(clients), error.message)
+        self._fail_pending(ConnectionLost(error, returncode))
+        for client in clients:
+            try:
+                client.on_connection_lost(error, returncode)
+            except Exception:
+                log.exception("a thread of the app-server failed to take the news of its end")
+        if self._on_lost is not None:
+            self._on_lost(self)
+
+    def _fail_pending(self, error: Exception) -> None:
+        for future in self._rpc.values():
+            if not future.done():
+                future.set_exception(error)

@@ -1,0 +1,173 @@
+"""A local OTLP/HTTP receiver: Codex's exports in, one JSONL record per export out.
+
+:class:`OtlpReceiver` listens on 127.0.0.1 (loopback only) and answers ``POST /v1/logs``,
+``/v1/traces`` and ``/v1/metrics`` with the OTLP/HTTP success response in the request's own
+encoding (``application/json`` or ``application/x-protobuf``, gzip or deflate allowed), after the
+decoded payload (:mod:`coven_codex.traces.records`) has been written by its sink (a
+:class:`~coven_codex.traces.writer.JsonlWriter`, or the daemon's
+:class:`~coven_codex.traces.routing.ThreadRouter`). What it cannot use it refuses and keeps serving:
+
+- a body over ``max_body`` bytes: ``413``, and the connection is closed without reading it;
+- a payload that does not decode: ``400``; an unknown ``Content-Type``/``Content-Encoding``: ``415``;
+- another path: ``404``; another method: ``405``; something that is not HTTP: the connection is closed.
+
+Refusals are logged once per kind (the first one, with a short reason), and counted; the counts are
+logged once more when the receiver stops. Leaving ``async with`` closes every connection and
+flushes and fsyncs the file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import zlib
+from collections import Counter
+from types import TracebackType
+from typing import Self
+
+from coven_codex import http11
+from coven_codex.traces.records import SIGNALS, PayloadError, decode_payload, encoding_of, make_record
+from coven_codex.traces.writer import RecordSink
+
+log = logging.getLogger(__name__)
+
+HOST = "127.0.0.1"
+MAX_BODY_BYTES = 64 * 2**20
+"""Larger than any export seen: 0.169.0's spans for one short run are about 1 MB as JSON."""
+CLOSE_WAIT = 2.0
+_REASON_CHARS = 160
+
+
+class OtlpReceiver:
+    """Serve OTLP/HTTP on ``127.0.0.1:port`` (0: any free port) and write every export to ``sink``."""
+
+    def __init__(self, sink: RecordSink, *, port: int = 0, max_body: int = MAX_BODY_BYTES) -> None:
+        self.sink = sink
+        self.max_body = max_body
+        self.accepted: Counter[str] = Counter()
+        self.refused: Counter[int] = Counter()
+        self._requested_port = port
+        self._server: asyncio.Server | None = None
+        self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self._write_lock = asyncio.Lock()
+
+    @property
+    def port(self) -> int:
+        """The port listened on (known once started)."""
+        if self._server is None:
+            raise RuntimeError("the OTLP receiver is not started")
+        port: int = self._server.sockets[0].getsockname()[1]
+        return port
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT``; the signals are under ``/v1/``."""
+        return f"http://{HOST}:{self.port}"
+
+    async def __aenter__(self) -> Self:
+        try:
+            self._server = await asyncio.start_server(self._serve, HOST, self._requested_port)
+        except OSError as exc:
+            raise OSError(
+                f"cannot listen for OpenTelemetry data on {HOST}:{self._requested_port} ({exc.strerror}); "
+                "pick another --otel-port, or 0 for any free port"
+            ) from None
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop listening, end every connection (bounded by :data:`CLOSE_WAIT`), flush the file."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()
+        for stream in self._connections.values():
+            stream.close()
+        tasks = list(self._connections)
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=CLOSE_WAIT)
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending)
+        if server is not None:
+            await server.wait_closed()
+        await asyncio.to_thread(self.sink.close)
+        if self.refused:
+            shown = ", ".join(f"{count} with {status}" for status, count in sorted(self.refused.items()))
+            log.warning("the OTLP receiver refused %d payload(s): %s", self.refused.total(), shown)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections[task] = writer
+        try:
+            while True:
+                try:
+                    request = await http11.read_request(reader, writer, max_body=self.max_body)
+                except http11.BodyTooLargeError as exc:
+                    await self._answer(writer, 413, f"payload too large: {exc}", keep_alive=False)
+                    return
+                except (http11.HttpProtocolError, asyncio.IncompleteReadError, ValueError) as exc:
+                    self._refuse(400, f"not HTTP/1.1: {exc}")
+                    return
+                if request is None:
+                    return
+                keep_alive = await self._handle(request, writer)
+                if not keep_alive:
+                    return
+        except (ConnectionError, OSError):
+            return
+        finally:
+            self._connections.pop(task, None)
+            writer.close()
+            with contextlib.suppress(ConnectionError, OSError):
+                await writer.wait_closed()
+
+    async def _handle(self, request: http11.HttpRequest, writer: asyncio.StreamWriter) -> bool:
+        keep = request.keep_alive
+        signal = SIGNALS.get(request.target.split("?", 1)[0])
+        if signal is None:
+            return await self._answer(writer, 404, f"no OTLP signal at {request.target[:80]}", keep_alive=keep)
+        if request.method != "POST":
+            return await self._answer(writer, 405, f"{request.method} is not POST", keep_alive=keep)
+        encoding = encoding_of(request.headers.get("content-type", ""))
+        if encoding is None:
+            shown = request.headers.get("content-type", "(none)")[:80]
+            return await self._answer(writer, 415, f"unsupported Content-Type {shown}", keep_alive=keep)
+        try:
+            body = http11.decode_body(request.body, request.headers.get("content-encoding", ""))
+        except http11.UnsupportedEncodingError as exc:
+            return await self._answer(writer, 415, f"unsupported Content-Encoding {str(exc)[:40]}", keep_alive=keep)
+        except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+            return await self._answer(writer, 400, f"body does not decompress: {exc}", keep_alive=keep)
+        if len(body) > self.max_body:
+            return await self._answer(writer, 413, f"payload over {self.max_body} bytes decompressed", keep_alive=False)
+        try:
+            payload = decode_payload(signal, encoding, body)
+        except PayloadError as exc:
+            return await self._answer(writer, 400, str(exc), keep_alive=keep)
+        record = make_record(signal, encoding, payload)
+        async with self._write_lock:
+            await asyncio.to_thread(self.sink.write, record)
+        self.accepted[signal] += 1
+        success = (b"", "application/x-protobuf") if encoding == "protobuf" else (b"{}", "application/json")
+        writer.write(http11.full_response(200, success[0], success[1], keep_alive=keep))
+        await writer.drain()
+        return keep
+
+    async def _answer(self, writer: asyncio.StreamWriter, status: int, reason: str, *, keep_alive: bool) -> bool:
+        self._refuse(status, reason)
+        body = reason[:_REASON_CHARS].encode("utf-8", "replace")
+        writer.write(http11.full_response(status, body, "text/plain; charset=utf-8", keep_alive=keep_alive))
+        await writer.drain()
+        return keep_alive
+
+    def _refuse(self, status: int, reason: str) -> None:
+        if not self.refused[status]:
+            log.warning("the OTLP receiver refused a payload (%d: %s)", status, reason[:_REASON_CHARS])
+        self.refused[status] += 1

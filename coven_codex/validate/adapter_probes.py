@@ -1,0 +1,94 @@
+"""Probes of each chat adapter configured in ``coven.toml`` (``[adapters.<name>]``, docs/adapters.md).
+
+For every configured adapter, three checks: its library is importable (the pip extra is
+installed), its tokens are present and well-formed (never printed), and its allow-lists let
+somebody in. The adapter itself runs the same checks at start-up
+(:mod:`coven_codex.adapters.kit.config`), so ``validate`` refuses what the adapter would refuse.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+from pathlib import Path
+
+from coven_codex.adapters.kit.config import AdapterConfigError, AdapterSection
+from coven_codex.settings import Settings
+from coven_codex.validate.framework import Probe, ProbeContext, ProbeFunction, ProbeResult
+
+
+def _library(section: AdapterSection) -> ProbeFunction:
+    async def probe(context: ProbeContext) -> ProbeResult:
+        """Whether the adapter's library imports."""
+        try:
+            await asyncio.to_thread(importlib.import_module, section.LIBRARY)
+        except ImportError as exc:
+            return ProbeResult.fail(
+                f"{section.LIBRARY} cannot be imported ({type(exc).__name__}: {str(exc)[:200]})",
+                f"Install the adapter's extra: pip install 'coven-codex[{section.EXTRA}]'.",
+            )
+        return ProbeResult.ok(f"{section.LIBRARY} imports")
+
+    return probe
+
+
+def _tokens(section: AdapterSection) -> ProbeFunction:
+    async def probe(context: ProbeContext) -> ProbeResult:
+        """Whether every token the adapter needs is present and well-formed."""
+        try:
+            secrets = section.load_secrets(dict(os.environ))
+        except AdapterConfigError as exc:
+            return ProbeResult.fail(str(exc), "Set the token as the message says, then run validate again.")
+        loose = [
+            f"{kind}_file {where}"
+            for kind in secrets
+            for how, where in [section.secret_source(kind)]
+            if how == "file" and _readable_by_others(Path(where))
+        ]
+        if loose:
+            return ProbeResult.warn(
+                f"present and well-formed, but other users of this machine may read {', '.join(loose)}",
+                "chmod 600 the file (or 640 with a group only the service's user is in).",
+            )
+        sources = ", ".join(
+            f"{kind} from {'$' if how == 'env' else ''}{where}"
+            for kind in secrets
+            for how, where in [section.secret_source(kind)]
+        )
+        return ProbeResult.ok(f"present and well-formed: {sources}")
+
+    return probe
+
+
+def _readable_by_others(path: Path) -> bool:
+    try:
+        return bool(path.stat().st_mode & 0o007)
+    except OSError:
+        return False
+
+
+def _access(section: AdapterSection) -> ProbeFunction:
+    async def probe(context: ProbeContext) -> ProbeResult:
+        """Whether the allow-lists let somebody in."""
+        problems = section.access_problems()
+        if problems:
+            return ProbeResult.fail(
+                "; ".join(problems), "List the ids in coven.toml (docs/adapters.md says where to find them)."
+            )
+        return ProbeResult.ok(section.access_policy().describe())
+
+    return probe
+
+
+def adapter_plan(settings: Settings) -> tuple[Probe, ...]:
+    """The probes of every adapter configured in ``settings`` (none when ``[adapters]`` is absent)."""
+    probes: list[Probe] = []
+    for section in settings.adapters.configured():
+        name = section.PLATFORM
+        probes += [
+            Probe(f"{name}_library", f"{name} adapter: {section.LIBRARY} importable", _library(section), timeout=20),
+            Probe(f"{name}_tokens", f"{name} adapter: tokens present and well-formed", _tokens(section), timeout=5),
+            Probe(f"{name}_access", f"{name} adapter: allow-lists let somebody in", _access(section), timeout=1),
+        ]
+    return tuple(probes)

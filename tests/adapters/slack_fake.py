@@ -1,0 +1,528 @@
+"""A fake Slack for the tests: a real local HTTP server answering the Web API the way Slack does,
+and a WebSocket endpoint speaking Socket Mode's envelope protocol.
+
+Built from Slack's published API reference: methods answer ``{"ok": true, ...}`` or ``{"ok": false,
+"error": "..."}``; the bot token comes as ``Authorization: Bearer xoxb-...`` (the app-level token for
+``apps.connections.open``); ``chat.postMessage`` keeps ``metadata`` (``event_type``,
+``event_payload``), returned by ``conversations.replies``/``history`` with ``include_all_metadata``;
+section blocks over 3,000 characters are ``invalid_blocks``; a rate-limited call is HTTP 429 with
+``Retry-After`` and ``{"ok": false, "error": "ratelimited"}``; pagination is by
+``response_metadata.next_cursor``. ``apps.connections.open`` hands out this server's WebSocket URL;
+there the fake sends ``hello`` and then envelopes (``events_api``, ``interactive``,
+``slash_commands``) and waits for each ``envelope_id`` to be acknowledged; ``events_api`` envelopes
+not acknowledged within :data:`RETRY_SECONDS` are sent again (``retry_attempt`` + 1), as Slack does.
+
+Everything the bot does is recorded (:attr:`FakeSlack.operations`); :meth:`FakeSlack.shown` gives
+what a user sees now. Nothing here talks to the internet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+BOT_TOKEN = "xoxb-1111111111-2222222222-FakeFakeFakeFake00"
+APP_TOKEN = "xapp-1-AFAKE-3333333333-fakefakefakefakefake00"
+SIGNING_SECRET = "0123456789abcdef0123456789abcdef"
+TEAM = "TFAKE"
+BOT_USER = "UBOT"
+BOT_ID = "BBOT"
+APP_ID = "AFAKE"
+RETRY_SECONDS = 3.0
+SECTION_LIMIT = 3000
+WRITE_METHODS = frozenset({"chat.postMessage", "chat.update", "chat.delete"})
+
+
+@dataclass
+class Envelope:
+    """A Socket Mode envelope waiting for its acknowledgement."""
+
+    id: str
+    type: str
+    payload: dict[str, Any]
+    attempts: int = 0
+    sent_at: float = float("-inf")
+
+
+@dataclass
+class FakeSlack:
+    """The fake workspace: channels, users, user groups, files, messages, and the record of the bot's calls."""
+
+    users: dict[str, str] = field(default_factory=lambda: {"UANN": "ann", "UBOB": "bob", "USTRANGER": "stranger"})
+    usergroups: dict[str, list[str]] = field(default_factory=dict)
+    channels: set[str] = field(default_factory=lambda: {"CGENERAL", "CRANDOM", "DANN"})
+    messages: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    operations: list[dict[str, Any]] = field(default_factory=list)
+    files: dict[str, tuple[bytes, str, str]] = field(default_factory=dict)
+    acks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    burst: int = 0
+    """The next ``burst`` write calls are answered 429."""
+    rate_limit_every: int = 0
+    """Every n-th write call is answered 429 (0: never)."""
+    retry_after: str = "1"
+    after_write: Callable[[str], None] | None = None
+    """Called after a post or update is recorded, before the answer is sent (the tests' kill -9 hook)."""
+    limited: int = 0
+    drop_answers: int = 0
+    """The next ``drop_answers`` posts are recorded, then their connection is cut before the answer."""
+    url: str = ""
+
+    def __post_init__(self) -> None:
+        self._clock = itertools.count(1)
+        self._writes = 0
+        self._pending: dict[str, Envelope] = {}
+        self._sockets: list[web.WebSocketResponse] = []
+        self._runner: web.AppRunner | None = None
+        self._resender: asyncio.Task[None] | None = None
+        self._connected = asyncio.Event()
+
+    # ------------------------------------------------------------------ server
+
+    async def start(self) -> str:
+        """Listen on a free local port; the Web API base URL (``http://127.0.0.1:PORT/api/``)."""
+        app = web.Application(client_max_size=8 * 1024 * 1024)
+        app.router.add_route("*", "/api/{method}", self._api)
+        app.router.add_get("/socket", self._socket)
+        app.router.add_get("/files-pri/{id}/{name}", self._file)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}"
+        self._resender = asyncio.create_task(self._resend())
+        return f"{self.url}/api/"
+
+    async def stop(self) -> None:
+        """Close every connection and the server."""
+        if self._resender is not None:
+            self._resender.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._resender
+        for socket in list(self._sockets):
+            await socket.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def _ts(self) -> str:
+        n = next(self._clock)
+        return f"{1700000000 + n}.{n:06d}"
+
+    # ------------------------------------------------------------------ Web API
+
+    async def _api(self, request: web.Request) -> web.StreamResponse:
+        method = request.match_info["method"]
+        arguments: dict[str, Any] = dict(request.query)
+        if request.method == "POST" and request.can_read_body:
+            if request.content_type == "application/json":
+                arguments.update(await request.json())
+            else:
+                arguments.update(dict(await request.post()))
+        token = request.headers.get("Authorization", "").removeprefix("Bearer ")
+        expected = APP_TOKEN if method == "apps.connections.open" else BOT_TOKEN
+        if token != expected:
+            return web.json_response({"ok": False, "error": "invalid_auth"})
+        if method in WRITE_METHODS:
+            self._writes += 1
+            if self.burst > 0 or (self.rate_limit_every and self._writes % self.rate_limit_every == 0):
+                self.burst = max(0, self.burst - 1)
+                self.limited += 1
+                return web.json_response(
+                    {"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": self.retry_after}
+                )
+        handler = getattr(self, "_" + method.replace(".", "_"), None)
+        if handler is None:
+            return web.json_response({"ok": False, "error": "unknown_method"})
+        answer: dict[str, Any] = handler(arguments)
+        if answer.get("ok") and method in ("chat.postMessage", "chat.update") and self.after_write is not None:
+            self.after_write(method)
+        if answer.get("ok") and method == "chat.postMessage" and self.drop_answers > 0 and request.transport:
+            self.drop_answers -= 1
+            request.transport.abort()  # the post is made; the bot never hears so
+        return web.json_response(answer)
+
+    def _auth_test(self, _: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "ok": True,
+            "url": "https://fake.slack.com/",
+            "team": "Fake",
+            "user": "codex",
+            "team_id": TEAM,
+            "user_id": BOT_USER,
+            "bot_id": BOT_ID,
+        }
+
+    def _apps_connections_open(self, _: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": True, "url": self.url.replace("http://", "ws://") + f"/socket?ticket={uuid.uuid4()}"}
+
+    def _users_info(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        user = str(arguments.get("user"))
+        if user not in self.users:
+            return {"ok": False, "error": "user_not_found"}
+        name = self.users[user]
+        return {
+            "ok": True,
+            "user": {"id": user, "name": name, "real_name": name.title(), "profile": {"display_name": name}},
+        }
+
+    def _usergroups_users_list(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        group = str(arguments.get("usergroup"))
+        if group not in self.usergroups:
+            return {"ok": False, "error": "no_such_subteam"}
+        return {"ok": True, "users": self.usergroups[group]}
+
+    @staticmethod
+    def _blocks_problem(arguments: dict[str, Any]) -> str | None:
+        blocks = arguments.get("blocks")
+        if isinstance(blocks, str):
+            blocks = json.loads(blocks)
+        if len(str(arguments.get("text") or "")) > 40000:
+            return "msg_too_long"
+        if blocks is None:
+            return None if arguments.get("text") else "no_text"
+        if not isinstance(blocks, list) or len(blocks) > 50:
+            return "invalid_blocks"
+        for block in blocks:
+            if block.get("type") == "section" and len(block["text"]["text"]) > SECTION_LIMIT:
+                return "invalid_blocks"
+            if block.get("type") == "actions" and not 1 <= len(block.get("elements", [])) <= 25:
+                return "invalid_blocks"
+        return None
+
+    def _chat_postMessage(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        channel = str(arguments.get("channel"))
+        if channel not in self.channels:
+            return {"ok": False, "error": "channel_not_found"}
+        problem = self._blocks_problem(arguments)
+        if problem:
+            return {"ok": False, "error": problem}
+        ts = self._ts()
+        message: dict[str, Any] = {
+            "type": "message",
+            "ts": ts,
+            "user": BOT_USER,
+            "bot_id": BOT_ID,
+            "app_id": APP_ID,
+            "text": arguments.get("text", ""),
+            "blocks": _decoded(arguments.get("blocks")),
+        }
+        if arguments.get("thread_ts"):
+            message["thread_ts"] = str(arguments["thread_ts"])
+        metadata = _decoded(arguments.get("metadata"))
+        if metadata:
+            message["metadata"] = metadata
+        self.messages.setdefault(channel, {})[ts] = message
+        self.operations.append({"op": "post", "channel": channel, "ts": ts, "message": dict(message)})
+        return {"ok": True, "channel": channel, "ts": ts, "message": message}
+
+    def _chat_update(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        channel, ts = str(arguments.get("channel")), str(arguments.get("ts"))
+        message = self.messages.get(channel, {}).get(ts)
+        if message is None:
+            return {"ok": False, "error": "message_not_found"}
+        if message.get("bot_id") != BOT_ID:
+            return {"ok": False, "error": "cant_update_message"}
+        problem = self._blocks_problem(arguments)
+        if problem:
+            return {"ok": False, "error": problem}
+        message.update(text=arguments.get("text", ""), blocks=_decoded(arguments.get("blocks")))
+        self.operations.append({"op": "update", "channel": channel, "ts": ts, "message": dict(message)})
+        return {"ok": True, "channel": channel, "ts": ts, "text": message["text"]}
+
+    def _chat_delete(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        channel, ts = str(arguments.get("channel")), str(arguments.get("ts"))
+        if self.messages.get(channel, {}).pop(ts, None) is None:
+            return {"ok": False, "error": "message_not_found"}
+        self.operations.append({"op": "delete", "channel": channel, "ts": ts})
+        return {"ok": True, "channel": channel, "ts": ts}
+
+    def _page(self, messages: list[dict[str, Any]], arguments: dict[str, Any]) -> dict[str, Any]:
+        limit = min(int(arguments.get("limit") or 100), 1000)
+        start = int(str(arguments.get("cursor") or "offset:0").split(":")[1])
+        page = messages[start : start + limit]
+        if str(arguments.get("include_all_metadata")) not in ("1", "true", "True"):
+            page = [{k: v for k, v in m.items() if k != "metadata"} for m in page]
+        more = start + limit < len(messages)
+        return {
+            "ok": True,
+            "messages": page,
+            "has_more": more,
+            "response_metadata": {"next_cursor": f"offset:{start + limit}" if more else ""},
+        }
+
+    def _conversations_replies(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        channel, thread = str(arguments.get("channel")), str(arguments.get("ts"))
+        if channel not in self.channels:
+            return {"ok": False, "error": "channel_not_found"}
+        stored = self.messages.get(channel, {})
+        if thread not in stored:
+            return {"ok": False, "error": "thread_not_found"}
+        replies = sorted((m for m in stored.values() if m["ts"] == thread or m.get("thread_ts") == thread), key=_ts_key)
+        return self._page(replies, arguments)
+
+    def _conversations_history(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        channel = str(arguments.get("channel"))
+        if channel not in self.channels:
+            return {"ok": False, "error": "channel_not_found"}
+        top = [m for m in self.messages.get(channel, {}).values() if m.get("thread_ts", m["ts"]) == m["ts"]]
+        return self._page(sorted(top, key=_ts_key, reverse=True), arguments)
+
+    async def _file(self, request: web.Request) -> web.StreamResponse:
+        if request.headers.get("Authorization") != f"Bearer {BOT_TOKEN}":
+            return web.Response(status=403, text="sign in")
+        stored = self.files.get(request.match_info["id"])
+        if stored is None:
+            return web.Response(status=404)
+        return web.Response(body=stored[0], content_type=stored[1])
+
+    # ------------------------------------------------------------------ Socket Mode
+
+    async def _socket(self, request: web.Request) -> web.StreamResponse:
+        socket = web.WebSocketResponse(autoping=True)
+        await socket.prepare(request)
+        await socket.send_json(
+            {
+                "type": "hello",
+                "num_connections": 1,
+                "debug_info": {"host": "fake"},
+                "connection_info": {"app_id": APP_ID},
+            }
+        )
+        self._sockets.append(socket)
+        self._connected.set()
+        for envelope in list(self._pending.values()):
+            await self._send(envelope)
+        try:
+            async for frame in socket:
+                if frame.type == WSMsgType.TEXT:
+                    answer = json.loads(frame.data)
+                    envelope_id = answer.get("envelope_id")
+                    if envelope_id in self._pending:
+                        del self._pending[envelope_id]
+                        self.acks[envelope_id] = answer.get("payload") or {}
+        finally:
+            self._sockets.remove(socket)
+            if not self._sockets:
+                self._connected.clear()
+        return socket
+
+    async def _send(self, envelope: Envelope) -> None:
+        live = [socket for socket in self._sockets if not socket.closed]
+        if not live:
+            return
+        envelope.attempts += 1
+        envelope.sent_at = time.monotonic()
+        frame = {
+            "envelope_id": envelope.id,
+            "type": envelope.type,
+            "payload": envelope.payload,
+            "accepts_response_payload": envelope.type != "events_api",
+            "retry_attempt": envelope.attempts - 1,
+            "retry_reason": "timeout" if envelope.attempts > 1 else "",
+        }
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await live[-1].send_json(frame)
+
+    async def _resend(self) -> None:
+        while True:
+            await asyncio.sleep(0.5)
+            now = time.monotonic()
+            for envelope in list(self._pending.values()):
+                if envelope.type == "events_api" and now - envelope.sent_at >= RETRY_SECONDS and envelope.attempts < 20:
+                    await self._send(envelope)
+
+    async def deliver(self, kind: str, payload: dict[str, Any]) -> str:
+        """Send an envelope (now, or when the app connects); its id. ``events_api`` is retried until acked."""
+        envelope = Envelope(str(uuid.uuid4()), kind, payload)
+        if kind == "events_api":
+            self._pending[envelope.id] = envelope
+            await self._send(envelope)
+            return envelope.id
+        async with asyncio.timeout(30):
+            await self._connected.wait()
+        self._pending[envelope.id] = envelope
+        await self._send(envelope)
+        return envelope.id
+
+    async def acked(self, envelope_id: str, timeout: float = 20) -> dict[str, Any]:
+        """The acknowledgement's payload of an envelope, once it came."""
+        async with asyncio.timeout(timeout):
+            while envelope_id not in self.acks:
+                await asyncio.sleep(0.02)
+        return self.acks[envelope_id]
+
+    # ------------------------------------------------------------------ users' side
+
+    def user_message(
+        self, channel: str, user: str, text: str, thread: str = "", files: list[dict[str, Any]] | None = None
+    ) -> dict[str, Any]:
+        """Store a user's message as Slack would and return the event for it."""
+        ts = self._ts()
+        message: dict[str, Any] = {"type": "message", "ts": ts, "user": user, "text": text, "team": TEAM}
+        if thread:
+            message["thread_ts"] = thread
+        if files:
+            message["files"] = files
+        self.messages.setdefault(channel, {})[ts] = message
+        return {**message, "channel": channel, "event_ts": ts}
+
+    async def mention(
+        self, channel: str, user: str, text: str, thread: str = "", files: list[dict[str, Any]] | None = None
+    ) -> str:
+        """A user writes ``<@UBOT> text`` in ``channel`` (in ``thread``, or at the top level); the message ts."""
+        event = self.user_message(channel, user, f"<@{BOT_USER}> {text}", thread, files)
+        event["type"] = "app_mention"
+        await self.deliver("events_api", _callback(event))
+        return str(event["ts"])
+
+    async def direct(self, channel: str, user: str, text: str, files: list[dict[str, Any]] | None = None) -> str:
+        """A user writes ``text`` in their DM with the bot; the message ts."""
+        event = self.user_message(channel, user, text, "", files)
+        event["channel_type"] = "im"
+        if files:
+            event["subtype"] = "file_share"
+        await self.deliver("events_api", _callback(event))
+        return str(event["ts"])
+
+    async def press(
+        self, channel: str, user: str, value: str, message_ts: str, thread: str, *, action_id: str = "coven:0"
+    ) -> str:
+        """A user presses the button whose value is ``value`` under ``message_ts``; the envelope id."""
+        message = self.messages.get(channel, {}).get(message_ts, {"ts": message_ts})
+        payload = {
+            "type": "block_actions",
+            "user": {
+                "id": user,
+                "username": self.users.get(user, user),
+                "name": self.users.get(user, user),
+                "team_id": TEAM,
+            },
+            "api_app_id": APP_ID,
+            "token": "legacy-verification-token",
+            "container": {
+                "type": "message",
+                "message_ts": message_ts,
+                "channel_id": channel,
+                "is_ephemeral": False,
+                "thread_ts": thread,
+            },
+            "trigger_id": "1.2.3",
+            "team": {"id": TEAM, "domain": "fake"},
+            "channel": {"id": channel, "name": channel.lower()},
+            "message": message,
+            "response_url": f"{self.url}/response",
+            "actions": [
+                {
+                    "action_id": action_id,
+                    "block_id": "coven_actions",
+                    "value": value,
+                    "type": "button",
+                    "text": {"type": "plain_text", "text": value},
+                    "action_ts": self._ts(),
+                }
+            ],
+        }
+        return await self.deliver("interactive", payload)
+
+    async def slash(self, channel: str, user: str, text: str, command: str = "/codex") -> str:
+        """A user runs ``/codex text`` in ``channel``; the envelope id."""
+        payload = {
+            "token": "legacy-verification-token",
+            "team_id": TEAM,
+            "team_domain": "fake",
+            "channel_id": channel,
+            "channel_name": channel.lower(),
+            "user_id": user,
+            "user_name": self.users.get(user, user),
+            "command": command,
+            "text": text,
+            "api_app_id": APP_ID,
+            "is_enterprise_install": "false",
+            "response_url": f"{self.url}/response",
+            "trigger_id": "1.2.3",
+        }
+        return await self.deliver("slash_commands", payload)
+
+    def add_file(self, data: bytes, mimetype: str, name: str) -> dict[str, Any]:
+        """Upload a file as a user would; its file object as events carry it."""
+        file_id = f"F{len(self.files) + 1:08d}"
+        self.files[file_id] = (data, mimetype, name)
+        return {
+            "id": file_id,
+            "name": name,
+            "mimetype": mimetype,
+            "size": len(data),
+            "url_private": f"{self.url}/files-pri/{file_id}/{name}",
+            "url_private_download": f"{self.url}/files-pri/{file_id}/{name}",
+        }
+
+    # ------------------------------------------------------------------ what users see
+
+    def bot_messages(self, channel: str | None = None) -> list[dict[str, Any]]:
+        """The bot's messages now, oldest first."""
+        found = [
+            (name, m)
+            for name, stored in self.messages.items()
+            if channel is None or name == channel
+            for m in stored.values()
+            if m.get("bot_id") == BOT_ID
+        ]
+        return [dict(m, channel=name) for name, m in sorted(found, key=lambda item: _ts_key(item[1]))]
+
+
+def text_of(message: dict[str, Any]) -> str:
+    """What a user reads: the message's section blocks (else its text)."""
+    sections = [b["text"]["text"] for b in message.get("blocks") or [] if b.get("type") == "section"]
+    return "\n".join(sections) if sections else str(message.get("text") or "")
+
+
+def actions_of(message: dict[str, Any]) -> tuple[str, ...]:
+    """The values of the message's buttons."""
+    return tuple(
+        str(element.get("value"))
+        for block in message.get("blocks") or []
+        if block.get("type") == "actions"
+        for element in block.get("elements", [])
+    )
+
+
+def _callback(event: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "token": "legacy-verification-token",
+        "team_id": TEAM,
+        "api_app_id": APP_ID,
+        "event": event,
+        "type": "event_callback",
+        "event_id": f"Ev{uuid.uuid4().hex[:10].upper()}",
+        "event_time": int(time.time()),
+        "authorizations": [
+            {
+                "enterprise_id": None,
+                "team_id": TEAM,
+                "user_id": BOT_USER,
+                "is_bot": True,
+                "is_enterprise_install": False,
+            }
+        ],
+    }
+
+
+def _decoded(value: Any) -> Any:
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            return json.loads(value)
+    return value
+
+
+def _ts_key(message: dict[str, Any]) -> tuple[int, int]:
+    seconds, _, fraction = str(message["ts"]).partition(".")
+    return int(seconds), int(fraction or 0)
