@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from coven_codex.entries import TokenUsage
+
 COMMANDS = ("cancel", "new", "status", "approve", "deny", "help")
 
 HELP = """commands:
@@ -55,13 +57,37 @@ class ConversationState:
     running: bool = False
     queued: int = 0
     thread_id: str | None = None
-    usage: object = None
+    usage: TokenUsage | None = None
+    """The ``usage`` of the last turn end that carried one."""
     pending_approvals: list[str] = field(default_factory=list)
 
     def describe(self) -> str:
         """The ``status`` reply."""
-        usage = self.usage if self.usage is not None else "not reported"
+        usage = format_usage(self.usage) if self.usage is not None else "not reported"
         return (
             f"{'running' if self.running else 'idle'}; queued messages: {self.queued}; "
             f"thread: {self.thread_id or 'none yet'}; last turn's token usage: {usage}"
         )
+
+
+def format_usage(usage: TokenUsage) -> str:
+    """``usage`` for people: ``"1,234 tokens (1,000 in, 200 of them cached; 234 out, 50 of them
+    reasoning)"``; counts Codex did not report are left out (the total is the sum of input and
+    output when Codex gives none)."""
+    total = usage.total_tokens
+    if total is None and usage.input_tokens is not None and usage.output_tokens is not None:
+        total = usage.input_tokens + usage.output_tokens
+    parts: list[str] = []
+    for count, label, part, part_label in (
+        (usage.input_tokens, "in", usage.cached_input_tokens, "cached"),
+        (usage.output_tokens, "out", usage.reasoning_output_tokens, "reasoning"),
+    ):
+        if count is None:
+            continue
+        text = f"{count:,} {label}"
+        if part is not None and part > 0:
+            text += f", {part:,} of them {part_label}"
+        parts.append(text)
+    if total is None:
+        return "; ".join(parts) if parts else "not reported"
+    return f"{total:,} tokens ({'; '.join(parts)})" if parts else f"{total:,} tokens"

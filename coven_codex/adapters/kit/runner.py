@@ -63,6 +63,8 @@ log = logging.getLogger(__name__)
 MAX_RETRY_AFTER = 300.0
 """The longest single wait for a platform's rate limit; longer requests wait this long, then retry."""
 TURN_ENDS = frozenset({"turn_completed", "turn_aborted", "turn_failed"})
+SESSION_RESET = "session_reset"
+"""The daemon's answer to a ``reset``: the thread it names has ended."""
 ORIGIN_FIELD = "origin"
 """Extra field the runner puts on the entries it appends: ``<adapter name>``."""
 
@@ -300,13 +302,15 @@ class AdapterRunner:
             case ThoughtEntry():
                 state.queued += 1
             case StatusEntry():
-                state.thread_id = entry.thread_id or state.thread_id
+                if entry.state != SESSION_RESET:
+                    state.thread_id = entry.thread_id or state.thread_id
                 if entry.state == "turn_started":
                     state.running, state.queued = True, max(0, state.queued - 1)
                 elif entry.state in TURN_ENDS:
                     state.running = False
-                    usage = getattr(entry, "usage", None)
-                    state.usage = usage if usage is not None else state.usage
+                    state.usage = entry.usage if entry.usage is not None else state.usage
+                elif entry.state == SESSION_RESET:  # (its thread_id names the thread that ended)
+                    state.thread_id = None
             case ResponseEntry():
                 state.thread_id = entry.thread_id or state.thread_id
             case ApprovalRequestEntry():
