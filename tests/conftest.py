@@ -49,6 +49,16 @@ def _private_state_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: p
 
 
 @pytest.fixture(autouse=True)
+def _private_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``HOME`` is an empty temp dir (a test that needs its own sets it after this), so the shell
+    snapshot Codex takes (``bash -lc``) sources none of the developer's dotfiles. The real
+    ``~/.bashrc`` here runs ``pyenv rehash``, which holds a lock file while it works: the crash
+    tests kill Codex trees mid-snapshot, the lock stayed behind, and every later shell waited
+    60 s on it (orphaned ``pyenv-rehash`` loops, and a broken pyenv for the developer)."""
+    monkeypatch.setenv("HOME", str(tmp_path_factory.mktemp("home")))
+
+
+@pytest.fixture(autouse=True)
 def _no_leaked_processes() -> object:
     """Every test must end every process it started (checked with psutil)."""
     import psutil
