@@ -124,6 +124,12 @@ class LinkMaker:
         """The app-server takes ``https`` images; ``codex exec`` only files."""
         return self.driver == "app-server"
 
+    @property
+    def takes_images(self) -> bool:
+        """Only the app-server driver takes images: Codex 0.47's ``exec --image … resume <thread> -``
+        sent the image without the thought's text (seen with the real CLI), so exec refuses them."""
+        return self.driver == "app-server"
+
     def __call__(self, conversation: str) -> CodexLink:
         def make(sink: EventSink) -> CodexDriver:
             return create_driver(

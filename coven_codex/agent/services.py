@@ -52,6 +52,11 @@ class LinkFactory(Protocol):
         """The driver takes ``https`` images (else files only)."""
         ...
 
+    @property
+    def takes_images(self) -> bool:
+        """The driver passes a thought's images to Codex (else a thought with images is refused)."""
+        ...
+
     def __call__(self, conversation: str) -> CodexLink: ...
 
     async def aclose(self) -> None:

@@ -314,6 +314,13 @@ class Session:
 
     async def _take_thought(self, thought: PendingThought) -> None:
         """Queue ``thought``, its attachments checked first: one that cannot go to Codex refuses it."""
+        if thought.attachments and not self._svc.make_link.takes_images:
+            await self._refuse_attachments(
+                thought,
+                # (Codex 0.47's `exec --image ... resume <thread> -` sent the image without the text)
+                "images need the app-server driver (Codex 0.169 or newer); this Codex runs on exec",
+            )
+            return
         if thought.attachments:
             journal = self._settings.journal
             try:

@@ -162,7 +162,7 @@ def _images(request: RecordedRequest) -> list[str]:
 
 
 async def test_an_attached_png_reaches_the_model_and_a_bad_attachment_is_refused(
-    codex_bin: Path, model_server: ScriptedModelServer, harness_factory: Factory
+    codex_bin: Path, codex_version: str, model_server: ScriptedModelServer, harness_factory: Factory
 ) -> None:
     h = harness_factory(codex_bin, model_server)
     folder = h.journal_path.parent / f"{h.journal_path.name}.attachments"
@@ -185,6 +185,20 @@ async def test_an_attached_png_reaches_the_model_and_a_bad_attachment_is_refused
             attachments=[Attachment(url=picture.as_uri(), media_type="image/png", name="pixel.png")],
         )
     )
+    if codex_version == "0.47.0":
+        # exec cannot take images: 0.47's `exec --image … resume <thread> -` sent the image without
+        # the thought's text, so the exec driver refuses a thought with images, once, saying why
+        entries = await h.wait_for(
+            lambda es: len([e for e in es if isinstance(e, ErrorEntry)]) == 2, what="the two refusals"
+        )
+        assert await h.stop(daemon) == 0
+        refused = {e.in_reply_to: e for e in entries if isinstance(e, ErrorEntry)}
+        assert set(refused) == {bad.entry.id, good.entry.id}
+        assert all(e.code == "REFUSED" for e in refused.values())
+        assert "app-server driver" in refused[good.entry.id].text
+        assert not requests_with(model_server, "bad picture")
+        assert not requests_with(model_server, "what is in this picture")
+        return
     # (0.169 wraps the image in text tags naming its file; the echo repeats them before the thought's text)
     entries = await h.wait_for(
         lambda es: any(r.endswith("what is in this picture") for r in replies(es)), what="the image reply"

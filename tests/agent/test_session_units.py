@@ -65,6 +65,7 @@ class FakeCodex:
     records_client_id: bool = True
     records_turn_end: bool = True
     image_urls: bool = False
+    takes_images: bool = True
     images: list[tuple[str, tuple[ImageInput, ...]]] = field(default_factory=list)
     """(thought id, images) of every hand-over that carried images."""
 
