@@ -16,6 +16,7 @@ import re
 import selectors
 import shlex
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -93,6 +94,13 @@ def test_the_readme_section_has_the_offline_recipe() -> None:
     assert "adapter" in commands[-1]
 
 
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 @pytest.mark.slow
 def test_a_new_user_gets_a_reply_offline_following_the_readme(clone: Path, tmp_path: Path) -> None:
     home = tmp_path / "home"
@@ -111,8 +119,10 @@ def test_a_new_user_gets_a_reply_offline_following_the_readme(clone: Path, tmp_p
                 name, _, value = command.removeprefix("export ").partition("=")
                 env[name] = value
             elif "coven-codex model-server" in command:
+                # the README's fixed port, made free: suites running at once on one machine clashed on it
+                serving = re.sub(r"--port \d+", f"--port {free_port()}", command)
                 server = subprocess.Popen(
-                    ["bash", "-c", f"exec {command}"],
+                    ["bash", "-c", f"exec {serving}"],
                     cwd=clone,
                     env=env,
                     stdout=subprocess.PIPE,
