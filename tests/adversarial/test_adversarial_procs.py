@@ -244,7 +244,7 @@ async def test_exec_turn_of_a_stopped_codex_ends_kill_grace_after_the_stream_idl
 BASHRC = """
 if [ -z "$COVEN_TEST_LOOP_STARTED" ]; then
   export COVEN_TEST_LOOP_STARTED=1
-  setsid env -i PATH="$PATH" /bin/sh -c 'while :; do sleep 0.1; done' </dev/null >/dev/null 2>&1 &
+  setsid env -i PATH="$PATH" /bin/sh -c 'while :; do sleep 0.1; done # LOOP_TAG' </dev/null >/dev/null 2>&1 &
   for i in 1 2 3; do sleep 0.1; done
 fi
 """
@@ -258,12 +258,15 @@ def parent_of(proc: psutil.Process) -> tuple[int, int | None]:
         return proc.pid, None
 
 
-def detached_loops() -> list[psutil.Process]:
-    """The `sh -c 'while ...'` loops the snapshot started (found by their command line)."""
+def detached_loops(tag: str) -> list[psutil.Process]:
+    """The `sh -c 'while ...'` loops this test's snapshots started, found by their command line,
+    which carries ``tag``: the same test of another suite running at once on the machine starts
+    loops just like them (seen: each of two suites took the other's loop for a survivor)."""
     found = []
     for proc in psutil.process_iter():
         with contextlib.suppress(psutil.Error):
-            if proc.status() != psutil.STATUS_ZOMBIE and "while :; do sleep 0.1; done" in " ".join(proc.cmdline()):
+            line = " ".join(proc.cmdline())
+            if proc.status() != psutil.STATUS_ZOMBIE and "while :; do sleep 0.1; done" in line and tag in line:
                 found.append(proc)
     return found
 
@@ -279,11 +282,12 @@ async def test_descendants_of_the_shell_snapshot_do_not_outlive_the_daemon_under
     # Before: the loop, reparented to init and without the marker, was never found and ran on.
     home = tmp_path / "home"
     home.mkdir()
-    (home / ".bashrc").write_text(BASHRC)
+    tag = f"coven-loop-{os.getpid()}-{time.monotonic_ns()}"
+    (home / ".bashrc").write_text(BASHRC.replace("LOOP_TAG", tag))
     (home / ".profile").write_text('[ -f "$HOME/.bashrc" ] && . "$HOME/.bashrc"\n')
     monkeypatch.setenv("HOME", str(home))  # the daemon and Codex inherit it
     h = harness_factory(codex_bin_169, model_server)  # 0.47 takes no shell snapshot
-    before = {p.pid for p in detached_loops()}
+    before = {p.pid for p in detached_loops(tag)}
     try:
         with cpu_load():
             for run in range(3):
@@ -293,16 +297,16 @@ async def test_descendants_of_the_shell_snapshot_do_not_outlive_the_daemon_under
                     lambda es, run=run: f"echo: hello {run}" in replies(es, "c"), what=f"reply {run}", timeout=120
                 )
                 started = time.monotonic()
-                while not [p for p in detached_loops() if p.pid not in before]:
+                while not [p for p in detached_loops(tag) if p.pid not in before]:
                     assert time.monotonic() - started < 30, "the shell snapshot never started its loop"
                     await asyncio.sleep(0.1)
                 code, _ = await timed_stop(h)
                 assert code == 0, daemon.log()[-3000:]
-                left = [p for p in detached_loops() if p.pid not in before]
+                left = [p for p in detached_loops(tag) if p.pid not in before]
                 assert not left, f"run {run}: survivors {[parent_of(p) for p in left]}\n{daemon.log()[-3000:]}"
                 assert not survivors(h.codex_home), f"run {run}"
     finally:
-        for proc in detached_loops():
+        for proc in detached_loops(tag):
             if proc.pid not in before:
                 with contextlib.suppress(psutil.Error):
                     proc.kill()
