@@ -329,7 +329,6 @@ def _sweep_outside_session(wait: float) -> list[int]:
                 doomed[process.pid] = process
         if not found or time.monotonic() >= deadline:
             break
-        time.sleep(SCAN_PAUSE)  # let the killed die before looking again (see _sweep_tree)
     while any(running(p) for p in doomed.values()) and time.monotonic() < deadline:
         time.sleep(SCAN_PAUSE)
     with contextlib.suppress(psutil.Error):
@@ -447,11 +446,8 @@ def _sweep_tree(token: str, sessions: set[int], since: float, wait: float) -> li
                 doomed[process.pid] = process
         if (not members and not unknown) or time.monotonic() >= deadline:
             break
-        # Members just killed need a moment to die (looking again at once would find them still
-        # running and spin, taking the CPU they need on a loaded machine); a process mid-exec
-        # has a readable environment a moment later. Children forked before a kill are found
-        # by the next look: a killed process forks no more.
-        time.sleep(SCAN_PAUSE)
+        if not members:
+            time.sleep(SCAN_PAUSE)  # a process mid-exec: its environment is readable in a moment
     while any(running(p) for p in doomed.values()) and time.monotonic() < deadline:
         time.sleep(SCAN_PAUSE)
     left = [pid for pid, p in doomed.items() if running(p)]
