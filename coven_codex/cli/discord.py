@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import signal
 import sys
 from pathlib import Path
 
-from coven_codex.adapters.kit.config import AdapterConfigError, DiscordSection, load_section
+from coven_codex.adapters.kit.config import AdapterConfigError, DiscordSection
 from coven_codex.adapters.kit.platform import PlatformError
 from coven_codex.adapters.kit.runner import cursor_name
+from coven_codex.cli.options import load_adapter_start
 
 HELP = "the Discord chat adapter on a journal ([adapters.discord] in coven.toml; the daemon must be running)"
 
@@ -44,21 +44,14 @@ def execute(args: argparse.Namespace) -> int:
             raise
         return _fail("discord.py is not installed; install the Discord extra: pip install 'coven-codex[discord]'")
     try:
-        section, journal = load_section("discord", args.config)
+        section, journal, secrets = load_adapter_start(
+            "discord",
+            args.config,
+            args.journal,
+            "Discord: Settings > Advanced > Developer Mode, then right-click > Copy ID",
+        )
         assert isinstance(section, DiscordSection)
-        journal = args.journal or journal
-        if journal is None:
-            return _fail(
-                f"no journal: set journal = ... in {args.config} (or in [adapters.discord]), or pass --journal"
-            )
-        if not journal.parent.is_dir():
-            return _fail(f"the journal's folder {journal.parent} does not exist; create it or fix the journal setting")
-        problems = section.access_problems()
-        if problems:
-            return _fail(
-                "; ".join(problems) + " (Discord: Settings > Advanced > Developer Mode, then right-click > Copy ID)"
-            )
-        token = section.load_secrets(dict(os.environ))["token"]
+        token = secrets["token"]
     except AdapterConfigError as exc:
         return _fail(str(exc))
     if args.api_base:

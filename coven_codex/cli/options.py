@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
+
+from coven_codex.adapters.kit.config import AdapterConfigError, AdapterSection, Secret, load_section
 
 SPELLS_HELP = "spell source MODULE:OBJECT (repeatable; replaces the `spells` list of coven.toml)"
 
@@ -10,3 +14,26 @@ SPELLS_HELP = "spell source MODULE:OBJECT (repeatable; replaces the `spells` lis
 def add_spells_option(parser: argparse.ArgumentParser, help_text: str = SPELLS_HELP) -> None:
     """``--spells``: repeatable and accumulating (``--spells a --spells b c`` gives ``[a, b, c]``)."""
     parser.add_argument("--spells", action="extend", nargs="+", default=None, metavar="MODULE:OBJECT", help=help_text)
+
+
+def load_adapter_start(
+    name: str, config: Path, journal: Path | None, ids_hint: str
+) -> tuple[AdapterSection, Path, dict[str, Secret]]:
+    """What a chat adapter command needs before it connects: its ``[adapters.<name>]`` section,
+    the journal (``journal`` wins over the file's), and its secrets from the environment or files.
+    Raises :class:`AdapterConfigError` saying what to fix (``ids_hint``: where the platform shows
+    the ids an empty or wrong allow-list needs)."""
+    section, configured = load_section(name, config)
+    journal = journal or configured
+    if journal is None:
+        raise AdapterConfigError(
+            f"no journal: set journal = ... in {config} (or in [adapters.{name}]), or pass --journal"
+        )
+    if not journal.parent.is_dir():
+        raise AdapterConfigError(
+            f"the journal's folder {journal.parent} does not exist; create it or fix the journal setting"
+        )
+    problems = section.access_problems()
+    if problems:
+        raise AdapterConfigError("; ".join(problems) + f" ({ids_hint})")
+    return section, journal, section.load_secrets(dict(os.environ))

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import signal
 import sys
 from pathlib import Path
 
-from coven_codex.adapters.kit.config import AdapterConfigError, SlackSection, load_section
+from coven_codex.adapters.kit.config import AdapterConfigError, SlackSection
 from coven_codex.adapters.kit.platform import PlatformError
 from coven_codex.adapters.kit.runner import cursor_name
+from coven_codex.cli.options import load_adapter_start
 
 HELP = "the Slack chat adapter on a journal ([adapters.slack] in coven.toml; the daemon must be running)"
 
@@ -36,17 +36,10 @@ def execute(args: argparse.Namespace) -> int:
             raise
         return _fail(f"{exc.name} is not installed; install the Slack extra: pip install 'coven-codex[slack]'")
     try:
-        section, journal = load_section("slack", args.config)
+        section, journal, secrets = load_adapter_start(
+            "slack", args.config, args.journal, "docs/adapters.md: where to find the ids"
+        )
         assert isinstance(section, SlackSection)
-        journal = args.journal or journal
-        if journal is None:
-            return _fail(f"no journal: set journal = ... in {args.config} (or in [adapters.slack]), or pass --journal")
-        if not journal.parent.is_dir():
-            return _fail(f"the journal's folder {journal.parent} does not exist; create it or fix the journal setting")
-        problems = section.access_problems()
-        if problems:
-            return _fail("; ".join(problems) + " (docs/adapters.md: where to find the ids)")
-        secrets = section.load_secrets(dict(os.environ))
     except AdapterConfigError as exc:
         return _fail(str(exc))
     print(f"coven-codex slack: {section.access_policy().describe()}", file=sys.stderr, flush=True)
