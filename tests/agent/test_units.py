@@ -15,6 +15,7 @@ from coven_codex.agent.recovery import codex_received, find_unclaimed_rollout, u
 from coven_codex.agent.slots import SlotPool
 from coven_codex.agent.state import MAX_OPEN_LOGS, InFlight, SessionState, StateError, StateStore, state_file_name
 from coven_codex.agent.statelock import StateLock
+from coven_codex.journal import Position
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "rollouts"
 RECOVERY_FIXTURES = FIXTURES.parent / "recovery"
@@ -92,20 +93,21 @@ def test_corrupt_state_is_set_aside(tmp_path: Path, caplog: pytest.LogCaptureFix
 
 def test_forget_delivered_before() -> None:
     state = SessionState(conversation="c", delivered={"a": 1, "b": 5, "c": 9})
-    state.forget_delivered_before(5)
-    assert state.delivered == {"b": 5, "c": 9}
+    state.forget_delivered_before(Position(0, 5))  # integers: positions saved by an older coven-codex
+    assert state.delivered == {"b": Position(0, 5), "c": Position(0, 9)}
 
 
 def test_low_water_cursor_never_passes_a_pending_item() -> None:
-    cursor = LowWaterCursor(0)
-    cursor.read(0, 10, pending=True)
-    cursor.read(10, 20, pending=False)
-    cursor.read(20, 30, pending=True)
-    assert cursor.position == 0
-    cursor.finish(20)
-    assert cursor.position == 0
-    cursor.finish(0)
-    assert cursor.position == 30
+    at = [Position(0, n) for n in (0, 10, 20, 30)]
+    cursor = LowWaterCursor(at[0])
+    cursor.read(at[0], at[1], pending=True)
+    cursor.read(at[1], at[2], pending=False)
+    cursor.read(at[2], at[3], pending=True)
+    assert cursor.position == at[0]
+    cursor.finish(at[2])
+    assert cursor.position == at[0]
+    cursor.finish(at[0])
+    assert cursor.position == at[3]
     assert cursor.pending == 0
 
 
