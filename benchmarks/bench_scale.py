@@ -112,7 +112,13 @@ def cpu_seconds(processes: list[psutil.Process]) -> dict[int, float]:
 
 
 async def measure(
-    design: str, n: int, source: Path, server: ScriptedModelServer, extra: tuple[str, ...] = ()
+    design: str,
+    n: int,
+    source: Path,
+    server: ScriptedModelServer,
+    extra: tuple[str, ...] = (),
+    *,
+    fd_limit: int | None = None,
 ) -> Result:
     """One daemon running the code in ``source``, ``n`` conversations, one thought each (module docstring)."""
     with tempfile.TemporaryDirectory(prefix=f"bench-scale-{design}-{n}-") as tmp_name:
@@ -153,9 +159,18 @@ async def measure(
             str(min(n, 256)),
             *extra,
         ]
+        if fd_limit is not None:
+            argv = with_fd_limit(argv, fd_limit)
         log_path = tmp / "daemon.log"
         with log_path.open("wb") as log:
-            daemon = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, cwd=source)
+            daemon = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=env,
+                cwd=source,
+            )
         journal = FileJournal(journal_path, durability="never")
         try:
             await wait_running(log_path, daemon)
@@ -182,6 +197,17 @@ async def measure(
             except subprocess.TimeoutExpired:
                 daemon.kill()
                 daemon.wait()
+
+
+def with_fd_limit(argv: list[str], limit: int) -> list[str]:
+    """``argv`` run as after ``ulimit -n limit`` (soft and hard): the daemon and every Codex
+    process under it live with at most ``limit`` open files each."""
+    code = (
+        "import os, resource, sys; "
+        f"resource.setrlimit(resource.RLIMIT_NOFILE, ({limit}, {limit})); "
+        "os.execv(sys.argv[1], sys.argv[1:])"
+    )
+    return [sys.executable, "-c", code, *argv]
 
 
 async def cpu_percent(pid: int) -> float:
