@@ -264,7 +264,13 @@ def export_baseline(rev: str, into: Path) -> Path:
 async def main() -> int:
     """Measure every size with both designs, print the table; exit 1 if a target is missed."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1, 10, 50, 200])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1, 10, 50, 200, 1000])
+    parser.add_argument(
+        "--fd-limit",
+        type=int,
+        default=1024,
+        help="ulimit -n (soft and hard) of the shared design's daemon and Codex; 0: the inherited limit",
+    )
     parser.add_argument("--baseline-max", type=int, default=50, help="largest N measured with the baseline")
     parser.add_argument("--app-servers", type=int, default=1, help="shared app-servers (the app_servers setting)")
     parser.add_argument(
@@ -280,7 +286,7 @@ async def main() -> int:
         async with ScriptedModelServer(responder=echo_responder) as server:
             for n in args.sizes:
                 extra = ("--app-servers", str(args.app_servers))
-                results["shared", n] = await measure("shared", n, ROOT, server, extra)
+                results["shared", n] = await measure("shared", n, ROOT, server, extra, fd_limit=args.fd_limit or None)
                 print(f"  shared app-server, N={n}: {results['shared', n]}", flush=True)
                 if baseline is not None and n <= args.baseline_max:
                     results["per-conversation", n] = await measure("per-conversation", n, baseline, server)

@@ -161,3 +161,25 @@ async def test_killing_the_shared_process_is_one_event_for_every_thread_and_all_
         # The model saw each thread's history: they really were resumed.
         last = {r.user_texts()[-1]: r.user_texts() for r in server.requests.responses_requests() if r.user_texts()}
         assert "first 2" in last["after 2"] and "slow a" in last["after 0"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+async def test_threads_opened_all_at_once_past_codexs_request_queue_all_open(
+    tmp_path: Path, codex_bin_169: Path
+) -> None:
+    """300 conversations opening their thread on one app-server at the same moment: Codex refuses
+    what overflows its request queue ("Server overloaded; retry later.", unprocessed), and every
+    refused request is sent again until each thread is open (1,000 conversations at once in
+    bench_scale met this as 'could not start Codex' for about a third of them)."""
+    async with ScriptedModelServer(responder=responder) as server:
+        setup = make_setup(tmp_path, codex_bin_169, VERSION, server, driver="app-server")
+        pool = setup.pool()
+        recorders = [Recorder() for _ in range(300)]
+        drivers = [setup.driver(recorder, pool=pool, stream_idle_timeout=300.0) for recorder in recorders]
+        try:
+            outcomes = await asyncio.gather(*(driver.start(None) for driver in drivers), return_exceptions=True)
+            assert [repr(o) for o in outcomes if o is not None][:3] == []
+            assert len({driver.thread_id for driver in drivers}) == 300
+        finally:
+            await close_all(drivers, pool)

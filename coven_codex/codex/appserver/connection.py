@@ -60,7 +60,19 @@ class RpcMessage(BaseModel):
 
 
 class RpcError(Exception):
-    """The app-server answered a request with an error."""
+    """The app-server answered a request with an error (``code``: the JSON-RPC error code)."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+OVERLOADED = -32001
+"""The error code of Codex's "Server overloaded; retry later.": its queue of incoming requests is
+full and the request was dropped unprocessed, so sending it again is safe."""
+OVERLOAD_FIRST_DELAY = 0.05
+OVERLOAD_MAX_DELAY = 1.0
+"""An overloaded request is sent again after 50 ms, doubling up to 1 s, within its own bound."""
 
 
 class ConnectionLost(DriverError):
@@ -127,6 +139,7 @@ class AppServerConnection:
         """Threads the pool handed this connection to and that are not closed yet."""
         self.started_at = 0.0
         """When the process was started (event-loop clock)."""
+        self._overload_noted = False
         self.served = False
         """A turn completed on the process: it was healthy (its death starts the restart count over)."""
 
@@ -261,10 +274,29 @@ class AppServerConnection:
     async def request(self, method: str, params: Mapping[str, Any], *, within: float | None = None) -> Any:
         """Send a request and wait for its answer: at most ``within`` seconds in all, by default
         ``stream_idle_timeout`` (the longest Codex may be silent). Raises :class:`RpcError` for an
-        error answer, :class:`DriverError` when there is no answer."""
+        error answer, :class:`DriverError` when there is no answer. A request Codex refuses as
+        overloaded (:data:`OVERLOADED`) is sent again with backoff, within the same bound."""
         limit = self.settings.stream_idle_timeout if within is None else within
         loop = asyncio.get_running_loop()
         deadline = loop.time() + limit
+        delay = OVERLOAD_FIRST_DELAY
+        while True:
+            try:
+                return await self._request_once(method, params, limit, deadline)
+            except RpcError as exc:
+                if exc.code != OVERLOADED or loop.time() + delay >= deadline:
+                    raise
+            if not self._overload_noted:  # said once per process, not once per retry
+                self._overload_noted = True
+                log.warning(
+                    "the Codex app-server is overloaded (too many requests at once); requests it refuses "
+                    "are sent again, within their time bound"
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, OVERLOAD_MAX_DELAY)
+
+    async def _request_once(self, method: str, params: Mapping[str, Any], limit: float, deadline: float) -> Any:
+        loop = asyncio.get_running_loop()
         self._next_id += 1
         rpc_id = self._next_id
         future: asyncio.Future[Any] = loop.create_future()
@@ -349,7 +381,7 @@ class AppServerConnection:
         if future is None or future.done():
             return
         if message.error is not None:
-            future.set_exception(RpcError(message.error.message or f"error {message.error.code}"))
+            future.set_exception(RpcError(message.error.message or f"error {message.error.code}", message.error.code))
         else:
             future.set_result(message.result)
 
