@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import resource
 from pathlib import Path
 
 import psutil
@@ -13,6 +15,8 @@ import pytest
 from codex_driver_helpers import CodexSetup, Recorder, make_setup, texts
 
 from coven_codex.codex.appserver import AppServerPool
+from coven_codex.codex.appserver.pool import thread_budget
+from coven_codex.codex.discovery import find_codex
 from coven_codex.codex.drivers import (
     AgentMessageCompleted,
     ApprovalRequested,
@@ -23,6 +27,7 @@ from coven_codex.codex.drivers import (
     TurnStarted,
 )
 from coven_codex.codex.errors import ErrorCode
+from coven_codex.codex.launch import resolve_launch
 from coven_codex.testing import CallTool, Reply, ScriptedModelServer, Stall
 from coven_codex.testing.model_server import RecordedRequest
 from coven_codex.testing.responders import TurnScript, echo_responder, last_user_text, pending_tool_output
@@ -183,3 +188,92 @@ async def test_threads_opened_all_at_once_past_codexs_request_queue_all_open(
             assert len({driver.thread_id for driver in drivers}) == 300
         finally:
             await close_all(drivers, pool)
+
+
+def test_thread_budget_follows_the_open_file_limit() -> None:
+    assert thread_budget(1024) == 149
+    assert thread_budget(256) == 21
+    assert thread_budget(100) == 16  # never below a floor: a tiny limit fails loudly in Codex instead
+    assert thread_budget(65536) > 10_000
+
+
+async def test_a_full_process_takes_no_new_thread_and_ends_when_its_threads_are_let_go(
+    tmp_path: Path, codex_bin_169: Path
+) -> None:
+    """Codex keeps every thread it loaded open until it exits: after ``threads_per_process``
+    threads a process is full, the next thread goes to a new process (even with ``size`` 1), and
+    the full one ends once its last thread is closed."""
+    async with ScriptedModelServer(responder=responder) as server:
+        setup = make_setup(tmp_path, codex_bin_169, VERSION, server, driver="app-server")
+        pool = AppServerPool(
+            (str(setup.executable),),
+            env=setup.home.env,
+            cwd=setup.workspace,
+            settings=setup.pool().settings,
+            threads_per_process=3,
+        )
+        first, first_recorders = await open_drivers(setup, pool, 3)
+        second, second_recorders = await open_drivers(setup, pool, 2)
+        try:
+            (old,) = {pid for driver in first for pid in driver.pids}
+            (new,) = {pid for driver in second for pid in driver.pids}
+            assert old != new and sorted(pool.pids) == sorted([old, new])
+            await asyncio.gather(*(d.submit(f"hi {i}", f"t{i}") for i, d in enumerate(first + second)))
+            for recorder in first_recorders + second_recorders:
+                await recorder.wait_for(TurnFinished)
+            for driver in first:
+                await driver.aclose()
+            assert pool.pids == [new]
+            assert not psutil.pid_exists(old) or psutil.Process(old).status() == psutil.STATUS_ZOMBIE
+        finally:
+            await close_all(first + second, pool)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+async def test_threads_past_one_processs_open_file_limit_are_all_served(tmp_path: Path, codex_bin_169: Path) -> None:
+    """120 conversations, one turn each, under an open-file limit of 250 (inherited by Codex), in
+    ``max_sessions``-like batches of 30 at a time, one conversation of each batch staying open:
+    the pool's processes (the native binary, as the daemon starts it) take what their limit allows
+    (``thread_budget(250)`` = 20 threads each) and every turn is served. One process for all of
+    them (never empty, so never restarted) runs out of descriptors ('No file descriptors
+    available') on the way."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert len(os.listdir("/proc/self/fd")) < 100  # the test process itself must fit under the limit
+    resource.setrlimit(resource.RLIMIT_NOFILE, (250, hard))
+    try:
+        async with ScriptedModelServer(responder=responder) as server:
+            setup = make_setup(tmp_path, codex_bin_169, VERSION, server, driver="app-server")
+            # The native binary, as the daemon starts it (the Node wrapper would raise the limit).
+            launch = resolve_launch(find_codex(str(codex_bin_169), setup.workspace), setup.home.env)
+            assert launch.kind == "native"
+            pool = AppServerPool(
+                launch.command,
+                env=launch.environment(setup.home.env),
+                cwd=setup.workspace,
+                settings=setup.pool().settings,
+            )
+            assert pool.threads_per_process == 20
+            seen: set[int] = set()
+            kept: list[CodexDriver] = []  # one conversation of each batch stays: no process ever runs empty
+            try:
+                for batch in range(4):
+                    drivers, recorders = await open_drivers(setup, pool, 30)
+                    try:
+                        seen.update(pool.pids)
+                        await asyncio.gather(*(d.submit(f"hi {batch}.{i}", f"t{i}") for i, d in enumerate(drivers)))
+                        for i, recorder in enumerate(recorders):
+                            (finished,) = await recorder.wait_for(TurnFinished)
+                            assert finished.status == "completed", finished
+                            assert texts(recorder.of(AgentMessageCompleted)) == [f"echo: hi {batch}.{i}"]
+                    finally:
+                        kept.append(drivers[0])
+                        for driver in drivers[1:]:
+                            await driver.aclose()
+            finally:
+                for driver in kept:
+                    await driver.aclose()
+                await pool.aclose()
+            assert len(seen) >= 6
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

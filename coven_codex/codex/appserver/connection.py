@@ -137,6 +137,8 @@ class AppServerConnection:
         """Why the process is gone, once it is."""
         self.users = 0
         """Threads the pool handed this connection to and that are not closed yet."""
+        self.opened = 0
+        """Threads the pool ever handed this connection to (the process keeps each one loaded)."""
         self.started_at = 0.0
         """When the process was started (event-loop clock)."""
         self._overload_noted = False
