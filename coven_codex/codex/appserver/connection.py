@@ -32,6 +32,16 @@ from coven_codex.codex.process import STREAM_LIMIT, ChildProcess, spawn, termina
 from coven_codex.jsonrpc import JsonRpcPeer, RequestId, RequestTimeout, RpcError
 from coven_codex.jsonrpc.messages import METHOD_NOT_FOUND
 
+__all__ = [  # RpcError is re-exported: callers of request() catch it from here
+    "OVERLOADED",
+    "AppServerConnection",
+    "ConnectionLost",
+    "RpcError",
+    "RpcId",
+    "ThreadClient",
+    "thread_of",
+]
+
 log = logging.getLogger(__name__)
 
 LABEL = "the Codex app-server"
