@@ -277,3 +277,46 @@ async def test_threads_past_one_processs_open_file_limit_are_all_served(tmp_path
             assert len(seen) >= 6
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+async def test_a_thread_is_resumed_on_the_process_that_still_has_it_loaded(tmp_path: Path, codex_bin_169: Path) -> None:
+    """Codex keeps a thread it opened loaded, and the writer of its rollout, until it exits: a
+    conversation that let its thread go and comes back must reopen it on that process, not on the
+    least used one, which refuses it ("already has an active writer") so that the conversation
+    lost its thread for a new one. Two processes (``app_servers = 2``); the thread's first process
+    is the busier one when the conversation comes back."""
+    async with ScriptedModelServer(responder=responder) as server:
+        setup = make_setup(tmp_path, codex_bin_169, VERSION, server, driver="app-server")
+        pool = setup.pool(size=2)
+        first = Recorder()
+        conversation = setup.driver(first, pool=pool)
+        await conversation.start(None)
+        others: list[CodexDriver] = []
+        for _ in range(5):  # one at a time: the least used process takes each, alternately
+            driver = setup.driver(Recorder(), pool=pool)
+            await driver.start(None)
+            others.append(driver)
+        try:
+            (home,) = conversation.pids
+            assert len(set(pool.pids)) == 2
+            elsewhere = [d for d in others if d.pids != [home]]
+            for driver in elsewhere[1:]:  # the other process keeps one thread: it becomes the least used
+                await driver.aclose()
+            thread = conversation.thread_id
+            await conversation.submit("first", "c1")
+            await first.wait_for(TurnFinished)
+            await conversation.aclose()
+            users = {pid: sum(pid in d.pids for d in others) for pid in pool.pids}
+            assert users[home] > min(users.values())  # the least used process is the other one
+            again = Recorder()
+            back = setup.driver(again, pool=pool)
+            await back.start(thread)
+            (started,) = again.of(ThreadStarted)
+            assert (started.thread_id, started.resumed, started.note) == (thread, True, None)
+            assert back.pids == [home]
+            await back.submit("second", "c2")
+            await again.wait_for(TurnFinished)
+            assert texts(again.of(AgentMessageCompleted)) == ["echo: second"]
+            others.append(back)
+        finally:
+            await close_all(others, pool)

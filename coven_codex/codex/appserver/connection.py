@@ -124,6 +124,9 @@ class AppServerConnection:
         """Threads the pool handed this connection to and that are not closed yet."""
         self.opened = 0
         """Threads the pool ever handed this connection to (the process keeps each one loaded)."""
+        self.loaded: set[str] = set()
+        """The threads opened on the process: it keeps each loaded, and the writer of its rollout,
+        until it exits, so no other process can resume one of them meanwhile."""
         self.started_at = 0.0
         """When the process was started (event-loop clock)."""
         self._overload_noted = False
@@ -251,6 +254,7 @@ class AppServerConnection:
         if not self.alive:
             raise DriverError("the Codex app-server is not running")
         self._threads[thread_id] = client
+        self.loaded.add(thread_id)
 
     def detach(self, thread_id: str, client: ThreadClient) -> None:
         """Stop routing ``thread_id`` to ``client`` (if it is still the one attached)."""

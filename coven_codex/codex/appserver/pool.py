@@ -18,6 +18,7 @@ open-file limit Codex inherits from the daemon: 149 under ``ulimit -n 1024``); a
 already (full ones do not count), and the full one ends when its last thread is let go. With the
 idle conversations' threads let go (evicted when others wait for a ``max_sessions`` slot, or
 idle-reaped), 1,000 conversations are served under ``ulimit -n 1024`` (docs/performance.md).
+A thread is resumed on the process that has it loaded while that one runs (:meth:`connect`).
 
 A process that died (or was killed because it stopped answering) is replaced lazily, by the
 next :meth:`connect`, after the restart backoff (:func:`~coven_codex.agent.backoff.backoff` of
@@ -101,13 +102,20 @@ class AppServerPool:
         """The live connections."""
         return [c for c in self._connections if c.alive]
 
-    async def connect(self) -> AppServerConnection:
+    async def connect(self, thread_id: str | None = None) -> AppServerConnection:
         """A live connection for one more thread (call :meth:`release` when the thread is closed);
-        raises :class:`DriverError` when no process can be started."""
+        raises :class:`DriverError` when no process can be started. A thread to be resumed goes
+        back to the process that has it loaded, if one runs, full or not: that process holds
+        the thread's rollout writer, and any other would refuse it ("already has an active
+        writer")."""
         async with self._lock:
             if self._closed:
                 raise DriverError("the Codex app-server pool is closed")
             self._connections = self.connections
+            holder = next((c for c in self._connections if thread_id is not None and thread_id in c.loaded), None)
+            if holder is not None:
+                holder.users += 1
+                return holder
             open_ = [c for c in self._connections if c.opened < self.threads_per_process]
             unused = [c for c in open_ if c.users == 0]
             if open_ and (unused or len(open_) >= self.size):

@@ -165,7 +165,7 @@ class AppServerDriver(CodexDriver):
             raise DriverError("the app-server driver was already started")
         await self._start_runner()
         try:
-            self._conn = await self._pool.connect()
+            self._conn = await self._pool.connect(resume_thread_id)
             await self._open_thread(resume_thread_id)
         except ConnectionLost as exc:  # the process died while the thread was opened: say why
             self._fail(exc.error, exc.returncode)
