@@ -8,6 +8,8 @@ import asyncio
 import contextlib
 import os
 import resource
+import subprocess
+import sys
 from pathlib import Path
 
 import psutil
@@ -320,3 +322,21 @@ async def test_a_thread_is_resumed_on_the_process_that_still_has_it_loaded(tmp_p
             others.append(back)
         finally:
             await close_all(others, pool)
+
+
+def test_the_daemon_raises_its_open_file_limit_to_the_hard_one_for_codex() -> None:
+    """Under ``ulimit -Sn 1024`` with a higher hard limit the soft one is raised (Codex inherits
+    it, so one process takes every thread); with ``ulimit -n 1024`` (both) nothing changes and the
+    pool divides the threads among processes."""
+    code = (
+        "import resource; from coven_codex.codex.appserver.pool import raise_fd_limit, thread_budget; "
+        "print(raise_fd_limit(), resource.getrlimit(resource.RLIMIT_NOFILE), thread_budget())"
+    )
+    raised = subprocess.run(
+        ["prlimit", "--nofile=1024:4096", sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert raised.stdout.split() == ["(1024,", "4096)", "(4096,", "4096)", "661"]
+    kept = subprocess.run(
+        ["prlimit", "--nofile=1024:1024", sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert kept.stdout.split() == ["None", "(1024,", "1024)", "149"]

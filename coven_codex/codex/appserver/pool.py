@@ -50,6 +50,21 @@ pipes, inotify and the files of running commands."""
 MIN_THREADS_PER_PROCESS = 16
 
 
+def raise_fd_limit() -> tuple[int, int] | None:
+    """Raise this process's soft open-file limit to its hard limit (as Node does for Codex's
+    wrapper), so the Codex processes it starts inherit it too: the common soft limit of 1,024
+    would fill a process at 149 threads where the hard limit (often 524,288) allows them all.
+    Returns ``(before, after)`` when it changed, else ``None`` (already equal, or refused)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == hard:
+        return None
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError):
+        return None
+    return soft, hard
+
+
 def thread_budget(fd_limit: int | None = None) -> int:
     """How many threads one Codex process may take under the open-file limit ``fd_limit``
     (default: this process's soft ``RLIMIT_NOFILE``, which Codex inherits): 149 for 1,024."""
