@@ -32,7 +32,7 @@ from coven_codex.agent.links.driver import DriverLink
 from coven_codex.agent.state import StateError
 from coven_codex.agent.statelock import JournalLock, StateLock
 from coven_codex.agent.storage import StorageFailed
-from coven_codex.codex.appserver.pool import AppServerPool
+from coven_codex.codex.appserver.pool import AppServerPool, raise_fd_limit
 from coven_codex.codex.discovery import DiscoveryError, find_codex
 from coven_codex.codex.drivers import (
     CodexDriver,
@@ -95,6 +95,9 @@ class LinkMaker:
 
     def __post_init__(self) -> None:
         if self.driver == "app-server":
+            raised = raise_fd_limit()
+            if raised is not None:
+                log.info("raised the open-file limit from %d to %d (its hard limit) for the shared Codex", *raised)
             self.pool = AppServerPool(
                 self.command,
                 env=self.env,
