@@ -146,6 +146,7 @@ class _Turn:
     """The egress that was running when the turn started, and what it had produced by then."""
     errors_before: int
     ends_before: int
+    starts_before: int
 
 
 _Message = PendingThought | _Reset | CancelEntry | ApprovalEntry | _LinkMessage | _Evict | _Recorded | _Duplicate
@@ -444,7 +445,7 @@ class Session:
         if any(missing()):
             await self.drain_egress(ERROR_DRAIN)  # only when the rollout may still bring it
         error_missing, end_missing = missing()
-        key = event.turn_id or (turn.key if turn is not None else None)
+        key = event.turn_id or self._turn_key(turn)
         if error_missing:
             c = event.classified or classify(event.error or "")
             await self._error(
@@ -452,6 +453,20 @@ class Session:
             )
         if end_missing:
             await self._write_turn_end(TURN_END_STATE_OF[event.status], key, event.turn_id, usage=event.usage)
+
+    def _turn_key(self, turn: _Turn | None) -> str | None:
+        """The name of ``turn`` in its entry ids: the driver's turn id; else, when the rollout
+        records turn starts (exec on 0.104 and later), the id it gave the turn, which is the id
+        egress uses when it closes a turn the rollout never ended; else the thought that started it."""
+        if turn is None:
+            return None
+        if turn.keyed_by_turn_id:
+            return turn.key
+        egress = self._egress.egress
+        started_since = egress.turn_starts_seen > (turn.starts_before if turn.egress is egress else 0)
+        if started_since and egress.last_turn_id is not None:
+            return egress.last_turn_id
+        return turn.key
 
     def _seen_since(self, turn: _Turn | None) -> tuple[int, int]:
         """(errors, turn ends) egress produced from the rollout since ``turn`` started."""
@@ -494,8 +509,9 @@ class Session:
         if self._seen_since(turn)[1] == 0:
             await self.drain_egress(ERROR_DRAIN)
         if self._seen_since(turn)[1] == 0:
-            turn_id = turn.key if turn.keyed_by_turn_id else None
-            await self._write_turn_end(state, turn.key, turn_id, f"{state.replace('_', ' ')}: {why}")
+            key = self._turn_key(turn)
+            turn_id = key if turn.keyed_by_turn_id or key != turn.key else None
+            await self._write_turn_end(state, key, turn_id, f"{state.replace('_', ' ')}: {why}")
 
     async def _thread_ready(self, event: ThreadReady) -> None:
         changed = event.thread_id != self.state.thread_id
@@ -563,7 +579,9 @@ class Session:
             # Nothing on stderr said why (its lines are warnings, or about something else).
             code = ErrorCode.PROCESS_EXITED
             message = f"Codex exited{where} (exit {event.returncode})"
-        key = turn.key if turn is not None else None
+        if turn is not None and self._seen_since(turn)[1] == 0:
+            await self.drain_egress(ERROR_DRAIN)  # the rollout's name for the turn, for the ids
+        key = self._turn_key(turn)
         await self._error(
             code,
             shorten(message),
@@ -605,7 +623,9 @@ class Session:
 
     def _begin_turn(self, key: str, *, keyed_by_turn_id: bool) -> None:
         egress = self._egress.egress
-        self._turn = _Turn(key, keyed_by_turn_id, egress, egress.errors_seen, egress.turn_ends_seen)
+        self._turn = _Turn(
+            key, keyed_by_turn_id, egress, egress.errors_seen, egress.turn_ends_seen, egress.turn_starts_seen
+        )
         self._no_turn.clear()
 
     def _turn_finished(self) -> _Turn | None:
