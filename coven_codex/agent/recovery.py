@@ -4,7 +4,7 @@ Codex's rollout is the record of what it received, so it decides:
 
 - app-server: ``turn/start`` carried ``clientUserMessageId = <thought id>`` and Codex
   records it as ``client_id`` on the ``UserMessage`` item of an ``event_msg``/``item_completed``
-  line (0.169), or on the ``event_msg``/``user_message`` line (0.140 to 0.160); the thought
+  line (0.160, 0.169), or on the ``event_msg``/``user_message`` line (0.140, 0.147); the thought
   was received iff that line exists, or iff the model history ends with the
   thought's text and no such item followed it (a process killed between the two records, below);
 - exec (no client id; 0.47 records only the text): the thread had received
@@ -43,8 +43,8 @@ class UserMessages:
     """The user messages of a rollout, in both forms Codex records them."""
 
     client_ids: list[str | None]
-    """From the event form: each message's client id (0.169 ``item_completed``, 0.140-0.160
-    ``user_message``), else ``None``."""
+    """From the event form: each message's client id (``item_completed`` on 0.160 and 0.169,
+    ``user_message`` on 0.140 and 0.147), else ``None``."""
     texts: list[str]
     """The event form: ``event_msg`` ``item_completed`` (0.169) or ``user_message`` (0.47)."""
     history: list[str]
@@ -123,7 +123,7 @@ def _content_text(content: Any) -> str:
 
 def recorded_client_id(line: bytes) -> str | None:
     """The ``client_id`` of a rollout line recording a user message (0.169: ``item_completed``
-    with a ``UserMessage``; 0.140 to 0.160: ``user_message``), else ``None``."""
+    with a ``UserMessage``, as 0.160; 0.140 and 0.147: ``user_message``), else ``None``."""
     try:
         record = json.loads(line)
     except (json.JSONDecodeError, UnicodeDecodeError):

@@ -319,7 +319,7 @@ class Session:
             await self._refuse_attachments(
                 thought,
                 # (Codex 0.47's `exec --image ... resume <thread> -` sent the image without the text)
-                "images need the app-server driver (Codex 0.169 or newer); this Codex runs on exec",
+                "images need the app-server driver, which this Codex does not offer (docs/rollout.md); it runs on exec",
             )
             return
         if thought.attachments:
@@ -430,10 +430,11 @@ class Session:
         Codex 0.169 records a turn's end (and a failed turn's error) in the rollout, which egress
         writes; 0.47 records neither, and a dying process records nothing. A failed turn's error
         is written here if egress, once caught up, produced none during this turn. A turn's end is
-        written here only for versions whose rollout does not record completed turns (0.47 records
-        only ``turn_aborted``), again if egress produced none: where the rollout does record it,
-        the session leaves it to egress. Either entry carries the turn's deterministic id, so if
-        egress writes it too (its rollout line came after the drain), the journal gets it once.
+        written here unless the driver's plan says the rollout records every turn's end with the
+        driver's turn id (the app-server plan), again if egress produced none. Either entry
+        carries the turn's deterministic id (:meth:`_turn_key`: for exec on 0.104 and later, the
+        id the rollout gave the turn), so if egress writes it too (its rollout line came after the
+        drain), the journal gets it once.
         """
         failed = event.status == "failed" and bool(event.error)
         wants_end = not self._svc.make_link.records_turn_end

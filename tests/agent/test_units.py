@@ -269,7 +269,7 @@ async def test_an_awaited_state_save_is_on_disk_before_it_returns(
     store.close()
 
 
-def test_client_ids_on_the_user_message_event_of_0_140_to_0_160(tmp_path: Path) -> None:
+def test_client_ids_on_the_user_message_event_of_0_140_and_0_147(tmp_path: Path) -> None:
     """Codex 0.147's app-server records ``clientUserMessageId`` on ``event_msg/user_message``
     (the line as the real CLI wrote it), not on an ``item_completed``."""
     history = {

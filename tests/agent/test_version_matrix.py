@@ -34,14 +34,17 @@ pytestmark = [pytest.mark.codex, pytest.mark.timeout(300)]
 Factory = Callable[[Path, ScriptedModelServer], AgentHarness]
 CodexOf = Callable[[str], Path]
 
-CI_VERSIONS = ("0.47.0", "0.118.0", "0.147.0", "0.169.0")
+CI_VERSIONS = ("0.47.0", "0.135.0", "0.147.0", "0.169.0")
 """Run every time (CI): the oldest, the newest, one release between them on each driver."""
 MATRIX = ("0.47.0", "0.58.0", "0.104.0", "0.118.0", "0.135.0", "0.140.0", "0.147.0", "0.160.0", "0.169.0")
 """Every release the driver table of docs/rollout.md names."""
 
-EXEC_CANCELS_SPELLS: frozenset[str] = frozenset()
+EXEC_CANCELS_SPELLS = frozenset({"0.118.0"})
 """Releases whose ``codex exec`` cancels every MCP tool call ("user cancelled MCP tool call") even
 with ``default_tools_approval_mode = "approve"`` (a Codex bug; docs/rollout.md)."""
+FAILED_TURN_RECORDED_AS_COMPLETED = frozenset({"0.104.0", "0.118.0", "0.135.0", "0.140.0"})
+"""Releases whose rollout records a failed turn as a plain ``task_complete`` (no ``error``): egress
+ends it ``turn_completed``, after the driver's error entry (docs/rollout.md)."""
 
 SPELLS_MODULE = '''
 def shout(text: str) -> str:

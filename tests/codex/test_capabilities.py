@@ -99,7 +99,7 @@ def test_a_protocol_without_client_ids_gets_exec_and_forcing_app_server_names_wh
     ("version", "driver", "why"),
     [
         ("0.47.0", "exec", "generate-json-schema"),
-        ("0.118.0", "exec", "lacks turn/start's clientUserMessageId"),
+        ("0.135.0", "exec", "lacks turn/start's clientUserMessageId"),
         ("0.147.0", "app-server", "turn/steer"),
         ("0.169.0", "app-server", "turn/steer"),
     ],
