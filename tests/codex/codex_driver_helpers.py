@@ -25,6 +25,11 @@ E = TypeVar("E")
 _CAPABILITIES: dict[Path, CodexCapabilities] = {}
 
 
+def pinned_cli(version: str) -> Path:
+    """The Codex CLI ``version`` as scripts/install-codex.sh installs it."""
+    return Path(__file__).resolve().parents[2] / ".codex-cli" / version / "node_modules" / ".bin" / "codex"
+
+
 def driver_plan(executable: Path, version: CodexVersion, choice: DriverChoice = "auto") -> DriverPlan:
     """The plan the daemon would make for ``executable`` (its capabilities probed once per test run)."""
     if executable not in _CAPABILITIES:
@@ -87,7 +92,10 @@ class CodexSetup:
             env=self.home.env,
             settings=DriverSettings(**{"kill_grace": 3.0, **settings}),
             sink=recorder,
-            plan=driver_plan(self.executable, version, choice),
+            # (a test of a missing executable gets the plan of the real CLI of its version)
+            plan=driver_plan(
+                self.executable if self.executable.exists() else pinned_cli(self.version), version, choice
+            ),
             pool=pool,
         )
 
