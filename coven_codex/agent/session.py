@@ -453,7 +453,8 @@ class Session:
                 c.code, c.message, c.hint, entry_id=self._turn_entry_id(key, "error"), in_reply_to=self.state.reply_to
             )
         if end_missing:
-            await self._write_turn_end(TURN_END_STATE_OF[event.status], key, event.turn_id, usage=event.usage)
+            turn_id = event.turn_id or (key if turn is not None and key != turn.key else None)
+            await self._write_turn_end(TURN_END_STATE_OF[event.status], key, turn_id, usage=event.usage)
 
     def _turn_key(self, turn: _Turn | None) -> str | None:
         """The name of ``turn`` in its entry ids: the driver's turn id; else, when the rollout
