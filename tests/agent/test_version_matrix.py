@@ -44,7 +44,8 @@ EXEC_CANCELS_SPELLS = frozenset({"0.118.0"})
 with ``default_tools_approval_mode = "approve"`` (a Codex bug; docs/rollout.md)."""
 FAILED_TURN_RECORDED_AS_COMPLETED = frozenset({"0.104.0", "0.118.0", "0.135.0", "0.140.0"})
 """Releases whose rollout records a failed turn as a plain ``task_complete`` (no ``error``): egress
-ends it ``turn_completed``, after the driver's error entry (docs/rollout.md)."""
+ends it ``turn_completed``, and the session's error entry from the driver's report follows
+(docs/rollout.md)."""
 
 SPELLS_MODULE = '''
 def shout(text: str) -> str:
