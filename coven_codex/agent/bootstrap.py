@@ -37,7 +37,7 @@ from coven_codex.agent.storage import StorageFailed
 from coven_codex.codex.appserver.pool import AppServerPool
 from coven_codex.codex.capabilities import CapabilityError, DriverPlan, detect_capabilities, plan_driver
 from coven_codex.codex.discovery import DiscoveryError, find_codex
-from coven_codex.codex.drivers import CodexDriver, DriverSettings, EventSink, create_driver
+from coven_codex.codex.drivers import CodexDriver, DriverSettings, EventSink, create_driver, unrelayed_approvals
 from coven_codex.codex.home import CodexHomeError, DriverKind, prepare_codex_home
 from coven_codex.codex.launch import relative_path_entries, resolve_launch
 from coven_codex.codex.version import CodexVersion, VersionError, detect_version
@@ -201,6 +201,8 @@ async def run_daemon(
         launch.describe(),
         plan.reason,
     )
+    if driver == "app-server" and (unrelayed := unrelayed_approvals(plan)):
+        log.info("this Codex may also ask %s, which coven-codex refuses", ", ".join(unrelayed))
     if relative := relative_path_entries(env_in):
         log.warning(
             "PATH has relative or empty entries (%s); they are left out of the PATH given to Codex",

@@ -17,6 +17,7 @@ from coven_codex.codex.capabilities import (
     plan_driver,
     probe_capabilities,
 )
+from coven_codex.codex.drivers import unrelayed_approvals
 from coven_codex.codex.version import detect_version, parse_version
 
 FAKE_SCHEMA = """#!/bin/sh
@@ -112,3 +113,14 @@ def test_real_clis(version: str, driver: str, why: str, codex_of: Callable[[str]
     assert (plan.driver, plan.steer) == (driver, driver == "app-server")
     assert why in plan.reason
     assert not list(tmp_path.iterdir())  # nothing written to HOME: the probe's CODEX_HOME is a scratch folder
+
+
+def test_approval_requests_the_driver_does_not_relay_are_named() -> None:
+    protocol = {
+        "client_requests": ["thread/start", "thread/resume", "turn/start", "turn/interrupt"],
+        "server_requests": ["item/commandExecution/requestApproval", "item/permissions/requestApproval"],
+        "notifications": ["turn/started", "turn/completed"],
+        "turn_start_fields": ["clientUserMessageId"],
+    }
+    plan = plan_driver(CodexCapabilities.model_validate({"version": "0.169.0", "app_server": protocol}))
+    assert unrelayed_approvals(plan) == ["item/permissions/requestApproval"]

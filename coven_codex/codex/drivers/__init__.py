@@ -13,7 +13,7 @@ from typing import Literal
 
 from coven_codex.codex.appserver.pool import AppServerPool
 from coven_codex.codex.capabilities import DriverPlan
-from coven_codex.codex.drivers.app_server import AppServerDriver
+from coven_codex.codex.drivers.app_server import AppServerDriver, unrelayed_approvals
 from coven_codex.codex.drivers.base import (
     AgentMessageCompleted,
     ApprovalRequested,
@@ -82,4 +82,5 @@ __all__ = [
     "TurnStarted",
     "create_driver",
     "queue_sink",
+    "unrelayed_approvals",
 ]

@@ -81,6 +81,15 @@ _APPROVAL_ACTIONS = {
 }
 
 
+RELAYED_REQUESTS = frozenset(_APPROVAL_ACTIONS)
+"""The server requests the driver relays to the chat as approvals; any other is refused."""
+
+
+def unrelayed_approvals(plan: DriverPlan) -> list[str]:
+    """Approval requests this Codex may send that the driver does not relay (it refuses them)."""
+    return sorted(plan.approval_requests - RELAYED_REQUESTS)
+
+
 _STATUSES: dict[str, TurnStatus] = {"completed": "completed", "interrupted": "interrupted", "failed": "failed"}
 
 
