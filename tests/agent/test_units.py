@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from coven_codex.agent.cursor import LowWaterCursor
-from coven_codex.agent.recovery import codex_received, find_unclaimed_rollout, user_messages
+from coven_codex.agent.recovery import codex_received, find_unclaimed_rollout, recorded_client_id, user_messages
 from coven_codex.agent.slots import SlotPool
 from coven_codex.agent.state import MAX_OPEN_LOGS, InFlight, SessionState, StateError, StateStore, state_file_name
 from coven_codex.agent.statelock import StateLock
@@ -269,3 +269,27 @@ async def test_an_awaited_state_save_is_on_disk_before_it_returns(
         inode, size = log.stat().st_ino, log.stat().st_size
         assert any(ino == inode and synced_size >= size for ino, synced_size in synced), synced
     store.close()
+
+
+def test_client_ids_on_the_user_message_event_of_0_140_and_0_147(tmp_path: Path) -> None:
+    """Codex 0.147's app-server records ``clientUserMessageId`` on ``event_msg/user_message``
+    (the line as the real CLI wrote it), not on an ``item_completed``."""
+    history = {
+        "timestamp": "2026-11-23T18:51:02.100Z",
+        "type": "response_item",
+        "payload": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hello one"}]},
+    }
+    line = (
+        '{"timestamp":"2026-11-23T18:51:02.101Z","type":"event_msg","payload":{"type":"user_message",'
+        '"client_id":"46d2c722f2d44fa388b25332db8d976b","message":"hello one","images":[],"local_images":[],'
+        '"audio":[],"local_audio":[],"text_elements":[]}}'
+    )
+    assert recorded_client_id(line.encode()) == "46d2c722f2d44fa388b25332db8d976b"
+    path = tmp_path / "rollout.jsonl"
+    path.write_text(json.dumps(history) + "\n" + line + "\n")
+    assert user_messages(path).client_ids == ["46d2c722f2d44fa388b25332db8d976b"]
+    received = InFlight(thought_id="46d2c722f2d44fa388b25332db8d976b", position=0, text="hello one")
+    assert codex_received(path, received, by_client_id=True)
+    # Another thought with the same text, handed over after it, was not received.
+    later = InFlight(thought_id="other", position=0, text="hello one", user_messages_before=1)
+    assert not codex_received(path, later, by_client_id=True)

@@ -1,4 +1,5 @@
-"""The app-server driver: one conversation's thread on a shared ``codex app-server`` (Codex 0.169+).
+"""The app-server driver: one conversation's thread on a shared ``codex app-server`` (every
+Codex whose protocol offers what it uses: :mod:`coven_codex.codex.capabilities`; 0.140 on).
 
 The process and its wire live in :mod:`coven_codex.codex.appserver` (a pool of connections, one
 per process, routing messages by ``threadId``); this driver is one thread on one of them: its
@@ -55,6 +56,7 @@ from coven_codex.codex.appserver.messages import (
     TurnStartResult,
 )
 from coven_codex.codex.appserver.pool import AppServerPool
+from coven_codex.codex.capabilities import DriverPlan
 from coven_codex.codex.drivers.base import (
     AgentMessageCompleted,
     ApprovalRequested,
@@ -90,6 +92,15 @@ _APPROVAL_ACTIONS = {
 }
 
 
+RELAYED_REQUESTS = frozenset(_APPROVAL_ACTIONS)
+"""The server requests the driver relays to the chat as approvals; any other is refused."""
+
+
+def unrelayed_approvals(plan: DriverPlan) -> list[str]:
+    """Approval requests this Codex may send that the driver does not relay (it refuses them)."""
+    return sorted(plan.approval_requests - RELAYED_REQUESTS)
+
+
 _STATUSES: dict[str, TurnStatus] = {"completed": "completed", "interrupted": "interrupted", "failed": "failed"}
 
 
@@ -117,7 +128,6 @@ class AppServerDriver(CodexDriver):
     """See :mod:`coven_codex.codex.drivers.base` for the interface and this module for the wire."""
 
     kind: ClassVar[str] = "app-server"
-    supports_steer: ClassVar[bool] = True
     records_client_id: ClassVar[bool] = True
     image_urls: ClassVar[bool] = True
     label: ClassVar[str] = "the Codex app-server"
@@ -133,10 +143,14 @@ class AppServerDriver(CodexDriver):
         sink: EventSink,
         command: Sequence[str] = (),
         pool: AppServerPool | None = None,
+        plan: DriverPlan,
     ) -> None:
         """``pool``: the shared app-servers to put the thread on; without one the driver has a
-        pool of its own, of one process, which it ends when it is closed."""
+        pool of its own, of one process, which it ends when it is closed. ``plan``: what this
+        Codex's protocol offers (:func:`coven_codex.codex.capabilities.plan_driver`)."""
         super().__init__(executable, version, workspace, env=env, settings=settings, sink=sink, command=command)
+        self.supports_steer = plan.steer
+        self._unsubscribe = plan.unsubscribe
         self._own_pool = pool is None
         self._pool = pool or AppServerPool(self.command, env=self.env, cwd=workspace, settings=settings)
         self._conn: AppServerConnection | None = None
@@ -212,7 +226,12 @@ class AppServerDriver(CodexDriver):
             if turn is None and not self._queue:
                 await self._start_turn(thought)
                 return "started"
-            if turn is not None and self.settings.mid_turn == "steer" and turn.turn_id is not None:
+            if (
+                turn is not None
+                and self.settings.mid_turn == "steer"
+                and self.supports_steer
+                and turn.turn_id is not None
+            ):
                 try:
                     await self._request(
                         "turn/steer",
@@ -361,8 +380,9 @@ class AppServerDriver(CodexDriver):
                 turn = self._turn
                 if turn is not None and turn.turn_id is not None and not turn.ended.is_set():
                     await self._interrupt_quietly(conn, thread, turn.turn_id)
-                with contextlib.suppress(RpcError, DriverError):
-                    await conn.request("thread/unsubscribe", {"threadId": thread}, within=self.settings.kill_grace)
+                if self._unsubscribe:
+                    with contextlib.suppress(RpcError, DriverError):
+                        await conn.request("thread/unsubscribe", {"threadId": thread}, within=self.settings.kill_grace)
                 conn.detach(thread, self)
             self._attached = False
             await self._pool.release(conn)
