@@ -101,6 +101,10 @@ class DriverSettings:
     approval_policy: ApprovalPolicy = "ask"
     approval_timeout: float = 300.0
     stream_deltas: bool = True
+    model: str | None = None
+    """The model of the thread (``None``: Codex's configured one)."""
+    fork_from: str | None = None
+    """Open a new thread as a fork of this one (its history included) instead of an empty one (app-server only)."""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> DriverSettings:

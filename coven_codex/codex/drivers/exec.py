@@ -112,6 +112,10 @@ class ExecDriver(CodexDriver):
 
     async def start(self, resume_thread_id: str | None) -> None:
         """Start the driver's tasks and remember the thread to resume; no process starts until a turn does."""
+        if self.settings.fork_from is not None and resume_thread_id is None:
+            raise DriverError(
+                "codex exec cannot fork a thread; starting from another thread needs the app-server driver"
+            )
         await self._start_runner()
         self._thread_id = resume_thread_id  # no turn can start before start() returns
 
@@ -132,6 +136,8 @@ class ExecDriver(CodexDriver):
     def _argv(self, thought: TurnInput) -> list[str]:
         # `--image` takes several values: a flag must follow its last one, or it would swallow `resume`
         argv = [*self.command, "exec", "--json", *image_args(thought), "--skip-git-repo-check"]
+        if self.settings.model is not None:
+            argv += ["--model", self.settings.model]
         if self._thread_id is not None:
             argv += ["resume", self._thread_id]
         return [*argv, "-"]
