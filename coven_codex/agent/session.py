@@ -60,6 +60,7 @@ from coven_codex.agent.link import (
     ThreadReady,
     TurnEnded,
     TurnStarted,
+    TurnTimedOut,
 )
 from coven_codex.agent.links.driver import killed_from_outside
 from coven_codex.agent.recovery import codex_received, recorded_client_id
@@ -534,6 +535,18 @@ class Session:
             if self._unconfirmed is not None and not self._waiting_in_driver(self._unconfirmed):
                 await self._confirm_unconfirmed()
             await self._turn_over(event, turn)
+        elif isinstance(event, TurnTimedOut):
+            # Written now, before the turn's end (which the rollout may bring first): a reader
+            # stopping at the end knows why. _turn_over writes it with the same id: once.
+            turn = self._turn
+            c = event.error
+            await self._error(
+                c.code,
+                c.message,
+                c.hint,
+                entry_id=self._turn_entry_id(turn.key if turn is not None else None, "error"),
+                in_reply_to=self.state.reply_to,
+            )
         elif isinstance(event, Delta):
             if self._settings.stream_deltas and event.text:
                 await self._emit(DeltaEntry(item_id=event.item_id, text=event.text, in_reply_to=self.state.reply_to))

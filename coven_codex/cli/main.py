@@ -25,6 +25,8 @@ SUBCOMMANDS: tuple[str, ...] = (
     "slack",
     "demo",
     "spells",
+    "job",
+    "mcp-serve",
     "model-server",
 )
 """In ``--help`` order; each module's ``HELP`` is its summary there."""

@@ -60,6 +60,7 @@ from coven_codex.codex.drivers.base import (
     Submission,
     ThreadStarted,
     TurnClock,
+    TurnExpired,
     TurnFinished,
     TurnInput,
     TurnStarted,
@@ -507,6 +508,7 @@ class AppServerDriver(CodexDriver):
             return
         log.warning("turn %s: %s; interrupting it", turn.turn_id, error.message)
         turn.forced_error = error
+        self._events.emit(TurnExpired(turn.turn_id, error))
         await self._stop_turn(turn, error)
 
     # -- wire ----------------------------------------------------------------------------------------

@@ -47,6 +47,7 @@ from coven_codex.codex.drivers.base import (
     Submission,
     ThreadStarted,
     TurnClock,
+    TurnExpired,
     TurnFinished,
     TurnInput,
     TurnStarted,
@@ -268,6 +269,7 @@ class ExecDriver(CodexDriver):
             return
         log.warning("codex exec turn: %s; ending its process", error.message)
         turn.forced_error = error
+        self._events.emit(TurnExpired(None, error))
         await terminate_tree(turn.child, self.settings.kill_grace)
 
     # -- cancel, approvals, close ------------------------------------------------------------------
