@@ -214,3 +214,15 @@ def test_the_jobs_doc_lists_every_record_field_state_and_tool() -> None:
     for spell in registry:
         arguments = set(re.findall(r"`([a-z_]+)`", rows[spell.name]))
         assert arguments == set(spell.tool_definition()["inputSchema"].get("properties", {})), spell.name
+
+
+def test_the_job_turn_states_are_the_translators() -> None:
+    from coven_codex.jobs import names
+    from coven_codex.rollout import translator
+
+    assert (names.TURN_COMPLETED, names.TURN_FAILED, names.TURN_ABORTED) == (
+        translator.TURN_COMPLETED,
+        translator.TURN_FAILED,
+        translator.TURN_ABORTED,
+    )
+    assert {names.TURN_COMPLETED, names.TURN_FAILED, names.TURN_ABORTED} == TURN_END_STATES

@@ -15,6 +15,7 @@ from coven_codex.agent.state import StateStore
 from coven_codex.agent.writer import DaemonWriter
 from coven_codex.codex.drivers.base import ImageInput
 from coven_codex.entries import Attachment
+from coven_codex.jobs.names import JOB_PREFIX
 from coven_codex.journal import Journal
 from coven_codex.settings import Settings
 
@@ -45,10 +46,6 @@ class ThreadOptions:
     model: str | None = None
     turn_timeout: float | None = None
     fork_from: str | None = None
-
-
-JOB_PREFIX = "job:"
-"""Conversations named ``job:<id>`` are jobs (docs/jobs.md): bounded by ``max_jobs``, not ``max_sessions``."""
 
 
 class LinkFactory(Protocol):

@@ -16,7 +16,6 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from coven_codex.agent.limits import REFUSED_CODE
-from coven_codex.agent.services import JOB_PREFIX
 from coven_codex.codex.errors import ErrorCode
 from coven_codex.entries import (
     CODEX_SENDER,
@@ -29,8 +28,8 @@ from coven_codex.entries import (
     ThoughtEntry,
     TokenUsage,
 )
+from coven_codex.jobs.names import JOB_PREFIX, TURN_ABORTED, TURN_COMPLETED, TURN_FAILED, TURN_STARTED
 from coven_codex.journal import Journal, JournalRecord
-from coven_codex.rollout import TURN_ABORTED, TURN_COMPLETED, TURN_FAILED
 
 JobState = Literal["queued", "running", "succeeded", "failed", "cancelled", "timed_out"]
 JOB_STATES: tuple[JobState, ...] = ("queued", "running", "succeeded", "failed", "cancelled", "timed_out")
@@ -152,7 +151,7 @@ class JobFolder:
             self._status(job, entry)
 
     def _status(self, job: JobRecord, entry: StatusEntry) -> None:
-        if entry.state == "turn_started":
+        if entry.state == TURN_STARTED:
             job.state = "running"
             job.started_at = job.started_at or entry.ts
         elif entry.state == TURN_COMPLETED:

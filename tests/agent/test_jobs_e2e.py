@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from agent_harness import AgentHarness, Daemon, make_responder, user_prompts
+from agent_harness import AgentHarness, Daemon, codex_processes, make_responder, user_prompts
 
 from coven_codex.jobs.client import wait
 from coven_codex.jobs.records import JobRecord, read_jobs
@@ -227,3 +227,22 @@ async def test_max_jobs_queues_and_kill9_mid_job_ends_every_job_once(
     assert len(requests_with(slow_server, "slow first")) == 1
     assert len(requests_with(slow_server, "queued second")) == 1
     assert not requests_with(slow_server, "queued third")
+
+
+async def test_cancel_of_a_running_job_ends_its_codex(
+    codex_bin: Path, slow_server: ScriptedModelServer, harness_factory: Factory
+) -> None:
+    """On both drivers: the cancelled job's turn ends (``cancelled``) while the model is still
+    stalling; with exec (0.47) the job's own Codex process is gone once the job is over."""
+    h = harness_factory(codex_bin, slow_server)
+    daemon = await started(h)
+    _, out, _ = await job(h, "submit", "--prompt", "slow to cancel")
+    slow_id = out.strip()
+    await until_state(h, slow_id, "running")
+    code, _, err = await job(h, "cancel", slow_id)
+    assert code == 0, err
+    cancelled = await wait(h.journal, slow_id, limit=60)
+    assert cancelled.state == "cancelled" and cancelled.final_message is None
+    if "0.47" in str(codex_bin):
+        assert codex_processes(h.codex_home) == []  # exec: one process per turn, ended with it
+    assert await h.stop(daemon) == 0
