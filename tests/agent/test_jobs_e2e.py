@@ -184,6 +184,13 @@ async def test_resume_and_continue_latest_continue_the_thread(
     (request,) = requests_with(model_server, "and then")
     assert user_prompts(request) == ["remember alpha", "what came first", "and then"]
     assert await h.stop(daemon) == 0
+    # A fork's inherited turns are not shown again in the job's conversation: only its own reply.
+    responses = [(e.conversation, e.text) for e in await h.entries() if e.kind == "response"]
+    assert responses == [
+        (f"job:{first.id}", "echo: remember alpha"),
+        (f"job:{second.id}", "echo: what came first"),
+        (f"job:{third.id}", "echo: and then"),
+    ]
 
 
 async def test_max_jobs_queues_and_kill9_mid_job_ends_every_job_once(
