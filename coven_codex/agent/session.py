@@ -539,14 +539,15 @@ class Session:
             # Written now, before the turn's end (which the rollout may bring first): a reader
             # stopping at the end knows why. _turn_over writes it with the same id: once.
             turn = self._turn
-            c = event.error
-            await self._error(
-                c.code,
-                c.message,
-                c.hint,
-                entry_id=self._turn_entry_id(turn.key if turn is not None else None, "error"),
-                in_reply_to=self.state.reply_to,
-            )
+            if turn is not None:  # (else the turn's end writes it, once)
+                c = event.error
+                await self._error(
+                    c.code,
+                    c.message,
+                    c.hint,
+                    entry_id=self._turn_entry_id(turn.key, "error"),
+                    in_reply_to=self.state.reply_to,
+                )
         elif isinstance(event, Delta):
             if self._settings.stream_deltas and event.text:
                 await self._emit(DeltaEntry(item_id=event.item_id, text=event.text, in_reply_to=self.state.reply_to))
@@ -1174,6 +1175,7 @@ class Session:
         """
         self._egress.forget()
         self._pump_task = None
+        self._slot_wait = None  # (cancelled with the task group; a waiter's slot is passed on)
         self._group = None
         with contextlib.suppress(Exception):
             await self._end_link(reason="session failed", expected=False)
