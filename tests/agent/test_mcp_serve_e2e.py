@@ -143,3 +143,36 @@ async def test_the_typescript_sdk_drives_mcp_serve(
     assert seen["done"]["state"] == "succeeded" and seen["done"]["final_message"] == "echo: hello ts"
     assert seen["listed"] == [seen["started"]["id"]]
     assert seen["bad"]["isError"] is True and "invalid arguments" in seen["bad"]["text"]
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_mcp_serve_answers_without_a_daemon_in_both_sdk_modes(tmp_path: Path, mode: str) -> None:
+    """The tools list and refusals need no daemon (only the journal): the SDK's ``auto`` mode
+    (``server/discover`` first) and ``legacy`` mode both get them."""
+    journal = tmp_path / "journal.jsonl"
+    journal.touch()
+    parameters = StdioServerParameters(
+        command=sys.executable, args=["-m", "coven_codex", "mcp-serve", "--journal", str(journal)]
+    )
+    async with Client(parameters, mode=mode) as client:
+        assert [tool.name for tool in (await client.list_tools()).tools] == TOOLS
+        unknown = await client.call_tool("call_status", {"job_id": "nope"})
+        assert unknown.is_error and "no job 'nope'" in text(unknown)
+        listed = await client.call_tool("call_jobs", {})
+        assert not listed.is_error and listed.structured_content == {"jobs": []}
+
+
+async def test_mcp_serve_refuses_a_journal_no_daemon_made(tmp_path: Path) -> None:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "coven_codex",
+        "mcp-serve",
+        "--journal",
+        str(tmp_path / "missing.jsonl"),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 2 and out == b""
+    assert "does not exist, so no daemon serves it" in err.decode()
