@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 from collections.abc import Mapping
@@ -31,6 +32,7 @@ from coven_codex.agent.egress import AppendHook
 from coven_codex.agent.layout import LayoutError, migrate_legacy_layout
 from coven_codex.agent.link import CodexLink
 from coven_codex.agent.links.driver import DriverLink
+from coven_codex.agent.services import ThreadOptions
 from coven_codex.agent.state import StateError
 from coven_codex.agent.statelock import JournalLock, StateLock
 from coven_codex.agent.storage import StorageFailed
@@ -134,14 +136,29 @@ class LinkMaker:
         sent the image without the thought's text (seen with the real CLI), so exec refuses them."""
         return self.driver == "app-server"
 
-    def __call__(self, conversation: str) -> CodexLink:
+    @property
+    def forks_threads(self) -> bool:
+        """The app-server opens a thread as a fork of another (``thread/fork``); exec cannot."""
+        return self.driver == "app-server"
+
+    def __call__(self, conversation: str, options: ThreadOptions) -> CodexLink:
+        settings = DriverSettings.from_settings(self.settings)
+        timeout = options.turn_timeout
+        if timeout is not None:
+            timeout = min(timeout, settings.turn_timeout)
+            settings = dataclasses.replace(
+                settings, turn_timeout=timeout, stream_idle_timeout=min(settings.stream_idle_timeout, timeout)
+            )
+        settings = dataclasses.replace(settings, model=options.model, fork_from=options.fork_from)
+        cwd = Path(options.workspace) if options.workspace is not None else self.cwd
+
         def make(sink: EventSink) -> CodexDriver:
             return create_driver(
                 self.executable,
                 self.version,
-                self.cwd,
+                cwd,
                 env=self.env,
-                settings=DriverSettings.from_settings(self.settings),
+                settings=settings,
                 sink=sink,
                 plan=self.plan,
                 command=self.command,

@@ -221,6 +221,7 @@ class Daemon:
                 journal=self.journal,
                 store=self.store,
                 slots=SlotPool(self.settings.max_sessions),
+                job_slots=SlotPool(self.settings.max_jobs),
                 processes=self.processes,
                 make_link=self.make_link,
                 locate_rollout=self.locate_rollout,

@@ -114,8 +114,12 @@ class SessionManager:
         return self._session(entry.conversation).offer_reset(entry, position)
 
     def route_cancel(self, entry: CancelEntry, *, live: bool) -> None:
-        """Pass a live cancel to its session; one from before this run, or with no session, is only logged."""
+        """Pass a live cancel to its session; one from before this run, or with no session, is only logged,
+        except that one with ``queued`` still drops the thoughts queued before it."""
         session = self.sessions.get(entry.conversation)
+        if not live and session is not None and entry.queued:
+            session.offer_drop_queued()
+            return
         if not live or session is None:
             log.info("cancel %s for %r: no turn of this run to cancel", cut(entry.id or "?"), cut(entry.conversation))
             return

@@ -102,6 +102,14 @@ class SessionState(BaseModel):
     ``in_flight``): egress puts it on the entries of that message's turn as ``in_reply_to``."""
     reply_to: str | None = None
     """The newest thought handed to Codex: what the session's own entries of a turn answer."""
+    workspace: str | None = None
+    """The thread's working directory (a ``cwd`` checked against ``workspace_roots``); ``None``: the daemon's."""
+    model: str | None = None
+    """The thread's model (``None``: Codex's configured one)."""
+    turn_timeout: float | None = None
+    """Seconds each turn of the thread may run (``None``: ``turn_timeout``)."""
+    fork_from: str | None = None
+    """The thread the next new thread is forked from (``resume_thread``), until that thread exists."""
 
     def expect_reply(self, thought_id: str, text: str, ordinal: int) -> None:
         """``thought_id`` is being handed to Codex as the thread's user message ``ordinal``."""

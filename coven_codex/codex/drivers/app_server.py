@@ -72,6 +72,7 @@ from coven_codex.codex.drivers.base import (
     Submission,
     ThreadStarted,
     TurnClock,
+    TurnExpired,
     TurnFinished,
     TurnInput,
     TurnStarted,
@@ -195,15 +196,22 @@ class AppServerDriver(CodexDriver):
             note = None
             if resume_thread_id is not None:
                 try:
-                    result = await self._request(
-                        "thread/resume", {"threadId": resume_thread_id, "cwd": str(self.workspace)}
-                    )
+                    resume: dict[str, Any] = {"threadId": resume_thread_id, "cwd": str(self.workspace)}
+                    if self.settings.model is not None:
+                        resume["model"] = self.settings.model
+                    result = await self._request("thread/resume", resume)
                 except RpcError as exc:
                     note = f"could not resume thread {resume_thread_id} ({exc}); started a new thread"
                     log.warning("%s", note)
             resumed = result is not None
             if result is None:
-                result = await self._request("thread/start", {"cwd": str(self.workspace)})
+                options: dict[str, Any] = {"cwd": str(self.workspace)}
+                if self.settings.model is not None:
+                    options["model"] = self.settings.model
+                if self.settings.fork_from is not None:
+                    result = await self._request("thread/fork", {"threadId": self.settings.fork_from, **options})
+                else:
+                    result = await self._request("thread/start", options)
         except RpcError as exc:
             raise DriverError(f"the Codex app-server refused to open the thread: {exc}") from None
         try:
@@ -527,6 +535,7 @@ class AppServerDriver(CodexDriver):
             return
         log.warning("turn %s: %s; interrupting it", turn.turn_id, error.message)
         turn.forced_error = error
+        self._events.emit(TurnExpired(turn.turn_id, error))
         await self._stop_turn(turn, error)
 
     # -- wire ----------------------------------------------------------------------------------------
