@@ -63,7 +63,7 @@ async def test_routes_by_kind_skips_our_own_entries_and_reports_bad_lines() -> N
     await journal.append(CancelEntry(conversation="a"))
     await journal.append(ApprovalEntry(conversation="a", request_id="r1", decision="approve"))
     router = Recorder()
-    ingress = Ingress(journal, router, start=0, live_from=live_from, known_ids=set())
+    ingress = Ingress(journal, router, start=START, live_from=live_from, known_ids=set())
     task = asyncio.create_task(ingress.run())
     await settle(journal, ingress)
     assert [t for t, _ in router.thoughts] == ["one"]
@@ -89,13 +89,13 @@ async def test_restart_does_not_report_a_bad_line_twice() -> None:
     journal = MemoryJournal()
     await journal.append_raw(b"garbage")
     router = Recorder()
-    first = Ingress(journal, router, start=0, live_from=0, known_ids=set())
+    first = Ingress(journal, router, start=START, live_from=START, known_ids=set())
     task = asyncio.create_task(first.run())
     await settle(journal, first)
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
     known = {i.entry.id for i in await journal.read() if isinstance(i, JournalRecord) and i.entry.id}
-    second = Ingress(journal, router, start=0, live_from=0, known_ids=set(known))
+    second = Ingress(journal, router, start=START, live_from=START, known_ids=set(known))
     task = asyncio.create_task(second.run())
     await settle(journal, second)
     task.cancel()
@@ -110,7 +110,7 @@ async def test_delivered_thoughts_are_not_pending() -> None:
     router = Recorder()
     assert record.entry.id is not None
     router.delivered.add(record.entry.id)
-    ingress = Ingress(journal, router, start=0, live_from=0, known_ids=set())
+    ingress = Ingress(journal, router, start=START, live_from=START, known_ids=set())
     task = asyncio.create_task(ingress.run())
     await settle(journal, ingress)
     assert router.thoughts == [] and ingress.cursor.position == record.end
@@ -130,7 +130,7 @@ async def test_thoughts_that_can_never_be_answered_are_refused_once() -> None:
     for _ in range(2):  # and once more, as a restarted daemon reads it again
         known = {i.entry.id for i in await journal.read() if isinstance(i, JournalRecord) and i.entry.id}
         router = Recorder()
-        ingress = Ingress(journal, router, start=0, live_from=0, known_ids=known)
+        ingress = Ingress(journal, router, start=START, live_from=START, known_ids=known)
         task = asyncio.create_task(ingress.run())
         await settle(journal, ingress)
         task.cancel()

@@ -25,7 +25,7 @@ def test_state_round_trip_and_atomic_replace(tmp_path: Path) -> None:
     store = StateStore(tmp_path, durability="always")
     store.prepare()
     state = SessionState(conversation="chan/#1", thread_id="t", egress_offset=42)
-    state.delivered["a"] = 10
+    state.delivered["a"] = Position(0, 10)
     state.in_flight = InFlight(thought_id="b", position=20, text="hi", user_messages_before=1)
     store.save(state)
     again = StateStore(tmp_path).load_all()
