@@ -47,7 +47,7 @@ import tomlkit
 from _common import machine_line, percentile, print_table
 
 from coven_codex.entries import ThoughtEntry
-from coven_codex.journal import FileJournal, JournalRecord
+from coven_codex.journal import START, FileJournal, JournalRecord
 from coven_codex.testing.codex_config import DEFAULT_ENV_KEY, codex_config
 from coven_codex.testing.model_server import ScriptedModelServer
 from coven_codex.testing.responders import echo_responder
@@ -209,7 +209,7 @@ async def wait_replies(
 ) -> dict[str, float]:
     """When each conversation's first ``response`` entry appeared (polled every 50 ms)."""
     replied: dict[str, float] = {}
-    position = 0
+    position = START
     deadline = time.monotonic() + REPLY_TIMEOUT
     while len(replied) < len(conversations):
         items = await journal.read(position)

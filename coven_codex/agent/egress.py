@@ -30,6 +30,7 @@ from coven_codex.agent.limits import cut
 from coven_codex.agent.state import SessionState
 from coven_codex.agent.writer import DaemonWriter
 from coven_codex.entries import BaseEntry, DeltaEntry, ErrorEntry, StatusEntry
+from coven_codex.journal import Position
 from coven_codex.mcp.outcomes import SpellCalls
 from coven_codex.rollout import TURN_END_STATES, RolloutTranslator
 from coven_codex.tailing import Line, TailNotice, tail_lines
@@ -64,7 +65,7 @@ class Egress:
         """``error`` entries this egress produced from the rollout (written or already there)."""
         self.turn_ends_seen = 0
         """Turn-end ``status`` entries (completed, failed, aborted) it produced likewise."""
-        self._last_end: int | None = None
+        self._last_end: Position | None = None
         self._progressed = asyncio.Event()
 
     async def run(self, rollout: Path, thread_id: str) -> None:

@@ -20,6 +20,7 @@ from coven_codex.agent.state import SessionState
 from coven_codex.agent.storage import storage_failure
 from coven_codex.codex.process import KILL_WAIT, PIPE_WAIT, end_all_trees
 from coven_codex.entries import ApprovalEntry, CancelEntry, ResetEntry, ThoughtEntry
+from coven_codex.journal import Position
 
 log = logging.getLogger(__name__)
 
@@ -104,11 +105,11 @@ class SessionManager:
         return session
 
     # -- Router ------------------------------------------------------------------------------------
-    def route_thought(self, entry: ThoughtEntry, position: int) -> bool:
+    def route_thought(self, entry: ThoughtEntry, position: Position) -> bool:
         """Offer the thought to its conversation's session (made on first use); ``True`` if it is now pending."""
         return self._session(entry.conversation).offer_thought(entry, position)
 
-    def route_reset(self, entry: ResetEntry, position: int) -> bool:
+    def route_reset(self, entry: ResetEntry, position: Position) -> bool:
         """Offer the ``reset`` to its conversation's session (made on first use); ``True`` if it is now pending."""
         return self._session(entry.conversation).offer_reset(entry, position)
 

@@ -15,7 +15,7 @@ from coven_codex.agent.state import StateStore
 from coven_codex.agent.writer import DaemonWriter
 from coven_codex.codex.drivers.base import ImageInput
 from coven_codex.entries import Attachment
-from coven_codex.journal import Journal
+from coven_codex.journal import Journal, Position
 from coven_codex.settings import Settings
 
 
@@ -29,7 +29,7 @@ class PendingThought:
 
     entry_id: str
     text: str
-    position: int
+    position: Position
     attachments: tuple[Attachment, ...] = ()
     images: tuple[ImageInput, ...] = ()
 
@@ -81,8 +81,8 @@ class SessionServices:
     processes: ProcessRegistry
     make_link: LinkFactory
     locate_rollout: RolloutLocator
-    finish_thought: Callable[[int], None]
-    saved_cursor: Callable[[], int]
+    finish_thought: Callable[[Position], None]
+    saved_cursor: Callable[[], Position]
     writer: DaemonWriter
     """Every daemon entry goes through it: a deterministic id is written once, by whoever is first."""
     on_append: AppendHook | None = None

@@ -79,6 +79,7 @@ from coven_codex.entries import (
     ThoughtEntry,
     TokenUsage,
 )
+from coven_codex.journal import Position
 from coven_codex.rollout import TURN_ABORTED, TURN_COMPLETED, TURN_FAILED, turn_entry_id
 from coven_codex.tailing import Line
 
@@ -120,7 +121,7 @@ class _Duplicate:
     """A thought reused the id of an earlier, different thought (at another journal position)."""
 
     entry_id: str
-    position: int
+    position: Position
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +129,7 @@ class _Reset:
     """A ``reset`` entry routed to this session: end the thread once what came before it is done."""
 
     entry_id: str
-    position: int
+    position: Position
 
 
 RESET_DRAIN = 5.0
@@ -163,7 +164,7 @@ class Session:
         self._settings = services.settings
         self._inbox: asyncio.Queue[_Message] = asyncio.Queue()
         self._queue: deque[PendingThought | _Reset] = deque()
-        self._queued_ids: dict[str, int] = {}
+        self._queued_ids: dict[str, Position] = {}
         """Ids of the thoughts in the inbox or the queue, with their journal positions."""
         self._link: CodexLink | None = None
         self._generation = 0
@@ -191,7 +192,7 @@ class Session:
         self._egress = EgressRunner(state, services, self._saver, on_line=self._on_rollout_line)
 
     # -- routing (called synchronously by ingress) -------------------------------------------
-    def offer_thought(self, entry: ThoughtEntry, position: int) -> bool:
+    def offer_thought(self, entry: ThoughtEntry, position: Position) -> bool:
         """Queue a thought unless it was delivered before; ``True`` if it is now pending.
 
         The same thought read again (after a restart) is passed over; a *different* thought (at
@@ -209,7 +210,7 @@ class Session:
         self._inbox.put_nowait(PendingThought(entry.id, entry.text, position, tuple(entry.attachments)))
         return True
 
-    def offer_reset(self, entry: ResetEntry, position: int) -> bool:
+    def offer_reset(self, entry: ResetEntry, position: Position) -> bool:
         """Queue a ``reset`` unless it was acted on before; ``True`` if it is now pending.
 
         It takes its place among the thoughts: those before it still go to the current thread,
@@ -339,7 +340,7 @@ class Session:
 
     async def _refuse_attachments(self, thought: PendingThought, why: str) -> None:
         self._queued_ids.pop(thought.entry_id, None)
-        log.warning("conversation %r: thought at journal position %d refused: %s", self._name, thought.position, why)
+        log.warning("conversation %r: thought at journal position %s refused: %s", self._name, thought.position, why)
         await self._emit(
             ErrorEntry(
                 id=f"refused@{thought.position}",
@@ -355,7 +356,7 @@ class Session:
     async def _duplicate(self, message: _Duplicate) -> None:
         shown = cut(message.entry_id, MAX_ID_CHARS)
         log.warning(
-            "conversation %r: thought at journal position %d reuses the id %s of an earlier thought; dropped",
+            "conversation %r: thought at journal position %s reuses the id %s of an earlier thought; dropped",
             self._name,
             message.position,
             cut(message.entry_id),
