@@ -175,3 +175,30 @@ def test_the_session_docstring_names_its_own_timers_and_the_drivers() -> None:
     for setting, words in DRIVER_TIMERS:
         assert not timed_by(setting, session) and timed_by(setting, drivers), setting
         assert words in theirs and words not in mine, setting
+
+
+def test_the_readme_lists_every_subcommand() -> None:
+    """The README's command table has a row for every ``coven-codex`` subcommand."""
+    from coven_codex.cli.main import SUBCOMMANDS
+
+    table = (ROOT / "README.md").read_text().split("## The commands", 1)[1].split("\n\n", 2)[1]
+    listed = set(re.findall(r"^\| `coven-codex ([a-z-]+)", table, flags=re.MULTILINE))
+    assert listed == set(SUBCOMMANDS)
+
+
+def test_the_journal_command_table_lists_every_action_and_option() -> None:
+    """docs/journal-protocol.md's table of ``coven-codex journal`` rows equals the command's actions and options."""
+    parser, _ = build_parser()
+    sub = next(action for action in parser._actions if action.dest == "command")
+    journal = sub.choices["journal"]  # type: ignore[attr-defined]
+    actions = next(action for action in journal._actions if action.dest == "action").choices
+    doc = (ROOT / "docs" / "journal-protocol.md").read_text().split("## The journal command", 1)[1].split("\n## ")[0]
+    rows = dict(re.findall(r"^\| `coven-codex journal ([a-z]+) ([^`]*)` \|", doc, flags=re.MULTILINE))
+    assert set(rows) == set(actions)
+    for name, action in actions.items():
+        options = {o for a in action._actions for o in a.option_strings if o.startswith("--")} - {
+            "--help",
+            "--config",
+            "--log-level",
+        }
+        assert options == set(re.findall(r"--[a-z-]+", rows[name])), name
