@@ -509,11 +509,11 @@ class FileJournal:
                 current, end = fingerprint(os.pread(fd, FINGERPRINT_BYTES, 0)), complete_end(fd)
             finally:
                 os.close(fd)
-        if saved.file is None and fd >= 0:
-            return position  # saved by an older coven-codex: nothing to check it against
+        if saved.file is None:
+            return position  # saved by an older coven-codex, or before the file existed: nothing to check
         if current == saved.file and position.minor <= end:
             return position
-        previous = find_journal_file(self.path, saved.file, position.minor) if saved.file is not None else None
+        previous = find_journal_file(self.path, saved.file, position.minor)
         where = f"it is now {previous}" if previous is not None else f"it is no longer in {self.path.parent}"
         raise CursorMismatch(
             f"cursor {name!r} belongs to another file than the journal now at {self.path} (the journal"

@@ -283,3 +283,10 @@ def test_settings_below_the_minimum_are_refused(tmp_path: Path) -> None:
         FileJournal(tmp_path / "j", segment_bytes=10)
     with pytest.raises(JournalError, match="above 0"):
         FileJournal(tmp_path / "j", segment_age=0)
+
+
+async def test_a_cursor_saved_before_the_journal_existed_still_loads(tmp_path: Path) -> None:
+    journal = FileJournal(tmp_path / "chat.jsonl", segment_bytes=SMALL)
+    await journal.save_cursor("early", Position(0, 1))  # no file yet: nothing to fingerprint
+    assert await journal.load_cursor("early") == Position(0, 1)
+    await journal.aclose()
