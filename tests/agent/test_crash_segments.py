@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from agent_harness import AgentHarness
+from agent_harness import AgentHarness, replies
 from test_crash import crash_loop
 
 from coven_codex.journal import FileJournal
@@ -51,3 +51,32 @@ async def test_kill9_daemon_across_roll_overs_200_thoughts_25_kills(
         await segmented(h)
         await crash_loop(h, server, thoughts=200, kills=25, seed=1803)
         assert len(SegmentLayout(h.journal_path).sealed_numbers()) >= 50
+
+
+async def test_a_restart_after_retention_removed_an_idle_conversations_segments(
+    codex_bin_169: Path, harness_factory: Factory
+) -> None:
+    """Retention deletes the segments an idle conversation last wrote in; the daemon still restarts
+    (its start-up read of its own entries begins at the oldest segment kept) and answers it once."""
+    async with ScriptedModelServer(responder=echo_responder) as server:
+        h = harness_factory(codex_bin_169, server)
+        await segmented(h)
+        h.extra_args += ["--journal-retention", "delete"]
+        daemon = await h.start()
+        await h.think("idle", "first")
+        await h.wait_for(lambda es: "echo: first" in replies(es, "idle"), timeout=120, what="idle's reply")
+        first = next(item for item in await h.journal.read() if getattr(item.entry, "text", "") == "echo: first")
+        for n in range(8):
+            await h.think("busy", f"busy {n}")
+            await h.wait_for(lambda es, n=n: f"echo: busy {n}" in replies(es, "busy"), timeout=120, what="busy")
+        assert await h.stop(daemon) == 0
+        compacted = SegmentLayout(h.journal_path).compacted()
+        assert compacted is not None and compacted.through >= first.start.major, "idle's segment was not removed"
+        daemon = await h.start()
+        await h.think("idle", "second")
+        await h.wait_for(lambda es: "echo: second" in replies(es, "idle"), timeout=120, what="idle's second reply")
+        assert await h.stop(daemon) == 0
+        entries = await h.entries()
+        assert replies(entries, "idle") == ["echo: second"]  # the first lies in a removed segment
+        assert sum(1 for e in entries if e.kind == "thought" and e.conversation == "idle") == 1
+        assert sum(1 for r in replies(entries, "busy") if r.startswith("echo: busy")) <= 8
