@@ -41,7 +41,7 @@ from coven_codex.journal.segments import (
     first_line_time,
     parse_header,
 )
-from coven_codex.tailing import DEFAULT_MAX_LINE_BYTES, WakerFactory
+from coven_codex.tailing import DEFAULT_MAX_LINE_BYTES, DEFAULT_POLL_INTERVAL, WakerFactory
 from coven_codex.tailing.notices import NoticeCallback
 
 __all__ = [
@@ -415,17 +415,22 @@ class FileJournal:
         by compaction.
         """
         reader = self._reader(start, follow=self._follow_replacement)
-        factory = WakerFactory(self.path.absolute(), self._force_polling, "auto", 0.1, self._on_notice)
+        factory = WakerFactory(
+            self.path.absolute(), self._force_polling, "auto", DEFAULT_POLL_INTERVAL, self._on_notice
+        )
         waker = factory.create()
         try:
             while True:
                 try:
+                    unpaused = 0
                     for batch in reader.catch_up():
                         for item in batch:
                             if reader.file is not None:
                                 self._tail_file = (reader.segment, reader.file)
                             yield item
-                        if len(batch) >= _FAIR_ITEMS:
+                        unpaused += len(batch)
+                        if unpaused >= _FAIR_ITEMS:  # across small segments too
+                            unpaused = 0
                             await asyncio.sleep(0)  # a long catch-up must not starve the rest of the loop
                 except OSError as exc:
                     raise self._read_error(exc) from None

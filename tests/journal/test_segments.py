@@ -290,3 +290,27 @@ async def test_a_cursor_saved_before_the_journal_existed_still_loads(tmp_path: P
     await journal.save_cursor("early", Position(0, 1))  # no file yet: nothing to fingerprint
     assert await journal.load_cursor("early") == Position(0, 1)
     await journal.aclose()
+
+
+async def test_a_long_catch_up_across_small_segments_lets_other_tasks_run(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    journal = FileJournal(path, segment_bytes=SMALL, durability="never")
+    records = await fill(journal, 1000)  # about 200 segments of 5 entries
+    ran_meanwhile = asyncio.Event()
+    others_ran = False
+
+    async def other() -> None:
+        ran_meanwhile.set()
+
+    async def read_all() -> None:
+        nonlocal others_ran
+        async for item in journal.tail(START):
+            if item == records[-1]:
+                others_ran = ran_meanwhile.is_set()
+                return
+
+    async with asyncio.TaskGroup() as group:
+        group.create_task(read_all())
+        group.create_task(other())
+    assert others_ran, "the tail read every segment without letting another task run"
+    await journal.aclose()
