@@ -27,6 +27,7 @@ from coven_codex.journal.protocol import (
     JournalReplaced,
     Position,
     StorageError,
+    check_position,
 )
 from coven_codex.journal.reader import SegmentReader
 from coven_codex.journal.segments import (
@@ -554,6 +555,8 @@ class FileJournal:
             os.close(fd)
 
     def _save_cursor_blocking(self, name: str, position: Position) -> None:
+        self._cursors.path_for(name)  # a bad name or position is refused before anything is read
+        check_position(position)
         file = None
         if position > START:
             try:

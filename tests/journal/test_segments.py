@@ -14,6 +14,7 @@ import pytest
 from coven_codex.entries import ThoughtEntry
 from coven_codex.journal import (
     START,
+    CursorError,
     CursorMismatch,
     FileJournal,
     JournalError,
@@ -313,4 +314,13 @@ async def test_a_long_catch_up_across_small_segments_lets_other_tasks_run(tmp_pa
         group.create_task(read_all())
         group.create_task(other())
     assert others_ran, "the tail read every segment without letting another task run"
+    await journal.aclose()
+
+
+@pytest.mark.parametrize("position", [-1, True, 1.5, 7])
+async def test_a_position_that_is_no_position_is_refused_as_a_cursor_error(tmp_path: Path, position: object) -> None:
+    journal = FileJournal(tmp_path / "chat.jsonl", segment_bytes=SMALL)
+    await fill(journal, 3)
+    with pytest.raises(CursorError, match="position"):
+        await journal.save_cursor("x", position)  # type: ignore[arg-type]  # deliberately wrong type
     await journal.aclose()
