@@ -147,6 +147,7 @@ class _Turn:
     """The egress that was running when the turn started, and what it had produced by then."""
     errors_before: int
     ends_before: int
+    starts_before: int
 
 
 _Message = PendingThought | _Reset | CancelEntry | ApprovalEntry | _LinkMessage | _Evict | _Recorded | _Duplicate
@@ -319,7 +320,7 @@ class Session:
             await self._refuse_attachments(
                 thought,
                 # (Codex 0.47's `exec --image ... resume <thread> -` sent the image without the text)
-                "images need the app-server driver (Codex 0.169 or newer); this Codex runs on exec",
+                "images need the app-server driver, which this Codex does not offer (docs/rollout.md); it runs on exec",
             )
             return
         if thought.attachments:
@@ -430,10 +431,11 @@ class Session:
         Codex 0.169 records a turn's end (and a failed turn's error) in the rollout, which egress
         writes; 0.47 records neither, and a dying process records nothing. A failed turn's error
         is written here if egress, once caught up, produced none during this turn. A turn's end is
-        written here only for versions whose rollout does not record completed turns (0.47 records
-        only ``turn_aborted``), again if egress produced none: where the rollout does record it,
-        the session leaves it to egress. Either entry carries the turn's deterministic id, so if
-        egress writes it too (its rollout line came after the drain), the journal gets it once.
+        written here unless the driver's plan says the rollout records every turn's end with the
+        driver's turn id (the app-server plan), again if egress produced none. Either entry
+        carries the turn's deterministic id (:meth:`_turn_key`: for exec on 0.104 and later, the
+        id the rollout gave the turn), so if egress writes it too (its rollout line came after the
+        drain), the journal gets it once.
         """
         failed = event.status == "failed" and bool(event.error)
         wants_end = not self._svc.make_link.records_turn_end
@@ -445,14 +447,29 @@ class Session:
         if any(missing()):
             await self.drain_egress(ERROR_DRAIN)  # only when the rollout may still bring it
         error_missing, end_missing = missing()
-        key = event.turn_id or (turn.key if turn is not None else None)
+        key = event.turn_id or self._turn_key(turn)
         if error_missing:
             c = event.classified or classify(event.error or "")
             await self._error(
                 c.code, c.message, c.hint, entry_id=self._turn_entry_id(key, "error"), in_reply_to=self.state.reply_to
             )
         if end_missing:
-            await self._write_turn_end(TURN_END_STATE_OF[event.status], key, event.turn_id, usage=event.usage)
+            turn_id = event.turn_id or (key if turn is not None and key != turn.key else None)
+            await self._write_turn_end(TURN_END_STATE_OF[event.status], key, turn_id, usage=event.usage)
+
+    def _turn_key(self, turn: _Turn | None) -> str | None:
+        """The name of ``turn`` in its entry ids: the driver's turn id; else, when the rollout
+        records turn starts (exec on 0.104 and later), the id it gave the turn, which is the id
+        egress uses when it closes a turn the rollout never ended; else the thought that started it."""
+        if turn is None:
+            return None
+        if turn.keyed_by_turn_id:
+            return turn.key
+        egress = self._egress.egress
+        started_since = egress.turn_starts_seen > (turn.starts_before if turn.egress is egress else 0)
+        if started_since and egress.last_turn_id is not None:
+            return egress.last_turn_id
+        return turn.key
 
     def _seen_since(self, turn: _Turn | None) -> tuple[int, int]:
         """(errors, turn ends) egress produced from the rollout since ``turn`` started."""
@@ -495,8 +512,9 @@ class Session:
         if self._seen_since(turn)[1] == 0:
             await self.drain_egress(ERROR_DRAIN)
         if self._seen_since(turn)[1] == 0:
-            turn_id = turn.key if turn.keyed_by_turn_id else None
-            await self._write_turn_end(state, turn.key, turn_id, f"{state.replace('_', ' ')}: {why}")
+            key = self._turn_key(turn)
+            turn_id = key if turn.keyed_by_turn_id or key != turn.key else None
+            await self._write_turn_end(state, key, turn_id, f"{state.replace('_', ' ')}: {why}")
 
     async def _thread_ready(self, event: ThreadReady) -> None:
         changed = event.thread_id != self.state.thread_id
@@ -564,7 +582,9 @@ class Session:
             # Nothing on stderr said why (its lines are warnings, or about something else).
             code = ErrorCode.PROCESS_EXITED
             message = f"Codex exited{where} (exit {event.returncode})"
-        key = turn.key if turn is not None else None
+        if turn is not None and self._seen_since(turn)[1] == 0:
+            await self.drain_egress(ERROR_DRAIN)  # the rollout's name for the turn, for the ids
+        key = self._turn_key(turn)
         await self._error(
             code,
             shorten(message),
@@ -606,7 +626,9 @@ class Session:
 
     def _begin_turn(self, key: str, *, keyed_by_turn_id: bool) -> None:
         egress = self._egress.egress
-        self._turn = _Turn(key, keyed_by_turn_id, egress, egress.errors_seen, egress.turn_ends_seen)
+        self._turn = _Turn(
+            key, keyed_by_turn_id, egress, egress.errors_seen, egress.turn_ends_seen, egress.turn_starts_seen
+        )
         self._no_turn.clear()
 
     def _turn_finished(self) -> _Turn | None:

@@ -415,7 +415,7 @@ class FileJournal:
         Raises :class:`SegmentRemoved` when ``start`` (or a segment it must read) was removed
         by compaction.
         """
-        reader = self._reader(start, follow=self._follow_replacement)
+        reader = self._reader(check_position(start), follow=self._follow_replacement)
         factory = WakerFactory(
             self.path.absolute(), self._force_polling, "auto", DEFAULT_POLL_INTERVAL, self._on_notice
         )
@@ -470,7 +470,8 @@ class FileJournal:
 
         Reads across segments; :class:`SegmentRemoved` when ``start`` lies in a removed one.
         """
-        if end is not None and end < start:
+        check_position(start)
+        if end is not None and check_position(end) < start:
             raise JournalError(f"invalid range {start}..{end}")
         try:
             return await asyncio.to_thread(self._read_blocking, start, end)

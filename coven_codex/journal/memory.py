@@ -39,7 +39,7 @@ class MemoryStore:
 
 
 def _index(position: Position) -> int:
-    if position.major != 0:
+    if check_position(position).major != 0:
         raise JournalError(f"position {position} is not a position in a memory journal")
     return position.minor
 

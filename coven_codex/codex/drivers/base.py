@@ -392,7 +392,8 @@ class CodexDriver(abc.ABC):
     """
 
     kind: ClassVar[str]
-    supports_steer: ClassVar[bool]
+    supports_steer: bool
+    """Thoughts can join a running turn (app-server with `turn/steer`; see the driver's plan)."""
     records_client_id: ClassVar[bool]
     label: ClassVar[str]
     """How messages name the driver's Codex process, e.g. ``the Codex app-server``."""

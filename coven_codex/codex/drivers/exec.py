@@ -79,7 +79,7 @@ class ExecDriver(CodexDriver):
     """See :mod:`coven_codex.codex.drivers.base` for the interface and this module for the CLI."""
 
     kind: ClassVar[str] = "exec"
-    supports_steer: ClassVar[bool] = False
+    supports_steer = False
     records_client_id: ClassVar[bool] = False
     image_urls: ClassVar[bool] = False
     label: ClassVar[str] = "codex exec"
