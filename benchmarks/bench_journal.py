@@ -1,5 +1,8 @@
 """File-journal append throughput under each durability, against raw writes, and append->tail latency.
 
+The "segments" rows roll the journal over every ``ROLL_BYTES`` (a roll-over every few hundred
+entries, far more often than any real setting), to show what roll-overs cost appenders and tails.
+
 Baselines measured in the same run: a bare ``os.write`` of the same bytes (no lock, no JSON,
 no fsync) and a bare ``os.write`` + ``fdatasync`` per line.
 
@@ -28,6 +31,8 @@ DURABILITIES: tuple[Durability, ...] = ("always", "batched", "never")
 TEXT = "a chat message of typical length, " * 3
 CONCURRENCY = 16
 PROCESSES = 4
+ROLL_BYTES = 64 * 1024
+SEGMENTED: tuple[Durability, ...] = ("batched", "never")
 
 PROCESS_WRITER = textwrap.dedent(
     """
@@ -37,7 +42,8 @@ PROCESS_WRITER = textwrap.dedent(
     from coven_codex.journal import FileJournal
 
     async def main() -> None:
-        journal = FileJournal(Path(sys.argv[1]), durability=sys.argv[2])
+        segment_bytes = int(sys.argv[5]) or None
+        journal = FileJournal(Path(sys.argv[1]), durability=sys.argv[2], segment_bytes=segment_bytes)
         await journal.append(ThoughtEntry(text="warm-up"))
         start = time.monotonic_ns()
         for number in range(int(sys.argv[3])):
@@ -63,8 +69,10 @@ def raw_writes(path: Path, count: int, sync: bool) -> float:
     return count / elapsed
 
 
-async def sequential(path: Path, durability: Durability, count: int) -> tuple[float, list[float]]:
-    journal = FileJournal(path, durability=durability)
+async def sequential(
+    path: Path, durability: Durability, count: int, segment_bytes: int | None
+) -> tuple[float, list[float]]:
+    journal = FileJournal(path, durability=durability, segment_bytes=segment_bytes)
     latencies = []
     start = time.perf_counter()
     for _ in range(count):
@@ -76,8 +84,8 @@ async def sequential(path: Path, durability: Durability, count: int) -> tuple[fl
     return count / elapsed, latencies
 
 
-async def concurrent(path: Path, durability: Durability, count: int) -> float:
-    journal = FileJournal(path, durability=durability)
+async def concurrent(path: Path, durability: Durability, count: int, segment_bytes: int | None) -> float:
+    journal = FileJournal(path, durability=durability, segment_bytes=segment_bytes)
 
     async def appender(share: int) -> None:
         for _ in range(share):
@@ -92,7 +100,7 @@ async def concurrent(path: Path, durability: Durability, count: int) -> float:
     return (count // CONCURRENCY * CONCURRENCY) / elapsed
 
 
-async def processes(path: Path, durability: Durability, count: int) -> float:
+async def processes(path: Path, durability: Durability, count: int, segment_bytes: int | None) -> float:
     """Aggregate rate from the first append of any writer to the last append of any."""
     share = count // PROCESSES
     writers = [
@@ -104,6 +112,7 @@ async def processes(path: Path, durability: Durability, count: int) -> float:
             durability,
             str(share),
             TEXT,
+            str(segment_bytes or 0),
             stdout=asyncio.subprocess.PIPE,
         )
         for _ in range(PROCESSES)
@@ -117,9 +126,11 @@ async def processes(path: Path, durability: Durability, count: int) -> float:
     return share * PROCESSES / elapsed
 
 
-async def delivered_latency(path: Path, durability: Durability, rate: float, count: int) -> list[float]:
+async def delivered_latency(
+    path: Path, durability: Durability, rate: float, count: int, segment_bytes: int | None
+) -> list[float]:
     """append() called -> the entry comes out of tail() in the same process."""
-    journal = FileJournal(path, durability=durability)
+    journal = FileJournal(path, durability=durability, segment_bytes=segment_bytes)
     sent: dict[str, float] = {}
     latencies: list[float] = []
     done = asyncio.Event()
@@ -163,16 +174,19 @@ async def main() -> None:
             ["baseline: bare os.write + fdatasync", f"{raw_sync:,.0f}", "-", "-", "-", "-", "-"],
         ]
         always_together = None
-        for durability in DURABILITIES:
-            rate, latencies = await sequential(directory / f"seq-{durability}.jsonl", durability, count)
+        cases = [(d, None) for d in DURABILITIES] + [(d, ROLL_BYTES) for d in SEGMENTED]
+        for durability, segment_bytes in cases:
+            name = f"{durability}-{segment_bytes or 0}"
+            rate, latencies = await sequential(directory / f"seq-{name}.jsonl", durability, count, segment_bytes)
             summary = summarize(latencies)
-            together = await concurrent(directory / f"conc-{durability}.jsonl", durability, count)
-            separate = await processes(directory / f"proc-{durability}.jsonl", durability, count)
+            together = await concurrent(directory / f"conc-{name}.jsonl", durability, count, segment_bytes)
+            separate = await processes(directory / f"proc-{name}.jsonl", durability, count, segment_bytes)
             if always_together is None:
                 always_together = together
+            rolled = f", segments of {ROLL_BYTES // 1024} KiB" if segment_bytes else ""
             rows.append(
                 [
-                    f"FileJournal durability={durability}",
+                    f"FileJournal durability={durability}{rolled}",
                     f"{rate:,.0f}",
                     ms(summary.p50),
                     ms(summary.p99),
@@ -195,10 +209,14 @@ async def main() -> None:
             rows,
         )
         latency_rows = []
-        for durability in DURABILITIES:
-            latencies = await delivered_latency(directory / f"lat-{durability}.jsonl", durability, 100.0, count // 5)
+        for durability, segment_bytes in cases:
+            name = f"{durability}-{segment_bytes or 0}"
+            latencies = await delivered_latency(
+                directory / f"lat-{name}.jsonl", durability, 100.0, count // 5, segment_bytes
+            )
             summary = summarize(latencies)
-            latency_rows.append([durability, summary.count, ms(summary.p50), ms(summary.p99), ms(summary.max)])
+            label = f"{durability}, segments of {ROLL_BYTES // 1024} KiB" if segment_bytes else durability
+            latency_rows.append([label, summary.count, ms(summary.p50), ms(summary.p99), ms(summary.max)])
         print_table(
             "append() -> delivered by tail(), 100 entries/s, same process (ms)",
             ["durability", "entries", "p50", "p99", "max"],

@@ -112,6 +112,18 @@ class Settings(BaseModel):
     )
     stream_deltas: bool = Field(default=True, description="Write streaming `delta` entries.")
     durability: Literal["always", "batched", "never"] = Field(default="batched", description="Journal fsync policy.")
+    journal_segment_bytes: int | None = Field(
+        default=None, ge=1024, description="Roll the file journal over to a new segment at this size (bytes)."
+    )
+    journal_segment_age: float | None = Field(
+        default=None, gt=0, description="Roll the file journal over to a new segment at this age (seconds)."
+    )
+    journal_retention: Literal["keep", "archive", "delete"] = Field(
+        default="keep", description="What becomes of journal segments every cursor has passed."
+    )
+    journal_archive: Path | None = Field(
+        default=None, description="Where archived journal segments go; default <journal>.archive/."
+    )
     state_dir: Path | None = Field(
         default=None,
         description="Where session state, the process record and the lock live; default "
@@ -174,7 +186,15 @@ def read_settings_file(path: Path) -> dict[str, Any]:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise SettingsError(f"config file {path} is not valid TOML: {exc}") from None
     base = path.parent
-    for key in ("workspace", "journal", "codex_home", "codex_config", "agents_template", "state_dir"):
+    for key in (
+        "workspace",
+        "journal",
+        "codex_home",
+        "codex_config",
+        "agents_template",
+        "state_dir",
+        "journal_archive",
+    ):
         value = data.get(key)
         if isinstance(value, str) and not Path(value).expanduser().is_absolute():
             data[key] = str(base / value)
@@ -210,7 +230,15 @@ def load_settings(config_file: Path | None = None, overrides: dict[str, Any] | N
         problems = "; ".join(_problem(err["type"], err["loc"], err["msg"]) for err in exc.errors())
         where = f" in {config_file}" if config_file else ""
         raise SettingsError(f"invalid settings{where}: {problems}") from None
-    for name in ("workspace", "journal", "codex_home", "codex_config", "agents_template", "state_dir"):
+    for name in (
+        "workspace",
+        "journal",
+        "codex_home",
+        "codex_config",
+        "agents_template",
+        "state_dir",
+        "journal_archive",
+    ):
         value = getattr(settings, name)
         if isinstance(value, Path):
             setattr(settings, name, value.expanduser())

@@ -226,3 +226,21 @@ def test_the_job_turn_states_are_the_translators() -> None:
         translator.TURN_ABORTED,
     )
     assert {names.TURN_COMPLETED, names.TURN_FAILED, names.TURN_ABORTED} == TURN_END_STATES
+
+
+def test_the_journal_command_table_lists_every_action_and_option() -> None:
+    """docs/journal-protocol.md's table of ``coven-codex journal`` rows equals the command's actions and options."""
+    parser, _ = build_parser()
+    sub = next(action for action in parser._actions if action.dest == "command")
+    journal = sub.choices["journal"]  # type: ignore[attr-defined]
+    actions = next(action for action in journal._actions if action.dest == "action").choices
+    doc = (ROOT / "docs" / "journal-protocol.md").read_text().split("## The journal command", 1)[1].split("\n## ")[0]
+    rows = dict(re.findall(r"^\| `coven-codex journal ([a-z]+) ([^`]*)` \|", doc, flags=re.MULTILINE))
+    assert set(rows) == set(actions)
+    for name, action in actions.items():
+        options = {o for a in action._actions for o in a.option_strings if o.startswith("--")} - {
+            "--help",
+            "--config",
+            "--log-level",
+        }
+        assert options == set(re.findall(r"--[a-z-]+", rows[name])), name

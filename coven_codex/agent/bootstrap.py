@@ -238,7 +238,15 @@ async def run_daemon(
         # per CODEX_HOME (the processes a daemon finds there at start are its own strays).
         try:
             await asyncio.to_thread(create_journal, settings.journal)
-            journal = FileJournal(settings.journal, durability=settings.durability, follow_replacement=False)
+            journal = FileJournal(
+                settings.journal,
+                durability=settings.durability,
+                follow_replacement=False,
+                segment_bytes=settings.journal_segment_bytes,
+                segment_age=settings.journal_segment_age,
+                retention=settings.journal_retention,
+                archive=settings.journal_archive,
+            )
         except OSError as exc:
             raise BootstrapError(
                 f"cannot create the journal {settings.journal} ({exc.strerror}); "

@@ -60,6 +60,7 @@ from coven_codex.journal import (
     JournalItem,
     JournalRecord,
     Position,
+    SegmentRemoved,
 )
 from coven_codex.rollout.locator import find_rollout
 from coven_codex.settings import Settings
@@ -339,7 +340,16 @@ class Daemon:
             if state.thread_id is not None:
                 positions.append(state.egress_journal_position or START)
         start = min(positions)
-        ids = ours(await self.journal.read(start))
+        try:
+            items = await self.journal.read(start)
+        except SegmentRemoved as exc:
+            # An idle conversation's position lies in a segment compaction removed (behind the
+            # ingress cursor, which load_cursor checked); its entries there were all read by every
+            # cursor. Read what is left (docs/journal-protocol.md, Segments: what retention assumes).
+            log.info("journal segments before %s were compacted away; reading from there", exc.oldest)
+            start = exc.oldest
+            items = await self.journal.read(start)
+        ids = ours(items)
         log.debug("read the journal from %s: %d entries of ours", start, len(ids))
         return ids
 

@@ -27,6 +27,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "spells",
     "job",
     "mcp-serve",
+    "journal",
     "model-server",
 )
 """In ``--help`` order; each module's ``HELP`` is its summary there."""

@@ -105,6 +105,27 @@ _FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
     ),
     ("--durability", {"choices": ["always", "batched", "never"], "help": "journal and state fsync policy"}),
     (
+        "--journal-segment-bytes",
+        {"type": int, "dest": "journal_segment_bytes", "help": "roll the journal over to a new segment at this size"},
+    ),
+    (
+        "--journal-segment-age",
+        {
+            "type": float,
+            "dest": "journal_segment_age",
+            "help": "roll the journal over to a new segment at this age (s)",
+        },
+    ),
+    (
+        "--journal-retention",
+        {
+            "choices": ["keep", "archive", "delete"],
+            "dest": "journal_retention",
+            "help": "what becomes of journal segments every cursor has passed",
+        },
+    ),
+    ("--journal-archive", {"type": Path, "dest": "journal_archive", "help": "where archived journal segments go"}),
+    (
         "--restart-backoff",
         {
             "type": float,

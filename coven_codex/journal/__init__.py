@@ -19,11 +19,13 @@ from coven_codex.journal.protocol import (
     Position,
     StorageError,
 )
+from coven_codex.journal.segments import CompactReport, SegmentRemoved
 
 __all__ = [
     "BAD_LINE_CODE",
     "START",
     "BadLine",
+    "CompactReport",
     "CursorError",
     "CursorMismatch",
     "CursorStorageError",
@@ -36,6 +38,7 @@ __all__ = [
     "JournalReplaced",
     "MemoryJournal",
     "Position",
+    "SegmentRemoved",
     "StorageError",
     "decode_line",
 ]

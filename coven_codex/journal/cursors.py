@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, unquote
 
 from coven_codex.journal.atomic import atomic_write, fsync_directory
 from coven_codex.journal.protocol import (
@@ -82,3 +83,24 @@ class FileCursorStore:
                 f"cannot save cursor {name!r} in {self.directory}: {exc.strerror};"
                 " check that the directory is writable and the disk is not full"
             ) from None
+
+    def load_all(self) -> dict[str, Position]:
+        """Every cursor saved here, by name; :class:`CursorError` naming the first corrupt one."""
+        try:
+            files = sorted(os.listdir(self.directory))
+        except FileNotFoundError:
+            return {}
+        cursors: dict[str, Position] = {}
+        for file in files:
+            if file.startswith(".") or not file.endswith(".json"):
+                continue
+            name = unquote(file.removesuffix(".json"))
+            try:
+                saved = self.load(name)
+            except CursorError as exc:
+                if not isinstance(exc, CursorStorageError) and not name.isprintable():
+                    continue  # not a cursor file (its name is no cursor name)
+                raise
+            if saved is not None:
+                cursors[name] = saved.position
+        return cursors

@@ -1,22 +1,21 @@
-"""The file journal: JSONL, appended under an exclusive lock, tailed by the line tailer."""
+"""The file journal: JSONL segments, appended under an exclusive lock, tailed on change notifications."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import fcntl
-import hashlib
 import logging
 import os
 import threading
+import time
 from collections.abc import AsyncGenerator
 from pathlib import Path
-from typing import Final
+from typing import Final, Literal
 
 from coven_codex.entries import BaseEntry, new_entry_id
 from coven_codex.journal.atomic import fsync_directory
 from coven_codex.journal.cursors import FileCursorStore
-from coven_codex.journal.decoding import decode_line
 from coven_codex.journal.group_commit import GroupCommit
 from coven_codex.journal.protocol import (
     START,
@@ -30,8 +29,32 @@ from coven_codex.journal.protocol import (
     StorageError,
     check_position,
 )
-from coven_codex.tailing import DEFAULT_MAX_LINE_BYTES, LineSplitter, TailNotice, TailNoticeKind, tail_lines
+from coven_codex.journal.reader import SegmentReader
+from coven_codex.journal.segments import (
+    FINGERPRINT_BYTES,
+    HEADER_LIMIT,
+    RETENTIONS,
+    CompactReport,
+    Retention,
+    SegmentLayout,
+    SegmentRemoved,
+    fingerprint,
+    first_line_time,
+    parse_header,
+)
+from coven_codex.tailing import DEFAULT_MAX_LINE_BYTES, DEFAULT_POLL_INTERVAL, WakerFactory
 from coven_codex.tailing.notices import NoticeCallback
+
+__all__ = [
+    "FINGERPRINT_BYTES",
+    "FileJournal",
+    "complete_end",
+    "encode_entry",
+    "file_fingerprint",
+    "find_journal_file",
+    "fingerprint",
+    "with_id",
+]
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +63,12 @@ READ_CHUNK: Final = 1 << 20
 FILE_MODE: Final = 0o600
 _SYNC = getattr(os, "fdatasync", os.fsync)
 DAEMON_LOCK_NAME: Final = "daemon.lock"
-FINGERPRINT_BYTES: Final = 4096
 ROTATED_SCAN_LIMIT: Final = 10_000
+MIN_SEGMENT_BYTES: Final = 1024
+_FAIR_ITEMS: Final = 256
+"""After a batch this big, let other tasks run before going on."""
+_REOPEN_LIMIT: Final = 1000
+"""Roll-overs or replacements an append may meet in a row before it gives up (never in practice)."""
 
 
 def encode_entry(entry: BaseEntry, max_line_bytes: int) -> bytes:
@@ -58,23 +85,6 @@ def encode_entry(entry: BaseEntry, max_line_bytes: int) -> bytes:
 def with_id(entry: BaseEntry) -> BaseEntry:
     """``entry``, given a fresh id when it has none."""
     return entry if entry.id else entry.with_id(new_entry_id())
-
-
-def fingerprint(head: bytes) -> str | None:
-    """The identity of a journal file: a hash of its first line (at most ``FINGERPRINT_BYTES``).
-
-    ``head`` is the start of the file. None while the file has no complete first line. Lines
-    are never rewritten, so the fingerprint of a file never changes; a file that replaced it
-    (rotation) or refilled it (truncation) starts with another line: every entry has a unique
-    id (``FileJournal.append`` assigns one) and a time.
-    """
-    head = head[:FINGERPRINT_BYTES]
-    newline = head.find(b"\n")
-    if newline >= 0:
-        head = head[: newline + 1]
-    elif len(head) < FINGERPRINT_BYTES:
-        return None
-    return hashlib.sha256(head).hexdigest()[:32]
 
 
 def file_fingerprint(path: Path) -> str | None:
@@ -104,8 +114,8 @@ def complete_end(fd: int) -> int:
     return 0
 
 
-def find_journal_file(journal: Path, file: str, position: Position) -> Path | None:
-    """A file beside ``journal`` whose fingerprint is ``file`` and which reaches ``position``.
+def find_journal_file(journal: Path, file: str, offset: int) -> Path | None:
+    """A file beside ``journal`` whose fingerprint is ``file`` and which reaches byte ``offset``.
 
     Where a rotation (``mv journal.jsonl journal.jsonl.1``) left the file a cursor belongs to.
     Looks at the regular files of the journal's directory only (at most ``ROTATED_SCAN_LIMIT``).
@@ -116,7 +126,7 @@ def find_journal_file(journal: Path, file: str, position: Position) -> Path | No
         return None
     for name in names:
         candidate = journal.parent / name
-        if name == journal.name or not candidate.is_file() or candidate.stat().st_size < offset_of(position):
+        if name == journal.name or not candidate.is_file() or candidate.stat().st_size < offset:
             continue
         with contextlib.suppress(OSError):
             if file_fingerprint(candidate) == file:
@@ -124,32 +134,26 @@ def find_journal_file(journal: Path, file: str, position: Position) -> Path | No
     return None
 
 
-def position_at(offset: int) -> Position:
-    """The position of byte ``offset`` of the journal file."""
-    return Position(0, offset)
-
-
-def offset_of(position: Position) -> int:
-    """The byte offset ``position`` names; :class:`JournalError` for a position of another backend."""
-    if check_position(position).major != 0:
-        raise JournalError(f"position {position} is not a position in a journal file; use a position this journal gave")
-    return position.minor
-
-
 class FileJournal:
-    """A JSONL journal file that several processes may append to and read at once.
+    """A JSONL journal that several processes may append to and read at once, in segments.
 
     ``durability``: ``"always"`` fsyncs every append before it returns; ``"batched"``
     (default) also returns only once the line is on disk, but appends in flight at the
     same time share one fsync (group commit); ``"never"`` leaves flushing to the OS
     (a process crash loses nothing, a power cut may lose the last seconds).
 
-    Positions are byte offsets in one file. Cursors are saved with the :func:`fingerprint` of
-    the file they belong to, and :meth:`load_cursor` refuses (:class:`CursorMismatch`) a cursor
-    of another file. ``follow_replacement``: when the file is replaced or truncated under
-    :meth:`tail`, go on with the new content from 0 (True, the default for adapters), or raise
-    :class:`JournalReplaced` (False: the daemon, which must finish what it read of the old file
-    before it reads the new one).
+    ``segment_bytes`` / ``segment_age`` (seconds): an append that finds the active segment
+    this big or this old first rolls over to a new one (None: never; docs/journal-protocol.md,
+    *Segments*). ``retention``: after a roll-over this journal made, segments behind every
+    saved cursor are kept (``"keep"``), moved to ``archive`` (``"archive"``; default
+    ``<journal>.archive/``) or deleted (``"delete"``); :meth:`compact` does it on demand.
+
+    Positions are ``Position(segment, byte offset)``. Cursors are saved with the fingerprint of
+    the segment file they belong to, and :meth:`load_cursor` refuses (:class:`CursorMismatch`)
+    a cursor of another file. ``follow_replacement``: when the file is replaced or truncated by
+    hand under :meth:`tail`, go on with the new content from 0 (True, the default for adapters),
+    or raise :class:`JournalReplaced` (False: the daemon, which must finish what it read of the
+    old file before it reads the new one). A roll-over is not a replacement: every tail crosses it.
     """
 
     def __init__(
@@ -161,26 +165,45 @@ class FileJournal:
         force_polling: bool | None = None,
         on_notice: NoticeCallback | None = None,
         follow_replacement: bool = True,
+        segment_bytes: int | None = None,
+        segment_age: float | None = None,
+        retention: Retention = "keep",
+        archive: Path | None = None,
     ) -> None:
         if durability not in DURABILITIES:
             raise JournalError(f"unknown durability {durability!r}: use one of {', '.join(DURABILITIES)}")
         if max_line_bytes < 1:
             raise JournalError(f"max_line_bytes must be at least 1, got {max_line_bytes}")
+        if segment_bytes is not None and segment_bytes < MIN_SEGMENT_BYTES:
+            raise JournalError(f"segment_bytes must be at least {MIN_SEGMENT_BYTES}, got {segment_bytes}")
+        if segment_age is not None and not segment_age > 0:
+            raise JournalError(f"segment_age must be a number of seconds above 0, got {segment_age}")
+        if retention not in RETENTIONS:
+            raise JournalError(f"unknown retention {retention!r}: use one of {', '.join(RETENTIONS)}")
         self.path = Path(path)
         self.durability: Durability = durability
         self.max_line_bytes = max_line_bytes
+        self.segment_bytes = segment_bytes
+        self.segment_age = segment_age
+        self.retention: Retention = retention
+        self.archive = archive
+        self.layout = SegmentLayout(self.path)
         self._force_polling = force_polling
         self._on_notice = on_notice
         self._cursors = FileCursorStore(self.path.with_name(self.path.name + ".cursors"))
         self._lock = threading.Lock()
         self._fd: int | None = None
         self._identity: tuple[int, int] | None = None
+        self._segment = 0
+        """The number of the segment ``_fd`` is."""
+        self._born = 0.0
+        """When that segment was started (epoch seconds), for ``segment_age``."""
         self._known_end = -1
         self._closed = False
         self._group_commit = GroupCommit(self._sync)
         self._follow_replacement = follow_replacement
-        self._tail_file: str | None = None
-        """Fingerprint of the file the tail reads (cursors are saved against it); None: unknown."""
+        self._tail_file: tuple[int, str] | None = None
+        """Segment and fingerprint of the file the tail last yielded from (cursors are saved against it)."""
 
     def __repr__(self) -> str:
         return f"FileJournal({str(self.path)!r}, durability={self.durability!r})"
@@ -197,35 +220,54 @@ class FileJournal:
 
     # -- appending -------------------------------------------------------------------------
 
-    def _open_for_append(self, *, may_open: bool) -> int | None:
-        """The append descriptor, (re)opened if needed and ``may_open``, else None.
-
-        Reopens when the file was removed or replaced since it was opened.
-        """
-        try:
-            st = os.stat(self.path)
-            identity: tuple[int, int] | None = (st.st_dev, st.st_ino)
-        except FileNotFoundError:
-            identity = None
-        if self._fd is not None and identity == self._identity:
-            return self._fd
-        if not may_open:
-            return None
-        if self._fd is not None:
-            log.warning("%s was replaced or removed; appending to the file now at that path", self.path)
-            os.close(self._fd)
-            self._fd = None
-        created = identity is None
+    def _open_for_append(self) -> int:
+        """Open the file at the journal's path for appending (creating it), as the active segment."""
+        self._drop_fd()
+        created = not self.path.exists()
         if created:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
-        st = os.fstat(fd)
-        self._fd = fd
-        self._identity = (st.st_dev, st.st_ino)
-        self._known_end = -1
+        self._adopt_for_append(fd)
         if created and self.durability != "never":
             fsync_directory(self.path.parent)
         return fd
+
+    def _adopt_for_append(self, fd: int) -> None:
+        st = os.fstat(fd)
+        head = os.pread(fd, HEADER_LIMIT, 0)
+        header = parse_header(head)
+        if header is None:
+            self._segment, born = 0, first_line_time(head)
+        else:
+            self._segment, born = header
+        self._born = time.time() if born is None else born
+        self._fd = fd
+        self._identity = (st.st_dev, st.st_ino)
+        self._known_end = -1
+
+    def _drop_fd(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+            self._identity = None
+
+    def _is_active(self) -> bool:
+        """Whether the open append file is still the one at the journal's path (holding its lock)."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        return (st.st_dev, st.st_ino) == self._identity
+
+    def _roll_due(self, fd: int) -> bool:
+        if self.segment_bytes is None and self.segment_age is None:
+            return False
+        size = os.fstat(fd).st_size
+        if self.segment_bytes is not None and size >= self.segment_bytes:
+            return True
+        if self.segment_age is None or time.time() - self._born < self.segment_age:
+            return False
+        return size > len(os.pread(fd, HEADER_LIMIT, 0).partition(b"\n")[0]) + 1 if self._segment else size > 0
 
     def _write_line(self, fd: int, line: bytes) -> tuple[int, int]:
         """Write ``line`` at the end of the file; the caller holds the exclusive lock."""
@@ -248,31 +290,55 @@ class FileJournal:
         self._known_end = end
         return start, end
 
-    def _append_locked(self, line: bytes, *, wait: bool) -> tuple[int, int] | None:
-        """Lock, write, unlock (and fsync when durability is "always").
+    def _append_locked(self, line: bytes, *, wait: bool) -> tuple[Position, Position, bool] | None:
+        """Lock, write, unlock (and fsync when durability is "always"): start, end, rolled over.
 
-        With ``wait=False`` it gives up (returns None) instead of waiting for a lock
-        someone else holds, so it can run on the event loop without blocking it.
+        With ``wait=False`` it gives up (returns None) instead of waiting for a lock someone
+        else holds, opening a file or rolling over, so it can run on the event loop without
+        blocking it.
         """
         if not self._lock.acquire(blocking=wait):
             return None
         try:
             if self._closed:
                 raise JournalError(f"the journal {self.path} is closed")
-            fd = self._open_for_append(may_open=wait)  # opening may create and fsync: not on the loop
-            if fd is None:
-                return None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return None
-            try:
-                start, end = self._write_line(fd, line)
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-            if self.durability == "always":
-                _SYNC(fd)
-            return start, end
+            rolled = False
+            for _attempt in range(_REOPEN_LIMIT):
+                fd = self._fd
+                if fd is None:
+                    if not wait:
+                        return None  # opening may create and fsync: not on the loop
+                    fd = self._open_for_append()
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return None
+                try:
+                    if not self._is_active():
+                        # Rolled over (or replaced) by someone else while we waited for the lock.
+                        log.debug("%s moved on to another file; appending to the file now at that path", self.path)
+                        self._fd = self._identity = None  # ``fd`` is closed by the caller once unlocked
+                        continue
+                    if self._roll_due(fd):
+                        if not wait:
+                            return None
+                        self._roll_over(fd)
+                        rolled = True
+                        continue
+                    start, end = self._write_line(fd, line)
+                    segment = self._segment
+                finally:
+                    with contextlib.suppress(OSError):
+                        fcntl.flock(fd, fcntl.LOCK_UN)
+                    if fd != self._fd:
+                        os.close(fd)  # the sealed segment; closing it after unlocking
+                if self.durability == "always":
+                    _SYNC(fd)
+                return Position(segment, start), Position(segment, end), rolled
+            raise JournalError(
+                f"cannot append to {self.path}: it was replaced {_REOPEN_LIMIT} times in a row while this"
+                " process waited to write; check what keeps replacing the journal file"
+            )
         except OSError as exc:
             raise StorageError(
                 f"cannot append to {self.path}: {exc.strerror}; check that the file is writable"
@@ -281,7 +347,14 @@ class FileJournal:
         finally:
             self._lock.release()
 
-    def _append_blocking(self, line: bytes) -> tuple[int, int]:
+    def _roll_over(self, fd: int) -> None:
+        """Seal the active segment ``fd`` (locked, at the path) and make the next one the append file."""
+        new, _size = self.layout.roll_over(fd, self._segment, durable=self.durability != "never")
+        log.info("%s: segment %d sealed, appending to segment %d", self.path, self._segment, self._segment + 1)
+        self._fd = None  # ``fd`` is closed by the caller once unlocked
+        self._adopt_for_append(new)
+
+    def _append_blocking(self, line: bytes) -> tuple[Position, Position, bool]:
         positions = self._append_locked(line, wait=True)
         assert positions is not None
         return positions
@@ -307,105 +380,101 @@ class FileJournal:
         line = encode_entry(entry, self.max_line_bytes)
         # Fast path: an uncontended write of one line to the page cache takes microseconds,
         # less than a hop to a worker thread; anything that could block (a lock held
-        # elsewhere, an fsync) goes to a thread.
+        # elsewhere, an fsync, a roll-over) goes to a thread.
         positions = None if self.durability == "always" else self._append_locked(line, wait=False)
         if positions is None:
             positions = await asyncio.to_thread(self._append_blocking, line)
-        start, end = positions
+        start, end, rolled = positions
         if self.durability == "batched":
             await self._group_commit.wait_durable()
-        return JournalRecord(entry, position_at(start), position_at(end))
+        if rolled and self.retention != "keep":
+            await self._retain()
+        return JournalRecord(entry, start, end)
+
+    async def _retain(self) -> None:
+        """Apply the retention setting after a roll-over; a failure is logged, the append stands."""
+        action: Literal["archive", "delete"] = "archive" if self.retention == "archive" else "delete"
+        try:
+            report = await self.compact(action=action, archive=self.archive)
+        except JournalError as exc:
+            log.warning("journal retention (%s) failed after a roll-over: %s", self.retention, exc)
+            return
+        if report.removed:
+            log.info("journal retention: %s", report.message)
 
     # -- reading ---------------------------------------------------------------------------
 
-    async def tail(self, start: Position = START) -> AsyncGenerator[JournalItem, None]:
-        """Every item from ``start`` on, live; a replaced or truncated file: see ``follow_replacement``."""
-        offset = offset_of(start)
-        self._tail_file = await asyncio.to_thread(file_fingerprint, self.path) if offset > 0 else None
-        replaced: list[TailNotice] = []
-
-        def on_notice(notice: TailNotice) -> None:
-            if notice.kind in (TailNoticeKind.REPLACED, TailNoticeKind.TRUNCATED):
-                replaced.append(notice)
-            self._report_notice(notice)
-
-        lines = tail_lines(
-            self.path,
-            offset,
-            max_line_bytes=self.max_line_bytes,
-            force_polling=self._force_polling,
-            on_notice=on_notice,
+    def _reader(self, start: Position, *, follow: bool) -> SegmentReader:
+        return SegmentReader(
+            self.layout, start, max_line_bytes=self.max_line_bytes, on_notice=self._on_notice, follow=follow
         )
-        async with contextlib.aclosing(lines):
-            try:
-                async for line in lines:
-                    if replaced:
-                        if not self._follow_replacement:
-                            raise JournalReplaced(
-                                f"the journal {self.path} was {replaced[0].kind} while it was being read"
-                            )
-                        replaced.clear()
-                        self._tail_file = None
-                    if line.start == 0:
-                        self._tail_file = (
-                            fingerprint(line.data + b"\n")
-                            if not line.too_long
-                            else await asyncio.to_thread(file_fingerprint, self.path)
-                        )
-                    yield decode_line(
-                        line.data,
-                        position_at(line.start),
-                        position_at(line.end),
-                        too_long=line.too_long,
-                        max_line_bytes=self.max_line_bytes,
-                    )
-            except OSError as exc:
-                raise self._read_error(exc) from None
+
+    async def tail(self, start: Position = START) -> AsyncGenerator[JournalItem, None]:
+        """Every item from ``start`` on, live, across roll-overs; a hand replacement: see ``follow_replacement``.
+
+        Raises :class:`SegmentRemoved` when ``start`` (or a segment it must read) was removed
+        by compaction.
+        """
+        reader = self._reader(check_position(start), follow=self._follow_replacement)
+        factory = WakerFactory(
+            self.path.absolute(), self._force_polling, "auto", DEFAULT_POLL_INTERVAL, self._on_notice
+        )
+        waker = factory.create()
+        try:
+            while True:
+                try:
+                    unpaused = 0
+                    for batch in reader.catch_up():
+                        for item in batch:
+                            if reader.file is not None:
+                                self._tail_file = (reader.segment, reader.file)
+                            yield item
+                        unpaused += len(batch)
+                        if unpaused >= _FAIR_ITEMS:  # across small segments too
+                            unpaused = 0
+                            await asyncio.sleep(0)  # a long catch-up must not starve the rest of the loop
+                except OSError as exc:
+                    raise self._read_error(exc) from None
+                if reader.stopped:
+                    assert reader.replaced is not None
+                    raise JournalReplaced(f"the journal {self.path} was {reader.replaced.kind} while it was being read")
+                if waker.dead or factory.stale(not self.path.exists()):
+                    await waker.aclose()
+                    waker = factory.create()
+                    continue
+                await waker.wait()
+        finally:
+            reader.close()
+            await waker.aclose()
 
     def _read_error(self, exc: OSError) -> JournalError:
         return JournalError(
             f"cannot read the journal {self.path}: {exc.strerror or exc}; check that it is a readable regular file"
         )
 
-    def _report_notice(self, notice: TailNotice) -> None:
-        if self._on_notice is not None:
-            self._on_notice(notice)
-
-    def _read_blocking(self, start: int, end: int | None) -> list[JournalItem]:
-        try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            return []
+    def _read_blocking(self, start: Position, end: Position | None) -> list[JournalItem]:
+        reader = self._reader(start, follow=False)
         items: list[JournalItem] = []
         try:
-            limit = os.fstat(fd).st_size if end is None else end
-            splitter = LineSplitter(start, max_line_bytes=self.max_line_bytes)
-            while splitter.offset < limit:
-                chunk = os.pread(fd, min(READ_CHUNK, limit - splitter.offset), splitter.offset)
-                if not chunk:
-                    break
-                for line in splitter.feed(chunk):
-                    items.append(
-                        decode_line(
-                            line.data,
-                            position_at(line.start),
-                            position_at(line.end),
-                            too_long=line.too_long,
-                            max_line_bytes=self.max_line_bytes,
-                        )
-                    )
+            for batch in reader.catch_up():
+                for item in batch:
+                    if end is not None and item.end > end:
+                        return items
+                    items.append(item)
         finally:
-            os.close(fd)
+            reader.close()
         return items
 
     async def read(self, start: Position = START, end: Position | None = None) -> list[JournalItem]:
-        """The items lying between ``start`` and ``end`` (the file's end when None); no file, no items."""
-        if end is not None and end < start:
+        """The items lying between ``start`` and ``end`` (the journal's end when None); no file, no items.
+
+        Reads across segments; :class:`SegmentRemoved` when ``start`` lies in a removed one.
+        """
+        check_position(start)
+        if end is not None and check_position(end) < start:
             raise JournalError(f"invalid range {start}..{end}")
         try:
-            return await asyncio.to_thread(
-                self._read_blocking, offset_of(start), None if end is None else offset_of(end)
-            )
+            return await asyncio.to_thread(self._read_blocking, start, end)
         except OSError as exc:
             raise self._read_error(exc) from None
 
@@ -415,81 +484,125 @@ class FileJournal:
         except FileNotFoundError:
             return START
         try:
-            return position_at(complete_end(fd))  # an unterminated last line is not part of the journal yet
+            # an unterminated last line is not part of the journal yet
+            return Position(self.layout.number_of(fd), complete_end(fd))
         finally:
             os.close(fd)
 
     async def end_position(self) -> Position:
-        """The position just after the last complete line."""
+        """The position just after the last complete line of the active segment."""
         try:
             return await asyncio.to_thread(self._end_position_blocking)
         except OSError as exc:
             raise self._read_error(exc) from None
 
-    # -- cursors and lifecycle -------------------------------------------------------------
+    # -- cursors, compaction and lifecycle ----------------------------------------------------
 
     def _load_cursor_blocking(self, name: str) -> Position | None:
         saved = self._cursors.load(name)
-        if saved is None or saved.position == START or saved.file is None:
-            return None if saved is None else saved.position  # nothing to check it against
+        if saved is None or saved.position == START:
+            return None if saved is None else saved.position
+        position = saved.position
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
+            fd, _sealed = self.layout.open_segment(position.major, position)
+        except SegmentRemoved:
+            raise
+        except JournalError:
+            fd = -1  # the segment is nowhere: the journal was replaced by hand (below)
+        if fd < 0:
             current, end = None, 0
         else:
             try:
                 current, end = fingerprint(os.pread(fd, FINGERPRINT_BYTES, 0)), complete_end(fd)
             finally:
                 os.close(fd)
-        if current == saved.file and saved.position <= position_at(end):
-            return saved.position
-        previous = find_journal_file(self.path, saved.file, saved.position)
+        if saved.file is None:
+            return position  # saved by an older coven-codex, or before the file existed: nothing to check
+        if current == saved.file and position.minor <= end:
+            return position
+        previous = find_journal_file(self.path, saved.file, position.minor)
         where = f"it is now {previous}" if previous is not None else f"it is no longer in {self.path.parent}"
         raise CursorMismatch(
             f"cursor {name!r} belongs to another file than the journal now at {self.path} (the journal"
             f" was rotated, replaced or truncated; {where}); delete {self._cursors.path_for(name)}"
             " to read the journal from its beginning",
             name=name,
-            position=saved.position,
+            position=position,
             file=saved.file,
             previous=previous,
         )
 
     async def load_cursor(self, name: str) -> Position | None:
-        """The saved position, if it belongs to the file now at the journal's path.
+        """The saved position, if it belongs to the journal's files.
 
         Raises :class:`CursorMismatch` for a cursor saved on another file (rotation,
-        replacement, truncation), so that a reader neither re-reads nor skips silently.
+        replacement, truncation by hand), so that a reader neither re-reads nor skips silently,
+        and :class:`SegmentRemoved` for one whose segment compaction removed.
         """
         try:
             return await asyncio.to_thread(self._load_cursor_blocking, name)
         except OSError as exc:
             raise self._read_error(exc) from None
 
+    def _segment_fingerprint(self, position: Position) -> str | None:
+        if self._tail_file is not None and self._tail_file[0] == position.major:
+            return self._tail_file[1]
+        fd, _sealed = self.layout.open_segment(position.major, position)
+        if fd < 0:
+            return None
+        try:
+            return fingerprint(os.pread(fd, FINGERPRINT_BYTES, 0))
+        finally:
+            os.close(fd)
+
     def _save_cursor_blocking(self, name: str, position: Position) -> None:
+        self._cursors.path_for(name)  # a bad name or position is refused before anything is read
+        check_position(position)
         file = None
         if position > START:
-            file = self._tail_file
-            if file is None:
-                try:
-                    file = file_fingerprint(self.path)
-                except OSError as exc:
-                    raise self._read_error(exc) from None
+            try:
+                file = self._segment_fingerprint(position)
+            except OSError as exc:
+                raise self._read_error(exc) from None
         self._cursors.save(name, position, file)
 
     async def save_cursor(self, name: str, position: Position) -> None:
-        """Save ``position`` with the fingerprint of the file it lies in.
+        """Save ``position`` with the fingerprint of the segment file it lies in.
 
-        That is the file this journal's :meth:`tail` reads (it may be the old one when the
-        tail stopped at a replacement), else the file now at the path.
+        That is the file this journal's :meth:`tail` read it from (it may be the old one when
+        the tail stopped at a hand replacement), else the segment's file now.
         """
         await asyncio.to_thread(self._save_cursor_blocking, name, position)
+
+    async def cursors(self) -> dict[str, Position]:
+        """Every saved cursor: name and position."""
+        try:
+            return await asyncio.to_thread(self._cursors.load_all)
+        except OSError as exc:
+            raise self._read_error(exc) from None
+
+    async def compact(
+        self, *, action: Literal["archive", "delete"] = "archive", archive: Path | None = None, dry_run: bool = False
+    ) -> CompactReport:
+        """Archive (move to ``archive``, default ``<journal>.archive/``) or delete the sealed
+        segments lying wholly behind every saved cursor; a reader later asking for one gets
+        :class:`SegmentRemoved`.
+        """
+
+        def run() -> CompactReport:
+            return self.layout.compact(self._cursors.load_all(), action=action, archive=archive, dry_run=dry_run)
+
+        try:
+            return await asyncio.to_thread(run)
+        except OSError as exc:
+            raise StorageError(
+                f"cannot compact the journal {self.path}: {exc.strerror} ({exc.filename});"
+                " check that its folder and the archive folder are writable"
+            ) from None
 
     async def aclose(self) -> None:
         """Wait for pending group commits, then close the file; later appends fail."""
         await self._group_commit.drain()
         with self._lock:
             self._closed = True
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
+            self._drop_fd()

@@ -2,7 +2,7 @@
 
 from coven_codex.tailing.lines import DEFAULT_MAX_LINE_BYTES, Line, LineSplitter
 from coven_codex.tailing.notices import TailNotice, TailNoticeKind
-from coven_codex.tailing.tailer import TailError, tail_lines, watch_target
+from coven_codex.tailing.tailer import TailError, WakerFactory, tail_lines, watch_target
 from coven_codex.tailing.wakers import DEFAULT_POLL_INTERVAL, NotifierKind
 
 __all__ = [
@@ -14,6 +14,7 @@ __all__ = [
     "TailError",
     "TailNotice",
     "TailNoticeKind",
+    "WakerFactory",
     "tail_lines",
     "watch_target",
 ]

@@ -200,7 +200,7 @@ class _Follower:
             return
 
 
-class _WakerFactory:
+class WakerFactory:
     """Chooses how to be woken (once, reporting a polling fallback) and builds wakers."""
 
     def __init__(
@@ -255,6 +255,7 @@ class _WakerFactory:
         return file_missing and not self.target[0].is_dir()
 
     def create(self) -> Waker:
+        """A waker watching the path's current directory (inotify, watchfiles or, failing both, polling)."""
         for _attempt in range(100):
             self._watched = watched_path(self._path)
             self.target = watch_target(self._watched)
@@ -306,7 +307,7 @@ async def tail_lines(
     """
     path = _absolute(path)
     follower = _Follower(path, start, max_line_bytes, on_notice)
-    factory = _WakerFactory(path, force_polling, notifier, poll_interval, on_notice)
+    factory = WakerFactory(path, force_polling, notifier, poll_interval, on_notice)
     waker = factory.create()
     try:
         while True:

@@ -37,12 +37,16 @@ class SharedBackend(Backend, Protocol):
 class FileBackend:
     name = "file"
 
-    def __init__(self, path: Path, durability: Durability = "batched") -> None:
+    def __init__(self, path: Path, durability: Durability = "batched", segment_bytes: int | None = None) -> None:
         self.path = path
         self.durability = durability
+        self.segment_bytes = segment_bytes
+        """Roll over to a new segment at this size (None: one file)."""
 
     async def open(self) -> Journal:
-        return FileJournal(self.path, durability=self.durability, max_line_bytes=LINE_LIMIT)
+        return FileJournal(
+            self.path, durability=self.durability, max_line_bytes=LINE_LIMIT, segment_bytes=self.segment_bytes
+        )
 
     async def inject_raw(self, data: bytes) -> None:
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -61,7 +65,7 @@ class FileBackend:
 
             async def main() -> None:
                 journal = FileJournal(Path({str(self.path)!r}), durability={self.durability!r},
-                                      max_line_bytes={LINE_LIMIT})
+                                      max_line_bytes={LINE_LIMIT}, segment_bytes={self.segment_bytes!r})
                 for number in range({count}):
                     await journal.append(ThoughtEntry(text="{writer} " + str(number), sender="{writer}"))
                 await journal.aclose()

@@ -1,0 +1,82 @@
+"""The kill -9 crash loop of test_crash.py on a journal that rolls over all the time (issue 18 item 3).
+
+The daemon (real Codex 0.169.0, the scripted model) and the test's writer both append with
+4 KiB segments, so thoughts, replies and the daemon's cursors straddle dozens of roll-overs while
+the daemon is killed with SIGKILL at random: every thought still reaches Codex exactly once and
+every rollout entry reaches the journal exactly once (the checks of ``crash_loop``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from agent_harness import AgentHarness, replies
+from test_crash import crash_loop
+
+from coven_codex.journal import FileJournal
+from coven_codex.journal.segments import SegmentLayout
+from coven_codex.testing.model_server import ScriptedModelServer
+from coven_codex.testing.responders import echo_responder
+
+pytestmark = [pytest.mark.codex]
+
+Factory = Callable[[Path, ScriptedModelServer], AgentHarness]
+SEGMENT_BYTES = 4096
+
+
+async def segmented(h: AgentHarness) -> None:
+    """Make the harness's writer and its daemons roll the journal over every ``SEGMENT_BYTES``."""
+    await h.journal.aclose()
+    h.journal = FileJournal(h.journal_path, durability="never", segment_bytes=SEGMENT_BYTES)
+    h.extra_args = [*h.extra_args, "--journal-segment-bytes", str(SEGMENT_BYTES)]
+
+
+async def test_kill9_daemon_across_roll_overs(codex_bin_169: Path, harness_factory: Factory) -> None:
+    async with ScriptedModelServer(responder=echo_responder) as server:
+        h = harness_factory(codex_bin_169, server)
+        await segmented(h)
+        await crash_loop(h, server, thoughts=30, kills=5, seed=18)
+        assert len(SegmentLayout(h.journal_path).sealed_numbers()) >= 10
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+async def test_kill9_daemon_across_roll_overs_200_thoughts_25_kills(
+    codex_bin_169: Path, harness_factory: Factory
+) -> None:
+    async with ScriptedModelServer(responder=echo_responder) as server:
+        h = harness_factory(codex_bin_169, server)
+        await segmented(h)
+        await crash_loop(h, server, thoughts=200, kills=25, seed=1803)
+        assert len(SegmentLayout(h.journal_path).sealed_numbers()) >= 50
+
+
+async def test_a_restart_after_retention_removed_an_idle_conversations_segments(
+    codex_bin_169: Path, harness_factory: Factory
+) -> None:
+    """Retention deletes the segments an idle conversation last wrote in; the daemon still restarts
+    (its start-up read of its own entries begins at the oldest segment kept) and answers it once."""
+    async with ScriptedModelServer(responder=echo_responder) as server:
+        h = harness_factory(codex_bin_169, server)
+        await segmented(h)
+        h.extra_args += ["--journal-retention", "delete"]
+        daemon = await h.start()
+        await h.think("idle", "first")
+        await h.wait_for(lambda es: "echo: first" in replies(es, "idle"), timeout=120, what="idle's reply")
+        first = next(item for item in await h.journal.read() if getattr(item.entry, "text", "") == "echo: first")
+        for n in range(8):
+            await h.think("busy", f"busy {n}")
+            await h.wait_for(lambda es, n=n: f"echo: busy {n}" in replies(es, "busy"), timeout=120, what="busy")
+        assert await h.stop(daemon) == 0
+        compacted = SegmentLayout(h.journal_path).compacted()
+        assert compacted is not None and compacted.through >= first.start.major, "idle's segment was not removed"
+        daemon = await h.start()
+        await h.think("idle", "second")
+        await h.wait_for(lambda es: "echo: second" in replies(es, "idle"), timeout=120, what="idle's second reply")
+        assert await h.stop(daemon) == 0
+        entries = await h.entries()
+        assert replies(entries, "idle") == ["echo: second"]  # the first lies in a removed segment
+        assert sum(1 for e in entries if e.kind == "thought" and e.conversation == "idle") == 1
+        assert sum(1 for r in replies(entries, "busy") if r.startswith("echo: busy")) <= 8

@@ -1,0 +1,139 @@
+"""Segment roll-over under load (issue 18): 5 readers tail while 100,000 entries are appended across
+roll-overs by two writer processes; the 3 reader processes are killed with SIGKILL at random and
+restarted, the 2 in-process readers are cancelled and restarted. Retention deletes the segments
+every cursor has passed meanwhile. Every reader sees every entry exactly once, in the same order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import signal
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from coven_codex.journal import START, FileJournal, JournalRecord, Position
+from coven_codex.journal.segments import SegmentLayout
+
+HERE = Path(__file__).parent
+WRITERS = 2
+PER_WRITER = 50_000
+SEGMENT_BYTES = 256 * 1024
+PROCESS_READERS = 3
+TASK_READERS = 2
+
+WRITER = textwrap.dedent(
+    """
+    import asyncio, sys
+    from pathlib import Path
+    from coven_codex.entries import ThoughtEntry
+    from coven_codex.journal import FileJournal
+
+    async def main() -> None:
+        name, count = sys.argv[2], int(sys.argv[3])
+        journal = FileJournal(
+            Path(sys.argv[1]), segment_bytes=int(sys.argv[4]), durability="never", retention="delete"
+        )
+        for i in range(count):
+            await journal.append(ThoughtEntry(id=f"{name}-{i}", conversation=name, text=f"entry {i} of {name}"))
+        await journal.append(ThoughtEntry(id=f"stop-{name}", text="stop"))
+        await journal.aclose()
+
+    asyncio.run(main())
+    """
+)
+
+
+async def reader_process(path: Path, name: str, output: Path) -> asyncio.subprocess.Process:
+    """Start (or restart) reader ``name`` in its own process."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable, str(HERE / "segment_reader_process.py"), str(path), name, str(output), str(WRITERS)
+    )
+
+
+async def task_reader(path: Path, name: str, seen: list[str], rng: random.Random) -> None:
+    """An in-process reader, cancelled and restarted from its last item at random; saves its cursor."""
+    journal = FileJournal(path)
+    start: Position = START
+    await journal.save_cursor(name, START)
+    stops = 0
+    while stops < WRITERS:
+        budget = rng.randint(2_000, 30_000)
+        async with contextlib.aclosing(journal.tail(start)) as items:
+            async for item in items:
+                assert isinstance(item, JournalRecord), item
+                seen.append(item.entry.id or "")
+                start = item.end
+                stops += item.entry.text == "stop"
+                budget -= 1
+                if budget == 0 or stops == WRITERS:
+                    break
+        await journal.save_cursor(name, start)  # "restart": a new tail from where this one stopped
+    await journal.aclose()
+
+
+def read_output(output: Path) -> list[str]:
+    return [line.split("\t")[0] for line in output.read_text().splitlines()]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+async def test_100000_entries_across_roll_overs_with_readers_killed_at_random(tmp_path: Path) -> None:
+    path = tmp_path / "chat.jsonl"
+    rng = random.Random(18)
+    outputs = {f"p{n}": tmp_path / f"p{n}.out" for n in range(PROCESS_READERS)}
+    processes = {name: await reader_process(path, name, output) for name, output in outputs.items()}
+    cursors = tmp_path / "chat.jsonl.cursors"
+    # every reader has a cursor before anything is written: retention keeps what they have not read
+    for _ in range(600):
+        if all((cursors / f"{name}.json").exists() for name in outputs):
+            break
+        await asyncio.sleep(0.1)
+    seen: dict[str, list[str]] = {f"t{n}": [] for n in range(TASK_READERS)}
+    tasks = [
+        asyncio.create_task(task_reader(path, name, ids, random.Random(n)))
+        for n, (name, ids) in enumerate(seen.items())
+    ]
+    writers = [
+        await asyncio.create_subprocess_exec(
+            sys.executable, "-c", WRITER, str(path), f"w{n}", str(PER_WRITER), str(SEGMENT_BYTES)
+        )
+        for n in range(WRITERS)
+    ]
+    kills = 0
+    writing = asyncio.ensure_future(asyncio.gather(*(writer.wait() for writer in writers)))
+    while not writing.done():
+        await asyncio.wait([writing], timeout=rng.uniform(0.3, 2.0))  # a random moment to kill a reader at
+        running = [name for name, p in processes.items() if p.returncode is None]
+        if running and not writing.done():
+            victim = rng.choice(running)
+            processes[victim].send_signal(signal.SIGKILL)
+            await processes[victim].wait()
+            kills += 1
+            processes[victim] = await reader_process(path, victim, outputs[victim])
+    assert await writing == [0] * WRITERS
+    for process in processes.values():
+        assert await process.wait() == 0
+    await asyncio.gather(*tasks)
+    assert kills >= 5
+
+    expected = {f"w{n}-{i}" for n in range(WRITERS) for i in range(PER_WRITER)} | {f"stop-w{n}" for n in range(WRITERS)}
+    sequences = {name: read_output(output) for name, output in outputs.items()} | seen
+    reference = sequences["t0"]
+    for name, ids in sequences.items():
+        repeated = [i for i, n in Counter(ids).items() if n > 1]
+        assert not repeated, f"reader {name} saw {len(repeated)} entries twice, e.g. {repeated[:3]}"
+        missing = expected - set(ids)
+        assert not missing, f"reader {name} lost {len(missing)} entries, e.g. {sorted(missing)[:3]}"
+        assert ids == reference, f"reader {name} saw another order"
+    for n in range(WRITERS):  # each writer's entries in the order it wrote them
+        assert [i for i in reference if i.startswith(f"w{n}-")] == [f"w{n}-{i}" for i in range(PER_WRITER)]
+    layout = SegmentLayout(path)
+    compacted = layout.compacted()
+    assert compacted is not None and compacted.through > 10, "retention removed segments as the readers moved on"
+    assert layout.active() is not None and layout.active()[0] > 40  # type: ignore[index]
