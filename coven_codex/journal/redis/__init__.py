@@ -10,20 +10,13 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from coven_codex.journal.redis.errors import FencedOut, JournalUnavailable, PositionTrimmed
 from coven_codex.journal.redis.names import RedisLocation, is_redis_name, parse_redis_name
 
 if TYPE_CHECKING:
-    from coven_codex.journal.redis.journal import Compaction, Fence, FencedOut, PositionTrimmed, RedisJournal
-    from coven_codex.journal.redis.outage import JournalUnavailable
+    from coven_codex.journal.redis.journal import Compaction, Fence, RedisJournal
 
-_LAZY = {
-    "Compaction": "journal",
-    "Fence": "journal",
-    "FencedOut": "journal",
-    "PositionTrimmed": "journal",
-    "RedisJournal": "journal",
-    "JournalUnavailable": "outage",
-}
+_LAZY = {"Compaction": "journal", "Fence": "journal", "RedisJournal": "journal"}
 
 
 def __getattr__(name: str) -> Any:

@@ -27,6 +27,7 @@ from coven_codex.journal.protocol import (
     check_position,
 )
 from coven_codex.journal.redis import scripts
+from coven_codex.journal.redis.errors import FencedOut, PositionTrimmed
 from coven_codex.journal.redis.names import RedisLocation, parse_redis_name
 from coven_codex.journal.redis.outage import DEFAULT_OUTAGE_LIMIT, Reachability
 from coven_codex.journal.redis.positions import position_of, stream_id
@@ -42,28 +43,6 @@ BLOCK_SECONDS: Final = 5.0
 """A tail waits this long in one ``XREAD BLOCK`` before it asks again (bounded, not polling)."""
 SOCKET_TIMEOUT: Final = 30.0
 """Longest wait for one reply; beyond it the connection counts as lost."""
-
-
-class FencedOut(JournalError):
-    """A fenced append was refused: the fence's key no longer holds the writer's token.
-
-    Another writer took over (its lease has a newer fencing token); nothing was appended.
-    """
-
-    def __init__(self, message: str, *, key: str, token: int, held: str | None) -> None:
-        super().__init__(message)
-        self.key = key
-        self.token = token
-        self.held = held
-
-
-class PositionTrimmed(JournalError):
-    """A reader's position lies before entries compaction removed: reading on would skip them."""
-
-    def __init__(self, message: str, *, position: Position, trimmed: Position) -> None:
-        super().__init__(message)
-        self.position = position
-        self.trimmed = trimmed
 
 
 @dataclass(frozen=True, slots=True)

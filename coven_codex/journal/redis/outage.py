@@ -21,7 +21,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from coven_codex.agent.backoff import backoff
-from coven_codex.journal.protocol import StorageError
+from coven_codex.journal.redis.errors import JournalUnavailable
 
 log = logging.getLogger("coven_codex.journal.redis")
 
@@ -36,10 +36,6 @@ DEFAULT_OUTAGE_LIMIT: Final = 600.0
 
 TRANSIENT: Final = (RedisConnectionError, RedisTimeoutError, BusyLoadingError, ReadOnlyError, TryAgainError, OSError)
 """Failures that mean "Redis is not reachable right now" rather than "this request is wrong"."""
-
-
-class JournalUnavailable(StorageError):
-    """Redis could not be reached for longer than the journal's outage limit."""
 
 
 class Reachability:
