@@ -76,6 +76,19 @@ def _client(url: str, *, socket_timeout: float) -> Redis:
     )
 
 
+def _stream_entries(streams: Any) -> list[Any]:
+    """The entries of the one stream an ``XREAD`` reply holds.
+
+    RESP2 gives ``[[name, entries]]``, RESP3 ``{name: [entries]}``.
+    """
+    if not streams:
+        return []
+    if isinstance(streams, dict):
+        (value,) = streams.values()
+        return list(value[0]) if value else []
+    return list(streams[0][1])
+
+
 def _payload(fields: Any) -> tuple[bytes | None, str]:
     """The ``entry`` field of a stream entry, or None and why it is not an entry."""
     if isinstance(fields, dict):
@@ -201,6 +214,16 @@ class RedisJournal:
             start = end
         return items
 
+    def _trimmed(self, after: Position, trimmed: Position) -> PositionTrimmed:
+        return PositionTrimmed(
+            f"the journal {self.location.display()} no longer has the entries after position {after}: they were"
+            f" removed by compaction (everything up to {trimmed}). This reader missed them; start it again from"
+            f" the journal's start ({START}, now the oldest entry kept) or its end, knowing those entries are"
+            " gone, and keep a saved cursor for every reader so that compaction waits for it",
+            position=after,
+            trimmed=trimmed,
+        )
+
     async def _batch(self, client: Redis, after: Position, last: Position | None) -> tuple[Position, list[JournalItem]]:
         """Up to :data:`BATCH` items after ``after`` (up to ``last`` inclusive); the position they follow."""
         keys = [self.location.stream, self.location.trimmed]
@@ -211,40 +234,39 @@ class RedisJournal:
 
         reply = await self._call(run)
         if reply[0] == b"trimmed":
-            trimmed = position_of(reply[1])
-            raise PositionTrimmed(
-                f"the journal {self.location.display()} no longer has the entries after position {after}: they were"
-                f" removed by compaction (everything up to {trimmed}). This reader missed them; start it again from"
-                f" the journal's start ({START}, now the oldest entry kept) or its end, knowing those entries are"
-                " gone, and keep a saved cursor for every reader so that compaction waits for it",
-                position=after,
-                trimmed=trimmed,
-            )
+            raise self._trimmed(after, position_of(reply[1]))
         begin = position_of(reply[1])
         return begin, self._items(begin, reply[2])
 
     async def tail(self, start: Position = START) -> AsyncGenerator[JournalItem, None]:
         """Every item from ``start`` on, live, on a connection of its own; never ends by itself.
 
-        Raises :class:`PositionTrimmed` when compaction removed entries this reader had not read.
+        One round trip per wake-up: ``XREAD BLOCK`` and, pipelined behind it, ``GET`` of the trim
+        point. A trim point at or before the position read from proves nothing after it was removed
+        before the ``XREAD`` ran (it only grows); one past it raises :class:`PositionTrimmed`.
         """
         after = check_position(start)
         client = _client(self.location.url, socket_timeout=self.block_seconds + SOCKET_TIMEOUT)
         block_ms = max(1, int(self.block_seconds * 1000))
         try:
             while True:
-                after, items = await self._batch(client, after, None)
-                for item in items:
+                since = stream_id(after)
+
+                async def wake(since: str = since) -> list[Any]:
+                    pipe = client.pipeline(transaction=False)
+                    pipe.xread({self.location.stream: since}, count=BATCH, block=block_ms)
+                    pipe.get(self.location.trimmed)
+                    return await pipe.execute()
+
+                streams, raw_trimmed = await self._call(wake)
+                trimmed = START if raw_trimmed is None else position_of(raw_trimmed)
+                if after == START:
+                    after = trimmed
+                elif after < trimmed:
+                    raise self._trimmed(after, trimmed)
+                for item in self._items(after, _stream_entries(streams)):
                     yield item
                     after = item.end
-                if len(items) >= BATCH:
-                    continue
-                wake_from = stream_id(after)
-
-                async def wait(since: str = wake_from) -> Any:
-                    return await client.xread({self.location.stream: since}, count=1, block=block_ms)
-
-                await self._call(wait)
         finally:
             with contextlib.suppress(Exception):
                 await client.aclose()
