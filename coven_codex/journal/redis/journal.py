@@ -126,8 +126,8 @@ class RedisJournal:
         self.location = location
         self.max_line_bytes = max_line_bytes
         self.block_seconds = block_seconds
-        self.reachability = Reachability(location.display(), outage_limit)
         self._client = _client(location.url, socket_timeout=SOCKET_TIMEOUT)
+        self.reachability = Reachability(location.display(), outage_limit, drop_idle=self._drop_idle)
         self._append = self._client.register_script(scripts.APPEND)
         self._read = self._client.register_script(scripts.READ)
         self._end = self._client.register_script(scripts.END)
@@ -146,6 +146,9 @@ class RedisJournal:
         if self._closed:
             raise JournalError(f"the journal {self.location.display()} is closed")
         return await self.reachability.call(operation)
+
+    async def _drop_idle(self) -> None:
+        await self._client.connection_pool.disconnect(inuse_connections=False)
 
     # -- appending -------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ outage longer than ``limit`` seconds ends the operation with :class:`JournalUnav
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -41,9 +42,13 @@ TRANSIENT: Final = (RedisConnectionError, RedisTimeoutError, BusyLoadingError, R
 class Reachability:
     """Whether the journal's Redis answers, shared by every operation on one journal."""
 
-    def __init__(self, where: str, limit: float = DEFAULT_OUTAGE_LIMIT) -> None:
+    def __init__(
+        self, where: str, limit: float = DEFAULT_OUTAGE_LIMIT, *, drop_idle: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
         self.where = where
         self.limit = limit
+        self._drop_idle = drop_idle
+        """Closes the idle pooled connections (after a Redis restart every one of them is dead)."""
         self.down_since: float | None = None
         self.outages = 0
         """How many outages began (each was logged once)."""
@@ -72,13 +77,23 @@ class Reachability:
             self.down_since = None
 
     async def call(self, operation: Callable[[], Awaitable[T]]) -> T:
-        """``operation()``, tried again while Redis is unreachable (at most ``limit`` seconds)."""
+        """``operation()``, tried again while Redis is unreachable (at most ``limit`` seconds).
+
+        The first failure while Redis was thought up is tried again at once, on a fresh
+        connection, before it counts as an outage: after a Redis restart every connection kept
+        open fails once, which is no news once Redis answers again.
+        """
         failures = 0
         while True:
             try:
                 result = await _cancellable(operation)
             except TRANSIENT as exc:
                 failures += 1
+                if self._drop_idle is not None:
+                    with contextlib.suppress(Exception):
+                        await self._drop_idle()
+                if failures == 1 and self.down_since is None:
+                    continue
                 waited = self._down(exc)
                 if waited >= self.limit:
                     raise JournalUnavailable(
