@@ -345,20 +345,23 @@ class RedisJournal:
 
     # -- retention -------------------------------------------------------------------------
 
-    async def compact(self) -> Compaction:
+    async def compact(self, *, through: Position | None = None) -> Compaction:
         """Remove the entries every saved cursor has passed (``XTRIM MINID``), and their idempotency index.
 
-        Nothing is removed while no cursor is saved (who reads is then unknown). A reader whose
-        position lies before what was removed gets :class:`PositionTrimmed` instead of a silent
-        gap. An append retried after its entry was removed is appended again.
+        ``through`` bounds it further (nothing after that position is removed). Nothing is
+        removed while no cursor is saved (who reads is then unknown). A reader whose position
+        lies before what was removed gets :class:`PositionTrimmed` instead of a silent gap. An
+        append retried after its entry was removed is appended again.
         """
         cursors = await self.cursors()
         if not cursors:
             return Compaction(0, None, "no cursor is saved, so nothing is known to be read")
         name, oldest = min(cursors.items(), key=lambda pair: pair[1])
+        if through is not None and through < oldest:
+            name, oldest = "(through)", through
         keys = [self.location.stream, self.location.ids, self.location.trimmed]
         removed = 0
-        through: Position | None = None
+        last_removed: Position | None = None
         while True:
             args = [stream_id(oldest), BATCH]
 
@@ -369,8 +372,8 @@ class RedisJournal:
             if not count:
                 break
             removed += int(count)
-            through = position_of(last)
-        return Compaction(removed, through, f"kept everything after cursor {name!r} at {oldest}, the oldest cursor")
+            last_removed = position_of(last)
+        return Compaction(removed, last_removed, f"kept everything after {name!r} at {oldest}, the oldest bound")
 
     # -- lifecycle -------------------------------------------------------------------------
 
