@@ -176,12 +176,13 @@ class RedisJournal:
         reply = await self._call(run)
         status = reply[0]
         if status == b"fenced":
-            held = reply[1].decode(errors="replace") if len(reply) > 1 and reply[1] is not None else None
+            assert fence is not None
+            held = reply[1].decode(errors="replace")[:40] if len(reply) > 1 and reply[1] is not None else None
             raise FencedOut(
-                f"append of entry {entry.id} refused: {fence.key if fence else '?'} holds"
-                f" {held!r}, not this writer's token {fence.token if fence else '?'} (another writer took over)",
-                key=fence.key if fence else "",
-                token=fence.token if fence else 0,
+                f"append of entry {entry.id[:80]} refused: {fence.key[:200]} holds {held!r}, not this writer's"
+                f" token {fence.token} (another writer took over); nothing was written",
+                key=fence.key,
+                token=fence.token,
                 held=held,
             )
         start, end = position_of(reply[1]), position_of(reply[2])
