@@ -14,9 +14,9 @@ from coven_codex.journal.redis.errors import FencedOut, JournalUnavailable, Posi
 from coven_codex.journal.redis.names import RedisLocation, is_redis_name, parse_redis_name
 
 if TYPE_CHECKING:
-    from coven_codex.journal.redis.journal import Compaction, Fence, RedisJournal
+    from coven_codex.journal.redis.journal import Compaction, Fence, RedisJournal, open_redis_journal
 
-_LAZY = {"Compaction": "journal", "Fence": "journal", "RedisJournal": "journal"}
+_LAZY = {"Compaction": "journal", "Fence": "journal", "RedisJournal": "journal", "open_redis_journal": "journal"}
 
 
 def __getattr__(name: str) -> Any:
@@ -36,5 +36,6 @@ __all__ = [
     "RedisJournal",
     "RedisLocation",
     "is_redis_name",
+    "open_redis_journal",
     "parse_redis_name",
 ]

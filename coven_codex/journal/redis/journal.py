@@ -386,3 +386,11 @@ class RedisJournal:
         """Close the journal's connections; later operations fail (tails close their own)."""
         self._closed = True
         await self._client.aclose()
+
+
+def open_redis_journal(name: str, options: object = None) -> RedisJournal:
+    """Open the Redis journal ``name`` names, for a registry of journal backends by URL scheme.
+
+    ``options`` (a file journal's durability, segments, ...) do not apply to Redis and are ignored.
+    """
+    return RedisJournal.from_url(name)
