@@ -196,7 +196,7 @@ class AppServerDriver(CodexDriver):
             note = None
             if resume_thread_id is not None:
                 try:
-                    resume: dict[str, Any] = {"threadId": resume_thread_id, "cwd": str(self.workspace)}
+                    resume: dict[str, JsonValue] = {"threadId": resume_thread_id, "cwd": str(self.workspace)}
                     if self.settings.model is not None:
                         resume["model"] = self.settings.model
                     result = await self._request("thread/resume", resume)
@@ -205,7 +205,7 @@ class AppServerDriver(CodexDriver):
                     log.warning("%s", note)
             resumed = result is not None
             if result is None:
-                options: dict[str, Any] = {"cwd": str(self.workspace)}
+                options: dict[str, JsonValue] = {"cwd": str(self.workspace)}
                 if self.settings.model is not None:
                     options["model"] = self.settings.model
                 if self.settings.fork_from is not None:
