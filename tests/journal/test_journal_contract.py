@@ -28,6 +28,7 @@ from coven_codex.journal import (
     JournalError,
     JournalItem,
     JournalRecord,
+    Position,
 )
 
 
@@ -42,7 +43,7 @@ def texts(items: list[JournalItem]) -> list[str]:
 class Reader:
     """Consumes ``journal.tail(start)`` in a task, keeping every item."""
 
-    def __init__(self, journal: Journal, start: int = 0) -> None:
+    def __init__(self, journal: Journal, start: Position = START) -> None:
         self.items: list[JournalItem] = []
         self._grew = asyncio.Event()
         self.task = asyncio.create_task(self._run(journal.tail(start)))
