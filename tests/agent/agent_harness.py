@@ -1,6 +1,7 @@
 """Harness for the agent's end-to-end tests: the daemon as a real subprocess
 (``python -m coven_codex run``), the real Codex CLI, the scripted model server in the test
-process, a FileJournal on disk; plus a check that no process of the run is left behind."""
+process, a FileJournal on disk (or the journal ``journal_name`` names, e.g. on Redis); plus a check
+that no process of the run is left behind."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ import psutil
 import tomlkit
 
 from coven_codex.entries import BaseEntry, ThoughtEntry
-from coven_codex.journal import FileJournal, JournalRecord
+from coven_codex.journal import FileJournal, Journal, JournalRecord
+from coven_codex.journal.opening import open_journal
 from coven_codex.settings import Settings
 from coven_codex.testing.codex_config import DEFAULT_ENV_KEY, codex_config
 from coven_codex.testing.model_server import ScriptedModelServer
@@ -61,6 +63,8 @@ class AgentHarness:
     server: ScriptedModelServer
     extra_args: list[str] = field(default_factory=list)
     daemons: list[Daemon] = field(default_factory=list)
+    journal_name: str | None = None
+    """The daemon's ``--journal`` when not the file ``journal.jsonl`` (a ``redis://`` URL)."""
 
     def __post_init__(self) -> None:
         self.workspace = self.tmp / "ws"
@@ -72,7 +76,11 @@ class AgentHarness:
         self.codex_home = defaults.resolved_codex_home
         self.base_config = self.tmp / "base.toml"
         self.write_base_config()
-        self.journal = FileJournal(self.journal_path, durability="never")
+        self.journal: Journal = (
+            FileJournal(self.journal_path, durability="never")
+            if self.journal_name is None
+            else open_journal(self.journal_name)
+        )
         self._runs = 0
 
     def write_base_config(self, **extra: Any) -> None:
@@ -99,7 +107,7 @@ class AgentHarness:
             "--workspace",
             str(self.workspace),
             "--journal",
-            str(self.journal_path),
+            self.journal_name or str(self.journal_path),
             "--codex-config",
             str(self.base_config),
             "--codex-path",

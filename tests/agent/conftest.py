@@ -23,11 +23,11 @@ async def model_server() -> AsyncIterator[ScriptedModelServer]:
 
 
 @pytest.fixture
-async def harness_factory(tmp_path: Path) -> AsyncIterator[Callable[[Path, ScriptedModelServer], AgentHarness]]:
+async def harness_factory(tmp_path: Path) -> AsyncIterator[Callable[..., AgentHarness]]:
     made: list[AgentHarness] = []
 
-    def make(codex_bin: Path, server: ScriptedModelServer) -> AgentHarness:
-        harness = AgentHarness(tmp_path, codex_bin, server)
+    def make(codex_bin: Path, server: ScriptedModelServer, journal_name: str | None = None) -> AgentHarness:
+        harness = AgentHarness(tmp_path, codex_bin, server, journal_name=journal_name)
         made.append(harness)
         return harness
 
