@@ -7,8 +7,16 @@ one daemon per state directory). Start-up, in this order (each step relies on th
 2. end Codex process trees a killed predecessor left behind, so no rollout is still growing
    and no two processes write one thread;
 3. load every session state and resolve in-flight thoughts against the rollouts;
-4. read the journal from the oldest position any cursor needs to its end, collecting the ids
-   of entries the daemon wrote (egress drops replayed entries with those ids);
+4. learn which entries the daemon already wrote that it may produce again (egress drops
+   replayed entries with those ids): the ids every session state keeps (``own_ids``) and the ids
+   of the daemon's entries in the journal from the oldest position that is still needed to its
+   end. That is the ingress cursor (ingress re-reads from there and may refuse a thought or
+   report a bad line again, with ids derived from their positions) and each conversation's open
+   replay window (``replay_from``, :mod:`~coven_codex.agent.replay`): a conversation whose
+   window is closed (every conversation that was idle when the daemon stopped, however long
+   ago) adds nothing, so start-up reads only what was written since the oldest turn that was
+   running or the oldest thought that was pending, never the journal's whole length, and keeps
+   in memory only the ids of that window;
 5. start the sessions (their egress resumes at once) and the ingress reader.
 
 The saved ingress cursor belongs to one journal file (its fingerprint is saved with it). When
@@ -51,7 +59,16 @@ from coven_codex.agent.storage import StorageFailed, failure_message, storage_fa
 from coven_codex.agent.writer import DaemonWriter
 from coven_codex.codex.process import become_subreaper
 from coven_codex.entries import CODEX_SENDER
-from coven_codex.journal import CursorMismatch, FileJournal, Journal, JournalError, JournalItem, JournalRecord
+from coven_codex.journal import (
+    START,
+    CursorMismatch,
+    FileJournal,
+    Journal,
+    JournalError,
+    JournalItem,
+    JournalRecord,
+    Position,
+)
 from coven_codex.rollout.locator import find_rollout
 from coven_codex.settings import Settings
 
@@ -121,7 +138,7 @@ class Daemon:
                     f" {CURSOR_NAME!r} (for a file journal, <journal>.cursors/{CURSOR_NAME}.json) to read the"
                     " journal from its beginning"
                 )
-            known_ids = await self._known_ids(states, cursor if previous is None else 0)
+            known_ids = await self._known_ids(states, cursor if previous is None else START)
             if previous is not None:
                 known_ids |= await self._previous_known_ids(states)
             for state in states.values():
@@ -162,9 +179,9 @@ class Daemon:
         return items
 
     async def _previous_known_ids(self, states: dict[str, SessionState]) -> set[str]:
-        """Ids of our entries in the previous file after the sessions' saved journal positions."""
+        """Ids of our entries in the previous file after the sessions' open replay windows."""
         assert self._previous_path is not None
-        positions = [state.egress_journal_position or 0 for state in states.values() if state.thread_id]
+        positions = [state.replay_from for state in states.values() if state.replay_from is not None]
         if not positions:
             return set()
         old = FileJournal(self._previous_path, durability="never")
@@ -177,13 +194,14 @@ class Daemon:
         """Ingress moves to a new journal file: move every session's positions there too.
 
         Called once every thought read from the old file is finished and before anything of the
-        new one is read: delivered ids of the old file are never read again (forgotten), and the
-        new file is searched from its start for entries egress already wrote (position 0).
+        new one is read: delivered ids of the old file are never read again (forgotten), and an
+        open replay window now starts at the new file's start.
         """
         assert self.manager is not None
         for session in list(self.manager.sessions.values()):
             session.state.delivered.clear()
-            session.state.egress_journal_position = 0
+            if session.state.replay_from is not None:
+                session.state.replay_from = START
             await session.save_state()
         log.info("ingress moved to the new journal file; %d conversation(s) follow", len(self.manager.sessions))
 
@@ -323,14 +341,21 @@ class Daemon:
         state.in_flight = None
         self.store.save(state)
 
-    async def _known_ids(self, states: dict[str, SessionState], cursor: int) -> set[str]:
-        positions = [cursor]
-        for state in states.values():
-            if state.thread_id is not None:
-                positions.append(state.egress_journal_position or 0)
-        start = min(positions)
+    async def _known_ids(self, states: dict[str, SessionState], cursor: Position) -> set[str]:
+        """The ids of entries the daemon wrote that it may produce again (start-up step 4)."""
+        start = min([cursor, *(state.replay_from for state in states.values() if state.replay_from is not None)])
         ids = ours(await self.journal.read(start))
-        log.debug("read the journal from %d: %d entries of ours", start, len(ids))
+        found = len(ids)
+        for state in states.values():
+            ids.update(state.own_ids)
+        log.info(
+            "recovery: read the journal from %s (%d entr%s of ours), %d id(s) kept by %d conversation(s)",
+            start,
+            found,
+            "y" if found == 1 else "ies",
+            len(ids) - found,
+            len(states),
+        )
         return ids
 
 
