@@ -23,6 +23,7 @@ from agent_harness import AgentHarness, make_responder, replies
 from coven_codex.agent.ingress import CURSOR_NAME
 from coven_codex.agent.state import state_file_name
 from coven_codex.entries import BaseEntry, ResponseEntry
+from coven_codex.journal import JournalRecord, Position
 from coven_codex.testing.model_server import ScriptedModelServer
 from coven_codex.testing.steps import Reply, Stall
 
@@ -30,7 +31,48 @@ pytestmark = [pytest.mark.codex, pytest.mark.timeout(300)]
 
 Factory = Callable[[Path, ScriptedModelServer], AgentHarness]
 RECOVERY = re.compile(r"recovery: read the journal from (\S+) \((\d+) entr")
-TRAFFIC = 3000
+TRAFFIC_BYTES = 40_000_000
+
+
+async def add_traffic(h: AgentHarness) -> Position:
+    """The journal grows by other conversations' traffic, which a running daemon read (its cursor
+    is saved past it): :data:`TRAFFIC_BYTES` of daemon entries of other turns. The journal's end."""
+    template = ResponseEntry(id="I" * 24, conversation="other", text="x" * 150).to_json().encode() + b"\n"
+    lines = [template.replace(b"I" * 24, b"other-thread:%09d:0" % n) for n in range(TRAFFIC_BYTES // len(template))]
+    with h.journal_path.open("ab") as journal:
+        journal.write(b"".join(lines))
+    end = await h.journal.end_position()
+    await h.journal.save_cursor(CURSOR_NAME, end)
+    return end
+
+
+def assert_start_up_skipped_the_traffic(pid: int) -> None:
+    """The daemon ``pid`` read less than the traffic: its start-up did not read the journal from before it."""
+    read = bytes_read(pid)
+    assert read < TRAFFIC_BYTES, f"the daemon read {read:,} bytes, the traffic alone is {TRAFFIC_BYTES:,}"
+
+
+async def reply_after(h: AgentHarness, position: Position, conversation: str, text: str) -> None:
+    """Wait (at most 60 s) for a reply ``text`` in ``conversation`` after ``position`` (the
+    traffic before it is not read again at every look)."""
+    deadline = time.monotonic() + 60
+    while not any(
+        isinstance(item, JournalRecord)
+        and item.entry.kind == "response"
+        and item.entry.text == text
+        and item.entry.conversation == conversation
+        for item in await h.journal.read(position)
+    ):
+        assert time.monotonic() < deadline, f"no reply {text!r} in {conversation!r}"
+        await asyncio.sleep(0.05)
+
+
+def bytes_read(pid: int) -> int:
+    """Bytes the process has read so far, from files or otherwise (``rchar``)."""
+    for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise AssertionError("no rchar in /proc/<pid>/io")
 
 
 def saved_state(h: AgentHarness, conversation: str) -> dict[str, object]:
@@ -44,7 +86,7 @@ def saved_state(h: AgentHarness, conversation: str) -> dict[str, object]:
 async def until_closed(h: AgentHarness, conversation: str) -> None:
     """Wait (at most 30 s) until ``conversation``'s saved state has no replay window."""
     deadline = time.monotonic() + 30
-    while saved_state(h, conversation)["replay_from"] is not None:
+    while saved_state(h, conversation).get("replay_from") is not None:
         assert time.monotonic() < deadline, f"the replay window of {conversation!r} stayed open"
         await asyncio.sleep(0.05)
 
@@ -77,21 +119,18 @@ async def test_an_idle_conversation_does_not_pull_start_up_back_to_its_old_posit
     # Idle: its window closes while the daemon runs, so even a kill -9 leaves nothing to replay.
     await until_closed(h, "idle")
     await h.kill9(daemon)
-    # The journal grows by other conversations' traffic, which a running daemon read (its cursor
-    # is past it): daemon entries of 3,000 other turns.
-    for index in range(TRAFFIC):
-        await h.append(ResponseEntry(id=f"other-thread:{index}:0", conversation=f"other-{index % 50}", text="x"))
-    end = await h.journal.end_position()
-    await h.journal.save_cursor(CURSOR_NAME, end)
+    end = await add_traffic(h)
 
     daemon = await h.start()
-    start, found = await recovery_of(h)
-    assert (start, found) == (str(end), 0)  # not from the idle conversation's months-old turn
     await h.think("idle", "again")
-    await h.wait_for(lambda es: replies(es, "idle") == ["echo: hello", "echo: again"], what="the reply after it")
+    await reply_after(h, end, "idle", "echo: again")
+    # Start-up did not read the traffic (the idle conversation's old turn lies before it).
+    assert_start_up_skipped_the_traffic(daemon.pid)
+    start, found = await recovery_of(h)
+    assert (start, found) == (str(end), 0)
     assert await h.stop(daemon) == 0
-    assert_each_id_once(await h.entries())
-    assert saved_state(h, "idle")["replay_from"] is None
+    assert_each_id_once([item.entry for item in await h.journal.read() if isinstance(item, JournalRecord)])
+    assert saved_state(h, "idle").get("replay_from") is None
 
 
 async def test_a_turn_cut_by_kill9_is_replayed_from_its_window_which_then_closes(
@@ -110,8 +149,7 @@ async def test_a_turn_cut_by_kill9_is_replayed_from_its_window_which_then_closes
         # rollout lines, are written; Codex now waits on the stalled model.
         await h.wait_for(lambda es: len(states(es, "turn_started")) == 2, what="the slow turn's start")
         await h.kill9(daemon)
-        window = saved_state(h, "busy")["replay_from"]
-        assert window is not None
+        assert saved_state(h, "busy").get("replay_from") is not None
 
         daemon = await h.start()
         start, found = await recovery_of(h)
@@ -122,9 +160,13 @@ async def test_a_turn_cut_by_kill9_is_replayed_from_its_window_which_then_closes
         await h.wait_for(lambda es: len(states(es, "turn_completed")) == 2, what="the last turn's end")
         assert await h.stop(daemon) == 0
         assert_each_id_once(await h.entries())
-        assert saved_state(h, "busy")["replay_from"] is None  # ... and closed once egress passed it
+        assert saved_state(h, "busy").get("replay_from") is None  # ... and closed once egress passed it
 
+        end = await add_traffic(h)
         daemon = await h.start()
+        await h.think("busy", "last")
+        await reply_after(h, end, "busy", "echo: last")
+        assert_start_up_skipped_the_traffic(daemon.pid)
         start, found = await recovery_of(h)
-        assert (start, found) == (str(await h.journal.end_position()), 0)
+        assert (start, found) == (str(end), 0)
         assert await h.stop(daemon) == 0
