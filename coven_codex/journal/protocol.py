@@ -12,6 +12,9 @@ from coven_codex.entries import DEFAULT_CONVERSATION, BaseEntry, ErrorEntry
 Position = int
 """Opaque and ordered. For the file backend, a byte offset at a line boundary."""
 
+START: Position = 0
+"""Before the first entry (main's opaque Position type replaces this definition when it lands)."""
+
 Durability = Literal["always", "batched", "never"]
 
 BAD_LINE_CODE = "BAD_LINE"
