@@ -140,7 +140,7 @@ class Daemon:
                 )
             known_ids = await self._known_ids(states, cursor if previous is None else START)
             if previous is not None:
-                known_ids |= await self._previous_known_ids(states)
+                known_ids |= await self._previous_known_ids(states, cursor)
             for state in states.values():
                 state.forget_delivered_before(cursor)
             try:
@@ -178,15 +178,13 @@ class Daemon:
         )
         return items
 
-    async def _previous_known_ids(self, states: dict[str, SessionState]) -> set[str]:
-        """Ids of our entries in the previous file after the sessions' open replay windows."""
+    async def _previous_known_ids(self, states: dict[str, SessionState], cursor: Position) -> set[str]:
+        """Ids of our entries in the previous file after its saved cursor or the sessions' open replay windows."""
         assert self._previous_path is not None
-        positions = [state.replay_from for state in states.values() if state.replay_from is not None]
-        if not positions:
-            return set()
+        start = min([cursor, *(state.replay_from for state in states.values() if state.replay_from is not None)])
         old = FileJournal(self._previous_path, durability="never")
         try:
-            return ours(await old.read(min(positions)))
+            return ours(await old.read(start))
         finally:
             await old.aclose()
 
