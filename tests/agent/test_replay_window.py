@@ -5,12 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_session_units import FakeCodex
 
+from coven_codex.agent.daemon import Daemon
 from coven_codex.agent.replay import ReplayWindow
 from coven_codex.agent.saver import StateSaver
 from coven_codex.agent.state import OWN_IDS_KEPT, SessionState, StateStore
 from coven_codex.entries import ResponseEntry
 from coven_codex.journal import START, MemoryJournal
+from coven_codex.settings import Settings
 
 
 def rig(tmp_path: Path, state: SessionState) -> tuple[ReplayWindow, StateStore, MemoryJournal]:
@@ -95,3 +98,25 @@ def test_own_ids_keep_the_newest() -> None:
     for index in range(OWN_IDS_KEPT + 5):
         state.wrote(f"id-{index}")
     assert state.own_ids == [f"id-{index}" for index in range(5, OWN_IDS_KEPT + 5)]
+
+
+async def test_start_up_reads_the_journal_only_from_the_cursor_and_the_open_windows(tmp_path: Path) -> None:
+    journal = MemoryJournal()
+    old = await journal.append(ResponseEntry(id="idle-thread:0:0", conversation="idle", text="months ago"))
+    window = await journal.end_position()
+    await journal.append(ResponseEntry(id="busy-thread:9:0", conversation="busy", text="cut short"))
+    cursor = await journal.end_position()
+    await journal.append(ResponseEntry(id="later:1:0", conversation="other", text="after the cursor"))
+    states = {
+        "idle": SessionState(conversation="idle", thread_id="idle-thread", egress_offset=10),
+        "busy": SessionState(
+            conversation="busy", thread_id="busy-thread", replay_from=window, own_ids=["busy:turn-1:end"]
+        ),
+    }
+    codex = FakeCodex(tmp_path / "rollouts")
+    daemon = Daemon(Settings(workspace=tmp_path), journal, codex, locate_rollout=codex.locate, codex_home=tmp_path)
+    known = await daemon._known_ids(states, cursor)
+    assert known == {"busy-thread:9:0", "later:1:0", "busy:turn-1:end"}
+    assert old.entry.id not in known  # the idle conversation pulled nothing back
+    del states["busy"]
+    assert await daemon._known_ids(states, cursor) == {"later:1:0"}
