@@ -125,14 +125,14 @@ class Daemon:
                 await self._recover_in_flight(state, states)
             previous: list[JournalItem] | None = None
             try:
-                cursor = await self.journal.load_cursor(CURSOR_NAME) or 0
+                cursor = await self.journal.load_cursor(CURSOR_NAME) or START
             except CursorMismatch as exc:
                 cursor = exc.position
                 previous = await self._previous_file(exc)
             live_from = await self.journal.end_position()
             if previous is None and cursor > live_from:
                 raise JournalError(
-                    f"the saved ingress cursor (byte {cursor}) is past the end of the journal ({live_from} bytes):"
+                    f"the saved ingress cursor ({cursor}) is past the end of the journal ({live_from}):"
                     " the journal was truncated or replaced while the daemon was stopped, and this cursor, saved"
                     " by an older coven-codex, does not say which file it belongs to. Delete the cursor"
                     f" {CURSOR_NAME!r} (for a file journal, <journal>.cursors/{CURSOR_NAME}.json) to read the"
@@ -168,8 +168,8 @@ class Daemon:
         finally:
             await old.aclose()
         log.warning(
-            "the journal was rotated while the daemon was stopped: finishing %d entr%s of %s after byte"
-            " %d, then reading %s from its start",
+            "the journal was rotated while the daemon was stopped: finishing %d entr%s of %s after"
+            " %s, then reading %s from its start",
             len(items),
             "y" if len(items) == 1 else "ies",
             mismatch.previous,
@@ -206,8 +206,8 @@ class Daemon:
     async def _serve(
         self,
         states: dict[str, SessionState],
-        cursor: int,
-        live_from: int,
+        cursor: Position,
+        live_from: Position,
         known_ids: set[str],
         previous: list[JournalItem] | None,
         *,
@@ -217,10 +217,10 @@ class Daemon:
         async with asyncio.TaskGroup() as group:
             ingress_box: list[Ingress] = []
 
-            def finish_thought(position: int) -> None:
+            def finish_thought(position: Position) -> None:
                 ingress_box[0].finish(position)
 
-            def saved_cursor() -> int:
+            def saved_cursor() -> Position:
                 return ingress_box[0].saved_position if ingress_box else cursor
 
             services = SessionServices(
@@ -228,6 +228,7 @@ class Daemon:
                 journal=self.journal,
                 store=self.store,
                 slots=SlotPool(self.settings.max_sessions),
+                job_slots=SlotPool(self.settings.max_jobs),
                 processes=self.processes,
                 make_link=self.make_link,
                 locate_rollout=self.locate_rollout,
@@ -253,7 +254,7 @@ class Daemon:
             ingress_box.append(ingress)
             self.ingress = ingress
             ingress_task = group.create_task(self._run_ingress(ingress), name="ingress")
-            log.info("daemon running: %d conversation(s) restored, journal read from %d", len(states), cursor)
+            log.info("daemon running: %d conversation(s) restored, journal read from %s", len(states), cursor)
             if ready is not None:
                 ready()
             stop_task = group.create_task(stop.wait(), name="stop")
