@@ -37,7 +37,9 @@ import tomlkit
 
 from coven_codex.agent.bootstrap import Hooks, run_daemon
 from coven_codex.agent.egress import AppendHook, Egress
-from coven_codex.agent.state import SessionState
+from coven_codex.agent.replay import ReplayWindow
+from coven_codex.agent.saver import StateSaver
+from coven_codex.agent.state import SessionState, StateStore
 from coven_codex.agent.writer import DaemonWriter
 from coven_codex.entries import BaseEntry, ThoughtEntry
 from coven_codex.journal import FileJournal, JournalRecord
@@ -193,7 +195,12 @@ async def part_egress(lines: int) -> list[str]:
         def on_append(line: Line, entry: BaseEntry, t: float) -> None:
             appended.setdefault(line.start, t)
 
-        egress = Egress(state=state, writer=DaemonWriter(journal, set()), on_progress=lambda: None, on_append=on_append)
+        store = StateStore(tmp / "state", durability="batched")
+        store.prepare()
+        # A busy session: its replay window is opened (saved) once, before the first line's entries.
+        window = ReplayWindow(state, StateSaver(state, store), journal)
+        writer = DaemonWriter(journal, set())
+        egress = Egress(state=state, writer=writer, window=window, on_progress=lambda: None, on_append=on_append)
         seen: dict[int, float] = {}
         copied: dict[int, float] = {}
         copy_journal = FileJournal(tmp / "copy.jsonl", durability="batched")
@@ -229,6 +236,7 @@ async def part_egress(lines: int) -> list[str]:
         await asyncio.gather(*tasks, return_exceptions=True)
         await journal.aclose()
         await copy_journal.aclose()
+        store.close()
     latency = [appended[o] - written[o] for o in appended if o in written]
     baseline = [seen[o] - written[o] for o in seen if o in written]
     with_append = [copied[o] - written[o] for o in copied if o in written]

@@ -27,6 +27,7 @@ QUICK_ARGS: dict[str, list[str]] = {
     "web": ["--quick"],
     "scale": ["--sizes", "1", "10", "50", "--baseline-max", "10"],
     "redis_journal": ["--quick"],
+    "restart": ["--sizes", "10", "--baseline-max", "10"],
 }
 
 

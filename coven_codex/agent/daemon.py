@@ -7,8 +7,16 @@ one daemon per state directory). Start-up, in this order (each step relies on th
 2. end Codex process trees a killed predecessor left behind, so no rollout is still growing
    and no two processes write one thread;
 3. load every session state and resolve in-flight thoughts against the rollouts;
-4. read the journal from the oldest position any cursor needs to its end, collecting the ids
-   of entries the daemon wrote (egress drops replayed entries with those ids);
+4. learn which entries the daemon already wrote that it may produce again (egress drops
+   replayed entries with those ids): the ids every session state keeps (``own_ids``) and the ids
+   of the daemon's entries in the journal from the oldest position that is still needed to its
+   end. That is the ingress cursor (ingress re-reads from there and may refuse a thought or
+   report a bad line again, with ids derived from their positions) and each conversation's open
+   replay window (``replay_from``, :mod:`~coven_codex.agent.replay`): a conversation whose
+   window is closed (every conversation that was idle when the daemon stopped, however long
+   ago) adds nothing, so start-up reads only what was written since the oldest turn that was
+   running or the oldest thought that was pending, never the journal's whole length, and keeps
+   in memory only the ids of that window;
 5. start the sessions (their egress resumes at once) and the ingress reader.
 
 The saved ingress cursor belongs to one journal file (its fingerprint is saved with it). When
@@ -133,7 +141,7 @@ class Daemon:
                 )
             known_ids = await self._known_ids(states, cursor if previous is None else START)
             if previous is not None:
-                known_ids |= await self._previous_known_ids(states)
+                known_ids |= await self._previous_known_ids(states, cursor)
             for state in states.values():
                 state.forget_delivered_before(cursor)
             try:
@@ -171,15 +179,13 @@ class Daemon:
         )
         return items
 
-    async def _previous_known_ids(self, states: dict[str, SessionState]) -> set[str]:
-        """Ids of our entries in the previous file after the sessions' saved journal positions."""
+    async def _previous_known_ids(self, states: dict[str, SessionState], cursor: Position) -> set[str]:
+        """Ids of our entries in the previous file after its saved cursor or the sessions' open replay windows."""
         assert self._previous_path is not None
-        positions = [state.egress_journal_position or START for state in states.values() if state.thread_id]
-        if not positions:
-            return set()
+        start = min([cursor, *(state.replay_from for state in states.values() if state.replay_from is not None)])
         old = FileJournal(self._previous_path, durability="never")
         try:
-            return ours(await old.read(min(positions)))
+            return ours(await old.read(start))
         finally:
             await old.aclose()
 
@@ -187,13 +193,14 @@ class Daemon:
         """Ingress moves to a new journal file: move every session's positions there too.
 
         Called once every thought read from the old file is finished and before anything of the
-        new one is read: delivered ids of the old file are never read again (forgotten), and the
-        new file is searched from its start for entries egress already wrote.
+        new one is read: delivered ids of the old file are never read again (forgotten), and an
+        open replay window now starts at the new file's start.
         """
         assert self.manager is not None
         for session in list(self.manager.sessions.values()):
             session.state.delivered.clear()
-            session.state.egress_journal_position = START
+            if session.state.replay_from is not None:
+                session.state.replay_from = START
             await session.save_state()
         log.info("ingress moved to the new journal file; %d conversation(s) follow", len(self.manager.sessions))
 
@@ -335,22 +342,29 @@ class Daemon:
         self.store.save(state)
 
     async def _known_ids(self, states: dict[str, SessionState], cursor: Position) -> set[str]:
-        positions = [cursor]
-        for state in states.values():
-            if state.thread_id is not None:
-                positions.append(state.egress_journal_position or START)
-        start = min(positions)
+        """The ids of entries the daemon wrote that it may produce again (start-up step 4)."""
+        start = min([cursor, *(state.replay_from for state in states.values() if state.replay_from is not None)])
         try:
             items = await self.journal.read(start)
         except SegmentRemoved as exc:
-            # An idle conversation's position lies in a segment compaction removed (behind the
-            # ingress cursor, which load_cursor checked); its entries there were all read by every
-            # cursor. Read what is left (docs/journal-protocol.md, Segments: what retention assumes).
+            # A replay window lies in a segment compaction removed (behind the ingress cursor,
+            # which load_cursor checked); every cursor read its entries. Read what is left
+            # (docs/journal-protocol.md, Segments: what retention assumes).
             log.info("journal segments before %s were compacted away; reading from there", exc.oldest)
             start = exc.oldest
             items = await self.journal.read(start)
         ids = ours(items)
-        log.debug("read the journal from %s: %d entries of ours", start, len(ids))
+        found = len(ids)
+        for state in states.values():
+            ids.update(state.own_ids)
+        log.info(
+            "recovery: read the journal from %s (%d entr%s of ours), %d id(s) kept by %d conversation(s)",
+            start,
+            found,
+            "y" if found == 1 else "ies",
+            len(ids) - found,
+            len(states),
+        )
         return ids
 
 

@@ -10,9 +10,11 @@ Ordering and ids give exactly-once:
 - the journal append comes before the offset save, so a crash can only make us *repeat* a line;
 - entry ids are deterministic (``<thread>:<line start>:<index>``; a turn's error and end:
   ``<thread>:turn-<turn>:error|end``), and at start-up the daemon collects the ids already in
-  the journal after the session's ``egress_journal_position``; entries are appended through
-  the daemon's :class:`~coven_codex.agent.writer.DaemonWriter`, so a repeated entry, or one the
-  session already wrote from the driver's report, finds its id there and is dropped.
+  the journal after the session's ``replay_from`` (each line is written inside the session's
+  :class:`~coven_codex.agent.replay.ReplayWindow`, which keeps that position at or before every
+  entry a restart may produce again); entries are appended through the daemon's
+  :class:`~coven_codex.agent.writer.DaemonWriter`, so a repeated entry, or one the session
+  already wrote from the driver's report, finds its id there and is dropped.
 
 Offsets are saved by the session's coalescing saver, not once per line: a lagging saved offset
 only makes the restart re-read (and drop) a few more lines.
@@ -27,10 +29,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from coven_codex.agent.limits import cut
+from coven_codex.agent.replay import ReplayWindow
 from coven_codex.agent.state import SessionState
 from coven_codex.agent.writer import DaemonWriter
 from coven_codex.entries import BaseEntry, DeltaEntry, ErrorEntry, StatusEntry
-from coven_codex.journal import Position
 from coven_codex.mcp.outcomes import SpellCalls
 from coven_codex.rollout import TURN_END_STATES, TURN_STARTED, RolloutTranslator
 from coven_codex.tailing import Line, TailNotice, tail_lines
@@ -49,6 +51,7 @@ class Egress:
         *,
         state: SessionState,
         writer: DaemonWriter,
+        window: ReplayWindow,
         on_progress: Callable[[], None],
         on_line: Callable[[Line], None] | None = None,
         write_deltas: bool = False,
@@ -56,6 +59,7 @@ class Egress:
     ) -> None:
         self._state = state
         self._writer = writer
+        self._window = window
         self._on_progress = on_progress
         self._on_line = on_line
         self._write_deltas = write_deltas
@@ -69,7 +73,6 @@ class Egress:
         """``turn_started`` entries carrying Codex's turn id (rollouts that record ``task_started``)."""
         self.last_turn_id: str | None = None
         """The turn id of the newest of those: how the rollout names the turn now running."""
-        self._last_end: Position | None = None
         self._progressed = asyncio.Event()
 
     async def run(self, rollout: Path, thread_id: str) -> None:
@@ -77,6 +80,7 @@ class Egress:
         translator = RolloutTranslator(self._state.conversation, thread_id, reply_to=self._state.thought_of)
         spell_calls = SpellCalls()
         resume_at = self._state.egress_offset
+        self._window.egress_started(await asyncio.to_thread(complete_length, rollout))
         log.debug("egress for %r: %s from byte %d", cut(self._state.conversation), rollout, resume_at)
         # Released while idle: an idle conversation holds no file descriptor (a rollout is
         # appended to, never replaced, so nothing is lost by reopening it by its path).
@@ -87,13 +91,17 @@ class Egress:
                 continue
             if self._on_line is not None:
                 self._on_line(line)
-            for entry in entries:
-                await self._write(line, entry)
-            # Both fields change together, with no await in between, so any snapshot the saver
-            # takes pairs an offset with a journal position at or before the next line's entries.
-            self._state.egress_offset = line.end
-            if self._last_end is not None:
-                self._state.egress_journal_position = self._last_end
+            written = [entry for entry in entries if self._writes(entry)]
+            if written:
+                # The offset moves inside the window: a snapshot taken while the line's entries
+                # are being written keeps the window open (replay.py, rule 2).
+                async with self._window.writing():
+                    for entry in written:
+                        await self._write(line, entry)
+                    self._state.egress_offset = line.end
+            else:
+                self._state.egress_offset = line.end
+                self._window.progress()
             self._on_progress()
             self._progressed.set()
 
@@ -103,9 +111,11 @@ class Egress:
             self._progressed.clear()
             await self._progressed.wait()
 
+    def _writes(self, entry: BaseEntry) -> bool:
+        """Whether ``entry`` goes to the journal (deltas only when asked for)."""
+        return self._write_deltas or not isinstance(entry, DeltaEntry)
+
     async def _write(self, line: Line, entry: BaseEntry) -> None:
-        if isinstance(entry, DeltaEntry) and not self._write_deltas:
-            return
         if isinstance(entry, ErrorEntry):
             self.errors_seen += 1
         elif isinstance(entry, StatusEntry) and entry.state in TURN_END_STATES:
@@ -117,7 +127,6 @@ class Egress:
         if record is None:
             log.debug("egress: dropping entry %s: it is in the journal already", entry.id)
             return
-        self._last_end = record.end
         if self._on_append is not None:
             self._on_append(line, record.entry, time.perf_counter())
 

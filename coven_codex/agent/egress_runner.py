@@ -12,6 +12,7 @@ from pathlib import Path
 from coven_codex.agent.backoff import RepeatFilter
 from coven_codex.agent.egress import Egress, complete_length
 from coven_codex.agent.limits import cut
+from coven_codex.agent.replay import ReplayWindow
 from coven_codex.agent.saver import StateSaver
 from coven_codex.agent.services import SessionServices
 from coven_codex.agent.state import SessionState
@@ -24,9 +25,16 @@ class EgressRunner:
     """Owns a session's egress task (module docstring)."""
 
     def __init__(
-        self, state: SessionState, services: SessionServices, saver: StateSaver, *, on_line: Callable[[Line], None]
+        self,
+        state: SessionState,
+        services: SessionServices,
+        saver: StateSaver,
+        window: ReplayWindow,
+        *,
+        on_line: Callable[[Line], None],
     ) -> None:
         self._state = state
+        self._window = window
         self._services = services
         self._saver = saver
         self._on_line = on_line
@@ -37,6 +45,7 @@ class EgressRunner:
         return Egress(
             state=self._state,
             writer=self._services.writer,
+            window=self._window,
             on_progress=self._saver.request,
             on_line=self._on_line,
             on_append=self._services.on_append,

@@ -64,6 +64,7 @@ from coven_codex.agent.link import (
 )
 from coven_codex.agent.links.driver import killed_from_outside
 from coven_codex.agent.recovery import codex_received, recorded_client_id
+from coven_codex.agent.replay import ReplayWindow
 from coven_codex.agent.saver import StateSaver
 from coven_codex.agent.services import PendingThought, SessionServices, ThreadOptions
 from coven_codex.agent.state import InFlight, SessionState
@@ -225,7 +226,8 @@ class Session:
         self._last_open_error: str | None = None
         self._no_turn = asyncio.Event()
         self._no_turn.set()
-        self._egress = EgressRunner(state, services, self._saver, on_line=self._on_rollout_line)
+        self._window = ReplayWindow(state, self._saver, services.journal)
+        self._egress = EgressRunner(state, services, self._saver, self._window, on_line=self._on_rollout_line)
 
     # -- routing (called synchronously by ingress) -------------------------------------------
     def offer_thought(self, entry: ThoughtEntry, position: Position) -> bool:
@@ -299,6 +301,8 @@ class Session:
             self._start_egress()
             if self._queue and not self._stopping:
                 await self._advance()  # restarted after a crash: the queued thoughts go on
+            elif not self.busy:
+                self._window.idle()  # (a window left open by a killed run: once egress is past it)
             while True:
                 message = await self._next_message()
                 if message is not None:
@@ -665,6 +669,7 @@ class Session:
                 )
             await self._egress.stop()
             self.state.forget_thread()
+            self._window.thread_ended()
             self.state.thread_id = event.thread_id
             self.state.fork_from = None
             in_flight = self.state.in_flight
@@ -838,6 +843,8 @@ class Session:
         if self._restart_wanted and self._link is None:
             self._restart_wanted = False
             await self._open_link()
+        # Idle: nothing of this conversation needs replaying after a restart once egress is between lines.
+        self._window.idle()
         if self._link is not None and self._link.persistent and self._idle_since is None:
             self._idle_since = time.monotonic()
             self._slots.mark_idle(self.conversation, self._request_evict)
@@ -862,6 +869,7 @@ class Session:
 
     def _mark_busy(self) -> None:
         self._idle_since = None
+        self._window.busy()
         self._slots.mark_busy(self.conversation)
 
     def _request_evict(self) -> None:
@@ -1085,6 +1093,7 @@ class Session:
         self._queue.remove(reset)
         self._queued_ids.pop(reset.entry_id, None)
         self.state.forget_thread()
+        self._window.thread_ended()
         self.state.reply_to = None
         # The thread's options end with it; the reset may name the next thread's directory.
         workspace = None
@@ -1183,7 +1192,13 @@ class Session:
     async def _emit(self, entry: BaseEntry) -> bool:
         """Append ``entry`` to this conversation; ``False`` if its id was written before."""
         entry.conversation = self.conversation
-        return await self._svc.writer.append(entry) is not None
+        if entry.id is None:
+            return await self._svc.writer.append(entry) is not None
+        async with self._window.writing():  # egress may produce this id again from the rollout
+            if await self._svc.writer.append(entry) is None:
+                return False
+            self.state.wrote(entry.id)
+        return True
 
     async def _error(
         self, code: str, message: str, hint: str, *, entry_id: str | None = None, in_reply_to: str | None = None
@@ -1242,5 +1257,7 @@ class Session:
         await self._end_link(reason="shutdown")
 
     async def final_save(self) -> None:
-        """Shutdown step 4 (after the tasks are cancelled): save the state one last time."""
+        """Shutdown step 4 (after the tasks are cancelled): save the state one last time, the
+        replay window closed unless a write was cut short (so the next start need not read it)."""
+        self._window.idle()
         self._saver.save_blocking()

@@ -4,9 +4,10 @@ One log per conversation (``sessions/<slug>-<hash>.state``) holds everything a r
 daemon needs to continue that conversation without losing or repeating a message:
 
 - the Codex thread id and the rollout file it writes;
-- the egress position: ``egress_offset`` (every rollout line before it reached the journal) and
-  ``egress_journal_position`` (the journal's end when that offset was saved, so a restart only
-  re-reads the journal from there to learn which entry ids already exist);
+- the egress position: ``egress_offset`` (every rollout line before it reached the journal);
+- the replay window (:mod:`~coven_codex.agent.replay`): ``replay_from`` (``None``, or a journal
+  position at or before every entry of this conversation a restart may produce again: a restart
+  reads the journal only from there) and ``own_ids`` (the newest ids the session wrote itself);
 - the ingress record: ``in_flight`` (written *before* a thought is handed to Codex) and
   ``delivered`` (thought id → journal position, written after), so no thought reaches Codex twice.
 
@@ -28,10 +29,11 @@ import os
 import re
 import threading
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from coven_codex.journal import Durability, Position
+from coven_codex.journal import START, Durability, Position
 from coven_codex.journal.atomic import atomic_write, fsync_directory, write_all
 from coven_codex.journal.group_commit import GroupCommit
 from coven_codex.journal.protocol import StoredPosition
@@ -48,7 +50,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-STATE_VERSION = 1
+STATE_VERSION = 2
+"""1: ``egress_journal_position`` (the journal's end when the egress offset was saved); 2: the replay window."""
+OWN_IDS_KEPT = 32
+"""How many ids of entries the session wrote itself a state keeps (a turn writes at most two: error and end)."""
 STATE_SUFFIX = ".state"
 COMPACT_BYTES = 256 * 1024
 MAX_OPEN_LOGS = 32
@@ -92,7 +97,11 @@ class SessionState(BaseModel):
     thread_id: str | None = None
     rollout_path: str | None = None
     egress_offset: int = 0
-    egress_journal_position: StoredPosition | None = None
+    replay_from: StoredPosition | None = None
+    """Where a restart looks for entries of this conversation it may produce again; ``None``: none
+    (:mod:`~coven_codex.agent.replay`)."""
+    own_ids: list[str] = Field(default_factory=list)
+    """Ids of the newest :data:`OWN_IDS_KEPT` entries the session wrote itself, oldest first."""
     in_flight: InFlight | None = None
     delivered: dict[str, StoredPosition] = Field(default_factory=dict)
     user_messages: int = 0
@@ -110,6 +119,25 @@ class SessionState(BaseModel):
     """Seconds each turn of the thread may run (``None``: ``turn_timeout``)."""
     fork_from: str | None = None
     """The thread the next new thread is forked from (``resume_thread``), until that thread exists."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_version_1(cls, data: Any) -> Any:
+        """A state saved by version 1 replays from its ``egress_journal_position`` (from the
+        journal's start when it had a thread and none): that is what a restart read then."""
+        if isinstance(data, dict) and data.get("version", STATE_VERSION) < 2:
+            data = dict(data)
+            position = data.pop("egress_journal_position", None)
+            if position is None and data.get("thread_id") is not None:
+                position = START
+            data["replay_from"] = position
+            data["version"] = STATE_VERSION
+        return data
+
+    def wrote(self, entry_id: str) -> None:
+        """The session itself appended an entry with this id (see ``own_ids``)."""
+        self.own_ids.append(entry_id)
+        del self.own_ids[:-OWN_IDS_KEPT]
 
     def expect_reply(self, thought_id: str, text: str, ordinal: int) -> None:
         """``thought_id`` is being handed to Codex as the thread's user message ``ordinal``."""

@@ -1,0 +1,312 @@
+"""Restart on a long journal: the daemon's start-up to the first reply, and its peak memory.
+
+Run: ``.venv/bin/python benchmarks/bench_restart.py [--sizes 10 100 1000] [--baseline-max 1000]``
+
+For each journal size (MB) the daemon (``python -m coven_codex run``, a process of its own, on
+Codex 0.169.0 and the scripted model server, echo, in this process):
+
+1. answers one thought of the conversation ``idle`` and is stopped (SIGTERM): that conversation
+   has a thread, a rollout and a saved state, and stays idle from then on;
+2. the journal then grows by the size's worth of other traffic (generated: thoughts of 1,000
+   other conversations and the daemon's replies to them, ids as the daemon makes them, about
+   240 bytes an entry), and the ingress cursor is saved at its end, as a daemon that ran
+   meanwhile would have left it (the daemon is stopped while the traffic is written, only to
+   write it fast; the conversations of the traffic have no state, so what is measured is the
+   journal's length, not the number of conversations);
+3. the daemon starts again and a thought of a new conversation is appended at once; measured:
+   *running*, from starting the daemon to its log saying it runs (Python's start, recovery);
+   *first reply*, from starting the daemon to that thought's ``response`` entry in the journal
+   (that, plus the shared Codex app-server started, a thread, a turn); and *peak RSS*, the
+   daemon's own high-water mark (``VmHWM``, Codex not included) once the reply is there.
+
+The baseline is the recovery before issue 18: the same measurement with the code of
+``--baseline-rev`` (default :data:`BASELINE_REV`), exported with ``git archive`` into a temporary
+folder and put first on ``PYTHONPATH``, for the sizes up to ``--baseline-max`` MB (it keeps every
+daemon entry id of the journal in memory, about 7 GB at 1 GB). Targets (issue 18): first reply
+<= 2 s and peak RSS <= 100 MB at every size; exit 1 if one is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import tomlkit
+from _common import machine_line, print_table
+
+from coven_codex.agent.ingress import CURSOR_NAME
+from coven_codex.entries import ResponseEntry, ThoughtEntry
+from coven_codex.journal import FileJournal, JournalRecord
+from coven_codex.testing.codex_config import DEFAULT_ENV_KEY, codex_config
+from coven_codex.testing.model_server import ScriptedModelServer
+from coven_codex.testing.responders import echo_responder
+
+ROOT = Path(__file__).resolve().parent.parent
+CODEX = ROOT / ".codex-cli" / "0.169.0" / "node_modules" / ".bin" / "codex"
+BASELINE_REV = "0c3251e"
+"""main before issue 18's recovery (start-up read the journal from the oldest saved position)."""
+REPLY_TIMEOUT = 900.0
+TARGET_SECONDS = 2.0
+TARGET_RSS_MB = 100.0
+TRAFFIC_CONVERSATIONS = 1000
+BLOCK = 4096
+"""Traffic entries generated at once."""
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    design: str
+    megabytes: int
+    journal_mb: float
+    running: float
+    """From starting the daemon to its log saying it runs (recovery done, serving)."""
+    first_reply: float
+    peak_rss_mb: float
+
+
+def daemon_env(tmp: Path, source: Path) -> dict[str, str]:
+    """The daemon's environment: its code first on the path, an empty HOME, state under ``tmp``."""
+    env = {k: v for k, v in os.environ.items() if k not in {"CODEX_HOME", "OPENAI_API_KEY"}}
+    home = tmp / "home"
+    home.mkdir(exist_ok=True)
+    env.update(
+        {
+            DEFAULT_ENV_KEY: "bench",
+            "XDG_STATE_HOME": str(tmp / "state"),
+            "HOME": str(home),
+            "PYTHONPATH": str(source),
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    return env
+
+
+def start_daemon(tmp: Path, source: Path, journal_path: Path, base: Path, log_path: Path) -> subprocess.Popen[bytes]:
+    """``python -m coven_codex run`` with the code in ``source``, its output into ``log_path``."""
+    workspace = tmp / "ws"
+    workspace.mkdir(exist_ok=True)
+    argv = [
+        sys.executable,
+        "-m",
+        "coven_codex",
+        "run",
+        "--workspace",
+        str(workspace),
+        "--journal",
+        str(journal_path),
+        "--codex-config",
+        str(base),
+        "--codex-path",
+        str(CODEX),
+    ]
+    with log_path.open("ab") as log:
+        return subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=daemon_env(tmp, source), cwd=source
+        )
+
+
+def stop_daemon(daemon: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within a minute."""
+    daemon.terminate()
+    try:
+        daemon.wait(60)
+    except subprocess.TimeoutExpired:
+        daemon.kill()
+        daemon.wait()
+
+
+def peak_rss_mb(pid: int) -> float:
+    """The process's resident high-water mark (``VmHWM``), in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc status")
+
+
+async def wait_reply(
+    journal: FileJournal, conversation: str, start: object, daemon: subprocess.Popen[bytes], log_path: Path
+) -> float:
+    """When ``conversation``'s first ``response`` appeared after ``start`` (polled every 20 ms)."""
+    position = start
+    deadline = time.monotonic() + REPLY_TIMEOUT
+    while True:
+        items = await journal.read(position)  # type: ignore[arg-type]
+        now = time.perf_counter()
+        for item in items:
+            position = item.end
+            entry = item.entry if isinstance(item, JournalRecord) else None
+            if entry is not None and entry.kind == "response" and entry.conversation == conversation:
+                return now
+        if daemon.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"no reply in {conversation!r}:\n{log_path.read_text()[-3000:]}")
+        await asyncio.sleep(0.02)
+
+
+async def wait_ready(log_path: Path, daemon: subprocess.Popen[bytes]) -> float:
+    """When the daemon logged that it runs (polled every 20 ms)."""
+    deadline = time.monotonic() + REPLY_TIMEOUT
+    while b"daemon running" not in log_path.read_bytes():
+        if daemon.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the daemon did not start:\n{log_path.read_text()[-2000:]}")
+        await asyncio.sleep(0.02)
+    return time.perf_counter()
+
+
+def write_traffic(journal_path: Path, megabytes: int) -> None:
+    """Append ``megabytes`` MB of thoughts and replies of other conversations (module docstring)."""
+    thought = ThoughtEntry(id="T" * 12, conversation="C" * 12, sender="web", text="W" * 60).to_json().encode()
+    reply = (
+        ResponseEntry(id="R" * 52, conversation="C" * 12, text="echo: " + "W" * 60, in_reply_to="T" * 12)
+        .to_json()
+        .encode()
+    )
+    target = megabytes * 1_000_000
+    written = 0
+    index = 0
+    with journal_path.open("ab") as out:
+        while written < target:
+            lines = []
+            for n in range(index, index + BLOCK):
+                conversation = b"c-%010d" % (n % TRAFFIC_CONVERSATIONS)
+                thought_id = b"t-%010d" % n
+                text = b"message %052d" % n
+                lines.append(
+                    thought.replace(b"T" * 12, thought_id).replace(b"C" * 12, conversation).replace(b"W" * 60, text)
+                )
+                reply_id = b"%036d:%07d:0" % (n % TRAFFIC_CONVERSATIONS, n)
+                lines.append(
+                    reply.replace(b"R" * 52, reply_id)
+                    .replace(b"T" * 12, thought_id)
+                    .replace(b"C" * 12, conversation)
+                    .replace(b"W" * 60, text)
+                )
+            index += BLOCK
+            data = b"\n".join(lines) + b"\n"
+            out.write(data)
+            written += len(data)
+
+
+async def measure(design: str, megabytes: int, source: Path, server: ScriptedModelServer, scratch: Path) -> Result:
+    """One size with the code in ``source`` (module docstring)."""
+    tmp = Path(tempfile.mkdtemp(prefix=f"bench-restart-{design}-{megabytes}-", dir=scratch))
+    try:
+        journal_path = tmp / "journal.jsonl"
+        base = tmp / "base.toml"
+        base.write_text(tomlkit.dumps(codex_config(server.base_url)))
+        log_path = tmp / "daemon.log"
+        journal = FileJournal(journal_path, durability="never")
+        try:
+            daemon = start_daemon(tmp, source, journal_path, base, log_path)
+            try:
+                record = await journal.append(ThoughtEntry(conversation="idle", text="hello"))
+                await wait_reply(journal, "idle", record.start, daemon, log_path)
+            finally:
+                stop_daemon(daemon)
+            await asyncio.to_thread(write_traffic, journal_path, megabytes)
+            end = await journal.end_position()
+            await journal.save_cursor(CURSOR_NAME, end)
+            log_path = tmp / "daemon-restarted.log"
+            started = time.perf_counter()
+            daemon = start_daemon(tmp, source, journal_path, base, log_path)
+            try:
+                await journal.append(ThoughtEntry(conversation="new", text="after the restart"))
+                ready = asyncio.create_task(wait_ready(log_path, daemon))
+                replied = await wait_reply(journal, "new", end, daemon, log_path)
+                running = await ready
+                peak = peak_rss_mb(daemon.pid)
+            finally:
+                stop_daemon(daemon)
+            size = journal_path.stat().st_size / 1e6
+            return Result(design, megabytes, size, running - started, replied - started, peak)
+        finally:
+            await journal.aclose()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def export_baseline(rev: str, into: Path) -> Path:
+    """The tree of ``rev`` (its ``coven_codex`` package), exported into ``into``."""
+    data = subprocess.run(["git", "archive", rev, "coven_codex"], cwd=ROOT, check=True, capture_output=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+        archive.extractall(into, filter="data")
+    return into
+
+
+async def main() -> int:
+    """Measure every size with both recoveries, print the table; exit 1 if a target is missed."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 1000], help="journal sizes in MB")
+    parser.add_argument("--baseline-max", type=int, default=1000, help="largest size (MB) measured with the baseline")
+    parser.add_argument("--baseline-rev", default=BASELINE_REV, help="a revision with the old recovery (git)")
+    parser.add_argument("--scratch", type=Path, default=None, help="where the journals are written (a temp dir)")
+    args = parser.parse_args()
+    print(f"bench_restart: Codex 0.169.0, one idle conversation, then traffic; {machine_line()}")
+    results: dict[tuple[str, int], Result] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-restart-baseline-") as baseline_dir:
+        baseline = export_baseline(args.baseline_rev, Path(baseline_dir)) if args.baseline_max > 0 else None
+        scratch = args.scratch or Path(baseline_dir)
+        async with ScriptedModelServer(responder=echo_responder) as server:
+            for size in args.sizes:
+                results["new", size] = await measure("new", size, ROOT, server, scratch)
+                print(f"  new recovery, {size} MB: {results['new', size]}", flush=True)
+                if baseline is not None and size <= args.baseline_max:
+                    results["old", size] = await measure("old", size, baseline, server, scratch)
+                    print(f"  old recovery, {size} MB: {results['old', size]}", flush=True)
+    rows = []
+    for size in args.sizes:
+        new = results["new", size]
+        old = results.get(("old", size))
+        rows.append(
+            [
+                size,
+                f"{new.journal_mb:.0f}",
+                f"{new.running:.2f}",
+                f"{old.running:.2f}" if old else "-",
+                f"{new.first_reply:.2f}",
+                f"{old.first_reply:.2f}" if old else "-",
+                f"{old.first_reply / new.first_reply:.1f}x" if old else "-",
+                f"{new.peak_rss_mb:.0f}",
+                f"{old.peak_rss_mb:.0f}" if old else "-",
+                f"{old.peak_rss_mb / new.peak_rss_mb:.1f}x" if old else "-",
+            ]
+        )
+    print_table(
+        "Restart to the first reply, and the daemon's peak RSS, by journal size (0.169.0)",
+        [
+            "MB of traffic",
+            "journal MB",
+            "running s",
+            "old s",
+            "first reply s",
+            "old s",
+            "faster",
+            "peak RSS MB",
+            "old MB",
+            "less",
+        ],
+        rows,
+    )
+    failed = []
+    for size in args.sizes:
+        new = results["new", size]
+        if new.first_reply > TARGET_SECONDS:
+            failed.append(f"{size} MB: first reply {new.first_reply:.2f} s > {TARGET_SECONDS:.0f} s")
+        if new.peak_rss_mb > TARGET_RSS_MB:
+            failed.append(f"{size} MB: peak RSS {new.peak_rss_mb:.0f} MB > {TARGET_RSS_MB:.0f} MB")
+    for line in failed:
+        print(f"TARGET MISSED: {line}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

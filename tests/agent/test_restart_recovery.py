@@ -1,0 +1,173 @@
+"""Start-up recovery reads only what a restart may repeat, not the journal's length (issue 18, items 1-2).
+
+The daemon (a real process, Codex 0.169.0, the scripted model server) keeps a *replay window* per
+conversation (``coven_codex/agent/replay.py``): a conversation that is idle when the daemon stops
+has none, so however much the journal grew since, start-up reads it only from the ingress cursor
+(and keeps only the ids found there); a conversation whose turn a ``kill -9`` cut short has one,
+which the next run reads from, then closes once egress has passed the rollout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from agent_harness import AgentHarness, make_responder, replies
+
+from coven_codex.agent.ingress import CURSOR_NAME
+from coven_codex.agent.state import state_file_name
+from coven_codex.entries import BaseEntry, ResponseEntry
+from coven_codex.journal import JournalRecord, Position
+from coven_codex.testing.model_server import ScriptedModelServer
+from coven_codex.testing.steps import Reply, Stall
+
+pytestmark = [pytest.mark.codex, pytest.mark.timeout(300)]
+
+Factory = Callable[[Path, ScriptedModelServer], AgentHarness]
+RECOVERY = re.compile(r"recovery: read the journal from (\S+) \((\d+) entr")
+TRAFFIC_BYTES = 40_000_000
+
+
+async def add_traffic(h: AgentHarness) -> Position:
+    """The journal grows by other conversations' traffic, which a running daemon read (its cursor
+    is saved past it): :data:`TRAFFIC_BYTES` of daemon entries of other turns. The journal's end."""
+    template = ResponseEntry(id="I" * 24, conversation="other", text="x" * 150).to_json().encode() + b"\n"
+    lines = [template.replace(b"I" * 24, b"other-thread:%09d:0" % n) for n in range(TRAFFIC_BYTES // len(template))]
+    with h.journal_path.open("ab") as journal:
+        journal.write(b"".join(lines))
+    end = await h.journal.end_position()
+    await h.journal.save_cursor(CURSOR_NAME, end)
+    return end
+
+
+def assert_start_up_skipped_the_traffic(pid: int) -> None:
+    """The daemon ``pid`` read less than the traffic: its start-up did not read the journal from before it."""
+    read = bytes_read(pid)
+    assert read < TRAFFIC_BYTES, f"the daemon read {read:,} bytes, the traffic alone is {TRAFFIC_BYTES:,}"
+
+
+async def reply_after(h: AgentHarness, position: Position, conversation: str, text: str) -> None:
+    """Wait (at most 60 s) for a reply ``text`` in ``conversation`` after ``position`` (the
+    traffic before it is not read again at every look)."""
+    deadline = time.monotonic() + 60
+    while not any(
+        isinstance(item, JournalRecord)
+        and item.entry.kind == "response"
+        and item.entry.text == text
+        and item.entry.conversation == conversation
+        for item in await h.journal.read(position)
+    ):
+        assert time.monotonic() < deadline, f"no reply {text!r} in {conversation!r}"
+        await asyncio.sleep(0.05)
+
+
+def bytes_read(pid: int) -> int:
+    """Bytes the process has read so far, from files or otherwise (``rchar``)."""
+    for line in Path(f"/proc/{pid}/io").read_text().splitlines():
+        if line.startswith("rchar:"):
+            return int(line.split()[1])
+    raise AssertionError("no rchar in /proc/<pid>/io")
+
+
+def saved_state(h: AgentHarness, conversation: str) -> dict[str, object]:
+    """The newest state ``conversation``'s log holds on disk."""
+    lines = (h.state_dir / "sessions" / state_file_name(conversation)).read_bytes().splitlines()
+    state = json.loads(lines[-1])
+    assert isinstance(state, dict)
+    return state
+
+
+async def until_closed(h: AgentHarness, conversation: str) -> None:
+    """Wait (at most 30 s) until ``conversation``'s saved state has no replay window."""
+    deadline = time.monotonic() + 30
+    while saved_state(h, conversation).get("replay_from") is not None:
+        assert time.monotonic() < deadline, f"the replay window of {conversation!r} stayed open"
+        await asyncio.sleep(0.05)
+
+
+async def recovery_of(h: AgentHarness) -> tuple[str, int]:
+    """Where the newest daemon's start-up read the journal from, and how many of its entries it met."""
+    log = await h.until_logged("recovery: read the journal from")
+    found = RECOVERY.findall(log)
+    assert len(found) == 1, found
+    return found[0][0], int(found[0][1])
+
+
+def states(entries: list[BaseEntry], state: str) -> list[BaseEntry]:
+    """The ``status`` entries of ``state``."""
+    return [e for e in entries if e.kind == "status" and getattr(e, "state", None) == state]
+
+
+def assert_each_id_once(entries: list[BaseEntry]) -> None:
+    twice = {i: n for i, n in Counter(e.id for e in entries).items() if n > 1}
+    assert not twice, f"entries written twice: {twice}"
+
+
+async def test_an_idle_conversation_does_not_pull_start_up_back_to_its_old_position(
+    codex_bin_169: Path, model_server: ScriptedModelServer, harness_factory: Factory
+) -> None:
+    h = harness_factory(codex_bin_169, model_server)
+    daemon = await h.start()
+    await h.think("idle", "hello")
+    await h.wait_for(lambda es: len(states(es, "turn_completed")) == 1, what="the first turn's end")
+    # Idle: its window closes while the daemon runs, so even a kill -9 leaves nothing to replay.
+    await until_closed(h, "idle")
+    await h.kill9(daemon)
+    end = await add_traffic(h)
+
+    daemon = await h.start()
+    await h.think("idle", "again")
+    await reply_after(h, end, "idle", "echo: again")
+    # Start-up did not read the traffic (the idle conversation's old turn lies before it).
+    assert_start_up_skipped_the_traffic(daemon.pid)
+    start, found = await recovery_of(h)
+    assert (start, found) == (str(end), 0)
+    assert await h.stop(daemon) == 0
+    assert_each_id_once([item.entry for item in await h.journal.read() if isinstance(item, JournalRecord)])
+    assert saved_state(h, "idle").get("replay_from") is None
+
+
+async def test_a_turn_cut_by_kill9_is_replayed_from_its_window_which_then_closes(
+    codex_bin_169: Path, harness_factory: Factory
+) -> None:
+    responder = make_responder({"slow": lambda _request: [Stall(60.0), Reply("late")]})
+    async with ScriptedModelServer(responder=responder) as server:
+        h = harness_factory(codex_bin_169, server)
+        daemon = await h.start()
+        await h.think("busy", "warm up")
+        await h.wait_for(lambda es: replies(es, "busy") == ["echo: warm up"], what="the first reply")
+        await h.wait_for(lambda es: len(states(es, "turn_completed")) == 1, what="the first turn's end")
+        before = await h.journal.end_position()
+        await h.think("busy", "slow one")
+        # The turn is under way in the journal: its start and its user message, entries of
+        # rollout lines, are written; Codex now waits on the stalled model.
+        await h.wait_for(lambda es: len(states(es, "turn_started")) == 2, what="the slow turn's start")
+        await h.kill9(daemon)
+        assert saved_state(h, "busy").get("replay_from") is not None
+
+        daemon = await h.start()
+        start, found = await recovery_of(h)
+        # The cut turn's entries, read again from its window, not the warm-up turn's before it.
+        after = [i for i in await h.journal.read(before) if isinstance(i, JournalRecord) and i.entry.sender == "codex"]
+        assert 0 < found <= len(after), (start, found, len(after))
+        await h.think("busy", "after the crash")
+        await h.wait_for(lambda es: "echo: after the crash" in replies(es, "busy"), what="the reply after the crash")
+        await h.wait_for(lambda es: len(states(es, "turn_completed")) == 2, what="the last turn's end")
+        assert await h.stop(daemon) == 0
+        assert_each_id_once(await h.entries())
+        assert saved_state(h, "busy").get("replay_from") is None  # ... and closed once egress passed it
+
+        end = await add_traffic(h)
+        daemon = await h.start()
+        await h.think("busy", "last")
+        await reply_after(h, end, "busy", "echo: last")
+        assert_start_up_skipped_the_traffic(daemon.pid)
+        start, found = await recovery_of(h)
+        assert (start, found) == (str(end), 0)
+        assert await h.stop(daemon) == 0
