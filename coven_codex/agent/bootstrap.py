@@ -9,7 +9,9 @@
    versions that speak its v2 protocol, else ``exec``; ``driver`` in the settings overrides);
 3. load the spells and start their MCP server on a private socket (when there are spells);
 4. prepare the isolated ``CODEX_HOME`` (base config + coven's keys + the MCP entry);
-5. run the :class:`~coven_codex.agent.daemon.Daemon` on the journal until ``stop``.
+5. start the webhook senders when ``[webhooks] in_daemon`` is on (:mod:`coven_codex.webhooks`, a
+   task and a journal handle of their own);
+6. run the :class:`~coven_codex.agent.daemon.Daemon` on the journal until ``stop``.
 
 Every failure a user can cause raises :class:`BootstrapError` with what to do.
 """
@@ -61,6 +63,8 @@ from coven_codex.settings import Settings
 from coven_codex.traces.otel_config import export_notice, otel_tables
 from coven_codex.traces.receiver import OtlpReceiver
 from coven_codex.traces.routing import ThreadRouter
+from coven_codex.webhooks.config import WebhookConfigError, ready_targets
+from coven_codex.webhooks.service import webhook_senders
 
 log = logging.getLogger(__name__)
 TRACES_DIR = "traces"
@@ -287,6 +291,8 @@ async def run_daemon(
         async def locate(thread_id: str) -> Path:
             return await locate_rollout(codex_home, thread_id=thread_id, cwd=None, timeout=ROLLOUT_LOCATE_TIMEOUT)
 
+        if settings.webhooks.in_daemon and settings.webhooks.targets:
+            await _start_webhooks(stack, settings, settings.journal, workspace, env_in)
         daemon = Daemon(
             settings, journal, maker, locate_rollout=locate, codex_home=codex_home, on_append=hooks.on_append
         )
@@ -294,3 +300,24 @@ async def run_daemon(
             await daemon.run(stop, ready)
         except (StateError, JournalError, StorageFailed) as exc:
             raise BootstrapError(str(exc)) from None
+
+
+async def _start_webhooks(
+    stack: contextlib.AsyncExitStack,
+    settings: Settings,
+    journal_path: Path,
+    workspace: Path,
+    environ: Mapping[str, str],
+) -> None:
+    """The webhook senders on a journal handle of their own (docs/webhooks.md); stopped before the rest."""
+    try:
+        targets = ready_targets(settings.webhooks.targets, dict(environ))
+    except WebhookConfigError as exc:
+        raise BootstrapError(str(exc)) from None
+    journal = FileJournal(journal_path, durability=settings.durability, follow_replacement=False)
+    stack.push_async_callback(journal.aclose)
+    try:
+        await stack.enter_async_context(webhook_senders(journal, targets, default_cwd=str(workspace)))
+    except StateError as exc:
+        raise BootstrapError(str(exc)) from None
+    log.info("sending turn-complete webhooks to %d target(s)", len(targets))

@@ -25,6 +25,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "slack",
     "demo",
     "spells",
+    "webhooks",
     "model-server",
 )
 """In ``--help`` order; each module's ``HELP`` is its summary there."""
