@@ -63,7 +63,7 @@ from coven_codex.settings import Settings
 from coven_codex.traces.otel_config import export_notice, otel_tables
 from coven_codex.traces.receiver import OtlpReceiver
 from coven_codex.traces.routing import ThreadRouter
-from coven_codex.webhooks.config import WebhookConfigError, ready_targets
+from coven_codex.webhooks.config import ReadyTarget, WebhookConfigError, ready_targets
 from coven_codex.webhooks.service import webhook_senders
 
 log = logging.getLogger(__name__)
@@ -180,6 +180,12 @@ async def run_daemon(
     workspace = settings.workspace.expanduser().resolve()
     if not workspace.is_dir():
         raise BootstrapError(f"the workspace {workspace} is not a directory; create it or fix --workspace")
+    webhooks: list[ReadyTarget] = []
+    if settings.webhooks.in_daemon:
+        try:  # before anything starts: a missing secret stops `run` at once
+            webhooks = ready_targets(settings.webhooks.targets, env_in)
+        except WebhookConfigError as exc:
+            raise BootstrapError(str(exc)) from None
     try:
         found = await asyncio.to_thread(find_codex, settings.codex_path, workspace, env=env_in)
         launch = await asyncio.to_thread(resolve_launch, found, env_in)
@@ -291,8 +297,8 @@ async def run_daemon(
         async def locate(thread_id: str) -> Path:
             return await locate_rollout(codex_home, thread_id=thread_id, cwd=None, timeout=ROLLOUT_LOCATE_TIMEOUT)
 
-        if settings.webhooks.in_daemon and settings.webhooks.targets:
-            await _start_webhooks(stack, settings, settings.journal, workspace, env_in)
+        if webhooks:
+            await _start_webhooks(stack, settings, settings.journal, workspace, webhooks)
         daemon = Daemon(
             settings, journal, maker, locate_rollout=locate, codex_home=codex_home, on_append=hooks.on_append
         )
@@ -307,13 +313,9 @@ async def _start_webhooks(
     settings: Settings,
     journal_path: Path,
     workspace: Path,
-    environ: Mapping[str, str],
+    targets: list[ReadyTarget],
 ) -> None:
     """The webhook senders on a journal handle of their own (docs/webhooks.md); stopped before the rest."""
-    try:
-        targets = ready_targets(settings.webhooks.targets, dict(environ))
-    except WebhookConfigError as exc:
-        raise BootstrapError(str(exc)) from None
     journal = FileJournal(journal_path, durability=settings.durability, follow_replacement=False)
     stack.push_async_callback(journal.aclose)
     try:

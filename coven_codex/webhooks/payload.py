@@ -32,7 +32,7 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 """The turn end's entry id: the same on every attempt and after a restart."""
 EVENT_HEADER = "X-Coven-Event"
 ATTEMPT_HEADER = "X-Coven-Attempt"
-"""1 for the first attempt of this process, then 2, 3, ... (not part of the signed body)."""
+"""1 for a turn's first attempt by this sender process, then 2, 3, ... (not part of the signed body)."""
 JSON_TYPE = "application/json"
 CLOUDEVENTS_TYPE = "application/cloudevents+json; charset=utf-8"
 

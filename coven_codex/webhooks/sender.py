@@ -141,7 +141,6 @@ class TargetSender:
         self.ssl_context = ssl_context
         self.cursor, self.context_cursor = cursor_names(self.name)
         self.host = (target.url.hostname or "")[:60]
-        self._attempts = 0
         self._failures = 0
         self._failing_since: float | None = None
         self._outage_reported = False
@@ -252,9 +251,10 @@ class TargetSender:
     # -- one delivery -----------------------------------------------------------------------------
     async def deliver(self, delivery: Delivery) -> Rejected | None:
         """Send ``delivery`` until the receiver acknowledges it (``None``) or refuses it for good."""
+        attempt = 0
         while True:
-            self._attempts += 1
-            outcome = await self._attempt(delivery, self._attempts)
+            attempt += 1
+            outcome = await self._attempt(delivery, attempt)
             if outcome is None or isinstance(outcome, Rejected):
                 self._recovered()
                 return outcome

@@ -94,3 +94,16 @@ async def test_a_secret_written_into_coven_toml_is_refused_without_showing_it(tm
     assert process.returncode == 2
     assert "a secret is never written in coven.toml" in stderr.decode()
     assert SECRET not in stderr.decode()
+
+
+async def test_run_with_in_daemon_webhooks_and_no_secret_stops_at_once_saying_so(tmp_path: Path) -> None:
+    config = tmp_path / "coven.toml"
+    config.write_text('[webhooks]\nin_daemon = true\n[[webhooks.targets]]\nurl = "https://example.com/x"\n')
+    (tmp_path / "ws").mkdir()
+    argv = [sys.executable, "-m", "coven_codex", "run", "--config", str(config), "--workspace", str(tmp_path / "ws")]
+    argv += ["--journal", str(tmp_path / "journal.jsonl"), "--codex-path", "/nonexistent/codex"]
+    env = {k: v for k, v in os.environ.items() if k != "COVEN_WEBHOOK_SECRET"}
+    process = await asyncio.create_subprocess_exec(*argv, stderr=asyncio.subprocess.PIPE, env=env, cwd=str(ROOT))
+    _, stderr = await process.communicate()
+    assert process.returncode == 1
+    assert "webhook secret" in stderr.decode() and "COVEN_WEBHOOK_SECRET" in stderr.decode()

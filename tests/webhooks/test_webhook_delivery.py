@@ -40,6 +40,7 @@ async def test_every_turn_is_delivered_through_500_429_and_a_hang_in_order(tmp_p
     assert [r.key for r in receiver.received[:4]] == [expected[0]] * 4
     assert [r.answer for r in receiver.received[:4]] == [500, 429, None, 200]
     assert len({r.body for r in receiver.received[:4]}) == 1
+    assert [r.headers["x-coven-attempt"] for r in receiver.received[:5]] == ["1", "2", "3", "4", "1"]
     # Every turn delivered; one key per turn; in journal order (so in order per conversation).
     assert first_acks(receiver) == expected
     assert all(r.signature_ok for r in receiver.received)
