@@ -107,3 +107,21 @@ async def test_run_with_in_daemon_webhooks_and_no_secret_stops_at_once_saying_so
     _, stderr = await process.communicate()
     assert process.returncode == 1
     assert "webhook secret" in stderr.decode() and "COVEN_WEBHOOK_SECRET" in stderr.decode()
+
+
+async def test_a_second_sender_of_the_same_target_refuses_to_start(tmp_path: Path) -> None:
+    path = tmp_path / "journal.jsonl"
+    log = tmp_path / "first.log"
+    async with WebhookReceiver(SECRET.encode()) as receiver:
+        first = await start_command(path, receiver.url, log)
+        try:
+            async with asyncio.timeout(60):
+                while b"sending the turns of" not in (log.read_bytes() if log.exists() else b""):
+                    await asyncio.sleep(0.05)
+            second = await start_command(path, receiver.url, tmp_path / "second.log")
+            assert await second.wait() == 1
+        finally:
+            first.terminate()
+            assert await first.wait() == 0
+    said = (tmp_path / "second.log").read_text()
+    assert f"another webhook sender (pid {first.pid})" in said and "twice" in said

@@ -132,3 +132,21 @@ async def test_cloudevents_wraps_the_payload_and_the_signature_covers_the_exact_
     assert not verify(SECRET.encode(), request.body + b" ", signature)
     assert not verify(b"another secret of some length", request.body, signature)
     await journal.aclose()
+
+
+async def test_a_rotated_journal_is_sent_from_its_beginning(tmp_path: Path) -> None:
+    path = tmp_path / "journal.jsonl"
+    journal = FileJournal(path, durability="never")
+    first = await turn(journal, "red", 0)
+    async with WebhookReceiver(SECRET.encode()) as receiver:
+        async with sending(path, target(receiver.url)):
+            await receiver.wait_until(lambda r: len(r.acknowledged) >= 1, timeout=60)
+            await until_saved(journal, first)
+        await journal.aclose()
+        path.rename(tmp_path / "journal.jsonl.1")
+        journal = FileJournal(path, durability="never")
+        await turn(journal, "red", 1)
+        async with sending(path, target(receiver.url)):
+            await receiver.wait_until(lambda r: len(r.acknowledged) >= 2, timeout=60)
+    assert [r.key for r in receiver.received] == ["th-red:turn-0:end", "th-red:turn-1:end"]
+    await journal.aclose()
