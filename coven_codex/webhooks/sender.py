@@ -8,9 +8,9 @@ daemon.
 
 **Delivery.** An attempt is one POST bounded by the target's ``timeout``. 2xx: delivered. A
 network error, a timeout, 408, 429 or 5xx: retried after a wait drawn with full jitter from
-the doubling backoff (1 s, 2 s, 4 s, ... at most ``max_delay``), or after ``Retry-After``
-(seconds or an HTTP date, shortened to ``max_delay``), for as long as the target fails; the
-turns behind it wait. Any other status (a 4xx, a redirect): not retried; one ``error`` entry
+the doubling backoff (1 s, 2 s, 4 s, ... at most ``max_delay``), and at least what a
+``Retry-After`` asks (seconds or an HTTP date; at most ``max_delay`` all the same), for as long
+as the target fails; the turns behind it wait. Any other status (a 4xx, a redirect): not retried; one ``error`` entry
 ``WEBHOOK_REJECTED`` in the turn's conversation says so, and the sender goes on. A target that
 keeps failing is logged once (then a summary every five minutes) and reported once per outage
 in the chat (``WEBHOOK_FAILING``, after :data:`REPORT_AFTER_FAILURES` failures in a row).
@@ -91,6 +91,13 @@ def retry_after(value: str | None, *, now: datetime | None = None) -> float | No
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
     return max((when - (now or datetime.now(UTC))).total_seconds(), 0.0)
+
+
+def retry_wait(failures: int, asked: float | None, max_delay: float) -> float:
+    """The wait after ``failures`` failed attempts in a row: full jitter below the doubling backoff, at
+    least what ``Retry-After`` asked (``asked``; a 0 does not make it hurry), never over ``max_delay``."""
+    wait = full_jitter(RETRY_BASE, failures, cap=max_delay)
+    return wait if asked is None else min(max(wait, asked), max_delay)
 
 
 @dataclass(frozen=True, slots=True)
@@ -259,13 +266,7 @@ class TargetSender:
                 self._recovered()
                 return outcome
             await self._failed(delivery, outcome)
-            limit = self.target.target.max_delay
-            wait = (
-                min(outcome.wait_asked, limit)
-                if outcome.wait_asked is not None
-                else full_jitter(RETRY_BASE, self._failures, cap=limit)
-            )
-            await asyncio.sleep(wait)
+            await asyncio.sleep(retry_wait(self._failures, outcome.wait_asked, self.target.target.max_delay))
 
     async def _attempt(self, delivery: Delivery, attempt: int) -> Rejected | Failure | None:
         key = delivery.payload.idempotency_key

@@ -8,7 +8,7 @@ from coven_codex.entries import BaseEntry, ErrorEntry, ResponseEntry, StatusEntr
 from coven_codex.journal import JournalRecord, Position
 from coven_codex.journal.memory import MemoryJournal
 from coven_codex.webhooks.payload import TurnCompletePayload
-from coven_codex.webhooks.sender import retry_after
+from coven_codex.webhooks.sender import retry_after, retry_wait
 from coven_codex.webhooks.turns import MAX_CONVERSATIONS, MAX_INPUT_MESSAGES, MAX_MESSAGE_CHARS, TurnTracker
 
 
@@ -143,3 +143,11 @@ def test_retry_after_in_seconds_or_as_an_http_date() -> None:
     assert retry_after("Mon, 23 Nov 2026 18:00:00 GMT", now=now) == 0.0
     assert retry_after("soon", now=now) is None
     assert retry_after(None, now=now) is None
+
+
+def test_the_wait_is_jittered_below_the_backoff_at_least_what_retry_after_asks_and_bounded() -> None:
+    waits = [retry_wait(3, None, 300.0) for _ in range(200)]
+    assert all(0.0 <= wait <= 4.0 for wait in waits) and len(set(waits)) > 100
+    assert all(retry_wait(1, 30.0, 300.0) >= 30.0 for _ in range(50))
+    assert all(retry_wait(1, 5000.0, 120.0) == 120.0 for _ in range(50))
+    assert all(retry_wait(40, None, 60.0) <= 60.0 for _ in range(50))
