@@ -12,7 +12,7 @@ import pytest
 from webhook_journal import SECRET, turn
 
 from coven_codex.journal import FileJournal
-from coven_codex.testing.webhook_receiver import WebhookReceiver
+from coven_codex.testing.webhook_receiver import HANG, Answer, WebhookReceiver
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -125,3 +125,41 @@ async def test_a_second_sender_of_the_same_target_refuses_to_start(tmp_path: Pat
             assert await first.wait() == 0
     said = (tmp_path / "second.log").read_text()
     assert f"another webhook sender (pid {first.pid})" in said and "twice" in said
+
+
+@pytest.mark.slow
+async def test_repeated_kill_9_at_random_moments_loses_nothing_and_repeats_at_most_one_turn_per_kill(
+    tmp_path: Path,
+) -> None:
+    import random
+
+    rng = random.Random(15)
+    path = tmp_path / "journal.jsonl"
+    journal = FileJournal(path, durability="never")
+    ends = [await turn(journal, ("red", "blue", "green")[n % 3], n) for n in range(30)]
+    expected = [record.entry.id for record in ends]
+    choices: list[Answer] = [200, 200, 200, 500, 503, HANG]
+    answers = [rng.choice(choices) for _ in range(400)]
+    log = tmp_path / "webhooks.log"
+    kills = 6
+    async with WebhookReceiver(SECRET.encode(), answers=answers) as receiver:
+        for _ in range(kills):
+            process = await start_command(path, receiver.url, log)
+            wanted = len(receiver.received) + rng.randint(1, 6)
+            await receiver.wait_until(lambda r, wanted=wanted: len(r.received) >= wanted, timeout=120)
+            await asyncio.sleep(rng.random() * 0.3)
+            process.send_signal(signal.SIGKILL)
+            await process.wait()
+        receiver.answers.clear()
+        process = await start_command(path, receiver.url, log)
+        try:
+            await receiver.wait_until(lambda r: {q.key for q in r.acknowledged} >= set(expected), timeout=300)
+        finally:
+            process.terminate()
+            await process.wait()
+    acked = [request.key for request in receiver.acknowledged]
+    firsts = list(dict.fromkeys(acked))
+    assert firsts == expected
+    assert len(acked) - len(firsts) <= kills
+    assert all(request.signature_ok for request in receiver.received)
+    await journal.aclose()
