@@ -150,7 +150,7 @@ async def _run_app_server(
             replies = asyncio.Queue[str]()
 
             async def watch() -> None:
-                async for item in journal.tail(0):
+                async for item in journal.tail():
                     if isinstance(item, JournalRecord):
                         now = time.perf_counter()
                         if item.entry.kind == "thought" and item.entry.id:

@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from coven_codex.codex.capabilities import detect_capabilities, plan_driver
 from coven_codex.codex.drivers import (
     AgentMessageCompleted,
     DriverChoice,
@@ -84,14 +85,16 @@ async def measure(version: str, choice: DriverChoice, turns: int, scratch: Path)
             environ=env,
         )
         executable = codex(version)
+        detected = detect_version(executable, env=env)
+        capabilities = detect_capabilities(executable, (str(executable),), detected, env=env, cache_dir=None)
         driver = create_driver(
             executable,
-            detect_version(executable, env=env),
+            detected,
             workspace,
             env=home.env,
             settings=DriverSettings(),
             sink=sink,
-            choice=choice,
+            plan=plan_driver(capabilities, choice),
         )
         await driver.start(None)
         try:

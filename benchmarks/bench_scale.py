@@ -1,6 +1,6 @@
 """Scale: N conversations on Codex 0.169.0, one thought each, against one Codex process per conversation.
 
-Run: ``.venv/bin/python benchmarks/bench_scale.py [--sizes 1 10 50 200] [--baseline-max 50]``
+Run: ``.venv/bin/python benchmarks/bench_scale.py [--sizes 1 10 50 200 1000] [--baseline-max 50] [--fd-limit 1024]``
 
 For each N the daemon (``python -m coven_codex run``, a process of its own, with
 ``max_sessions = N`` so every conversation may run at once) serves N conversations against the
@@ -14,8 +14,13 @@ once; measured:
   the journal; *p50 reply*: the median of the conversations' thought → reply times;
 - *CPU 0-10 s after* and *idle CPU 10-20 s after*: CPU time of the daemon and every process
   under it over the 10 s right after the last reply (Codex finishing its turns) and over the 10 s
-  after those (idle), as a percentage of one core; the idle target applies to the second;
+  after those (idle), as a percentage of one core; the idle target applies to the second, and
+  the daemon's own part of it is shown apart (the rest is Codex's: docs/performance.md says what);
 - *fds*: the daemon's open file descriptors then.
+
+The shared design runs under ``ulimit -n 1024`` (``--fd-limit``, soft and hard, for the daemon
+and the Codex under it): N = 1000 shows that 1,000 conversations are served within the common
+default limit.
 
 ``HOME`` is an empty folder: Codex snapshots the user's login shell for every thread, and what
 a profile starts (on the measuring machine, ``pyenv init``'s rehash loops) is not coven's cost.
@@ -47,7 +52,7 @@ import tomlkit
 from _common import machine_line, percentile, print_table
 
 from coven_codex.entries import ThoughtEntry
-from coven_codex.journal import FileJournal, JournalRecord
+from coven_codex.journal import START, FileJournal, JournalRecord
 from coven_codex.testing.codex_config import DEFAULT_ENV_KEY, codex_config
 from coven_codex.testing.model_server import ScriptedModelServer
 from coven_codex.testing.responders import echo_responder
@@ -74,6 +79,8 @@ class Result:
     """CPU of everything over the 10 s right after the last reply (Codex finishing its turns)."""
     idle_cpu_percent: float
     """CPU of everything over the 10 s after those."""
+    idle_daemon_percent: float
+    """The daemon's own part of :attr:`idle_cpu_percent` (the rest is Codex's)."""
     fds: int
 
 
@@ -112,7 +119,13 @@ def cpu_seconds(processes: list[psutil.Process]) -> dict[int, float]:
 
 
 async def measure(
-    design: str, n: int, source: Path, server: ScriptedModelServer, extra: tuple[str, ...] = ()
+    design: str,
+    n: int,
+    source: Path,
+    server: ScriptedModelServer,
+    extra: tuple[str, ...] = (),
+    *,
+    fd_limit: int | None = None,
 ) -> Result:
     """One daemon running the code in ``source``, ``n`` conversations, one thought each (module docstring)."""
     with tempfile.TemporaryDirectory(prefix=f"bench-scale-{design}-{n}-") as tmp_name:
@@ -153,9 +166,18 @@ async def measure(
             str(min(n, 256)),
             *extra,
         ]
+        if fd_limit is not None:
+            argv = with_fd_limit(argv, fd_limit)
         log_path = tmp / "daemon.log"
         with log_path.open("wb") as log:
-            daemon = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, cwd=source)
+            daemon = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=env,
+                cwd=source,
+            )
         journal = FileJournal(journal_path, durability="never")
         try:
             await wait_running(log_path, daemon)
@@ -171,9 +193,9 @@ async def measure(
             processes = tree_of(daemon.pid)
             memory = rss_mb(processes)
             fds = len(os.listdir(f"/proc/{daemon.pid}/fd"))
-            busy = await cpu_percent(daemon.pid)
-            idle = await cpu_percent(daemon.pid)
-            return Result(design, n, memory, len(processes), all_replied, p50, busy, idle, fds)
+            busy, _ = await cpu_percent(daemon.pid)
+            idle, idle_daemon = await cpu_percent(daemon.pid)
+            return Result(design, n, memory, len(processes), all_replied, p50, busy, idle, idle_daemon, fds)
         finally:
             await journal.aclose()
             daemon.terminate()
@@ -184,15 +206,26 @@ async def measure(
                 daemon.wait()
 
 
-async def cpu_percent(pid: int) -> float:
+def with_fd_limit(argv: list[str], limit: int) -> list[str]:
+    """``argv`` run as after ``ulimit -n limit`` (soft and hard): the daemon and every Codex
+    process under it live with at most ``limit`` open files each."""
+    code = (
+        "import os, resource, sys; "
+        f"resource.setrlimit(resource.RLIMIT_NOFILE, ({limit}, {limit})); "
+        "os.execv(sys.argv[1], sys.argv[1:])"
+    )
+    return [sys.executable, "-c", code, *argv]
+
+
+async def cpu_percent(pid: int) -> tuple[float, float]:
     """CPU time of ``pid`` and every process under it over :data:`IDLE_WINDOW`, in % of one core
-    (processes that ended meanwhile count up to their last look)."""
+    (processes that ended meanwhile count up to their last look), and ``pid``'s own part."""
     before = cpu_seconds(tree_of(pid))
     await asyncio.sleep(IDLE_WINDOW)
     after = cpu_seconds(tree_of(pid))
-    used = sum(after.get(p, seconds) - seconds for p, seconds in before.items())
-    used += sum(seconds for p, seconds in after.items() if p not in before)
-    return 100 * used / IDLE_WINDOW
+    used = {p: after.get(p, seconds) - seconds for p, seconds in before.items()}
+    used.update({p: seconds for p, seconds in after.items() if p not in before})
+    return 100 * sum(used.values()) / IDLE_WINDOW, 100 * used.get(pid, 0.0) / IDLE_WINDOW
 
 
 async def wait_running(log_path: Path, daemon: subprocess.Popen[bytes]) -> None:
@@ -209,7 +242,7 @@ async def wait_replies(
 ) -> dict[str, float]:
     """When each conversation's first ``response`` entry appeared (polled every 50 ms)."""
     replied: dict[str, float] = {}
-    position = 0
+    position = START
     deadline = time.monotonic() + REPLY_TIMEOUT
     while len(replied) < len(conversations):
         items = await journal.read(position)
@@ -238,7 +271,13 @@ def export_baseline(rev: str, into: Path) -> Path:
 async def main() -> int:
     """Measure every size with both designs, print the table; exit 1 if a target is missed."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1, 10, 50, 200])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1, 10, 50, 200, 1000])
+    parser.add_argument(
+        "--fd-limit",
+        type=int,
+        default=1024,
+        help="ulimit -n (soft and hard) of the shared design's daemon and Codex; 0: the inherited limit",
+    )
     parser.add_argument("--baseline-max", type=int, default=50, help="largest N measured with the baseline")
     parser.add_argument("--app-servers", type=int, default=1, help="shared app-servers (the app_servers setting)")
     parser.add_argument(
@@ -254,7 +293,7 @@ async def main() -> int:
         async with ScriptedModelServer(responder=echo_responder) as server:
             for n in args.sizes:
                 extra = ("--app-servers", str(args.app_servers))
-                results["shared", n] = await measure("shared", n, ROOT, server, extra)
+                results["shared", n] = await measure("shared", n, ROOT, server, extra, fd_limit=args.fd_limit or None)
                 print(f"  shared app-server, N={n}: {results['shared', n]}", flush=True)
                 if baseline is not None and n <= args.baseline_max:
                     results["per-conversation", n] = await measure("per-conversation", n, baseline, server)
@@ -275,6 +314,7 @@ async def main() -> int:
                 f"{r.p50_reply:.2f}",
                 f"{r.busy_cpu_percent:.2f}",
                 f"{r.idle_cpu_percent:.2f}",
+                f"{r.idle_daemon_percent:.2f}",
                 r.fds,
             ]
         )
@@ -289,6 +329,7 @@ async def main() -> int:
             "p50 reply s",
             "CPU % 0-10 s after",
             "idle CPU % 10-20 s after",
+            "of it the daemon's",
             "fds",
         ],
         rows,

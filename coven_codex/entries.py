@@ -110,10 +110,23 @@ class TokenUsage(BaseModel):
 
 
 class ThoughtEntry(BaseEntry):
-    """A user's message for Codex (chat → Codex), with optional attachments."""
+    """A user's message for Codex (chat → Codex), with optional attachments.
+
+    ``cwd``, ``model``, ``resume_thread`` and ``timeout`` are options of the Codex thread the
+    thought starts: they count on a conversation's first thought (and on the first after a
+    ``reset``) and are ignored on later ones (docs/journal-protocol.md, *Thread options*).
+    """
 
     kind: Literal["thought"] = "thought"
     attachments: list[Attachment] = Field(default_factory=list)
+    cwd: str | None = None
+    """The directory Codex works in, inside one of the operator's ``workspace_roots``."""
+    model: str | None = None
+    """The model the thread uses (default: Codex's configured model)."""
+    resume_thread: str | None = None
+    """Start from the history of this Codex thread (a fork of it: the conversation gets a thread of its own)."""
+    timeout: float | None = None
+    """Seconds each turn of the thread may run (at most ``turn_timeout``)."""
 
 
 class ResponseEntry(DaemonEntry):
@@ -190,15 +203,25 @@ class ErrorEntry(DaemonEntry):
 
 
 class CancelEntry(BaseEntry):
-    """Chat asks Codex to stop the running turn of this conversation."""
+    """Chat asks Codex to stop the running turn of this conversation.
+
+    With ``queued``, the conversation's thoughts not yet handed to Codex are dropped too (each
+    gets a ``status`` of state ``thought_cancelled``); such a cancel counts also when the daemon
+    reads it after a restart.
+    """
 
     kind: Literal["cancel"] = "cancel"
+    queued: bool = False
 
 
 class ResetEntry(BaseEntry):
-    """Chat asks for a fresh Codex session in this conversation (the next thought starts it)."""
+    """Chat asks for a fresh Codex session in this conversation (the next thought starts it).
+
+    ``cwd``: the directory the next thread works in (inside one of ``workspace_roots``).
+    """
 
     kind: Literal["reset"] = "reset"
+    cwd: str | None = None
 
 
 class ApprovalRequestEntry(DaemonEntry):

@@ -87,6 +87,16 @@ class Settings(BaseModel):
     max_sessions: int = Field(
         default=8, ge=1, le=256, description="Conversations with a Codex turn running at once, at most."
     )
+    max_jobs: int = Field(
+        default=4,
+        ge=1,
+        le=256,
+        description="Jobs (conversations named job:<id>) with a Codex turn running at once, at most.",
+    )
+    workspace_roots: list[Path] = Field(
+        default_factory=list,
+        description="Directories inside which a conversation may name its own working directory (`cwd`).",
+    )
     app_servers: int = Field(
         default=1, ge=1, le=16, description="Shared `codex app-server` processes (app-server driver)."
     )
@@ -174,6 +184,12 @@ def read_settings_file(path: Path) -> dict[str, Any]:
         value = data.get(key)
         if isinstance(value, str) and not Path(value).expanduser().is_absolute():
             data[key] = str(base / value)
+    roots = data.get("workspace_roots")
+    if isinstance(roots, list):
+        data["workspace_roots"] = [
+            str(base / root) if isinstance(root, str) and not Path(root).expanduser().is_absolute() else root
+            for root in roots
+        ]
     resolve_paths(data.get("adapters"), base)
     resolve_webhook_paths(data.get("webhooks"), base)
     return data
@@ -205,4 +221,5 @@ def load_settings(config_file: Path | None = None, overrides: dict[str, Any] | N
         value = getattr(settings, name)
         if isinstance(value, Path):
             setattr(settings, name, value.expanduser())
+    settings.workspace_roots = [root.expanduser() for root in settings.workspace_roots]
     return settings

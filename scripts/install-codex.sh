@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Install pinned Codex CLI versions from the npm registry into .codex-cli/<version>/
 # (ignored by git) and print each binary's path, one per line: "<version> <path>".
-# Usage: scripts/install-codex.sh [VERSION ...]   (default: the versions we support)
+# Usage: scripts/install-codex.sh [VERSION ...]   (default: the versions CI tests: tests/agent/test_version_matrix.py)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 versions=("$@")
 if [ ${#versions[@]} -eq 0 ]; then
-  versions=(0.169.0 0.47.0)
+  versions=(0.169.0 0.47.0 0.135.0 0.147.0)
 fi
 for v in "${versions[@]}"; do
   if ! [[ "$v" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]]; then

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,12 @@ def codex_version(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def codex_bin(codex_version: str) -> Path:
     return codex_binary(codex_version)
+
+
+@pytest.fixture
+def codex_of() -> Callable[[str], Path]:
+    """``codex_of(version)``: the path of that Codex CLI, installed (npm) on first use."""
+    return codex_binary
 
 
 @pytest.fixture

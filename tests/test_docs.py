@@ -175,3 +175,54 @@ def test_the_session_docstring_names_its_own_timers_and_the_drivers() -> None:
     for setting, words in DRIVER_TIMERS:
         assert not timed_by(setting, session) and timed_by(setting, drivers), setting
         assert words in theirs and words not in mine, setting
+
+
+def test_every_subcommand_is_in_the_readme_commands_table() -> None:
+    from coven_codex.cli.main import SUBCOMMANDS
+
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("## The commands") : readme.index("Every command has `--help`")]
+    listed = set(re.findall(r"^\| `coven-codex ([a-z-]+)", table, re.M))
+    assert listed == set(SUBCOMMANDS)
+
+
+def test_the_thread_options_table_matches_the_entries() -> None:
+    from coven_codex.entries import ThoughtEntry
+
+    doc = (ROOT / "docs" / "journal-protocol.md").read_text()
+    table = doc[doc.index("### Thread options") : doc.index("### Images")]
+    documented = set(re.findall(r"^\| `([a-z_]+)` \|", table, re.M))
+    options = set(ThoughtEntry.model_fields) - {"id", "kind", "conversation", "sender", "text", "ts", "attachments"}
+    assert documented == options
+
+
+def test_the_jobs_doc_lists_every_record_field_state_and_tool() -> None:
+    from coven_codex.jobs.mcp_tools import job_tools
+    from coven_codex.jobs.records import JOB_STATES, JobRecord
+    from coven_codex.journal import MemoryJournal
+
+    doc = (ROOT / "docs" / "jobs.md").read_text()
+    states = doc[doc.index("| state | when |") : doc.index("are final")]
+    assert re.findall(r"^\| `([a-z_]+)` \|", states, re.M) == list(JOB_STATES)
+    fields = doc[doc.index("| field | meaning |") : doc.index("## The command line")]
+    documented = {name for row in re.findall(r"^\| (.+?) \|", fields, re.M) for name in re.findall(r"`([a-z_]+)`", row)}
+    assert documented == set(JobRecord.model_fields)
+    tools = doc[doc.index("| tool | arguments | returns |") : doc.index("The arguments mean")]
+    rows = dict(re.findall(r"^\| `([a-z_]+)` \| (.*?) \|", tools, re.M))
+    registry = job_tools(MemoryJournal())
+    assert set(rows) == {spell.name for spell in registry}
+    for spell in registry:
+        arguments = set(re.findall(r"`([a-z_]+)`", rows[spell.name]))
+        assert arguments == set(spell.tool_definition()["inputSchema"].get("properties", {})), spell.name
+
+
+def test_the_job_turn_states_are_the_translators() -> None:
+    from coven_codex.jobs import names
+    from coven_codex.rollout import translator
+
+    assert (names.TURN_COMPLETED, names.TURN_FAILED, names.TURN_ABORTED) == (
+        translator.TURN_COMPLETED,
+        translator.TURN_FAILED,
+        translator.TURN_ABORTED,
+    )
+    assert {names.TURN_COMPLETED, names.TURN_FAILED, names.TURN_ABORTED} == TURN_END_STATES

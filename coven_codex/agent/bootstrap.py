@@ -5,8 +5,10 @@
    folders older versions kept inside the workspace (:mod:`coven_codex.agent.layout`), then
    open the journal and take the locks (one daemon per journal, per state directory and per
    ``CODEX_HOME``);
-2. pick the CODEX driver (:func:`coven_codex.codex.drivers.choose_driver`: ``app-server`` for
-   versions that speak its v2 protocol, else ``exec``; ``driver`` in the settings overrides);
+2. pick the CODEX driver by what the installed binary offers
+   (:func:`coven_codex.codex.capabilities.plan_driver`: ``app-server`` where its protocol has
+   everything the driver uses, else ``exec``; cached per binary in the state directory;
+   ``driver`` in the settings may force ``exec``, or ``app-server`` where it suffices);
 3. load the spells and start their MCP server on a private socket (when there are spells);
 4. prepare the isolated ``CODEX_HOME`` (base config + coven's keys + the MCP entry);
 5. start the webhook senders when ``[webhooks] in_daemon`` is on (:mod:`coven_codex.webhooks`, a
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 from collections.abc import Mapping
@@ -31,19 +34,14 @@ from coven_codex.agent.egress import AppendHook
 from coven_codex.agent.layout import LayoutError, migrate_legacy_layout
 from coven_codex.agent.link import CodexLink
 from coven_codex.agent.links.driver import DriverLink
+from coven_codex.agent.services import ThreadOptions
 from coven_codex.agent.state import StateError
 from coven_codex.agent.statelock import JournalLock, StateLock
 from coven_codex.agent.storage import StorageFailed
-from coven_codex.codex.appserver.pool import AppServerPool
+from coven_codex.codex.appserver.pool import AppServerPool, raise_fd_limit
+from coven_codex.codex.capabilities import CapabilityError, DriverPlan, detect_capabilities, plan_driver
 from coven_codex.codex.discovery import DiscoveryError, find_codex
-from coven_codex.codex.drivers import (
-    CodexDriver,
-    DriverError,
-    DriverSettings,
-    EventSink,
-    choose_driver,
-    create_driver,
-)
+from coven_codex.codex.drivers import CodexDriver, DriverSettings, EventSink, create_driver, unrelayed_approvals
 from coven_codex.codex.home import CodexHomeError, DriverKind, prepare_codex_home
 from coven_codex.codex.launch import relative_path_entries, resolve_launch
 from coven_codex.codex.version import CodexVersion, VersionError, detect_version
@@ -87,7 +85,7 @@ class Hooks:
 class LinkMaker:
     """Makes a conversation's link: a CODEX driver (app-server or exec) behind the link adapter."""
 
-    driver: DriverKind
+    plan: DriverPlan
     executable: Path
     command: tuple[str, ...]
     version: CodexVersion
@@ -97,8 +95,16 @@ class LinkMaker:
     pool: AppServerPool | None = field(default=None, init=False)
     """The shared app-servers every conversation's thread runs on (app-server driver)."""
 
+    @property
+    def driver(self) -> DriverKind:
+        """The driver every conversation runs on."""
+        return self.plan.driver
+
     def __post_init__(self) -> None:
         if self.driver == "app-server":
+            raised = raise_fd_limit()
+            if raised is not None:
+                log.info("raised the open-file limit from %d to %d (its hard limit) for the shared Codex", *raised)
             self.pool = AppServerPool(
                 self.command,
                 env=self.env,
@@ -116,12 +122,12 @@ class LinkMaker:
     @property
     def records_client_id(self) -> bool:
         """The app-server driver records our thought ids in the rollout; exec does not."""
-        return self.driver == "app-server"
+        return self.plan.records_client_id
 
     @property
     def records_turn_end(self) -> bool:
-        """This Codex version's rollout records each turn's end (so egress writes it)."""
-        return self.version.records_turn_end
+        """The rollout records each turn's end with the driver's turn id (so egress writes it)."""
+        return self.plan.records_turn_end
 
     @property
     def image_urls(self) -> bool:
@@ -134,16 +140,31 @@ class LinkMaker:
         sent the image without the thought's text (seen with the real CLI), so exec refuses them."""
         return self.driver == "app-server"
 
-    def __call__(self, conversation: str) -> CodexLink:
+    @property
+    def forks_threads(self) -> bool:
+        """The app-server opens a thread as a fork of another (``thread/fork``); exec cannot."""
+        return self.driver == "app-server"
+
+    def __call__(self, conversation: str, options: ThreadOptions) -> CodexLink:
+        settings = DriverSettings.from_settings(self.settings)
+        timeout = options.turn_timeout
+        if timeout is not None:
+            timeout = min(timeout, settings.turn_timeout)
+            settings = dataclasses.replace(
+                settings, turn_timeout=timeout, stream_idle_timeout=min(settings.stream_idle_timeout, timeout)
+            )
+        settings = dataclasses.replace(settings, model=options.model, fork_from=options.fork_from)
+        cwd = Path(options.workspace) if options.workspace is not None else self.cwd
+
         def make(sink: EventSink) -> CodexDriver:
             return create_driver(
                 self.executable,
                 self.version,
-                self.cwd,
+                cwd,
                 env=self.env,
-                settings=DriverSettings.from_settings(self.settings),
+                settings=settings,
                 sink=sink,
-                choice=self.driver,
+                plan=self.plan,
                 command=self.command,
                 pool=self.pool,
             )
@@ -156,11 +177,15 @@ def create_journal(path: Path) -> None:
     os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE))
 
 
-def choose(settings: Settings, version: CodexVersion) -> DriverKind:
-    """The driver for ``version`` and the ``driver`` setting; raises :class:`BootstrapError`."""
+def choose(
+    settings: Settings, program: Path, command: tuple[str, ...], version: CodexVersion, env: Mapping[str, str]
+) -> DriverPlan:
+    """The driver for this Codex binary's capabilities and the ``driver`` setting (blocking: run
+    it in a thread); raises :class:`BootstrapError`."""
+    capabilities = detect_capabilities(program, command, version, env=env, cache_dir=settings.resolved_state_dir)
     try:
-        return choose_driver(version, settings.driver)
-    except DriverError as exc:
+        return plan_driver(capabilities, settings.driver)
+    except CapabilityError as exc:
         raise BootstrapError(str(exc)) from None
 
 
@@ -192,17 +217,22 @@ async def run_daemon(
         version = await asyncio.to_thread(
             detect_version, launch.program, env=launch.environment(env_in), command=launch.command
         )
-    except (DiscoveryError, VersionError) as exc:
+        plan = await asyncio.to_thread(
+            choose, settings, launch.program, launch.command, version, launch.environment(env_in)
+        )
+    except (DiscoveryError, VersionError, OSError) as exc:
         raise BootstrapError(str(exc)) from None
-    driver = choose(settings, version)
+    driver = plan.driver
     log.info(
         "Codex %s at %s (%s), started as the %s; driver %s",
         version,
         found.path,
         found.source,
         launch.describe(),
-        driver,
+        plan.reason,
     )
+    if driver == "app-server" and (unrelayed := unrelayed_approvals(plan)):
+        log.info("this Codex may also ask %s, which coven-codex refuses", ", ".join(unrelayed))
     if relative := relative_path_entries(env_in):
         log.warning(
             "PATH has relative or empty entries (%s); they are left out of the PATH given to Codex",
@@ -283,7 +313,7 @@ async def run_daemon(
                 "an API key"
             )
         maker = LinkMaker(
-            driver=driver,
+            plan=plan,
             executable=launch.program,
             command=launch.command,
             version=version,

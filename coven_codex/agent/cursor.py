@@ -12,24 +12,26 @@ from __future__ import annotations
 
 import heapq
 
+from coven_codex.journal import Position
+
 
 class LowWaterCursor:
     """Tracks pending journal positions; :attr:`position` is what may be saved."""
 
-    def __init__(self, start: int) -> None:
+    def __init__(self, start: Position) -> None:
         self._read_end = start
-        self._heap: list[int] = []
-        self._done: set[int] = set()
+        self._heap: list[Position] = []
+        self._done: set[Position] = set()
         self._pending = 0
 
-    def read(self, start: int, end: int, *, pending: bool) -> None:
+    def read(self, start: Position, end: Position, *, pending: bool) -> None:
         """The reader consumed the item ``[start, end)``; ``pending`` if it is not finished yet."""
         self._read_end = max(self._read_end, end)
         if pending:
             heapq.heappush(self._heap, start)
             self._pending += 1
 
-    def finish(self, start: int) -> None:
+    def finish(self, start: Position) -> None:
         """The pending item starting at ``start`` is finished (delivered, or dropped for good)."""
         self._done.add(start)
         self._pending -= 1
@@ -37,7 +39,7 @@ class LowWaterCursor:
             self._done.discard(heapq.heappop(self._heap))
 
     @property
-    def read_end(self) -> int:
+    def read_end(self) -> Position:
         """Where the reader is: the end of the last item it consumed."""
         return self._read_end
 
@@ -47,6 +49,6 @@ class LowWaterCursor:
         return self._pending
 
     @property
-    def position(self) -> int:
+    def position(self) -> Position:
         """The start of the oldest unfinished item, or :attr:`read_end` when none is pending."""
         return self._heap[0] if self._heap else self._read_end

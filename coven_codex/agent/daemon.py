@@ -51,7 +51,16 @@ from coven_codex.agent.storage import StorageFailed, failure_message, storage_fa
 from coven_codex.agent.writer import DaemonWriter
 from coven_codex.codex.process import become_subreaper
 from coven_codex.entries import CODEX_SENDER
-from coven_codex.journal import CursorMismatch, FileJournal, Journal, JournalError, JournalItem, JournalRecord
+from coven_codex.journal import (
+    START,
+    CursorMismatch,
+    FileJournal,
+    Journal,
+    JournalError,
+    JournalItem,
+    JournalRecord,
+    Position,
+)
 from coven_codex.rollout.locator import find_rollout
 from coven_codex.settings import Settings
 
@@ -108,20 +117,20 @@ class Daemon:
                 await self._recover_in_flight(state, states)
             previous: list[JournalItem] | None = None
             try:
-                cursor = await self.journal.load_cursor(CURSOR_NAME) or 0
+                cursor = await self.journal.load_cursor(CURSOR_NAME) or START
             except CursorMismatch as exc:
                 cursor = exc.position
                 previous = await self._previous_file(exc)
             live_from = await self.journal.end_position()
             if previous is None and cursor > live_from:
                 raise JournalError(
-                    f"the saved ingress cursor (byte {cursor}) is past the end of the journal ({live_from} bytes):"
+                    f"the saved ingress cursor ({cursor}) is past the end of the journal ({live_from}):"
                     " the journal was truncated or replaced while the daemon was stopped, and this cursor, saved"
                     " by an older coven-codex, does not say which file it belongs to. Delete the cursor"
                     f" {CURSOR_NAME!r} (for a file journal, <journal>.cursors/{CURSOR_NAME}.json) to read the"
                     " journal from its beginning"
                 )
-            known_ids = await self._known_ids(states, cursor if previous is None else 0)
+            known_ids = await self._known_ids(states, cursor if previous is None else START)
             if previous is not None:
                 known_ids |= await self._previous_known_ids(states)
             for state in states.values():
@@ -151,8 +160,8 @@ class Daemon:
         finally:
             await old.aclose()
         log.warning(
-            "the journal was rotated while the daemon was stopped: finishing %d entr%s of %s after byte"
-            " %d, then reading %s from its start",
+            "the journal was rotated while the daemon was stopped: finishing %d entr%s of %s after"
+            " %s, then reading %s from its start",
             len(items),
             "y" if len(items) == 1 else "ies",
             mismatch.previous,
@@ -164,7 +173,7 @@ class Daemon:
     async def _previous_known_ids(self, states: dict[str, SessionState]) -> set[str]:
         """Ids of our entries in the previous file after the sessions' saved journal positions."""
         assert self._previous_path is not None
-        positions = [state.egress_journal_position or 0 for state in states.values() if state.thread_id]
+        positions = [state.egress_journal_position or START for state in states.values() if state.thread_id]
         if not positions:
             return set()
         old = FileJournal(self._previous_path, durability="never")
@@ -178,20 +187,20 @@ class Daemon:
 
         Called once every thought read from the old file is finished and before anything of the
         new one is read: delivered ids of the old file are never read again (forgotten), and the
-        new file is searched from its start for entries egress already wrote (position 0).
+        new file is searched from its start for entries egress already wrote.
         """
         assert self.manager is not None
         for session in list(self.manager.sessions.values()):
             session.state.delivered.clear()
-            session.state.egress_journal_position = 0
+            session.state.egress_journal_position = START
             await session.save_state()
         log.info("ingress moved to the new journal file; %d conversation(s) follow", len(self.manager.sessions))
 
     async def _serve(
         self,
         states: dict[str, SessionState],
-        cursor: int,
-        live_from: int,
+        cursor: Position,
+        live_from: Position,
         known_ids: set[str],
         previous: list[JournalItem] | None,
         *,
@@ -201,10 +210,10 @@ class Daemon:
         async with asyncio.TaskGroup() as group:
             ingress_box: list[Ingress] = []
 
-            def finish_thought(position: int) -> None:
+            def finish_thought(position: Position) -> None:
                 ingress_box[0].finish(position)
 
-            def saved_cursor() -> int:
+            def saved_cursor() -> Position:
                 return ingress_box[0].saved_position if ingress_box else cursor
 
             services = SessionServices(
@@ -212,6 +221,7 @@ class Daemon:
                 journal=self.journal,
                 store=self.store,
                 slots=SlotPool(self.settings.max_sessions),
+                job_slots=SlotPool(self.settings.max_jobs),
                 processes=self.processes,
                 make_link=self.make_link,
                 locate_rollout=self.locate_rollout,
@@ -237,7 +247,7 @@ class Daemon:
             ingress_box.append(ingress)
             self.ingress = ingress
             ingress_task = group.create_task(self._run_ingress(ingress), name="ingress")
-            log.info("daemon running: %d conversation(s) restored, journal read from %d", len(states), cursor)
+            log.info("daemon running: %d conversation(s) restored, journal read from %s", len(states), cursor)
             if ready is not None:
                 ready()
             stop_task = group.create_task(stop.wait(), name="stop")
@@ -323,14 +333,14 @@ class Daemon:
         state.in_flight = None
         self.store.save(state)
 
-    async def _known_ids(self, states: dict[str, SessionState], cursor: int) -> set[str]:
+    async def _known_ids(self, states: dict[str, SessionState], cursor: Position) -> set[str]:
         positions = [cursor]
         for state in states.values():
             if state.thread_id is not None:
-                positions.append(state.egress_journal_position or 0)
+                positions.append(state.egress_journal_position or START)
         start = min(positions)
         ids = ours(await self.journal.read(start))
-        log.debug("read the journal from %d: %d entries of ours", start, len(ids))
+        log.debug("read the journal from %s: %d entries of ours", start, len(ids))
         return ids
 
 

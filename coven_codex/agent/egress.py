@@ -30,8 +30,9 @@ from coven_codex.agent.limits import cut
 from coven_codex.agent.state import SessionState
 from coven_codex.agent.writer import DaemonWriter
 from coven_codex.entries import BaseEntry, DeltaEntry, ErrorEntry, StatusEntry
+from coven_codex.journal import Position
 from coven_codex.mcp.outcomes import SpellCalls
-from coven_codex.rollout import TURN_END_STATES, RolloutTranslator
+from coven_codex.rollout import TURN_END_STATES, TURN_STARTED, RolloutTranslator
 from coven_codex.tailing import Line, TailNotice, tail_lines
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,11 @@ class Egress:
         """``error`` entries this egress produced from the rollout (written or already there)."""
         self.turn_ends_seen = 0
         """Turn-end ``status`` entries (completed, failed, aborted) it produced likewise."""
-        self._last_end: int | None = None
+        self.turn_starts_seen = 0
+        """``turn_started`` entries carrying Codex's turn id (rollouts that record ``task_started``)."""
+        self.last_turn_id: str | None = None
+        """The turn id of the newest of those: how the rollout names the turn now running."""
+        self._last_end: Position | None = None
         self._progressed = asyncio.Event()
 
     async def run(self, rollout: Path, thread_id: str) -> None:
@@ -105,6 +110,9 @@ class Egress:
             self.errors_seen += 1
         elif isinstance(entry, StatusEntry) and entry.state in TURN_END_STATES:
             self.turn_ends_seen += 1
+        elif isinstance(entry, StatusEntry) and entry.state == TURN_STARTED and entry.turn_id is not None:
+            self.turn_starts_seen += 1
+            self.last_turn_id = entry.turn_id
         record = await self._writer.append(entry)
         if record is None:
             log.debug("egress: dropping entry %s: it is in the journal already", entry.id)

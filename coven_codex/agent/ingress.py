@@ -43,7 +43,7 @@ from coven_codex.entries import (
     ResetEntry,
     ThoughtEntry,
 )
-from coven_codex.journal import BadLine, Journal, JournalItem, JournalRecord, JournalReplaced
+from coven_codex.journal import START, BadLine, Journal, JournalItem, JournalRecord, JournalReplaced, Position
 
 log = logging.getLogger(__name__)
 
@@ -53,11 +53,11 @@ CURSOR_NAME = "agent-ingress"
 class Router(Protocol):
     """Where routed entries go (the session manager)."""
 
-    def route_thought(self, entry: ThoughtEntry, position: int) -> bool:
+    def route_thought(self, entry: ThoughtEntry, position: Position) -> bool:
         """Take a thought; ``True`` if it is now pending (will call :meth:`Ingress.finish`)."""
         ...
 
-    def route_reset(self, entry: ResetEntry, position: int) -> bool:
+    def route_reset(self, entry: ResetEntry, position: Position) -> bool:
         """Take a ``reset``; ``True`` if it is now pending (will call :meth:`Ingress.finish`)."""
         ...
 
@@ -83,8 +83,8 @@ class Ingress:
         journal: Journal,
         router: Router,
         *,
-        start: int,
-        live_from: int,
+        start: Position,
+        live_from: Position,
         known_ids: set[str],
         cursor_name: str = CURSOR_NAME,
         previous: Sequence[JournalItem] | None = None,
@@ -101,7 +101,7 @@ class Ingress:
         """Positions are of a previous file: not saved (a restart finishes that file again)."""
         self.cursor = LowWaterCursor(start)
         self._start = start
-        self._saved: int | None = start
+        self._saved: Position | None = start
         self._dirty = asyncio.Event()
         self._finished = asyncio.Event()
         self._save_lock = asyncio.Lock()
@@ -125,7 +125,7 @@ class Ingress:
                         exc,
                         self.cursor.pending,
                     )
-                    await self._switch_file(live_from=0)
+                    await self._switch_file(live_from=START)
 
     async def _read(self) -> None:
         async for item in self._journal.tail(self._start):
@@ -144,16 +144,16 @@ class Ingress:
         pending = self._route(item, live=live)
         self._consumed(item.start, item.end, pending=pending)
 
-    async def _switch_file(self, *, live_from: int) -> None:
-        """Finish every thought read so far, then continue with a new file from position 0."""
+    async def _switch_file(self, *, live_from: Position) -> None:
+        """Finish every thought read so far, then continue with a new file from its start."""
         while self.cursor.pending:
             self._finished.clear()
             await self._finished.wait()
         await self.save()  # the old file's end (not while holding a previous file's positions)
         if self._on_switch is not None:
             await self._on_switch()
-        self.cursor = LowWaterCursor(0)
-        self._start = 0
+        self.cursor = LowWaterCursor(START)
+        self._start = START
         self._live_from = live_from
         self._hold = False
         self._saved = None
@@ -178,26 +178,26 @@ class Ingress:
         if error.id is None:
             error.id = f"bad-line@{bad.start}"
         if await self._writer.append(error) is not None:
-            log.warning("journal line at byte %d is not an entry: %s", bad.start, bad.reason)
+            log.warning("journal line at position %s is not an entry: %s", bad.start, bad.reason)
 
     async def _refuse(self, refusal: ErrorEntry) -> None:
         if await self._writer.append(refusal) is not None:
             log.warning("%s", refusal.text)
 
-    def _consumed(self, start: int, end: int, *, pending: bool) -> None:
+    def _consumed(self, start: Position, end: Position, *, pending: bool) -> None:
         self.cursor.read(start, end, pending=pending)
         self._mark()
 
-    def finish(self, position: int) -> None:
+    def finish(self, position: Position) -> None:
         """A routed thought (starting at ``position``) is delivered or dropped for good."""
         self.cursor.finish(position)
         self._finished.set()
         self._mark()
 
     @property
-    def saved_position(self) -> int:
+    def saved_position(self) -> Position:
         """The last position saved durably (every thought before it is finished for good)."""
-        return self._saved if self._saved is not None else 0
+        return self._saved if self._saved is not None else START
 
     def _mark(self) -> None:
         if self.cursor.position != self._saved:
@@ -217,10 +217,10 @@ class Ingress:
                 return
             await self._journal.save_cursor(self._cursor_name, position)
             self._saved = position
-            log.debug("ingress cursor saved at %d", position)
+            log.debug("ingress cursor saved at %s", position)
 
 
-def refuse_thought(entry: BaseEntry, position: int) -> ErrorEntry | None:
+def refuse_thought(entry: BaseEntry, position: Position) -> ErrorEntry | None:
     """The ``error`` entry refusing a thought that can never be answered, or ``None`` if it is fine.
 
     A conversation name too long for the daemon's entries, an id too long to keep, or a text

@@ -44,6 +44,13 @@ class TurnEnded:
 
 
 @dataclass(frozen=True, slots=True)
+class TurnTimedOut:
+    """The running turn ran out of time and is being ended; its :class:`TurnEnded` follows."""
+
+    error: ClassifiedError
+
+
+@dataclass(frozen=True, slots=True)
 class Delta:
     """A piece of a reply being streamed (ephemeral; the complete reply comes from the rollout)."""
 
@@ -78,7 +85,9 @@ class ProcessExited:
     classified: ClassifiedError | None = None
 
 
-LinkEvent = ThreadReady | TurnStarted | TurnEnded | Delta | ApprovalAsked | ApprovalSettled | ProcessExited
+LinkEvent = (
+    ThreadReady | TurnStarted | TurnTimedOut | TurnEnded | Delta | ApprovalAsked | ApprovalSettled | ProcessExited
+)
 
 
 class LinkError(RuntimeError):

@@ -20,6 +20,7 @@ from coven_codex.agent.state import SessionState
 from coven_codex.agent.storage import storage_failure
 from coven_codex.codex.process import KILL_WAIT, PIPE_WAIT, end_all_trees
 from coven_codex.entries import ApprovalEntry, CancelEntry, ResetEntry, ThoughtEntry
+from coven_codex.journal import Position
 
 log = logging.getLogger(__name__)
 
@@ -104,17 +105,21 @@ class SessionManager:
         return session
 
     # -- Router ------------------------------------------------------------------------------------
-    def route_thought(self, entry: ThoughtEntry, position: int) -> bool:
+    def route_thought(self, entry: ThoughtEntry, position: Position) -> bool:
         """Offer the thought to its conversation's session (made on first use); ``True`` if it is now pending."""
         return self._session(entry.conversation).offer_thought(entry, position)
 
-    def route_reset(self, entry: ResetEntry, position: int) -> bool:
+    def route_reset(self, entry: ResetEntry, position: Position) -> bool:
         """Offer the ``reset`` to its conversation's session (made on first use); ``True`` if it is now pending."""
         return self._session(entry.conversation).offer_reset(entry, position)
 
     def route_cancel(self, entry: CancelEntry, *, live: bool) -> None:
-        """Pass a live cancel to its session; one from before this run, or with no session, is only logged."""
+        """Pass a live cancel to its session; one from before this run, or with no session, is only logged,
+        except that one with ``queued`` still drops the thoughts queued before it."""
         session = self.sessions.get(entry.conversation)
+        if not live and session is not None and entry.queued:
+            session.offer_drop_queued()
+            return
         if not live or session is None:
             log.info("cancel %s for %r: no turn of this run to cancel", cut(entry.id or "?"), cut(entry.conversation))
             return

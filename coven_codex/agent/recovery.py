@@ -2,9 +2,10 @@
 
 Codex's rollout is the record of what it received, so it decides:
 
-- app-server (0.169): ``turn/start`` carried ``clientUserMessageId = <thought id>`` and Codex
+- app-server: ``turn/start`` carried ``clientUserMessageId = <thought id>`` and Codex
   records it as ``client_id`` on the ``UserMessage`` item of an ``event_msg``/``item_completed``
-  line; the thought was received iff that line exists, or iff the model history ends with the
+  line (0.160, 0.169), or on the ``event_msg``/``user_message`` line (0.140, 0.147); the thought
+  was received iff that line exists, or iff the model history ends with the
   thought's text and no such item followed it (a process killed between the two records, below);
 - exec (no client id; 0.47 records only the text): the thread had received
   ``user_messages_before`` of our thoughts before this one; it was received iff the rollout holds
@@ -42,7 +43,8 @@ class UserMessages:
     """The user messages of a rollout, in both forms Codex records them."""
 
     client_ids: list[str | None]
-    """From the event form: each message's client id (0.169 ``item_completed``), else ``None``."""
+    """From the event form: each message's client id (``item_completed`` on 0.160 and 0.169,
+    ``user_message`` on 0.140 and 0.147), else ``None``."""
     texts: list[str]
     """The event form: ``event_msg`` ``item_completed`` (0.169) or ``user_message`` (0.47)."""
     history: list[str]
@@ -82,6 +84,7 @@ def user_messages(path: Path) -> UserMessages:
     """The user messages a rollout records, from whichever form the version writes."""
     item_ids: list[str | None] = []
     item_texts: list[str] = []
+    event_ids: list[str | None] = []
     event_texts: list[str] = []
     history: list[str] = []
     for record in _records(path):
@@ -99,6 +102,8 @@ def user_messages(path: Path) -> UserMessages:
             continue
         if kind == "user_message":
             event_texts.append(str(payload.get("message", "")))
+            client_id = payload.get("client_id")
+            event_ids.append(client_id if isinstance(client_id, str) else None)
         elif kind == "item_completed":
             item = payload.get("item")
             if isinstance(item, dict) and item.get("type") == "UserMessage":
@@ -107,7 +112,7 @@ def user_messages(path: Path) -> UserMessages:
                 item_texts.append(_content_text(item.get("content")))
     if len(item_texts) >= len(event_texts):
         return UserMessages(item_ids, item_texts, history)
-    return UserMessages([None] * len(event_texts), event_texts, history)
+    return UserMessages(event_ids, event_texts, history)
 
 
 def _content_text(content: Any) -> str:
@@ -117,13 +122,19 @@ def _content_text(content: Any) -> str:
 
 
 def recorded_client_id(line: bytes) -> str | None:
-    """The ``client_id`` of a rollout line recording a user message (0.169), else ``None``."""
+    """The ``client_id`` of a rollout line recording a user message (0.169: ``item_completed``
+    with a ``UserMessage``, as 0.160; 0.140 and 0.147: ``user_message``), else ``None``."""
     try:
         record = json.loads(line)
     except (json.JSONDecodeError, UnicodeDecodeError):
         return None
     payload = record.get("payload") if isinstance(record, dict) else None
-    if record.get("type") != "event_msg" or not isinstance(payload, dict) or payload.get("type") != "item_completed":
+    if record.get("type") != "event_msg" or not isinstance(payload, dict):
+        return None
+    if payload.get("type") == "user_message":
+        client_id = payload.get("client_id")
+        return client_id if isinstance(client_id, str) else None
+    if payload.get("type") != "item_completed":
         return None
     item = payload.get("item")
     if isinstance(item, dict) and item.get("type") == "UserMessage" and isinstance(item.get("client_id"), str):

@@ -15,7 +15,8 @@ from coven_codex.agent.state import StateStore
 from coven_codex.agent.writer import DaemonWriter
 from coven_codex.codex.drivers.base import ImageInput
 from coven_codex.entries import Attachment
-from coven_codex.journal import Journal
+from coven_codex.jobs.names import JOB_PREFIX
+from coven_codex.journal import Journal, Position
 from coven_codex.settings import Settings
 
 
@@ -29,9 +30,22 @@ class PendingThought:
 
     entry_id: str
     text: str
-    position: int
+    position: Position
     attachments: tuple[Attachment, ...] = ()
     images: tuple[ImageInput, ...] = ()
+    options: ThreadOptions | None = None
+    """The options of the thread the thought starts, if it starts one (checked when the session takes it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadOptions:
+    """How a conversation's Codex thread is opened: its working directory (already checked against
+    ``workspace_roots``; ``None``: the daemon's workspace), model, turn timeout and the thread it forks."""
+
+    workspace: str | None = None
+    model: str | None = None
+    turn_timeout: float | None = None
+    fork_from: str | None = None
 
 
 class LinkFactory(Protocol):
@@ -57,7 +71,12 @@ class LinkFactory(Protocol):
         """The driver passes a thought's images to Codex (else a thought with images is refused)."""
         ...
 
-    def __call__(self, conversation: str) -> CodexLink: ...
+    @property
+    def forks_threads(self) -> bool:
+        """The driver can open a thread as a fork of another (``resume_thread``; app-server only)."""
+        ...
+
+    def __call__(self, conversation: str, options: ThreadOptions) -> CodexLink: ...
 
     async def aclose(self) -> None:
         """End the Codex processes the links share (shutdown, after every link is closed)."""
@@ -78,13 +97,22 @@ class SessionServices:
     journal: Journal
     store: StateStore
     slots: SlotPool
+    """The ``max_sessions`` bound (chat conversations)."""
     processes: ProcessRegistry
     make_link: LinkFactory
     locate_rollout: RolloutLocator
-    finish_thought: Callable[[int], None]
-    saved_cursor: Callable[[], int]
+    finish_thought: Callable[[Position], None]
+    saved_cursor: Callable[[], Position]
     writer: DaemonWriter
     """Every daemon entry goes through it: a deterministic id is written once, by whoever is first."""
     on_append: AppendHook | None = None
     on_storage_failure: Callable[[BaseException], None] | None = None
     """A session's storage failed (see :mod:`coven_codex.agent.storage`): the daemon stops."""
+    job_slots: SlotPool | None = None
+    """The ``max_jobs`` bound on jobs (conversations ``job:<id>``); ``None``: they share :attr:`slots`."""
+
+    def slots_of(self, conversation: str) -> SlotPool:
+        """The slot pool bounding ``conversation``: :attr:`job_slots` for a job, else :attr:`slots`."""
+        if self.job_slots is not None and conversation.startswith(JOB_PREFIX):
+            return self.job_slots
+        return self.slots

@@ -60,12 +60,14 @@ from coven_codex.agent.link import (
     ThreadReady,
     TurnEnded,
     TurnStarted,
+    TurnTimedOut,
 )
 from coven_codex.agent.links.driver import killed_from_outside
 from coven_codex.agent.recovery import codex_received, recorded_client_id
 from coven_codex.agent.saver import StateSaver
-from coven_codex.agent.services import PendingThought, SessionServices
+from coven_codex.agent.services import PendingThought, SessionServices, ThreadOptions
 from coven_codex.agent.state import InFlight, SessionState
+from coven_codex.agent.thread_options import REFUSED_HINT, OptionsRefused, reset_workspace, thought_options
 from coven_codex.codex.errors import ErrorCode, classify, shorten
 from coven_codex.entries import (
     ApprovalEntry,
@@ -79,6 +81,7 @@ from coven_codex.entries import (
     ThoughtEntry,
     TokenUsage,
 )
+from coven_codex.journal import Position
 from coven_codex.rollout import TURN_ABORTED, TURN_COMPLETED, TURN_FAILED, turn_entry_id
 from coven_codex.tailing import Line
 
@@ -91,6 +94,8 @@ TURN_END_STATE_OF = {"completed": TURN_COMPLETED, "failed": TURN_FAILED, "interr
 """The status a driver's turn outcome becomes when the rollout does not record the turn's end."""
 SESSION_RESET = "session_reset"
 """The status a ``reset`` is answered with."""
+THOUGHT_CANCELLED = "thought_cancelled"
+"""The status a thought dropped by a ``cancel`` with ``queued`` is answered with (it never reached Codex)."""
 PRUNE_DELIVERED_AT = 256
 CONFIRM_LOCATE = 5.0
 STOP_GRACE_FACTOR = 2.0
@@ -120,7 +125,7 @@ class _Duplicate:
     """A thought reused the id of an earlier, different thought (at another journal position)."""
 
     entry_id: str
-    position: int
+    position: Position
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +133,19 @@ class _Reset:
     """A ``reset`` entry routed to this session: end the thread once what came before it is done."""
 
     entry_id: str
-    position: int
+    position: Position
+    cwd: str | None = None
+    """The next thread's working directory as the reset names it (checked when the reset arrives)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _DropQueued:
+    """A ``cancel`` with ``queued`` written before this run: drop the thoughts queued before it (no interrupt)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _SlotGranted:
+    """The slot this session waited for is its own now."""
 
 
 RESET_DRAIN = 5.0
@@ -146,9 +163,21 @@ class _Turn:
     """The egress that was running when the turn started, and what it had produced by then."""
     errors_before: int
     ends_before: int
+    starts_before: int
 
 
-_Message = PendingThought | _Reset | CancelEntry | ApprovalEntry | _LinkMessage | _Evict | _Recorded | _Duplicate
+_Message = (
+    PendingThought
+    | _Reset
+    | CancelEntry
+    | ApprovalEntry
+    | _LinkMessage
+    | _Evict
+    | _Recorded
+    | _Duplicate
+    | _SlotGranted
+    | _DropQueued
+)
 
 
 class Session:
@@ -161,9 +190,15 @@ class Session:
         """The conversation's name as log lines show it (cut)."""
         self._svc = services
         self._settings = services.settings
+        self._slots = services.slots_of(state.conversation)
+        """The slot pool bounding this conversation (``max_jobs`` for a job, else ``max_sessions``)."""
+        self._slot_wait: asyncio.Task[None] | None = None
+        """Waiting for a slot (the session keeps reading its inbox meanwhile: a cancel can drop the thought)."""
+        self._requested: dict[str, ThoughtEntry] = {}
+        """Queued thoughts that give thread options, by id (checked when the session takes them)."""
         self._inbox: asyncio.Queue[_Message] = asyncio.Queue()
         self._queue: deque[PendingThought | _Reset] = deque()
-        self._queued_ids: dict[str, int] = {}
+        self._queued_ids: dict[str, Position] = {}
         """Ids of the thoughts in the inbox or the queue, with their journal positions."""
         self._link: CodexLink | None = None
         self._generation = 0
@@ -191,7 +226,7 @@ class Session:
         self._egress = EgressRunner(state, services, self._saver, on_line=self._on_rollout_line)
 
     # -- routing (called synchronously by ingress) -------------------------------------------
-    def offer_thought(self, entry: ThoughtEntry, position: int) -> bool:
+    def offer_thought(self, entry: ThoughtEntry, position: Position) -> bool:
         """Queue a thought unless it was delivered before; ``True`` if it is now pending.
 
         The same thought read again (after a restart) is passed over; a *different* thought (at
@@ -206,10 +241,12 @@ class Session:
                 self._inbox.put_nowait(_Duplicate(entry.id, position))
             return False
         self._queued_ids[entry.id] = position
+        if entry.cwd is not None or entry.model is not None or entry.resume_thread is not None or entry.timeout:
+            self._requested[entry.id] = entry
         self._inbox.put_nowait(PendingThought(entry.id, entry.text, position, tuple(entry.attachments)))
         return True
 
-    def offer_reset(self, entry: ResetEntry, position: int) -> bool:
+    def offer_reset(self, entry: ResetEntry, position: Position) -> bool:
         """Queue a ``reset`` unless it was acted on before; ``True`` if it is now pending.
 
         It takes its place among the thoughts: those before it still go to the current thread,
@@ -225,12 +262,17 @@ class Session:
                 self._inbox.put_nowait(_Duplicate(entry.id, position))
             return False
         self._queued_ids[entry.id] = position
-        self._inbox.put_nowait(_Reset(entry.id, position))
+        self._inbox.put_nowait(_Reset(entry.id, position, entry.cwd))
         return True
 
     def offer_cancel(self, entry: CancelEntry) -> None:
-        """Pass a ``cancel`` on (the running turn is interrupted)."""
+        """Pass a ``cancel`` on (the running turn is interrupted; with ``queued``, queued thoughts are dropped)."""
         self._inbox.put_nowait(entry)
+
+    def offer_drop_queued(self) -> None:
+        """Drop the thoughts queued so far without interrupting anything (a ``cancel`` with ``queued``
+        from before this run: the turn it meant did not survive the restart)."""
+        self._inbox.put_nowait(_DropQueued())
 
     def offer_approval(self, entry: ApprovalEntry) -> None:
         """Pass an ``approval`` on to the request it answers."""
@@ -291,11 +333,21 @@ class Session:
         if isinstance(message, PendingThought):
             await self._take_thought(message)
         elif isinstance(message, _Reset):
+            if not await self._reset_accepted(message):
+                return
             self._queue.append(message)
             if self._turn is not None and self._link is not None and self._interrupt_sent_at is None:
                 await self._cancel()
         elif isinstance(message, CancelEntry):
+            if message.queued:
+                await self._drop_queued()
             await self._cancel()
+        elif isinstance(message, _DropQueued):
+            await self._drop_queued()
+        elif isinstance(message, _SlotGranted):
+            self._slot_wait = None
+            if not self._queue:  # the thoughts it was for were cancelled meanwhile
+                self._slots.release(self.conversation)
         elif isinstance(message, ApprovalEntry):
             await self._approval(message)
         elif isinstance(message, _Evict):
@@ -313,12 +365,27 @@ class Session:
             await self._link_event(message.event)
 
     async def _take_thought(self, thought: PendingThought) -> None:
-        """Queue ``thought``, its attachments checked first: one that cannot go to Codex refuses it."""
+        """Queue ``thought``, its thread options and attachments checked first: one that cannot go to
+        Codex refuses it."""
+        requested = self._requested.pop(thought.entry_id, None)
+        if requested is not None:
+            try:
+                options = await asyncio.to_thread(
+                    thought_options,
+                    requested,
+                    self._settings.workspace_roots,
+                    turn_timeout=self._settings.turn_timeout,
+                    forks_threads=self._svc.make_link.forks_threads,
+                )
+            except OptionsRefused as exc:
+                await self._refuse(thought, str(exc), REFUSED_HINT)
+                return
+            thought = dataclasses.replace(thought, options=options)
         if thought.attachments and not self._svc.make_link.takes_images:
             await self._refuse_attachments(
                 thought,
                 # (Codex 0.47's `exec --image ... resume <thread> -` sent the image without the text)
-                "images need the app-server driver (Codex 0.169 or newer); this Codex runs on exec",
+                "images need the app-server driver, which this Codex does not offer (docs/rollout.md); it runs on exec",
             )
             return
         if thought.attachments:
@@ -338,24 +405,84 @@ class Session:
         self._queue.append(thought)
 
     async def _refuse_attachments(self, thought: PendingThought, why: str) -> None:
+        await self._refuse(
+            thought,
+            why,
+            "Attach PNG, JPEG, GIF or WebP images stored by the adapter in the journal's attachments "
+            "folder (within max_attachment_bytes), and send it again.",
+        )
+
+    async def _refuse(self, thought: PendingThought, why: str, hint: str) -> None:
+        """``thought`` is not handed to Codex: one ``REFUSED`` error (its id from the position), and it is settled."""
         self._queued_ids.pop(thought.entry_id, None)
-        log.warning("conversation %r: thought at journal position %d refused: %s", self._name, thought.position, why)
+        log.warning("conversation %r: thought at journal position %s refused: %s", self._name, thought.position, why)
         await self._emit(
             ErrorEntry(
                 id=f"refused@{thought.position}",
                 code=REFUSED_CODE,
                 text=shorten(f"The thought at journal position {thought.position} was not handed to Codex: {why}."),
-                hint="Attach PNG, JPEG, GIF or WebP images stored by the adapter in the journal's attachments "
-                "folder (within max_attachment_bytes), and send it again.",
+                hint=hint,
                 in_reply_to=thought.entry_id,
             )
         )
         self._svc.finish_thought(thought.position)
 
+    async def _reset_accepted(self, reset: _Reset) -> bool:
+        """A reset naming a ``cwd`` outside the workspace roots is refused (one error; nothing changes)."""
+        if reset.cwd is None:
+            return True
+        try:
+            await asyncio.to_thread(reset_workspace, ResetEntry(cwd=reset.cwd), self._settings.workspace_roots)
+        except OptionsRefused as exc:
+            self._queued_ids.pop(reset.entry_id, None)
+            log.warning("conversation %r: reset at journal position %s refused: %s", self._name, reset.position, exc)
+            await self._emit(
+                ErrorEntry(
+                    id=f"refused@{reset.position}",
+                    code=REFUSED_CODE,
+                    text=shorten(f"The reset at journal position {reset.position} was not acted on: {exc}."),
+                    hint=REFUSED_HINT,
+                )
+            )
+            self._svc.finish_thought(reset.position)
+            return False
+        return True
+
+    async def _drop_queued(self) -> None:
+        """A ``cancel`` with ``queued``: the thoughts not yet handed to Codex are dropped, each answered
+        with a ``thought_cancelled`` status and recorded as settled (never sent after a restart)."""
+        dropped = [
+            t
+            for t in self._queue
+            if isinstance(t, PendingThought)
+            and t is not self._unconfirmed
+            and (self._link is None or t.entry_id not in self._link.queued_ids)
+        ]
+        if not dropped:
+            return
+        for thought in dropped:
+            self._forget_thought(thought)
+            self.state.delivered[thought.entry_id] = thought.position
+        await self._save_now()
+        for thought in dropped:
+            log.info("conversation %r: queued thought %s cancelled", self._name, cut(thought.entry_id))
+            await self._emit(
+                StatusEntry(
+                    id=f"cancelled@{thought.position}",
+                    state=THOUGHT_CANCELLED,
+                    text="cancelled before it reached Codex",
+                    in_reply_to=thought.entry_id,
+                )
+            )
+            self._svc.finish_thought(thought.position)
+        if not any(isinstance(t, PendingThought) for t in self._queue) and self._slot_wait is not None:
+            self._slot_wait.cancel()
+            self._slot_wait = None
+
     async def _duplicate(self, message: _Duplicate) -> None:
         shown = cut(message.entry_id, MAX_ID_CHARS)
         log.warning(
-            "conversation %r: thought at journal position %d reuses the id %s of an earlier thought; dropped",
+            "conversation %r: thought at journal position %s reuses the id %s of an earlier thought; dropped",
             self._name,
             message.position,
             cut(message.entry_id),
@@ -410,6 +537,19 @@ class Session:
             if self._unconfirmed is not None and not self._waiting_in_driver(self._unconfirmed):
                 await self._confirm_unconfirmed()
             await self._turn_over(event, turn)
+        elif isinstance(event, TurnTimedOut):
+            # Written now, before the turn's end (which the rollout may bring first): a reader
+            # stopping at the end knows why. _turn_over writes it with the same id: once.
+            turn = self._turn
+            if turn is not None:  # (else the turn's end writes it, once)
+                c = event.error
+                await self._error(
+                    c.code,
+                    c.message,
+                    c.hint,
+                    entry_id=self._turn_entry_id(turn.key, "error"),
+                    in_reply_to=self.state.reply_to,
+                )
         elif isinstance(event, Delta):
             if self._settings.stream_deltas and event.text:
                 await self._emit(DeltaEntry(item_id=event.item_id, text=event.text, in_reply_to=self.state.reply_to))
@@ -429,10 +569,11 @@ class Session:
         Codex 0.169 records a turn's end (and a failed turn's error) in the rollout, which egress
         writes; 0.47 records neither, and a dying process records nothing. A failed turn's error
         is written here if egress, once caught up, produced none during this turn. A turn's end is
-        written here only for versions whose rollout does not record completed turns (0.47 records
-        only ``turn_aborted``), again if egress produced none: where the rollout does record it,
-        the session leaves it to egress. Either entry carries the turn's deterministic id, so if
-        egress writes it too (its rollout line came after the drain), the journal gets it once.
+        written here unless the driver's plan says the rollout records every turn's end with the
+        driver's turn id (the app-server plan), again if egress produced none. Either entry
+        carries the turn's deterministic id (:meth:`_turn_key`: for exec on 0.104 and later, the
+        id the rollout gave the turn), so if egress writes it too (its rollout line came after the
+        drain), the journal gets it once.
         """
         failed = event.status == "failed" and bool(event.error)
         wants_end = not self._svc.make_link.records_turn_end
@@ -444,14 +585,29 @@ class Session:
         if any(missing()):
             await self.drain_egress(ERROR_DRAIN)  # only when the rollout may still bring it
         error_missing, end_missing = missing()
-        key = event.turn_id or (turn.key if turn is not None else None)
+        key = event.turn_id or self._turn_key(turn)
         if error_missing:
             c = event.classified or classify(event.error or "")
             await self._error(
                 c.code, c.message, c.hint, entry_id=self._turn_entry_id(key, "error"), in_reply_to=self.state.reply_to
             )
         if end_missing:
-            await self._write_turn_end(TURN_END_STATE_OF[event.status], key, event.turn_id, usage=event.usage)
+            turn_id = event.turn_id or (key if turn is not None and key != turn.key else None)
+            await self._write_turn_end(TURN_END_STATE_OF[event.status], key, turn_id, usage=event.usage)
+
+    def _turn_key(self, turn: _Turn | None) -> str | None:
+        """The name of ``turn`` in its entry ids: the driver's turn id; else, when the rollout
+        records turn starts (exec on 0.104 and later), the id it gave the turn, which is the id
+        egress uses when it closes a turn the rollout never ended; else the thought that started it."""
+        if turn is None:
+            return None
+        if turn.keyed_by_turn_id:
+            return turn.key
+        egress = self._egress.egress
+        started_since = egress.turn_starts_seen > (turn.starts_before if turn.egress is egress else 0)
+        if started_since and egress.last_turn_id is not None:
+            return egress.last_turn_id
+        return turn.key
 
     def _seen_since(self, turn: _Turn | None) -> tuple[int, int]:
         """(errors, turn ends) egress produced from the rollout since ``turn`` started."""
@@ -494,8 +650,9 @@ class Session:
         if self._seen_since(turn)[1] == 0:
             await self.drain_egress(ERROR_DRAIN)
         if self._seen_since(turn)[1] == 0:
-            turn_id = turn.key if turn.keyed_by_turn_id else None
-            await self._write_turn_end(state, turn.key, turn_id, f"{state.replace('_', ' ')}: {why}")
+            key = self._turn_key(turn)
+            turn_id = key if turn.keyed_by_turn_id or key != turn.key else None
+            await self._write_turn_end(state, key, turn_id, f"{state.replace('_', ' ')}: {why}")
 
     async def _thread_ready(self, event: ThreadReady) -> None:
         changed = event.thread_id != self.state.thread_id
@@ -507,6 +664,7 @@ class Session:
             await self._egress.stop()
             self.state.forget_thread()
             self.state.thread_id = event.thread_id
+            self.state.fork_from = None
             in_flight = self.state.in_flight
             if in_flight is not None:  # the thought being handed over is the new thread's first message
                 self.state.expect_reply(in_flight.thought_id, in_flight.text, 0)
@@ -538,7 +696,7 @@ class Session:
         if link is not None:
             await link.close()
             self._svc.processes.forget(self.conversation)
-        self._svc.slots.release(self.conversation)
+        self._slots.release(self.conversation)
         self._idle_since = None
         if self._unconfirmed is not None:
             await self._confirm_unconfirmed(counts=not killed_from_outside(event.returncode))
@@ -563,7 +721,9 @@ class Session:
             # Nothing on stderr said why (its lines are warnings, or about something else).
             code = ErrorCode.PROCESS_EXITED
             message = f"Codex exited{where} (exit {event.returncode})"
-        key = turn.key if turn is not None else None
+        if turn is not None and self._seen_since(turn)[1] == 0:
+            await self.drain_egress(ERROR_DRAIN)  # the rollout's name for the turn, for the ids
+        key = self._turn_key(turn)
         await self._error(
             code,
             shorten(message),
@@ -605,7 +765,9 @@ class Session:
 
     def _begin_turn(self, key: str, *, keyed_by_turn_id: bool) -> None:
         egress = self._egress.egress
-        self._turn = _Turn(key, keyed_by_turn_id, egress, egress.errors_seen, egress.turn_ends_seen)
+        self._turn = _Turn(
+            key, keyed_by_turn_id, egress, egress.errors_seen, egress.turn_ends_seen, egress.turn_starts_seen
+        )
         self._no_turn.clear()
 
     def _turn_finished(self) -> _Turn | None:
@@ -665,6 +827,8 @@ class Session:
             if isinstance(head, _Reset):
                 await self._reset(head)
                 return
+            if self._link is None and self.state.thread_id is None and self._slot_wait is None:
+                await self._take_options(head)
             if self._link is None and not await self._open_link():
                 return
             await self._deliver(head)
@@ -674,7 +838,7 @@ class Session:
             await self._open_link()
         if self._link is not None and self._link.persistent and self._idle_since is None:
             self._idle_since = time.monotonic()
-            self._svc.slots.mark_idle(self.conversation, self._request_evict)
+            self._slots.mark_idle(self.conversation, self._request_evict)
         elif self._link is not None and not self._link.persistent:
             await self._end_link(reason="turn over")
 
@@ -696,26 +860,30 @@ class Session:
 
     def _mark_busy(self) -> None:
         self._idle_since = None
-        self._svc.slots.mark_busy(self.conversation)
+        self._slots.mark_busy(self.conversation)
 
     def _request_evict(self) -> None:
         self._inbox.put_nowait(_Evict())
 
     async def _open_link(self) -> bool:
-        slots = self._svc.slots
+        slots = self._slots
         if not slots.try_acquire(self.conversation):
+            # Wait in a task of our own: the inbox is still read meanwhile (a cancel may drop the thought).
             if not self._told_waiting:
                 self._told_waiting = True
+                bound = "max_jobs" if slots is self._svc.job_slots else "max_sessions"
                 await self._emit(
                     StatusEntry(
                         state="session_waiting",
-                        text=f"waiting for a free turn slot (max_sessions = {slots.size}, all in use); your thought is "
+                        text=f"waiting for a free turn slot ({bound} = {slots.size}, all in use); your thought is "
                         "queued and will be delivered in order",
                     )
                 )
-            await slots.acquire(self.conversation)
+            if self._slot_wait is None and self._group is not None:
+                self._slot_wait = self._group.create_task(self._wait_for_slot(), name=f"slot:{self.conversation}")
+            return False
         self._told_waiting = False
-        link = self._svc.make_link(self.conversation)
+        link = self._svc.make_link(self.conversation, self._thread_options())
         resume = self.state.thread_id
         try:
             await link.open(resume)
@@ -763,6 +931,34 @@ class Session:
         if link.thread_id is not None and link.thread_id != self.state.thread_id:
             await self._thread_ready(ThreadReady(link.thread_id))
         return True
+
+    async def _wait_for_slot(self) -> None:
+        await self._slots.acquire(self.conversation)
+        self._inbox.put_nowait(_SlotGranted())
+
+    def _thread_options(self) -> ThreadOptions:
+        """How this conversation's thread is opened (its saved options; a fork only for a new thread)."""
+        state = self.state
+        return ThreadOptions(
+            workspace=state.workspace,
+            model=state.model,
+            turn_timeout=state.turn_timeout,
+            fork_from=state.fork_from if state.thread_id is None else None,
+        )
+
+    async def _take_options(self, thought: PendingThought) -> None:
+        """``thought`` starts a new thread: its options become the thread's (saved before Codex starts)."""
+        options = thought.options
+        if options is None:
+            return
+        if options.workspace is not None:
+            self.state.workspace = options.workspace
+        if options.model is not None:
+            self.state.model = options.model
+        if options.turn_timeout is not None:
+            self.state.turn_timeout = options.turn_timeout
+        self.state.fork_from = options.fork_from
+        await self._save_now()
 
     async def _pump(self, link: CodexLink, generation: int) -> None:
         async for event in link.events():
@@ -888,6 +1084,17 @@ class Session:
         self._queued_ids.pop(reset.entry_id, None)
         self.state.forget_thread()
         self.state.reply_to = None
+        # The thread's options end with it; the reset may name the next thread's directory.
+        workspace = None
+        if reset.cwd is not None:
+            try:
+                workspace = await asyncio.to_thread(
+                    reset_workspace, ResetEntry(cwd=reset.cwd), self._settings.workspace_roots
+                )
+            except OptionsRefused as exc:  # (checked on arrival; it changed since)
+                log.warning("conversation %r: the reset's cwd is no longer usable (%s)", self._name, exc)
+        self.state.workspace = workspace
+        self.state.model = self.state.turn_timeout = self.state.fork_from = None
         self.state.delivered[reset.entry_id] = reset.position
         await self._save_now()
         self._svc.finish_thought(reset.position)
@@ -938,7 +1145,7 @@ class Session:
         log.debug("conversation %r: closing Codex link (%s)", self._name, reason)
         await link.close()
         self._svc.processes.forget(self.conversation)
-        self._svc.slots.release(self.conversation)
+        self._slots.release(self.conversation)
         if self._unconfirmed is not None:
             await self._confirm_unconfirmed()
         turn = self._turn_finished()
@@ -991,6 +1198,7 @@ class Session:
         """
         self._egress.forget()
         self._pump_task = None
+        self._slot_wait = None  # (cancelled with the task group; a waiter's slot is passed on)
         self._group = None
         with contextlib.suppress(Exception):
             await self._end_link(reason="session failed", expected=False)

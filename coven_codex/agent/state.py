@@ -31,9 +31,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field, ValidationError
 
-from coven_codex.journal import Durability
+from coven_codex.journal import Durability, Position
 from coven_codex.journal.atomic import atomic_write, fsync_directory, write_all
 from coven_codex.journal.group_commit import GroupCommit
+from coven_codex.journal.protocol import StoredPosition
 
 __all__ = [
     "InFlight",
@@ -59,7 +60,7 @@ class InFlight(BaseModel):
     """A thought being handed to Codex; recorded before the hand-over starts."""
 
     thought_id: str
-    position: int
+    position: StoredPosition
     text: str
     thread_id: str | None = None
     user_messages_before: int = 0
@@ -91,9 +92,9 @@ class SessionState(BaseModel):
     thread_id: str | None = None
     rollout_path: str | None = None
     egress_offset: int = 0
-    egress_journal_position: int | None = None
+    egress_journal_position: StoredPosition | None = None
     in_flight: InFlight | None = None
-    delivered: dict[str, int] = Field(default_factory=dict)
+    delivered: dict[str, StoredPosition] = Field(default_factory=dict)
     user_messages: int = 0
     """Thoughts this thread has received from us (used to resolve in-flight thoughts on exec)."""
     reply_targets: dict[int, ReplyTarget] = Field(default_factory=dict)
@@ -101,6 +102,14 @@ class SessionState(BaseModel):
     ``in_flight``): egress puts it on the entries of that message's turn as ``in_reply_to``."""
     reply_to: str | None = None
     """The newest thought handed to Codex: what the session's own entries of a turn answer."""
+    workspace: str | None = None
+    """The thread's working directory (a ``cwd`` checked against ``workspace_roots``); ``None``: the daemon's."""
+    model: str | None = None
+    """The thread's model (``None``: Codex's configured one)."""
+    turn_timeout: float | None = None
+    """Seconds each turn of the thread may run (``None``: ``turn_timeout``)."""
+    fork_from: str | None = None
+    """The thread the next new thread is forked from (``resume_thread``), until that thread exists."""
 
     def expect_reply(self, thought_id: str, text: str, ordinal: int) -> None:
         """``thought_id`` is being handed to Codex as the thread's user message ``ordinal``."""
@@ -138,7 +147,7 @@ class SessionState(BaseModel):
         self.user_messages = 0
         self.reply_targets = {}
 
-    def forget_delivered_before(self, position: int) -> None:
+    def forget_delivered_before(self, position: Position) -> None:
         """Drop delivered ids the ingress cursor has moved past: they will never be re-read."""
         stale = [key for key, pos in self.delivered.items() if pos < position]
         for key in stale:

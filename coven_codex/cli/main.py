@@ -25,6 +25,8 @@ SUBCOMMANDS: tuple[str, ...] = (
     "slack",
     "demo",
     "spells",
+    "job",
+    "mcp-serve",
     "webhooks",
     "model-server",
 )
@@ -35,8 +37,9 @@ def _load(name: str) -> ModuleType:
     return importlib.import_module(f"coven_codex.cli.{name.replace('-', '_')}")
 
 
-def build_parser() -> tuple[argparse.ArgumentParser, dict[str, ModuleType]]:
-    """The ``coven-codex`` parser with every subcommand, and each subcommand's module by name."""
+def build_parser(only: str | None = None) -> tuple[argparse.ArgumentParser, dict[str, ModuleType]]:
+    """The ``coven-codex`` parser with every subcommand (or ``only`` that one), and each subcommand's
+    module by name."""
     parser = argparse.ArgumentParser(
         prog="coven-codex",
         description="Bridge a chat journal and the OpenAI Codex CLI, both ways.",
@@ -53,7 +56,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, ModuleType]]:
         )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     modules: dict[str, ModuleType] = {}
-    for name in SUBCOMMANDS:
+    for name in SUBCOMMANDS if only is None else (only,):
         module = _load(name)
         modules[name] = module
         sub_parser = sub.add_parser(name, help=module.HELP, description=module.HELP, parents=[common])
@@ -61,10 +64,26 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, ModuleType]]:
     return parser, modules
 
 
+def _named_command(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` names before any other word, if it names one (``--log-level X`` skipped)."""
+    words = iter(argv)
+    for word in words:
+        if word == "--log-level":
+            next(words, None)
+        elif not word.startswith("-"):
+            return word if word in SUBCOMMANDS else None
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``coven-codex`` with ``argv`` (default: the process's arguments); the exit status."""
-    parser, modules = build_parser()
-    args = parser.parse_args(argv)
+    """Run ``coven-codex`` with ``argv`` (default: the process's arguments); the exit status.
+
+    A command line naming its subcommand imports that subcommand's module only (``mcp-serve``
+    starts faster so); ``--help`` and a bad command build the whole parser."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    command = _named_command(arguments)
+    parser, modules = build_parser(only=command)
+    args = parser.parse_args(arguments)
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2

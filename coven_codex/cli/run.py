@@ -57,6 +57,19 @@ _FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
         {"type": int, "dest": "max_sessions", "help": "conversations with a Codex turn running at once, at most"},
     ),
     (
+        "--max-jobs",
+        {"type": int, "dest": "max_jobs", "help": "jobs (conversations job:<id>) with a Codex turn running at once"},
+    ),
+    (
+        "--workspace-root",
+        {
+            "type": Path,
+            "action": "append",
+            "dest": "workspace_roots",
+            "help": "a directory inside which a conversation may name its own cwd (repeatable)",
+        },
+    ),
+    (
         "--app-servers",
         {"type": int, "dest": "app_servers", "help": "shared `codex app-server` processes (app-server driver)"},
     ),

@@ -1,14 +1,11 @@
-"""The installed Codex CLI's version and what it can do.
+"""The installed Codex CLI's version, and the config details that depend on it.
 
 ``codex --version`` prints a line like ``codex-cli 0.169.0``. :func:`detect_version` runs it
 with a timeout (5 s by default) and :func:`parse_version` turns the output into a
-:class:`CodexVersion` whose capability flags decide the driver and config details.
-
-Capability thresholds are the versions we verified, not guesses: the app-server v2 protocol
-(``thread/start``, ``turn/start`` with ``clientUserMessageId``, ``turn/steer``, v2 approval
-requests) and ``default_tools_approval_mode`` for MCP servers were verified on 0.169.0 and are
-absent from 0.47.0. Versions in between are treated like the older one (the exec driver works on
-every version); a user can still force ``driver = "app-server"`` for them.
+:class:`CodexVersion`. The driver is *not* decided here: it follows from what the installed
+binary's protocol offers (:mod:`coven_codex.codex.capabilities`). What remains here are config
+keys no protocol description tells about: ``default_tools_approval_mode`` for MCP servers
+(unknown to 0.47.0, needed on 0.169.0) and the OpenTelemetry exporters.
 """
 
 from __future__ import annotations
@@ -25,7 +22,6 @@ from pathlib import Path
 from coven_codex.codex.process import run_captured
 
 VERSION_TIMEOUT = 5.0
-VERIFIED_APP_SERVER = (0, 169, 0)
 LAST_WITHOUT_TOOLS_APPROVAL_MODE = (0, 47, 0)
 OLDEST_SUPPORTED = (0, 47, 0)
 VERIFIED_OTEL_LOGS = (0, 47, 0)
@@ -68,21 +64,6 @@ class CodexVersion:
         return self.triple >= triple
 
     @property
-    def supports_app_server(self) -> bool:
-        """The app-server v2 protocol (thread/turn methods, v2 approvals) is available."""
-        return self.at_least(VERIFIED_APP_SERVER)
-
-    @property
-    def supports_steer(self) -> bool:
-        """``turn/steer`` (append input to a running turn) is available."""
-        return self.supports_app_server
-
-    @property
-    def supports_client_message_id(self) -> bool:
-        """``turn/start`` accepts ``clientUserMessageId`` and records it in the rollout."""
-        return self.supports_app_server
-
-    @property
     def supports_tools_approval_mode(self) -> bool:
         """``[mcp_servers.X] default_tools_approval_mode`` should be written.
 
@@ -90,16 +71,6 @@ class CodexVersion:
         get it too, because Codex ignores config keys it does not know.
         """
         return self.triple > LAST_WITHOUT_TOOLS_APPROVAL_MODE
-
-    @property
-    def records_turn_end(self) -> bool:
-        """The rollout records every turn's end (``task_complete``, ``turn_aborted``).
-
-        Verified on 0.169.0; 0.47.0 records none, so its turn ends are known only from the
-        process. Versions in between are treated like 0.47: a turn end may then be written
-        twice, but never missed.
-        """
-        return self.at_least(VERIFIED_APP_SERVER)
 
     @property
     def supports_otel_logs(self) -> bool:
@@ -115,11 +86,6 @@ class CodexVersion:
     def supported(self) -> bool:
         """At least the oldest version the bridge was verified with."""
         return self.at_least(OLDEST_SUPPORTED)
-
-    @property
-    def default_driver(self) -> str:
-        """``"app-server"`` where supported, else ``"exec"``."""
-        return "app-server" if self.supports_app_server else "exec"
 
 
 def parse_version(output: str) -> CodexVersion:

@@ -5,6 +5,7 @@ from coven_codex.journal.file import FileJournal
 from coven_codex.journal.memory import MemoryJournal
 from coven_codex.journal.protocol import (
     BAD_LINE_CODE,
+    START,
     BadLine,
     CursorError,
     CursorMismatch,
@@ -21,6 +22,7 @@ from coven_codex.journal.protocol import (
 
 __all__ = [
     "BAD_LINE_CODE",
+    "START",
     "BadLine",
     "CursorError",
     "CursorMismatch",

@@ -26,7 +26,7 @@ class SavedCursor:
 
 
 class FileCursorStore:
-    """``<directory>/<escaped name>.json`` holding ``{"name": ..., "position": N, "file": ...}``.
+    """``<directory>/<escaped name>.json`` holding ``{"name": ..., "position": "P", "file": ...}``.
 
     Saving writes a temporary file, fsyncs it, renames it over the old one and fsyncs
     the directory (:func:`~coven_codex.journal.atomic.atomic_write`): a crash leaves either
@@ -52,14 +52,18 @@ class FileCursorStore:
             raise CursorStorageError(f"cannot read cursor {name!r} from {path}: {exc.strerror}") from None
         try:
             value = json.loads(raw)
-            position = check_position(value["position"])
+            raw_position = value["position"]
+            if isinstance(raw_position, bool) or not isinstance(raw_position, int | str):
+                raise TypeError("position")
+            # Written as text; an integer is a byte offset saved by an older coven-codex.
+            position = Position.parse(str(raw_position))
             file = value.get("file")
             if file is not None and not isinstance(file, str):
                 raise TypeError("file")
             return SavedCursor(position, file)
         except (ValueError, TypeError, KeyError, AttributeError, CursorError):
             raise CursorError(
-                f'cursor file {path} is corrupt (expected {{"position": <integer >= 0>}});'
+                f'cursor file {path} is corrupt (expected {{"position": "<position>"}});'
                 " fix it, or delete it to make this reader start from the beginning"
             ) from None
 
@@ -67,7 +71,7 @@ class FileCursorStore:
         """Save ``position`` (in the journal file whose fingerprint is ``file``) under ``name``."""
         path = self.path_for(name)
         check_position(position)
-        payload = json.dumps({"name": name, "position": position, "file": file}).encode() + b"\n"
+        payload = json.dumps({"name": name, "position": str(position), "file": file}).encode() + b"\n"
         try:
             if not self.directory.is_dir():
                 self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -29,7 +29,7 @@ def decode_line(
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return BadLine(start, end, f"invalid UTF-8 at byte {start + exc.start}")
+        return BadLine(start, end, f"invalid UTF-8 at byte {exc.start} of the line")
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -19,6 +19,7 @@ from coven_codex.journal.cursors import FileCursorStore
 from coven_codex.journal.decoding import decode_line
 from coven_codex.journal.group_commit import GroupCommit
 from coven_codex.journal.protocol import (
+    START,
     CursorMismatch,
     Durability,
     JournalError,
@@ -27,6 +28,7 @@ from coven_codex.journal.protocol import (
     JournalReplaced,
     Position,
     StorageError,
+    check_position,
 )
 from coven_codex.tailing import DEFAULT_MAX_LINE_BYTES, LineSplitter, TailNotice, TailNoticeKind, tail_lines
 from coven_codex.tailing.notices import NoticeCallback
@@ -87,8 +89,8 @@ def file_fingerprint(path: Path) -> str | None:
         os.close(fd)
 
 
-def complete_end(fd: int) -> Position:
-    """The position just after the last complete line of the open file ``fd``."""
+def complete_end(fd: int) -> int:
+    """The byte offset just after the last complete line of the open file ``fd``."""
     position = os.fstat(fd).st_size
     while position > 0:
         size = min(READ_CHUNK, position)
@@ -114,12 +116,24 @@ def find_journal_file(journal: Path, file: str, position: Position) -> Path | No
         return None
     for name in names:
         candidate = journal.parent / name
-        if name == journal.name or not candidate.is_file() or candidate.stat().st_size < position:
+        if name == journal.name or not candidate.is_file() or candidate.stat().st_size < offset_of(position):
             continue
         with contextlib.suppress(OSError):
             if file_fingerprint(candidate) == file:
                 return candidate
     return None
+
+
+def position_at(offset: int) -> Position:
+    """The position of byte ``offset`` of the journal file."""
+    return Position(0, offset)
+
+
+def offset_of(position: Position) -> int:
+    """The byte offset ``position`` names; :class:`JournalError` for a position of another backend."""
+    if check_position(position).major != 0:
+        raise JournalError(f"position {position} is not a position in a journal file; use a position this journal gave")
+    return position.minor
 
 
 class FileJournal:
@@ -300,13 +314,14 @@ class FileJournal:
         start, end = positions
         if self.durability == "batched":
             await self._group_commit.wait_durable()
-        return JournalRecord(entry, start, end)
+        return JournalRecord(entry, position_at(start), position_at(end))
 
     # -- reading ---------------------------------------------------------------------------
 
-    async def tail(self, start: Position = 0) -> AsyncGenerator[JournalItem, None]:
+    async def tail(self, start: Position = START) -> AsyncGenerator[JournalItem, None]:
         """Every item from ``start`` on, live; a replaced or truncated file: see ``follow_replacement``."""
-        self._tail_file = await asyncio.to_thread(file_fingerprint, self.path) if start > 0 else None
+        offset = offset_of(start)
+        self._tail_file = await asyncio.to_thread(file_fingerprint, self.path) if offset > 0 else None
         replaced: list[TailNotice] = []
 
         def on_notice(notice: TailNotice) -> None:
@@ -316,7 +331,7 @@ class FileJournal:
 
         lines = tail_lines(
             self.path,
-            start,
+            offset,
             max_line_bytes=self.max_line_bytes,
             force_polling=self._force_polling,
             on_notice=on_notice,
@@ -339,8 +354,8 @@ class FileJournal:
                         )
                     yield decode_line(
                         line.data,
-                        line.start,
-                        line.end,
+                        position_at(line.start),
+                        position_at(line.end),
                         too_long=line.too_long,
                         max_line_bytes=self.max_line_bytes,
                     )
@@ -356,7 +371,7 @@ class FileJournal:
         if self._on_notice is not None:
             self._on_notice(notice)
 
-    def _read_blocking(self, start: Position, end: Position | None) -> list[JournalItem]:
+    def _read_blocking(self, start: int, end: int | None) -> list[JournalItem]:
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
@@ -373,8 +388,8 @@ class FileJournal:
                     items.append(
                         decode_line(
                             line.data,
-                            line.start,
-                            line.end,
+                            position_at(line.start),
+                            position_at(line.end),
                             too_long=line.too_long,
                             max_line_bytes=self.max_line_bytes,
                         )
@@ -383,12 +398,14 @@ class FileJournal:
             os.close(fd)
         return items
 
-    async def read(self, start: Position = 0, end: Position | None = None) -> list[JournalItem]:
+    async def read(self, start: Position = START, end: Position | None = None) -> list[JournalItem]:
         """The items lying between ``start`` and ``end`` (the file's end when None); no file, no items."""
-        if start < 0 or (end is not None and end < start):
+        if end is not None and end < start:
             raise JournalError(f"invalid range {start}..{end}")
         try:
-            return await asyncio.to_thread(self._read_blocking, start, end)
+            return await asyncio.to_thread(
+                self._read_blocking, offset_of(start), None if end is None else offset_of(end)
+            )
         except OSError as exc:
             raise self._read_error(exc) from None
 
@@ -396,14 +413,14 @@ class FileJournal:
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
-            return 0
+            return START
         try:
-            return complete_end(fd)  # an unterminated last line is not part of the journal yet
+            return position_at(complete_end(fd))  # an unterminated last line is not part of the journal yet
         finally:
             os.close(fd)
 
     async def end_position(self) -> Position:
-        """The byte offset just after the last complete line."""
+        """The position just after the last complete line."""
         try:
             return await asyncio.to_thread(self._end_position_blocking)
         except OSError as exc:
@@ -413,7 +430,7 @@ class FileJournal:
 
     def _load_cursor_blocking(self, name: str) -> Position | None:
         saved = self._cursors.load(name)
-        if saved is None or saved.position == 0 or saved.file is None:
+        if saved is None or saved.position == START or saved.file is None:
             return None if saved is None else saved.position  # nothing to check it against
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
@@ -424,7 +441,7 @@ class FileJournal:
                 current, end = fingerprint(os.pread(fd, FINGERPRINT_BYTES, 0)), complete_end(fd)
             finally:
                 os.close(fd)
-        if current == saved.file and saved.position <= end:
+        if current == saved.file and saved.position <= position_at(end):
             return saved.position
         previous = find_journal_file(self.path, saved.file, saved.position)
         where = f"it is now {previous}" if previous is not None else f"it is no longer in {self.path.parent}"
@@ -451,7 +468,7 @@ class FileJournal:
 
     def _save_cursor_blocking(self, name: str, position: Position) -> None:
         file = None
-        if position > 0:
+        if position > START:
             file = self._tail_file
             if file is None:
                 try:

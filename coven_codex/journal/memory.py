@@ -10,6 +10,7 @@ from coven_codex.entries import BaseEntry
 from coven_codex.journal.decoding import decode_line
 from coven_codex.journal.file import encode_entry, with_id
 from coven_codex.journal.protocol import (
+    START,
     JournalError,
     JournalItem,
     JournalRecord,
@@ -35,6 +36,12 @@ class MemoryStore:
         self.items.append(item)
         grew, self.grew = self.grew, asyncio.Event()
         grew.set()
+
+
+def _index(position: Position) -> int:
+    if check_position(position).major != 0:
+        raise JournalError(f"position {position} is not a position in a memory journal")
+    return position.minor
 
 
 class MemoryJournal:
@@ -63,8 +70,8 @@ class MemoryJournal:
     def _push(self, data: bytes) -> JournalItem:
         if self._closed:
             raise JournalError("the journal is closed")
-        start = len(self._items)
-        item = decode_line(data, start, start + 1, max_line_bytes=self.max_line_bytes)
+        index = len(self._items)
+        item = decode_line(data, Position(0, index), Position(0, index + 1), max_line_bytes=self.max_line_bytes)
         self.store.push(item)
         return item
 
@@ -80,9 +87,9 @@ class MemoryJournal:
         """Store one line as a file would hold it (without its newline), valid or not."""
         return self._push(data)
 
-    async def tail(self, start: Position = 0) -> AsyncGenerator[JournalItem, None]:
+    async def tail(self, start: Position = START) -> AsyncGenerator[JournalItem, None]:
         """Every item from ``start`` on, live (a start past the end reads from 0); never ends by itself."""
-        position = check_position(start)
+        position = _index(check_position(start))
         if position > len(self._items):
             log.warning("tail start %d is past the end (%d); reading from 0", position, len(self._items))
             position = 0
@@ -93,15 +100,15 @@ class MemoryJournal:
                 yield item
             await self.store.grew.wait()
 
-    async def read(self, start: Position = 0, end: Position | None = None) -> list[JournalItem]:
-        """The items from index ``start`` up to ``end`` (the end when None)."""
-        if start < 0 or (end is not None and end < start):
+    async def read(self, start: Position = START, end: Position | None = None) -> list[JournalItem]:
+        """The items from ``start`` up to ``end`` (the end when None)."""
+        if end is not None and end < start:
             raise JournalError(f"invalid range {start}..{end}")
-        return self._items[start:end]
+        return self._items[_index(start) : None if end is None else _index(end)]
 
     async def end_position(self) -> Position:
-        """The number of items held."""
-        return len(self._items)
+        """The position after the last item (positions are item indexes)."""
+        return Position(0, len(self._items))
 
     async def load_cursor(self, name: str) -> Position | None:
         """The position saved under ``name``, or None."""

@@ -5,12 +5,64 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol, runtime_checkable
+from typing import Annotated, Literal, Protocol, runtime_checkable
+
+from pydantic import PlainSerializer, PlainValidator
 
 from coven_codex.entries import DEFAULT_CONVERSATION, BaseEntry, ErrorEntry
 
-Position = int
-"""Opaque and ordered. For the file backend, a byte offset at a line boundary."""
+
+@dataclass(frozen=True, order=True, slots=True)
+class Position:
+    """A place in a journal: opaque and ordered; only the backend that made it interprets it.
+
+    Outside a backend a position is compared, stored, printed and passed back, never computed
+    with. The file backend uses ``major`` for the segment and ``minor`` for the byte offset
+    in it; a stream backend uses its entry id (milliseconds, sequence). :data:`START` lies
+    before the first entry of every journal.
+    """
+
+    major: int
+    minor: int
+
+    def __post_init__(self) -> None:
+        for part in (self.major, self.minor):
+            if isinstance(part, bool) or not isinstance(part, int) or part < 0:
+                raise CursorError(f"invalid journal position ({self.major!r}, {self.minor!r}): parts are integers >= 0")
+
+    def __str__(self) -> str:
+        return str(self.minor) if self.major == 0 else f"{self.major}-{self.minor}"
+
+    @classmethod
+    def parse(cls, text: str) -> Position:
+        """The position whose text form is ``text`` (``"123"`` or ``"MAJOR-MINOR"``).
+
+        Raises :class:`CursorError` naming the text when it is not a position.
+        """
+        major, sep, minor = text.strip().partition("-")
+        try:
+            return cls(int(major), int(minor)) if sep else cls(0, int(major))
+        except ValueError:
+            raise CursorError(
+                f"invalid journal position {text[:40]!r}: write it as printed by coven-codex"
+                " (a number, or two numbers joined by '-')"
+            ) from None
+
+
+START = Position(0, 0)
+"""Before the first entry, in every backend."""
+
+
+def _stored_position(value: object) -> Position:
+    if isinstance(value, Position):
+        return value
+    if isinstance(value, int | str) and not isinstance(value, bool):
+        return Position.parse(str(value))  # an integer: a byte offset saved by an older coven-codex
+    raise ValueError(f"not a journal position: {value!r}")
+
+
+StoredPosition = Annotated[Position, PlainValidator(_stored_position), PlainSerializer(str, return_type=str)]
+"""A :class:`Position` in a pydantic model: saved as its text form, read from text or an old integer."""
 
 Durability = Literal["always", "batched", "never"]
 
@@ -109,11 +161,11 @@ class Journal(Protocol):
         """Append ``entry`` (an ``id`` is assigned when it has none) and return its record."""
         ...
 
-    def tail(self, start: Position = 0) -> AsyncIterator[JournalItem]:
+    def tail(self, start: Position = START) -> AsyncIterator[JournalItem]:
         """Every item from ``start`` on, live. Never ends by itself."""
         ...
 
-    async def read(self, start: Position = 0, end: Position | None = None) -> list[JournalItem]:
+    async def read(self, start: Position = START, end: Position | None = None) -> list[JournalItem]:
         """The items lying between ``start`` and ``end`` (the current end when None)."""
         ...
 
@@ -142,7 +194,7 @@ def check_cursor_name(name: str) -> str:
 
 
 def check_position(position: Position) -> Position:
-    """Return ``position`` if it is an integer >= 0, else raise :class:`CursorError`."""
-    if isinstance(position, bool) or not isinstance(position, int) or position < 0:
-        raise CursorError(f"invalid cursor position {position!r}: positions are integers >= 0")
+    """Return ``position`` if it is a :class:`Position`, else raise :class:`CursorError`."""
+    if not isinstance(position, Position):
+        raise CursorError(f"invalid cursor position {position!r}: expected a journal Position")
     return position

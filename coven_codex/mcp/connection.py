@@ -107,13 +107,14 @@ class Connection:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         session: McpSession,
-        secret: str,
+        secret: str | None,
         limits: ConnectionLimits,
     ) -> None:
+        """``secret=None``: no handshake (stdio, where the client is the process that started the server)."""
         self._reader = reader
         self._writer = writer
         self._session = session
-        self._secret = secret.encode()
+        self._secret = secret.encode() if secret is not None else None
         self._limits = limits
         self._in_flight: dict[tuple[bool, Any], asyncio.Task[None]] = {}
         self._slots = asyncio.Semaphore(limits.max_in_flight)
@@ -124,7 +125,7 @@ class Connection:
     async def run(self) -> None:
         """Serve until the client closes; never raises (except cancellation)."""
         try:
-            leftover = await self._handshake()
+            leftover = await self._handshake() if self._secret is not None else b""
             if leftover is not None:
                 await self._serve(leftover)
         except asyncio.CancelledError:
@@ -165,6 +166,7 @@ class Connection:
         if hello.get("version") != wire.WIRE_VERSION:
             return await self._refused(f"unsupported handshake version {hello.get('version')!r}")
         offered = hello.get("secret")
+        assert self._secret is not None
         if not isinstance(offered, str) or not hmac.compare_digest(offered.encode(), self._secret):
             return await self._refused("wrong session secret")
         self._writer.write(wire.welcome())

@@ -5,8 +5,15 @@ the name use the machine's *local* time, so nothing here derives a folder from a
 folders are compared by name (newest first) and files by modification time.
 
 Since 0.151 Codex creates the file lazily, at the first turn, so a caller that knows the
-thread id early must wait for it: :func:`locate_rollout` watches ``CODEX_HOME`` (watchfiles)
-instead of sleeping in a loop.
+thread id early must wait for it: :func:`locate_rollout` watches instead of sleeping in a loop.
+On Linux it watches, on the event loop's one shared inotify instance
+(:mod:`coven_codex.tailing.inotify`), only where the file can appear: ``sessions`` and its
+newest year, month and day folders (or ``CODEX_HOME`` for ``sessions`` itself), woken only by
+new date folders and by its own file's name. A waiting conversation thus holds no file
+descriptor and no inotify instance of its own, and costs no CPU until its file appears, however
+many wait at once (1,000 conversations under ``ulimit -n 1024``; docs/performance.md). Elsewhere
+(or when inotify cannot be used) it falls back to a watchfiles watcher of ``CODEX_HOME`` per
+waiting caller.
 """
 
 from __future__ import annotations
@@ -16,12 +23,14 @@ import json
 import logging
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 from watchfiles import Change, awatch
 
 from coven_codex.rollout.parser import record_from_object
 from coven_codex.rollout.records import RolloutRecord, SessionMeta
+from coven_codex.tailing import inotify
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +146,106 @@ async def locate_rollout(
     found = await asyncio.to_thread(look)  # directory scans stay off the event loop
     if found is not None:
         return found
+    try:
+        if inotify.inotify_available():
+            found = await _wait_inotify(codex_home, thread_id, look, timeout)
+        else:
+            found = await _wait_watchfiles(codex_home, look, timeout)
+    except inotify.InotifyUnavailable as exc:
+        log.info("watching %s with inotify failed (%s); falling back to watchfiles", codex_home, exc)
+        found = await _wait_watchfiles(codex_home, look, timeout)
+    if found is not None:
+        return found
+    sessions = codex_home / "sessions"
+    wanted = f"thread {thread_id}" if thread_id is not None else f"a session whose cwd is {cwd}"
+    raise RolloutNotFoundError(
+        f"no rollout file for {wanted} appeared under {sessions} within {timeout:g} s. Codex writes it at the "
+        "first turn: check that the turn started, and that Codex runs with this CODEX_HOME."
+    )
+
+
+def _is_date_folder(name: str) -> bool:
+    return name.isdigit()
+
+
+def _watch_points(codex_home: Path, thread_id: str | None) -> list[tuple[Path, inotify.NameMatch]]:
+    """Where (and for which names) a new rollout of ``thread_id`` (any rollout when ``None``)
+    shows up: ``sessions`` and its newest year, month and day folders (module docstring)."""
+    sessions = codex_home / "sessions"
+    if not sessions.is_dir():
+        return [(codex_home, "sessions")]
+    suffix = f"-{thread_id}.jsonl" if thread_id is not None else ".jsonl"
+
+    def in_day(name: str) -> bool:
+        return name.endswith(suffix)
+
+    points: list[tuple[Path, inotify.NameMatch]] = [(sessions, _is_date_folder)]
+    folder = sessions
+    for depth in range(3):
+        try:
+            names = sorted((name for name in os.listdir(folder) if _is_date_folder(name)), reverse=True)
+        except OSError:
+            break
+        newest = next((folder / name for name in names if (folder / name).is_dir()), None)
+        if newest is None:
+            break
+        folder = newest
+        points.append((folder, in_day if depth == 2 else _is_date_folder))
+    return points
+
+
+async def _wait_inotify(
+    codex_home: Path,
+    thread_id: str | None,
+    look: Callable[[], Path | None],
+    timeout: float,  # noqa: ASYNC109  # the caller's bound, passed on
+) -> Path | None:
+    """Wait (at most ``timeout`` s) on the loop's shared inotify instance until ``look`` finds
+    the file; ``None`` when it did not appear in time."""
+    try:
+        async with asyncio.timeout(timeout):
+            while True:
+                points = await asyncio.to_thread(_watch_points, codex_home, thread_id)
+                subscriptions: list[inotify.InotifySubscription] = []
+                try:
+                    for directory, name in points:
+                        try:
+                            subscriptions.append(inotify.subscribe(directory, name))
+                        except FileNotFoundError:
+                            continue  # the folder went away meanwhile: the next round looks again
+                    found = await asyncio.to_thread(look)  # after subscribing: nothing is missed
+                    if found is not None:
+                        return found
+                    await _first_wake(subscriptions)
+                finally:
+                    for subscription in subscriptions:
+                        await subscription.aclose()
+    except TimeoutError:
+        return None
+
+
+async def _first_wake(subscriptions: list[inotify.InotifySubscription]) -> None:
+    """Return once any of ``subscriptions`` was woken (at once when there are none to wait on,
+    so the caller looks again)."""
+    if not subscriptions:
+        await asyncio.sleep(RECHECK_SECONDS)
+        return
+    waits = [asyncio.create_task(subscription.wait()) for subscription in subscriptions]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for wait in waits:
+            wait.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)
+
+
+async def _wait_watchfiles(
+    codex_home: Path,
+    look: Callable[[], Path | None],
+    timeout: float,  # noqa: ASYNC109  # the caller's bound, passed on
+) -> Path | None:
+    """The fallback without inotify: a watchfiles watcher of ``CODEX_HOME`` (one per caller),
+    looking again on every change in ``sessions`` and at least every :data:`RECHECK_SECONDS`."""
     sessions = str(codex_home / "sessions")
 
     def in_sessions(_change: Change, path: str) -> bool:
@@ -158,11 +267,7 @@ async def locate_rollout(
                 if found is not None:
                     return found
     except TimeoutError:
-        pass
+        return None
     finally:
         stop.set()
-    wanted = f"thread {thread_id}" if thread_id is not None else f"a session whose cwd is {cwd}"
-    raise RolloutNotFoundError(
-        f"no rollout file for {wanted} appeared under {sessions} within {timeout:g} s. Codex writes it at the "
-        "first turn: check that the turn started, and that Codex runs with this CODEX_HOME."
-    )
+    return None

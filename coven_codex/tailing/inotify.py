@@ -14,6 +14,7 @@ import errno
 import logging
 import os
 import struct
+from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
@@ -85,12 +86,18 @@ def _os_error(message: str, path: Path | None = None) -> InotifyUnavailable:
     return InotifyUnavailable(code, text, str(path) if path else None)
 
 
+NameMatch = str | Callable[[str], bool]
+"""Which entries of a watched directory a subscription hears about: one name, or every name a
+predicate accepts (called for each event on the directory, so it must be cheap)."""
+
+
 class InotifySubscription:
-    """Wakes :meth:`wait` when something happens to ``name`` inside ``directory``."""
+    """Wakes :meth:`wait` when something happens to ``name`` inside ``directory`` (an entry
+    name, or a predicate on entry names: :data:`NameMatch`)."""
 
     __slots__ = ("_event", "_hub", "dead", "directory", "name", "wd")
 
-    def __init__(self, hub: _InotifyHub, wd: int, directory: Path, name: str) -> None:
+    def __init__(self, hub: _InotifyHub, wd: int, directory: Path, name: NameMatch) -> None:
         self._hub = hub
         self._event = asyncio.Event()
         self.wd = wd
@@ -98,6 +105,11 @@ class InotifySubscription:
         self.name = name
         self.dead = False
         """The directory itself went away; subscribe again to the new target."""
+
+    def matches(self, name: str) -> bool:
+        """An event about the entry ``name`` concerns this subscription."""
+        wanted = self.name
+        return wanted == name if isinstance(wanted, str) else wanted(name)
 
     def notify(self) -> None:
         """Something happened to the file: wake the waiting :meth:`wait`."""
@@ -128,7 +140,7 @@ class _InotifyHub:
     def empty(self) -> bool:
         return not self._subscriptions
 
-    def subscribe(self, directory: Path, name: str) -> InotifySubscription:
+    def subscribe(self, directory: Path, name: NameMatch) -> InotifySubscription:
         assert _LIBC is not None
         wd = _LIBC.inotify_add_watch(self._fd, os.fsencode(directory), WATCH_MASK)
         if wd < 0:
@@ -194,7 +206,7 @@ class _InotifyHub:
                 continue
             name = os.fsdecode(raw_name)
             for subscription in group:
-                if subscription.name == name:
+                if subscription.matches(name):
                     subscription.notify()
 
     def _wake_all(self) -> None:
@@ -211,8 +223,9 @@ def inotify_available() -> bool:
     return _LIBC is not None
 
 
-def subscribe(directory: Path, name: str) -> InotifySubscription:
-    """Watch ``name`` in ``directory`` on the running loop's shared inotify instance.
+def subscribe(directory: Path, name: NameMatch) -> InotifySubscription:
+    """Watch ``name`` (an entry name or a predicate on names) in ``directory`` on the running
+    loop's shared inotify instance.
 
     Raises :class:`InotifyUnavailable` when inotify cannot be used, and
     ``FileNotFoundError`` when ``directory`` does not exist.

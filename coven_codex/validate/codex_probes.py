@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from coven_codex.codex.agents_md import TemplateError
+from coven_codex.codex.capabilities import CapabilityError, detect_capabilities, plan_driver
 from coven_codex.codex.config_merge import ConfigMergeError, KeyPath
 from coven_codex.codex.discovery import DiscoveryError, find_codex
 from coven_codex.codex.home import (
@@ -92,23 +93,36 @@ async def probe_codex_version(context: ProbeContext) -> ProbeResult:
 
 
 async def probe_codex_supported(context: ProbeContext) -> ProbeResult:
-    """The version is supported and offers the driver asked for; records the driver that will run."""
+    """The version is supported and offers the driver asked for; records the driver that will run
+    (chosen by what the binary's app-server protocol offers: :mod:`coven_codex.codex.capabilities`)."""
     version = context.facts[VERSION_FACT]
     if not version.supported:
         return ProbeResult.fail(
             f"Codex {version} is older than the oldest supported version 0.47.0",
             "Upgrade: npm install -g @openai/codex@latest",
         )
-    wanted = context.settings.driver
-    driver: DriverKind = version.default_driver if wanted == "auto" else wanted
-    if driver == "app-server" and not version.supports_app_server:
-        return ProbeResult.fail(
-            f'driver = "app-server" was asked for, but Codex {version} lacks the app-server v2 protocol',
-            'Set driver = "auto" (or "exec"), or upgrade Codex to 0.169.0 or newer.',
+    launch: CodexLaunch = context.facts[LAUNCH_FACT]
+    settings = context.settings
+    try:
+        capabilities = await asyncio.to_thread(
+            detect_capabilities,
+            launch.program,
+            launch.command,
+            version,
+            env=launch.environment(os.environ),
+            cache_dir=settings.resolved_state_dir,
         )
-    context.facts[DRIVER_FACT] = driver
-    how = "chosen by version" if wanted == "auto" else "as configured"
-    return ProbeResult.ok(f"Codex {version} is supported; driver: {driver} ({how})")
+        plan = plan_driver(capabilities, settings.driver)
+    except CapabilityError as exc:
+        return ProbeResult.fail(
+            str(exc), 'Set driver = "auto" (or "exec"), or upgrade Codex (npm install -g @openai/codex@latest).'
+        )
+    except OSError as exc:
+        return ProbeResult.fail(
+            f"cannot read the Codex binary {launch.program} ({exc.strerror})", "Reinstall the Codex CLI."
+        )
+    context.facts[DRIVER_FACT] = plan.driver
+    return ProbeResult.ok(f"Codex {version} is supported; driver {plan.reason}")
 
 
 async def probe_traces(context: ProbeContext) -> ProbeResult:

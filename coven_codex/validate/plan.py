@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from coven_codex.codex.capabilities import SCHEMA_TIMEOUT
 from coven_codex.settings import Settings
 from coven_codex.validate import codex_probes as codex
 from coven_codex.validate import filesystem_probes as fs
@@ -15,9 +16,9 @@ PLAN: tuple[Probe, ...] = (
     Probe("codex_version", "`codex --version` answers", codex.probe_codex_version, timeout=8, needs=("codex_found",)),
     Probe(
         "codex_supported",
-        "Codex version supported; driver chosen",
+        "Codex version supported; driver chosen by its capabilities",
         codex.probe_codex_supported,
-        timeout=1,
+        timeout=SCHEMA_TIMEOUT + 5,
         needs=("codex_version",),
     ),
     Probe(

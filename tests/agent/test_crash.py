@@ -169,6 +169,18 @@ async def test_kill9_daemon_short(codex_bin_169: Path, harness_factory: Factory)
         await crash_loop(h, server, thoughts=30, kills=5, seed=7)
 
 
+@pytest.mark.parametrize("version", ["0.135.0", "0.147.0"])
+async def test_kill9_daemon_short_releases_between(
+    version: str, codex_of: Callable[[str], Path], harness_factory: Factory
+) -> None:
+    """The CI's releases between 0.47 and 0.169 (tests/agent/test_version_matrix.py): 0.135 on exec
+    with a rollout that records turn starts and ends, 0.147 on the app-server with the thought ids
+    on ``user_message`` (what a thought in flight at the kill is resolved by)."""
+    async with ScriptedModelServer(responder=echo_responder) as server:
+        h = harness_factory(codex_of(version), server)
+        await crash_loop(h, server, thoughts=30, kills=5, seed=135)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 async def test_kill9_daemon_200_thoughts_25_kills(codex_bin_169: Path, harness_factory: Factory) -> None:
@@ -224,3 +236,26 @@ async def test_kill9_daemon_many_conversations_on_one_app_server(codex_bin_169: 
     async with ScriptedModelServer(responder=echo_responder) as server:
         h = harness_factory(codex_bin_169, server)
         await crash_loop(h, server, thoughts=120, kills=15, seed=88, conversations=MANY)
+
+
+MORE = tuple(f"m{n}" for n in range(40))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+async def test_kill9_daemon_40_conversations_on_one_app_server(codex_bin_169: Path, harness_factory: Factory) -> None:
+    """40 conversations (five times ``max_sessions``, so idle ones are evicted for waiting ones all
+    along) on one shared app-server, the daemon killed at random moments: every thought once, in
+    order, no orphan."""
+    async with ScriptedModelServer(responder=echo_responder) as server:
+        h = harness_factory(codex_bin_169, server)
+        await crash_loop(h, server, thoughts=160, kills=12, seed=4040, conversations=MORE)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+async def test_kill9_shared_app_server_40_conversations(codex_bin_169: Path, harness_factory: Factory) -> None:
+    """The same 40 conversations, the shared app-server (not the daemon) killed at random moments."""
+    async with ScriptedModelServer(responder=echo_responder) as server:
+        h = harness_factory(codex_bin_169, server)
+        await crash_loop(h, server, thoughts=160, kills=12, seed=4141, victim="app-server", conversations=MORE)

@@ -205,10 +205,14 @@ async def test_idle_session_is_reaped_and_resumed(
     assert await h.stop(daemon) == 0
 
 
-async def test_steer_adds_a_thought_to_the_running_turn(codex_bin_169: Path, harness_factory: Factory) -> None:
+@pytest.mark.parametrize("version", ["0.169.0", "0.147.0"])
+async def test_steer_adds_a_thought_to_the_running_turn(
+    version: str, codex_of: Callable[[str], Path], harness_factory: Factory
+) -> None:
+    """Steering is offered where ``turn/steer`` takes ``clientUserMessageId`` (docs/rollout.md)."""
     responder = make_responder({"slow": lambda r: (Stall(2.0), Reply("slow done"))})
     async with ScriptedModelServer(responder=responder) as server:
-        h = harness_factory(codex_bin_169, server)
+        h = harness_factory(codex_of(version), server)
         daemon = await h.start("--mid-turn", "steer")
         await h.think("c", "slow first")
         await server.requests.wait_for(1)

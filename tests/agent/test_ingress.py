@@ -13,7 +13,7 @@ from coven_codex.entries import (
     ResponseEntry,
     ThoughtEntry,
 )
-from coven_codex.journal import JournalRecord, MemoryJournal
+from coven_codex.journal import START, JournalRecord, MemoryJournal
 
 
 class Recorder:
@@ -82,7 +82,7 @@ async def test_routes_by_kind_skips_our_own_entries_and_reports_bad_lines() -> N
     assert await journal.load_cursor(CURSOR_NAME) == await journal.end_position()
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
-    assert old_cancel.start == 0
+    assert old_cancel.start == START
 
 
 async def test_restart_does_not_report_a_bad_line_twice() -> None:

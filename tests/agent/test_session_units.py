@@ -32,7 +32,7 @@ from coven_codex.agent.link import (
 )
 from coven_codex.agent.manager import SessionManager
 from coven_codex.agent.processes import ProcessRegistry
-from coven_codex.agent.services import SessionServices
+from coven_codex.agent.services import SessionServices, ThreadOptions
 from coven_codex.agent.session import DELIVERY_ATTEMPTS, Session
 from coven_codex.agent.slots import SlotPool
 from coven_codex.agent.state import SessionState, StateStore
@@ -72,7 +72,12 @@ class FakeCodex:
     def rollout(self, thread_id: str) -> Path:
         return self.root / f"rollout-{thread_id}.jsonl"
 
-    def __call__(self, conversation: str) -> CodexLink:
+    forks_threads: bool = True
+    options: list[ThreadOptions] = field(default_factory=list)
+    """The thread options of every link made, in order."""
+
+    def __call__(self, conversation: str, options: ThreadOptions) -> CodexLink:
+        self.options.append(options)
         link = FakeLink(self)
         self.links.append(link)
         return link

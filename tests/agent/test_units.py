@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from coven_codex.agent.cursor import LowWaterCursor
-from coven_codex.agent.recovery import codex_received, find_unclaimed_rollout, user_messages
+from coven_codex.agent.recovery import codex_received, find_unclaimed_rollout, recorded_client_id, user_messages
 from coven_codex.agent.slots import SlotPool
 from coven_codex.agent.state import MAX_OPEN_LOGS, InFlight, SessionState, StateError, StateStore, state_file_name
 from coven_codex.agent.statelock import StateLock
+from coven_codex.journal import Position
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "rollouts"
 RECOVERY_FIXTURES = FIXTURES.parent / "recovery"
@@ -92,20 +93,21 @@ def test_corrupt_state_is_set_aside(tmp_path: Path, caplog: pytest.LogCaptureFix
 
 def test_forget_delivered_before() -> None:
     state = SessionState(conversation="c", delivered={"a": 1, "b": 5, "c": 9})
-    state.forget_delivered_before(5)
-    assert state.delivered == {"b": 5, "c": 9}
+    state.forget_delivered_before(Position(0, 5))  # integers: positions saved by an older coven-codex
+    assert state.delivered == {"b": Position(0, 5), "c": Position(0, 9)}
 
 
 def test_low_water_cursor_never_passes_a_pending_item() -> None:
-    cursor = LowWaterCursor(0)
-    cursor.read(0, 10, pending=True)
-    cursor.read(10, 20, pending=False)
-    cursor.read(20, 30, pending=True)
-    assert cursor.position == 0
-    cursor.finish(20)
-    assert cursor.position == 0
-    cursor.finish(0)
-    assert cursor.position == 30
+    at = [Position(0, n) for n in (0, 10, 20, 30)]
+    cursor = LowWaterCursor(at[0])
+    cursor.read(at[0], at[1], pending=True)
+    cursor.read(at[1], at[2], pending=False)
+    cursor.read(at[2], at[3], pending=True)
+    assert cursor.position == at[0]
+    cursor.finish(at[2])
+    assert cursor.position == at[0]
+    cursor.finish(at[0])
+    assert cursor.position == at[3]
     assert cursor.pending == 0
 
 
@@ -267,3 +269,27 @@ async def test_an_awaited_state_save_is_on_disk_before_it_returns(
         inode, size = log.stat().st_ino, log.stat().st_size
         assert any(ino == inode and synced_size >= size for ino, synced_size in synced), synced
     store.close()
+
+
+def test_client_ids_on_the_user_message_event_of_0_140_and_0_147(tmp_path: Path) -> None:
+    """Codex 0.147's app-server records ``clientUserMessageId`` on ``event_msg/user_message``
+    (the line as the real CLI wrote it), not on an ``item_completed``."""
+    history = {
+        "timestamp": "2026-11-23T18:51:02.100Z",
+        "type": "response_item",
+        "payload": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hello one"}]},
+    }
+    line = (
+        '{"timestamp":"2026-11-23T18:51:02.101Z","type":"event_msg","payload":{"type":"user_message",'
+        '"client_id":"46d2c722f2d44fa388b25332db8d976b","message":"hello one","images":[],"local_images":[],'
+        '"audio":[],"local_audio":[],"text_elements":[]}}'
+    )
+    assert recorded_client_id(line.encode()) == "46d2c722f2d44fa388b25332db8d976b"
+    path = tmp_path / "rollout.jsonl"
+    path.write_text(json.dumps(history) + "\n" + line + "\n")
+    assert user_messages(path).client_ids == ["46d2c722f2d44fa388b25332db8d976b"]
+    received = InFlight(thought_id="46d2c722f2d44fa388b25332db8d976b", position=0, text="hello one")
+    assert codex_received(path, received, by_client_id=True)
+    # Another thought with the same text, handed over after it, was not received.
+    later = InFlight(thought_id="other", position=0, text="hello one", user_messages_before=1)
+    assert not codex_received(path, later, by_client_id=True)

@@ -12,13 +12,31 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from coven_codex.codex.appserver import AppServerPool
+from coven_codex.codex.capabilities import CodexCapabilities, DriverPlan, detect_capabilities, plan_driver
 from coven_codex.codex.drivers import CodexDriver, DriverChoice, DriverEvent, DriverSettings, create_driver
 from coven_codex.codex.home import CodexHome, prepare_codex_home
-from coven_codex.codex.version import parse_version
+from coven_codex.codex.version import CodexVersion, parse_version
 from coven_codex.testing import ScriptedModelServer, codex_config
 from coven_codex.testing.codex_config import DEFAULT_ENV_KEY
 
 E = TypeVar("E")
+
+
+_CAPABILITIES: dict[Path, CodexCapabilities] = {}
+
+
+def pinned_cli(version: str) -> Path:
+    """The Codex CLI ``version`` as scripts/install-codex.sh installs it."""
+    return Path(__file__).resolve().parents[2] / ".codex-cli" / version / "node_modules" / ".bin" / "codex"
+
+
+def driver_plan(executable: Path, version: CodexVersion, choice: DriverChoice = "auto") -> DriverPlan:
+    """The plan the daemon would make for ``executable`` (its capabilities probed once per test run)."""
+    if executable not in _CAPABILITIES:
+        _CAPABILITIES[executable] = detect_capabilities(
+            executable, (str(executable),), version, env=os.environ, cache_dir=None
+        )
+    return plan_driver(_CAPABILITIES[executable], choice)
 
 
 class Recorder:
@@ -66,14 +84,18 @@ class CodexSetup:
     def driver(
         self, recorder: Recorder, *, choice: DriverChoice = "auto", pool: AppServerPool | None = None, **settings: Any
     ) -> CodexDriver:
+        version = parse_version(f"codex-cli {self.version}")
         return create_driver(
             self.executable,
-            parse_version(f"codex-cli {self.version}"),
+            version,
             self.workspace,
             env=self.home.env,
             settings=DriverSettings(**{"kill_grace": 3.0, **settings}),
             sink=recorder,
-            choice=choice,
+            # (a test of a missing executable gets the plan of the real CLI of its version)
+            plan=driver_plan(
+                self.executable if self.executable.exists() else pinned_cli(self.version), version, choice
+            ),
             pool=pool,
         )
 

@@ -19,6 +19,7 @@ from coven_codex.codex.drivers import (
     DriverError,
     DriverFailed,
     ThreadStarted,
+    TurnExpired,
     TurnFinished,
     TurnStarted,
 )
@@ -212,6 +213,9 @@ async def test_turn_timeout_is_a_classified_error(tmp_path: Path, codex_bin_169:
             await driver.aclose()
         assert finished.status == "failed"
         assert finished.error is not None and finished.error.code is ErrorCode.OUTER_TIMEOUT
+        # Said at once, before the turn is ended (the rollout records its end first: jobs, docs/jobs.md).
+        (expired,) = recorder.of(TurnExpired)
+        assert expired.error == finished.error and recorder.events.index(expired) < recorder.events.index(finished)
 
 
 def codex_tree(driver_pid: int) -> tuple[psutil.Process, list[psutil.Process]]:

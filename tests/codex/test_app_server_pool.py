@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import resource
+import subprocess
+import sys
 from pathlib import Path
 
 import psutil
@@ -13,6 +17,8 @@ import pytest
 from codex_driver_helpers import CodexSetup, Recorder, make_setup, texts
 
 from coven_codex.codex.appserver import AppServerPool
+from coven_codex.codex.appserver.pool import thread_budget
+from coven_codex.codex.discovery import find_codex
 from coven_codex.codex.drivers import (
     AgentMessageCompleted,
     ApprovalRequested,
@@ -23,6 +29,7 @@ from coven_codex.codex.drivers import (
     TurnStarted,
 )
 from coven_codex.codex.errors import ErrorCode
+from coven_codex.codex.launch import resolve_launch
 from coven_codex.testing import CallTool, Reply, ScriptedModelServer, Stall
 from coven_codex.testing.model_server import RecordedRequest
 from coven_codex.testing.responders import TurnScript, echo_responder, last_user_text, pending_tool_output
@@ -161,3 +168,175 @@ async def test_killing_the_shared_process_is_one_event_for_every_thread_and_all_
         # The model saw each thread's history: they really were resumed.
         last = {r.user_texts()[-1]: r.user_texts() for r in server.requests.responses_requests() if r.user_texts()}
         assert "first 2" in last["after 2"] and "slow a" in last["after 0"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+async def test_threads_opened_all_at_once_past_codexs_request_queue_all_open(
+    tmp_path: Path, codex_bin_169: Path
+) -> None:
+    """300 conversations opening their thread on one app-server at the same moment: Codex refuses
+    what overflows its request queue ("Server overloaded; retry later.", unprocessed), and every
+    refused request is sent again until each thread is open (1,000 conversations at once in
+    bench_scale met this as 'could not start Codex' for about a third of them)."""
+    async with ScriptedModelServer(responder=responder) as server:
+        setup = make_setup(tmp_path, codex_bin_169, VERSION, server, driver="app-server")
+        pool = setup.pool()
+        recorders = [Recorder() for _ in range(300)]
+        drivers = [setup.driver(recorder, pool=pool, stream_idle_timeout=300.0) for recorder in recorders]
+        try:
+            outcomes = await asyncio.gather(*(driver.start(None) for driver in drivers), return_exceptions=True)
+            assert [repr(o) for o in outcomes if o is not None][:3] == []
+            assert len({driver.thread_id for driver in drivers}) == 300
+        finally:
+            await close_all(drivers, pool)
+
+
+def test_thread_budget_follows_the_open_file_limit() -> None:
+    assert thread_budget(1024) == 149
+    assert thread_budget(256) == 21
+    assert thread_budget(100) == 16  # never below a floor: a tiny limit fails loudly in Codex instead
+    assert thread_budget(65536) > 10_000
+
+
+async def test_a_full_process_takes_no_new_thread_and_ends_when_its_threads_are_let_go(
+    tmp_path: Path, codex_bin_169: Path
+) -> None:
+    """Codex keeps every thread it loaded open until it exits: after ``threads_per_process``
+    threads a process is full, the next thread goes to a new process (even with ``size`` 1), and
+    the full one ends once its last thread is closed."""
+    async with ScriptedModelServer(responder=responder) as server:
+        setup = make_setup(tmp_path, codex_bin_169, VERSION, server, driver="app-server")
+        pool = AppServerPool(
+            (str(setup.executable),),
+            env=setup.home.env,
+            cwd=setup.workspace,
+            settings=setup.pool().settings,
+            threads_per_process=3,
+        )
+        first, first_recorders = await open_drivers(setup, pool, 3)
+        second, second_recorders = await open_drivers(setup, pool, 2)
+        try:
+            (old,) = {pid for driver in first for pid in driver.pids}
+            (new,) = {pid for driver in second for pid in driver.pids}
+            assert old != new and sorted(pool.pids) == sorted([old, new])
+            await asyncio.gather(*(d.submit(f"hi {i}", f"t{i}") for i, d in enumerate(first + second)))
+            for recorder in first_recorders + second_recorders:
+                await recorder.wait_for(TurnFinished)
+            for driver in first:
+                await driver.aclose()
+            assert pool.pids == [new]
+            assert not psutil.pid_exists(old) or psutil.Process(old).status() == psutil.STATUS_ZOMBIE
+        finally:
+            await close_all(first + second, pool)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+async def test_threads_past_one_processs_open_file_limit_are_all_served(tmp_path: Path, codex_bin_169: Path) -> None:
+    """120 conversations, one turn each, under an open-file limit of 250 (inherited by Codex), in
+    ``max_sessions``-like batches of 30 at a time, one conversation of each batch staying open:
+    the pool's processes (the native binary, as the daemon starts it) take what their limit allows
+    (``thread_budget(250)`` = 20 threads each) and every turn is served. One process for all of
+    them (never empty, so never restarted) runs out of descriptors ('No file descriptors
+    available') on the way."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert len(os.listdir("/proc/self/fd")) < 100  # the test process itself must fit under the limit
+    resource.setrlimit(resource.RLIMIT_NOFILE, (250, hard))
+    try:
+        async with ScriptedModelServer(responder=responder) as server:
+            setup = make_setup(tmp_path, codex_bin_169, VERSION, server, driver="app-server")
+            # The native binary, as the daemon starts it (the Node wrapper would raise the limit).
+            launch = resolve_launch(find_codex(str(codex_bin_169), setup.workspace), setup.home.env)
+            assert launch.kind == "native"
+            pool = AppServerPool(
+                launch.command,
+                env=launch.environment(setup.home.env),
+                cwd=setup.workspace,
+                settings=setup.pool().settings,
+            )
+            assert pool.threads_per_process == 20
+            seen: set[int] = set()
+            kept: list[CodexDriver] = []  # one conversation of each batch stays: no process ever runs empty
+            try:
+                for batch in range(4):
+                    drivers, recorders = await open_drivers(setup, pool, 30)
+                    try:
+                        seen.update(pool.pids)
+                        await asyncio.gather(*(d.submit(f"hi {batch}.{i}", f"t{i}") for i, d in enumerate(drivers)))
+                        for i, recorder in enumerate(recorders):
+                            (finished,) = await recorder.wait_for(TurnFinished)
+                            assert finished.status == "completed", finished
+                            assert texts(recorder.of(AgentMessageCompleted)) == [f"echo: hi {batch}.{i}"]
+                    finally:
+                        kept.append(drivers[0])
+                        for driver in drivers[1:]:
+                            await driver.aclose()
+            finally:
+                for driver in kept:
+                    await driver.aclose()
+                await pool.aclose()
+            assert len(seen) >= 6
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+async def test_a_thread_is_resumed_on_the_process_that_still_has_it_loaded(tmp_path: Path, codex_bin_169: Path) -> None:
+    """Codex keeps a thread it opened loaded, and the writer of its rollout, until it exits: a
+    conversation that let its thread go and comes back must reopen it on that process, not on the
+    least used one, which refuses it ("already has an active writer") so that the conversation
+    lost its thread for a new one. Two processes (``app_servers = 2``); the thread's first process
+    is the busier one when the conversation comes back."""
+    async with ScriptedModelServer(responder=responder) as server:
+        setup = make_setup(tmp_path, codex_bin_169, VERSION, server, driver="app-server")
+        pool = setup.pool(size=2)
+        first = Recorder()
+        conversation = setup.driver(first, pool=pool)
+        await conversation.start(None)
+        others: list[CodexDriver] = []
+        for _ in range(5):  # one at a time: the least used process takes each, alternately
+            driver = setup.driver(Recorder(), pool=pool)
+            await driver.start(None)
+            others.append(driver)
+        try:
+            (home,) = conversation.pids
+            assert len(set(pool.pids)) == 2
+            elsewhere = [d for d in others if d.pids != [home]]
+            for driver in elsewhere[1:]:  # the other process keeps one thread: it becomes the least used
+                await driver.aclose()
+            thread = conversation.thread_id
+            await conversation.submit("first", "c1")
+            await first.wait_for(TurnFinished)
+            await conversation.aclose()
+            users = {pid: sum(pid in d.pids for d in others) for pid in pool.pids}
+            assert users[home] > min(users.values())  # the least used process is the other one
+            again = Recorder()
+            back = setup.driver(again, pool=pool)
+            await back.start(thread)
+            (started,) = again.of(ThreadStarted)
+            assert (started.thread_id, started.resumed, started.note) == (thread, True, None)
+            assert back.pids == [home]
+            await back.submit("second", "c2")
+            await again.wait_for(TurnFinished)
+            assert texts(again.of(AgentMessageCompleted)) == ["echo: second"]
+            others.append(back)
+        finally:
+            await close_all(others, pool)
+
+
+def test_the_daemon_raises_its_open_file_limit_to_the_hard_one_for_codex() -> None:
+    """Under ``ulimit -Sn 1024`` with a higher hard limit the soft one is raised (Codex inherits
+    it, so one process takes every thread); with ``ulimit -n 1024`` (both) nothing changes and the
+    pool divides the threads among processes."""
+    code = (
+        "import resource; from coven_codex.codex.appserver.pool import raise_fd_limit, thread_budget; "
+        "print(raise_fd_limit(), resource.getrlimit(resource.RLIMIT_NOFILE), thread_budget())"
+    )
+    raised = subprocess.run(
+        ["prlimit", "--nofile=1024:4096", sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert raised.stdout.split() == ["(1024,", "4096)", "(4096,", "4096)", "661"]
+    kept = subprocess.run(
+        ["prlimit", "--nofile=1024:1024", sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert kept.stdout.split() == ["None", "(1024,", "1024)", "149"]

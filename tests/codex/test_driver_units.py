@@ -7,13 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from coven_codex.codex.capabilities import AppServerProtocol, CodexCapabilities, plan_driver
 from coven_codex.codex.drivers import (
     AppServerDriver,
-    DriverError,
     DriverSettings,
     ExecDriver,
     TurnFinished,
-    choose_driver,
     create_driver,
     queue_sink,
 )
@@ -22,7 +21,7 @@ from coven_codex.codex.errors import ErrorCode
 from coven_codex.codex.version import CodexVersion
 from coven_codex.settings import Settings
 
-NEW, OLD, MIDDLE = CodexVersion(0, 169, 0), CodexVersion(0, 47, 0), CodexVersion(0, 120, 0)
+NEW, OLD = CodexVersion(0, 169, 0), CodexVersion(0, 47, 0)
 
 
 async def test_clock_turn_timeout() -> None:
@@ -67,23 +66,35 @@ def test_process_error_classifies_error_lines_of_a_failed_exit() -> None:
     assert process_error(3, []).message == "Codex exited unexpectedly (exit 3)"
 
 
-def test_choose_driver() -> None:
-    assert choose_driver(NEW) == "app-server"
-    assert choose_driver(OLD) == "exec"
-    assert choose_driver(MIDDLE) == "exec"
-    assert choose_driver(MIDDLE, "app-server") == "app-server"
-    assert choose_driver(NEW, "exec") == "exec"
-    with pytest.raises(DriverError, match="older app-server protocol"):
-        choose_driver(OLD, "app-server")
+FULL = AppServerProtocol(
+    client_requests=frozenset(
+        {"thread/start", "thread/resume", "turn/start", "turn/interrupt", "turn/steer", "thread/unsubscribe"}
+    ),
+    server_requests=frozenset({"item/commandExecution/requestApproval"}),
+    notifications=frozenset({"turn/started", "turn/completed"}),
+    turn_start_fields=frozenset({"threadId", "input", "clientUserMessageId"}),
+    turn_steer_fields=frozenset({"threadId", "input", "expectedTurnId", "clientUserMessageId"}),
+)
 
 
 async def test_create_driver_and_settings(tmp_path: Path) -> None:
     queue: asyncio.Queue[DriverEvent] = asyncio.Queue()
     settings = DriverSettings.from_settings(Settings(workspace=tmp_path, mid_turn="steer", approval_policy="deny"))
     assert (settings.mid_turn, settings.approval_policy, settings.turn_timeout) == ("steer", "deny", 600.0)
-    new = create_driver(tmp_path / "codex", NEW, tmp_path, env={}, settings=settings, sink=queue_sink(queue))
-    old = create_driver(tmp_path / "codex", OLD, tmp_path, env={}, settings=settings, sink=queue_sink(queue))
+    app = plan_driver(CodexCapabilities(version="0.169.0", app_server=FULL))
+    no_steer = plan_driver(
+        CodexCapabilities(version="0.140.0", app_server=FULL.model_copy(update={"turn_steer_fields": frozenset()}))
+    )
+    exec_plan = plan_driver(CodexCapabilities(version="0.47.0", why_not="no schema"))
+    new = create_driver(tmp_path / "codex", NEW, tmp_path, env={}, settings=settings, sink=queue_sink(queue), plan=app)
+    plain = create_driver(
+        tmp_path / "codex", NEW, tmp_path, env={}, settings=settings, sink=queue_sink(queue), plan=no_steer
+    )
+    old = create_driver(
+        tmp_path / "codex", OLD, tmp_path, env={}, settings=settings, sink=queue_sink(queue), plan=exec_plan
+    )
     assert isinstance(new, AppServerDriver) and new.records_client_id and new.supports_steer
+    assert isinstance(plain, AppServerDriver) and not plain.supports_steer
     assert isinstance(old, ExecDriver) and not old.records_client_id and not old.supports_steer
     assert not new.busy and new.pids == [] and new.thread_id is None
 

@@ -15,6 +15,7 @@ from coven_codex.codex.drivers import (
     DriverError,
     DriverFailed,
     ThreadStarted,
+    TurnExpired,
     TurnFinished,
     TurnStarted,
 )
@@ -119,6 +120,8 @@ async def test_turn_timeout_ends_the_process(tmp_path: Path, codex_bin_047: Path
         finally:
             await driver.aclose()
         assert finished.error is not None and finished.error.code is ErrorCode.OUTER_TIMEOUT
+        (expired,) = recorder.of(TurnExpired)  # said before the process is ended
+        assert expired.error == finished.error and recorder.events.index(expired) < recorder.events.index(finished)
 
 
 @pytest.mark.parametrize("victim", ["native", "wrapper"])

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import tomlkit
-from codex_driver_helpers import Recorder
+from codex_driver_helpers import Recorder, driver_plan
 
 from coven_codex.codex.drivers import DriverSettings, TurnFinished, create_driver
 from coven_codex.codex.home import prepare_codex_home
@@ -33,11 +33,11 @@ async def test_prepared_home_runs_tools_and_instructions(tmp_path: Path, codex_b
         workspace = tmp_path / "ws"
         workspace.mkdir()
         version = detect_version(codex_bin, env={"HOME": str(tmp_path), "PATH": os.environ["PATH"]})
-        driver_kind = version.default_driver
+        plan = driver_plan(codex_bin, version)
         home = prepare_codex_home(
             workspace / ".codex",
             workspace,
-            driver="app-server" if driver_kind == "app-server" else "exec",
+            driver=plan.driver,
             base_config=base,
             owned_tables={("mcp_servers", "echo"): mcp_server_entry()},
             agents_template=template,
@@ -47,7 +47,13 @@ async def test_prepared_home_runs_tools_and_instructions(tmp_path: Path, codex_b
         text = home.config_path.read_text()
         assert "# my own Codex settings" in text and "# trailing comment" in text
         driver = create_driver(
-            codex_bin, version, workspace, env=home.env, settings=DriverSettings(kill_grace=3.0), sink=recorder
+            codex_bin,
+            version,
+            workspace,
+            env=home.env,
+            settings=DriverSettings(kill_grace=3.0),
+            sink=recorder,
+            plan=plan,
         )
         try:
             await driver.start(None)

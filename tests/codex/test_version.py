@@ -36,12 +36,9 @@ def test_unparseable(output: str) -> None:
         parse_version(output)
 
 
-def test_capabilities() -> None:
+def test_config_details_by_version() -> None:
     new, old = CodexVersion(0, 169, 0), CodexVersion(0, 47, 0)
-    assert new.supports_app_server and new.supports_steer and new.supports_tools_approval_mode
-    assert new.default_driver == "app-server"
-    assert not old.supports_app_server and not old.supports_tools_approval_mode
-    assert old.default_driver == "exec"
+    assert new.supports_tools_approval_mode and not old.supports_tools_approval_mode
     assert old.supported and not CodexVersion(0, 30, 0).supported
     assert old < new
 
@@ -67,7 +64,6 @@ def test_detect_reports_failure(tmp_path: Path) -> None:
 def test_real_cli_versions(codex_bin: Path, codex_version: str, tmp_path: Path) -> None:
     version = detect_version(codex_bin, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
     assert str(version) == codex_version
-    assert version.default_driver == ("app-server" if codex_version == "0.169.0" else "exec")
 
 
 @pytest.mark.codex

@@ -12,6 +12,7 @@ import pytest
 
 from coven_codex.entries import ThoughtEntry
 from coven_codex.journal import (
+    START,
     BadLine,
     CursorError,
     CursorMismatch,
@@ -19,6 +20,7 @@ from coven_codex.journal import (
     JournalError,
     JournalRecord,
     JournalReplaced,
+    Position,
     file,
 )
 from coven_codex.journal.decoding import decode_line
@@ -29,11 +31,11 @@ async def test_an_unterminated_foreign_line_does_not_swallow_the_next_entry(tmp_
     path = tmp_path / "j.jsonl"
     path.write_bytes(b'{"kind": "thought", "text": "ok"}\n{"kind": "thought", "te')  # a writer crashed
     journal = FileJournal(path)
-    assert await journal.end_position() == 34  # the torn line is not part of the journal yet
+    assert await journal.end_position() == Position(0, 34)  # the torn line is not part of the journal yet
     record = await journal.append(ThoughtEntry(text="next"))
     items = await journal.read()
     assert [type(item) for item in items] == [JournalRecord, BadLine, JournalRecord]
-    assert items[1].start == 34
+    assert items[1].start == Position(0, 34)
     assert record == items[2]
     assert record.start == items[1].end
     await journal.aclose()
@@ -42,10 +44,10 @@ async def test_an_unterminated_foreign_line_does_not_swallow_the_next_entry(tmp_
 async def test_creates_missing_directories_and_file(tmp_path: Path) -> None:
     path = tmp_path / "a" / "b" / "j.jsonl"
     journal = FileJournal(path, durability="always")
-    assert await journal.end_position() == 0
+    assert await journal.end_position() == START
     assert await journal.read() == []
     record = await journal.append(ThoughtEntry(text="first"))
-    assert record.start == 0
+    assert record.start == START
     assert path.read_bytes().endswith(b"\n")
     assert path.stat().st_mode & 0o777 == 0o600
     await journal.aclose()
@@ -57,7 +59,7 @@ async def test_a_removed_journal_file_is_recreated(tmp_path: Path) -> None:
     await journal.append(ThoughtEntry(text="one"))
     path.unlink()
     record = await journal.append(ThoughtEntry(text="two"))
-    assert record.start == 0
+    assert record.start == START
     assert [item.entry.text for item in await journal.read() if isinstance(item, JournalRecord)] == ["two"]
     await journal.aclose()
 
@@ -105,13 +107,13 @@ async def test_batched_append_returns_only_after_a_flush(tmp_path: Path, monkeyp
     journal = FileJournal(tmp_path / "j.jsonl", durability="batched")
     for i in range(5):
         record = await journal.append(ThoughtEntry(text=str(i)))
-        assert flushed_sizes and flushed_sizes[-1] >= record.end
+        assert flushed_sizes and flushed_sizes[-1] >= record.end.minor
     await journal.aclose()
 
 
 async def test_cursor_files_are_written_atomically(tmp_path: Path) -> None:
     journal = FileJournal(tmp_path / "j.jsonl")
-    await journal.save_cursor("ingress/default", 123)
+    await journal.save_cursor("ingress/default", Position(0, 123))
     cursor_dir = tmp_path / "j.jsonl.cursors"
     files = sorted(p.name for p in cursor_dir.iterdir())
     assert files == ["ingress%2Fdefault.json"]  # escaped, and no temporary file left behind
@@ -121,14 +123,14 @@ async def test_cursor_files_are_written_atomically(tmp_path: Path) -> None:
 
 async def test_a_failed_cursor_save_keeps_the_old_value(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     journal = FileJournal(tmp_path / "j.jsonl")
-    await journal.save_cursor("c", 1)
+    await journal.save_cursor("c", Position(0, 1))
 
     def failing_replace(source: object, target: object) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", failing_replace)
     with pytest.raises(CursorError, match="No space left on device"):
-        await journal.save_cursor("c", 2)
+        await journal.save_cursor("c", Position(0, 2))
     monkeypatch.undo()
     assert await journal.load_cursor("c") == 1
     assert [p.name for p in (tmp_path / "j.jsonl.cursors").iterdir()] == ["c.json"]
@@ -137,7 +139,7 @@ async def test_a_failed_cursor_save_keeps_the_old_value(tmp_path: Path, monkeypa
 @pytest.mark.parametrize("content", [b"", b"{", b'{"position": -3}', b'{"position": "12"}', b"[]"])
 async def test_a_corrupt_cursor_says_what_to_do(tmp_path: Path, content: bytes) -> None:
     journal = FileJournal(tmp_path / "j.jsonl")
-    await journal.save_cursor("c", 5)
+    await journal.save_cursor("c", Position(0, 5))
     (tmp_path / "j.jsonl.cursors" / "c.json").write_bytes(content)
     with pytest.raises(CursorError, match=r"corrupt.*delete it"):
         await journal.load_cursor("c")
@@ -148,7 +150,7 @@ async def test_tail_reports_a_truncated_journal(tmp_path: Path) -> None:
     path = tmp_path / "j.jsonl"
     journal = FileJournal(path, on_notice=notices.append)
     await journal.append(ThoughtEntry(text="a"))
-    items = journal.tail(10_000)
+    items = journal.tail(Position(0, 10_000))
     first = await anext(items)
     assert isinstance(first, JournalRecord) and first.entry.text == "a"
     assert [n.kind for n in notices] == [TailNoticeKind.TRUNCATED]
@@ -166,7 +168,7 @@ async def test_append_after_close_is_refused(tmp_path: Path) -> None:
 def test_decoding_never_raises_on_hostile_input() -> None:
     deep = b"[" * 100_000 + b"]" * 100_000
     item = decode_line(deep, 7, 200_008, max_line_bytes=10**6)
-    assert isinstance(item, BadLine) and item.start == 7
+    assert isinstance(item, BadLine) and item.start == Position(0, 7)
     error = item.to_error_entry("room")
     assert error.id == "bad-line@7" and error.conversation == "room" and "position 7" in error.text
 
@@ -188,7 +190,7 @@ async def test_append_waits_for_a_lock_held_elsewhere(tmp_path: Path) -> None:
         os.close(other)
     texts = [item.entry.text for item in await journal.read() if isinstance(item, JournalRecord)]
     assert texts == ["opened", "holder", "waits"]
-    assert record.end == path.stat().st_size
+    assert record.end == Position(0, path.stat().st_size)
     await journal.aclose()
 
 
@@ -272,7 +274,7 @@ async def test_a_tail_that_does_not_follow_replacement_stops_before_the_new_file
     seen: list[str] = []
 
     async def read() -> None:
-        async for item in reader.tail(0):
+        async for item in reader.tail():
             assert isinstance(item, JournalRecord)
             seen.append(item.entry.text)
             if item.entry.text == "old":

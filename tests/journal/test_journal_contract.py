@@ -19,7 +19,16 @@ from coven_codex.entries import (
     ToolCallEntry,
     parse_entry,
 )
-from coven_codex.journal import BAD_LINE_CODE, BadLine, CursorError, Journal, JournalError, JournalItem, JournalRecord
+from coven_codex.journal import (
+    BAD_LINE_CODE,
+    START,
+    BadLine,
+    CursorError,
+    Journal,
+    JournalError,
+    JournalItem,
+    JournalRecord,
+)
 
 
 def thought(text: str, **fields: object) -> ThoughtEntry:
@@ -167,21 +176,22 @@ async def test_resume_from_a_saved_cursor_after_a_restart(journal: Journal, back
 
 
 async def test_cursors_are_independent_and_overwritable(journal: Journal) -> None:
-    await journal.save_cursor("a", 10)
-    await journal.save_cursor("conversation #general/eu", 20)
-    await journal.save_cursor("a", 30)
-    assert await journal.load_cursor("a") == 30
-    assert await journal.load_cursor("conversation #general/eu") == 20
+    first, second, third = [await journal.append(thought(f"t{n}")) for n in range(3)]
+    await journal.save_cursor("a", first.end)
+    await journal.save_cursor("conversation #general/eu", second.end)
+    await journal.save_cursor("a", third.end)
+    assert await journal.load_cursor("a") == third.end
+    assert await journal.load_cursor("conversation #general/eu") == second.end
     assert await journal.load_cursor("b") is None
 
 
 @pytest.mark.parametrize("name", ["", "x" * 81, "line\nbreak"])
 async def test_invalid_cursor_names_are_refused(journal: Journal, name: str) -> None:
     with pytest.raises(CursorError, match="cursor name"):
-        await journal.save_cursor(name, 1)
+        await journal.save_cursor(name, START)
 
 
-@pytest.mark.parametrize("position", [-1, True, 1.5])
+@pytest.mark.parametrize("position", [-1, True, 1.5, "12"])
 async def test_invalid_cursor_positions_are_refused(journal: Journal, position: object) -> None:
     with pytest.raises(CursorError, match="position"):
         await journal.save_cursor("x", position)  # type: ignore[arg-type]  # deliberately wrong type

@@ -89,3 +89,36 @@ def test_session_meta_is_read_from_the_first_line(tmp_path: Path, fixture_versio
     torn.write_bytes(b'{"timestamp":"t","type":"session_meta","payload":{"id":"x"')
     assert read_session_meta(torn) is None
     assert read_session_meta(tmp_path / "missing.jsonl") is None
+
+
+def inotify_instances() -> int:
+    """Inotify instances this process holds (its ``anon_inode:inotify`` descriptors)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:inotify"
+        except OSError:
+            continue
+    return count
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts descriptors through /proc (Linux)")
+async def test_many_waiting_conversations_share_one_inotify_instance(tmp_path: Path) -> None:
+    """300 conversations waiting for their first rollout at once hold one inotify instance in
+    all (the kernel allows 128 per user by default, and each costs a descriptor), and each finds
+    its file when Codex creates it, in a day folder that did not exist while they waited."""
+    write_rollout(tmp_path, "2026/11/22", OTHER, "/w")
+    threads = [f"01a2025f-0000-7000-8000-{index:012d}" for index in range(300)]
+    before = inotify_instances()
+    waiters = [
+        asyncio.create_task(locate_rollout(tmp_path, thread_id=thread, cwd=None, timeout=120)) for thread in threads
+    ]
+    while not all(waiter.done() for waiter in waiters) and inotify_instances() == before:
+        await asyncio.sleep(0.01)  # until the waiters watch (a failed waiter ends the loop too)
+    for _ in range(20):  # let every waiter reach its watch
+        await asyncio.sleep(0.01)
+    assert not any(waiter.done() for waiter in waiters), [w.exception() for w in waiters if w.done()][:1]
+    assert inotify_instances() - before == 1
+    created = [write_rollout(tmp_path, "2026/11/23", thread, "/w") for thread in threads]
+    assert await asyncio.gather(*waiters) == created
+    assert inotify_instances() == before

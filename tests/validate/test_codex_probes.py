@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from coven_codex.codex.capabilities import CAPABILITIES_FILE
 from coven_codex.settings import Settings
 from coven_codex.validate import codex_probes
 from coven_codex.validate.framework import ProbeContext, Status, run_plan
@@ -41,15 +42,26 @@ def _fake_codex(folder: Path, body: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("version", ["0.169.0", "0.47.0"])
-async def test_real_codex_is_found_and_its_driver_chosen(tmp_path: Path, version: str) -> None:
+@pytest.mark.parametrize(
+    ("version", "says"),
+    [
+        ("0.169.0", "driver app-server: its protocol has everything the driver uses"),
+        ("0.147.0", "driver app-server: its protocol has everything the driver uses"),
+        ("0.135.0", "driver exec: Codex 0.135.0's app-server lacks turn/start's clientUserMessageId"),
+        ("0.47.0", "driver exec: Codex 0.47.0 does not describe an app-server protocol"),
+    ],
+)
+async def test_real_codex_is_found_and_its_driver_chosen(tmp_path: Path, version: str, says: str) -> None:
     context = _context(tmp_path, codex_path=str(codex_binary(version)))
     assert (await codex_probes.probe_codex_found(context)).status is Status.PASS
     found_version = await codex_probes.probe_codex_version(context)
     assert found_version.status is Status.PASS and version in found_version.detail
     supported = await codex_probes.probe_codex_supported(context)
     assert supported.status is Status.PASS
-    assert ("app-server" if version == "0.169.0" else "exec") in supported.detail
+    assert says in supported.detail  # the driver and why
+    # The decision is cached in the state directory (never the workspace) for the next start.
+    assert (context.settings.resolved_state_dir / CAPABILITIES_FILE).is_file()
+    assert not (tmp_path / CAPABILITIES_FILE).exists()
 
 
 async def test_forcing_app_server_on_an_old_codex_fails(tmp_path: Path) -> None:
@@ -58,6 +70,7 @@ async def test_forcing_app_server_on_an_old_codex_fails(tmp_path: Path) -> None:
     await codex_probes.probe_codex_version(context)
     result = await codex_probes.probe_codex_supported(context)
     assert result.status is Status.FAIL and "upgrade" in result.fix.lower()
+    assert "generate-json-schema" in result.detail  # what the binary lacks
 
 
 async def test_missing_codex_fails_with_install_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -56,7 +56,7 @@ from coven_codex.entries import (
     StatusEntry,
     ThoughtEntry,
 )
-from coven_codex.journal import BadLine, Journal, JournalError, JournalRecord, Position
+from coven_codex.journal import START, BadLine, Journal, JournalError, JournalRecord, Position
 
 log = logging.getLogger(__name__)
 
@@ -241,7 +241,7 @@ class AdapterRunner:
         name = cursor_name(self.name)
         start = await self.journal.load_cursor(name) if self.options.resume else None
         if start is None:
-            start = 0 if self.options.start == "beginning" else await self.journal.end_position()
+            start = START if self.options.start == "beginning" else await self.journal.end_position()
             if self.options.history:
                 await self.show_history(start)
             if self.options.resume:
@@ -279,7 +279,7 @@ class AdapterRunner:
         They are shown as they were, without the ledger (a console shows its history on every start).
         """
         shown: list[tuple[Block, Address]] = []
-        for item in await self.journal.read(0, end):
+        for item in await self.journal.read(START, end):
             if not isinstance(item, JournalRecord):
                 continue
             address = self.mapping.address(item.entry.conversation)

@@ -93,11 +93,13 @@ class Hub:
 
     async def run(self) -> None:
         """Read the journal from its start, forever (cancel to stop)."""
-        async for item in self.journal.tail(0):
+        ordinal = 0  # the page's positions: items read from the journal's start (journal positions are opaque)
+        async for item in self.journal.tail():
+            ordinal += 1
             if isinstance(item, BadLine):
                 self.bad_lines += 1
                 continue
-            wire = wire_entry(item.entry, item.start, item.end, self.uploads)
+            wire = wire_entry(item.entry, ordinal - 1, ordinal, self.uploads)
             log_ = self.conversations.get(wire.conversation)
             if log_ is None:
                 log_ = self.conversations[wire.conversation] = ConversationLog(wire.conversation)

@@ -24,6 +24,7 @@ from coven_codex.agent.link import (
     ThreadReady,
     TurnEnded,
     TurnStarted,
+    TurnTimedOut,
 )
 from coven_codex.codex import drivers as d
 from coven_codex.codex.appserver.connection import ConnectionLost
@@ -152,6 +153,8 @@ def _translate(event: d.DriverEvent) -> LinkEvent | None:
         return ThreadReady(event.thread_id)
     if isinstance(event, d.TurnStarted):
         return TurnStarted(event.turn_id)
+    if isinstance(event, d.TurnExpired):
+        return TurnTimedOut(event.error)
     if isinstance(event, d.TurnFinished):
         error = event.error
         message = error.message if error else None

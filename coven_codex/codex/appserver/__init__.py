@@ -9,7 +9,8 @@ session (:mod:`coven_codex.agent.session`) and its thread's driver
 
 # The drivers first: connection and pool build on drivers.base, whose package imports them.
 import coven_codex.codex.drivers  # noqa: F401  (isort: skip)
-from coven_codex.codex.appserver.connection import AppServerConnection, RpcError, ThreadClient
+from coven_codex.codex.appserver.connection import AppServerConnection, ThreadClient
 from coven_codex.codex.appserver.pool import AppServerPool
+from coven_codex.jsonrpc import RpcError
 
 __all__ = ["AppServerConnection", "AppServerPool", "RpcError", "ThreadClient"]

@@ -17,50 +17,46 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections import deque
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import JsonValue
 
 from coven_codex import __version__
 from coven_codex.codex.drivers.base import STDERR_LINES, DriverError, DriverSettings, collect_stderr, process_error
 from coven_codex.codex.errors import ClassifiedError, classify
 from coven_codex.codex.process import STREAM_LIMIT, ChildProcess, spawn, terminate_tree
+from coven_codex.jsonrpc import JsonRpcPeer, RequestId, RequestTimeout, RpcError
+from coven_codex.jsonrpc.messages import METHOD_NOT_FOUND
+
+__all__ = [  # RpcError is re-exported: callers of request() catch it from here
+    "OVERLOADED",
+    "AppServerConnection",
+    "ConnectionLost",
+    "RpcError",
+    "RpcId",
+    "ThreadClient",
+    "thread_of",
+]
 
 log = logging.getLogger(__name__)
 
 LABEL = "the Codex app-server"
 """How messages name the process."""
 
-RpcId = int | str
+RpcId = RequestId
+"""A JSON-RPC request id (re-exported for the driver)."""
 
 
-class RpcErrorBody(BaseModel):
-    """The ``error`` member of a JSON-RPC response."""
-
-    model_config = ConfigDict(extra="ignore")
-    code: int | None = None
-    message: str = ""
-
-
-class RpcMessage(BaseModel):
-    """One line of the app-server's output: a response (``id`` and ``result``/``error``), a
-    notification (``method``, ``params``) or a server request (``id``, ``method``, ``params``)."""
-
-    model_config = ConfigDict(extra="ignore")
-    id: int | str | None = None
-    method: str | None = None
-    params: dict[str, Any] | None = None
-    result: Any = None
-    error: RpcErrorBody | None = None
-
-
-class RpcError(Exception):
-    """The app-server answered a request with an error."""
+OVERLOADED = -32001
+"""The error code of Codex's "Server overloaded; retry later.": its queue of incoming requests is
+full and the request was dropped unprocessed, so sending it again is safe."""
+OVERLOAD_FIRST_DELAY = 0.05
+OVERLOAD_MAX_DELAY = 1.0
+"""An overloaded request is sent again after 50 ms, doubling up to 1 s, within its own bound."""
 
 
 class ConnectionLost(DriverError):
@@ -75,11 +71,11 @@ class ConnectionLost(DriverError):
 class ThreadClient(Protocol):
     """What a connection routes a thread's messages to (called from the connection's reader)."""
 
-    def on_notification(self, method: str, params: Mapping[str, Any]) -> None:
+    def on_notification(self, method: str, params: Mapping[str, JsonValue]) -> None:
         """A notification about this thread."""
         ...
 
-    def on_server_request(self, rpc_id: RpcId, method: str, params: Mapping[str, Any]) -> None:
+    def on_server_request(self, rpc_id: RpcId, method: str, params: Mapping[str, JsonValue]) -> None:
         """A request of Codex about this thread (an approval); answer with :meth:`AppServerConnection.respond`."""
         ...
 
@@ -88,7 +84,7 @@ class ThreadClient(Protocol):
         ...
 
 
-def thread_of(params: Mapping[str, Any]) -> str | None:
+def thread_of(params: Mapping[str, JsonValue]) -> str | None:
     """The thread a notification or server request is about, if it names one."""
     thread = params.get("threadId") or params.get("conversationId")
     return thread if isinstance(thread, str) else None
@@ -112,8 +108,9 @@ class AppServerConnection:
         self.settings = settings
         self._on_lost = on_lost
         self._child: ChildProcess | None = None
-        self._next_id = 0
-        self._rpc: dict[int, asyncio.Future[Any]] = {}
+        self._peer = JsonRpcPeer(
+            self._write, on_request=self._on_server_request, on_notification=self._on_notification, label=LABEL
+        )
         self._threads: dict[str, ThreadClient] = {}
         self._stderr: deque[str] = deque(maxlen=STDERR_LINES)
         self._runner: asyncio.Task[None] | None = None
@@ -125,8 +122,14 @@ class AppServerConnection:
         """Why the process is gone, once it is."""
         self.users = 0
         """Threads the pool handed this connection to and that are not closed yet."""
+        self.opened = 0
+        """Threads the pool ever handed this connection to (the process keeps each one loaded)."""
+        self.loaded: set[str] = set()
+        """The threads opened on the process: it keeps each loaded, and the writer of its rollout,
+        until it exits, so no other process can resume one of them meanwhile."""
         self.started_at = 0.0
         """When the process was started (event-loop clock)."""
+        self._overload_noted = False
         self.served = False
         """A turn completed on the process: it was healthy (its death starts the restart count over)."""
 
@@ -180,7 +183,7 @@ class AppServerConnection:
             await self.request(
                 "initialize", {"clientInfo": {"name": "coven-codex", "title": "coven-codex", "version": __version__}}
             )
-            await self.send({"method": "initialized"})
+            await self._peer.notify("initialized", within=self.settings.stream_idle_timeout)
         except RpcError as exc:
             await self.aclose()
             raise DriverError(f"the Codex app-server refused to initialize: {exc}") from None
@@ -232,7 +235,7 @@ class AppServerConnection:
         self._closed = True
         self._closing = True
         self._threads.clear()
-        self._fail_pending(DriverError("the Codex app-server is closing"))
+        self._peer.fail_pending(DriverError("the Codex app-server is closing"))
         child = self._child
         if child is not None:
             if child.returncode is None and child.stdin is not None:
@@ -251,6 +254,7 @@ class AppServerConnection:
         if not self.alive:
             raise DriverError("the Codex app-server is not running")
         self._threads[thread_id] = client
+        self.loaded.add(thread_id)
 
     def detach(self, thread_id: str, client: ThreadClient) -> None:
         """Stop routing ``thread_id`` to ``client`` (if it is still the one attached)."""
@@ -258,48 +262,61 @@ class AppServerConnection:
             del self._threads[thread_id]
 
     # -- wire --------------------------------------------------------------------------------------
-    async def request(self, method: str, params: Mapping[str, Any], *, within: float | None = None) -> Any:
+    async def request(self, method: str, params: Mapping[str, JsonValue], *, within: float | None = None) -> JsonValue:
         """Send a request and wait for its answer: at most ``within`` seconds in all, by default
         ``stream_idle_timeout`` (the longest Codex may be silent). Raises :class:`RpcError` for an
-        error answer, :class:`DriverError` when there is no answer."""
+        error answer, :class:`DriverError` when there is no answer. A request Codex refuses as
+        overloaded (:data:`OVERLOADED`) is sent again with backoff, within the same bound."""
         limit = self.settings.stream_idle_timeout if within is None else within
         loop = asyncio.get_running_loop()
         deadline = loop.time() + limit
-        self._next_id += 1
-        rpc_id = self._next_id
-        future: asyncio.Future[Any] = loop.create_future()
-        self._rpc[rpc_id] = future
-        try:
-            await self.send({"id": rpc_id, "method": method, "params": dict(params)}, within=limit)
-            return await asyncio.wait_for(future, max(0.0, deadline - loop.time()))
-        except TimeoutError:
-            raise DriverError(f"the Codex app-server did not answer {method} within {limit:g}s") from None
-        finally:
-            self._rpc.pop(rpc_id, None)
+        delay = OVERLOAD_FIRST_DELAY
+        while True:
+            try:
+                return await self._peer.request(method, params, within=max(0.0, deadline - loop.time()))
+            except RequestTimeout:
+                raise DriverError(f"the Codex app-server did not answer {method} within {limit:g}s") from None
+            except RpcError as exc:
+                if exc.code != OVERLOADED or loop.time() + delay >= deadline:
+                    raise
+            if not self._overload_noted:  # said once per process, not once per retry
+                self._overload_noted = True
+                log.warning(
+                    "the Codex app-server is overloaded (too many requests at once); requests it refuses "
+                    "are sent again, within their time bound"
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, OVERLOAD_MAX_DELAY)
 
-    async def respond(self, rpc_id: RpcId, result: Mapping[str, Any]) -> None:
+    async def respond(self, rpc_id: RpcId, result: Mapping[str, JsonValue]) -> None:
         """Answer a server request."""
-        await self.send({"id": rpc_id, "result": dict(result)})
+        await self._answer(self._peer.respond(rpc_id, dict(result), within=self.settings.stream_idle_timeout))
 
-    async def send(self, message: Mapping[str, Any], *, within: float | None = None) -> None:
-        """Write one message; waiting for room in the pipe (a stopped Codex reads nothing) takes
-        at most ``within`` seconds, by default ``stream_idle_timeout``."""
+    async def respond_error(self, rpc_id: RpcId, message: str, code: int = METHOD_NOT_FOUND) -> None:
+        """Refuse a server request (by default: "method not found")."""
+        await self._answer(self._peer.respond_error(rpc_id, code, message, within=self.settings.stream_idle_timeout))
+
+    async def _answer(self, sending: Coroutine[Any, Any, None]) -> None:
+        try:
+            await sending
+        except RequestTimeout as exc:
+            raise DriverError(str(exc)) from None
+
+    async def _write(self, data: bytes, within: float) -> None:
+        """One line to the process's stdin; waiting for room in the pipe (a stopped Codex reads
+        nothing) takes at most ``within`` seconds (then ``TimeoutError``)."""
         child = self._child
         if child is None or child.stdin is None or child.exited.is_set() or self.lost is not None:
             raise DriverError("the Codex app-server is not running")
-        limit = self.settings.stream_idle_timeout if within is None else within
-        data = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
         try:
             child.stdin.write(data)
-            await asyncio.wait_for(child.stdin.drain(), limit)
-        except TimeoutError:
-            raise DriverError(f"the Codex app-server read none of its input for {limit:g}s") from None
+            await asyncio.wait_for(child.stdin.drain(), within)
         except (ConnectionError, RuntimeError) as exc:
             raise DriverError(f"lost the Codex app-server's stdin: {exc}") from None
 
-    async def _send_quietly(self, message: Mapping[str, Any]) -> None:
+    async def _refuse_quietly(self, rpc_id: RpcId, message: str) -> None:
         with contextlib.suppress(DriverError):
-            await self.send(message)
+            await self.respond_error(rpc_id, message)
 
     # -- reading -----------------------------------------------------------------------------------
     async def _read_stdout(self, child: ChildProcess) -> None:
@@ -314,44 +331,24 @@ class AppServerConnection:
                 return
             if not line:
                 return
-            self._dispatch(line)
+            self._peer.feed(line)
 
-    def _dispatch(self, line: bytes) -> None:
-        try:
-            message = RpcMessage.model_validate_json(line)
-        except ValidationError:
-            log.warning("app-server wrote a line that is not a JSON-RPC message: %r", line[:200])
-            return
-        if message.method is None:
-            self._on_response(message)
-            return
-        params = message.params or {}
+    def _on_server_request(self, rpc_id: RpcId, method: str, params: dict[str, JsonValue]) -> None:
         thread = thread_of(params)
         client = self._threads.get(thread) if thread is not None else None
-        if message.id is not None:
-            if client is None:
-                log.info("the app-server asked %s for no thread of ours; refusing", message.method)
-                self._spawn(
-                    self._send_quietly(
-                        {"id": message.id, "error": {"code": -32601, "message": f"{message.method} has no client here"}}
-                    )
-                )
-                return
-            client.on_server_request(message.id, message.method, params)
-        else:
-            if message.method == "turn/completed":
-                self.served = True
-            if client is not None:
-                client.on_notification(message.method, params)
-
-    def _on_response(self, message: RpcMessage) -> None:
-        future = self._rpc.get(message.id) if isinstance(message.id, int) else None
-        if future is None or future.done():
+        if client is None:
+            log.info("the app-server asked %s for no thread of ours; refusing", method)
+            self._spawn(self._refuse_quietly(rpc_id, f"{method} has no client here"))
             return
-        if message.error is not None:
-            future.set_exception(RpcError(message.error.message or f"error {message.error.code}"))
-        else:
-            future.set_result(message.result)
+        client.on_server_request(rpc_id, method, params)
+
+    def _on_notification(self, method: str, params: dict[str, JsonValue]) -> None:
+        if method == "turn/completed":
+            self.served = True
+        thread = thread_of(params)
+        client = self._threads.get(thread) if thread is not None else None
+        if client is not None:
+            client.on_notification(method, params)
 
     async def _watch_exit(self, child: ChildProcess) -> None:
         await child.exited.wait()
@@ -369,7 +366,7 @@ class AppServerConnection:
         clients = list(self._threads.values())
         self._threads.clear()
         log.error("the shared Codex app-server failed (%d thread(s) on it): %s", len(clients), error.message)
-        self._fail_pending(ConnectionLost(error, returncode))
+        self._peer.fail_pending(ConnectionLost(error, returncode))
         for client in clients:
             try:
                 client.on_connection_lost(error, returncode)
@@ -377,8 +374,3 @@ class AppServerConnection:
                 log.exception("a thread of the app-server failed to take the news of its end")
         if self._on_lost is not None:
             self._on_lost(self)
-
-    def _fail_pending(self, error: Exception) -> None:
-        for future in self._rpc.values():
-            if not future.done():
-                future.set_exception(error)

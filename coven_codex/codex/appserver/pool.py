@@ -9,6 +9,17 @@ runtime"). A conversation costs no process and no file descriptor: its thread is
 connection while its session has it open, and when the last thread is let go (every
 conversation idle-reaped or evicted) the process is ended too.
 
+A process keeps every thread it ever loaded open until it exits (Codex 0.169 has no request to
+unload one; ``thread/unsubscribe`` only stops the notifications), holding two files for each
+(its rollout and its thread-writer lock), and more while a thread starts. So each process takes
+at most :attr:`AppServerPool.threads_per_process` threads (:func:`thread_budget`, from the
+open-file limit Codex inherits from the daemon: 149 under ``ulimit -n 1024``); after that it is
+*full*: new threads go to another process, started for them even when ``size`` are running
+already (full ones do not count), and the full one ends when its last thread is let go. With the
+idle conversations' threads let go (evicted when others wait for a ``max_sessions`` slot, or
+idle-reaped), 1,000 conversations are served under ``ulimit -n 1024`` (docs/performance.md).
+A thread is resumed on the process that has it loaded while that one runs (:meth:`connect`).
+
 A process that died (or was killed because it stopped answering) is replaced lazily, by the
 next :meth:`connect`, after the restart backoff (:func:`~coven_codex.agent.backoff.backoff` of
 ``restart_backoff``, doubling for each failure in a row; a process that completed a turn, or
@@ -19,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -27,6 +39,40 @@ from coven_codex.codex.appserver.connection import AppServerConnection
 from coven_codex.codex.drivers.base import DriverError, DriverSettings
 
 log = logging.getLogger(__name__)
+
+FDS_PER_THREAD = 6
+"""Open files a thread may cost its Codex process: its rollout and its thread-writer lock (held
+while the process runs), what a starting thread holds for a moment (its shell snapshot), and
+the pipes of an MCP server Codex starts for it (the spells' shim)."""
+FD_RESERVE = 128
+"""Open files a Codex process needs whatever its threads: its SQLite databases, logs, sockets,
+pipes, inotify and the files of running commands."""
+MIN_THREADS_PER_PROCESS = 16
+
+
+def raise_fd_limit() -> tuple[int, int] | None:
+    """Raise this process's soft open-file limit to its hard limit (as Node does for Codex's
+    wrapper), so the Codex processes it starts inherit it too: the common soft limit of 1,024
+    would fill a process at 149 threads where the hard limit (often 524,288) allows them all.
+    Returns ``(before, after)`` when it changed, else ``None`` (already equal, or refused)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == hard:
+        return None
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError):
+        return None
+    return soft, hard
+
+
+def thread_budget(fd_limit: int | None = None) -> int:
+    """How many threads one Codex process may take under the open-file limit ``fd_limit``
+    (default: this process's soft ``RLIMIT_NOFILE``, which Codex inherits): 149 for 1,024."""
+    if fd_limit is None:
+        fd_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if fd_limit == resource.RLIM_INFINITY or fd_limit < 0:
+        fd_limit = 1 << 20
+    return max(MIN_THREADS_PER_PROCESS, (fd_limit - FD_RESERVE) // FDS_PER_THREAD)
 
 
 class AppServerPool:
@@ -41,7 +87,10 @@ class AppServerPool:
         settings: DriverSettings,
         size: int = 1,
         restart_backoff: float = 1.0,
+        threads_per_process: int | None = None,
     ) -> None:
+        """``threads_per_process``: the threads one process takes before it is full (module
+        docstring); default :func:`thread_budget` of the open-file limit."""
         if size < 1:
             raise ValueError("an app-server pool needs at least one process")
         self.command = tuple(command)
@@ -50,6 +99,7 @@ class AppServerPool:
         self.settings = settings
         self.size = size
         self.restart_backoff = restart_backoff
+        self.threads_per_process = thread_budget() if threads_per_process is None else max(1, threads_per_process)
         self._connections: list[AppServerConnection] = []
         self._lock = asyncio.Lock()
         self._failures = 0
@@ -67,17 +117,24 @@ class AppServerPool:
         """The live connections."""
         return [c for c in self._connections if c.alive]
 
-    async def connect(self) -> AppServerConnection:
+    async def connect(self, thread_id: str | None = None) -> AppServerConnection:
         """A live connection for one more thread (call :meth:`release` when the thread is closed);
-        raises :class:`DriverError` when no process can be started."""
+        raises :class:`DriverError` when no process can be started. A thread to be resumed goes
+        back to the process that has it loaded, if one runs, full or not: that process holds
+        the thread's rollout writer, and any other would refuse it ("already has an active
+        writer")."""
         async with self._lock:
             if self._closed:
                 raise DriverError("the Codex app-server pool is closed")
-            live = self.connections
-            self._connections = live
-            unused = [c for c in live if c.users == 0]
-            if live and (unused or len(live) >= self.size):
-                chosen = min(live, key=lambda c: c.users)
+            self._connections = self.connections
+            holder = next((c for c in self._connections if thread_id is not None and thread_id in c.loaded), None)
+            if holder is not None:
+                holder.users += 1
+                return holder
+            open_ = [c for c in self._connections if c.opened < self.threads_per_process]
+            unused = [c for c in open_ if c.users == 0]
+            if open_ and (unused or len(open_) >= self.size):
+                chosen = min(open_, key=lambda c: c.users)
             else:
                 await self._wait_backoff()
                 chosen = AppServerConnection(
@@ -92,6 +149,14 @@ class AppServerPool:
                 self._connections.append(chosen)
                 log.info("started a shared Codex app-server (pid %s; %d running)", chosen.pid, len(self._connections))
             chosen.users += 1
+            chosen.opened += 1
+            if chosen.opened == self.threads_per_process:
+                log.info(
+                    "the shared Codex app-server (pid %s) has taken %d threads, what its open-file limit allows; "
+                    "new threads go to a new process, and this one ends once its conversations are idle",
+                    chosen.pid,
+                    chosen.opened,
+                )
             return chosen
 
     async def release(self, connection: AppServerConnection) -> None:

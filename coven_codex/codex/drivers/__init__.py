@@ -1,4 +1,6 @@
-"""Drivers that put thoughts into Codex; :func:`create_driver` picks one by version and setting.
+"""Drivers that put thoughts into Codex; :func:`create_driver` makes the one a
+:class:`~coven_codex.codex.capabilities.DriverPlan` names (chosen by capability:
+:func:`coven_codex.codex.capabilities.plan_driver`).
 
 The interface is documented in :mod:`coven_codex.codex.drivers.base`.
 """
@@ -10,7 +12,8 @@ from pathlib import Path
 from typing import Literal
 
 from coven_codex.codex.appserver.pool import AppServerPool
-from coven_codex.codex.drivers.app_server import AppServerDriver
+from coven_codex.codex.capabilities import DriverPlan
+from coven_codex.codex.drivers.app_server import AppServerDriver, unrelayed_approvals
 from coven_codex.codex.drivers.base import (
     AgentMessageCompleted,
     ApprovalRequested,
@@ -25,6 +28,7 @@ from coven_codex.codex.drivers.base import (
     ImageInput,
     Submission,
     ThreadStarted,
+    TurnExpired,
     TurnFinished,
     TurnStarted,
     queue_sink,
@@ -35,23 +39,6 @@ from coven_codex.codex.version import CodexVersion
 DriverChoice = Literal["auto", "app-server", "exec"]
 
 
-def choose_driver(version: CodexVersion, choice: DriverChoice = "auto") -> Literal["app-server", "exec"]:
-    """``auto`` picks the app-server where it was verified (0.169+), else exec.
-
-    Forcing ``app-server`` on a version older than the oldest verified one is allowed (it may
-    work on versions in between) but not on versions known to speak the old protocol (0.47).
-    """
-    if choice == "exec":
-        return "exec"
-    if choice == "app-server":
-        if version.triple <= (0, 47, 0):
-            raise DriverError(
-                f'Codex {version} speaks an older app-server protocol; use driver = "exec" (or "auto") or upgrade Codex'
-            )
-        return "app-server"
-    return "app-server" if version.supports_app_server else "exec"
-
-
 def create_driver(
     executable: Path,
     version: CodexVersion,
@@ -60,17 +47,17 @@ def create_driver(
     env: Mapping[str, str],
     settings: DriverSettings,
     sink: EventSink,
-    choice: DriverChoice = "auto",
+    plan: DriverPlan,
     command: Sequence[str] = (),
     pool: AppServerPool | None = None,
 ) -> CodexDriver:
-    """A driver for ``executable`` (not started yet: call ``await driver.start(thread_id)``);
-    ``command`` (default: ``executable`` alone) is what starts it, before Codex's arguments.
-    ``pool``: the shared app-servers an app-server driver puts its thread on (without one it has
-    a process of its own)."""
-    if choose_driver(version, choice) == "app-server":
+    """The driver ``plan`` names for ``executable`` (not started yet: call ``await
+    driver.start(thread_id)``); ``command`` (default: ``executable`` alone) is what starts it,
+    before Codex's arguments. ``pool``: the shared app-servers an app-server driver puts its
+    thread on (without one it has a process of its own)."""
+    if plan.driver == "app-server":
         return AppServerDriver(
-            executable, version, workspace, env=env, settings=settings, sink=sink, command=command, pool=pool
+            executable, version, workspace, env=env, settings=settings, sink=sink, command=command, pool=pool, plan=plan
         )
     return ExecDriver(executable, version, workspace, env=env, settings=settings, sink=sink, command=command)
 
@@ -92,9 +79,10 @@ __all__ = [
     "ImageInput",
     "Submission",
     "ThreadStarted",
+    "TurnExpired",
     "TurnFinished",
     "TurnStarted",
-    "choose_driver",
     "create_driver",
     "queue_sink",
+    "unrelayed_approvals",
 ]

@@ -1,4 +1,5 @@
-"""The app-server driver: one conversation's thread on a shared ``codex app-server`` (Codex 0.169+).
+"""The app-server driver: one conversation's thread on a shared ``codex app-server`` (every
+Codex whose protocol offers what it uses: :mod:`coven_codex.codex.capabilities`; 0.140 on).
 
 The process and its wire live in :mod:`coven_codex.codex.appserver` (a pool of connections, one
 per process, routing messages by ``threadId``); this driver is one thread on one of them: its
@@ -41,10 +42,21 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar, TypeVar
 
-from coven_codex.codex.appserver.connection import AppServerConnection, ConnectionLost, RpcError, RpcId
+from pydantic import BaseModel, JsonValue, ValidationError
+
+from coven_codex.codex.appserver.connection import AppServerConnection, ConnectionLost, RpcId
+from coven_codex.codex.appserver.messages import (
+    AgentMessageDelta,
+    ErrorNotification,
+    ItemCompleted,
+    ThreadOpened,
+    TurnNotification,
+    TurnStartResult,
+)
 from coven_codex.codex.appserver.pool import AppServerPool
+from coven_codex.codex.capabilities import DriverPlan
 from coven_codex.codex.drivers.base import (
     AgentMessageCompleted,
     ApprovalRequested,
@@ -60,6 +72,7 @@ from coven_codex.codex.drivers.base import (
     Submission,
     ThreadStarted,
     TurnClock,
+    TurnExpired,
     TurnFinished,
     TurnInput,
     TurnStarted,
@@ -67,6 +80,7 @@ from coven_codex.codex.drivers.base import (
 )
 from coven_codex.codex.errors import HINTS, ClassifiedError, ErrorCode, classify, shorten
 from coven_codex.codex.version import CodexVersion
+from coven_codex.jsonrpc import RpcError
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +91,15 @@ _APPROVAL_ACTIONS = {
     "applyPatchApproval": "apply a patch",
     "mcpServer/elicitation/request": "use a tool",
 }
+
+
+RELAYED_REQUESTS = frozenset(_APPROVAL_ACTIONS)
+"""The server requests the driver relays to the chat as approvals; any other is refused."""
+
+
+def unrelayed_approvals(plan: DriverPlan) -> list[str]:
+    """Approval requests this Codex may send that the driver does not relay (it refuses them)."""
+    return sorted(plan.approval_requests - RELAYED_REQUESTS)
 
 
 _STATUSES: dict[str, TurnStatus] = {"completed": "completed", "interrupted": "interrupted", "failed": "failed"}
@@ -106,7 +129,6 @@ class AppServerDriver(CodexDriver):
     """See :mod:`coven_codex.codex.drivers.base` for the interface and this module for the wire."""
 
     kind: ClassVar[str] = "app-server"
-    supports_steer: ClassVar[bool] = True
     records_client_id: ClassVar[bool] = True
     image_urls: ClassVar[bool] = True
     label: ClassVar[str] = "the Codex app-server"
@@ -122,10 +144,14 @@ class AppServerDriver(CodexDriver):
         sink: EventSink,
         command: Sequence[str] = (),
         pool: AppServerPool | None = None,
+        plan: DriverPlan,
     ) -> None:
         """``pool``: the shared app-servers to put the thread on; without one the driver has a
-        pool of its own, of one process, which it ends when it is closed."""
+        pool of its own, of one process, which it ends when it is closed. ``plan``: what this
+        Codex's protocol offers (:func:`coven_codex.codex.capabilities.plan_driver`)."""
         super().__init__(executable, version, workspace, env=env, settings=settings, sink=sink, command=command)
+        self.supports_steer = plan.steer
+        self._unsubscribe = plan.unsubscribe
         self._own_pool = pool is None
         self._pool = pool or AppServerPool(self.command, env=self.env, cwd=workspace, settings=settings)
         self._conn: AppServerConnection | None = None
@@ -154,7 +180,7 @@ class AppServerDriver(CodexDriver):
             raise DriverError("the app-server driver was already started")
         await self._start_runner()
         try:
-            self._conn = await self._pool.connect()
+            self._conn = await self._pool.connect(resume_thread_id)
             await self._open_thread(resume_thread_id)
         except ConnectionLost as exc:  # the process died while the thread was opened: say why
             self._fail(exc.error, exc.returncode)
@@ -166,25 +192,32 @@ class AppServerDriver(CodexDriver):
 
     async def _open_thread(self, resume_thread_id: str | None) -> None:
         try:
-            result: Any = None
+            result: JsonValue = None
             note = None
             if resume_thread_id is not None:
                 try:
-                    result = await self._request(
-                        "thread/resume", {"threadId": resume_thread_id, "cwd": str(self.workspace)}
-                    )
+                    resume: dict[str, JsonValue] = {"threadId": resume_thread_id, "cwd": str(self.workspace)}
+                    if self.settings.model is not None:
+                        resume["model"] = self.settings.model
+                    result = await self._request("thread/resume", resume)
                 except RpcError as exc:
                     note = f"could not resume thread {resume_thread_id} ({exc}); started a new thread"
                     log.warning("%s", note)
             resumed = result is not None
             if result is None:
-                result = await self._request("thread/start", {"cwd": str(self.workspace)})
+                options: dict[str, JsonValue] = {"cwd": str(self.workspace)}
+                if self.settings.model is not None:
+                    options["model"] = self.settings.model
+                if self.settings.fork_from is not None:
+                    result = await self._request("thread/fork", {"threadId": self.settings.fork_from, **options})
+                else:
+                    result = await self._request("thread/start", options)
         except RpcError as exc:
             raise DriverError(f"the Codex app-server refused to open the thread: {exc}") from None
-        thread = result.get("thread") if isinstance(result, dict) else None
-        thread_id = thread.get("id") if isinstance(thread, dict) else None
-        if not isinstance(thread_id, str) or not thread_id:
-            raise DriverError("the Codex app-server opened a thread without telling its id")
+        try:
+            thread_id = ThreadOpened.model_validate(result).thread.id
+        except ValidationError:
+            raise DriverError("the Codex app-server opened a thread without telling its id") from None
         self._thread_id = thread_id
         assert self._conn is not None
         self._conn.attach(thread_id, self)
@@ -201,7 +234,12 @@ class AppServerDriver(CodexDriver):
             if turn is None and not self._queue:
                 await self._start_turn(thought)
                 return "started"
-            if turn is not None and self.settings.mid_turn == "steer" and turn.turn_id is not None:
+            if (
+                turn is not None
+                and self.settings.mid_turn == "steer"
+                and self.supports_steer
+                and turn.turn_id is not None
+            ):
                 try:
                     await self._request(
                         "turn/steer",
@@ -239,9 +277,9 @@ class AppServerDriver(CodexDriver):
         except RpcError as exc:
             self._finish_turn(turn, "failed", classify(f"Codex refused the thought: {exc}"))
             return
-        started = result.get("turn") if isinstance(result, dict) else None
-        if isinstance(started, dict) and isinstance(started.get("id"), str) and turn.turn_id is None:
-            turn.turn_id = started["id"]
+        started = _parsed(TurnStartResult, result)
+        if started is not None and started.turn is not None and started.turn.id is not None and turn.turn_id is None:
+            turn.turn_id = started.turn.id
         if turn.cancel_requested and not turn.ended.is_set():
             self._spawn(self._stop_turn(turn, None))
 
@@ -350,8 +388,9 @@ class AppServerDriver(CodexDriver):
                 turn = self._turn
                 if turn is not None and turn.turn_id is not None and not turn.ended.is_set():
                     await self._interrupt_quietly(conn, thread, turn.turn_id)
-                with contextlib.suppress(RpcError, DriverError):
-                    await conn.request("thread/unsubscribe", {"threadId": thread}, within=self.settings.kill_grace)
+                if self._unsubscribe:
+                    with contextlib.suppress(RpcError, DriverError):
+                        await conn.request("thread/unsubscribe", {"threadId": thread}, within=self.settings.kill_grace)
                 conn.detach(thread, self)
             self._attached = False
             await self._pool.release(conn)
@@ -394,45 +433,45 @@ class AppServerDriver(CodexDriver):
         self._approvals.clear()
         self._events.emit(DriverFailed(error, returncode, undelivered, in_flight))
 
-    def on_notification(self, method: str, params: Mapping[str, Any]) -> None:
+    def on_notification(self, method: str, params: Mapping[str, JsonValue]) -> None:
         """A notification about this thread, routed here by the shared connection."""
         turn = self._turn
         if turn is not None:
             turn.clock.touch()
         if method == "item/agentMessage/delta":
-            if self.settings.stream_deltas and isinstance(params.get("delta"), str):
-                self._events.emit(Delta(str(params.get("itemId", "")), params["delta"]))
+            delta = _parsed(AgentMessageDelta, params)
+            if self.settings.stream_deltas and delta is not None:
+                self._events.emit(Delta(delta.item_id, delta.delta))
         elif method == "item/completed":
-            item = params.get("item")
-            if isinstance(item, dict) and item.get("type") == "agentMessage":
-                self._events.emit(AgentMessageCompleted(str(item.get("id", "")), str(item.get("text", ""))))
+            completed = _parsed(ItemCompleted, params)
+            if completed is not None and completed.item.type == "agentMessage":
+                self._events.emit(AgentMessageCompleted(completed.item.id, completed.item.text))
         elif method == "turn/started":
-            data = params.get("turn")
-            turn_id = data.get("id") if isinstance(data, dict) else None
+            started = _parsed(TurnNotification, params)
+            turn_id = started.turn.id if started is not None else None
             if turn is not None and (turn.turn_id is None or turn.turn_id == turn_id):
-                turn.turn_id = turn_id if isinstance(turn_id, str) else turn.turn_id
+                turn.turn_id = turn_id if turn_id is not None else turn.turn_id
                 if not turn.announced:
                     turn.announced = True
                     self._events.emit(TurnStarted(turn.turn_id, tuple(turn.client_ids)))
         elif method == "turn/completed":
-            data = params.get("turn")
-            if not isinstance(data, dict) or turn is None:
+            ended = _parsed(TurnNotification, params)
+            if ended is None or turn is None:
                 return
-            if turn.turn_id is not None and data.get("id") != turn.turn_id:
+            if turn.turn_id is not None and ended.turn.id != turn.turn_id:
                 return
-            turn.turn_id = turn.turn_id or data.get("id")
-            status = _STATUSES.get(str(data.get("status")), "failed")
-            error_data = data.get("error")
+            turn.turn_id = turn.turn_id or ended.turn.id
+            status = _STATUSES.get(str(ended.turn.status), "failed")
             error = None
-            if isinstance(error_data, dict) and error_data.get("message"):
-                error = classify(str(error_data["message"]))
+            if ended.turn.error is not None and ended.turn.error.message:
+                error = classify(ended.turn.error.message)
             if status == "failed" and error is None:
                 error = classify("the turn failed without a reason from Codex")
             self._finish_turn(turn, status, error)
         elif method == "error":
-            error_data = params.get("error")
-            text = error_data.get("message") if isinstance(error_data, dict) else None
-            if params.get("willRetry"):
+            reported = _parsed(ErrorNotification, params)
+            text = reported.error.message if reported is not None and reported.error is not None else None
+            if reported is not None and reported.will_retry:
                 log.info("Codex will retry after: %s", shorten(str(text)))
             else:
                 log.warning("Codex reported: %s", shorten(str(text)))
@@ -446,18 +485,14 @@ class AppServerDriver(CodexDriver):
                     if turn is not None:
                         turn.clock.approval_ended()
 
-    def on_server_request(self, rpc_id: RpcId, method: str, params: Mapping[str, Any]) -> None:
+    def on_server_request(self, rpc_id: RpcId, method: str, params: Mapping[str, JsonValue]) -> None:
         """A request of Codex about this thread (an approval), routed here by the shared connection."""
         if self._turn is not None:
             self._turn.clock.touch()
         action = _APPROVAL_ACTIONS.get(method)
         if action is None:
             log.info("the app-server asked %s, which coven-codex does not handle; refusing", method)
-            self._spawn(
-                self._send_quietly(
-                    {"id": rpc_id, "error": {"code": -32601, "message": f"{method} is not supported by coven-codex"}}
-                )
-            )
+            self._spawn(self._refuse_quietly(rpc_id, f"{method} is not supported by coven-codex"))
             return
         turn_id = params.get("turnId")
         request_id = f"{turn_id}:{rpc_id}" if isinstance(turn_id, str) else f"req-{uuid.uuid4().hex[:12]}"
@@ -500,6 +535,7 @@ class AppServerDriver(CodexDriver):
             return
         log.warning("turn %s: %s; interrupting it", turn.turn_id, error.message)
         turn.forced_error = error
+        self._events.emit(TurnExpired(turn.turn_id, error))
         await self._stop_turn(turn, error)
 
     # -- wire ----------------------------------------------------------------------------------------
@@ -514,19 +550,31 @@ class AppServerDriver(CodexDriver):
             raise DriverError("the Codex app-server is not running")
         return conn
 
-    async def _request(self, method: str, params: Mapping[str, Any], *, within: float | None = None) -> Any:
+    async def _request(self, method: str, params: Mapping[str, JsonValue], *, within: float | None = None) -> JsonValue:
         """A request on the shared connection (see :meth:`AppServerConnection.request`)."""
         conn = self._conn
         if conn is None or self._failed is not None:
             raise DriverError("the Codex app-server is not running")
         return await conn.request(method, params, within=within)
 
-    async def _send_quietly(self, message: Mapping[str, Any]) -> None:
+    async def _refuse_quietly(self, rpc_id: RpcId, message: str) -> None:
         with contextlib.suppress(DriverError):
-            await self._require_conn().send(message)
+            await self._require_conn().respond_error(rpc_id, message)
 
 
-def _approval_answer(method: str, approve: bool) -> dict[str, Any]:
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _parsed(model: type[_M], data: object) -> _M | None:
+    """``data`` (a notification's params, a result) as ``model``, or ``None`` when it does not fit."""
+    try:
+        return model.model_validate(data)
+    except ValidationError:
+        log.warning("the app-server sent a %s that does not fit its schema; ignored", model.__name__)
+        return None
+
+
+def _approval_answer(method: str, approve: bool) -> dict[str, JsonValue]:
     if method in ("execCommandApproval", "applyPatchApproval"):
         return {"decision": "approved" if approve else "denied"}
     if method == "mcpServer/elicitation/request":
@@ -534,17 +582,17 @@ def _approval_answer(method: str, approve: bool) -> dict[str, Any]:
     return {"decision": "accept" if approve else "decline"}
 
 
-def _approval_detail(params: Mapping[str, Any]) -> str:
+def _approval_detail(params: Mapping[str, JsonValue]) -> str:
     detail = params.get("command") or params.get("message") or params.get("reason") or ""
     if isinstance(detail, list):
         detail = " ".join(str(part) for part in detail)
     return shorten(str(detail), 160)
 
 
-def input_items(thought: TurnInput) -> list[dict[str, str]]:
+def input_items(thought: TurnInput) -> list[JsonValue]:
     """The ``input`` of ``turn/start``/``turn/steer``: the thought's images (``localImage`` with a
     ``path``, or ``image`` with a ``url``), then its text."""
-    items: list[dict[str, str]] = []
+    items: list[JsonValue] = []
     for image in thought.images:
         if image.path is not None:
             items.append({"type": "localImage", "path": str(image.path)})

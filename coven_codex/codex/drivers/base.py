@@ -46,7 +46,8 @@ driver is then dead: create a new one and ``start(thread_id)`` to resume; ``in_f
 ``undelivered`` name the thoughts concerned) and a failed :class:`TurnFinished` for exec (whose
 next turn simply starts a new process that resumes). A turn running longer than
 ``turn_timeout`` or silent for ``stream_idle_timeout`` (paused while an approval is pending)
-is interrupted and finishes as failed (``OUTER_TIMEOUT`` / ``STREAM_IDLE``); one that does not end
+is interrupted (:class:`TurnExpired` says so at once) and finishes as failed (``OUTER_TIMEOUT`` /
+``STREAM_IDLE``); one that does not end
 ``kill_grace`` seconds after the interrupt is killed with its tree (app-server: ``DriverFailed``
 with ``KILL_TIMEOUT``). Every wait on Codex is bounded: app-server requests and writes by
 ``stream_idle_timeout``, closing by ``kill_grace``, the sweep after SIGKILL by a constant
@@ -101,6 +102,10 @@ class DriverSettings:
     approval_policy: ApprovalPolicy = "ask"
     approval_timeout: float = 300.0
     stream_deltas: bool = True
+    model: str | None = None
+    """The model of the thread (``None``: Codex's configured one)."""
+    fork_from: str | None = None
+    """Open a new thread as a fork of this one (its history included) instead of an empty one (app-server only)."""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> DriverSettings:
@@ -204,9 +209,19 @@ class DriverFailed:
     in_flight: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True, slots=True)
+class TurnExpired:
+    """The running turn ran out of time (``OUTER_TIMEOUT`` / ``STREAM_IDLE``): the driver is ending it
+    now; its :class:`TurnFinished` (failed, with the same error) follows once it has ended."""
+
+    turn_id: str | None
+    error: ClassifiedError
+
+
 DriverEvent = (
     ThreadStarted
     | TurnStarted
+    | TurnExpired
     | TurnFinished
     | ApprovalRequested
     | ApprovalResolved
@@ -392,7 +407,8 @@ class CodexDriver(abc.ABC):
     """
 
     kind: ClassVar[str]
-    supports_steer: ClassVar[bool]
+    supports_steer: bool
+    """Thoughts can join a running turn (app-server with `turn/steer`; see the driver's plan)."""
     records_client_id: ClassVar[bool]
     label: ClassVar[str]
     """How messages name the driver's Codex process, e.g. ``the Codex app-server``."""

@@ -47,6 +47,7 @@ from coven_codex.codex.drivers.base import (
     Submission,
     ThreadStarted,
     TurnClock,
+    TurnExpired,
     TurnFinished,
     TurnInput,
     TurnStarted,
@@ -79,7 +80,7 @@ class ExecDriver(CodexDriver):
     """See :mod:`coven_codex.codex.drivers.base` for the interface and this module for the CLI."""
 
     kind: ClassVar[str] = "exec"
-    supports_steer: ClassVar[bool] = False
+    supports_steer = False
     records_client_id: ClassVar[bool] = False
     image_urls: ClassVar[bool] = False
     label: ClassVar[str] = "codex exec"
@@ -112,6 +113,10 @@ class ExecDriver(CodexDriver):
 
     async def start(self, resume_thread_id: str | None) -> None:
         """Start the driver's tasks and remember the thread to resume; no process starts until a turn does."""
+        if self.settings.fork_from is not None and resume_thread_id is None:
+            raise DriverError(
+                "codex exec cannot fork a thread; starting from another thread needs the app-server driver"
+            )
         await self._start_runner()
         self._thread_id = resume_thread_id  # no turn can start before start() returns
 
@@ -132,6 +137,8 @@ class ExecDriver(CodexDriver):
     def _argv(self, thought: TurnInput) -> list[str]:
         # `--image` takes several values: a flag must follow its last one, or it would swallow `resume`
         argv = [*self.command, "exec", "--json", *image_args(thought), "--skip-git-repo-check"]
+        if self.settings.model is not None:
+            argv += ["--model", self.settings.model]
         if self._thread_id is not None:
             argv += ["resume", self._thread_id]
         return [*argv, "-"]
@@ -262,6 +269,7 @@ class ExecDriver(CodexDriver):
             return
         log.warning("codex exec turn: %s; ending its process", error.message)
         turn.forced_error = error
+        self._events.emit(TurnExpired(None, error))
         await terminate_tree(turn.child, self.settings.kill_grace)
 
     # -- cancel, approvals, close ------------------------------------------------------------------

@@ -1,0 +1,89 @@
+"""The options a thought may give the Codex thread it starts (docs/journal-protocol.md, *Thread options*).
+
+``cwd`` is accepted only inside one of the operator's ``workspace_roots``, checked on the real
+path (symbolic links resolved first, so a link inside a root cannot lead out of it); ``timeout``
+is bounded by ``turn_timeout``; ``resume_thread`` needs a driver that forks threads. A thought
+whose options are refused is not handed to Codex: the session writes one ``REFUSED`` error.
+
+The daemon only passes the directory on to Codex as the thread's working directory; it never
+imports, reads or runs anything under it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+from coven_codex.agent.limits import cut
+from coven_codex.agent.services import ThreadOptions
+from coven_codex.entries import ResetEntry, ThoughtEntry
+
+MIN_TIMEOUT = 1.0
+"""The shortest ``timeout`` a thought may give (seconds); the longest is ``turn_timeout``."""
+MAX_MODEL_CHARS = 200
+"""The longest ``model`` name accepted."""
+REFUSED_HINT = (
+    "Name a directory inside one of the daemon's workspace_roots (or leave cwd out to work in its "
+    "workspace), a timeout in seconds, a model name and a resume_thread the driver can fork, and send it again."
+)
+
+
+class OptionsRefused(ValueError):
+    """A thought's or a reset's thread options cannot be used; the message says why."""
+
+
+def check_cwd(cwd: str, roots: Sequence[Path]) -> str:
+    """The real path of ``cwd`` if it is a directory inside one of ``roots``; else :class:`OptionsRefused`."""
+    shown = cut(cwd, 120)
+    if not roots:
+        raise OptionsRefused(f"cwd {shown!r} was given but this daemon has no workspace_roots configured")
+    path = Path(cwd)
+    if not path.is_absolute():
+        raise OptionsRefused(f"cwd {shown!r} is not an absolute path")
+    try:
+        real = path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise OptionsRefused(f"cwd {shown!r} does not exist") from None
+    if not real.is_dir():
+        raise OptionsRefused(f"cwd {shown!r} is not a directory")
+    for root in roots:
+        try:
+            real_root = root.resolve(strict=True)
+        except (OSError, RuntimeError):
+            continue
+        if real.is_relative_to(real_root):
+            return str(real)
+    raise OptionsRefused(f"cwd {shown!r} is outside every workspace root (symbolic links resolved)")
+
+
+def thought_options(
+    entry: ThoughtEntry, roots: Sequence[Path], *, turn_timeout: float, forks_threads: bool
+) -> ThreadOptions | None:
+    """The checked options of ``entry`` (``None`` if it gives none); :class:`OptionsRefused` if one is bad.
+
+    Reads the file system (the ``cwd``): call it off the event loop.
+    """
+    if entry.cwd is None and entry.model is None and entry.resume_thread is None and entry.timeout is None:
+        return None
+    workspace = check_cwd(entry.cwd, roots) if entry.cwd is not None else None
+    if entry.model is not None and not 0 < len(entry.model) <= MAX_MODEL_CHARS:
+        raise OptionsRefused(f"model must be 1 to {MAX_MODEL_CHARS} characters long")
+    timeout = entry.timeout
+    if timeout is not None:
+        if not math.isfinite(timeout) or timeout <= 0:
+            raise OptionsRefused("timeout must be a positive number of seconds")
+        timeout = min(max(timeout, MIN_TIMEOUT), turn_timeout)
+    if entry.resume_thread is not None:
+        if not forks_threads:
+            raise OptionsRefused(
+                "resume_thread needs the app-server driver (Codex 0.169 or newer); this Codex runs on exec"
+            )
+        if not entry.resume_thread or len(entry.resume_thread) > MAX_MODEL_CHARS:
+            raise OptionsRefused("resume_thread is not a Codex thread id")
+    return ThreadOptions(workspace=workspace, model=entry.model, turn_timeout=timeout, fork_from=entry.resume_thread)
+
+
+def reset_workspace(entry: ResetEntry, roots: Sequence[Path]) -> str | None:
+    """The checked ``cwd`` of a ``reset`` (``None`` if it gives none); :class:`OptionsRefused` if it is bad."""
+    return check_cwd(entry.cwd, roots) if entry.cwd is not None else None

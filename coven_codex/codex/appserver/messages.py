@@ -1,0 +1,82 @@
+"""The app-server's messages coven reads, as typed models (Codex 0.169.0).
+
+Written from ``codex app-server generate-json-schema`` (``ThreadStartResponse``,
+``ThreadResumeResponse``, ``TurnStartResponse``, ``TurnStartedNotification``,
+``TurnCompletedNotification``, ``ItemCompletedNotification``,
+``AgentMessageDeltaNotification``, ``ErrorNotification``), only the fields coven uses; every
+other field is ignored, so later versions that add fields still parse.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+
+class ThreadRef(_Model):
+    """A thread, by its id."""
+
+    id: str = Field(min_length=1)
+
+
+class ThreadOpened(_Model):
+    """The result of ``thread/start`` and ``thread/resume``."""
+
+    thread: ThreadRef
+
+
+class TurnError(_Model):
+    """Why a turn failed, or what Codex reports in an ``error`` notification."""
+
+    message: str = ""
+
+
+class TurnRef(_Model):
+    """A turn as the turn notifications and ``turn/start``'s result carry it."""
+
+    id: str | None = None
+    status: str | None = None
+    error: TurnError | None = None
+
+
+class TurnStartResult(_Model):
+    """The result of ``turn/start``."""
+
+    turn: TurnRef | None = None
+
+
+class TurnNotification(_Model):
+    """``turn/started`` and ``turn/completed``."""
+
+    turn: TurnRef
+
+
+class AgentMessageDelta(_Model):
+    """``item/agentMessage/delta``: a piece of a reply being written."""
+
+    item_id: str = Field(default="", alias="itemId")
+    delta: str
+
+
+class Item(_Model):
+    """An item of a turn (only agent messages are read)."""
+
+    type: str
+    id: str = ""
+    text: str = ""
+
+
+class ItemCompleted(_Model):
+    """``item/completed``."""
+
+    item: Item
+
+
+class ErrorNotification(_Model):
+    """``error``: Codex met an error and says whether it retries."""
+
+    error: TurnError | None = None
+    will_retry: bool = Field(default=False, alias="willRetry")

@@ -1,0 +1,145 @@
+"""Submitting, cancelling and waiting for jobs: a journal client (docs/jobs.md).
+
+Submitting appends one ``thought`` to the new conversation ``job:<id>`` carrying the job's thread
+options; cancelling appends one ``cancel`` with ``queued`` to it. The daemon does the rest, with
+its exactly-once delivery: a job survives a daemon restart and never runs twice. Waiting follows
+the journal (no polling) until the job's record is terminal, bounded by a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from coven_codex.entries import CancelEntry, ThoughtEntry
+from coven_codex.jobs.records import JobFolder, JobRecord, job_conversation, read_jobs
+from coven_codex.journal import FileJournal, Journal, JournalRecord
+
+JOB_SENDER = "jobs"
+"""The ``sender`` of the entries jobs clients write."""
+WAIT_SLACK = 120.0
+"""Waiting for a job with a timeout gives up this long after the timeout could have ended it."""
+DEFAULT_WAIT = 3600.0
+"""Waiting for a job without a timeout gives up after this long (seconds)."""
+
+
+class JobUsageError(ValueError):
+    """A job request the user must fix (unknown job, nothing to continue, ...); the message says how."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobRequest:
+    """What to run: the prompt and the options of the job's thread."""
+
+    prompt: str
+    cwd: str | None = None
+    model: str | None = None
+    resume_thread: str | None = None
+    continue_latest: bool = False
+    timeout: float | None = None
+
+
+def new_job_id() -> str:
+    """A fresh job id (16 hex digits)."""
+    return uuid.uuid4().hex[:16]
+
+
+def open_journal(where: str | Path) -> Journal:
+    """The journal a jobs client talks through (today a file journal at the path ``where``)."""
+    return FileJournal(Path(where))
+
+
+def check_journal(where: Path) -> None:
+    """A journal no daemon has created cannot serve jobs: :class:`JobUsageError` saying what to do."""
+    if not where.exists():
+        raise JobUsageError(
+            f"the journal {where} does not exist, so no daemon serves it; start `coven-codex run --journal {where}`"
+        )
+
+
+async def submit(journal: Journal, request: JobRequest) -> str:
+    """Queue a job; returns its id at once (the daemon runs it when a job slot is free)."""
+    if not request.prompt.strip():
+        raise JobUsageError("the prompt is empty; pass --prompt TEXT")
+    if request.resume_thread is not None and request.continue_latest:
+        raise JobUsageError("give --resume THREAD_ID or --continue-latest, not both")
+    if request.timeout is not None and not request.timeout > 0:
+        raise JobUsageError("--timeout must be a positive number of seconds")
+    cwd = _absolute(request.cwd)
+    resume = request.resume_thread
+    if request.continue_latest:
+        resume = await latest_thread(journal, cwd)
+    job_id = new_job_id()
+    await journal.append(
+        ThoughtEntry(
+            conversation=job_conversation(job_id),
+            sender=JOB_SENDER,
+            text=request.prompt,
+            cwd=cwd,
+            model=request.model,
+            resume_thread=resume,
+            timeout=request.timeout,
+        )
+    )
+    return job_id
+
+
+def _absolute(cwd: str | None) -> str | None:
+    """``cwd`` made absolute (the daemon resolves its links and checks it against its workspace_roots)."""
+    return os.path.abspath(cwd) if cwd is not None else None
+
+
+async def latest_thread(journal: Journal, cwd: str | None) -> str:
+    """The Codex thread of the newest job (in ``cwd``) that has one: what ``--continue-latest`` continues."""
+    jobs = (await read_jobs(journal)).jobs.values()
+    for job in reversed(list(jobs)):
+        if job.thread_id is not None and job.cwd == cwd:
+            return job.thread_id
+    where = f" in {cwd}" if cwd is not None else ""
+    raise JobUsageError(f"no earlier job{where} has a Codex thread to continue; submit one without --continue-latest")
+
+
+async def find(journal: Journal, job_id: str, *, events: bool = False) -> JobRecord:
+    """The record of job ``job_id``; :class:`JobUsageError` if the journal holds no such job."""
+    job = (await read_jobs(journal, events=events, only=job_id)).jobs.get(job_id)
+    if job is None:
+        raise JobUsageError(f"no job {job_id[:40]!r} in this journal; `coven-codex job list` shows the jobs")
+    return job
+
+
+async def cancel(journal: Journal, job_id: str) -> JobRecord:
+    """Ask the daemon to cancel a job (a running turn is interrupted, a queued one never starts).
+
+    Returns the record as it was; a job already over is left alone.
+    """
+    job = await find(journal, job_id)
+    if not job.done:
+        await journal.append(CancelEntry(conversation=job_conversation(job_id), sender=JOB_SENDER, queued=True))
+    return job
+
+
+def wait_limit(job: JobRecord) -> float:
+    """How long waiting for ``job`` may take: its timeout plus slack, else :data:`DEFAULT_WAIT`."""
+    return job.timeout + WAIT_SLACK if job.timeout is not None else DEFAULT_WAIT
+
+
+async def wait(journal: Journal, job_id: str, *, limit: float | None = None, events: bool = False) -> JobRecord:
+    """Follow the journal until job ``job_id`` is over, at most ``limit`` seconds (default
+    :func:`wait_limit`); returns the record then, terminal or not (the caller says which)."""
+    job = await find(journal, job_id)
+    if job.done and not events:
+        return job
+    folder = JobFolder(events=events, only=job_id)
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(wait_limit(job) if limit is None else limit):
+            async for item in journal.tail():  # from the start: what is there, then what comes
+                if isinstance(item, JournalRecord):
+                    folder.feed(item.entry)
+                    current = folder.jobs.get(job_id)
+                    if current is not None and current.done:
+                        return current
+    return folder.jobs.get(job_id) or job

@@ -1,0 +1,101 @@
+"""The jobs as MCP tools: ``call_codex``, ``call_status``, ``call_jobs``, ``call_cancel`` (docs/jobs.md).
+
+They are spells (:mod:`coven_codex.mcp`): their JSON Schemas come from the signatures, bad
+arguments and refused requests are ``isError`` results, and the records are structured content.
+``coven-codex mcp-serve`` serves them on stdio with the spell server's MCP session and connection.
+Every tool is a journal client (:mod:`coven_codex.jobs.client`): the daemon on the same journal
+runs the jobs.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, Field
+
+from coven_codex.jobs.client import DEFAULT_WAIT, WAIT_SLACK, JobRequest, JobUsageError, cancel, find, submit, wait
+from coven_codex.jobs.records import JobRecord, JobState, read_jobs
+from coven_codex.journal import Journal
+from coven_codex.mcp.invoke import SpellError
+from coven_codex.mcp.registry import SpellRegistry
+
+TOOL_TIMEOUT = DEFAULT_WAIT + 2 * WAIT_SLACK
+"""The longest a tool call may take (``call_codex`` with ``wait``)."""
+
+
+class JobList(BaseModel):
+    """The jobs ``call_jobs`` found, oldest first."""
+
+    jobs: list[JobRecord]
+
+
+def job_tools(journal: Journal) -> SpellRegistry:
+    """The four job tools, talking to the daemon through ``journal``."""
+    registry = SpellRegistry(default_timeout=TOOL_TIMEOUT)
+
+    async def call_codex(
+        prompt: Annotated[str, Field(min_length=1, description="What Codex is asked to do.")],
+        *,
+        cwd: Annotated[
+            str | None, Field(description="Absolute directory Codex works in (inside the daemon's workspace_roots).")
+        ] = None,
+        model: Annotated[str | None, Field(description="The model (default: Codex's configured one).")] = None,
+        resume_session_id: Annotated[
+            str | None, Field(description="A Codex thread id whose history the job continues.")
+        ] = None,
+        continue_latest: Annotated[
+            bool, Field(description="Continue the thread of the newest job in the same cwd.")
+        ] = False,
+        timeout: Annotated[  # noqa: ASYNC109 (the job's timeout, an argument of the tool; not this call's)
+            float | None, Field(gt=0, description="Seconds the job may run (at most the daemon's turn_timeout).")
+        ] = None,
+        wait_for_result: Annotated[
+            bool, Field(description="Wait until the job is over and return its record (else return at once).")
+        ] = False,
+    ) -> JobRecord:
+        """Start a Codex job; returns its record at once (state queued) with the job id, or the finished
+        record when wait_for_result is true. Poll it with call_status."""
+        request = JobRequest(
+            prompt=prompt,
+            cwd=cwd,
+            model=model,
+            resume_thread=resume_session_id,
+            continue_latest=continue_latest,
+            timeout=timeout,
+        )
+        try:
+            job_id = await submit(journal, request)
+            return await (wait(journal, job_id) if wait_for_result else find(journal, job_id))
+        except JobUsageError as exc:
+            raise SpellError(str(exc)) from None
+
+    async def call_status(
+        job_id: Annotated[str, Field(min_length=1, description="The id call_codex returned.")],
+    ) -> JobRecord:
+        """A job's record: state (queued, running, succeeded, failed, cancelled, timed_out), thread id,
+        final message, error with hint, duration, token usage."""
+        try:
+            return await find(journal, job_id)
+        except JobUsageError as exc:
+            raise SpellError(str(exc)) from None
+
+    async def call_jobs(
+        state: Annotated[JobState | None, Field(description="Only jobs in this state.")] = None,
+    ) -> JobList:
+        """Every job in the journal (or those in one state), oldest first."""
+        jobs = (await read_jobs(journal)).jobs.values()
+        return JobList(jobs=[job for job in jobs if state is None or job.state == state])
+
+    async def call_cancel(
+        job_id: Annotated[str, Field(min_length=1, description="The id call_codex returned.")],
+    ) -> JobRecord:
+        """Cancel a job: a running one is interrupted (its Codex stopped), a queued one never starts.
+        Returns the record as it was when the cancel was asked."""
+        try:
+            return await cancel(journal, job_id)
+        except JobUsageError as exc:
+            raise SpellError(str(exc)) from None
+
+    for tool in (call_codex, call_status, call_jobs, call_cancel):
+        registry.register(tool)
+    return registry

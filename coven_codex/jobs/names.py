@@ -1,0 +1,9 @@
+"""What names a job in the journal (kept light: ``mcp-serve`` imports it at start-up)."""
+
+JOB_PREFIX = "job:"
+"""Conversations named ``job:<id>`` are jobs (docs/jobs.md): bounded by ``max_jobs``, not ``max_sessions``."""
+TURN_STARTED = "turn_started"
+TURN_COMPLETED = "turn_completed"
+TURN_FAILED = "turn_failed"
+TURN_ABORTED = "turn_aborted"
+"""The turn states a job's record follows (the same strings as :mod:`coven_codex.rollout.translator`'s)."""

@@ -1,0 +1,255 @@
+"""Jobs end to end (issue 15, items 1 and 2): the daemon as a real process, the real Codex 0.169.0
+and the scripted model; jobs submitted and followed with ``coven-codex job`` (real processes)
+and the journal client.
+
+- submit, status while running, result; ``--wait --json`` prints the finished record;
+- a job's ``cwd`` inside ``workspace_roots`` is where Codex works; one outside is refused;
+- cancel of a running job interrupts its turn; cancel of a queued job means it never runs;
+- a job's timeout ends it ``timed_out``;
+- ``--resume THREAD`` and ``--continue-latest`` continue a thread: the model sees its history;
+- ``max_jobs`` queues jobs; ``kill -9`` of the daemon mid-job: every job ends exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from agent_harness import AgentHarness, Daemon, codex_processes, make_responder, user_prompts
+
+from coven_codex.jobs.client import wait
+from coven_codex.jobs.records import JobRecord, read_jobs
+from coven_codex.testing.model_server import ScriptedModelServer
+from coven_codex.testing.request_log import RecordedRequest
+from coven_codex.testing.steps import Reply, Stall
+
+pytestmark = [pytest.mark.codex, pytest.mark.timeout(300)]
+
+Factory = Callable[[Path, ScriptedModelServer], AgentHarness]
+LONG_STALL = 600.0
+"""A model answer that never comes within the test: only a cancel or a timeout ends such a job."""
+
+
+@pytest.fixture
+async def slow_server() -> ScriptedModelServer:
+    """Echo, except that prompts starting with ``slow`` stall (the job runs until stopped)."""
+    responder = make_responder({"slow": lambda r: (Stall(LONG_STALL), Reply("too late"))})
+    async with ScriptedModelServer(responder=responder) as server:
+        yield server  # type: ignore[misc]
+
+
+async def started(h: AgentHarness, *args: str) -> Daemon:
+    """Start the daemon and wait until it serves the journal. Codex's own stream-idle limit is
+    raised past the test's length: a stalled job ends only by a cancel or its own timeout."""
+    h.write_base_config(model_providers={"local": {"stream_idle_timeout_ms": 3_600_000}})
+    daemon = await h.start(*args)
+    await h.until_logged("ready (pid")
+    return daemon
+
+
+async def job(h: AgentHarness, *args: str) -> tuple[int, str, str]:
+    """Run ``coven-codex job ARGS --journal J``; (exit code, stdout, stderr)."""
+    action, *rest = args
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "coven_codex",
+        "job",
+        action,
+        "--journal",
+        str(h.journal_path),
+        *rest,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=h.env,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 200)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def record(h: AgentHarness, job_id: str) -> JobRecord:
+    return (await read_jobs(h.journal)).jobs[job_id]
+
+
+async def until_state(h: AgentHarness, job_id: str, *states: str, timeout: float = 120.0) -> JobRecord:
+    """Poll the job's record (derived from the journal) until it is in one of ``states``."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while (found := await record(h, job_id)).state not in states:
+        if loop.time() > end:
+            raise AssertionError(f"job {job_id} never reached {states}: {found!r}\n{h.daemons[-1].log()[-3000:]}")
+        await asyncio.sleep(0.1)
+    return found
+
+
+def requests_with(server: ScriptedModelServer, prompt: str) -> list[RecordedRequest]:
+    return [r for r in server.requests.responses_requests() if user_prompts(r) and user_prompts(r)[-1] == prompt]
+
+
+async def test_submit_status_result_and_wait_json(
+    codex_bin_169: Path, slow_server: ScriptedModelServer, harness_factory: Factory
+) -> None:
+    h = harness_factory(codex_bin_169, slow_server)
+    daemon = await started(h)
+    code, out, err = await job(h, "submit", "--prompt", "hello job", "--wait", "--json")
+    assert code == 0, err
+    finished = JobRecord.model_validate_json(out)
+    assert finished.state == "succeeded" and finished.final_message == "echo: hello job"
+    assert finished.thread_id and finished.duration is not None and finished.usage is not None
+    assert finished.usage.total_tokens
+    # a slow one: status while it runs, then cancelled; result and list agree with the journal
+    code, out, _ = await job(h, "submit", "--prompt", "slow job")
+    slow_id = out.strip()
+    assert code == 0 and len(slow_id) == 16
+    await until_state(h, slow_id, "running")
+    code, out, _ = await job(h, "status", slow_id, "--json")
+    assert code == 0 and json.loads(out)["state"] == "running"
+    code, out, _ = await job(h, "list", "--state", "running")
+    assert out.split()[0:2] == [slow_id, "running"]
+    code, out, _ = await job(h, "result", slow_id)
+    assert code == 3 and "still running" in out
+    code, out, _ = await job(h, "cancel", slow_id)
+    assert code == 0 and "cancel requested" in out
+    cancelled = await wait(h.journal, slow_id, limit=60)
+    assert cancelled.state == "cancelled" and cancelled.cancel_requested
+    code, out, err = await job(h, "result", finished.id, "--events")
+    assert code == 0 and out.strip().endswith("echo: hello job") and "[status/turn_completed]" in out
+    code, out, err = await job(h, "status", "nope")
+    assert code == 2 and "no job 'nope'" in err
+    assert await h.stop(daemon) == 0
+    assert len(requests_with(slow_server, "slow job")) == 1
+
+
+async def test_a_jobs_cwd_inside_the_roots_is_where_codex_works_and_one_outside_is_refused(
+    codex_bin_169: Path, model_server: ScriptedModelServer, harness_factory: Factory, tmp_path: Path
+) -> None:
+    root = tmp_path / "projects"
+    project = root / "app"
+    project.mkdir(parents=True)
+    (root / "escape").symlink_to(tmp_path)  # inside by name, outside by its real path
+    h = harness_factory(codex_bin_169, model_server)
+    daemon = await started(h, "--workspace-root", str(root))
+    code, out, err = await job(h, "submit", "--prompt", "where am i", "--cwd", str(project), "--wait", "--json")
+    assert code == 0, err
+    (request,) = requests_with(model_server, "where am i")
+    assert f"<cwd>{project}</cwd>" in json.dumps(request.input_items())  # Codex's environment context
+    assert JobRecord.model_validate_json(out).cwd == str(project)
+    code, out, err = await job(h, "submit", "--prompt", "escape", "--cwd", str(root / "escape"), "--wait", "--json")
+    refused = JobRecord.model_validate_json(out)
+    assert code == 1 and refused.state == "failed" and refused.error is not None
+    assert refused.error.code == "REFUSED" and "outside every workspace root" in refused.error.message
+    assert "workspace_roots" in refused.error.hint
+    assert not requests_with(model_server, "escape")
+    assert await h.stop(daemon) == 0
+
+
+async def test_a_jobs_timeout_ends_it_timed_out(
+    codex_bin_169: Path, slow_server: ScriptedModelServer, harness_factory: Factory
+) -> None:
+    h = harness_factory(codex_bin_169, slow_server)
+    daemon = await started(h)
+    code, out, err = await job(h, "submit", "--prompt", "slow and limited", "--timeout", "2", "--wait", "--json")
+    timed_out = JobRecord.model_validate_json(out)
+    assert code == 1, err
+    assert timed_out.state == "timed_out" and timed_out.timeout == 2, out
+    assert timed_out.error is not None and timed_out.error.code in ("OUTER_TIMEOUT", "STREAM_IDLE")
+    assert await h.stop(daemon) == 0
+
+
+async def test_resume_and_continue_latest_continue_the_thread(
+    codex_bin_169: Path, model_server: ScriptedModelServer, harness_factory: Factory
+) -> None:
+    h = harness_factory(codex_bin_169, model_server)
+    daemon = await started(h)
+    code, out, err = await job(h, "submit", "--prompt", "remember alpha", "--wait", "--json")
+    assert code == 0, err
+    first = JobRecord.model_validate_json(out)
+    code, out, err = await job(
+        h, "submit", "--prompt", "what came first", "--resume", str(first.thread_id), "--wait", "--json"
+    )
+    assert code == 0, err
+    second = JobRecord.model_validate_json(out)
+    assert second.thread_id not in (None, first.thread_id)  # a thread of its own, with the history
+    (request,) = requests_with(model_server, "what came first")
+    assert user_prompts(request) == ["remember alpha", "what came first"]
+    code, out, err = await job(h, "submit", "--prompt", "and then", "--continue-latest", "--wait", "--json")
+    assert code == 0, err
+    third = JobRecord.model_validate_json(out)
+    assert third.resume_thread == second.thread_id
+    (request,) = requests_with(model_server, "and then")
+    assert user_prompts(request) == ["remember alpha", "what came first", "and then"]
+    assert await h.stop(daemon) == 0
+    # A fork's inherited turns are not shown again in the job's conversation: only its own reply.
+    responses = [(e.conversation, e.text) for e in await h.entries() if e.kind == "response"]
+    assert responses == [
+        (f"job:{first.id}", "echo: remember alpha"),
+        (f"job:{second.id}", "echo: what came first"),
+        (f"job:{third.id}", "echo: and then"),
+    ]
+
+
+async def test_max_jobs_queues_and_kill9_mid_job_ends_every_job_once(
+    codex_bin_169: Path, slow_server: ScriptedModelServer, harness_factory: Factory
+) -> None:
+    """With ``max_jobs = 1`` a second job stays queued behind a running one; the daemon is killed
+    (``kill -9``) then. After the restart the running job ends once (its turn was cut short: failed,
+    never run again), the queued one and a cancelled queued one are settled once: the queued one
+    runs once and succeeds, the cancelled one never reaches the model."""
+    h = harness_factory(codex_bin_169, slow_server)
+    daemon = await started(h, "--max-jobs", "1")
+    _, out, _ = await job(h, "submit", "--prompt", "slow first")
+    first = out.strip()
+    await until_state(h, first, "running")
+    _, out, _ = await job(h, "submit", "--prompt", "queued second")
+    second = out.strip()
+    _, out, _ = await job(h, "submit", "--prompt", "queued third")
+    third = out.strip()
+    await h.wait_for(
+        lambda es: sum(1 for e in es if getattr(e, "state", "") == "session_waiting") == 2, what="two jobs waiting"
+    )
+    assert (await record(h, second)).state == "queued"
+    code, out, _ = await job(h, "cancel", third)
+    assert code == 0
+    await until_state(h, third, "cancelled")
+    await h.kill9(daemon)
+    daemon = await started(h, "--max-jobs", "1")
+    assert (await wait(h.journal, second, limit=120)).state == "succeeded"
+    ended = await until_state(h, first, "failed")
+    assert ended.error is not None
+    assert await h.stop(daemon) == 0
+    entries = await h.entries()
+    for job_id in (first, second, third):
+        ends = [
+            e
+            for e in entries
+            if e.conversation == f"job:{job_id}"
+            and getattr(e, "state", "") in ("turn_completed", "turn_failed", "turn_aborted", "thought_cancelled")
+        ]
+        assert len(ends) == 1, (job_id, ends)
+    assert len(requests_with(slow_server, "slow first")) == 1
+    assert len(requests_with(slow_server, "queued second")) == 1
+    assert not requests_with(slow_server, "queued third")
+
+
+async def test_cancel_of_a_running_job_ends_its_codex(
+    codex_bin: Path, slow_server: ScriptedModelServer, harness_factory: Factory
+) -> None:
+    """On both drivers: the cancelled job's turn ends (``cancelled``) while the model is still
+    stalling; with exec (0.47) the job's own Codex process is gone once the job is over."""
+    h = harness_factory(codex_bin, slow_server)
+    daemon = await started(h)
+    _, out, _ = await job(h, "submit", "--prompt", "slow to cancel")
+    slow_id = out.strip()
+    await until_state(h, slow_id, "running")
+    code, _, err = await job(h, "cancel", slow_id)
+    assert code == 0, err
+    cancelled = await wait(h.journal, slow_id, limit=60)
+    assert cancelled.state == "cancelled" and cancelled.final_message is None
+    if "0.47" in str(codex_bin):
+        assert codex_processes(h.codex_home) == []  # exec: one process per turn, ended with it
+    assert await h.stop(daemon) == 0

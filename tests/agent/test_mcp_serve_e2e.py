@@ -1,0 +1,178 @@
+"""``coven-codex mcp-serve`` driven by the official MCP clients (issue 15, item 3): the Python SDK
+(``mcp``) and the TypeScript SDK start it on stdio, as Claude Code or Cursor would, while the
+daemon runs the real Codex 0.169.0 against the scripted model.
+
+call_codex returns the job id at once (or the finished record when asked to wait), call_status
+is polled to the end, call_jobs lists, call_cancel stops a running job; bad arguments and
+unknown jobs are ``isError`` results.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import mcp_types
+import pytest
+from agent_harness import AgentHarness, make_responder
+from mcp import Client, StdioServerParameters
+
+from coven_codex.testing.model_server import ScriptedModelServer
+from coven_codex.testing.steps import Reply, Stall
+
+pytestmark = [pytest.mark.codex, pytest.mark.timeout(300)]
+
+ROOT = Path(__file__).resolve().parents[2]
+TS_DRIVER = Path(__file__).with_name("ts_jobs_client.mjs")
+Factory = Callable[[Path, ScriptedModelServer], AgentHarness]
+TOOLS = ["call_codex", "call_status", "call_jobs", "call_cancel"]
+
+
+@pytest.fixture
+async def slow_server() -> ScriptedModelServer:
+    responder = make_responder({"slow": lambda r: (Stall(600.0), Reply("too late"))})
+    async with ScriptedModelServer(responder=responder) as server:
+        yield server  # type: ignore[misc]
+
+
+async def running_daemon(h: AgentHarness) -> None:
+    h.write_base_config(model_providers={"local": {"stream_idle_timeout_ms": 3_600_000}})
+    await h.start()
+    await h.until_logged("ready (pid")
+
+
+def serve_parameters(h: AgentHarness) -> StdioServerParameters:
+    return StdioServerParameters(
+        command=sys.executable, args=["-m", "coven_codex", "mcp-serve", "--journal", str(h.journal_path)], env=h.env
+    )
+
+
+def text(result: Any) -> str:
+    return "".join(block.text for block in result.content if isinstance(block, mcp_types.TextContent))
+
+
+async def poll(client: Client, job_id: str, *states: str) -> dict[str, Any]:
+    """call_status until the job is in one of ``states`` (bounded)."""
+    for _ in range(1200):
+        result = await client.call_tool("call_status", {"job_id": job_id})
+        assert not result.is_error, text(result)
+        record: dict[str, Any] = result.structured_content
+        if record["state"] in states:
+            return record
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"job {job_id} never reached {states}: {record}")
+
+
+async def test_the_python_sdk_drives_mcp_serve(
+    codex_bin_169: Path, slow_server: ScriptedModelServer, harness_factory: Factory
+) -> None:
+    h = harness_factory(codex_bin_169, slow_server)
+    await running_daemon(h)
+    async with Client(serve_parameters(h), mode="legacy") as client:
+        tools = (await client.list_tools()).tools
+        assert [tool.name for tool in tools] == TOOLS
+        schema = next(tool for tool in tools if tool.name == "call_codex").input_schema
+        assert schema["required"] == ["prompt"] and schema["additionalProperties"] is False
+        assert all(tool.output_schema is not None and tool.description for tool in tools)
+        started = await client.call_tool("call_codex", {"prompt": "hello mcp"})
+        assert not started.is_error, text(started)
+        job_id = started.structured_content["id"]
+        assert started.structured_content["state"] in ("queued", "running")
+        done = await poll(client, job_id, "succeeded", "failed")
+        assert done["state"] == "succeeded" and done["final_message"] == "echo: hello mcp"
+        assert done["thread_id"] and done["usage"]["total_tokens"]
+        listed = await client.call_tool("call_jobs", {"state": "succeeded"})
+        assert [job["id"] for job in listed.structured_content["jobs"]] == [job_id]
+        waited = await client.call_tool("call_codex", {"prompt": "wait for me", "wait_for_result": True})
+        assert waited.structured_content["final_message"] == "echo: wait for me"
+        slow = (await client.call_tool("call_codex", {"prompt": "slow one"})).structured_content["id"]
+        await poll(client, slow, "running")
+        cancel = await client.call_tool("call_cancel", {"job_id": slow})
+        assert not cancel.is_error and cancel.structured_content["state"] == "running"
+        assert (await poll(client, slow, "cancelled", "failed", "succeeded"))["state"] == "cancelled"
+        for name, arguments, says in [
+            ("call_codex", {}, "invalid arguments for spell 'call_codex'"),
+            ("call_codex", {"prompt": "x", "timeout": -1}, "invalid arguments"),
+            ("call_codex", {"prompt": "x", "bogus": 1}, "invalid arguments"),
+            ("call_status", {"job_id": 5}, "invalid arguments"),
+            ("call_status", {"job_id": "nope"}, "no job 'nope'"),
+            ("call_jobs", {"state": "sleeping"}, "invalid arguments"),
+            ("call_cancel", {"job_id": "nope"}, "no job 'nope'"),
+            ("call_codex", {"prompt": "x", "resume_session_id": "t", "continue_latest": True}, "not both"),
+        ]:
+            refused = await client.call_tool(name, arguments)
+            assert refused.is_error and says in text(refused), (name, arguments, text(refused))
+
+
+@pytest.fixture(scope="module")
+def ts_sdk() -> Path:
+    """The pinned TypeScript SDK (installed on first use, as scripts/setup.sh does)."""
+    assert shutil.which("node"), "Node.js is required (scripts/setup.sh checks for it)"
+    done = subprocess.run(
+        [str(ROOT / "scripts" / "install-mcp-sdk-js.sh")], capture_output=True, text=True, timeout=300, check=True
+    )
+    return Path(done.stdout.strip())
+
+
+async def test_the_typescript_sdk_drives_mcp_serve(
+    codex_bin_169: Path, model_server: ScriptedModelServer, harness_factory: Factory, ts_sdk: Path
+) -> None:
+    h = harness_factory(codex_bin_169, model_server)
+    await running_daemon(h)
+    launch = json.dumps(
+        {
+            "command": sys.executable,
+            "args": ["-m", "coven_codex", "mcp-serve", "--journal", str(h.journal_path)],
+            "env": h.env,
+        }
+    )
+    process = await asyncio.create_subprocess_exec(
+        "node", str(TS_DRIVER), str(ts_sdk), launch, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    stdout, stderr = await asyncio.wait_for(process.communicate(), 200)
+    assert process.returncode == 0, stderr.decode()[-2000:]
+    seen = json.loads(stdout.decode().strip().splitlines()[-1])
+    assert seen["tools"] == TOOLS
+    assert seen["started"]["state"] in ("queued", "running")
+    assert seen["done"]["state"] == "succeeded" and seen["done"]["final_message"] == "echo: hello ts"
+    assert seen["listed"] == [seen["started"]["id"]]
+    assert seen["bad"]["isError"] is True and "invalid arguments" in seen["bad"]["text"]
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+async def test_mcp_serve_answers_without_a_daemon_in_both_sdk_modes(tmp_path: Path, mode: str) -> None:
+    """The tools list and refusals need no daemon (only the journal): the SDK's ``auto`` mode
+    (``server/discover`` first) and ``legacy`` mode both get them."""
+    journal = tmp_path / "journal.jsonl"
+    journal.touch()
+    parameters = StdioServerParameters(
+        command=sys.executable, args=["-m", "coven_codex", "mcp-serve", "--journal", str(journal)]
+    )
+    async with Client(parameters, mode=mode) as client:
+        assert [tool.name for tool in (await client.list_tools()).tools] == TOOLS
+        unknown = await client.call_tool("call_status", {"job_id": "nope"})
+        assert unknown.is_error and "no job 'nope'" in text(unknown)
+        listed = await client.call_tool("call_jobs", {})
+        assert not listed.is_error and listed.structured_content == {"jobs": []}
+
+
+async def test_mcp_serve_refuses_a_journal_no_daemon_made(tmp_path: Path) -> None:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "coven_codex",
+        "mcp-serve",
+        "--journal",
+        str(tmp_path / "missing.jsonl"),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 2 and out == b""
+    assert "does not exist, so no daemon serves it" in err.decode()

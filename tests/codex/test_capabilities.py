@@ -1,0 +1,126 @@
+"""The driver follows from what the installed Codex offers (coven_codex/codex/capabilities.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from coven_codex.codex.capabilities import (
+    CAPABILITIES_FILE,
+    CapabilityError,
+    CodexCapabilities,
+    detect_capabilities,
+    plan_driver,
+    probe_capabilities,
+)
+from coven_codex.codex.drivers import unrelayed_approvals
+from coven_codex.codex.version import detect_version, parse_version
+
+FAKE_SCHEMA = """#!/bin/sh
+echo run >> "$(dirname "$0")/runs"
+if [ "$1 $2" != "app-server generate-json-schema" ]; then exit 2; fi
+out="$4"
+mkdir -p "$out/v2"
+echo '{"oneOf": [{"properties": {"method": {"enum": ["thread/start"]}}},
+  {"properties": {"method": {"enum": ["thread/resume"]}}}, {"properties": {"method": {"enum": ["turn/start"]}}},
+  {"properties": {"method": {"enum": ["turn/interrupt"]}}}]}' > "$out/ClientRequest.json"
+echo '{"oneOf": [{"properties": {"method": {"enum": ["item/commandExecution/requestApproval"]}}}]}' \
+  > "$out/ServerRequest.json"
+echo '{"oneOf": [{"properties": {"method": {"enum": ["turn/started"]}}},
+  {"properties": {"method": {"enum": ["turn/completed"]}}}]}' > "$out/ServerNotification.json"
+echo '{"properties": {"threadId": {}, "input": {}, "clientUserMessageId": {}}}' > "$out/v2/TurnStartParams.json"
+"""
+
+
+def _fake(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "codex"
+    path.write_text(FAKE_SCHEMA)
+    path.chmod(0o755)
+    return path
+
+
+def _runs(fake: Path) -> int:
+    runs = fake.parent / "runs"
+    return len(runs.read_text().splitlines()) if runs.exists() else 0
+
+
+def test_the_schema_decides_and_is_probed_once_per_binary(tmp_path: Path) -> None:
+    fake = _fake(tmp_path / "bin")
+    state = tmp_path / "state"
+    version = parse_version("codex-cli 9.9.9")
+    first = detect_capabilities(fake, (str(fake),), version, env=os.environ, cache_dir=state)
+    plan = plan_driver(first)
+    assert plan.driver == "app-server" and not plan.steer and not plan.unsubscribe
+    assert "turn/start with clientUserMessageId" in plan.reason and "no turn/steer" in plan.reason
+    assert plan.approval_requests == {"item/commandExecution/requestApproval"}
+    again = detect_capabilities(fake, (str(fake),), version, env=os.environ, cache_dir=state)
+    assert again == first and _runs(fake) == 1  # the second start-up read the cache
+    cached = json.loads((state / CAPABILITIES_FILE).read_text())
+    assert [entry["key"].split(":")[0] for entry in cached["entries"]] == [str(fake.resolve())]
+    os.utime(fake, ns=(0, 0))  # another binary at the same path (an upgrade): probed again
+    detect_capabilities(fake, (str(fake),), version, env=os.environ, cache_dir=state)
+    assert _runs(fake) == 2
+
+
+def test_a_corrupt_cache_is_probed_again(tmp_path: Path) -> None:
+    fake = _fake(tmp_path / "bin")
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / CAPABILITIES_FILE).write_text("{not json")
+    found = detect_capabilities(fake, (str(fake),), parse_version("codex-cli 9.9.9"), env=os.environ, cache_dir=state)
+    assert found.app_server is not None and _runs(fake) == 1
+
+
+def test_a_protocol_without_client_ids_gets_exec_and_forcing_app_server_names_what_is_missing() -> None:
+    capabilities = CodexCapabilities.model_validate(
+        {
+            "version": "0.135.0",
+            "app_server": {
+                "client_requests": ["thread/start", "thread/resume", "turn/start", "turn/interrupt", "turn/steer"],
+                "server_requests": [],
+                "notifications": ["turn/started", "turn/completed"],
+                "turn_start_fields": ["threadId", "input"],
+            },
+        }
+    )
+    plan = plan_driver(capabilities)
+    assert plan.driver == "exec" and "clientUserMessageId" in plan.reason
+    assert plan_driver(capabilities, "exec").driver == "exec"
+    with pytest.raises(CapabilityError, match="lacks turn/start's clientUserMessageId"):
+        plan_driver(capabilities, "app-server")
+
+
+@pytest.mark.codex
+@pytest.mark.parametrize(
+    ("version", "driver", "why"),
+    [
+        ("0.47.0", "exec", "generate-json-schema"),
+        ("0.135.0", "exec", "lacks turn/start's clientUserMessageId"),
+        ("0.147.0", "app-server", "turn/steer"),
+        ("0.169.0", "app-server", "turn/steer"),
+    ],
+)
+def test_real_clis(version: str, driver: str, why: str, codex_of: Callable[[str], Path], tmp_path: Path) -> None:
+    executable = codex_of(version)
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    capabilities = probe_capabilities((str(executable),), detect_version(executable, env=env), env=env)
+    plan = plan_driver(capabilities)
+    assert (plan.driver, plan.steer) == (driver, driver == "app-server")
+    assert why in plan.reason
+    assert not list(tmp_path.iterdir())  # nothing written to HOME: the probe's CODEX_HOME is a scratch folder
+
+
+def test_approval_requests_the_driver_does_not_relay_are_named() -> None:
+    protocol = {
+        "client_requests": ["thread/start", "thread/resume", "turn/start", "turn/interrupt"],
+        "server_requests": ["item/commandExecution/requestApproval", "item/permissions/requestApproval"],
+        "notifications": ["turn/started", "turn/completed"],
+        "turn_start_fields": ["clientUserMessageId"],
+    }
+    plan = plan_driver(CodexCapabilities.model_validate({"version": "0.169.0", "app_server": protocol}))
+    assert unrelayed_approvals(plan) == ["item/permissions/requestApproval"]

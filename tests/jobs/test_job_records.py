@@ -1,0 +1,104 @@
+"""A job's record is derived from the journal's entries alone (docs/jobs.md): every way a job ends."""
+
+from __future__ import annotations
+
+import pytest
+
+from coven_codex.entries import (
+    BaseEntry,
+    CancelEntry,
+    ErrorEntry,
+    ResponseEntry,
+    StatusEntry,
+    ThoughtEntry,
+    TokenUsage,
+)
+from coven_codex.jobs.client import JobRequest, JobUsageError, cancel, find, latest_thread, submit
+from coven_codex.jobs.records import JobFolder, read_jobs
+from coven_codex.journal import MemoryJournal
+
+C = "job:j1"
+
+
+def submitted(**options: object) -> ThoughtEntry:
+    return ThoughtEntry(id="t1", conversation=C, sender="jobs", text="do it", **options)  # type: ignore[arg-type]
+
+
+def status(state: str, **fields: object) -> StatusEntry:
+    return StatusEntry(conversation=C, state=state, in_reply_to="t1", **fields)  # type: ignore[arg-type]
+
+
+def error(code: str) -> ErrorEntry:
+    return ErrorEntry(conversation=C, code=code, text=f"{code} happened", hint="do this", in_reply_to="t1")
+
+
+def fold(*entries: BaseEntry) -> JobFolder:
+    folder = JobFolder(events=True)
+    for entry in entries:
+        folder.feed(entry)
+    return folder
+
+
+def test_a_job_goes_queued_running_succeeded() -> None:
+    folder = fold(submitted(cwd="/p", timeout=5))
+    job = folder.jobs["j1"]
+    assert job.state == "queued" and job.cwd == "/p" and job.timeout == 5
+    folder.feed(StatusEntry(conversation=C, state="session_started", thread_id="th"))
+    folder.feed(status("turn_started"))
+    assert job.state == "running" and job.thread_id == "th"
+    folder.feed(ResponseEntry(conversation=C, text="first", in_reply_to="t1"))
+    folder.feed(ResponseEntry(conversation=C, text="last", in_reply_to="t1"))
+    folder.feed(status("turn_completed", usage=TokenUsage(total_tokens=7)))
+    assert job.state == "succeeded" and job.final_message == "last" and job.usage == TokenUsage(total_tokens=7)
+    assert job.duration is not None and job.done
+    assert [e.kind for e in job.events or []] == ["status", "status", "response", "response", "status"]
+    folder.feed(ResponseEntry(conversation=C, text="after the end", in_reply_to="t1"))
+    assert job.final_message == "last"  # a final state is never left
+
+
+@pytest.mark.parametrize(
+    ("entries", "state", "code"),
+    [
+        ([error("REFUSED")], "failed", "REFUSED"),
+        ([status("thought_cancelled")], "cancelled", None),
+        ([status("turn_started"), CancelEntry(conversation=C, queued=True), status("turn_aborted")], "cancelled", None),
+        ([status("turn_started"), error("OUTER_TIMEOUT"), status("turn_aborted")], "timed_out", "OUTER_TIMEOUT"),
+        ([status("turn_started"), error("STREAM_IDLE"), status("turn_failed")], "timed_out", "STREAM_IDLE"),
+        ([status("turn_started"), error("AUTH"), status("turn_failed")], "failed", "AUTH"),
+        ([status("turn_started"), status("turn_aborted", text="turn aborted")], "failed", "PROCESS_EXITED"),
+    ],
+)
+def test_every_way_a_job_ends(entries: list[BaseEntry], state: str, code: str | None) -> None:
+    job = fold(submitted(), *entries).jobs["j1"]
+    assert job.state == state and job.done
+    assert (job.error.code if job.error is not None else None) == code
+
+
+def test_other_conversations_and_other_thoughts_do_not_count() -> None:
+    folder = fold(
+        submitted(),
+        ThoughtEntry(conversation="chat", text="hello"),
+        StatusEntry(conversation="chat", state="turn_completed"),
+        ThoughtEntry(id="t2", conversation=C, text="a second thought in the job's conversation"),
+        StatusEntry(conversation=C, state="turn_completed", in_reply_to="t2"),
+    )
+    assert list(folder.jobs) == ["j1"] and folder.jobs["j1"].state == "queued"
+
+
+async def test_the_client_submits_cancels_and_finds_through_the_journal() -> None:
+    journal = MemoryJournal()
+    job_id = await submit(journal, JobRequest(prompt="hello", cwd="rel", timeout=3))
+    (job,) = (await read_jobs(journal)).jobs.values()
+    assert job.id == job_id and job.cwd is not None and job.cwd.endswith("/rel") and job.timeout == 3
+    assert (await cancel(journal, job_id)).state == "queued"
+    assert (await find(journal, job_id)).cancel_requested
+    with pytest.raises(JobUsageError, match="no job"):
+        await find(journal, "nope")
+    with pytest.raises(JobUsageError, match="not both"):
+        await submit(journal, JobRequest(prompt="x", resume_thread="t", continue_latest=True))
+    with pytest.raises(JobUsageError, match="no earlier job"):
+        await latest_thread(journal, None)
+    await journal.append(StatusEntry(conversation=f"job:{job_id}", state="session_started", thread_id="th-1"))
+    assert await latest_thread(journal, job.cwd) == "th-1"
+    later = await submit(journal, JobRequest(prompt="go on", cwd="rel", continue_latest=True))
+    assert (await find(journal, later)).resume_thread == "th-1"
