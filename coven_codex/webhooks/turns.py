@@ -123,6 +123,9 @@ class TurnTracker:
             return None
         if entry.sender != CODEX_SENDER:
             return None
+        if isinstance(entry, StatusEntry) and entry.state == "thought_cancelled":  # it never reaches Codex
+            self._drop_thought(entry.conversation, entry.in_reply_to)
+            return None
         if isinstance(entry, StatusEntry) and entry.state == "turn_started":
             context = self._context(entry.conversation, entry.ts)
             ids = [thought.id for thought in context.thoughts]
@@ -143,10 +146,8 @@ class TurnTracker:
                 return None
             context = self._context(entry.conversation, entry.ts)
             if entry.code == REFUSED_CODE:  # a refused thought never gets a turn
-                context.thoughts = deque(
-                    (thought for thought in context.thoughts if thought.id != entry.in_reply_to),
-                    maxlen=MAX_INPUT_MESSAGES,
-                )
+                self._drop_thought(entry.conversation, entry.in_reply_to)
+                return None
             else:
                 context.error = TurnError(code=entry.code, message=entry.text, hint=entry.hint)
                 if context.turn_start is None and context.loose_start is None:
@@ -194,6 +195,14 @@ class TurnTracker:
         if context.thoughts:  # thoughts queued behind this turn stay for the next one
             self._contexts[entry.conversation] = _Context(thoughts=context.thoughts, last_seen=entry.ts)
         return payload
+
+    def _drop_thought(self, conversation: str, thought_id: str | None) -> None:
+        """A thought that will never run (refused, cancelled while queued) is no input of a later turn."""
+        context = self._contexts.get(conversation)
+        if context is None:
+            return
+        context.thoughts = deque((t for t in context.thoughts if t.id != thought_id), maxlen=MAX_INPUT_MESSAGES)
+        self._forget_if_empty(conversation, context)
 
     def _forget_if_empty(self, conversation: str, context: _Context) -> None:
         if context.empty() and context.reply is None and context.error is None:

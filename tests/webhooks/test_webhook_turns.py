@@ -77,6 +77,8 @@ async def test_refused_and_unanswered_thoughts_are_not_inputs_of_a_later_turn() 
     await feed.status("c", "turn_started", lost)
     refused = await feed.thought("c", "x" * 10)
     await feed.add(ErrorEntry(conversation="c", code="REFUSED", text="too long", in_reply_to=refused))
+    cancelled = await feed.thought("c", "dropped by cancel --queued")
+    await feed.status("c", "thought_cancelled", cancelled)
     answered = await feed.thought("c", "answered")
     await feed.status("c", "turn_started", answered)
     await feed.status("c", "turn_aborted", answered)
@@ -111,6 +113,13 @@ async def test_low_water_is_the_oldest_open_entry_and_moves_on_when_turns_end() 
     assert feed.low_water() == blue_start
     await feed.status("blue", "turn_completed", blue)
     assert feed.last is not None and feed.low_water() == feed.last.end
+    for state in ("thought_cancelled", "REFUSED"):  # a thought that never runs holds nothing back
+        never = await feed.thought("grey", "never runs")
+        if state == "REFUSED":
+            await feed.add(ErrorEntry(conversation="grey", code="REFUSED", text="too long", in_reply_to=never))
+        else:
+            await feed.status("grey", state, never)
+        assert feed.last is not None and feed.low_water() == feed.last.end
     stale = await feed.add(
         ThoughtEntry(conversation="old", text="never answered", ts=datetime.now(UTC) - timedelta(days=2))
     )
