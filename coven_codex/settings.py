@@ -21,6 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from coven_codex.adapters.kit.config import AdaptersSettings, resolve_paths
 from coven_codex.journal.opening import JournalNameSetting, is_redis_name
+from coven_codex.webhooks.config import WebhooksSettings
+from coven_codex.webhooks.config import resolve_paths as resolve_webhook_paths
 
 log = logging.getLogger(__name__)
 
@@ -144,6 +146,10 @@ class Settings(BaseModel):
         default_factory=AdaptersSettings,
         description="The chat adapters' sections ([adapters.slack], [adapters.discord]; docs/adapters.md).",
     )
+    webhooks: WebhooksSettings = Field(
+        default_factory=WebhooksSettings,
+        description="Turn-complete webhooks ([webhooks], [[webhooks.targets]]; docs/webhooks.md).",
+    )
 
     @model_validator(mode="after")
     def _clamp_timeouts(self) -> Settings:
@@ -208,6 +214,7 @@ def read_settings_file(path: Path) -> dict[str, Any]:
             for root in roots
         ]
     resolve_paths(data.get("adapters"), base)
+    resolve_webhook_paths(data.get("webhooks"), base)
     return data
 
 

@@ -1,12 +1,14 @@
 """Backoff and quieting for everything the agent retries.
 
 One delay function for every retry loop (Codex restarts, failed hand-overs, a crashing
-session), and :class:`RepeatFilter`, which lets a failure that keeps repeating reach the chat
-once, followed by a summary now and then instead of one entry per retry.
+session; webhook deliveries draw their wait below it, :func:`full_jitter`), and
+:class:`RepeatFilter`, which lets a failure that keeps repeating reach the chat once, followed
+by a summary now and then instead of one entry per retry.
 """
 
 from __future__ import annotations
 
+import random
 import time
 
 MAX_BACKOFF = 60.0
@@ -16,12 +18,18 @@ SUMMARY_EVERY = 300.0
 """A repeating failure is summarised at most this often (seconds)."""
 
 
-def backoff(base: float, failures: int) -> float:
+def backoff(base: float, failures: int, *, cap: float = MAX_BACKOFF) -> float:
     """The wait before the next try after ``failures`` consecutive failures (1 → ``base``), doubling up to
-    :data:`MAX_BACKOFF`."""
+    ``cap`` (default :data:`MAX_BACKOFF`)."""
     if failures <= 0:
         return 0.0
-    return min(base * 2.0 ** min(failures - 1, 32), MAX_BACKOFF)
+    return min(base * 2.0 ** min(failures - 1, 32), cap)
+
+
+def full_jitter(base: float, failures: int, *, cap: float = MAX_BACKOFF) -> float:
+    """A random wait between 0 and :func:`backoff` ("full jitter"): many clients retrying one server
+    spread out instead of arriving together."""
+    return random.uniform(0.0, backoff(base, failures, cap=cap))
 
 
 class RepeatFilter:

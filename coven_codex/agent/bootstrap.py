@@ -11,7 +11,9 @@
    ``driver`` in the settings may force ``exec``, or ``app-server`` where it suffices);
 3. load the spells and start their MCP server on a private socket (when there are spells);
 4. prepare the isolated ``CODEX_HOME`` (base config + coven's keys + the MCP entry);
-5. run the :class:`~coven_codex.agent.daemon.Daemon` on the journal until ``stop``.
+5. start the webhook senders when ``[webhooks] in_daemon`` is on (:mod:`coven_codex.webhooks`, a
+   task and a journal handle of their own);
+6. run the :class:`~coven_codex.agent.daemon.Daemon` on the journal until ``stop``.
 
 Every failure a user can cause raises :class:`BootstrapError` with what to do.
 """
@@ -45,7 +47,7 @@ from coven_codex.codex.launch import relative_path_entries, resolve_launch
 from coven_codex.codex.version import CodexVersion, VersionError, detect_version
 from coven_codex.journal import FileJournal, Journal, JournalError
 from coven_codex.journal.file import DAEMON_LOCK_NAME, FILE_MODE
-from coven_codex.journal.opening import describe_journal, is_redis_name, local_base, open_journal
+from coven_codex.journal.opening import JournalName, describe_journal, is_redis_name, local_base, open_journal
 from coven_codex.mcp import (
     TOOLBELT_FILENAME,
     SpellLoadError,
@@ -60,6 +62,8 @@ from coven_codex.settings import Settings, state_root
 from coven_codex.traces.otel_config import export_notice, otel_tables
 from coven_codex.traces.receiver import OtlpReceiver
 from coven_codex.traces.routing import ThreadRouter
+from coven_codex.webhooks.config import ReadyTarget, WebhookConfigError, ready_targets
+from coven_codex.webhooks.service import webhook_senders
 
 log = logging.getLogger(__name__)
 TRACES_DIR = "traces"
@@ -236,6 +240,12 @@ async def run_daemon(
     workspace = settings.workspace.expanduser().resolve()
     if not workspace.is_dir():
         raise BootstrapError(f"the workspace {workspace} is not a directory; create it or fix --workspace")
+    webhooks: list[ReadyTarget] = []
+    if settings.webhooks.in_daemon:
+        try:  # before anything starts: a missing secret stops `run` at once
+            webhooks = ready_targets(settings.webhooks.targets, env_in)
+        except WebhookConfigError as exc:
+            raise BootstrapError(str(exc)) from None
     try:
         found = await asyncio.to_thread(find_codex, settings.codex_path, workspace, env=env_in)
         launch = await asyncio.to_thread(resolve_launch, found, env_in)
@@ -351,6 +361,8 @@ async def run_daemon(
         async def locate(thread_id: str) -> Path:
             return await locate_rollout(codex_home, thread_id=thread_id, cwd=None, timeout=ROLLOUT_LOCATE_TIMEOUT)
 
+        if webhooks:
+            await _start_webhooks(stack, settings, settings.journal, workspace, webhooks)
         daemon = Daemon(
             settings, journal, maker, locate_rollout=locate, codex_home=codex_home, on_append=hooks.on_append
         )
@@ -358,3 +370,20 @@ async def run_daemon(
             await daemon.run(stop, ready)
         except (StateError, JournalError, StorageFailed) as exc:
             raise BootstrapError(str(exc)) from None
+
+
+async def _start_webhooks(
+    stack: contextlib.AsyncExitStack,
+    settings: Settings,
+    journal_path: JournalName,
+    workspace: Path,
+    targets: list[ReadyTarget],
+) -> None:
+    """The webhook senders on a journal handle of their own (docs/webhooks.md); stopped before the rest."""
+    journal = open_journal(journal_path, durability=settings.durability, follow_replacement=False)
+    stack.push_async_callback(journal.aclose)
+    try:
+        await stack.enter_async_context(webhook_senders(journal, targets, default_cwd=str(workspace)))
+    except StateError as exc:
+        raise BootstrapError(str(exc)) from None
+    log.info("sending turn-complete webhooks to %d target(s)", len(targets))

@@ -28,6 +28,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "job",
     "mcp-serve",
     "journal",
+    "webhooks",
     "model-server",
 )
 """In ``--help`` order; each module's ``HELP`` is its summary there."""

@@ -173,7 +173,7 @@ _FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
         {"type": Path, "dest": "agents_template", "help": "template for AGENTS.md with $VARNAME substitution"},
     ),
 )
-TABLE_SETTINGS = frozenset({"codex", "agents_vars", "adapters"})
+TABLE_SETTINGS = frozenset({"codex", "agents_vars", "adapters", "webhooks"})
 """Settings that are TOML tables: ``coven.toml`` only, no flag."""
 
 

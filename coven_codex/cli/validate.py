@@ -15,6 +15,7 @@ from coven_codex.validate.adapter_probes import adapter_plan
 from coven_codex.validate.framework import ProbeContext, exit_code, run_plan
 from coven_codex.validate.plan import PLAN
 from coven_codex.validate.report import render_json, render_table
+from coven_codex.validate.webhook_probes import webhook_plan
 
 HELP = "check the whole environment (Codex, credentials, folders, spells, shim, config) and say what to fix"
 
@@ -53,6 +54,7 @@ def execute(args: argparse.Namespace) -> int:
             print(f"coven-codex validate: {exc}", file=sys.stderr)
         return 2
     raw.update({key: value for key, value in overrides.items() if value is not None})
-    outcomes = asyncio.run(run_plan(PLAN + adapter_plan(settings), ProbeContext(settings=settings, raw_settings=raw)))
+    plan = PLAN + adapter_plan(settings) + webhook_plan(settings)
+    outcomes = asyncio.run(run_plan(plan, ProbeContext(settings=settings, raw_settings=raw)))
     print(render_json(outcomes) if args.json else render_table(outcomes))
     return exit_code(outcomes)
