@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -64,6 +64,19 @@ class LinkFactory(Protocol):
         ...
 
 
+class ClusterHooks(Protocol):
+    """Where a session's state and rollout are mirrored when several daemons share the journal
+    (:class:`coven_codex.cluster.ownership.Ownership`); every call is fenced by the conversation's lease."""
+
+    async def save_state(self, conversation: str, data: bytes, pending: Iterable[int]) -> None:
+        """Mirror a state just saved locally; ``pending``: the journal positions of its unfinished thoughts."""
+        ...
+
+    async def copy_rollout(self, conversation: str, thread_id: str, rollout: Path, end: int) -> None:
+        """Copy the rollout's first ``end`` bytes before egress translates them."""
+        ...
+
+
 class RolloutLocator(Protocol):
     """Finds the rollout file of a Codex thread."""
 
@@ -88,3 +101,7 @@ class SessionServices:
     on_append: AppendHook | None = None
     on_storage_failure: Callable[[BaseException], None] | None = None
     """A session's storage failed (see :mod:`coven_codex.agent.storage`): the daemon stops."""
+    cluster: ClusterHooks | None = None
+    """Several daemons share the journal: mirror state and rollout (docs/distributed.md)."""
+    on_lease_lost: Callable[[str], None] | None = None
+    """A session's write was refused for lack of the conversation's lease: the daemon drops it."""

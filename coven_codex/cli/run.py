@@ -92,6 +92,14 @@ _FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
     ),
     ("--durability", {"choices": ["always", "batched", "never"], "help": "journal and state fsync policy"}),
     (
+        "--lease-time",
+        {
+            "type": float,
+            "dest": "lease_time",
+            "help": "seconds a conversation's lease lasts without renewal, with several daemons on one Redis journal",
+        },
+    ),
+    (
         "--restart-backoff",
         {
             "type": float,

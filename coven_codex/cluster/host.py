@@ -1,0 +1,52 @@
+"""The running daemon as the cluster's ownership sees it (:class:`~coven_codex.cluster.ownership.SessionHost`)."""
+
+from __future__ import annotations
+
+from coven_codex.agent.daemon import Daemon, ours
+from coven_codex.agent.state import SessionState
+from coven_codex.journal import JournalItem, JournalRecord, Position
+
+
+class DaemonHost:
+    """Adopting and dropping conversations in a running :class:`~coven_codex.agent.daemon.Daemon`."""
+
+    def __init__(self, daemon: Daemon, start: Position) -> None:
+        self._daemon = daemon
+        self._start = start
+
+    async def recover(self, state: SessionState) -> None:
+        """Resolve an in-flight thought against the (rehydrated) rollout, as a restart does."""
+        manager = self._daemon.manager
+        states = {c: s.state for c, s in manager.sessions.items()} if manager is not None else {}
+        states[state.conversation] = state
+        await self._daemon._recover_in_flight(state, states)
+
+    async def learn_ids(self, state: SessionState) -> None:
+        """The ids of our entries already in the journal for this conversation (egress drops them)."""
+        services = self._daemon.services
+        if services is None or state.thread_id is None or state.egress_journal_position is None:
+            return
+        items = await self._daemon.journal.read(state.egress_journal_position)
+        services.writer.known_ids |= ours(
+            [i for i in items if isinstance(i, JournalRecord) and i.entry.conversation == state.conversation]
+        )
+
+    def start_session(self, state: SessionState) -> None:
+        """Start the conversation's session (its egress resumes at once)."""
+        assert self._daemon.manager is not None
+        self._daemon.manager.restore(state)
+
+    async def stop_session(self, conversation: str) -> None:
+        """Stop the session without writing; its pending positions are given back."""
+        if self._daemon.manager is not None:
+            await self._daemon.manager.drop(conversation)
+
+    async def replay(self, items: list[JournalItem]) -> None:
+        """Route the conversation's items from its floor, as read before this run."""
+        assert self._daemon.ingress is not None
+        await self._daemon.ingress.replay([i for i in items if isinstance(i, JournalRecord)])
+
+    def read_position(self) -> Position:
+        """Where the journal reader is (before it starts: where it will start)."""
+        ingress = self._daemon.ingress
+        return ingress.cursor.read_end if ingress is not None else self._start

@@ -1,0 +1,295 @@
+"""The daemon's side of the cluster: which journal items it takes, adopting and dropping conversations.
+
+A daemon takes a conversation's items only while it holds the conversation's lease
+(:class:`~coven_codex.cluster.node.ClusterNode`), and only from the conversation's *floor* on
+(every thought before it is finished; :mod:`~coven_codex.cluster.mirror`). A thought of a
+conversation nobody holds is taken by the live daemon it goes to by rendezvous hashing, which
+claims the lease; the others pass it over and note it, so that if the chosen daemon does not
+claim it within a lease time, the next one does.
+
+*Adopting* a conversation (claimed at a thought, swept up after its owner died or stopped, or
+taken back at start-up): its state comes from the mirror unless this daemon wrote the mirror
+last (then its own files are as new or newer), the rollout copy is written into this daemon's
+``CODEX_HOME``, an in-flight thought is resolved against that rollout exactly as after a
+restart, the ids of entries already in the journal are learnt, the session starts, and the
+journal is re-read from the floor for the conversation's thoughts the previous owner had not
+finished (the live reader waits meanwhile, so thoughts keep their journal order).
+
+*Dropping* one (its lease was lost: this daemon stalled past it, or Redis expired it): the
+session stops without writing anything (its writes would be refused anyway), its Codex thread
+is let go, and its pending journal positions are released; the new owner answers them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Protocol, cast
+
+from coven_codex.agent.daemon import Daemon
+from coven_codex.agent.limits import cut
+from coven_codex.agent.state import SessionState, StateStore
+from coven_codex.cluster.fenced import FenceableJournal, FencedJournal
+from coven_codex.cluster.host import DaemonHost
+from coven_codex.cluster.leases import LeaseLost
+from coven_codex.cluster.mirror import rehydrate
+from coven_codex.cluster.node import ClusterNode
+from coven_codex.entries import CODEX_SENDER, BaseEntry, ResetEntry, ThoughtEntry
+from coven_codex.journal import Journal, JournalItem, JournalRecord, Position
+
+log = logging.getLogger(__name__)
+
+ADOPT_BATCH = 64
+"""Orphaned conversations adopted per sweep round, at most (the rest in the next rounds)."""
+
+
+class SessionHost(Protocol):
+    """What adopting and dropping need of the running daemon."""
+
+    async def recover(self, state: SessionState) -> None:
+        """Resolve ``state``'s in-flight thought against its rollout, as after a restart."""
+        ...
+
+    async def learn_ids(self, state: SessionState) -> None:
+        """Learn the ids of entries already in the journal after ``state``'s egress position."""
+        ...
+
+    def start_session(self, state: SessionState) -> None:
+        """Start the conversation's session."""
+        ...
+
+    async def stop_session(self, conversation: str) -> None:
+        """Stop the conversation's session without writing, releasing its pending positions."""
+        ...
+
+    async def replay(self, items: list[JournalItem]) -> None:
+        """Route these items (of one conversation, from its floor) as read before this run."""
+        ...
+
+    def read_position(self) -> Position:
+        """Where the journal reader is: every item before it was routed."""
+        ...
+
+
+def _position_text(position: Position) -> str:
+    return str(position)
+
+
+def _parse_position(text: str) -> Position:
+    parse: Callable[[str], Position] | None = getattr(Position, "parse", None)
+    if parse is not None:
+        return parse(text)
+    return int(text)
+
+
+class Ownership:
+    """Gates the journal reader and runs adoption and dropping (module docstring)."""
+
+    def __init__(self, node: ClusterNode, journal: Journal, store: StateStore, codex_home: Path) -> None:
+        self.node = node
+        self.journal = journal
+        self.store = store
+        self.codex_home = codex_home
+        self.host: SessionHost | None = None
+        self._floors: dict[str, Position | None] = {}
+        self._adopting: dict[str, asyncio.Event] = {}
+
+    @property
+    def cursor_name(self) -> str:
+        """This daemon's own ingress cursor (each daemon reads the whole journal at its own pace)."""
+        return f"agent-ingress@{self.node.daemon_id}"
+
+    # -- start-up --------------------------------------------------------------------------------
+    async def take_back(self, states: dict[str, SessionState]) -> dict[str, SessionState]:
+        """Start-up: take back the conversations of our saved states that no other daemon wrote
+        since (their state and rollout here are the newest); the others are adopted by the sweeps,
+        with their journal re-read from their floor."""
+        await self.node.join()
+        kept: dict[str, SessionState] = {}
+        for conversation, local in states.items():
+            record = await self.node.mirror.load_state(conversation)
+            if record is not None and record.writer != self.node.daemon_id:
+                continue
+            claimed = await self.node.claim(conversation)
+            if not claimed.ok:
+                log.info("conversation %r is served by daemon %s now", cut(conversation), cut(claimed.holder))
+                continue
+            record = await self.node.mirror.load_state(conversation)
+            if record is not None and record.writer != self.node.daemon_id:
+                await self.node.leases.release({conversation: claimed.token})  # written meanwhile: adopt it
+                self.node.drop(conversation)
+                continue
+            floor_text = await self.node.mirror.load_floor(conversation)
+            self._floors[conversation] = None if floor_text is None else _parse_position(floor_text)
+            kept[conversation] = local
+        return kept
+
+    # -- the journal reader's gate ------------------------------------------------------------------
+    async def admit(self, entry: BaseEntry, position: Position) -> bool:
+        """Whether this daemon takes the item ``entry`` at ``position`` (claiming its conversation
+        when nobody holds it and it goes to us)."""
+        conversation = entry.conversation
+        waiting = self._adopting.get(conversation)
+        if waiting is not None:
+            await waiting.wait()
+        if not self.node.owns(conversation):
+            if entry.sender == CODEX_SENDER or not isinstance(entry, ThoughtEntry | ResetEntry):
+                return False  # cancels and approvals go to the owner only; nobody claims for them
+            if not await self._claim_for(conversation, position):
+                return False
+        floor = self._floors.get(conversation)
+        return floor is None or position >= floor
+
+    async def _claim_for(self, conversation: str, position: Position) -> bool:
+        holder = await self.node.leases.holder(conversation)
+        if holder is not None and holder != self.node.daemon_id:
+            return False
+        if not self.node.preferred(conversation):
+            await self.node.leases.note_unclaimed(conversation, _position_text(position))
+            return False
+        claimed = await self.node.claim(conversation)
+        if not claimed.ok:
+            return False
+        await self._adopt(conversation, position)
+        return True
+
+    # -- adopting ------------------------------------------------------------------------------------
+    async def adopt_orphans(self, conversations: list[str]) -> None:
+        """The sweep found conversations nobody holds that go to us: claim and adopt them."""
+        for conversation in conversations[:ADOPT_BATCH]:
+            if self.node.owns(conversation) or conversation in self._adopting:
+                continue
+            claimed = await self.node.claim(conversation)
+            if claimed.ok:
+                log.info("cluster: adopting conversation %r", cut(conversation))
+                await self._adopt(conversation, None)
+
+    async def _adopt(self, conversation: str, at: Position | None) -> None:
+        """Hydrate, start and catch up a conversation we just claimed (``at``: the item that made us)."""
+        host = self.host
+        assert host is not None
+        done = asyncio.Event()
+        self._adopting[conversation] = done
+        try:
+            state = await self._hydrate(conversation, self.store.load(conversation))
+            floor = self._floors.get(conversation)
+            end = await self.journal.end_position()
+            if floor is None and at is not None:
+                self._floors[conversation] = floor = at
+            await host.recover(state)
+            await host.learn_ids(state)
+            await self._mirror(conversation, state, ())
+            host.start_session(state)
+            if floor is not None and floor < end:
+                items = await self.journal.read(floor, end)
+                mine = [i for i in items if isinstance(i, JournalRecord) and i.entry.conversation == conversation]
+                await host.replay(list(mine))
+        finally:
+            del self._adopting[conversation]
+            done.set()
+
+    async def _hydrate(self, conversation: str, local: SessionState) -> SessionState:
+        """The state to continue from: ours when we wrote the mirror last, else the mirror's."""
+        mirror = self.node.mirror
+        floor_text = await mirror.load_floor(conversation)
+        self._floors[conversation] = None if floor_text is None else _parse_position(floor_text)
+        record = await mirror.load_state(conversation)
+        if record is None or (record.writer == self.node.daemon_id and self.store.path_for(conversation).exists()):
+            return local
+        state = SessionState.model_validate_json(record.state)
+        rollout = await mirror.load_rollout(conversation)
+        if rollout is not None and rollout.thread_id == state.thread_id:
+            path = await asyncio.to_thread(rehydrate, self.codex_home, rollout)
+            state.rollout_path = str(path)
+        else:
+            state.rollout_path = None
+        await asyncio.to_thread(self.store.save, state)
+        log.info(
+            "conversation %r: continuing from the state daemon %s mirrored (thread %s)",
+            cut(conversation),
+            cut(record.writer),
+            state.thread_id,
+        )
+        return state
+
+    # -- the sessions' mirror hooks -------------------------------------------------------------------
+    async def save_state(self, conversation: str, data: bytes, pending: Iterable[Position]) -> None:
+        """Mirror a state the session just saved, with the conversation's floor (fenced)."""
+        token = await self.node.fresh(conversation)
+        await self.node.mirror.save_state(
+            conversation, token, data.decode("utf-8"), _position_text(self._floor(conversation, pending))
+        )
+
+    async def _mirror(self, conversation: str, state: SessionState, pending: Iterable[Position]) -> None:
+        await self.save_state(conversation, state.model_dump_json().encode("utf-8"), pending)
+
+    def _floor(self, conversation: str, pending: Iterable[Position]) -> Position:
+        """Before which every thought of the conversation is finished: its oldest pending one, else
+        where the reader is; while adopting, no later than the floor it was adopted with. It never
+        moves back (delivered ids before it may be forgotten)."""
+        assert self.host is not None
+        candidates = list(pending)
+        stored = self._floors.get(conversation)
+        if conversation in self._adopting:
+            if stored is not None:
+                candidates.append(stored)
+            return min(candidates) if candidates else self.host.read_position()
+        if candidates:
+            return min(candidates)
+        floor = self.host.read_position()
+        if stored is not None and stored > floor:
+            return stored
+        self._floors[conversation] = floor
+        return floor
+
+    async def copy_rollout(self, conversation: str, thread_id: str, rollout: Path, end: int) -> None:
+        """Egress is about to translate the rollout up to ``end``: the copy gets those bytes first (fenced)."""
+        await self.node.mirror.copy_rollout(
+            conversation,
+            self.node.token(conversation),
+            thread_id=thread_id,
+            codex_home=self.codex_home,
+            rollout=rollout,
+            end=end,
+        )
+
+    # -- running ------------------------------------------------------------------------------------
+    def start(self, daemon: Daemon, start: Position, group: asyncio.TaskGroup) -> asyncio.Task[None]:
+        """Serve in ``daemon`` (its reader starts at ``start``): renewals, sweeps and adoption, as a task."""
+        self.host = DaemonHost(daemon, start)
+        return group.create_task(self.node.run(self.lost, self.adopt_orphans), name="cluster")
+
+    def fenced(self, journal: Journal) -> Journal:
+        """``journal`` for the daemon's entries: appends fenced by their conversation's lease."""
+        return FencedJournal(cast(FenceableJournal, journal), self.node)
+
+    def dropper(self, group: asyncio.TaskGroup) -> Callable[[str], None]:
+        """What a session whose write was refused (its lease is gone) calls: drop the conversation here."""
+
+        def refused(conversation: str) -> None:
+            self.node.drop(conversation)
+            group.create_task(self.lost([conversation]), name=f"drop:{conversation[:60]}")
+
+        return refused
+
+    # -- dropping and leaving -----------------------------------------------------------------------
+    async def lost(self, conversations: list[str]) -> None:
+        """Leases lost: stop those sessions (the new owners continue them)."""
+        assert self.host is not None
+        for conversation in conversations:
+            self._floors.pop(conversation, None)
+            await self.host.stop_session(conversation)
+
+    async def final_mirror(self, sessions: Iterable[tuple[SessionState, Iterable[Position]]]) -> None:
+        """Shutdown, after the last local saves: mirror each state (with its pending thoughts) once
+        more, then give every lease back: the other daemons take the conversations over at once."""
+        for state, pending in sessions:
+            if not self.node.owns(state.conversation):
+                continue
+            try:
+                await self._mirror(state.conversation, state, pending)
+            except LeaseLost:
+                continue
+        await self.node.leave()
