@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from coven_codex.agent.daemon import Daemon, ours
-from coven_codex.agent.state import SessionState
+from coven_codex.agent.state import SessionState, StateStore
 from coven_codex.journal import JournalItem, JournalRecord, Position
 
 
@@ -45,6 +45,11 @@ class DaemonHost:
         """Route the conversation's items from its floor, as read before this run."""
         assert self._daemon.ingress is not None
         await self._daemon.ingress.replay([i for i in items if isinstance(i, JournalRecord)])
+
+    @property
+    def store(self) -> StateStore:
+        """The daemon's state store."""
+        return self._daemon.store
 
     def read_position(self) -> Position:
         """Where the journal reader is (before it starts: where it will start)."""

@@ -72,6 +72,11 @@ class SessionHost(Protocol):
         """Where the journal reader is: every item before it was routed."""
         ...
 
+    @property
+    def store(self) -> StateStore:
+        """The daemon's state store."""
+        ...
+
 
 def _position_text(position: Position) -> str:
     return str(position)
@@ -87,10 +92,9 @@ def _parse_position(text: str) -> Position:
 class Ownership:
     """Gates the journal reader and runs adoption and dropping (module docstring)."""
 
-    def __init__(self, node: ClusterNode, journal: Journal, store: StateStore, codex_home: Path) -> None:
+    def __init__(self, node: ClusterNode, journal: Journal, codex_home: Path) -> None:
         self.node = node
         self.journal = journal
-        self.store = store
         self.codex_home = codex_home
         self.host: SessionHost | None = None
         self._floors: dict[str, Position | None] = {}
@@ -173,7 +177,7 @@ class Ownership:
         done = asyncio.Event()
         self._adopting[conversation] = done
         try:
-            state = await self._hydrate(conversation, self.store.load(conversation))
+            state = await self._hydrate(conversation, host.store.load(conversation), host.store)
             floor = self._floors.get(conversation)
             end = await self.journal.end_position()
             if floor is None and at is not None:
@@ -190,13 +194,13 @@ class Ownership:
             del self._adopting[conversation]
             done.set()
 
-    async def _hydrate(self, conversation: str, local: SessionState) -> SessionState:
+    async def _hydrate(self, conversation: str, local: SessionState, store: StateStore) -> SessionState:
         """The state to continue from: ours when we wrote the mirror last, else the mirror's."""
         mirror = self.node.mirror
         floor_text = await mirror.load_floor(conversation)
         self._floors[conversation] = None if floor_text is None else _parse_position(floor_text)
         record = await mirror.load_state(conversation)
-        if record is None or (record.writer == self.node.daemon_id and self.store.path_for(conversation).exists()):
+        if record is None or (record.writer == self.node.daemon_id and store.path_for(conversation).exists()):
             return local
         state = SessionState.model_validate_json(record.state)
         rollout = await mirror.load_rollout(conversation)
@@ -205,7 +209,7 @@ class Ownership:
             state.rollout_path = str(path)
         else:
             state.rollout_path = None
-        await asyncio.to_thread(self.store.save, state)
+        await asyncio.to_thread(store.save, state)
         log.info(
             "conversation %r: continuing from the state daemon %s mirrored (thread %s)",
             cut(conversation),
