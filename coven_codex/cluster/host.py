@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+from pathlib import Path
+
 from coven_codex.agent.daemon import Daemon, ours
 from coven_codex.agent.state import SessionState, StateStore
+from coven_codex.cluster.turns import abandoned_turn_end, unfinished_turn
 from coven_codex.journal import JournalItem, JournalRecord, Position
 
 
@@ -30,6 +34,17 @@ class DaemonHost:
         services.writer.known_ids |= ours(
             [i for i in items if isinstance(i, JournalRecord) and i.entry.conversation == state.conversation]
         )
+
+    async def end_lost_turn(self, state: SessionState) -> None:
+        """A turn the previous owner started and never ended (it was lost with it) ends here."""
+        services = self._daemon.services
+        if services is None or state.thread_id is None or state.rollout_path is None:
+            return
+        turn = await asyncio.to_thread(unfinished_turn, Path(state.rollout_path), state.conversation, state.thread_id)
+        if turn is not None:
+            entry = abandoned_turn_end(state.thread_id, turn, state.reply_to)
+            entry.conversation = state.conversation
+            await services.writer.append(entry)
 
     def start_session(self, state: SessionState) -> None:
         """Start the conversation's session (its egress resumes at once)."""

@@ -56,6 +56,10 @@ class SessionHost(Protocol):
         """Learn the ids of entries already in the journal after ``state``'s egress position."""
         ...
 
+    async def end_lost_turn(self, state: SessionState) -> None:
+        """End a turn the previous owner started and never ended (:mod:`coven_codex.cluster.turns`)."""
+        ...
+
     def start_session(self, state: SessionState) -> None:
         """Start the conversation's session."""
         ...
@@ -177,7 +181,9 @@ class Ownership:
         done = asyncio.Event()
         self._adopting[conversation] = done
         try:
-            state = await self._hydrate(conversation, host.store.load(conversation), host.store)
+            local = host.store.load(conversation)
+            state = await self._hydrate(conversation, local, host.store)
+            adopted_from_mirror = state is not local
             floor = self._floors.get(conversation)
             end = await self.journal.end_position()
             if floor is None and at is not None:
@@ -185,6 +191,8 @@ class Ownership:
             await host.recover(state)
             await host.learn_ids(state)
             await self._mirror(conversation, state, ())
+            if adopted_from_mirror:
+                await host.end_lost_turn(state)
             host.start_session(state)
             if floor is not None and floor < end:
                 items = await self.journal.read(floor, end)
