@@ -43,7 +43,7 @@ from coven_codex.entries import (
     ResetEntry,
     ThoughtEntry,
 )
-from coven_codex.journal import BadLine, Journal, JournalItem, JournalRecord, JournalReplaced
+from coven_codex.journal import BadLine, Journal, JournalItem, JournalRecord, JournalReplaced, Position
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class Router(Protocol):
 class Gate(Protocol):
     """Which items this daemon takes when several daemons share the journal (the cluster's ownership)."""
 
-    async def admit(self, entry: BaseEntry, position: int) -> bool:
+    async def admit(self, entry: BaseEntry, position: Position) -> bool:
         """Whether the entry at ``position`` is this daemon's to route."""
         ...
 

@@ -15,7 +15,7 @@ from coven_codex.agent.state import StateStore
 from coven_codex.agent.writer import DaemonWriter
 from coven_codex.codex.drivers.base import ImageInput
 from coven_codex.entries import Attachment
-from coven_codex.journal import Journal
+from coven_codex.journal import Journal, Position
 from coven_codex.settings import Settings
 
 
@@ -68,7 +68,7 @@ class ClusterHooks(Protocol):
     """Where a session's state and rollout are mirrored when several daemons share the journal
     (:class:`coven_codex.cluster.ownership.Ownership`); every call is fenced by the conversation's lease."""
 
-    async def save_state(self, conversation: str, data: bytes, pending: Iterable[int]) -> None:
+    async def save_state(self, conversation: str, data: bytes, pending: Iterable[Position]) -> None:
         """Mirror a state just saved locally; ``pending``: the journal positions of its unfinished thoughts."""
         ...
 

@@ -79,6 +79,7 @@ from coven_codex.entries import (
     ThoughtEntry,
     TokenUsage,
 )
+from coven_codex.journal import Position
 from coven_codex.rollout import TURN_ABORTED, TURN_COMPLETED, TURN_FAILED, turn_entry_id
 from coven_codex.tailing import Line
 
@@ -237,7 +238,7 @@ class Session:
         self._inbox.put_nowait(entry)
 
     @property
-    def pending_positions(self) -> list[int]:
+    def pending_positions(self) -> list[Position]:
         """Journal positions of the thoughts and resets routed here and not finished yet."""
         return list(self._queued_ids.values())
 
