@@ -264,6 +264,8 @@ class Daemon:
             failed_task = group.create_task(self._failed.wait(), name="storage-failed")
             await asyncio.wait([ingress_task, stop_task, failed_task], return_when=asyncio.FIRST_COMPLETED)
             log.info("shutting down: no new thoughts; stopping turns and Codex processes")
+            if self.ownership is not None:
+                self.ownership.closing()
             self._arm_shutdown_watchdog()
             ingress_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 
 from coven_codex.agent.daemon import Daemon, ours
+from coven_codex.agent.recovery import codex_received
 from coven_codex.agent.state import SessionState, StateStore
 from coven_codex.cluster.turns import abandoned_turn_end, unfinished_turn
 from coven_codex.journal import JournalItem, JournalRecord, Position
@@ -45,6 +46,14 @@ class DaemonHost:
             entry = abandoned_turn_end(state.thread_id, turn, state.reply_to)
             entry.conversation = state.conversation
             await services.writer.append(entry)
+
+    async def received(self, state: SessionState) -> bool:
+        """Whether ``state``'s rollout shows that Codex received its in-flight thought."""
+        if state.in_flight is None or state.rollout_path is None:
+            return False
+        rollout, in_flight = Path(state.rollout_path), state.in_flight
+        by_client_id = self._daemon.make_link.records_client_id
+        return await asyncio.to_thread(codex_received, rollout, in_flight, by_client_id=by_client_id)
 
     def start_session(self, state: SessionState) -> None:
         """Start the conversation's session (its egress resumes at once)."""

@@ -54,6 +54,10 @@ class ClusterKeys:
         """Hash: the mirrored rollout's ``thread`` and ``path`` (relative to ``CODEX_HOME``)."""
         return f"{self._base}rollout:{conversation}"
 
+    def report(self, conversation: str, daemon_id: str) -> str:
+        """List: the rollout a previous owner reports having on its own disk (see ``Mirror.report``)."""
+        return f"{self._base}report:{daemon_id}:{conversation}"
+
     def rollout_data(self, conversation: str) -> str:
         """The mirrored rollout's bytes, appended as Codex writes them."""
         return f"{self._base}rollout-data:{conversation}"

@@ -49,6 +49,10 @@ class MirroredRollout:
     data: bytes
 
 
+REPORT_TTL = 600
+"""Seconds a previous owner's rollout report is kept for the new owner."""
+
+
 def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -121,6 +125,26 @@ class Mirror:
             if result >= end:
                 return
             length = result
+
+    async def report(self, conversation: str, path: str, data: bytes) -> None:
+        """Tell a new owner what rollout we have on our disk for ``conversation`` (we lost it while a
+        thought was in flight: our copy may lack the line that says Codex received it). Unfenced and
+        kept for :data:`REPORT_TTL` seconds; a new owner uses it only when it extends the copy."""
+        key = self._keys.report(conversation, self.daemon_id)
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.delete(key)
+            pipe.rpush(key, path.encode("utf-8"), data)
+            pipe.expire(key, REPORT_TTL)
+            await pipe.execute()
+
+    async def await_report(self, conversation: str, daemon_id: str, wait: float) -> MirroredRollout | None:
+        """Wait (blocking in Redis, at most ``wait`` seconds) for ``daemon_id``'s report; None if none came."""
+        key = self._keys.report(conversation, daemon_id)
+        found = await self._redis.blpop([key], timeout=max(1, round(wait)))
+        if not found:
+            return None
+        data = await self._redis.lpop(key)
+        return MirroredRollout("", _text(found[1]), data if isinstance(data, bytes) else b"")
 
     def forget(self, conversation: str) -> None:
         """We no longer own ``conversation``: what we knew of its copy may go stale."""

@@ -91,6 +91,9 @@ class ClusterNode:
 
     async def claim(self, conversation: str) -> Claimed:
         """Try to take ``conversation``'s lease; held from now on when the claim succeeded."""
+        token = self.held.get(conversation)
+        if token is not None:  # (claiming again would bump the token and fence out our own writes)
+            return Claimed(True, token, self.daemon_id)
         sent = time.monotonic()
         claimed = await self.leases.claim(conversation)
         if claimed.ok:

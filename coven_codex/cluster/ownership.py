@@ -34,13 +34,15 @@ from coven_codex.agent.state import SessionState, StateStore
 from coven_codex.cluster.fenced import FenceableJournal, FencedJournal
 from coven_codex.cluster.host import DaemonHost
 from coven_codex.cluster.leases import LeaseLost
-from coven_codex.cluster.mirror import rehydrate
+from coven_codex.cluster.mirror import MirroredRollout, rehydrate, relative_rollout_path
 from coven_codex.cluster.node import ClusterNode
 from coven_codex.entries import CODEX_SENDER, BaseEntry, ResetEntry, ThoughtEntry
 from coven_codex.journal import Journal, JournalItem, JournalRecord, Position
 
 log = logging.getLogger(__name__)
 
+REPORT_WAIT = 25.0
+"""The longest wait for a previous owner's record of an in-flight thought (at most a lease time)."""
 ADOPT_BATCH = 64
 """Orphaned conversations adopted per sweep round, at most (the rest in the next rounds)."""
 
@@ -58,6 +60,10 @@ class SessionHost(Protocol):
 
     async def end_lost_turn(self, state: SessionState) -> None:
         """End a turn the previous owner started and never ended (:mod:`coven_codex.cluster.turns`)."""
+        ...
+
+    async def received(self, state: SessionState) -> bool:
+        """Whether ``state``'s rollout shows that Codex received its in-flight thought."""
         ...
 
     def start_session(self, state: SessionState) -> None:
@@ -93,6 +99,15 @@ def _parse_position(text: str) -> Position:
     return int(text)
 
 
+def _read_or_empty(path: str | None) -> bytes:
+    if path is None:
+        return b""
+    try:
+        return Path(path).read_bytes()
+    except OSError:
+        return b""
+
+
 class Ownership:
     """Gates the journal reader and runs adoption and dropping (module docstring)."""
 
@@ -103,6 +118,7 @@ class Ownership:
         self.host: SessionHost | None = None
         self._floors: dict[str, Position | None] = {}
         self._adopting: dict[str, asyncio.Event] = {}
+        self._closing = False
 
     @property
     def cursor_name(self) -> str:
@@ -123,6 +139,7 @@ class Ownership:
             claimed = await self.node.claim(conversation)
             if not claimed.ok:
                 log.info("conversation %r is served by daemon %s now", cut(conversation), cut(claimed.holder))
+                await self.report_lost(conversation, local)
                 continue
             record = await self.node.mirror.load_state(conversation)
             if record is not None and record.writer != self.node.daemon_id:
@@ -139,9 +156,7 @@ class Ownership:
         """Whether this daemon takes the item ``entry`` at ``position`` (claiming its conversation
         when nobody holds it and it goes to us)."""
         conversation = entry.conversation
-        waiting = self._adopting.get(conversation)
-        if waiting is not None:
-            await waiting.wait()
+        await self._adopted(conversation)
         if not self.node.owns(conversation):
             if entry.sender == CODEX_SENDER or not isinstance(entry, ThoughtEntry | ResetEntry):
                 return False  # cancels and approvals go to the owner only; nobody claims for them
@@ -157,6 +172,9 @@ class Ownership:
         if not self.node.preferred(conversation):
             await self.node.leases.note_unclaimed(conversation, _position_text(position))
             return False
+        await self._adopted(conversation)  # (the sweep may have adopted it meanwhile)
+        if self.node.owns(conversation):
+            return True
         claimed = await self.node.claim(conversation)
         if not claimed.ok:
             return False
@@ -167,12 +185,19 @@ class Ownership:
     async def adopt_orphans(self, conversations: list[str]) -> None:
         """The sweep found conversations nobody holds that go to us: claim and adopt them."""
         for conversation in conversations[:ADOPT_BATCH]:
+            if self._closing:
+                return
             if self.node.owns(conversation) or conversation in self._adopting:
                 continue
             claimed = await self.node.claim(conversation)
             if claimed.ok:
                 log.info("cluster: adopting conversation %r", cut(conversation))
                 await self._adopt(conversation, None)
+
+    async def _adopted(self, conversation: str) -> None:
+        """Wait until no adoption of ``conversation`` is under way."""
+        while (waiting := self._adopting.get(conversation)) is not None:
+            await waiting.wait()
 
     async def _adopt(self, conversation: str, at: Position | None) -> None:
         """Hydrate, start and catch up a conversation we just claimed (``at``: the item that made us)."""
@@ -182,14 +207,18 @@ class Ownership:
         self._adopting[conversation] = done
         try:
             local = host.store.load(conversation)
-            state = await self._hydrate(conversation, local, host.store)
+            state, previous = await self._hydrate(conversation, local, host.store)
             adopted_from_mirror = state is not local
+            if previous is not None and state.in_flight is not None and not await host.received(state):
+                await self._await_report(conversation, previous, state)
             floor = self._floors.get(conversation)
             end = await self.journal.end_position()
             if floor is None and at is not None:
                 self._floors[conversation] = floor = at
             await host.recover(state)
             await host.learn_ids(state)
+            if self._closing:
+                return  # shutting down: the lease is given back with the others, untouched
             await self._mirror(conversation, state, ())
             if adopted_from_mirror:
                 await host.end_lost_turn(state)
@@ -199,17 +228,54 @@ class Ownership:
                 mine = [i for i in items if isinstance(i, JournalRecord) and i.entry.conversation == conversation]
                 await host.replay(list(mine))
         finally:
-            del self._adopting[conversation]
+            if self._adopting.get(conversation) is done:
+                del self._adopting[conversation]
             done.set()
 
-    async def _hydrate(self, conversation: str, local: SessionState, store: StateStore) -> SessionState:
-        """The state to continue from: ours when we wrote the mirror last, else the mirror's."""
+    async def _await_report(self, conversation: str, previous: str, state: SessionState) -> None:
+        """A thought was in flight and our copy does not show Codex got it: the previous owner's own
+        rollout may (it died or stalled before egress copied the line). If it reports within a lease
+        time and its rollout extends the copy, that longer record is the one we continue from."""
+        wait = min(self.node.lease_time, REPORT_WAIT)
+        log.info(
+            "conversation %r: a thought was in flight; waiting up to %.0fs for daemon %s's own record of it",
+            cut(conversation),
+            wait,
+            cut(previous),
+        )
+        report = await self.node.mirror.await_report(conversation, previous, wait)
+        if report is None or state.thread_id is None:
+            log.info("conversation %r: no record came; resolving against the copy", cut(conversation))
+            return
+        copy = await asyncio.to_thread(_read_or_empty, state.rollout_path)
+        if len(report.data) > len(copy) and report.data.startswith(copy) and state.thread_id in report.path:
+            longer = MirroredRollout(state.thread_id, report.path, report.data)
+            path = await asyncio.to_thread(rehydrate, self.codex_home, longer)
+            state.rollout_path = str(path)
+            log.info("conversation %r: continuing from daemon %s's longer record", cut(conversation), cut(previous))
+
+    async def report_lost(self, conversation: str, local: SessionState) -> None:
+        """We lost ``conversation`` with a thought in flight: report our own rollout to the new owner."""
+        if local.in_flight is None or local.rollout_path is None:
+            return
+        rollout = Path(local.rollout_path)
+        try:
+            data = await asyncio.to_thread(rollout.read_bytes)
+        except OSError:
+            return
+        await self.node.mirror.report(conversation, relative_rollout_path(self.codex_home, rollout), data)
+
+    async def _hydrate(
+        self, conversation: str, local: SessionState, store: StateStore
+    ) -> tuple[SessionState, str | None]:
+        """The state to continue from: ours when we wrote the mirror last, else the mirror's (with the
+        daemon that wrote it)."""
         mirror = self.node.mirror
         floor_text = await mirror.load_floor(conversation)
         self._floors[conversation] = None if floor_text is None else _parse_position(floor_text)
         record = await mirror.load_state(conversation)
         if record is None or (record.writer == self.node.daemon_id and store.path_for(conversation).exists()):
-            return local
+            return local, None
         state = SessionState.model_validate_json(record.state)
         rollout = await mirror.load_rollout(conversation)
         if rollout is not None and rollout.thread_id == state.thread_id:
@@ -224,7 +290,7 @@ class Ownership:
             cut(record.writer),
             state.thread_id,
         )
-        return state
+        return state, record.writer if record.writer != self.node.daemon_id else None
 
     # -- the sessions' mirror hooks -------------------------------------------------------------------
     async def save_state(self, conversation: str, data: bytes, pending: Iterable[Position]) -> None:
@@ -293,6 +359,11 @@ class Ownership:
         for conversation in conversations:
             self._floors.pop(conversation, None)
             await self.host.stop_session(conversation)
+            await self.report_lost(conversation, self.host.store.load(conversation))
+
+    def closing(self) -> None:
+        """Shutdown began: adopt nothing more (the leases held are handed over at the end)."""
+        self._closing = True
 
     async def final_mirror(self, sessions: Iterable[tuple[SessionState, Iterable[Position]]]) -> None:
         """Shutdown, after the last local saves: mirror each state (with its pending thoughts) once
