@@ -217,14 +217,16 @@ class Ownership:
                 self._floors[conversation] = floor = at
             await host.recover(state)
             await host.learn_ids(state)
-            if self._closing:
-                return  # shutting down: the lease is given back with the others, untouched
             await self._mirror(conversation, state, ())
             if adopted_from_mirror:
                 await host.end_lost_turn(state)
+            if self._closing:
+                return  # shutting down (no await since the check): the lease is handed over with the others
             host.start_session(state)
             if floor is not None and floor < end:
                 items = await self.journal.read(floor, end)
+                if self._closing:
+                    return  # (its session is stopped with the others; the next owner re-reads from the floor)
                 mine = [i for i in items if isinstance(i, JournalRecord) and i.entry.conversation == conversation]
                 await host.replay(list(mine))
         finally:
