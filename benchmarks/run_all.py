@@ -27,6 +27,7 @@ QUICK_ARGS: dict[str, list[str]] = {
     "web": ["--quick"],
     "scale": ["--sizes", "1", "10", "50", "--baseline-max", "10"],
     "cluster": ["--conversations", "6", "--rounds", "2", "--lease", "3"],
+    "redis_journal": ["--quick"],
 }
 
 

@@ -20,6 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from coven_codex.adapters.kit.config import AdaptersSettings, resolve_paths
+from coven_codex.journal.opening import JournalNameSetting, is_redis_name
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,9 @@ class Settings(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=False, allow_inf_nan=False)
 
     workspace: Path = Field(default_factory=Path.cwd, description="Directory Codex works in.")
-    journal: Path | None = Field(default=None, description="The chat journal (JSONL file).")
+    journal: JournalNameSetting | None = Field(
+        default=None, description="The chat journal: a JSONL file, or redis://HOST:PORT/DB?key=NAME."
+    )
     codex_path: str | None = Field(
         default=None, description="Codex executable: a path, or a bare name looked up on PATH."
     )
@@ -173,7 +176,7 @@ def read_settings_file(path: Path) -> dict[str, Any]:
     base = path.parent
     for key in ("workspace", "journal", "codex_home", "codex_config", "agents_template", "state_dir"):
         value = data.get(key)
-        if isinstance(value, str) and not Path(value).expanduser().is_absolute():
+        if isinstance(value, str) and not is_redis_name(value) and not Path(value).expanduser().is_absolute():
             data[key] = str(base / value)
     resolve_paths(data.get("adapters"), base)
     return data

@@ -36,13 +36,21 @@ if ! command -v chromium >/dev/null 2>&1; then
     echo "setup: warning: chromium is missing (needed by the web page's tests); install it with your package manager" >&2
   fi
 fi
+if ! command -v redis-server >/dev/null 2>&1; then
+  # the Redis journal's tests start their own redis-server (Debian's package, 7.0 or newer)
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server) >&2
+  else
+    echo "setup: warning: redis-server is missing (needed by the Redis journal's tests); install it with your package manager" >&2
+  fi
+fi
 if [ ! -x .venv/bin/python ]; then
   "$py" -m venv .venv
 fi
 stamp=.venv/.coven-setup-stamp
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip >&2
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]' >&2
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev,redis]' >&2
   touch "$stamp"
 fi
 scripts/install-codex.sh >/dev/null  # its errors still reach stderr; the paths it prints are not news

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from coven_codex.testing.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
 CODEX_VERSIONS = ("0.169.0", "0.47.0")
@@ -76,3 +79,11 @@ def _no_leaked_processes() -> object:
         except psutil.NoSuchProcess:
             continue
     assert not leaked, f"processes left running by this test: {leaked}"
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A real ``redis-server`` (AOF on) on a free loopback port, shared by the session: give each
+    test a key of its own. Tests that stop or kill Redis start their own :class:`RedisServer`."""
+    with RedisServer(tmp_path_factory.mktemp("redis")) as server:
+        yield server

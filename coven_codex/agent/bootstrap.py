@@ -45,8 +45,9 @@ from coven_codex.codex.drivers import (
 from coven_codex.codex.home import CodexHomeError, DriverKind, prepare_codex_home
 from coven_codex.codex.launch import relative_path_entries, resolve_launch
 from coven_codex.codex.version import CodexVersion, VersionError, detect_version
-from coven_codex.journal import FileJournal, JournalError
-from coven_codex.journal.file import FILE_MODE
+from coven_codex.journal import FileJournal, Journal, JournalError
+from coven_codex.journal.file import DAEMON_LOCK_NAME, FILE_MODE
+from coven_codex.journal.opening import describe_journal, is_redis_name, local_base, open_journal
 from coven_codex.mcp import (
     TOOLBELT_FILENAME,
     SpellLoadError,
@@ -57,7 +58,7 @@ from coven_codex.mcp import (
     write_toolbelt,
 )
 from coven_codex.rollout.locator import locate_rollout
-from coven_codex.settings import Settings
+from coven_codex.settings import Settings, state_root
 from coven_codex.traces.otel_config import export_notice, otel_tables
 from coven_codex.traces.receiver import OtlpReceiver
 from coven_codex.traces.routing import ThreadRouter
@@ -152,6 +153,32 @@ def create_journal(path: Path) -> None:
     os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE))
 
 
+async def _open_daemon_journal(name: Path | str, settings: Settings) -> tuple[Journal, Path]:
+    """The daemon's journal, reachable, and the lock file that keeps a second daemon on this machine off it.
+
+    A file journal is created if missing. A Redis journal must answer at once (a wrong URL or a
+    Redis that is not running fails the start; later outages are waited out, docs/journal-protocol.md).
+    """
+    if not is_redis_name(name):
+        await asyncio.to_thread(create_journal, Path(name))
+        file_journal = FileJournal(Path(name), durability=settings.durability, follow_replacement=False)
+        return file_journal, file_journal.daemon_lock_path()
+    from coven_codex.journal.redis import RedisJournal  # noqa: PLC0415 (the optional [redis] extra)
+
+    journal = open_journal(name)
+    assert isinstance(journal, RedisJournal)
+    try:
+        await journal.ping()
+    except Exception as exc:  # redis-py's errors: refused, unknown host, auth, ...
+        await journal.aclose()
+        raise JournalError(
+            f"cannot reach the journal's Redis at {describe_journal(name)} ({str(exc)[:200] or type(exc).__name__});"
+            " start Redis, or fix --journal (redis://HOST:PORT/DB?key=NAME)"
+        ) from None
+    base = local_base(name, state_root())
+    return journal, base.with_name(base.name + ".cursors") / DAEMON_LOCK_NAME
+
+
 def choose(settings: Settings, version: CodexVersion) -> DriverKind:
     """The driver for ``version`` and the ``driver`` setting; raises :class:`BootstrapError`."""
     try:
@@ -207,8 +234,7 @@ async def run_daemon(
         # One daemon per journal (two would answer every thought twice), per state directory, and
         # per CODEX_HOME (the processes a daemon finds there at start are its own strays).
         try:
-            await asyncio.to_thread(create_journal, settings.journal)
-            journal = FileJournal(settings.journal, durability=settings.durability, follow_replacement=False)
+            journal, lock_path = await _open_daemon_journal(settings.journal, settings)
         except OSError as exc:
             raise BootstrapError(
                 f"cannot create the journal {settings.journal} ({exc.strerror}); "
@@ -218,7 +244,7 @@ async def run_daemon(
             raise BootstrapError(str(exc)) from None
         stack.push_async_callback(journal.aclose)
         try:
-            stack.enter_context(JournalLock(journal.path, journal.daemon_lock_path()))
+            stack.enter_context(JournalLock(describe_journal(settings.journal), lock_path))
             for directory in (settings.resolved_state_dir, settings.resolved_codex_home):
                 directory.mkdir(parents=True, exist_ok=True, mode=0o700)
                 stack.enter_context(StateLock(directory))

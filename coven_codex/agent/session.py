@@ -80,7 +80,9 @@ from coven_codex.entries import (
     TokenUsage,
 )
 from coven_codex.journal import Position
+from coven_codex.journal.opening import local_base
 from coven_codex.rollout import TURN_ABORTED, TURN_COMPLETED, TURN_FAILED, turn_entry_id
+from coven_codex.settings import state_root
 from coven_codex.tailing import Line
 
 log = logging.getLogger(__name__)
@@ -338,7 +340,7 @@ class Session:
                 images = await asyncio.to_thread(
                     check_images,
                     thought.attachments,
-                    folder=uploads_dir(journal) if journal is not None else None,
+                    folder=uploads_dir(local_base(journal, state_root())) if journal is not None else None,
                     max_bytes=self._settings.max_attachment_bytes,
                     urls=self._svc.make_link.image_urls,
                 )

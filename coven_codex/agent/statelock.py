@@ -89,7 +89,7 @@ class StateLock(DaemonLock):
 class JournalLock(DaemonLock):
     """One daemon per file journal: two would both answer every thought."""
 
-    def __init__(self, journal: Path, lock_path: Path) -> None:
+    def __init__(self, journal: Path | str, lock_path: Path) -> None:
         super().__init__(
             lock_path,
             lambda pid: (

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from coven_codex.agent.state import STORAGE_ERRNOS, StateStorageError
 from coven_codex.journal import StorageError
+from coven_codex.journal.redis.errors import JournalUnavailable
 
 
 class StorageFailed(RuntimeError):
@@ -35,6 +36,11 @@ def storage_failure(exc: BaseException) -> BaseException | None:
 
 def failure_message(failure: BaseException) -> str:
     """The one paragraph the daemon exits with."""
+    if isinstance(failure, JournalUnavailable):  # the journal's Redis stayed down: its message says what to do
+        return (
+            f"stopped because its journal could not be reached: {failure}. No thought was answered twice;"
+            " thoughts not answered yet are answered after a restart."
+        )
     return (
         f"stopped because its storage failed: {failure}. Everything written before that is intact,"
         " and no thought was answered twice; thoughts not answered yet are answered after a restart."

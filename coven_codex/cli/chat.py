@@ -11,15 +11,23 @@ import sys
 from pathlib import Path
 
 from coven_codex.adapters.console import ConsoleChat, stdin_lines
+from coven_codex.cli.options import JOURNAL_METAVAR, journal_argument
 from coven_codex.entries import DEFAULT_CONVERSATION
-from coven_codex.journal import FileJournal
+from coven_codex.journal import JournalError
+from coven_codex.journal.opening import JournalName, open_journal
 
 HELP = "chat with Codex in this terminal through a journal (the daemon must be running on it)"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``chat`` command's options to ``parser``."""
-    parser.add_argument("--journal", type=Path, required=True, help="the journal file the daemon follows")
+    parser.add_argument(
+        "--journal",
+        type=journal_argument,
+        metavar=JOURNAL_METAVAR,
+        required=True,
+        help="the journal the daemon follows (a file, or redis://...)",
+    )
     parser.add_argument(
         "--conversation", default=DEFAULT_CONVERSATION, help=f"conversation to join (default {DEFAULT_CONVERSATION!r})"
     )
@@ -32,8 +40,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def execute(args: argparse.Namespace) -> int:
     """Run ``coven-codex chat`` (the console chat on the journal); returns the exit code, 2 for bad options."""
-    journal_path: Path = args.journal
-    if not journal_path.parent.is_dir():
+    journal_path: JournalName = args.journal
+    if isinstance(journal_path, Path) and not journal_path.parent.is_dir():
         print(
             f"coven-codex chat: the journal's folder {journal_path.parent} does not exist; "
             "create it or pass the --journal the daemon uses",
@@ -43,7 +51,7 @@ def execute(args: argparse.Namespace) -> int:
     if args.history < 0:
         print("coven-codex chat: --history must be 0 or more", file=sys.stderr)
         return 2
-    if not journal_path.exists():  # `coven-codex run` creates its journal at start
+    if isinstance(journal_path, Path) and not journal_path.exists():  # `coven-codex run` creates its journal
         print(
             f"coven-codex chat: {journal_path} does not exist yet, so no daemon serves it; start "
             f"`coven-codex run --journal {journal_path}` (what you type waits for it)",
@@ -63,8 +71,12 @@ def _login_name() -> str:
         return "user"
 
 
-async def _chat(path: Path, conversation: str, sender: str, colour: bool, history: int) -> None:
-    journal = FileJournal(path)
+async def _chat(path: JournalName, conversation: str, sender: str, colour: bool, history: int) -> None:
+    try:
+        journal = open_journal(path)
+    except JournalError as exc:
+        print(f"coven-codex chat: {exc}", file=sys.stderr)
+        return
     try:
         prompt = sys.stdin.isatty() and sys.stdout.isatty()
         chat = ConsoleChat(journal, conversation, sender, sys.stdout, colour=colour, history=history, prompt=prompt)

@@ -16,7 +16,7 @@ from pathlib import Path
 from coven_codex.adapters.kit.config import AdapterConfigError, DiscordSection
 from coven_codex.adapters.kit.platform import PlatformError
 from coven_codex.adapters.kit.runner import cursor_name
-from coven_codex.cli.options import load_adapter_start
+from coven_codex.cli.options import JOURNAL_METAVAR, journal_argument, load_adapter_start
 
 HELP = "the Discord chat adapter on a journal ([adapters.discord] in coven.toml; the daemon must be running)"
 
@@ -24,7 +24,13 @@ HELP = "the Discord chat adapter on a journal ([adapters.discord] in coven.toml;
 def configure(parser: argparse.ArgumentParser) -> None:
     """The command's options."""
     parser.add_argument("--config", type=Path, required=True, help="coven.toml with an [adapters.discord] section")
-    parser.add_argument("--journal", type=Path, default=None, help="the journal (default: the one coven.toml names)")
+    parser.add_argument(
+        "--journal",
+        type=journal_argument,
+        metavar=JOURNAL_METAVAR,
+        default=None,
+        help="the journal (default: the one coven.toml names)",
+    )
     parser.add_argument("--api-base", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--gateway-url", default=None, help=argparse.SUPPRESS)
 

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from coven_codex.adapters.kit.config import AdapterConfigError, AdapterSection, Secret, load_section
+from coven_codex.journal.opening import JournalName, is_redis_name, journal_name
 
 SPELLS_HELP = "spell source MODULE:OBJECT (repeatable; replaces the `spells` list of coven.toml)"
 
@@ -16,9 +17,17 @@ def add_spells_option(parser: argparse.ArgumentParser, help_text: str = SPELLS_H
     parser.add_argument("--spells", action="extend", nargs="+", default=None, metavar="MODULE:OBJECT", help=help_text)
 
 
+JOURNAL_METAVAR = "PATH|redis://HOST:PORT/DB?key=NAME"
+
+
+def journal_argument(text: str) -> JournalName:
+    """``--journal``: a file path, or a Redis journal's URL (docs/journal-protocol.md)."""
+    return journal_name(text)
+
+
 def load_adapter_start(
-    name: str, config: Path, journal: Path | None, ids_hint: str
-) -> tuple[AdapterSection, Path, dict[str, Secret]]:
+    name: str, config: Path, journal: JournalName | None, ids_hint: str
+) -> tuple[AdapterSection, JournalName, dict[str, Secret]]:
     """What a chat adapter command needs before it connects: its ``[adapters.<name>]`` section,
     the journal (``journal`` wins over the file's), and its secrets from the environment or files.
     Raises :class:`AdapterConfigError` saying what to fix (``ids_hint``: where the platform shows
@@ -29,9 +38,9 @@ def load_adapter_start(
         raise AdapterConfigError(
             f"no journal: set journal = ... in {config} (or in [adapters.{name}]), or pass --journal"
         )
-    if not journal.parent.is_dir():
+    if not is_redis_name(journal) and not Path(journal).parent.is_dir():
         raise AdapterConfigError(
-            f"the journal's folder {journal.parent} does not exist; create it or fix the journal setting"
+            f"the journal's folder {Path(journal).parent} does not exist; create it or fix the journal setting"
         )
     problems = section.access_problems()
     if problems:

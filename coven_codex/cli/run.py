@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from coven_codex.agent.bootstrap import BootstrapError, run_daemon
-from coven_codex.cli.options import add_spells_option
+from coven_codex.cli.options import JOURNAL_METAVAR, add_spells_option, journal_argument
 from coven_codex.settings import Settings, SettingsError, load_settings
 from coven_codex.validate.plan import run_refusals
 
@@ -29,7 +29,14 @@ HELP = "run the daemon: bridge a chat journal and Codex until SIGINT/SIGTERM"
 
 _FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
     ("--workspace", {"type": Path, "help": "directory Codex works in (default: the current one)"}),
-    ("--journal", {"type": Path, "help": "the chat journal, a JSONL file (created if missing)"}),
+    (
+        "--journal",
+        {
+            "type": journal_argument,
+            "metavar": JOURNAL_METAVAR,
+            "help": "the chat journal: a JSONL file (created if missing) or a Redis stream",
+        },
+    ),
     (
         "--codex-config",
         {

@@ -11,7 +11,7 @@ from pathlib import Path
 from coven_codex.adapters.kit.config import AdapterConfigError, SlackSection
 from coven_codex.adapters.kit.platform import PlatformError
 from coven_codex.adapters.kit.runner import cursor_name
-from coven_codex.cli.options import load_adapter_start
+from coven_codex.cli.options import JOURNAL_METAVAR, journal_argument, load_adapter_start
 
 HELP = "the Slack chat adapter on a journal ([adapters.slack] in coven.toml; the daemon must be running)"
 
@@ -19,7 +19,13 @@ HELP = "the Slack chat adapter on a journal ([adapters.slack] in coven.toml; the
 def configure(parser: argparse.ArgumentParser) -> None:
     """The command's options."""
     parser.add_argument("--config", type=Path, required=True, help="coven.toml with an [adapters.slack] section")
-    parser.add_argument("--journal", type=Path, default=None, help="the journal (default: the one coven.toml names)")
+    parser.add_argument(
+        "--journal",
+        type=journal_argument,
+        metavar=JOURNAL_METAVAR,
+        default=None,
+        help="the journal (default: the one coven.toml names)",
+    )
 
 
 def _fail(message: str) -> int:

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from coven_codex.cli.options import add_spells_option
+from coven_codex.cli.options import JOURNAL_METAVAR, add_spells_option, journal_argument
 from coven_codex.settings import SettingsError, load_settings, read_settings_file
 from coven_codex.validate.adapter_probes import adapter_plan
 from coven_codex.validate.framework import ProbeContext, exit_code, run_plan
@@ -23,7 +23,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``validate`` command's options to ``parser``."""
     parser.add_argument("--workspace", type=Path, help="the directory Codex will work in (default: .)")
     parser.add_argument("--config", type=Path, help="coven.toml with the daemon's settings")
-    parser.add_argument("--journal", type=Path, help="the chat journal the daemon will follow")
+    parser.add_argument(
+        "--journal", type=journal_argument, metavar=JOURNAL_METAVAR, help="the chat journal the daemon will follow"
+    )
     parser.add_argument("--codex-path", dest="codex_path", help="Codex executable: absolute path or bare name")
     parser.add_argument("--codex-config", dest="codex_config", type=Path, help="your base Codex config.toml")
     parser.add_argument("--driver", choices=["auto", "app-server", "exec"], help="force a driver")

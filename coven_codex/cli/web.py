@@ -11,13 +11,21 @@ from pathlib import Path
 from types import FrameType
 
 from coven_codex.adapters.web.auth import TOKEN_ENV, TokenError, is_loopback, load_token
+from coven_codex.cli.options import JOURNAL_METAVAR, journal_argument
+from coven_codex.journal.opening import JournalName
 
 HELP = "the web chat page on a journal (the daemon must be running on it)"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """Add the ``web`` command's options to ``parser``."""
-    parser.add_argument("--journal", type=Path, required=True, help="the journal file the daemon follows")
+    parser.add_argument(
+        "--journal",
+        type=journal_argument,
+        metavar=JOURNAL_METAVAR,
+        required=True,
+        help="the journal the daemon follows (a file, or redis://...)",
+    )
     parser.add_argument(
         "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)"
     )
@@ -49,8 +57,8 @@ def execute(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    journal_path: Path = args.journal
-    if not journal_path.parent.is_dir():
+    journal_path: JournalName = args.journal
+    if isinstance(journal_path, Path) and not journal_path.parent.is_dir():
         print(
             f"coven-codex web: the journal's folder {journal_path.parent} does not exist; "
             "create it or pass the --journal the daemon uses",

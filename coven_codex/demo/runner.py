@@ -115,7 +115,7 @@ async def run_demo(options: DemoOptions, out: TextIO) -> bool:
             daemon_task = group.create_task(daemon())
             await ready.wait()
             if not daemon_failed:
-                journal = FileJournal(settings.journal)
+                journal = FileJournal(Path(settings.journal))
                 try:
                     if options.thoughts is None:
                         await _interactive(journal, out)

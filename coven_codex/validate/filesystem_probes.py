@@ -103,6 +103,8 @@ async def probe_journal(context: ProbeContext) -> ProbeResult:
     journal = context.settings.journal
     if journal is None:
         return ProbeResult.warn("no journal configured", "Pass --journal PATH (or set journal in coven.toml).")
+    if isinstance(journal, str):
+        return ProbeResult.ok("the journal is on Redis (the redis checks look at it)")
     folder = journal.parent
     if not folder.is_dir():
         return ProbeResult.fail(

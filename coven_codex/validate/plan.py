@@ -5,6 +5,7 @@ from __future__ import annotations
 from coven_codex.settings import Settings
 from coven_codex.validate import codex_probes as codex
 from coven_codex.validate import filesystem_probes as fs
+from coven_codex.validate import redis_probes as redis
 from coven_codex.validate import spell_probes as spells
 from coven_codex.validate.framework import Outcome, Probe, ProbeContext, run_plan
 
@@ -36,6 +37,14 @@ PLAN: tuple[Probe, ...] = (
     Probe("state_dir", "state folder (cursors, sessions) writable", fs.probe_state_dir, timeout=5),
     Probe("sessions", "Codex sessions folder readable", fs.probe_sessions_folder, timeout=10),
     Probe("journal", "journal path writable", fs.probe_journal, timeout=5),
+    Probe("redis", "a Redis journal's server answers, Redis 7.0 or newer", redis.probe_redis, timeout=8),
+    Probe(
+        "redis_persistence",
+        "a Redis journal survives a Redis restart (AOF/RDB)",
+        redis.probe_redis_persistence,
+        timeout=1,
+        required=False,
+    ),
     Probe("spells", "spells import with valid schemas", spells.probe_spells, timeout=30),
     Probe("shim_version", "the MCP shim starts within 1 s", spells.probe_shim_version, timeout=3),
     Probe("shim_handshake", "socket handshake round trip through a live shim", spells.probe_shim_handshake, timeout=15),
@@ -48,7 +57,7 @@ PLAN: tuple[Probe, ...] = (
     ),
 )
 
-RUN_GATES: frozenset[str] = frozenset({"workspace", "codex_home", "state_dir", "journal"})
+RUN_GATES: frozenset[str] = frozenset({"workspace", "codex_home", "state_dir", "journal", "redis"})
 """The checks ``coven-codex run`` makes before it starts: ``run`` refuses what ``validate`` refuses."""
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Protocol
 
 from coven_codex.journal import Durability, FileJournal, Journal, MemoryJournal
+from coven_codex.journal.redis import RedisJournal
 
 LINE_LIMIT = 64 * 1024
 """A small max_line_bytes, so huge-line tests stay fast."""
@@ -82,3 +83,38 @@ class MemoryBackend:
 
     async def inject_raw(self, data: bytes) -> None:
         await self.journal.append_raw(data)
+
+
+class RedisBackend:
+    """A Redis Streams journal under its own key on a real ``redis-server`` (shared by the session)."""
+
+    name = "redis"
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self._writer = RedisJournal.from_url(url, max_line_bytes=LINE_LIMIT)
+
+    async def open(self) -> Journal:
+        return RedisJournal.from_url(self.url, max_line_bytes=LINE_LIMIT)
+
+    async def inject_raw(self, data: bytes) -> None:
+        await self._writer.append_raw({"entry": data})
+
+    def writer_command(self, writer: str, count: int) -> list[str]:
+        script = f"""
+            import asyncio
+            from coven_codex.entries import ThoughtEntry
+            from coven_codex.journal.redis import RedisJournal
+
+            async def main() -> None:
+                journal = RedisJournal.from_url({self.url!r}, max_line_bytes={LINE_LIMIT})
+                for number in range({count}):
+                    await journal.append(ThoughtEntry(text="{writer} " + str(number), sender="{writer}"))
+                await journal.aclose()
+
+            asyncio.run(main())
+        """
+        return [sys.executable, "-c", textwrap.dedent(script)]
+
+    async def aclose(self) -> None:
+        await self._writer.aclose()

@@ -13,7 +13,6 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import discord
 
@@ -25,7 +24,8 @@ from coven_codex.adapters.kit.platform import Address, Capabilities, Incoming, O
 from coven_codex.adapters.kit.render import Dialect, PlainDialect, clip
 from coven_codex.adapters.kit.runner import AdapterRunner
 from coven_codex.adapters.web.uploads import ImageStore, uploads_dir
-from coven_codex.journal import FileJournal
+from coven_codex.journal.opening import JournalName, local_base, open_journal
+from coven_codex.settings import state_root
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ async def _announce(gateway: DiscordGateway, runner: AdapterRunner, started: Cal
 class DiscordSettings:
     """What :func:`run_discord` needs: the journal, the bot token and the ``[adapters.discord]`` section."""
 
-    journal: Path
+    journal: JournalName
     token: Secret
     section: DiscordSection
 
@@ -134,15 +134,15 @@ async def run_discord(settings: DiscordSettings, started: Callable[[str], None] 
     access = section.access_policy()
     rest = DiscordRest(settings.token)
     await rest.start()
-    images = ImageStore(uploads_dir(settings.journal))
+    images = ImageStore(uploads_dir(local_base(settings.journal, state_root())))
     gateway = DiscordGateway(
         listen_channels=frozenset(section.listen_channels),
         thread_channels=frozenset(section.thread_channels),
         images=images,
         access=access,
     )
-    journal = FileJournal(settings.journal)
-    ledger = DeliveryLedger.open(ledger_path(settings.journal, NAME))
+    journal = open_journal(settings.journal)
+    ledger = DeliveryLedger.open(ledger_path(local_base(settings.journal, state_root()), NAME))
     try:
         await gateway.login(settings.token.reveal())
         runner = AdapterRunner(

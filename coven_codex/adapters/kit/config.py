@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from coven_codex.adapters.kit.access import ADMIN_COMMANDS, AccessPolicy
 from coven_codex.adapters.kit.mapping import ChannelMap, SessionScope
+from coven_codex.journal.opening import JournalName, JournalNameSetting, is_redis_name, journal_name
 
 
 class AdapterConfigError(ValueError):
@@ -150,7 +151,7 @@ class AdapterSection(BaseModel):
 
     token_env: str | None = Field(default=None, description="Environment variable holding the bot token.")
     token_file: Path | None = Field(default=None, description="File holding the bot token (instead of token_env).")
-    journal: Path | None = Field(default=None, description="The journal; default: the top-level journal.")
+    journal: JournalNameSetting | None = Field(default=None, description="The journal; default: the top-level journal.")
     allow_users: list[str] = Field(default_factory=list, description="User ids allowed to talk to Codex.")
     allow_groups: list[str] = Field(
         default_factory=list, description="Group ids (Slack user groups, Discord roles) whose members are allowed."
@@ -341,7 +342,7 @@ def resolve_paths(adapters: Any, base: Path) -> None:
             continue
         for key in _PATH_KEYS:
             value = section.get(key)
-            if isinstance(value, str) and not Path(value).expanduser().is_absolute():
+            if isinstance(value, str) and not is_redis_name(value) and not Path(value).expanduser().is_absolute():
                 section[key] = str(base / value)
 
 
@@ -363,7 +364,7 @@ def parse_section(name: str, data: Any, origin: str = "coven.toml") -> AdapterSe
         raise AdapterConfigError(f"invalid [adapters.{name}] in {origin}: {'; '.join(problems)}") from None
 
 
-def load_section(name: str, config_file: Path) -> tuple[AdapterSection, Path | None]:
+def load_section(name: str, config_file: Path) -> tuple[AdapterSection, JournalName | None]:
     """``[adapters.<name>]`` of ``config_file``, and the journal it names (its own, else the top-level one).
 
     :class:`AdapterConfigError` when the file cannot be read, has no such section, or the section is invalid.
@@ -381,5 +382,5 @@ def load_section(name: str, config_file: Path) -> tuple[AdapterSection, Path | N
         )
     section = parse_section(name, adapters[name], str(config_file))
     top = raw.get("journal")
-    journal = section.journal or (Path(top).expanduser() if isinstance(top, str) else None)
+    journal = section.journal or (journal_name(top) if isinstance(top, str) else None)
     return section, journal

@@ -26,7 +26,6 @@ import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -54,7 +53,8 @@ from coven_codex.adapters.kit.runner import AdapterRunner
 from coven_codex.adapters.slack.dialect import BUTTON_PREFIX, THREAD_MARK, SlackDialect, blocks, fallback_text, menu
 from coven_codex.adapters.web.uploads import MAX_IMAGE_BYTES, ImageStore, UploadError, uploads_dir
 from coven_codex.entries import Attachment
-from coven_codex.journal import FileJournal
+from coven_codex.journal.opening import JournalName, local_base, open_journal
+from coven_codex.settings import state_root
 
 log = logging.getLogger(__name__)
 
@@ -470,7 +470,7 @@ class SlackRun:
 
     section: SlackSection
     secrets: dict[str, Secret]
-    journal: Path
+    journal: JournalName
 
 
 async def run_slack(settings: SlackRun, started: Callable[[SlackIdentity], Awaitable[None]] | None = None) -> None:
@@ -483,7 +483,7 @@ async def run_slack(settings: SlackRun, started: Callable[[SlackIdentity], Await
     platform = SlackPlatform(
         client,
         token,
-        ImageStore(uploads_dir(settings.journal)),
+        ImageStore(uploads_dir(local_base(settings.journal, state_root()))),
         edit_interval=section.edit_interval,
         groups=frozenset(section.allow_groups),
     )
@@ -498,8 +498,8 @@ async def run_slack(settings: SlackRun, started: Callable[[SlackIdentity], Await
         logger=logging.getLogger("coven_codex.adapters.slack.bolt"),
     )
     platform.register(app)
-    journal = FileJournal(settings.journal)
-    ledger = DeliveryLedger.open(ledger_path(settings.journal, NAME))
+    journal = open_journal(settings.journal)
+    ledger = DeliveryLedger.open(ledger_path(local_base(settings.journal, state_root()), NAME))
     runner = AdapterRunner(journal, platform, section.channel_map(), section.access_policy(), ledger, name=NAME)
     try:
         async with contextlib.AsyncExitStack() as stack:

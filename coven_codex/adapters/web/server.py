@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Callable
-from pathlib import Path
 
 import uvicorn
 
 from coven_codex.adapters.web.app import create_app
 from coven_codex.adapters.web.auth import Access
 from coven_codex.adapters.web.uploads import ImageStore, uploads_dir
-from coven_codex.journal import FileJournal
+from coven_codex.journal.opening import JournalName, local_base, open_journal
+from coven_codex.settings import state_root
 
 WS_MAX_MESSAGE = 1024 * 1024
 """Largest message a tab may send on the live channel (a thought is at most 100,000 characters)."""
@@ -33,7 +33,7 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 async def serve(
-    journal_path: Path,
+    journal_path: JournalName,
     sock: socket.socket,
     *,
     token: str,
@@ -44,9 +44,9 @@ async def serve(
     """Serve the page for ``journal_path`` on ``sock`` until SIGINT/SIGTERM; ``announce`` gets its URL."""
     host, port = sock.getsockname()[:2]
     access = Access.for_bind(token, host, port, extra_hosts)
-    journal = FileJournal(journal_path)
+    journal = open_journal(journal_path)
     try:
-        app = create_app(journal, ImageStore(uploads_dir(journal_path)), access, sender)
+        app = create_app(journal, ImageStore(uploads_dir(local_base(journal_path, state_root()))), access, sender)
         config = uvicorn.Config(
             app,
             log_level="warning",

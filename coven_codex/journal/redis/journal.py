@@ -1,0 +1,359 @@
+"""The journal on a Redis stream (docs/journal-protocol.md, "Redis Streams")."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+
+from redis.asyncio import Redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from coven_codex.entries import BaseEntry
+from coven_codex.journal.decoding import decode_line
+from coven_codex.journal.file import encode_entry, with_id
+from coven_codex.journal.protocol import (
+    START,
+    BadLine,
+    CursorError,
+    JournalError,
+    JournalItem,
+    JournalRecord,
+    Position,
+    check_cursor_name,
+    check_position,
+)
+from coven_codex.journal.redis import scripts
+from coven_codex.journal.redis.errors import FencedOut, PositionTrimmed
+from coven_codex.journal.redis.names import RedisLocation, parse_redis_name
+from coven_codex.journal.redis.outage import DEFAULT_OUTAGE_LIMIT, Reachability
+from coven_codex.journal.redis.positions import position_of, stream_id
+from coven_codex.tailing import DEFAULT_MAX_LINE_BYTES
+
+log = logging.getLogger("coven_codex.journal.redis")
+
+T = TypeVar("T")
+
+BATCH: Final = 1000
+"""Entries fetched per round trip when reading."""
+BLOCK_SECONDS: Final = 5.0
+"""A tail waits this long in one ``XREAD BLOCK`` before it asks again (bounded, not polling)."""
+SOCKET_TIMEOUT: Final = 30.0
+"""Longest wait for one reply; beyond it the connection counts as lost."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """An append condition: Redis key ``key`` must hold ``token`` (a lease's fencing token)."""
+
+    key: str
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
+class Compaction:
+    """What :meth:`RedisJournal.compact` removed."""
+
+    removed: int
+    """Entries removed."""
+    through: Position | None
+    """The last entry removed (None: nothing was)."""
+    reason: str
+    """Why it stopped there, in words."""
+
+
+def _client(url: str, *, socket_timeout: float) -> Redis:
+    """A redis-py client that does not retry by itself: :class:`Reachability` does, once for everything."""
+    return Redis.from_url(
+        url,
+        socket_timeout=socket_timeout,
+        socket_connect_timeout=5.0,
+        retry=Retry(NoBackoff(), 0),
+        health_check_interval=0,
+    )
+
+
+def _payload(fields: Any) -> tuple[bytes | None, str]:
+    """The ``entry`` field of a stream entry, or None and why it is not an entry."""
+    if isinstance(fields, dict):
+        if b"entry" in fields and isinstance(fields[b"entry"], bytes):
+            return fields[b"entry"], ""
+        names = ", ".join(repr(name)[:40] for name in list(fields)[:5])
+        return None, f"stream entry has no 'entry' field (it has {names}); it was not written by coven-codex"
+    if isinstance(fields, list):
+        pairs = dict(zip(fields[::2], fields[1::2], strict=False))
+        return _payload(pairs)
+    return None, "stream entry has no fields"
+
+
+class RedisJournal:
+    """A journal on one Redis stream; several processes on any machine may append and read at once.
+
+    Positions are stream ids (``Position(milliseconds, sequence)``): a record lies between the
+    id of the entry before it (``start``) and its own id (``end``); :data:`START` (``0-0``) lies
+    before the first. Appends run one Lua script (:mod:`.scripts`) that is idempotent by entry
+    id, and may carry a :class:`Fence`. Cursors are a hash in Redis. Each :meth:`tail` has a
+    connection of its own and waits in ``XREAD BLOCK``. While Redis is unreachable every
+    operation waits for it (:mod:`.outage`), for at most ``outage_limit`` seconds.
+    """
+
+    def __init__(
+        self,
+        location: RedisLocation,
+        *,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        outage_limit: float = DEFAULT_OUTAGE_LIMIT,
+        block_seconds: float = BLOCK_SECONDS,
+    ) -> None:
+        if max_line_bytes < 1:
+            raise JournalError(f"max_line_bytes must be at least 1, got {max_line_bytes}")
+        self.location = location
+        self.max_line_bytes = max_line_bytes
+        self.block_seconds = block_seconds
+        self.reachability = Reachability(location.display(), outage_limit)
+        self._client = _client(location.url, socket_timeout=SOCKET_TIMEOUT)
+        self._append = self._client.register_script(scripts.APPEND)
+        self._read = self._client.register_script(scripts.READ)
+        self._end = self._client.register_script(scripts.END)
+        self._trim = self._client.register_script(scripts.TRIM)
+        self._closed = False
+
+    @classmethod
+    def from_url(cls, name: str, **options: Any) -> RedisJournal:
+        """The journal a name ``redis://HOST:PORT/DB?key=NAME`` gives (see :func:`.names.parse_redis_name`)."""
+        return cls(parse_redis_name(name), **options)
+
+    def __repr__(self) -> str:
+        return f"RedisJournal({self.location.display()!r})"
+
+    async def _call(self, operation: Callable[[], Awaitable[T]]) -> T:
+        if self._closed:
+            raise JournalError(f"the journal {self.location.display()} is closed")
+        return await self.reachability.call(operation)
+
+    # -- appending -------------------------------------------------------------------------
+
+    async def append(self, entry: BaseEntry, *, fence: Fence | None = None) -> JournalRecord:
+        """Append ``entry`` once per id (an ``id`` is assigned when it has none).
+
+        An entry whose id is already in the journal is not appended again: its first record
+        is returned (so a retried append, e.g. after a lost reply, never duplicates). With a
+        ``fence``, the append happens only while ``fence.key`` holds ``fence.token``, else
+        :class:`FencedOut`.
+        """
+        entry = with_id(entry)
+        assert entry.id is not None
+        payload = encode_entry(entry, self.max_line_bytes)[:-1]
+        loc = self.location
+        keys = [loc.stream, loc.ids, loc.trimmed]
+        args: list[str | bytes] = [entry.id, payload]
+        if fence is not None:
+            keys.append(fence.key)
+            args.append(str(fence.token))
+
+        async def run() -> Any:
+            return await self._append(keys=keys, args=args)
+
+        reply = await self._call(run)
+        status = reply[0]
+        if status == b"fenced":
+            held = reply[1].decode(errors="replace") if len(reply) > 1 and reply[1] is not None else None
+            raise FencedOut(
+                f"append of entry {entry.id} refused: {fence.key if fence else '?'} holds"
+                f" {held!r}, not this writer's token {fence.token if fence else '?'} (another writer took over)",
+                key=fence.key if fence else "",
+                token=fence.token if fence else 0,
+                held=held,
+            )
+        start, end = position_of(reply[1]), position_of(reply[2])
+        if status == b"known" and len(reply) > 3 and isinstance(reply[3], bytes):
+            item = decode_line(reply[3], start, end, max_line_bytes=self.max_line_bytes)
+            if isinstance(item, JournalRecord):
+                return item
+        return JournalRecord(entry, start, end)
+
+    async def append_raw(self, fields: dict[str, bytes]) -> Position:
+        """Add a stream entry with exactly these fields (``XADD``), as another program could; its position.
+
+        For tests and tools: nothing is checked, and the idempotency index is not updated.
+        """
+
+        async def run() -> Any:
+            return await self._client.xadd(self.location.stream, fields)  # type: ignore[arg-type]  # bytes values are fine
+
+        return position_of(await self._call(run))
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _items(self, after: Position, entries: Sequence[Any]) -> list[JournalItem]:
+        items: list[JournalItem] = []
+        start = after
+        for raw_id, fields in entries:
+            end = position_of(raw_id)
+            payload, reason = _payload(fields)
+            if payload is None:
+                items.append(BadLine(start, end, reason))
+            else:
+                items.append(decode_line(payload, start, end, max_line_bytes=self.max_line_bytes))
+            start = end
+        return items
+
+    async def _batch(self, client: Redis, after: Position, last: Position | None) -> tuple[Position, list[JournalItem]]:
+        """Up to :data:`BATCH` items after ``after`` (up to ``last`` inclusive); the position they follow."""
+        keys = [self.location.stream, self.location.trimmed]
+        args: list[str | int] = [stream_id(after), "+" if last is None else stream_id(last), BATCH]
+
+        async def run() -> Any:
+            return await self._read(keys=keys, args=args, client=client)
+
+        reply = await self._call(run)
+        if reply[0] == b"trimmed":
+            trimmed = position_of(reply[1])
+            raise PositionTrimmed(
+                f"the journal {self.location.display()} no longer has the entries after position {after}: they were"
+                f" removed by compaction (everything up to {trimmed}). This reader missed them; start it again from"
+                f" the journal's start ({START}, now the oldest entry kept) or its end, knowing those entries are"
+                " gone, and keep a saved cursor for every reader so that compaction waits for it",
+                position=after,
+                trimmed=trimmed,
+            )
+        begin = position_of(reply[1])
+        return begin, self._items(begin, reply[2])
+
+    async def tail(self, start: Position = START) -> AsyncGenerator[JournalItem, None]:
+        """Every item from ``start`` on, live, on a connection of its own; never ends by itself.
+
+        Raises :class:`PositionTrimmed` when compaction removed entries this reader had not read.
+        """
+        after = check_position(start)
+        client = _client(self.location.url, socket_timeout=self.block_seconds + SOCKET_TIMEOUT)
+        block_ms = max(1, int(self.block_seconds * 1000))
+        try:
+            while True:
+                after, items = await self._batch(client, after, None)
+                for item in items:
+                    yield item
+                    after = item.end
+                if len(items) >= BATCH:
+                    continue
+                wake_from = stream_id(after)
+
+                async def wait(since: str = wake_from) -> Any:
+                    return await client.xread({self.location.stream: since}, count=1, block=block_ms)
+
+                await self._call(wait)
+        finally:
+            with contextlib.suppress(Exception):
+                await client.aclose()
+
+    async def read(self, start: Position = START, end: Position | None = None) -> list[JournalItem]:
+        """The items lying between ``start`` and ``end`` (the current end when None)."""
+        check_position(start)
+        if end is not None and check_position(end) < start:
+            raise JournalError(f"invalid range {start}..{end}")
+        items: list[JournalItem] = []
+        after = start
+        while True:
+            after, batch = await self._batch(self._client, after, end)
+            items.extend(batch)
+            if len(batch) < BATCH:
+                return items
+            after = batch[-1].end
+
+    async def end_position(self) -> Position:
+        """The id of the last entry (:data:`START` for an empty journal)."""
+        keys = [self.location.stream, self.location.trimmed]
+
+        async def run() -> Any:
+            return await self._end(keys=keys, args=[])
+
+        return position_of(await self._call(run))
+
+    # -- cursors ---------------------------------------------------------------------------
+
+    async def load_cursor(self, name: str) -> Position | None:
+        """The position saved under ``name`` (in the hash ``KEY:cursors``), or None."""
+        check_cursor_name(name)
+
+        async def run() -> Any:
+            return await self._client.hget(self.location.cursors, name)
+
+        raw = await self._call(run)
+        if raw is None:
+            return None
+        try:
+            return position_of(raw)
+        except JournalError:
+            raise CursorError(
+                f"cursor {name!r} in {self.location.cursors} is corrupt ({raw[:40]!r}, expected a stream id"
+                f" MS-SEQ); fix it, or delete it (HDEL {self.location.cursors} <name>) to make this reader start"
+                " from the beginning"
+            ) from None
+
+    async def save_cursor(self, name: str, position: Position) -> None:
+        """Save ``position`` under ``name`` (one ``HSET``: atomic; durable as Redis' persistence is)."""
+        check_cursor_name(name)
+        value = stream_id(check_position(position))
+
+        async def run() -> Any:
+            return await self._client.hset(self.location.cursors, name, value)
+
+        await self._call(run)
+
+    async def cursors(self) -> dict[str, Position]:
+        """Every saved cursor (corrupt ones left out, with a warning)."""
+
+        async def run() -> Any:
+            return await self._client.hgetall(self.location.cursors)
+
+        found: dict[str, Position] = {}
+        for raw_name, raw in (await self._call(run)).items():
+            name = raw_name.decode(errors="replace")
+            try:
+                found[name] = position_of(raw)
+            except JournalError:
+                log.warning("cursor %r of %s is corrupt; ignored", name[:80], self.location.display())
+        return found
+
+    # -- retention -------------------------------------------------------------------------
+
+    async def compact(self) -> Compaction:
+        """Remove the entries every saved cursor has passed (``XTRIM MINID``), and their idempotency index.
+
+        Nothing is removed while no cursor is saved (who reads is then unknown). A reader whose
+        position lies before what was removed gets :class:`PositionTrimmed` instead of a silent
+        gap. An append retried after its entry was removed is appended again.
+        """
+        cursors = await self.cursors()
+        if not cursors:
+            return Compaction(0, None, "no cursor is saved, so nothing is known to be read")
+        name, oldest = min(cursors.items(), key=lambda pair: pair[1])
+        keys = [self.location.stream, self.location.ids, self.location.trimmed]
+        removed = 0
+        through: Position | None = None
+        while True:
+            args = [stream_id(oldest), BATCH]
+
+            async def run(args: list[Any] = args) -> Any:
+                return await self._trim(keys=keys, args=args)
+
+            count, last = await self._call(run)
+            if not count:
+                break
+            removed += int(count)
+            through = position_of(last)
+        return Compaction(removed, through, f"kept everything after cursor {name!r} at {oldest}, the oldest cursor")
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def ping(self) -> None:
+        """One round trip to Redis, without waiting through an outage (raises redis-py's errors)."""
+        await self._client.ping()
+
+    async def aclose(self) -> None:
+        """Close the journal's connections; later operations fail (tails close their own)."""
+        self._closed = True
+        await self._client.aclose()

@@ -1,0 +1,121 @@
+"""Riding out a Redis that is down or restarting: retry with backoff, say so once.
+
+Every operation of a :class:`~coven_codex.journal.redis.journal.RedisJournal` goes through
+:meth:`Reachability.call`. While Redis cannot be reached (refused, reset, timed out, loading
+its data after a restart, a read-only replica during a failover), the operation is tried
+again after :func:`~coven_codex.agent.backoff.backoff`; the first failure of an outage is
+logged once for the whole journal (every tail and append share it), and so is its end. An
+outage longer than ``limit`` seconds ends the operation with :class:`JournalUnavailable`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, TypeVar
+
+from redis.exceptions import BusyLoadingError, ReadOnlyError, TryAgainError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from coven_codex.agent.backoff import backoff
+from coven_codex.journal.redis.errors import JournalUnavailable
+
+log = logging.getLogger("coven_codex.journal.redis")
+
+T = TypeVar("T")
+
+RETRY_BASE: Final = 0.1
+"""The first retry waits this long (seconds); later ones double, up to ``MAX_RETRY``."""
+MAX_RETRY: Final = 2.0
+"""No retry waits longer: a restarted Redis is found within this."""
+DEFAULT_OUTAGE_LIMIT: Final = 600.0
+"""How long an operation waits for Redis to come back before it fails (seconds)."""
+
+TRANSIENT: Final = (RedisConnectionError, RedisTimeoutError, BusyLoadingError, ReadOnlyError, TryAgainError, OSError)
+"""Failures that mean "Redis is not reachable right now" rather than "this request is wrong"."""
+
+
+class Reachability:
+    """Whether the journal's Redis answers, shared by every operation on one journal."""
+
+    def __init__(self, where: str, limit: float = DEFAULT_OUTAGE_LIMIT) -> None:
+        self.where = where
+        self.limit = limit
+        self.down_since: float | None = None
+        self.outages = 0
+        """How many outages began (each was logged once)."""
+
+    def _down(self, exc: BaseException) -> float:
+        now = time.monotonic()
+        if self.down_since is None:
+            self.down_since = now
+            self.outages += 1
+            log.warning(
+                "the journal's Redis at %s cannot be reached (%s); waiting for it (retrying with backoff, for up"
+                " to %.0f s): nothing is lost, thoughts wait",
+                self.where,
+                _short(exc),
+                self.limit,
+            )
+        return now - self.down_since
+
+    def _up(self) -> None:
+        if self.down_since is not None:
+            log.warning(
+                "the journal's Redis at %s is reachable again after %.1f s; continuing",
+                self.where,
+                time.monotonic() - self.down_since,
+            )
+            self.down_since = None
+
+    async def call(self, operation: Callable[[], Awaitable[T]]) -> T:
+        """``operation()``, tried again while Redis is unreachable (at most ``limit`` seconds)."""
+        failures = 0
+        while True:
+            try:
+                result = await _cancellable(operation)
+            except TRANSIENT as exc:
+                failures += 1
+                waited = self._down(exc)
+                if waited >= self.limit:
+                    raise JournalUnavailable(
+                        f"the journal's Redis at {self.where} could not be reached for {waited:.0f} s"
+                        f" ({_short(exc)}); start Redis (or fix the network to it), then start again:"
+                        " nothing written before is lost"
+                    ) from None
+                await asyncio.sleep(min(backoff(RETRY_BASE, failures), MAX_RETRY, self.limit - waited))
+                continue
+            self._up()
+            return result
+
+
+async def _cancellable(operation: Callable[[], Awaitable[T]]) -> T:
+    """``await operation()`` in a task of its own, so that cancelling the caller always cancels it.
+
+    redis-py 8 can lose a cancellation that arrives while a reply is being read (the reply came,
+    the task had not run yet): the command then carries on, e.g. a tail's ``XREAD BLOCK`` keeps
+    blocking. Here the caller waits on the task, not inside redis-py, so its cancellation is
+    never lost; the task is cancelled too and its connection dropped with it.
+    """
+    task = asyncio.ensure_future(operation())
+    try:
+        await asyncio.wait({task})
+    except asyncio.CancelledError:
+        task.cancel()
+        task.add_done_callback(_retrieve)
+        raise
+    return task.result()
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """Consume the outcome of an abandoned task (no "exception was never retrieved")."""
+    if not task.cancelled():
+        task.exception()
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if len(text) <= 200 else text[:197] + "..."

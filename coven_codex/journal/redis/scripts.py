@@ -1,0 +1,105 @@
+"""The Lua scripts every change to a Redis journal goes through (atomic on the server).
+
+redis-py's :class:`~redis.commands.core.AsyncScript` runs them with ``EVALSHA`` and loads
+them again (``EVAL``) when the server does not know them, e.g. after a restart.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+_IDS: Final = """
+local function parse(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  return tonumber(ms), tonumber(seq)
+end
+local function less(a, b)
+  local am, as = parse(a)
+  local bm, bs = parse(b)
+  return am < bm or (am == bm and as < bs)
+end
+local function field(fields, name)
+  for i = 1, #fields, 2 do
+    if fields[i] == name then return fields[i + 1] end
+  end
+  return false
+end
+"""
+
+APPEND: Final = (
+    _IDS
+    + """
+-- KEYS: stream, ids, trimmed[, fence key]; ARGV: entry id, payload[, fence token]
+local known = redis.call('HGET', KEYS[2], ARGV[1])
+if known then
+  local previous, id = string.match(known, '^(%S+) (%S+)$')
+  local found = redis.call('XRANGE', KEYS[1], id, id)
+  local payload = false
+  if #found == 1 then payload = field(found[1][2], 'entry') end
+  return {'known', previous, id, payload}
+end
+if #KEYS == 4 then
+  local held = redis.call('GET', KEYS[4])
+  if held ~= ARGV[3] then return {'fenced', held} end
+end
+local previous = redis.call('GET', KEYS[3]) or '0-0'
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+if #last == 1 then previous = last[1][1] end
+local id = redis.call('XADD', KEYS[1], '*', 'entry', ARGV[2])
+redis.call('HSET', KEYS[2], ARGV[1], previous .. ' ' .. id)
+return {'new', previous, id}
+"""
+)
+"""Append once per entry id: a known id gives back the first record; a fence that does not hold refuses."""
+
+READ: Final = (
+    _IDS
+    + """
+-- KEYS: stream, trimmed; ARGV: after (exclusive), last (inclusive, or '+'), count
+local trimmed = redis.call('GET', KEYS[2]) or '0-0'
+local after = ARGV[1]
+if after == '0-0' then
+  after = trimmed
+elseif less(after, trimmed) then
+  return {'trimmed', trimmed}
+end
+local low = '(' .. after
+if after == '0-0' then low = '-' end
+return {'ok', after, redis.call('XRANGE', KEYS[1], low, ARGV[2], 'COUNT', ARGV[3])}
+"""
+)
+"""Entries after a position, refused when compaction removed some of them (start ``0-0``: the oldest kept)."""
+
+END: Final = """
+-- KEYS: stream, trimmed
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+if #last == 1 then return last[1][1] end
+return redis.call('GET', KEYS[2]) or '0-0'
+"""
+"""The id of the last entry (the trim point, or ``0-0``, when there is none)."""
+
+TRIM: Final = (
+    _IDS
+    + """
+-- KEYS: stream, ids, trimmed; ARGV: last id to remove (inclusive), count
+local entries = redis.call('XRANGE', KEYS[1], '-', ARGV[1], 'COUNT', ARGV[2])
+if #entries == 0 then return {0, false} end
+for _, entry in ipairs(entries) do
+  local payload = field(entry[2], 'entry')
+  if payload then
+    local ok, value = pcall(cjson.decode, payload)
+    if ok and type(value) == 'table' and type(value['id']) == 'string' then
+      local known = redis.call('HGET', KEYS[2], value['id'])
+      if known and string.match(known, ' (%S+)$') == entry[1] then redis.call('HDEL', KEYS[2], value['id']) end
+    end
+  end
+end
+local last = entries[#entries][1]
+local ms, seq = parse(last)
+redis.call('XTRIM', KEYS[1], 'MINID', string.format('%d-%d', ms, seq + 1))
+local trimmed = redis.call('GET', KEYS[3])
+if not trimmed or less(trimmed, last) then redis.call('SET', KEYS[3], last) end
+return {#entries, last}
+"""
+)
+"""Remove the oldest entries up to an id (a batch at a time) with their idempotency index entries."""
