@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Protocol, cast
 
+from redis.exceptions import RedisError
+
 from coven_codex.agent.daemon import Daemon
 from coven_codex.agent.limits import cut
 from coven_codex.agent.state import SessionState, StateStore
@@ -37,7 +39,7 @@ from coven_codex.cluster.leases import LeaseLost
 from coven_codex.cluster.mirror import MirroredRollout, rehydrate, relative_rollout_path
 from coven_codex.cluster.node import ClusterNode
 from coven_codex.entries import CODEX_SENDER, BaseEntry, ResetEntry, ThoughtEntry
-from coven_codex.journal import Journal, JournalItem, JournalRecord, Position
+from coven_codex.journal import Journal, JournalError, JournalItem, JournalRecord, Position
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +121,8 @@ class Ownership:
         self._floors: dict[str, Position | None] = {}
         self._adopting: dict[str, asyncio.Event] = {}
         self._closing = False
+        self._group: asyncio.TaskGroup | None = None
+        self._adoptions: set[asyncio.Task[bool]] = set()
 
     @property
     def cursor_name(self) -> str:
@@ -178,8 +182,7 @@ class Ownership:
         claimed = await self.node.claim(conversation)
         if not claimed.ok:
             return False
-        await self._adopt(conversation, position)
-        return True
+        return await self._adopt_or_give_up(conversation, position)
 
     # -- adopting ------------------------------------------------------------------------------------
     async def adopt_orphans(self, conversations: list[str]) -> None:
@@ -190,21 +193,43 @@ class Ownership:
             if self.node.owns(conversation) or conversation in self._adopting:
                 continue
             claimed = await self.node.claim(conversation)
-            if claimed.ok:
+            if claimed.ok and self._group is not None:
                 log.info("cluster: adopting conversation %r", cut(conversation))
-                await self._adopt(conversation, None)
+                done = asyncio.Event()
+                self._adopting[conversation] = done  # (before any await: the reader waits for it from now on)
+                # A task of its own: an adoption may wait up to a lease time, the renewals must not.
+                task = self._group.create_task(
+                    self._adopt_or_give_up(conversation, None, done), name=f"adopt:{conversation[:60]}"
+                )
+                self._adoptions.add(task)
+                task.add_done_callback(self._adoptions.discard)
 
     async def _adopted(self, conversation: str) -> None:
         """Wait until no adoption of ``conversation`` is under way."""
         while (waiting := self._adopting.get(conversation)) is not None:
             await waiting.wait()
 
-    async def _adopt(self, conversation: str, at: Position | None) -> None:
+    async def _adopt_or_give_up(
+        self, conversation: str, at: Position | None, done: asyncio.Event | None = None
+    ) -> bool:
+        """:meth:`_adopt`; when it fails (Redis, the journal, the lease lost meanwhile) the conversation
+        is let go here, said once in the log: its lease runs out and it is adopted again."""
+        try:
+            await self._adopt(conversation, at, done)
+        except (LeaseLost, JournalError, RedisError, OSError) as exc:
+            log.warning("cluster: adopting conversation %r failed (%s); letting it go", cut(conversation), exc)
+            self.node.drop(conversation)
+            await self.lost([conversation])
+            return False
+        return True
+
+    async def _adopt(self, conversation: str, at: Position | None, done: asyncio.Event | None = None) -> None:
         """Hydrate, start and catch up a conversation we just claimed (``at``: the item that made us)."""
         host = self.host
         assert host is not None
-        done = asyncio.Event()
-        self._adopting[conversation] = done
+        if done is None:
+            done = asyncio.Event()
+            self._adopting[conversation] = done
         try:
             local = host.store.load(conversation)
             state, previous = await self._hydrate(conversation, local, host.store)
@@ -339,6 +364,7 @@ class Ownership:
     def start(self, daemon: Daemon, start: Position, group: asyncio.TaskGroup) -> asyncio.Task[None]:
         """Serve in ``daemon`` (its reader starts at ``start``): renewals, sweeps and adoption, as a task."""
         self.host = DaemonHost(daemon, start)
+        self._group = group
         return group.create_task(self.node.run(self.lost, self.adopt_orphans), name="cluster")
 
     def fenced(self, journal: Journal) -> Journal:
@@ -364,8 +390,11 @@ class Ownership:
             await self.report_lost(conversation, self.host.store.load(conversation))
 
     def closing(self) -> None:
-        """Shutdown began: adopt nothing more (the leases held are handed over at the end)."""
+        """Shutdown began: adopt nothing more, stop the adoptions under way (the leases held are
+        handed over at the end; a new owner hydrates them from the mirror)."""
         self._closing = True
+        for task in self._adoptions:
+            task.cancel()
 
     async def final_mirror(self, sessions: Iterable[tuple[SessionState, Iterable[Position]]]) -> None:
         """Shutdown, after the last local saves: mirror each state (with its pending thoughts) once
