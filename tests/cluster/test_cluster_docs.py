@@ -13,7 +13,7 @@ DOC = Path(__file__).resolve().parent.parent.parent / "docs" / "distributed.md"
 def test_the_key_table_lists_every_key_the_cluster_uses() -> None:
     doc = DOC.read_text()
     table = doc[doc.index("## Ownership") : doc.index("- **Claim**")]
-    documented = set(re.findall(r"`([a-z-]+)(?::<[a-z ]+>)?`", table))
+    documented = set(re.findall(r"`([a-z-]+)(?::<[a-z ]+>)*`", table))
     keys = ClusterKeys("NS")
     base = "coven:NS:"
     made = {keys.daemons, keys.expiry, keys.handover}
