@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from coven_codex.agent.daemon import Daemon, ours
+from coven_codex.agent.daemon import Daemon
 from coven_codex.agent.recovery import codex_received
 from coven_codex.agent.state import SessionState, StateStore
 from coven_codex.cluster.turns import abandoned_turn_end, unfinished_turn
@@ -25,16 +25,6 @@ class DaemonHost:
         states = {c: s.state for c, s in manager.sessions.items()} if manager is not None else {}
         states[state.conversation] = state
         await self._daemon._recover_in_flight(state, states)
-
-    async def learn_ids(self, state: SessionState) -> None:
-        """The ids of our entries already in the journal for this conversation (egress drops them)."""
-        services = self._daemon.services
-        if services is None or state.thread_id is None or state.egress_journal_position is None:
-            return
-        items = await self._daemon.journal.read(state.egress_journal_position)
-        services.writer.known_ids |= ours(
-            [i for i in items if isinstance(i, JournalRecord) and i.entry.conversation == state.conversation]
-        )
 
     async def end_lost_turn(self, state: SessionState) -> None:
         """A turn the previous owner started and never ended (it was lost with it) ends here."""

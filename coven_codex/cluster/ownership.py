@@ -43,8 +43,11 @@ from coven_codex.journal import Journal, JournalError, JournalItem, JournalRecor
 
 log = logging.getLogger(__name__)
 
-REPORT_WAIT = 25.0
-"""The longest wait for a previous owner's record of an in-flight thought (at most a lease time)."""
+REPORT_WAITS = 2.0
+"""How long a new owner waits for a previous owner's record of an in-flight thought, in lease times:
+the previous owner reports when it restarts or wakes, which comes after its lease ran out."""
+REPORT_WAIT_MAX = 25.0
+"""Seconds, at most (below the Redis client's socket timeout)."""
 ADOPT_BATCH = 64
 """Orphaned conversations adopted per sweep round, at most (the rest in the next rounds)."""
 
@@ -54,10 +57,6 @@ class SessionHost(Protocol):
 
     async def recover(self, state: SessionState) -> None:
         """Resolve ``state``'s in-flight thought against its rollout, as after a restart."""
-        ...
-
-    async def learn_ids(self, state: SessionState) -> None:
-        """Learn the ids of entries already in the journal after ``state``'s egress position."""
         ...
 
     async def end_lost_turn(self, state: SessionState) -> None:
@@ -99,6 +98,13 @@ def _parse_position(text: str) -> Position:
     if parse is not None:
         return parse(text)
     return int(text)
+
+
+def _size_or_zero(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _read_or_empty(path: str | None) -> bytes:
@@ -154,6 +160,28 @@ class Ownership:
             self._floors[conversation] = None if floor_text is None else _parse_position(floor_text)
             kept[conversation] = local
         return kept
+
+    async def taken_back(self, states: Iterable[SessionState]) -> None:
+        """Start-up, once in-flight thoughts are resolved against our own rollouts: the mirror gets
+        what we found (the rollout first, then the state), before anything else runs."""
+        for state in states:
+            if state.thread_id is not None and state.rollout_path is not None:
+                rollout = Path(state.rollout_path)
+                end = await asyncio.to_thread(_size_or_zero, rollout)
+                await self.node.mirror.copy_rollout(
+                    state.conversation,
+                    self.node.token(state.conversation),
+                    thread_id=state.thread_id,
+                    codex_home=self.codex_home,
+                    rollout=rollout,
+                    end=end,
+                )
+            floor = self._floors.get(state.conversation)
+            if floor is not None:  # (none: nothing of it is pending; its floor is saved with its next save)
+                token = await self.node.fresh(state.conversation)
+                await self.node.mirror.save_state(
+                    state.conversation, token, state.model_dump_json(), _position_text(floor)
+                )
 
     # -- the journal reader's gate ------------------------------------------------------------------
     async def admit(self, entry: BaseEntry, position: Position) -> bool:
@@ -241,7 +269,6 @@ class Ownership:
             if floor is None and at is not None:
                 self._floors[conversation] = floor = at
             await host.recover(state)
-            await host.learn_ids(state)
             await self._mirror(conversation, state, ())
             if adopted_from_mirror:
                 await host.end_lost_turn(state)
@@ -263,7 +290,7 @@ class Ownership:
         """A thought was in flight and our copy does not show Codex got it: the previous owner's own
         rollout may (it died or stalled before egress copied the line). If it reports within a lease
         time and its rollout extends the copy, that longer record is the one we continue from."""
-        wait = min(self.node.lease_time, REPORT_WAIT)
+        wait = min(REPORT_WAITS * self.node.lease_time, REPORT_WAIT_MAX)
         log.info(
             "conversation %r: a thought was in flight; waiting up to %.0fs for daemon %s's own record of it",
             cut(conversation),

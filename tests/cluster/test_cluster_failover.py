@@ -68,7 +68,7 @@ async def chaos(
                 text = f"{conversation} thought {index}"
                 sent[conversation].append(text)
                 await h.think(conversation, text)
-                await asyncio.sleep(rng.uniform(0.0, 0.1))
+                await asyncio.sleep(rng.uniform(0.0, 0.3))
 
         writing = asyncio.create_task(writer())
         restarts: list[asyncio.Task[None]] = []
