@@ -43,7 +43,7 @@ from coven_codex.entries import (
     ResetEntry,
     ThoughtEntry,
 )
-from coven_codex.journal import BadLine, Journal, JournalItem, JournalRecord, JournalReplaced, Position
+from coven_codex.journal import BadLine, Journal, JournalItem, JournalRecord, JournalReplaced
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +73,8 @@ class Router(Protocol):
 class Gate(Protocol):
     """Which items this daemon takes when several daemons share the journal (the cluster's ownership)."""
 
-    async def admit(self, entry: BaseEntry, position: Position) -> bool:
-        """Whether the entry at ``position`` is this daemon's to route."""
+    async def admit(self, record: JournalRecord) -> bool:
+        """Whether the record is this daemon's to route now."""
         ...
 
 
@@ -146,7 +146,7 @@ class Ingress:
             await self._report_bad_line(item)
             self._consumed(item.start, item.end, pending=False)
             return
-        if gated and self._gate is not None and not await self._gate.admit(item.entry, item.start):
+        if gated and self._gate is not None and not await self._gate.admit(item):
             self._consumed(item.start, item.end, pending=False)  # another daemon's conversation
             return
         refusal = refuse_thought(item.entry, item.start)

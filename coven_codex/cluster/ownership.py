@@ -13,7 +13,9 @@ last (then its own files are as new or newer), the rollout copy is written into 
 ``CODEX_HOME``, an in-flight thought is resolved against that rollout exactly as after a
 restart, the ids of entries already in the journal are learnt, the session starts, and the
 journal is re-read from the floor for the conversation's thoughts the previous owner had not
-finished (the live reader waits meanwhile, so thoughts keep their journal order).
+finished. Adoptions run as tasks of their own; meanwhile the live reader holds the conversation's
+items for the adoption, which routes them after the re-read, so thoughts keep their journal order
+and no other conversation waits.
 
 *Dropping* one (its lease was lost: this daemon stalled past it, or Redis expired it): the
 session stops without writing anything (its writes would be refused anyway), its Codex thread
@@ -38,14 +40,15 @@ from coven_codex.cluster.host import DaemonHost
 from coven_codex.cluster.leases import LeaseLost
 from coven_codex.cluster.mirror import MirroredRollout, rehydrate, relative_rollout_path
 from coven_codex.cluster.node import ClusterNode
-from coven_codex.entries import CODEX_SENDER, BaseEntry, ResetEntry, ThoughtEntry
+from coven_codex.entries import CODEX_SENDER, ResetEntry, ThoughtEntry
 from coven_codex.journal import Journal, JournalError, JournalItem, JournalRecord, Position
 
 log = logging.getLogger(__name__)
 
-REPORT_WAITS = 2.0
-"""How long a new owner waits for a previous owner's record of an in-flight thought, in lease times:
-the previous owner reports when it restarts or wakes, which comes after its lease ran out."""
+REPORT_GRACE = 10.0
+"""How long past a lease time a new owner waits for a previous owner's record of an in-flight
+thought: the previous owner reports when it restarts or wakes, which comes after its lease ran out
+and a start-up (seconds under load)."""
 REPORT_WAIT_MAX = 25.0
 """Seconds, at most (below the Redis client's socket timeout)."""
 ADOPT_BATCH = 64
@@ -126,6 +129,8 @@ class Ownership:
         self.host: SessionHost | None = None
         self._floors: dict[str, Position | None] = {}
         self._adopting: dict[str, asyncio.Event] = {}
+        self._held: dict[str, list[JournalRecord]] = {}
+        """Items the reader passed to a conversation being adopted, in journal order."""
         self._closing = False
         self._group: asyncio.TaskGroup | None = None
         self._adoptions: set[asyncio.Task[bool]] = set()
@@ -184,33 +189,48 @@ class Ownership:
                 )
 
     # -- the journal reader's gate ------------------------------------------------------------------
-    async def admit(self, entry: BaseEntry, position: Position) -> bool:
-        """Whether this daemon takes the item ``entry`` at ``position`` (claiming its conversation
-        when nobody holds it and it goes to us)."""
+    async def admit(self, record: JournalRecord) -> bool:
+        """Whether this daemon routes ``record`` now (module docstring). An item of a conversation
+        being adopted is held for the adoption, which routes it in journal order once it has caught
+        up; a thought of a conversation nobody holds that goes to us claims it and starts its
+        adoption. The reader never waits for an adoption."""
+        entry, position = record.entry, record.start
         conversation = entry.conversation
-        await self._adopted(conversation)
-        if not self.node.owns(conversation):
+        while True:
+            if conversation in self._adopting:
+                self._held.setdefault(conversation, []).append(record)
+                return False
+            if self.node.owns(conversation):
+                floor = self._floors.get(conversation)
+                return floor is None or position >= floor
             if entry.sender == CODEX_SENDER or not isinstance(entry, ThoughtEntry | ResetEntry):
                 return False  # cancels and approvals go to the owner only; nobody claims for them
-            if not await self._claim_for(conversation, position):
+            holder = await self.node.leases.holder(conversation)
+            if conversation in self._adopting or self.node.owns(conversation):
+                continue  # (the sweep took it meanwhile)
+            if holder is not None and holder != self.node.daemon_id:
                 return False
-        floor = self._floors.get(conversation)
-        return floor is None or position >= floor
+            if not self.node.preferred(conversation):
+                await self.node.leases.note_unclaimed(conversation, _position_text(position))
+                return False
+            claimed = await self.node.claim(conversation)
+            if claimed.ok and conversation not in self._adopting and not self._closing:
+                self._start_adoption(conversation, position)
+            elif not claimed.ok and conversation not in self._adopting:
+                return False
 
-    async def _claim_for(self, conversation: str, position: Position) -> bool:
-        holder = await self.node.leases.holder(conversation)
-        if holder is not None and holder != self.node.daemon_id:
-            return False
-        if not self.node.preferred(conversation):
-            await self.node.leases.note_unclaimed(conversation, _position_text(position))
-            return False
-        await self._adopted(conversation)  # (the sweep may have adopted it meanwhile)
-        if self.node.owns(conversation):
-            return True
-        claimed = await self.node.claim(conversation)
-        if not claimed.ok:
-            return False
-        return await self._adopt_or_give_up(conversation, position)
+    def _start_adoption(self, conversation: str, at: Position | None) -> None:
+        """Adopt a conversation we just claimed, as a task of its own (it may wait up to a lease time
+        or more; neither the reader nor the renewals may). The reader holds its items from now on."""
+        assert self._group is not None
+        log.info("cluster: adopting conversation %r", cut(conversation))
+        done = asyncio.Event()
+        self._adopting[conversation] = done
+        task = self._group.create_task(
+            self._adopt_or_give_up(conversation, at, done), name=f"adopt:{conversation[:60]}"
+        )
+        self._adoptions.add(task)
+        task.add_done_callback(self._adoptions.discard)
 
     # -- adopting ------------------------------------------------------------------------------------
     async def adopt_orphans(self, conversations: list[str]) -> None:
@@ -221,25 +241,10 @@ class Ownership:
             if self.node.owns(conversation) or conversation in self._adopting:
                 continue
             claimed = await self.node.claim(conversation)
-            if claimed.ok and self._group is not None:
-                log.info("cluster: adopting conversation %r", cut(conversation))
-                done = asyncio.Event()
-                self._adopting[conversation] = done  # (before any await: the reader waits for it from now on)
-                # A task of its own: an adoption may wait up to a lease time, the renewals must not.
-                task = self._group.create_task(
-                    self._adopt_or_give_up(conversation, None, done), name=f"adopt:{conversation[:60]}"
-                )
-                self._adoptions.add(task)
-                task.add_done_callback(self._adoptions.discard)
+            if claimed.ok and conversation not in self._adopting and self._group is not None:
+                self._start_adoption(conversation, None)
 
-    async def _adopted(self, conversation: str) -> None:
-        """Wait until no adoption of ``conversation`` is under way."""
-        while (waiting := self._adopting.get(conversation)) is not None:
-            await waiting.wait()
-
-    async def _adopt_or_give_up(
-        self, conversation: str, at: Position | None, done: asyncio.Event | None = None
-    ) -> bool:
+    async def _adopt_or_give_up(self, conversation: str, at: Position | None, done: asyncio.Event) -> bool:
         """:meth:`_adopt`; when it fails (Redis, the journal, the lease lost meanwhile) the conversation
         is let go here, said once in the log: its lease runs out and it is adopted again."""
         try:
@@ -251,13 +256,10 @@ class Ownership:
             return False
         return True
 
-    async def _adopt(self, conversation: str, at: Position | None, done: asyncio.Event | None = None) -> None:
-        """Hydrate, start and catch up a conversation we just claimed (``at``: the item that made us)."""
+    async def _adopt(self, conversation: str, at: Position | None, done: asyncio.Event) -> None:
+        """Hydrate, start and catch up a conversation we just claimed (``at``: the thought that made us)."""
         host = self.host
         assert host is not None
-        if done is None:
-            done = asyncio.Event()
-            self._adopting[conversation] = done
         try:
             local = host.store.load(conversation)
             state, previous = await self._hydrate(conversation, local, host.store)
@@ -265,7 +267,6 @@ class Ownership:
             if previous is not None and state.in_flight is not None and not await host.received(state):
                 await self._await_report(conversation, previous, state)
             floor = self._floors.get(conversation)
-            end = await self.journal.end_position()
             if floor is None and at is not None:
                 self._floors[conversation] = floor = at
             await host.recover(state)
@@ -275,13 +276,21 @@ class Ownership:
             if self._closing:
                 return  # shutting down (no await since the check): the lease is handed over with the others
             host.start_session(state)
-            if floor is not None and floor < end:
-                items = await self.journal.read(floor, end)
+            if floor is not None:
+                items = await self.journal.read(floor, await self.journal.end_position())
                 if self._closing:
                     return  # (its session is stopped with the others; the next owner re-reads from the floor)
-                mine = [i for i in items if isinstance(i, JournalRecord) and i.entry.conversation == conversation]
-                await host.replay(list(mine))
+                await host.replay(
+                    [i for i in items if isinstance(i, JournalRecord) and i.entry.conversation == conversation]
+                )
+            # What the reader held meanwhile, in order (items also in the range above are known by id);
+            # the last check and the end of the adoption have no await between them.
+            while held := self._held.get(conversation):
+                record = held.pop(0)
+                if floor is None or record.start >= floor:
+                    await host.replay([record])
         finally:
+            self._held.pop(conversation, None)
             if self._adopting.get(conversation) is done:
                 del self._adopting[conversation]
             done.set()
@@ -290,7 +299,7 @@ class Ownership:
         """A thought was in flight and our copy does not show Codex got it: the previous owner's own
         rollout may (it died or stalled before egress copied the line). If it reports within a lease
         time and its rollout extends the copy, that longer record is the one we continue from."""
-        wait = min(REPORT_WAITS * self.node.lease_time, REPORT_WAIT_MAX)
+        wait = min(self.node.lease_time + REPORT_GRACE, REPORT_WAIT_MAX)
         log.info(
             "conversation %r: a thought was in flight; waiting up to %.0fs for daemon %s's own record of it",
             cut(conversation),
