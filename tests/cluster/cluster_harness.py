@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,7 +84,7 @@ class ClusterHarness:
         self.server = server
         self.redis = redis
         self.lease = lease
-        self.journal_name = redis.url(key="chat")
+        self.journal_name = redis.url(key=f"chat-{uuid.uuid4().hex[:12]}")
         self.journal = RedisJournal.from_url(self.journal_name)
         self.base_config = tmp / "base.toml"
         self.base_config.write_text(tomlkit.dumps(codex_config(server.base_url)))

@@ -1,20 +1,15 @@
-"""A real ``redis-server`` per test (Debian's, on a free loopback port; never a fake)."""
+"""A client of the session's real ``redis-server`` (tests/conftest.py), and a key space of the test's own."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+import uuid
+from collections.abc import AsyncIterator
 
 import pytest
 from redis.asyncio import Redis
 
+from coven_codex.cluster.keys import ClusterKeys
 from coven_codex.testing.redis_server import RedisServer
-
-
-@pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
-    with RedisServer(tmp_path / "redis") as server:
-        yield server
 
 
 @pytest.fixture
@@ -22,3 +17,9 @@ async def redis_client(redis_server: RedisServer) -> AsyncIterator[Redis]:
     client = Redis.from_url(redis_server.url())
     yield client
     await client.aclose()
+
+
+@pytest.fixture
+def cluster_keys() -> ClusterKeys:
+    """Keys no other test uses (the Redis server is shared by the session)."""
+    return ClusterKeys(f"test-{uuid.uuid4().hex[:12]}")

@@ -14,15 +14,13 @@ from coven_codex.cluster.mirror import MirroredRollout, rehydrate
 from coven_codex.cluster.node import ClusterNode
 from coven_codex.cluster.registry import rendezvous
 
-KEYS = ClusterKeys("chat")
+
+def node(redis: Redis, keys: ClusterKeys, name: str, lease: float = 10.0) -> ClusterNode:
+    return ClusterNode(redis, keys, daemon_id=name, lease_time=lease)
 
 
-def node(redis: Redis, name: str, lease: float = 10.0) -> ClusterNode:
-    return ClusterNode(redis, KEYS, daemon_id=name, lease_time=lease)
-
-
-async def test_one_holder_at_a_time_and_tokens_only_grow(redis_client: Redis) -> None:
-    a, b = node(redis_client, "a"), node(redis_client, "b")
+async def test_one_holder_at_a_time_and_tokens_only_grow(redis_client: Redis, cluster_keys: ClusterKeys) -> None:
+    a, b = node(redis_client, cluster_keys, "a"), node(redis_client, cluster_keys, "b")
     first = await a.claim("red")
     assert first.ok and first.holder == "a"
     refused = await b.claim("red")
@@ -32,9 +30,11 @@ async def test_one_holder_at_a_time_and_tokens_only_grow(redis_client: Redis) ->
     assert second.ok and second.token > first.token
 
 
-async def test_a_stalled_owner_cannot_write_after_its_lease_ran_out(redis_client: Redis, tmp_path: Path) -> None:
+async def test_a_stalled_owner_cannot_write_after_its_lease_ran_out(
+    redis_client: Redis, cluster_keys: ClusterKeys, tmp_path: Path
+) -> None:
     """Fencing, not timing: a's token is refused by Redis once b has claimed, whatever a believes."""
-    a, b = node(redis_client, "a", lease=1.0), node(redis_client, "b", lease=1.0)
+    a, b = node(redis_client, cluster_keys, "a", lease=1.0), node(redis_client, cluster_keys, "b", lease=1.0)
     assert (await a.claim("red")).ok
     await a.mirror.save_state("red", a.token("red"), '{"conversation": "red"}', "5")
     await asyncio.sleep(1.3)  # a "stalls" past its lease: no renewal
@@ -56,8 +56,10 @@ async def test_a_stalled_owner_cannot_write_after_its_lease_ran_out(redis_client
     assert await b.mirror.load_floor("red") == "9"
 
 
-async def test_renewal_keeps_a_lease_past_its_time_and_reports_a_lost_one(redis_client: Redis) -> None:
-    a, b = node(redis_client, "a", lease=1.0), node(redis_client, "b", lease=1.0)
+async def test_renewal_keeps_a_lease_past_its_time_and_reports_a_lost_one(
+    redis_client: Redis, cluster_keys: ClusterKeys
+) -> None:
+    a, b = node(redis_client, cluster_keys, "a", lease=1.0), node(redis_client, cluster_keys, "b", lease=1.0)
     assert (await a.claim("red")).ok
     assert (await a.claim("blue")).ok
     lost: list[str] = []
@@ -72,7 +74,7 @@ async def test_renewal_keeps_a_lease_past_its_time_and_reports_a_lost_one(redis_
     try:
         await asyncio.sleep(2.5)  # two and a half lease times: only renewal keeps them
         assert not (await b.claim("red")).ok
-        await redis_client.delete(KEYS.lease("blue"))  # an operator (or an expiry) took it away
+        await redis_client.delete(cluster_keys.lease("blue"))  # an operator (or an expiry) took it away
         deadline = asyncio.get_running_loop().time() + 3
         while not lost and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.05)
@@ -82,8 +84,10 @@ async def test_renewal_keeps_a_lease_past_its_time_and_reports_a_lost_one(redis_
         await asyncio.gather(runner, return_exceptions=True)
 
 
-async def test_a_dead_daemons_conversations_are_swept_up_and_a_stopped_ones_at_once(redis_client: Redis) -> None:
-    a, b = node(redis_client, "a", lease=1.0), node(redis_client, "b", lease=1.0)
+async def test_a_dead_daemons_conversations_are_swept_up_and_a_stopped_ones_at_once(
+    redis_client: Redis, cluster_keys: ClusterKeys
+) -> None:
+    a, b = node(redis_client, cluster_keys, "a", lease=1.0), node(redis_client, cluster_keys, "b", lease=1.0)
     await a.join()
     await b.join()
     for conversation in ("c1", "c2", "c3", "c4"):
@@ -119,8 +123,8 @@ async def test_a_dead_daemons_conversations_are_swept_up_and_a_stopped_ones_at_o
         await asyncio.gather(runner, return_exceptions=True)
 
 
-async def test_new_conversations_spread_over_the_live_daemons(redis_client: Redis) -> None:
-    daemons = [node(redis_client, f"d{i}") for i in range(3)]
+async def test_new_conversations_spread_over_the_live_daemons(redis_client: Redis, cluster_keys: ClusterKeys) -> None:
+    daemons = [node(redis_client, cluster_keys, f"d{i}") for i in range(3)]
     for d in daemons:
         await d.join()
     for d in daemons:
@@ -140,13 +144,15 @@ async def test_new_conversations_spread_over_the_live_daemons(redis_client: Redi
     assert rendezvous("x", []) is None
 
 
-async def test_the_rollout_copy_is_appended_once_and_rehydrated(redis_client: Redis, tmp_path: Path) -> None:
+async def test_the_rollout_copy_is_appended_once_and_rehydrated(
+    redis_client: Redis, cluster_keys: ClusterKeys, tmp_path: Path
+) -> None:
     home_a, home_b = tmp_path / "a", tmp_path / "b"
     rollout = home_a / "sessions" / "2026" / "11" / "23" / "rollout-2026-11-23T10-00-00-thread1.jsonl"
     rollout.parent.mkdir(parents=True)
     lines = [b'{"line": 1}\n', b'{"line": 2}\n', b'{"line": 3}\n']
     rollout.write_bytes(b"".join(lines[:2]))
-    a = node(redis_client, "a")
+    a = node(redis_client, cluster_keys, "a")
     assert (await a.claim("red")).ok
     token = a.token("red")
     end = len(lines[0])
