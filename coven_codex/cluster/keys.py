@@ -54,9 +54,10 @@ class ClusterKeys:
         """Hash: the mirrored rollout's ``thread`` and ``path`` (relative to ``CODEX_HOME``)."""
         return f"{self._base}rollout:{conversation}"
 
-    def report(self, conversation: str, daemon_id: str) -> str:
-        """List: the rollout a previous owner reports having on its own disk (see ``Mirror.report``)."""
-        return f"{self._base}report:{daemon_id}:{conversation}"
+    def report(self, conversation: str) -> str:
+        """List: rollouts previous owners report having on their own disk (see ``Mirror.report``);
+        emptied by every claim, so what a new owner finds there was reported after its claim."""
+        return f"{self._base}report:{conversation}"
 
     def rollout_data(self, conversation: str) -> str:
         """The mirrored rollout's bytes, appended as Codex writes them."""

@@ -65,7 +65,13 @@ class Leases:
         """Take the lease when it is free (or held by this same daemon id, restarted)."""
         k = self.keys
         ok, token, holder = await self._claim(
-            keys=[k.lease(conversation), k.holder(conversation), k.counter(conversation), k.expiry],
+            keys=[
+                k.lease(conversation),
+                k.holder(conversation),
+                k.counter(conversation),
+                k.expiry,
+                k.report(conversation),
+            ],
             args=[self.daemon_id, self.ttl_ms, conversation],
         )
         return Claimed(bool(int(ok)), int(_text(token)), _text(holder))

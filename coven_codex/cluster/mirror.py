@@ -130,21 +130,29 @@ class Mirror:
         """Tell a new owner what rollout we have on our disk for ``conversation`` (we lost it while a
         thought was in flight: our copy may lack the line that says Codex received it). Unfenced and
         kept for :data:`REPORT_TTL` seconds; a new owner uses it only when it extends the copy."""
-        key = self._keys.report(conversation, self.daemon_id)
+        key = self._keys.report(conversation)
+        header = f"{self.daemon_id}\n{path}\n".encode()
         async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.delete(key)
-            pipe.rpush(key, path.encode("utf-8"), data)
+            pipe.rpush(key, header + data)
             pipe.expire(key, REPORT_TTL)
             await pipe.execute()
 
     async def await_report(self, conversation: str, daemon_id: str, wait: float) -> MirroredRollout | None:
-        """Wait (blocking in Redis, at most ``wait`` seconds) for ``daemon_id``'s report; None if none came."""
-        key = self._keys.report(conversation, daemon_id)
-        found = await self._redis.blpop([key], timeout=max(1, round(wait)))
-        if not found:
-            return None
-        data = await self._redis.lpop(key)
-        return MirroredRollout("", _text(found[1]), data if isinstance(data, bytes) else b"")
+        """Wait (blocking in Redis, at most ``wait`` seconds) for ``daemon_id``'s report made since our
+        claim (the claim emptied the list); None if none came."""
+        key = self._keys.report(conversation)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while (left := deadline - loop.time()) > 0:
+            found = await self._redis.blpop([key], timeout=max(1, round(left)))
+            if not found:
+                return None
+            raw = found[1]
+            sender, _, rest = (raw if isinstance(raw, bytes) else str(raw).encode()).partition(b"\n")
+            path, _, data = rest.partition(b"\n")
+            if sender.decode(errors="replace") == daemon_id:
+                return MirroredRollout("", path.decode(errors="replace"), data)
+        return None
 
     def forget(self, conversation: str) -> None:
         """We no longer own ``conversation``: what we knew of its copy may go stale."""

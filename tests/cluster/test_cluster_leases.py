@@ -178,3 +178,16 @@ async def test_the_rollout_copy_is_appended_once_and_rehydrated(
     await a.mirror.copy_rollout("red", token, thread_id="thread2", codex_home=home_a, rollout=other, end=11)
     copy = await a.mirror.load_rollout("red")
     assert copy is not None and copy.thread_id == "thread2" and copy.data == b'{"new": 1}\n'
+
+
+async def test_a_new_owner_reads_only_the_previous_owners_report_made_after_its_claim(
+    redis_client: Redis, cluster_keys: ClusterKeys
+) -> None:
+    a, b = node(redis_client, cluster_keys, "a"), node(redis_client, cluster_keys, "b")
+    await a.mirror.report("red", "sessions/r.jsonl", b"stale\n")  # from an earlier loss: must not count
+    assert (await b.claim("red")).ok
+    await node(redis_client, cluster_keys, "c").mirror.report("red", "sessions/r.jsonl", b"not the previous owner\n")
+    await a.mirror.report("red", "sessions/r.jsonl", b"line 1\nline 2\n")
+    report = await b.mirror.await_report("red", "a", 2.0)
+    assert report is not None and report.data == b"line 1\nline 2\n" and report.path == "sessions/r.jsonl"
+    assert await b.mirror.await_report("red", "a", 1.0) is None  # nothing more came
