@@ -326,7 +326,15 @@ class Ownership:
             data = await asyncio.to_thread(rollout.read_bytes)
         except OSError:
             return
-        await self.node.mirror.report(conversation, relative_rollout_path(self.codex_home, rollout), data)
+        try:
+            await self.node.mirror.report(conversation, relative_rollout_path(self.codex_home, rollout), data)
+        except (RedisError, OSError) as exc:
+            log.warning(
+                "cluster: could not report our record of conversation %r to its new owner (%s); it will"
+                " resolve its in-flight thought against its copy",
+                cut(conversation),
+                str(exc)[:200],
+            )
 
     async def _hydrate(
         self, conversation: str, local: SessionState, store: StateStore
@@ -401,7 +409,7 @@ class Ownership:
         """Serve in ``daemon`` (its reader starts at ``start``): renewals, sweeps and adoption, as a task."""
         self.host = DaemonHost(daemon, start)
         self._group = group
-        return group.create_task(self.node.run(self.lost, self.adopt_orphans), name="cluster")
+        return group.create_task(self.node.run(self.lost_in_background, self.adopt_orphans), name="cluster")
 
     def fenced(self, journal: Journal) -> Journal:
         """``journal`` for the daemon's entries: appends fenced by their conversation's lease."""
@@ -417,6 +425,14 @@ class Ownership:
         return refused
 
     # -- dropping and leaving -----------------------------------------------------------------------
+    async def lost_in_background(self, conversations: list[str]) -> None:
+        """The renewal round found leases lost: drop those conversations in a task of their own
+        (ending their Codex threads takes time the renewals of the others do not have)."""
+        if self._group is None:
+            await self.lost(conversations)
+            return
+        self._group.create_task(self.lost(conversations), name="drop-lost-conversations")
+
     async def lost(self, conversations: list[str]) -> None:
         """Leases lost: stop those sessions (the new owners continue them)."""
         assert self.host is not None
