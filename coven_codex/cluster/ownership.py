@@ -458,4 +458,8 @@ class Ownership:
                 await self._mirror(state.conversation, state, pending)
             except LeaseLost:
                 continue
+            except (RedisError, OSError) as exc:
+                # Redis is gone: nothing more can be mirrored or handed over; the leases run out.
+                log.warning("cluster: cannot mirror the last states (%s); the leases run out instead", str(exc)[:200])
+                return
         await self.node.leave()
