@@ -42,6 +42,7 @@ from coven_codex.cluster.mirror import MirroredRollout, rehydrate, relative_roll
 from coven_codex.cluster.node import ClusterNode
 from coven_codex.entries import CODEX_SENDER, ResetEntry, ThoughtEntry
 from coven_codex.journal import Journal, JournalError, JournalItem, JournalRecord, Position
+from coven_codex.rollout.locator import find_rollout
 
 log = logging.getLogger(__name__)
 
@@ -319,9 +320,14 @@ class Ownership:
 
     async def report_lost(self, conversation: str, local: SessionState) -> None:
         """We lost ``conversation`` with a thought in flight: report our own rollout to the new owner."""
-        if local.in_flight is None or local.rollout_path is None:
+        if local.in_flight is None:
             return
-        rollout = Path(local.rollout_path)
+        rollout: Path | None = Path(local.rollout_path) if local.rollout_path else None
+        if rollout is None and local.thread_id is not None:
+            # The thread's first turn: Codex made the file, our state did not record it yet.
+            rollout = await asyncio.to_thread(find_rollout, self.codex_home, local.thread_id)
+        if rollout is None:
+            return
         try:
             data = await asyncio.to_thread(rollout.read_bytes)
         except OSError:
