@@ -115,8 +115,6 @@ class Daemon:
                 states = await self.ownership.take_back(states)
             for state in states.values():
                 await self._recover_in_flight(state, states)
-            if self.ownership is not None:
-                await self.ownership.taken_back(states.values())
             previous: list[JournalItem] | None = None
             try:
                 cursor = await self.journal.load_cursor(self.cursor_name) or 0

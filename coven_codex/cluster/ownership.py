@@ -133,6 +133,8 @@ class Ownership:
         self._held: dict[str, list[JournalRecord]] = {}
         """Items the reader passed to a conversation being adopted, in journal order."""
         self._closing = False
+        self._taken: list[str] = []
+        """Conversations claimed back at start-up, adopted once the daemon serves."""
         self._group: asyncio.TaskGroup | None = None
         self._adoptions: set[asyncio.Task[bool]] = set()
 
@@ -143,11 +145,12 @@ class Ownership:
 
     # -- start-up --------------------------------------------------------------------------------
     async def take_back(self, states: dict[str, SessionState]) -> dict[str, SessionState]:
-        """Start-up: take back the conversations of our saved states that no other daemon wrote
-        since (their state and rollout here are the newest); the others are adopted by the sweeps,
-        with their journal re-read from their floor."""
+        """Start-up: claim the conversations of our saved states that no other daemon wrote since
+        (their state and rollout here are the newest). None is restored directly: each is adopted
+        like any other once the daemon serves (:meth:`start`), which also re-reads the journal from
+        its floor (our own cursor may already be past thoughts of it we had not finished). Returns
+        the states to restore at once: none."""
         await self.node.join()
-        kept: dict[str, SessionState] = {}
         for conversation, local in states.items():
             record = await self.node.mirror.load_state(conversation)
             if record is not None and record.writer != self.node.daemon_id:
@@ -157,37 +160,23 @@ class Ownership:
                 log.info("conversation %r is served by daemon %s now", cut(conversation), cut(claimed.holder))
                 await self.report_lost(conversation, local)
                 continue
-            record = await self.node.mirror.load_state(conversation)
-            if record is not None and record.writer != self.node.daemon_id:
-                await self.node.leases.release({conversation: claimed.token})  # written meanwhile: adopt it
-                self.node.drop(conversation)
-                continue
-            floor_text = await self.node.mirror.load_floor(conversation)
-            self._floors[conversation] = None if floor_text is None else _parse_position(floor_text)
-            kept[conversation] = local
-        return kept
+            self._taken.append(conversation)
+        return {}
 
-    async def taken_back(self, states: Iterable[SessionState]) -> None:
-        """Start-up, once in-flight thoughts are resolved against our own rollouts: the mirror gets
-        what we found (the rollout first, then the state), before anything else runs."""
-        for state in states:
-            if state.thread_id is not None and state.rollout_path is not None:
-                rollout = Path(state.rollout_path)
-                end = await asyncio.to_thread(_size_or_zero, rollout)
-                await self.node.mirror.copy_rollout(
-                    state.conversation,
-                    self.node.token(state.conversation),
-                    thread_id=state.thread_id,
-                    codex_home=self.codex_home,
-                    rollout=rollout,
-                    end=end,
-                )
-            floor = self._floors.get(state.conversation)
-            if floor is not None:  # (none: nothing of it is pending; its floor is saved with its next save)
-                token = await self.node.fresh(state.conversation)
-                await self.node.mirror.save_state(
-                    state.conversation, token, state.model_dump_json(), _position_text(floor)
-                )
+    async def _copy_whole_rollout(self, state: SessionState) -> None:
+        """Make the rollout copy hold all of our rollout file before the state relying on it is mirrored."""
+        if state.thread_id is None or state.rollout_path is None:
+            return
+        rollout = Path(state.rollout_path)
+        end = await asyncio.to_thread(_size_or_zero, rollout)
+        await self.node.mirror.copy_rollout(
+            state.conversation,
+            self.node.token(state.conversation),
+            thread_id=state.thread_id,
+            codex_home=self.codex_home,
+            rollout=rollout,
+            end=end,
+        )
 
     # -- the journal reader's gate ------------------------------------------------------------------
     async def admit(self, record: JournalRecord) -> bool:
@@ -271,6 +260,7 @@ class Ownership:
             if floor is None and at is not None:
                 self._floors[conversation] = floor = at
             await host.recover(state)
+            await self._copy_whole_rollout(state)
             await self._mirror(conversation, state, ())
             if adopted_from_mirror:
                 await host.end_lost_turn(state)
@@ -415,6 +405,9 @@ class Ownership:
         """Serve in ``daemon`` (its reader starts at ``start``): renewals, sweeps and adoption, as a task."""
         self.host = DaemonHost(daemon, start)
         self._group = group
+        for conversation in self._taken:
+            self._start_adoption(conversation, None)
+        self._taken.clear()
         return group.create_task(self.node.run(self.lost_in_background, self.adopt_orphans), name="cluster")
 
     def fenced(self, journal: Journal) -> Journal:
