@@ -309,9 +309,10 @@ class Ownership:
             log.info("conversation %r: continuing from daemon %s's longer record", cut(conversation), cut(previous))
 
     async def report_lost(self, conversation: str, local: SessionState) -> None:
-        """We lost ``conversation`` with a thought in flight: report our own rollout to the new owner."""
-        if local.in_flight is None:
-            return
+        """We lost ``conversation``: report our own rollout to the new owner. Also when our own state
+        has no thought in flight: we may have resolved one since the mirror was last written (a restart
+        that died again before mirroring it), and the new owner waits for this only when the mirror
+        shows one in flight."""
         rollout: Path | None = Path(local.rollout_path) if local.rollout_path else None
         if rollout is None and local.thread_id is not None:
             # The thread's first turn: Codex made the file, our state did not record it yet.
