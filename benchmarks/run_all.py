@@ -26,6 +26,7 @@ QUICK_ARGS: dict[str, list[str]] = {
     "agent": ["--thoughts", "20", "--lines", "100"],
     "web": ["--quick"],
     "scale": ["--sizes", "1", "10", "50", "--baseline-max", "10"],
+    "cluster": ["--conversations", "6", "--rounds", "2", "--lease", "3"],
     "redis_journal": ["--quick"],
     "restart": ["--sizes", "10", "--baseline-max", "10"],
 }

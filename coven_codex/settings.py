@@ -142,6 +142,13 @@ class Settings(BaseModel):
         default=False,
         description="Capture Codex's OpenTelemetry export as JSONL under <state_dir>/traces/, one file per thread.",
     )
+    lease_time: float = Field(
+        default=10.0,
+        ge=1.0,
+        le=300.0,
+        description="Seconds a daemon's lease on a conversation lasts without renewal (several daemons on "
+        "one Redis journal; docs/distributed.md).",
+    )
     adapters: AdaptersSettings = Field(
         default_factory=AdaptersSettings,
         description="The chat adapters' sections ([adapters.slack], [adapters.discord]; docs/adapters.md).",

@@ -28,6 +28,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from coven_codex.agent.daemon import Daemon, Ready
 from coven_codex.agent.egress import AppendHook
@@ -64,6 +65,9 @@ from coven_codex.traces.receiver import OtlpReceiver
 from coven_codex.traces.routing import ThreadRouter
 from coven_codex.webhooks.config import ReadyTarget, WebhookConfigError, ready_targets
 from coven_codex.webhooks.service import webhook_senders
+
+if TYPE_CHECKING:
+    from coven_codex.cluster.ownership import Ownership
 
 log = logging.getLogger(__name__)
 TRACES_DIR = "traces"
@@ -212,6 +216,36 @@ async def _open_daemon_journal(name: Path | str, settings: Settings) -> tuple[Jo
     return journal, base.with_name(base.name + ".cursors") / DAEMON_LOCK_NAME
 
 
+async def _join_cluster(
+    stack: contextlib.AsyncExitStack, journal: Journal, settings: Settings, codex_home: Path
+) -> Ownership | None:
+    """On a Redis journal, this daemon's place among the daemons sharing it (docs/distributed.md)."""
+    name = settings.journal
+    if name is None or not is_redis_name(name):
+        return None
+    from coven_codex.cluster.setup import joined  # noqa: PLC0415 (the optional [redis] extra)
+    from coven_codex.journal.redis import RedisJournal  # noqa: PLC0415
+
+    assert isinstance(journal, RedisJournal)
+    ownership = await stack.enter_async_context(
+        joined(
+            url=journal.location.url,
+            namespace=journal.location.key,
+            journal=journal,
+            state_dir=settings.resolved_state_dir,
+            codex_home=codex_home,
+            lease_time=settings.lease_time,
+        )
+    )
+    log.info(
+        "cluster: daemon %s on %s (lease %gs)",
+        ownership.node.daemon_id,
+        describe_journal(name),
+        settings.lease_time,
+    )
+    return ownership
+
+
 def choose(
     settings: Settings, program: Path, command: tuple[str, ...], version: CodexVersion, env: Mapping[str, str]
 ) -> DriverPlan:
@@ -292,7 +326,9 @@ async def run_daemon(
             raise BootstrapError(str(exc)) from None
         stack.push_async_callback(journal.aclose)
         try:
-            stack.enter_context(JournalLock(describe_journal(settings.journal), lock_path))
+            if not is_redis_name(settings.journal):
+                # (Daemons sharing a Redis journal divide its conversations by leases: docs/distributed.md.)
+                stack.enter_context(JournalLock(describe_journal(settings.journal), lock_path))
             for directory in (settings.resolved_state_dir, settings.resolved_codex_home):
                 directory.mkdir(parents=True, exist_ok=True, mode=0o700)
                 stack.enter_context(StateLock(directory))
@@ -363,8 +399,15 @@ async def run_daemon(
 
         if webhooks:
             await _start_webhooks(stack, settings, settings.journal, workspace, webhooks)
+        ownership = await _join_cluster(stack, journal, settings, codex_home)
         daemon = Daemon(
-            settings, journal, maker, locate_rollout=locate, codex_home=codex_home, on_append=hooks.on_append
+            settings,
+            journal,
+            maker,
+            locate_rollout=locate,
+            codex_home=codex_home,
+            on_append=hooks.on_append,
+            ownership=ownership,
         )
         try:
             await daemon.run(stop, ready)

@@ -44,7 +44,7 @@ import faulthandler
 import logging
 import sys
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from coven_codex.agent.egress import AppendHook
 from coven_codex.agent.ingress import CURSOR_NAME, Ingress
@@ -73,6 +73,9 @@ from coven_codex.journal import (
 from coven_codex.rollout.locator import find_rollout
 from coven_codex.settings import Settings
 
+if TYPE_CHECKING:
+    from coven_codex.cluster.ownership import Ownership
+
 log = logging.getLogger(__name__)
 
 SHUTDOWN_WATCHDOG_MARGIN = 5.0
@@ -97,9 +100,13 @@ class Daemon:
         locate_rollout: RolloutLocator,
         codex_home: Path,
         on_append: AppendHook | None = None,
+        ownership: Ownership | None = None,
     ) -> None:
         self.settings = settings
         self.journal = journal
+        self.ownership = ownership
+        """Several daemons share the journal (docs/distributed.md): only conversations whose lease we hold."""
+        self.services: SessionServices | None = None
         self.make_link = make_link
         self.locate_rollout = locate_rollout
         self.codex_home = codex_home
@@ -122,11 +129,13 @@ class Daemon:
         with contextlib.closing(self.store):
             await asyncio.to_thread(end_stale_processes, self.state_dir, self.settings.kill_grace, self.codex_home)
             states = self.store.load_all()
+            if self.ownership is not None:
+                states = await self.ownership.take_back(states)
             for state in states.values():
                 await self._recover_in_flight(state, states)
             previous: list[JournalItem] | None = None
             try:
-                cursor = await self.journal.load_cursor(CURSOR_NAME) or START
+                cursor = await self.journal.load_cursor(self.cursor_name) or START
             except CursorMismatch as exc:
                 cursor = exc.position
                 previous = await self._previous_file(exc)
@@ -153,6 +162,11 @@ class Daemon:
                 self._storage_failed(failure)
         if self._failure is not None:
             raise StorageFailed(failure_message(self._failure))
+
+    @property
+    def cursor_name(self) -> str:
+        """The ingress cursor's name: each daemon of a cluster has its own."""
+        return self.ownership.cursor_name if self.ownership is not None else CURSOR_NAME
 
     async def _previous_file(self, mismatch: CursorMismatch) -> list[JournalItem]:
         """The items after the saved cursor in the file it belongs to; refuses when it is gone."""
@@ -235,10 +249,13 @@ class Daemon:
                 locate_rollout=self.locate_rollout,
                 finish_thought=finish_thought,
                 saved_cursor=saved_cursor,
-                writer=DaemonWriter(self.journal, known_ids),
+                writer=DaemonWriter(self.ownership.fenced(self.journal) if self.ownership else self.journal, known_ids),
                 on_append=self.on_append,
                 on_storage_failure=self._storage_failed,
+                cluster=self.ownership,
+                on_lease_lost=self.ownership.dropper(group) if self.ownership else None,
             )
+            self.services = services
             manager = SessionManager(services, group)
             self.manager = manager
             for state in states.values():
@@ -251,10 +268,13 @@ class Daemon:
                 known_ids=known_ids,
                 previous=previous,
                 on_switch=self._switch_file,
+                cursor_name=self.cursor_name,
+                gate=self.ownership,
             )
             ingress_box.append(ingress)
             self.ingress = ingress
             ingress_task = group.create_task(self._run_ingress(ingress), name="ingress")
+            cluster_task = self.ownership.start(self, cursor, group) if self.ownership is not None else None
             log.info("daemon running: %d conversation(s) restored, journal read from %s", len(states), cursor)
             if ready is not None:
                 ready()
@@ -262,11 +282,17 @@ class Daemon:
             failed_task = group.create_task(self._failed.wait(), name="storage-failed")
             await asyncio.wait([ingress_task, stop_task, failed_task], return_when=asyncio.FIRST_COMPLETED)
             log.info("shutting down: no new thoughts; stopping turns and Codex processes")
+            if self.ownership is not None:
+                self.ownership.closing()
             self._arm_shutdown_watchdog()
             ingress_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await ingress_task
             await manager.shutdown(grace=self.settings.kill_grace, drain=EGRESS_DRAIN)
+            if self.ownership is not None:
+                await self.ownership.final_mirror((s.state, s.pending_positions) for s in manager.sessions.values())
+            if cluster_task is not None:
+                cluster_task.cancel()
             await ingress.save()
             stop_task.cancel()
             failed_task.cancel()

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from coven_codex.agent.limits import cut
@@ -40,6 +40,8 @@ from coven_codex.tailing import Line, TailNotice, tail_lines
 log = logging.getLogger(__name__)
 
 AppendHook = Callable[[Line, BaseEntry, float], None]
+RolloutCopier = Callable[[Path, str, int], Awaitable[None]]
+"""Called with the rollout, its thread and a line's end before the line is translated (the cluster's copy)."""
 """Called after each append with the rollout line, the entry and ``time.perf_counter()`` (benchmarks)."""
 
 
@@ -56,8 +58,10 @@ class Egress:
         on_line: Callable[[Line], None] | None = None,
         write_deltas: bool = False,
         on_append: AppendHook | None = None,
+        copy_rollout: RolloutCopier | None = None,
     ) -> None:
         self._state = state
+        self._copy_rollout = copy_rollout
         self._writer = writer
         self._window = window
         self._on_progress = on_progress
@@ -87,6 +91,10 @@ class Egress:
         async for line in tail_lines(rollout, 0, on_notice=self._notice, hold_open=False):
             self.lines_seen += 1
             entries = [spell_calls.correct(entry) for entry in translator.feed(line)]
+            if self._copy_rollout is not None:
+                # Before anything of the line counts (its entries, the offset past it, a thought it
+                # confirms): a new owner's copy always holds what the mirrored state relies on.
+                await self._copy_rollout(rollout, thread_id, line.end)
             if line.end <= resume_at:
                 continue
             if self._on_line is not None:

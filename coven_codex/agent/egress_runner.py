@@ -42,6 +42,14 @@ class EgressRunner:
         self.egress = self._new()
 
     def _new(self) -> Egress:
+        cluster = self._services.cluster
+        copy = None
+        if cluster is not None:
+            conversation = self._state.conversation
+
+            async def copy(rollout: Path, thread_id: str, end: int) -> None:
+                await cluster.copy_rollout(conversation, thread_id, rollout, end)
+
         return Egress(
             state=self._state,
             writer=self._services.writer,
@@ -49,6 +57,7 @@ class EgressRunner:
             on_progress=self._saver.request,
             on_line=self._on_line,
             on_append=self._services.on_append,
+            copy_rollout=copy,
         )
 
     def start(self, group: asyncio.TaskGroup) -> None:

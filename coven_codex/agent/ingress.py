@@ -70,6 +70,14 @@ class Router(Protocol):
         ...
 
 
+class Gate(Protocol):
+    """Which items this daemon takes when several daemons share the journal (the cluster's ownership)."""
+
+    async def admit(self, record: JournalRecord) -> bool:
+        """Whether the record is this daemon's to route now."""
+        ...
+
+
 class Ingress:
     """Reads the journal from ``start`` and routes entries; see the module docstring.
 
@@ -89,8 +97,10 @@ class Ingress:
         cursor_name: str = CURSOR_NAME,
         previous: Sequence[JournalItem] | None = None,
         on_switch: Callable[[], Awaitable[None]] | None = None,
+        gate: Gate | None = None,
     ) -> None:
         self._journal = journal
+        self._gate = gate
         self._writer = DaemonWriter(journal, known_ids)
         self._router = router
         self._live_from = live_from
@@ -131,10 +141,13 @@ class Ingress:
         async for item in self._journal.tail(self._start):
             await self._take(item, live=item.start >= self._live_from)
 
-    async def _take(self, item: JournalItem, *, live: bool) -> None:
+    async def _take(self, item: JournalItem, *, live: bool, gated: bool = True) -> None:
         if isinstance(item, BadLine):
             await self._report_bad_line(item)
             self._consumed(item.start, item.end, pending=False)
+            return
+        if gated and self._gate is not None and not await self._gate.admit(item):
+            self._consumed(item.start, item.end, pending=False)  # another daemon's conversation
             return
         refusal = refuse_thought(item.entry, item.start)
         if refusal is not None:
@@ -143,6 +156,11 @@ class Ingress:
             return
         pending = self._route(item, live=live)
         self._consumed(item.start, item.end, pending=pending)
+
+    async def replay(self, items: Sequence[JournalRecord]) -> None:
+        """Route items read before (a conversation this daemon just took over, from its floor on)."""
+        for item in items:
+            await self._take(item, live=False, gated=False)
 
     async def _switch_file(self, *, live_from: Position) -> None:
         """Finish every thought read so far, then continue with a new file from its start."""

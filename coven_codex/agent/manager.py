@@ -18,6 +18,7 @@ from coven_codex.agent.services import SessionServices
 from coven_codex.agent.session import Session
 from coven_codex.agent.state import SessionState
 from coven_codex.agent.storage import storage_failure
+from coven_codex.cluster.errors import lease_lost
 from coven_codex.codex.process import KILL_WAIT, PIPE_WAIT, end_all_trees
 from coven_codex.entries import ApprovalEntry, CancelEntry, ResetEntry, ThoughtEntry
 from coven_codex.journal import Position
@@ -74,6 +75,10 @@ class SessionManager:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
+                if lease_lost(exc) and self._services.on_lease_lost is not None:
+                    # A write was refused: another daemon holds the conversation now (docs/distributed.md).
+                    self._services.on_lease_lost(session.conversation)
+                    return
                 failure = storage_failure(exc)
                 if failure is not None and self._services.on_storage_failure is not None:
                     self._services.on_storage_failure(failure)  # the daemon stops; restarting cannot help
@@ -103,6 +108,17 @@ class SessionManager:
             log.info("new conversation %r", cut(conversation))
             session = self._start(self._services.store.load(conversation))
         return session
+
+    async def drop(self, conversation: str) -> None:
+        """Stop a conversation's session for good without writing (another daemon serves it now)."""
+        session = self.sessions.pop(conversation, None)
+        task = self._tasks.pop(conversation, None)
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        if session is not None:
+            await session.abandon()
+            log.info("conversation %r: another daemon serves it now; its session here stopped", cut(conversation))
 
     # -- Router ------------------------------------------------------------------------------------
     def route_thought(self, entry: ThoughtEntry, position: Position) -> bool:

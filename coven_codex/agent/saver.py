@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 from coven_codex.agent.state import SessionState, StateStore
 
@@ -18,9 +19,13 @@ class StateSaver:
     burst of egress lines costs one write.
     """
 
-    def __init__(self, state: SessionState, store: StateStore) -> None:
+    def __init__(
+        self, state: SessionState, store: StateStore, *, mirror: Callable[[bytes], Awaitable[None]] | None = None
+    ) -> None:
         self._state = state
         self._store = store
+        self._mirror = mirror
+        """Called with each snapshot once it is durable here (the cluster's fenced copy in Redis)."""
         self._lock = asyncio.Lock()
         self._wanted = asyncio.Event()
 
@@ -29,7 +34,7 @@ class StateSaver:
         self._wanted.set()
 
     async def save_now(self) -> None:
-        """Save a snapshot of the state now; returns once it is durable as the store promises."""
+        """Save a snapshot of the state now; returns once it is durable as the store promises (and mirrored)."""
         async with self._lock:
             data = self._state.model_dump_json().encode("utf-8")
             if self._store.durability == "always":
@@ -37,6 +42,8 @@ class StateSaver:
             else:
                 self._store.write(self._state.conversation, data)
             await self._store.wait_durable()
+            if self._mirror is not None:
+                await self._mirror(data)
 
     async def run(self) -> None:
         """Save the newest snapshot whenever one was requested; runs until cancelled."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -83,6 +83,19 @@ class LinkFactory(Protocol):
         ...
 
 
+class ClusterHooks(Protocol):
+    """Where a session's state and rollout are mirrored when several daemons share the journal
+    (:class:`coven_codex.cluster.ownership.Ownership`); every call is fenced by the conversation's lease."""
+
+    async def save_state(self, conversation: str, data: bytes, pending: Iterable[Position]) -> None:
+        """Mirror a state just saved locally; ``pending``: the journal positions of its unfinished thoughts."""
+        ...
+
+    async def copy_rollout(self, conversation: str, thread_id: str, rollout: Path, end: int) -> None:
+        """Copy the rollout's first ``end`` bytes before egress translates them."""
+        ...
+
+
 class RolloutLocator(Protocol):
     """Finds the rollout file of a Codex thread."""
 
@@ -116,3 +129,8 @@ class SessionServices:
         if self.job_slots is not None and conversation.startswith(JOB_PREFIX):
             return self.job_slots
         return self.slots
+
+    cluster: ClusterHooks | None = None
+    """Several daemons share the journal: mirror state and rollout (docs/distributed.md)."""
+    on_lease_lost: Callable[[str], None] | None = None
+    """A session's write was refused for lack of the conversation's lease: the daemon drops it."""

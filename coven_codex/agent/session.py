@@ -217,7 +217,7 @@ class Session:
         self._crashes = RepeatFilter()
         self._approvals: set[str] = set()
         self._stopping = False
-        self._saver = StateSaver(state, services.store)
+        self._saver = StateSaver(state, services.store, mirror=self._mirror if services.cluster is not None else None)
         self._group: asyncio.TaskGroup | None = None
         self._pump_task: asyncio.Task[None] | None = None
         self._told_waiting = False
@@ -281,6 +281,16 @@ class Session:
     def offer_approval(self, entry: ApprovalEntry) -> None:
         """Pass an ``approval`` on to the request it answers."""
         self._inbox.put_nowait(entry)
+
+    @property
+    def pending_positions(self) -> list[Position]:
+        """Journal positions of the thoughts and resets routed here and not finished yet."""
+        return list(self._queued_ids.values())
+
+    async def _mirror(self, data: bytes) -> None:
+        """The cluster's copy of a state just saved (with what is still pending: the conversation's floor)."""
+        assert self._svc.cluster is not None
+        await self._svc.cluster.save_state(self.conversation, data, self._queued_ids.values())
 
     @property
     def busy(self) -> bool:
@@ -1255,6 +1265,24 @@ class Session:
         """Shutdown step 2: end the Codex process tree."""
         self._stopping = True
         await self._end_link(reason="shutdown")
+
+    async def abandon(self) -> None:
+        """Another daemon serves the conversation now (this one lost its lease): let its Codex thread
+        go and give back its pending journal positions, writing nothing (its writes would be refused).
+        The session's task is cancelled before."""
+        self._stopping = True
+        link, self._link = self._link, None
+        self._generation += 1
+        if link is not None:
+            with contextlib.suppress(Exception):
+                await link.close()
+            self._svc.processes.forget(self.conversation)
+        self._svc.slots.release(self.conversation)
+        self._turn_finished()
+        for position in self._queued_ids.values():
+            self._svc.finish_thought(position)
+        self._queued_ids.clear()
+        self._queue.clear()
 
     async def final_save(self) -> None:
         """Shutdown step 4 (after the tasks are cancelled): save the state one last time, the

@@ -133,6 +133,14 @@ _FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
     ),
     ("--journal-archive", {"type": Path, "dest": "journal_archive", "help": "where archived journal segments go"}),
     (
+        "--lease-time",
+        {
+            "type": float,
+            "dest": "lease_time",
+            "help": "seconds a conversation's lease lasts without renewal, with several daemons on one Redis journal",
+        },
+    ),
+    (
         "--restart-backoff",
         {
             "type": float,

@@ -1,0 +1,71 @@
+"""The running daemon as the cluster's ownership sees it (:class:`~coven_codex.cluster.ownership.SessionHost`)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from coven_codex.agent.daemon import Daemon
+from coven_codex.agent.recovery import codex_received
+from coven_codex.agent.state import SessionState, StateStore
+from coven_codex.cluster.turns import abandoned_turn_end, unfinished_turn
+from coven_codex.journal import JournalItem, JournalRecord, Position
+
+
+class DaemonHost:
+    """Adopting and dropping conversations in a running :class:`~coven_codex.agent.daemon.Daemon`."""
+
+    def __init__(self, daemon: Daemon, start: Position) -> None:
+        self._daemon = daemon
+        self._start = start
+
+    async def recover(self, state: SessionState) -> None:
+        """Resolve an in-flight thought against the (rehydrated) rollout, as a restart does."""
+        manager = self._daemon.manager
+        states = {c: s.state for c, s in manager.sessions.items()} if manager is not None else {}
+        states[state.conversation] = state
+        await self._daemon._recover_in_flight(state, states)
+
+    async def end_lost_turn(self, state: SessionState) -> None:
+        """A turn the previous owner started and never ended (it was lost with it) ends here."""
+        services = self._daemon.services
+        if services is None or state.thread_id is None or state.rollout_path is None:
+            return
+        turn = await asyncio.to_thread(unfinished_turn, Path(state.rollout_path), state.conversation, state.thread_id)
+        if turn is not None:
+            entry = abandoned_turn_end(state.thread_id, turn, state.reply_to)
+            entry.conversation = state.conversation
+            await services.writer.append(entry)
+
+    async def received(self, state: SessionState) -> bool:
+        """Whether ``state``'s rollout shows that Codex received its in-flight thought."""
+        if state.in_flight is None or state.rollout_path is None:
+            return False
+        rollout, in_flight = Path(state.rollout_path), state.in_flight
+        by_client_id = self._daemon.make_link.records_client_id
+        return await asyncio.to_thread(codex_received, rollout, in_flight, by_client_id=by_client_id)
+
+    def start_session(self, state: SessionState) -> None:
+        """Start the conversation's session (its egress resumes at once)."""
+        assert self._daemon.manager is not None
+        self._daemon.manager.restore(state)
+
+    async def stop_session(self, conversation: str) -> None:
+        """Stop the session without writing; its pending positions are given back."""
+        if self._daemon.manager is not None:
+            await self._daemon.manager.drop(conversation)
+
+    async def replay(self, items: list[JournalItem]) -> None:
+        """Route the conversation's items from its floor, as read before this run."""
+        assert self._daemon.ingress is not None
+        await self._daemon.ingress.replay([i for i in items if isinstance(i, JournalRecord)])
+
+    @property
+    def store(self) -> StateStore:
+        """The daemon's state store."""
+        return self._daemon.store
+
+    def read_position(self) -> Position:
+        """Where the journal reader is (before it starts: where it will start)."""
+        ingress = self._daemon.ingress
+        return ingress.cursor.read_end if ingress is not None else self._start

@@ -1,0 +1,64 @@
+"""The Redis keys of one cluster: every daemon serving one journal shares them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterKeys:
+    """Key names under ``coven:<namespace>:``; the namespace is the journal's name (its stream key)."""
+
+    namespace: str
+
+    @property
+    def _base(self) -> str:
+        return f"coven:{self.namespace}:"
+
+    @property
+    def daemons(self) -> str:
+        """Sorted set: daemon id → when its heartbeat runs out (ms, Redis clock)."""
+        return self._base + "daemons"
+
+    @property
+    def expiry(self) -> str:
+        """Sorted set: conversation → when its lease runs out (0: released)."""
+        return self._base + "expiry"
+
+    @property
+    def handover(self) -> str:
+        """Pub/sub channel: a daemon released leases (SIGTERM): the others look at once."""
+        return self._base + "handover"
+
+    def lease(self, conversation: str) -> str:
+        """The lease: the fencing token of the holder, with a time to live."""
+        return f"{self._base}lease:{conversation}"
+
+    def holder(self, conversation: str) -> str:
+        """The daemon id holding the lease (same time to live)."""
+        return f"{self._base}holder:{conversation}"
+
+    def counter(self, conversation: str) -> str:
+        """The fencing-token counter (``INCR``): each claim gets a larger token."""
+        return f"{self._base}token:{conversation}"
+
+    def state(self, conversation: str) -> str:
+        """Hash: the mirrored session state (``state``), its ``writer`` and ``token``."""
+        return f"{self._base}state:{conversation}"
+
+    def floor(self, conversation: str) -> str:
+        """The journal position before which every thought of the conversation is finished."""
+        return f"{self._base}floor:{conversation}"
+
+    def rollout(self, conversation: str) -> str:
+        """Hash: the mirrored rollout's ``thread`` and ``path`` (relative to ``CODEX_HOME``)."""
+        return f"{self._base}rollout:{conversation}"
+
+    def report(self, conversation: str) -> str:
+        """List: rollouts previous owners report having on their own disk (see ``Mirror.report``);
+        emptied by every claim, so what a new owner finds there was reported after its claim."""
+        return f"{self._base}report:{conversation}"
+
+    def rollout_data(self, conversation: str) -> str:
+        """The mirrored rollout's bytes, appended as Codex writes them."""
+        return f"{self._base}rollout-data:{conversation}"

@@ -1,0 +1,198 @@
+"""What a new owner needs of a conversation, mirrored into Redis as it is written (fenced).
+
+- the session state (:class:`~coven_codex.agent.state.SessionState` as JSON: thread, offsets,
+  in-flight and delivered thoughts), saved with every local save, with the daemon id that wrote
+  it and its fencing token;
+- the conversation's *floor*: the journal position before which each of its thoughts is
+  finished (delivered or refused), so a new owner re-reads the journal only from there;
+- the Codex thread's rollout file, byte for byte: egress copies each line before it translates
+  it, so the copy always holds at least what the mirrored state's offsets and delivered thoughts
+  rely on; a new thread's rollout replaces the old one's.
+
+Every write is a script that checks the conversation's lease first: a daemon that lost the
+lease cannot overwrite what the new owner wrote (:class:`~coven_codex.cluster.leases.LeaseLost`).
+:func:`rehydrate` writes the copy back into the new owner's ``CODEX_HOME`` at the same relative
+path, where ``thread/resume`` (or ``exec resume``) finds it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel
+from redis.asyncio import Redis
+
+from coven_codex.cluster import scripts
+from coven_codex.cluster.keys import ClusterKeys
+from coven_codex.cluster.leases import LeaseLost
+from coven_codex.journal.atomic import atomic_write
+
+
+class MirroredState(BaseModel):
+    """A conversation's state as its last owner mirrored it."""
+
+    writer: str
+    """The daemon id that wrote it."""
+    token: int
+    state: str
+    """The :class:`~coven_codex.agent.state.SessionState` as JSON."""
+
+
+@dataclass(frozen=True, slots=True)
+class MirroredRollout:
+    """The copy of a conversation's current rollout: its thread, path under ``CODEX_HOME``, bytes."""
+
+    thread_id: str
+    path: str
+    data: bytes
+
+
+REPORT_TTL = 600
+"""Seconds a previous owner's rollout report is kept for the new owner."""
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def relative_rollout_path(codex_home: Path, rollout: Path) -> str:
+    """Where ``rollout`` lies under ``CODEX_HOME`` (``sessions/YYYY/MM/DD/rollout-….jsonl``)."""
+    try:
+        return str(rollout.resolve().relative_to(codex_home.resolve()))
+    except ValueError:
+        return f"sessions/{rollout.name}"
+
+
+class Mirror:
+    """Fenced mirror writes and reads for one cluster (module docstring)."""
+
+    def __init__(self, redis: Redis, keys: ClusterKeys, *, daemon_id: str) -> None:
+        self._redis = redis
+        self._keys = keys
+        self.daemon_id = daemon_id
+        self._save = redis.register_script(scripts.SAVE_STATE)
+        self._append = redis.register_script(scripts.APPEND_ROLLOUT)
+        self._copied: dict[str, tuple[str, int]] = {}
+        """Conversation → (thread, length of its rollout copy), as far as this daemon wrote it."""
+
+    async def save_state(self, conversation: str, token: int, state_json: str, floor: str) -> None:
+        """Mirror the state and the floor; :class:`LeaseLost` when ``token`` no longer holds the lease."""
+        k = self._keys
+        ok = await self._save(
+            keys=[k.lease(conversation), k.state(conversation), k.floor(conversation)],
+            args=[token, self.daemon_id, state_json, floor],
+        )
+        if not int(ok):
+            raise LeaseLost(conversation)
+
+    async def load_state(self, conversation: str) -> MirroredState | None:
+        """The mirrored state, or None when no daemon ever mirrored this conversation."""
+        found = await self._redis.hgetall(self._keys.state(conversation))
+        if not found:
+            return None
+        fields = {_text(key): _text(value) for key, value in found.items()}
+        return MirroredState.model_validate(fields)
+
+    async def load_floor(self, conversation: str) -> str | None:
+        """The conversation's floor (a journal position's text), or None when none is known."""
+        value = await self._redis.get(self._keys.floor(conversation))
+        return None if value is None else _text(value)
+
+    async def copy_rollout(
+        self, conversation: str, token: int, *, thread_id: str, codex_home: Path, rollout: Path, end: int
+    ) -> None:
+        """Make the copy of ``rollout`` hold at least its first ``end`` bytes (appending what it lacks)."""
+        thread, length = self._copied.get(conversation, ("", -1))
+        if thread == thread_id and length >= end:
+            return
+        if thread != thread_id:
+            length = 0  # (a new thread: the script replaces the old copy)
+        path = relative_rollout_path(codex_home, rollout)
+        k = self._keys
+        for _ in range(2):  # the second round only when our idea of the copy's length was wrong
+            data = await asyncio.to_thread(_read_range, rollout, length, end)
+            result = int(
+                await self._append(
+                    keys=[k.lease(conversation), k.rollout(conversation), k.rollout_data(conversation)],
+                    args=[token, thread_id, path, length, data],
+                )
+            )
+            if result < 0:
+                raise LeaseLost(conversation)
+            self._copied[conversation] = (thread_id, result)
+            if result >= end:
+                return
+            length = result
+
+    async def report(self, conversation: str, path: str, data: bytes) -> None:
+        """Tell a new owner what rollout we have on our disk for ``conversation`` (we lost it while a
+        thought was in flight: our copy may lack the line that says Codex received it). Unfenced and
+        kept for :data:`REPORT_TTL` seconds; a new owner uses it only when it extends the copy."""
+        key = self._keys.report(conversation)
+        header = f"{self.daemon_id}\n{path}\n".encode()
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.rpush(key, header + data)
+            pipe.expire(key, REPORT_TTL)
+            await pipe.execute()
+
+    async def await_report(self, conversation: str, daemon_id: str, wait: float) -> MirroredRollout | None:
+        """Wait (blocking in Redis, at most ``wait`` seconds) for ``daemon_id``'s report made since our
+        claim (the claim emptied the list); None if none came."""
+        key = self._keys.report(conversation)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while (left := deadline - loop.time()) > 0:
+            found = await self._redis.blpop([key], timeout=max(1, round(left)))
+            if not found:
+                return None
+            raw = found[1]
+            sender, _, rest = (raw if isinstance(raw, bytes) else str(raw).encode()).partition(b"\n")
+            path, _, data = rest.partition(b"\n")
+            if sender.decode(errors="replace") == daemon_id:
+                return MirroredRollout("", path.decode(errors="replace"), data)
+        return None
+
+    def forget(self, conversation: str) -> None:
+        """We no longer own ``conversation``: what we knew of its copy may go stale."""
+        self._copied.pop(conversation, None)
+
+    async def load_rollout(self, conversation: str) -> MirroredRollout | None:
+        """The copy of the conversation's current rollout, or None when there is none."""
+        k = self._keys
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hgetall(k.rollout(conversation))
+            pipe.get(k.rollout_data(conversation))
+            meta, data = await pipe.execute()
+        if not meta:
+            return None
+        fields = {_text(key): _text(value) for key, value in meta.items()}
+        return MirroredRollout(fields["thread"], fields["path"], bytes(data or b""))
+
+
+def _read_range(path: Path, start: int, end: int) -> bytes:
+    with path.open("rb") as handle:
+        handle.seek(start)
+        return handle.read(max(0, end - start))
+
+
+def rehydrate(codex_home: Path, rollout: MirroredRollout) -> Path:
+    """Write the copy into ``codex_home`` at its relative path (atomically); returns the file.
+
+    A local file that is longer and starts with the copy is kept (this daemon wrote it and the
+    copy lags behind it): the longer record is the truer one.
+    """
+    relative = Path(rollout.path)
+    if relative.is_absolute() or ".." in relative.parts:
+        relative = Path("sessions") / relative.name
+    target = codex_home / relative
+    target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        local = target.read_bytes()
+    except FileNotFoundError:
+        local = b""
+    if len(local) > len(rollout.data) and local.startswith(rollout.data):
+        return target
+    atomic_write(target, rollout.data, durable=True)
+    return target

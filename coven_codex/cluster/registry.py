@@ -1,0 +1,55 @@
+"""The live daemons of a cluster, and which of them a new conversation goes to.
+
+Every daemon adds itself to a sorted set scored by when its heartbeat runs out (Redis's clock)
+and renews it with its leases; a daemon whose heartbeat ran out is no longer live. A
+conversation nobody holds goes to the live daemon with the highest rendezvous hash of (daemon,
+conversation): every daemon computes the same choice from the same list, the conversations
+spread evenly, and when a daemon leaves only its own conversations move.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+
+from redis.asyncio import Redis
+
+from coven_codex.cluster import scripts
+from coven_codex.cluster.keys import ClusterKeys
+
+
+def rendezvous(conversation: str, daemons: Iterable[str]) -> str | None:
+    """The daemon ``conversation`` goes to among ``daemons`` (highest hash of the pair), or None."""
+    best: tuple[bytes, str] | None = None
+    for daemon in daemons:
+        score = hashlib.sha256(f"{daemon}\0{conversation}".encode("utf-8", "surrogatepass")).digest()
+        if best is None or (score, daemon) > best:
+            best = (score, daemon)
+    return None if best is None else best[1]
+
+
+class Registry:
+    """This daemon's entry in the live-daemon set (module docstring)."""
+
+    def __init__(self, redis: Redis, keys: ClusterKeys, *, daemon_id: str, ttl: float) -> None:
+        self._redis = redis
+        self._keys = keys
+        self.daemon_id = daemon_id
+        self._ttl_ms = max(1, round(ttl * 1000))
+        self._heartbeat = redis.register_script(scripts.HEARTBEAT)
+        self.live: tuple[str, ...] = ()
+        """The live daemons as of the last heartbeat (this one included)."""
+
+    async def heartbeat(self) -> tuple[str, ...]:
+        """Say we are alive for another lease time; returns (and keeps) the live daemons."""
+        found = await self._heartbeat(keys=[self._keys.daemons], args=[self.daemon_id, self._ttl_ms])
+        self.live = tuple(sorted(item.decode() if isinstance(item, bytes) else str(item) for item in found))
+        return self.live
+
+    async def leave(self) -> None:
+        """Leave the live set (a clean stop): new conversations go to the others at once."""
+        await self._redis.zrem(self._keys.daemons, self.daemon_id)
+
+    def preferred(self, conversation: str) -> bool:
+        """Whether ``conversation``, held by nobody, goes to this daemon."""
+        return rendezvous(conversation, self.live or (self.daemon_id,)) == self.daemon_id

@@ -1,0 +1,134 @@
+"""The Lua scripts of the cluster: every check-and-write on a lease is one atomic script in Redis.
+
+Keys of a conversation (see :class:`~coven_codex.cluster.keys.ClusterKeys`): its lease (the
+fencing token, a decimal string, with a time to live), the lease's holder (a daemon id, same
+time to live), the token counter (``INCR``, never reset: tokens only grow), and the entry in the
+expiry index (a sorted set scored by the time, in Redis's own clock, at which the lease runs out).
+Times are read from Redis (``TIME``), never from a daemon's clock, so daemons with skewed clocks
+agree on who holds what.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+NOW_MS: Final = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+"""
+
+CLAIM: Final = (
+    NOW_MS
+    + """
+-- KEYS: lease, holder, counter, expiry index, reports; ARGV: daemon id, ttl ms, conversation
+local current = redis.call('GET', KEYS[1])
+if current then
+  local holder = redis.call('GET', KEYS[2])
+  if holder ~= ARGV[1] then
+    return {0, current, holder or ''}
+  end
+end
+local token = redis.call('INCR', KEYS[3])
+redis.call('SET', KEYS[1], tostring(token), 'PX', ARGV[2])
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+redis.call('ZADD', KEYS[4], now + tonumber(ARGV[2]), ARGV[3])
+redis.call('DEL', KEYS[5])
+return {1, tostring(token), ARGV[1]}
+"""
+)
+"""Take the lease when nobody holds it, or when its holder is this very daemon id (a restart of
+the same state directory: only one process can hold that directory's lock). Reports of earlier
+owners are dropped: any report about this conversation that comes now follows this claim. Returns
+``{1, token, holder}`` or ``{0, token, holder}`` naming the other holder."""
+
+RENEW: Final = (
+    NOW_MS
+    + """
+-- KEYS: lease, holder, expiry index; ARGV: token, ttl ms, conversation
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+redis.call('ZADD', KEYS[3], now + tonumber(ARGV[2]), ARGV[3])
+return 1
+"""
+)
+"""Compare-and-extend: only while the lease still holds our token."""
+
+RELEASE: Final = """
+-- KEYS: lease, holder, expiry index; ARGV: token, conversation
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('ZADD', KEYS[3], 0, ARGV[2])
+return 1
+"""
+"""Compare-and-delete; the expiry index then shows the conversation as free since forever."""
+
+NOTE_UNCLAIMED: Final = (
+    NOW_MS
+    + """
+-- KEYS: lease, expiry index, floor; ARGV: ttl ms, conversation, position
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return 0
+end
+redis.call('ZADD', KEYS[2], 'NX', now + tonumber(ARGV[1]), ARGV[2])
+redis.call('SET', KEYS[3], ARGV[3], 'NX')
+return 1
+"""
+)
+"""A daemon passed over a thought of a conversation nobody holds (another daemon is preferred):
+if nobody claims it within a lease time, the sweepers see it in the expiry index; the floor
+(where its unanswered thoughts start) is set unless one is known."""
+
+EXPIRED: Final = (
+    NOW_MS
+    + """
+-- KEYS: expiry index; ARGV: how many at most
+return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]))
+"""
+)
+"""Conversations whose lease ran out (or was released, or never taken in time)."""
+
+SAVE_STATE: Final = """
+-- KEYS: lease, state hash, floor; ARGV: token, writer, state json, floor
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+redis.call('HSET', KEYS[2], 'writer', ARGV[2], 'token', ARGV[1], 'state', ARGV[3])
+redis.call('SET', KEYS[3], ARGV[4])
+return 1
+"""
+"""A fenced save of a conversation's state and floor."""
+
+APPEND_ROLLOUT: Final = """
+-- KEYS: lease, rollout hash, rollout data; ARGV: token, thread, relative path, offset, bytes
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return -1
+end
+if redis.call('HGET', KEYS[2], 'thread') ~= ARGV[2] then
+  redis.call('DEL', KEYS[3])
+  redis.call('HSET', KEYS[2], 'thread', ARGV[2], 'path', ARGV[3])
+end
+local length = redis.call('STRLEN', KEYS[3])
+if length == tonumber(ARGV[4]) then
+  length = redis.call('APPEND', KEYS[3], ARGV[5])
+end
+return length
+"""
+"""A fenced append of rollout bytes at ``offset``: written only when the copy is exactly that long
+(so a repeated append is a no-op); returns the copy's length, or -1 when fenced out. A new thread
+replaces the copy of the old one."""
+
+HEARTBEAT: Final = (
+    NOW_MS
+    + """
+-- KEYS: daemon index; ARGV: daemon id, ttl ms
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+return redis.call('ZRANGE', KEYS[1], 0, -1)
+"""
+)
+"""Say this daemon is alive for another ttl, drop the daemons whose heartbeat ran out, list the live ones."""

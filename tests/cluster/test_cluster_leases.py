@@ -1,0 +1,193 @@
+"""Leases, fencing, the live-daemon registry and the mirror, against a real redis-server."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+
+from coven_codex.cluster.keys import ClusterKeys
+from coven_codex.cluster.leases import LeaseLost
+from coven_codex.cluster.mirror import MirroredRollout, rehydrate
+from coven_codex.cluster.node import ClusterNode
+from coven_codex.cluster.registry import rendezvous
+
+
+def node(redis: Redis, keys: ClusterKeys, name: str, lease: float = 10.0) -> ClusterNode:
+    return ClusterNode(redis, keys, daemon_id=name, lease_time=lease)
+
+
+async def test_one_holder_at_a_time_and_tokens_only_grow(redis_client: Redis, cluster_keys: ClusterKeys) -> None:
+    a, b = node(redis_client, cluster_keys, "a"), node(redis_client, cluster_keys, "b")
+    first = await a.claim("red")
+    assert first.ok and first.holder == "a"
+    refused = await b.claim("red")
+    assert not refused.ok and refused.holder == "a" and refused.token == first.token
+    await a.leave()
+    second = await b.claim("red")
+    assert second.ok and second.token > first.token
+
+
+async def test_a_stalled_owner_cannot_write_after_its_lease_ran_out(
+    redis_client: Redis, cluster_keys: ClusterKeys, tmp_path: Path
+) -> None:
+    """Fencing, not timing: a's token is refused by Redis once b has claimed, whatever a believes."""
+    a, b = node(redis_client, cluster_keys, "a", lease=1.0), node(redis_client, cluster_keys, "b", lease=1.0)
+    assert (await a.claim("red")).ok
+    await a.mirror.save_state("red", a.token("red"), '{"conversation": "red"}', "5")
+    await asyncio.sleep(1.3)  # a "stalls" past its lease: no renewal
+    assert (await b.claim("red")).ok
+    await b.mirror.save_state("red", b.token("red"), '{"conversation": "red", "user_messages": 2}', "9")
+    assert a.owns("red")  # a has not noticed yet ...
+    with pytest.raises(LeaseLost):  # ... but Redis refuses its write
+        await a.mirror.save_state("red", a.token("red"), '{"conversation": "red"}', "5")
+    rollout = tmp_path / "sessions" / "rollout-x.jsonl"
+    rollout.parent.mkdir(parents=True)
+    rollout.write_bytes(b'{"a": 1}\n')
+    with pytest.raises(LeaseLost):
+        await a.mirror.copy_rollout("red", a.token("red"), thread_id="t", codex_home=tmp_path, rollout=rollout, end=9)
+    with pytest.raises(LeaseLost):
+        await a.fresh("red")  # the renewal says so too, and a forgets the lease
+    assert not a.owns("red")
+    record = await b.mirror.load_state("red")
+    assert record is not None and record.writer == "b" and "user_messages" in record.state
+    assert await b.mirror.load_floor("red") == "9"
+
+
+async def test_renewal_keeps_a_lease_past_its_time_and_reports_a_lost_one(
+    redis_client: Redis, cluster_keys: ClusterKeys
+) -> None:
+    a, b = node(redis_client, cluster_keys, "a", lease=1.0), node(redis_client, cluster_keys, "b", lease=1.0)
+    assert (await a.claim("red")).ok
+    assert (await a.claim("blue")).ok
+    lost: list[str] = []
+
+    async def on_lost(conversations: list[str]) -> None:
+        lost.extend(conversations)
+
+    async def on_orphans(conversations: list[str]) -> None:
+        return None
+
+    runner = asyncio.create_task(a.run(on_lost, on_orphans))
+    try:
+        await asyncio.sleep(2.5)  # two and a half lease times: only renewal keeps them
+        assert not (await b.claim("red")).ok
+        await redis_client.delete(cluster_keys.lease("blue"))  # an operator (or an expiry) took it away
+        deadline = asyncio.get_running_loop().time() + 3
+        while not lost and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)
+        assert lost == ["blue"] and a.owns("red") and not a.owns("blue")
+    finally:
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+
+
+async def test_a_dead_daemons_conversations_are_swept_up_and_a_stopped_ones_at_once(
+    redis_client: Redis, cluster_keys: ClusterKeys
+) -> None:
+    a, b = node(redis_client, cluster_keys, "a", lease=1.0), node(redis_client, cluster_keys, "b", lease=1.0)
+    await a.join()
+    await b.join()
+    for conversation in ("c1", "c2", "c3", "c4"):
+        assert (await a.claim(conversation)).ok
+    adopted: list[str] = []
+
+    async def on_lost(conversations: list[str]) -> None:
+        return None
+
+    async def on_orphans(conversations: list[str]) -> None:
+        for conversation in conversations:
+            if (await b.claim(conversation)).ok:
+                adopted.append(conversation)
+
+    runner = asyncio.create_task(b.run(on_lost, on_orphans))
+    try:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        while len(adopted) < 4 and loop.time() - started < 5:  # a "died": no renewal, no heartbeat
+            await asyncio.sleep(0.05)
+        assert sorted(adopted) == ["c1", "c2", "c3", "c4"]
+        assert loop.time() - started >= 0.9  # not before a's leases ran out
+        assert (await a.leases.claim("c1")).holder == "b"  # (the script: a still believes it holds c1)
+        # A clean stop hands over at once (released leases, a published hand-over), no lease time.
+        assert (await a.claim("c5")).ok
+        released = loop.time()
+        await a.leave()
+        while "c5" not in adopted and loop.time() - released < 5:
+            await asyncio.sleep(0.02)
+        assert "c5" in adopted and loop.time() - released < 0.9
+    finally:
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+
+
+async def test_new_conversations_spread_over_the_live_daemons(redis_client: Redis, cluster_keys: ClusterKeys) -> None:
+    daemons = [node(redis_client, cluster_keys, f"d{i}") for i in range(3)]
+    for d in daemons:
+        await d.join()
+    for d in daemons:
+        await d.registry.heartbeat()
+    conversations = [f"conversation-{i}" for i in range(300)]
+    chosen = [[d.preferred(c) for d in daemons] for c in conversations]
+    assert all(sum(row) == 1 for row in chosen)  # every daemon agrees on exactly one
+    counts = [sum(row[i] for row in chosen) for i in range(3)]
+    assert min(counts) >= 60, counts
+    await daemons[2].registry.leave()
+    for d in daemons[:2]:
+        await d.registry.heartbeat()
+    moved = [
+        c for c, row in zip(conversations, chosen, strict=True) if not row[2] and daemons[0].preferred(c) != row[0]
+    ]
+    assert not moved  # only the leaving daemon's conversations move
+    assert rendezvous("x", []) is None
+
+
+async def test_the_rollout_copy_is_appended_once_and_rehydrated(
+    redis_client: Redis, cluster_keys: ClusterKeys, tmp_path: Path
+) -> None:
+    home_a, home_b = tmp_path / "a", tmp_path / "b"
+    rollout = home_a / "sessions" / "2026" / "11" / "23" / "rollout-2026-11-23T10-00-00-thread1.jsonl"
+    rollout.parent.mkdir(parents=True)
+    lines = [b'{"line": 1}\n', b'{"line": 2}\n', b'{"line": 3}\n']
+    rollout.write_bytes(b"".join(lines[:2]))
+    a = node(redis_client, cluster_keys, "a")
+    assert (await a.claim("red")).ok
+    token = a.token("red")
+    end = len(lines[0])
+    await a.mirror.copy_rollout("red", token, thread_id="thread1", codex_home=home_a, rollout=rollout, end=end)
+    await a.mirror.copy_rollout("red", token, thread_id="thread1", codex_home=home_a, rollout=rollout, end=end)
+    a.mirror.forget("red")  # a stale idea of the copy's length: it is corrected, nothing doubled
+    await a.mirror.copy_rollout(
+        "red", token, thread_id="thread1", codex_home=home_a, rollout=rollout, end=len(lines[0] + lines[1])
+    )
+    copy = await a.mirror.load_rollout("red")
+    assert copy is not None and copy.data == lines[0] + lines[1] and copy.thread_id == "thread1"
+    target = rehydrate(home_b, copy)
+    assert target == home_b / rollout.relative_to(home_a) and target.read_bytes() == lines[0] + lines[1]
+    # A local file that is longer and starts with the copy (this daemon's own newer record) is kept.
+    target.write_bytes(b"".join(lines))
+    assert rehydrate(home_b, copy).read_bytes() == b"".join(lines)
+    # A copy whose path tries to leave CODEX_HOME lands inside it.
+    escaped = rehydrate(home_b, MirroredRollout("t", "../../etc/x.jsonl", b"{}\n"))
+    assert escaped == home_b / "sessions" / "x.jsonl"
+    # A new thread replaces the old thread's copy.
+    other = home_a / "sessions" / "rollout-thread2.jsonl"
+    other.write_bytes(b'{"new": 1}\n')
+    await a.mirror.copy_rollout("red", token, thread_id="thread2", codex_home=home_a, rollout=other, end=11)
+    copy = await a.mirror.load_rollout("red")
+    assert copy is not None and copy.thread_id == "thread2" and copy.data == b'{"new": 1}\n'
+
+
+async def test_a_new_owner_reads_only_the_previous_owners_report_made_after_its_claim(
+    redis_client: Redis, cluster_keys: ClusterKeys
+) -> None:
+    a, b = node(redis_client, cluster_keys, "a"), node(redis_client, cluster_keys, "b")
+    await a.mirror.report("red", "sessions/r.jsonl", b"stale\n")  # from an earlier loss: must not count
+    assert (await b.claim("red")).ok
+    await node(redis_client, cluster_keys, "c").mirror.report("red", "sessions/r.jsonl", b"not the previous owner\n")
+    await a.mirror.report("red", "sessions/r.jsonl", b"line 1\nline 2\n")
+    report = await b.mirror.await_report("red", "a", 2.0)
+    assert report is not None and report.data == b"line 1\nline 2\n" and report.path == "sessions/r.jsonl"
+    assert await b.mirror.await_report("red", "a", 1.0) is None  # nothing more came
