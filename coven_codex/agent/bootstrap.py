@@ -48,7 +48,14 @@ from coven_codex.codex.launch import relative_path_entries, resolve_launch
 from coven_codex.codex.version import CodexVersion, VersionError, detect_version
 from coven_codex.journal import FileJournal, Journal, JournalError
 from coven_codex.journal.file import DAEMON_LOCK_NAME, FILE_MODE
-from coven_codex.journal.opening import JournalName, describe_journal, is_redis_name, local_base, open_journal
+from coven_codex.journal.opening import (
+    JournalName,
+    JournalOptions,
+    describe_journal,
+    is_redis_name,
+    local_base,
+    open_journal,
+)
 from coven_codex.mcp import (
     TOOLBELT_FILENAME,
     SpellLoadError,
@@ -423,7 +430,7 @@ async def _start_webhooks(
     targets: list[ReadyTarget],
 ) -> None:
     """The webhook senders on a journal handle of their own (docs/webhooks.md); stopped before the rest."""
-    journal = open_journal(journal_path, durability=settings.durability, follow_replacement=False)
+    journal = open_journal(journal_path, JournalOptions(durability=settings.durability, follow_replacement=False))
     stack.push_async_callback(journal.aclose)
     try:
         await stack.enter_async_context(webhook_senders(journal, targets, default_cwd=str(workspace)))

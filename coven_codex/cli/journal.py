@@ -1,6 +1,6 @@
 """``coven-codex journal``: append to, read, follow and compact a journal, and list its cursors.
 
-For shell adapters, operators and debugging, on every backend :func:`~coven_codex.journal.factory.open_journal`
+For shell adapters, operators and debugging, on every backend :func:`~coven_codex.journal.opening.open_journal`
 knows (a path is the file journal). Positions are printed and accepted in their text form
 (``123`` or ``3-120``); docs/journal-protocol.md, *The journal command*.
 """
@@ -18,7 +18,8 @@ from typing import TextIO
 
 from coven_codex.entries import EntryError, parse_entry
 from coven_codex.journal import START, BadLine, Journal, JournalError, JournalItem, JournalRecord, Position
-from coven_codex.journal.factory import JournalOptions, ManagedJournal, open_journal
+from coven_codex.journal.file import FileJournal
+from coven_codex.journal.opening import CursorListing, JournalOptions, open_journal
 from coven_codex.settings import SettingsError, load_settings
 
 HELP = "append to, read, follow or compact a journal, and list its cursors (any backend)"
@@ -234,12 +235,6 @@ async def _read(args: argparse.Namespace, journal: Journal) -> int:
     return 0
 
 
-def _managed(journal: Journal, action: str) -> ManagedJournal:
-    if not isinstance(journal, ManagedJournal):
-        raise JournalError(f"this journal's backend ({type(journal).__name__}) cannot {action}")
-    return journal
-
-
 async def _cursors(args: argparse.Namespace, journal: Journal) -> int:
     if args.what == "show":
         if not args.name:
@@ -252,7 +247,9 @@ async def _cursors(args: argparse.Namespace, journal: Journal) -> int:
         return 0
     if args.name:
         raise UsageError(f"`cursors list` takes no name; to see one: `journal cursors show {args.name}`")
-    cursors = await _managed(journal, "list its cursors").cursors()
+    if not isinstance(journal, CursorListing):
+        raise JournalError(f"this journal's backend ({type(journal).__name__}) cannot list its cursors")
+    cursors = await journal.cursors()
     if args.json:
         print(json.dumps({name: str(position) for name, position in sorted(cursors.items())}))
     else:
@@ -262,8 +259,18 @@ async def _cursors(args: argparse.Namespace, journal: Journal) -> int:
 
 
 async def _compact(args: argparse.Namespace, journal: Journal) -> int:
-    report = await _managed(journal, "compact").compact(
-        action="delete" if args.delete else "archive", archive=args.archive, dry_run=args.dry_run
-    )
-    print(report.message)
+    if isinstance(journal, FileJournal):
+        report = await journal.compact(
+            action="delete" if args.delete else "archive", archive=args.archive, dry_run=args.dry_run
+        )
+        print(report.message)
+        return 0
+    from coven_codex.journal.redis import RedisJournal  # noqa: PLC0415 (the optional [redis] extra)
+
+    if not isinstance(journal, RedisJournal):
+        raise JournalError(f"this journal's backend ({type(journal).__name__}) cannot compact")
+    if args.dry_run or args.archive is not None:
+        raise UsageError("a Redis journal is trimmed in place (XTRIM): --dry-run and --archive are for file journals")
+    trimmed = await journal.compact()
+    print(f"removed {trimmed.removed} entr{'y' if trimmed.removed == 1 else 'ies'}: {trimmed.reason}")
     return 0

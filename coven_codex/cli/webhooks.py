@@ -18,7 +18,14 @@ from typing import Any
 
 from coven_codex.agent.state import StateError
 from coven_codex.journal import JournalError
-from coven_codex.journal.opening import JournalName, describe_journal, is_redis_name, journal_name, open_journal
+from coven_codex.journal.opening import (
+    JournalName,
+    JournalOptions,
+    describe_journal,
+    is_redis_name,
+    journal_name,
+    open_journal,
+)
 from coven_codex.settings import SettingsError, load_settings
 from coven_codex.webhooks.config import WebhookConfigError, WebhookTarget, ready_targets
 from coven_codex.webhooks.service import webhook_senders
@@ -113,7 +120,7 @@ async def _serve(journal_path: JournalName, targets: list[Any], cwd: str | None)
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    journal = open_journal(journal_path, follow_replacement=False)
+    journal = open_journal(journal_path, JournalOptions(follow_replacement=False))
     try:
         async with webhook_senders(journal, targets, default_cwd=cwd):
             print(

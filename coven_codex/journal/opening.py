@@ -10,15 +10,17 @@ or for a Redis journal a stand-in path in this machine's state directory.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Final
+from typing import Annotated, Final, Protocol, runtime_checkable
 
 from pydantic import BeforeValidator
 
 from coven_codex.journal.file import FileJournal
-from coven_codex.journal.protocol import Durability, Journal, JournalError
+from coven_codex.journal.protocol import Durability, Journal, JournalError, Position
 from coven_codex.journal.redis.names import is_redis_name as is_redis_url
 from coven_codex.journal.redis.names import parse_redis_name
+from coven_codex.journal.segments import Retention
 
 JournalName = Path | str
 """A file journal's path, or a Redis journal's URL (a ``str``, see :func:`journal_name`)."""
@@ -32,6 +34,7 @@ JournalNameSetting = Annotated[Path | str, BeforeValidator(_setting)]
 """A journal name as a setting: a Redis URL stays text, anything else becomes a path."""
 
 _UNSAFE: Final = re.compile(r"[^A-Za-z0-9_.-]+")
+_SCHEME: Final = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
 def is_redis_name(name: JournalName) -> bool:
@@ -68,11 +71,34 @@ def local_base(name: JournalName, state_root: Path) -> Path:
     return state_root / "redis-journals" / label[:200]
 
 
-def open_journal(name: JournalName, *, durability: Durability = "batched", follow_replacement: bool = True) -> Journal:
-    """The journal ``name`` names (``durability`` and ``follow_replacement`` apply to a file journal).
+@dataclass(frozen=True, slots=True)
+class JournalOptions:
+    """What a journal is opened with, whatever its backend (each backend uses what applies to it)."""
 
-    A Redis name needs redis-py (the ``[redis]`` extra); without it, :class:`JournalError` says so.
+    durability: Durability = "batched"
+    follow_replacement: bool = True
+    segment_bytes: int | None = None
+    segment_age: float | None = None
+    retention: Retention = "keep"
+    archive: Path | None = None
+
+
+@runtime_checkable
+class CursorListing(Protocol):
+    """A journal that can list every saved cursor (``coven-codex journal cursors list``)."""
+
+    async def cursors(self) -> dict[str, Position]:
+        """Every saved cursor: name and position."""
+        ...
+
+
+def open_journal(name: JournalName, options: JournalOptions | None = None) -> Journal:
+    """The journal ``name`` names: a Redis URL, a ``file://`` URL or a path.
+
+    A Redis name needs redis-py (the ``[redis]`` extra); without it, and for any other URL scheme,
+    :class:`JournalError` says what to do.
     """
+    options = options or JournalOptions()
     if is_redis_name(name):
         try:
             from coven_codex.journal.redis.journal import RedisJournal  # noqa: PLC0415 (the optional [redis] extra)
@@ -81,4 +107,19 @@ def open_journal(name: JournalName, *, durability: Durability = "batched", follo
                 "a Redis journal needs redis-py: pip install 'coven-codex[redis]' (or pip install 'redis>=5')"
             ) from None
         return RedisJournal.from_url(str(name))
-    return FileJournal(Path(name), durability=durability, follow_replacement=follow_replacement)
+    if isinstance(name, str) and (match := _SCHEME.match(name)):
+        if match.group(1).lower() != "file":
+            raise JournalError(
+                f"no journal backend for {match.group(1)}://; give a file path, or a Redis URL"
+                " redis://HOST:PORT/DB?key=NAME (with the [redis] extra)"
+            )
+        name = name[len(match.group(0)) :]
+    return FileJournal(
+        Path(name).expanduser(),
+        durability=options.durability,
+        follow_replacement=options.follow_replacement,
+        segment_bytes=options.segment_bytes,
+        segment_age=options.segment_age,
+        retention=options.retention,
+        archive=options.archive,
+    )

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import select
 import subprocess
 import sys
@@ -11,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from coven_codex.entries import ThoughtEntry
-from coven_codex.journal import FileJournal, Journal, JournalError, JournalRecord, MemoryJournal, Position
-from coven_codex.journal.factory import JournalOptions, open_journal, register_backend
+from coven_codex.journal import FileJournal, JournalError, JournalRecord
+from coven_codex.journal.opening import JournalOptions, open_journal
+from coven_codex.journal.redis import RedisJournal
 from coven_codex.journal.segments import SegmentLayout
 
 
@@ -127,26 +126,13 @@ async def test_cursors_and_compact_on_a_segmented_journal(tmp_path: Path) -> Non
     await journal.aclose()
 
 
-async def test_open_journal_opens_files_and_registered_backends(tmp_path: Path) -> None:
+async def test_open_journal_opens_files_file_urls_and_redis_urls(tmp_path: Path) -> None:
     opened = open_journal(str(tmp_path / "a.jsonl"), JournalOptions(segment_bytes=2048, durability="never"))
     assert isinstance(opened, FileJournal) and opened.segment_bytes == 2048 and opened.durability == "never"
     await opened.aclose()
     assert isinstance(open_journal(f"file://{tmp_path / 'b.jsonl'}"), FileJournal)
     with pytest.raises(JournalError, match="no journal backend for mem://"):
         open_journal("mem://x")
-    seen: list[str] = []
-
-    def memory(name: str, options: JournalOptions) -> Journal:
-        seen.append(name)
-        return MemoryJournal()
-
-    register_backend("mem", memory)
-    try:
-        journal = open_journal("mem://x?key=1")
-        record = await journal.append(ThoughtEntry(text="in memory"))
-        assert seen == ["mem://x?key=1"] and record.start == Position(0, 0)
-    finally:
-        from coven_codex.journal import factory
-
-        factory._BACKENDS.pop("mem")
-    assert not os.path.exists(tmp_path / "b.jsonl")
+    redis = open_journal("redis://127.0.0.1:1/0?key=chat")  # opening does not connect
+    assert isinstance(redis, RedisJournal)
+    await redis.aclose()
