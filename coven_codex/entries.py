@@ -128,6 +128,18 @@ class ThoughtEntry(BaseEntry):
     timeout: float | None = None
     """Seconds each turn of the thread may run (at most ``turn_timeout``)."""
 
+    def to_json(self) -> str:
+        """One JSON line; thread options that are not given are left out (most thoughts give none)."""
+        data = self.model_dump(mode="json", exclude_none=False)
+        for name in THREAD_OPTIONS:
+            if data.get(name) is None:
+                data.pop(name, None)
+        return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+
+THREAD_OPTIONS = ("cwd", "model", "resume_thread", "timeout")
+"""The fields of a thought that open its Codex thread (left out of its JSON when not given)."""
+
 
 class ResponseEntry(DaemonEntry):
     """Codex's assistant text (one complete reply item)."""

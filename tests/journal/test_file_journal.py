@@ -117,7 +117,7 @@ async def test_cursor_files_are_written_atomically(tmp_path: Path) -> None:
     cursor_dir = tmp_path / "j.jsonl.cursors"
     files = sorted(p.name for p in cursor_dir.iterdir())
     assert files == ["ingress%2Fdefault.json"]  # escaped, and no temporary file left behind
-    assert json.loads((cursor_dir / files[0]).read_text())["position"] == 123
+    assert json.loads((cursor_dir / files[0]).read_text())["position"] == "123"
     await journal.aclose()
 
 
@@ -132,11 +132,11 @@ async def test_a_failed_cursor_save_keeps_the_old_value(tmp_path: Path, monkeypa
     with pytest.raises(CursorError, match="No space left on device"):
         await journal.save_cursor("c", Position(0, 2))
     monkeypatch.undo()
-    assert await journal.load_cursor("c") == 1
+    assert await journal.load_cursor("c") == Position(0, 1)
     assert [p.name for p in (tmp_path / "j.jsonl.cursors").iterdir()] == ["c.json"]
 
 
-@pytest.mark.parametrize("content", [b"", b"{", b'{"position": -3}', b'{"position": "12"}', b"[]"])
+@pytest.mark.parametrize("content", [b"", b"{", b'{"position": -3}', b'{"position": "twelve"}', b"[]"])
 async def test_a_corrupt_cursor_says_what_to_do(tmp_path: Path, content: bytes) -> None:
     journal = FileJournal(tmp_path / "j.jsonl")
     await journal.save_cursor("c", Position(0, 5))
@@ -167,7 +167,7 @@ async def test_append_after_close_is_refused(tmp_path: Path) -> None:
 
 def test_decoding_never_raises_on_hostile_input() -> None:
     deep = b"[" * 100_000 + b"]" * 100_000
-    item = decode_line(deep, 7, 200_008, max_line_bytes=10**6)
+    item = decode_line(deep, Position(0, 7), Position(0, 200_008), max_line_bytes=10**6)
     assert isinstance(item, BadLine) and item.start == Position(0, 7)
     error = item.to_error_entry("room")
     assert error.id == "bad-line@7" and error.conversation == "room" and "position 7" in error.text
