@@ -281,6 +281,12 @@ async def run_daemon(
     workspace = settings.workspace.expanduser().resolve()
     if not workspace.is_dir():
         raise BootstrapError(f"the workspace {workspace} is not a directory; create it or fix --workspace")
+    # Before anything writes to the state directory (the capability cache does): an old state
+    # folder inside the workspace moves there first.
+    try:
+        await asyncio.to_thread(migrate_legacy_layout, settings, workspace)
+    except LayoutError as exc:
+        raise BootstrapError(str(exc)) from None
     webhooks: list[ReadyTarget] = []
     if settings.webhooks.in_daemon:
         try:  # before anything starts: a missing secret stops `run` at once
@@ -314,10 +320,6 @@ async def run_daemon(
             "PATH has relative or empty entries (%s); they are left out of the PATH given to Codex",
             ", ".join(repr(entry) for entry in relative[:5]),
         )
-    try:
-        await asyncio.to_thread(migrate_legacy_layout, settings, workspace)
-    except LayoutError as exc:
-        raise BootstrapError(str(exc)) from None
     async with contextlib.AsyncExitStack() as stack:
         # The locks come first: a second daemon must not even rewrite the shared CODEX_HOME.
         # One daemon per journal (two would answer every thought twice), per state directory, and

@@ -14,7 +14,7 @@ import pytest
 from agent_harness import AgentHarness, make_responder, replies, user_prompts
 
 from coven_codex.entries import ThoughtEntry
-from coven_codex.journal import FileJournal
+from coven_codex.journal import START, FileJournal, Position
 from coven_codex.testing.model_server import ScriptedModelServer
 from coven_codex.testing.steps import Reply, Stall
 
@@ -193,21 +193,21 @@ def temporary_files(directory: Path) -> list[str]:
     return [name for _root, _dirs, names in os.walk(directory) for name in names if name.endswith(".tmp")]
 
 
-async def cursor_passed(journal: FileJournal, position: int) -> None:
+async def cursor_passed(journal: FileJournal, position: Position) -> None:
     """Wait until the daemon's saved ingress cursor is past ``position``."""
     async with asyncio.timeout(30):
-        while (await journal.load_cursor("agent-ingress") or 0) <= position:
+        while (await journal.load_cursor("agent-ingress") or START) <= position:
             await asyncio.sleep(0.05)
 
 
-async def pad_to_page(h: AgentHarness) -> int:
+async def pad_to_page(h: AgentHarness) -> Position:
     """Append an entry ingress passes over so the journal ends on a page boundary (no slack
     left in its last page, so the next append needs a new block); returns its start."""
     size = h.journal_path.stat().st_size
     base = len(ThoughtEntry(id="pad", sender="codex", text="", ts="2026-01-01T00:00:00Z").to_json()) + 1
     pad = (4096 - (size + base) % 4096) % 4096
     record = await h.append(ThoughtEntry(id="pad", sender="codex", text="x" * pad, ts="2026-01-01T00:00:00Z"))
-    assert record.end % 4096 == 0
+    assert record.end.minor % 4096 == 0  # a file journal's position: the byte offset in its segment
     return record.start
 
 
@@ -269,5 +269,5 @@ async def test_a_full_disk_stops_the_daemon_with_one_clear_message(
         assert replies(entries, "c") in (["echo: hello", "filled", "echo: after"], ["echo: hello", "echo: after"])
         assert asked(server).count("fill it") == 1
         assert asked(server).count("a new conversation") == (1 if failing == "state" else 0)
-        assert record.start < (await h.journal.load_cursor("agent-ingress") or 0)
+        assert record.start < (await h.journal.load_cursor("agent-ingress") or START)
         assert await h.stop(daemon) == 0
