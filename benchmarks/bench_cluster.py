@@ -65,7 +65,7 @@ class Cluster:
                 sys.executable, "-m", "coven_codex", "run", "--workspace", str(root / "ws"),
                 "--journal", self.name, "--state-dir", str(root / "state"),
                 "--codex-home", str(root / "home"), "--codex-config", str(self.base),
-                "--codex-path", str(CODEX), "--lease-time", str(self.lease), "--max-sessions", "64",
+                "--codex-path", str(CODEX), "--cluster", "--lease-time", str(self.lease), "--max-sessions", "64",
             ]  # fmt: skip
             self.processes.append(
                 await asyncio.create_subprocess_exec(

@@ -142,6 +142,11 @@ class Settings(BaseModel):
         default=False,
         description="Capture Codex's OpenTelemetry export as JSONL under <state_dir>/traces/, one file per thread.",
     )
+    cluster: bool = Field(
+        default=False,
+        description="Share a Redis journal with other daemons: conversations divided by leases with fencing, "
+        "state and rollouts mirrored into Redis (docs/distributed.md).",
+    )
     lease_time: float = Field(
         default=10.0,
         ge=1.0,

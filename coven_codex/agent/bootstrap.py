@@ -226,10 +226,15 @@ async def _open_daemon_journal(name: Path | str, settings: Settings) -> tuple[Jo
 async def _join_cluster(
     stack: contextlib.AsyncExitStack, journal: Journal, settings: Settings, codex_home: Path
 ) -> Ownership | None:
-    """On a Redis journal, this daemon's place among the daemons sharing it (docs/distributed.md)."""
+    """With ``cluster`` on a Redis journal, this daemon's place among the daemons sharing it (docs/distributed.md)."""
     name = settings.journal
-    if name is None or not is_redis_name(name):
+    if not settings.cluster:
         return None
+    if name is None or not is_redis_name(name):
+        raise BootstrapError(
+            "cluster = true needs a Redis journal (--journal redis://HOST:PORT/DB?key=NAME): daemons share"
+            " conversations only through Redis"
+        )
     from coven_codex.cluster.setup import joined  # noqa: PLC0415 (the optional [redis] extra)
     from coven_codex.journal.redis import RedisJournal  # noqa: PLC0415
 
@@ -335,8 +340,8 @@ async def run_daemon(
             raise BootstrapError(str(exc)) from None
         stack.push_async_callback(journal.aclose)
         try:
-            if not is_redis_name(settings.journal):
-                # (Daemons sharing a Redis journal divide its conversations by leases: docs/distributed.md.)
+            if not settings.cluster:
+                # (Daemons in a cluster divide the journal's conversations by leases: docs/distributed.md.)
                 stack.enter_context(JournalLock(describe_journal(settings.journal), lock_path))
             for directory in (settings.resolved_state_dir, settings.resolved_codex_home):
                 directory.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -133,6 +133,14 @@ _FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
     ),
     ("--journal-archive", {"type": Path, "dest": "journal_archive", "help": "where archived journal segments go"}),
     (
+        "--cluster",
+        {
+            "action": argparse.BooleanOptionalAction,
+            "dest": "cluster",
+            "help": "share a Redis journal with other daemons (leases, fencing, mirrored state)",
+        },
+    ),
+    (
         "--lease-time",
         {
             "type": float,

@@ -114,7 +114,7 @@ class ClusterHarness:
             "--codex-path", str(self.codex_bin),
             "--kill-grace", "3",
             "--restart-backoff", "0.2",
-            "--lease-time", str(self.lease),
+            "--cluster", "--lease-time", str(self.lease),
         ]  # fmt: skip
         with log_path.open("wb") as log:
             node.process = await asyncio.create_subprocess_exec(
