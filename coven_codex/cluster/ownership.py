@@ -198,7 +198,7 @@ class Ownership:
             if not self.node.preferred(conversation):
                 await self.node.leases.note_unclaimed(conversation, _position_text(position))
                 return False
-            claimed = await self.node.claim(conversation)
+            claimed = await self.node.claim(conversation, _position_text(position))
             if claimed.ok and conversation not in self._adopting and not self._closing:
                 self._start_adoption(conversation, position)
             elif not claimed.ok and conversation not in self._adopting:

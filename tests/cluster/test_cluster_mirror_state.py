@@ -64,3 +64,18 @@ async def test_a_state_is_mirrored_after_the_rollout_lines_it_relies_on(
     assert elsewhere.relative_to(tmp_path / "other-home") == rollout.relative_to(codex_home)
     await a.leave()
     await journal.aclose()
+
+
+async def test_a_claim_at_a_thought_leaves_the_floor_there_for_the_next_owner(
+    redis_client: Redis, cluster_keys: ClusterKeys
+) -> None:
+    """a claims a conversation at a thought and dies (or stalls) before it mirrors anything; the
+    others passed over that thought and the next ones because a held the lease. b, claiming at a
+    later thought, must still find the floor at a's thought, or the thoughts between are never answered."""
+    a = ClusterNode(redis_client, cluster_keys, daemon_id="a", lease_time=10.0)
+    b = ClusterNode(redis_client, cluster_keys, daemon_id="b", lease_time=10.0)
+    assert (await a.claim("red", "1795466898514-0")).ok
+    await redis_client.delete(cluster_keys.lease("red"), cluster_keys.holder("red"))  # a's lease ran out
+    assert (await b.claim("red", "1795466899000-3")).ok
+    assert await b.mirror.load_floor("red") == "1795466898514-0"
+    await b.leave()
