@@ -61,8 +61,9 @@ class Leases:
         """The fence of our lease on ``conversation`` with ``token``."""
         return Fence(self.keys.lease(conversation), token)
 
-    async def claim(self, conversation: str) -> Claimed:
-        """Take the lease when it is free (or held by this same daemon id, restarted)."""
+    async def claim(self, conversation: str, at: str = "") -> Claimed:
+        """Take the lease when it is free (or held by this same daemon id, restarted); ``at``: the
+        position of the thought we claim it for (the floor unless one is known), or ``""``."""
         k = self.keys
         ok, token, holder = await self._claim(
             keys=[
@@ -71,8 +72,9 @@ class Leases:
                 k.counter(conversation),
                 k.expiry,
                 k.report(conversation),
+                k.floor(conversation),
             ],
-            args=[self.daemon_id, self.ttl_ms, conversation],
+            args=[self.daemon_id, self.ttl_ms, conversation, at],
         )
         return Claimed(bool(int(ok)), int(_text(token)), _text(holder))
 

@@ -6,8 +6,10 @@
 - the conversation's *floor*: the journal position before which each of its thoughts is
   finished (delivered or refused), so a new owner re-reads the journal only from there;
 - the Codex thread's rollout file, byte for byte: egress copies each line before it translates
-  it, so the copy always holds at least what the mirrored state's offsets and delivered thoughts
-  rely on; a new thread's rollout replaces the old one's.
+  it, and each state is mirrored only after the copy holds every complete line of its rollout
+  (:meth:`~coven_codex.cluster.ownership.Ownership.save_state`), so the copy always holds at
+  least what the mirrored state's thread, offsets and delivered thoughts rely on; a new thread's
+  rollout replaces the old one's.
 
 Every write is a script that checks the conversation's lease first: a daemon that lost the
 lease cannot overwrite what the new owner wrote (:class:`~coven_codex.cluster.leases.LeaseLost`).
@@ -111,7 +113,7 @@ class Mirror:
             length = 0  # (a new thread: the script replaces the old copy)
         path = relative_rollout_path(codex_home, rollout)
         k = self._keys
-        for _ in range(2):  # the second round only when our idea of the copy's length was wrong
+        while True:
             data = await asyncio.to_thread(_read_range, rollout, length, end)
             result = int(
                 await self._append(
@@ -122,8 +124,10 @@ class Mirror:
             if result < 0:
                 raise LeaseLost(conversation)
             self._copied[conversation] = (thread_id, result)
-            if result >= end:
-                return
+            if result >= end or (len(data) < end - length and result == length + len(data)):
+                return  # copied (or the file holds no more yet)
+            # Our idea of the copy's length was wrong: this daemon's other copier (egress, the state's
+            # mirror) appended meanwhile. Go on from where the copy is; every round it grows or we return.
             length = result
 
     async def report(self, conversation: str, path: str, data: bytes) -> None:

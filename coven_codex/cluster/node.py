@@ -89,13 +89,14 @@ class ClusterNode:
         self._confirmed[conversation] = sent
         return token
 
-    async def claim(self, conversation: str) -> Claimed:
-        """Try to take ``conversation``'s lease; held from now on when the claim succeeded."""
+    async def claim(self, conversation: str, at: str = "") -> Claimed:
+        """Try to take ``conversation``'s lease; held from now on when the claim succeeded. ``at``: the
+        position (text) of the thought it is claimed for, the conversation's floor unless one is known."""
         token = self.held.get(conversation)
         if token is not None:  # (claiming again would bump the token and fence out our own writes)
             return Claimed(True, token, self.daemon_id)
         sent = time.monotonic()
-        claimed = await self.leases.claim(conversation)
+        claimed = await self.leases.claim(conversation, at)
         if claimed.ok:
             self.held[conversation] = claimed.token
             self._confirmed[conversation] = sent

@@ -33,6 +33,7 @@ from typing import Protocol, cast
 from redis.exceptions import RedisError
 
 from coven_codex.agent.daemon import Daemon
+from coven_codex.agent.egress import complete_length
 from coven_codex.agent.limits import cut
 from coven_codex.agent.state import SessionState, StateStore
 from coven_codex.cluster.fenced import FenceableJournal, FencedJournal
@@ -101,13 +102,6 @@ def _parse_position(text: str) -> Position:
     return Position.parse(text)
 
 
-def _size_or_zero(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
-
-
 def _read_or_empty(path: str | None) -> bytes:
     if path is None:
         return b""
@@ -160,19 +154,23 @@ class Ownership:
             self._taken.append(conversation)
         return {}
 
-    async def _copy_whole_rollout(self, state: SessionState) -> None:
-        """Make the rollout copy hold all of our rollout file before the state relying on it is mirrored."""
-        if state.thread_id is None or state.rollout_path is None:
+    async def _copy_whole_rollout(self, state: SessionState, token: int) -> None:
+        """Make the rollout copy hold every complete line of ``state``'s rollout file before the state
+        is mirrored: whatever the state relies on (its thread, a thought delivered because the rollout
+        showed it, even when egress has not reached that line yet) is then in the copy."""
+        if state.thread_id is None:
             return
-        rollout = Path(state.rollout_path)
-        end = await asyncio.to_thread(_size_or_zero, rollout)
+        rollout = Path(state.rollout_path) if state.rollout_path is not None else None
+        if rollout is None:
+            # The thread's first turn: Codex made the file, egress has not located it yet (or there is none).
+            rollout = await asyncio.to_thread(find_rollout, self.codex_home, state.thread_id)
+            if rollout is None:
+                return
+        end = await asyncio.to_thread(complete_length, rollout)
+        if end == 0:
+            return
         await self.node.mirror.copy_rollout(
-            state.conversation,
-            self.node.token(state.conversation),
-            thread_id=state.thread_id,
-            codex_home=self.codex_home,
-            rollout=rollout,
-            end=end,
+            state.conversation, token, thread_id=state.thread_id, codex_home=self.codex_home, rollout=rollout, end=end
         )
 
     # -- the journal reader's gate ------------------------------------------------------------------
@@ -200,7 +198,7 @@ class Ownership:
             if not self.node.preferred(conversation):
                 await self.node.leases.note_unclaimed(conversation, _position_text(position))
                 return False
-            claimed = await self.node.claim(conversation)
+            claimed = await self.node.claim(conversation, _position_text(position))
             if claimed.ok and conversation not in self._adopting and not self._closing:
                 self._start_adoption(conversation, position)
             elif not claimed.ok and conversation not in self._adopting:
@@ -257,8 +255,7 @@ class Ownership:
             if floor is None and at is not None:
                 self._floors[conversation] = floor = at
             await host.recover(state)
-            await self._copy_whole_rollout(state)
-            await self._mirror(conversation, state, ())
+            await self._mirror(conversation, state, ())  # (the rollout copy first: save_state)
             if adopted_from_mirror:
                 await host.end_lost_turn(state)
             if self._closing:
@@ -359,8 +356,10 @@ class Ownership:
 
     # -- the sessions' mirror hooks -------------------------------------------------------------------
     async def save_state(self, conversation: str, data: bytes, pending: Iterable[Position]) -> None:
-        """Mirror a state the session just saved, with the conversation's floor (fenced)."""
+        """Mirror a state the session just saved, with the conversation's floor (fenced); the rollout
+        copy first gets every complete line of the state's rollout (:meth:`_copy_whole_rollout`)."""
         token = await self.node.fresh(conversation)
+        await self._copy_whole_rollout(SessionState.model_validate_json(data), token)
         await self.node.mirror.save_state(
             conversation, token, data.decode("utf-8"), _position_text(self._floor(conversation, pending))
         )

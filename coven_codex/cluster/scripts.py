@@ -20,7 +20,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 CLAIM: Final = (
     NOW_MS
     + """
--- KEYS: lease, holder, counter, expiry index, reports; ARGV: daemon id, ttl ms, conversation
+-- KEYS: lease, holder, counter, expiry index, reports, floor; ARGV: daemon id, ttl ms, conversation, position
 local current = redis.call('GET', KEYS[1])
 if current then
   local holder = redis.call('GET', KEYS[2])
@@ -33,12 +33,18 @@ redis.call('SET', KEYS[1], tostring(token), 'PX', ARGV[2])
 redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
 redis.call('ZADD', KEYS[4], now + tonumber(ARGV[2]), ARGV[3])
 redis.call('DEL', KEYS[5])
+if ARGV[4] ~= '' then
+  redis.call('SET', KEYS[6], ARGV[4], 'NX')
+end
 return {1, tostring(token), ARGV[1]}
 """
 )
 """Take the lease when nobody holds it, or when its holder is this very daemon id (a restart of
 the same state directory: only one process can hold that directory's lock). Reports of earlier
-owners are dropped: any report about this conversation that comes now follows this claim. Returns
+owners are dropped: any report about this conversation that comes now follows this claim. A claim
+made at a thought sets the floor there unless one is known (the thoughts of the conversation other
+daemons passed over from now on, because we hold it, lie after it: should we lose the lease before
+we mirror anything, the next owner still answers them). Returns
 ``{1, token, holder}`` or ``{0, token, holder}`` naming the other holder."""
 
 RENEW: Final = (

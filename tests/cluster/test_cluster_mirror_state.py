@@ -1,0 +1,81 @@
+"""A mirrored state never relies on rollout lines the copy lacks, against a real redis-server."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import cast
+
+from redis.asyncio import Redis
+
+from coven_codex.agent.state import SessionState
+from coven_codex.cluster.keys import ClusterKeys
+from coven_codex.cluster.mirror import rehydrate
+from coven_codex.cluster.node import ClusterNode
+from coven_codex.cluster.ownership import Ownership, SessionHost
+from coven_codex.journal import START, Position
+from coven_codex.journal.redis import RedisJournal
+from coven_codex.testing.redis_server import RedisServer
+
+THREAD = "01a20a28-4e4c-78b0-af17-053d23cfeab9"
+META = b'{"type":"session_meta","payload":{"id":"' + THREAD.encode() + b'"}}\n'
+FIRST = (
+    b'{"type":"response_item","payload":{"type":"message","role":"user",'
+    b'"content":[{"type":"input_text","text":"thought 1"}]}}\n'
+)
+
+
+class ReaderAt:
+    """The one thing mirroring a state asks of the running daemon: where its journal reader is."""
+
+    def read_position(self) -> Position:
+        return START
+
+
+async def test_a_state_is_mirrored_after_the_rollout_lines_it_relies_on(
+    redis_server: RedisServer, redis_client: Redis, cluster_keys: ClusterKeys, tmp_path: Path
+) -> None:
+    """The thread's first turn: the session learnt from the rollout itself that Codex took the thought
+    (the turn ended before egress located the file) and saved that. The mirrored state names the
+    thread and the thought as delivered, so the copy must hold the rollout's complete lines already:
+    a new owner resumes the thread from the copy (with none, ``thread/resume`` fails and a new
+    thread without the first turn's history is started)."""
+    codex_home = tmp_path / "codex-home"
+    rollout = codex_home / "sessions" / "2026" / "11" / "23" / f"rollout-2026-11-23T20-45-43-{THREAD}.jsonl"
+    rollout.parent.mkdir(parents=True)
+    rollout.write_bytes(META + FIRST + b'{"type":"event_msg","pay')  # Codex is writing its next line
+    a = ClusterNode(redis_client, cluster_keys, daemon_id="a", lease_time=10.0)
+    assert (await a.claim("red")).ok
+    journal = RedisJournal.from_url(redis_server.url(key=cluster_keys.namespace))
+    ownership = Ownership(a, journal, codex_home)
+    ownership.host = cast(SessionHost, ReaderAt())
+    state = SessionState(conversation="red", thread_id=THREAD, delivered={"thought-1": START}, user_messages=1)
+    assert state.rollout_path is None  # (egress has not located the file yet)
+
+    await ownership.save_state("red", state.model_dump_json().encode("utf-8"), [])
+
+    record = await a.mirror.load_state("red")
+    assert record is not None and THREAD in record.state
+    copy = await a.mirror.load_rollout("red")
+    assert copy is not None, "the state was mirrored with no copy of the rollout it relies on"
+    assert copy.thread_id == THREAD
+    assert copy.data == META + FIRST  # complete lines only
+    elsewhere = await asyncio.to_thread(rehydrate, tmp_path / "other-home", copy)
+    assert elsewhere.relative_to(tmp_path / "other-home") == rollout.relative_to(codex_home)
+    await a.leave()
+    await journal.aclose()
+
+
+async def test_a_claim_at_a_thought_leaves_the_floor_there_for_the_next_owner(
+    redis_client: Redis, cluster_keys: ClusterKeys
+) -> None:
+    """a claims a conversation at a thought and dies (or stalls) before it mirrors anything; the
+    others passed over that thought and the next ones because a held the lease. b, claiming at a
+    later thought, must still find the floor at a's thought, or the thoughts between are never answered."""
+    a = ClusterNode(redis_client, cluster_keys, daemon_id="a", lease_time=10.0)
+    b = ClusterNode(redis_client, cluster_keys, daemon_id="b", lease_time=10.0)
+    assert (await a.claim("red", "1795466898514-0")).ok
+    await redis_client.delete(cluster_keys.lease("red"), cluster_keys.holder("red"))  # a's lease ran out
+    assert (await b.claim("red", "1795466899000-3")).ok
+    assert await b.mirror.load_floor("red") == "1795466898514-0"
+    await b.leave()
