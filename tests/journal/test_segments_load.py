@@ -26,6 +26,8 @@ PER_WRITER = 50_000
 SEGMENT_BYTES = 256 * 1024
 PROCESS_READERS = 3
 TASK_READERS = 2
+KILLS = 8
+"""Reader processes killed with SIGKILL, at random points of their progress."""
 
 WRITER = textwrap.dedent(
     """
@@ -107,20 +109,29 @@ async def test_100000_entries_across_roll_overs_with_readers_killed_at_random(tm
     ]
     kills = 0
     writing = asyncio.ensure_future(asyncio.gather(*(writer.wait() for writer in writers)))
-    while not writing.done():
-        await asyncio.wait([writing], timeout=rng.uniform(0.3, 2.0))  # a random moment to kill a reader at
+    # Kills fall at random points of the readers' progress (bytes they have written out), not at
+    # random times: however fast or slow the machine, every one of them lands mid-stream.
+    total = PROCESS_READERS * (WRITERS * PER_WRITER + WRITERS) * len("w0-49999\t\n")
+    kill_points = sorted(rng.uniform(0.05, 0.9) * total for _ in range(KILLS))
+    while kill_points:
         running = [name for name, p in processes.items() if p.returncode is None]
-        if running and not writing.done():
-            victim = rng.choice(running)
-            processes[victim].send_signal(signal.SIGKILL)
-            await processes[victim].wait()
-            kills += 1
-            processes[victim] = await reader_process(path, victim, outputs[victim])
+        if not running:
+            break
+        progress = sum(output.stat().st_size for output in outputs.values() if output.exists())
+        if progress < kill_points[0]:
+            await asyncio.sleep(0.05)
+            continue
+        kill_points.pop(0)
+        victim = rng.choice(running)
+        processes[victim].send_signal(signal.SIGKILL)
+        await processes[victim].wait()
+        kills += 1
+        processes[victim] = await reader_process(path, victim, outputs[victim])
     assert await writing == [0] * WRITERS
     for process in processes.values():
         assert await process.wait() == 0
     await asyncio.gather(*tasks)
-    assert kills >= 5
+    assert kills == KILLS
 
     expected = {f"w{n}-{i}" for n in range(WRITERS) for i in range(PER_WRITER)} | {f"stop-w{n}" for n in range(WRITERS)}
     sequences = {name: read_output(output) for name, output in outputs.items()} | seen
