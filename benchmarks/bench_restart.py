@@ -46,7 +46,7 @@ from _common import machine_line, print_table
 
 from coven_codex.agent.ingress import CURSOR_NAME
 from coven_codex.entries import ResponseEntry, ThoughtEntry
-from coven_codex.journal import FileJournal, JournalRecord
+from coven_codex.journal import FileJournal, JournalRecord, Position
 from coven_codex.testing.codex_config import DEFAULT_ENV_KEY, codex_config
 from coven_codex.testing.model_server import ScriptedModelServer
 from coven_codex.testing.responders import echo_responder
@@ -134,13 +134,13 @@ def peak_rss_mb(pid: int) -> float:
 
 
 async def wait_reply(
-    journal: FileJournal, conversation: str, start: object, daemon: subprocess.Popen[bytes], log_path: Path
+    journal: FileJournal, conversation: str, start: Position, daemon: subprocess.Popen[bytes], log_path: Path
 ) -> float:
     """When ``conversation``'s first ``response`` appeared after ``start`` (polled every 20 ms)."""
     position = start
     deadline = time.monotonic() + REPLY_TIMEOUT
     while True:
-        items = await journal.read(position)  # type: ignore[arg-type]
+        items = await journal.read(position)
         now = time.perf_counter()
         for item in items:
             position = item.end
