@@ -194,6 +194,18 @@ class Settings(BaseModel):
         return (self.state_dir or default_state_dir(self.workspace)).resolve()
 
 
+PATH_SETTINGS = (
+    "workspace",
+    "journal",
+    "codex_home",
+    "codex_config",
+    "agents_template",
+    "state_dir",
+    "journal_archive",
+)
+"""Settings that name a path: relative ones in a file are relative to it, and ``~`` is expanded."""
+
+
 def read_settings_file(path: Path) -> dict[str, Any]:
     """Read ``coven.toml`` into a plain dict; relative paths stay relative to the file."""
     try:
@@ -207,15 +219,7 @@ def read_settings_file(path: Path) -> dict[str, Any]:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise SettingsError(f"config file {path} is not valid TOML: {exc}") from None
     base = path.parent
-    for key in (
-        "workspace",
-        "journal",
-        "codex_home",
-        "codex_config",
-        "agents_template",
-        "state_dir",
-        "journal_archive",
-    ):
+    for key in PATH_SETTINGS:
         value = data.get(key)
         if isinstance(value, str) and not is_redis_name(value) and not Path(value).expanduser().is_absolute():
             data[key] = str(base / value)
@@ -252,15 +256,7 @@ def load_settings(config_file: Path | None = None, overrides: dict[str, Any] | N
         problems = "; ".join(_problem(err["type"], err["loc"], err["msg"]) for err in exc.errors())
         where = f" in {config_file}" if config_file else ""
         raise SettingsError(f"invalid settings{where}: {problems}") from None
-    for name in (
-        "workspace",
-        "journal",
-        "codex_home",
-        "codex_config",
-        "agents_template",
-        "state_dir",
-        "journal_archive",
-    ):
+    for name in PATH_SETTINGS:
         value = getattr(settings, name)
         if isinstance(value, Path):
             setattr(settings, name, value.expanduser())
