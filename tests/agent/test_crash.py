@@ -64,6 +64,16 @@ def app_server_leaders(daemon: Daemon) -> list[psutil.Process]:
     return []
 
 
+def describe(processes: list[psutil.Process]) -> list[str]:
+    """Each process's pid, parent, start time and command line, for an assertion message."""
+    described = []
+    for process in processes:
+        with contextlib.suppress(psutil.Error):
+            command = " ".join(process.cmdline())[:200]
+            described.append(f"{process.pid} ppid={process.ppid()} started={process.create_time():.2f} {command}")
+    return described
+
+
 async def kill9_app_server(daemon: Daemon) -> int:
     """``kill -9`` every process of the shared app-server's tree (not the daemon); how many leaders were hit."""
     leaders = app_server_leaders(daemon)
@@ -109,7 +119,7 @@ async def crash_loop(
         for _ in range(kills):
             await asyncio.sleep(rng.uniform(0.5, 3.0))
             leaders = app_server_leaders(daemon)
-            assert len(leaders) <= 1, f"more than one app-server for one CODEX_HOME: {leaders}"
+            assert len(leaders) <= 1, f"more than one app-server for one CODEX_HOME: {describe(leaders)}"
             hit += await kill9_app_server(daemon)
         # Once the writer is done, a killed app-server is started again only by the next thought.
         assert hit >= kills // 3, f"only {hit} of {kills} kills found an app-server running"
