@@ -40,8 +40,7 @@ async def open_side(
 ) -> tuple[Side, asyncio.Task[None]]:
     reader, writer = await asyncio.open_unix_connection(sock=sock)
 
-    async def write(data: bytes, within: float) -> None:
-        writer.write(data)
+    async def drain(within: float) -> None:
         await asyncio.wait_for(writer.drain(), within)
 
     holder: list[Side] = []
@@ -63,14 +62,16 @@ async def open_side(
         holder[0].notifications.append((method, params))
         holder[0].arrived.set()
 
-    peer = JsonRpcPeer(write, on_request=on_request, on_notification=on_notification, jsonrpc_member=jsonrpc_member)
+    peer = JsonRpcPeer(
+        writer.write, drain, on_request=on_request, on_notification=on_notification, jsonrpc_member=jsonrpc_member
+    )
     side = Side(peer)
     holder.append(side)
 
     async def read() -> None:
         while line := await reader.readline():
             side.lines.append(line)
-            peer.feed(line)
+            await peer.feed(line)
         writer.close()
 
     return side, asyncio.create_task(read())
@@ -144,8 +145,8 @@ async def test_an_unanswered_request_ends_at_its_bound_and_a_lost_transport_ends
 
 async def test_a_line_that_is_not_json_rpc_is_dropped_and_reading_goes_on(caplog: pytest.LogCaptureFixture) -> None:
     async with pair() as (left, _right):
-        left.peer.feed(b"not json\n")
-        left.peer.feed(b'{"id": "x", "result": 1}\n')  # an answer to nothing of ours: dropped
+        await left.peer.feed(b"not json\n")
+        await left.peer.feed(b'{"id": "x", "result": 1}\n')  # an answer to nothing of ours: dropped
         assert await left.peer.request("add", {"a": 2, "b": 2}, within=5) == {"sum": 4}
     assert "not a JSON-RPC message: b'not json\\n'" in caplog.text
 
