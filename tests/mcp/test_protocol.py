@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator
 
 import pytest
@@ -291,3 +292,24 @@ async def test_requests_pipelined_behind_initialize_are_served(fresh: RawClient)
     answers = {answer["id"]: answer for answer in [await fresh.receive() for _ in range(3)]}
     assert answers[1]["result"]["content"][0]["text"] == "A!"
     assert "tools" in answers[2]["result"]
+
+
+async def test_client_data_in_log_lines_is_cut(fresh: RawClient, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="coven_codex")
+    long = "n" * 100_000
+    info = {"name": long, "version": long}
+    answer = await fresh.request(
+        "initialize", {"protocolVersion": long, "capabilities": {}, "clientInfo": info}, request_id=0
+    )
+    assert answer["result"]["protocolVersion"] == "2025-11-25"
+    await fresh.send({"jsonrpc": "2.0", "method": "notifications/" + long})
+    call = {"name": "sleep", "arguments": {"seconds": 30}}
+    await fresh.send({"jsonrpc": "2.0", "id": long, "method": "tools/call", "params": call})
+    await fresh.send(
+        {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": long, "reason": long}}
+    )
+    assert (await fresh.request("ping", request_id="sync"))["result"] == {}
+    messages = [record.getMessage() for record in caplog.records]
+    assert any("cancelled request" in message for message in messages)
+    assert any("MCP client nnn" in message for message in messages)
+    assert max(len(message) for message in messages) < 1000
