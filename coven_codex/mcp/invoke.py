@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from concurrent.futures import Executor, Future
 from typing import Any
 
+from pydantic import JsonValue
+
 from coven_codex.mcp.context import SpellContext
 from coven_codex.mcp.messages import CallToolResult, error_result
 from coven_codex.mcp.registry import Spell
@@ -35,7 +37,7 @@ class SpellError(Exception):
 
 async def call_spell(
     spell: Spell,
-    arguments: Mapping[str, Any] | None,
+    arguments: Mapping[str, JsonValue] | None,
     context: SpellContext,
     executor: Executor | None = None,
 ) -> CallToolResult:
