@@ -273,6 +273,8 @@ class Connection:
             async with asyncio.timeout(within):
                 await self._writer.drain()
         except TimeoutError:
+            if self._stalled:  # another waiter timed out at the same moment and said it
+                return
             self._stalled = True
             log.warning(
                 "MCP client %s read none of its replies for %gs (%d bytes queued); closing its connection",

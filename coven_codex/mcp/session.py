@@ -175,10 +175,20 @@ class McpSession:
         token = params.progress_token()
         sink = None
         if token is not None:
+            refused: list[str] = []
 
             def sink(progress: float, total: float | None, message: str | None) -> None:
-                update = ProgressParams(progressToken=token, progress=progress, total=total, message=message)
-                notify("notifications/progress", wire(update))
+                try:
+                    update = ProgressParams(progressToken=token, progress=progress, total=total, message=message)
+                    notify("notifications/progress", wire(update))
+                except (ValidationError, ValueError) as exc:  # not a JSON number (NaN, a string...)
+                    if not refused:  # once per call, not once per report
+                        refused.append(params.name)
+                        log.warning(
+                            "spell %s reported progress that JSON cannot carry (%s); dropped",
+                            params.name,
+                            type(exc).__name__,
+                        )
 
         context = SpellContext(
             spell_name=params.name,

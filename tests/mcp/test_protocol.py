@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 from mcp_helpers import RawClient
 
-from coven_codex.mcp import ConnectionLimits, SpellRegistry, SpellServer
+from coven_codex.mcp import ConnectionLimits, SpellContext, SpellRegistry, SpellServer
 
 
 @pytest.fixture
@@ -313,3 +313,33 @@ async def test_client_data_in_log_lines_is_cut(fresh: RawClient, caplog: pytest.
     assert any("cancelled request" in message for message in messages)
     assert any("MCP client nnn" in message for message in messages)
     assert max(len(message) for message in messages) < 1000
+
+
+async def test_progress_json_cannot_carry_is_dropped_once_and_the_call_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    registry = SpellRegistry()
+
+    @registry.spell
+    async def odd_progress(ctx: SpellContext) -> str:
+        """Reports NaN progress twice, then a real one."""
+        ctx.report_progress(float("nan"))
+        ctx.report_progress(float("nan"))
+        ctx.report_progress(1.0)
+        return "finished"
+
+    async with SpellServer(registry) as running:
+        client = await RawClient.connect(running, initialize=True)
+        await client.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "tools/call",
+                "params": {"name": "odd_progress", "arguments": {}, "_meta": {"progressToken": "t"}},
+            }
+        )
+        progress, answer = await client.receive(), await client.receive()
+        assert progress["method"] == "notifications/progress" and progress["params"]["progress"] == 1
+        assert answer["result"] == {"content": [{"type": "text", "text": "finished"}], "isError": False}
+        await client.close()
+    assert sum("JSON cannot carry" in record.getMessage() for record in caplog.records) == 1
