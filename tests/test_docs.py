@@ -244,3 +244,14 @@ def test_the_journal_command_table_lists_every_action_and_option() -> None:
             "--log-level",
         }
         assert options == set(re.findall(r"--[a-z-]+", rows[name])), name
+
+
+def test_the_spell_server_table_names_every_module_of_coven_codex_mcp() -> None:
+    """docs/architecture.md's table of the spell server's layers names exactly the modules of ``coven_codex/mcp/``."""
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    table = doc[doc.index("**The spell server**") : doc.index("Under `connection.py`")]
+    documented = set(re.findall(r"`([a-z_]+\.py)`", "\n".join(re.findall(r"^\| ([^|]+) \|", table, re.M))))
+    modules = {path.name for path in (ROOT / "coven_codex" / "mcp").glob("*.py")} - {"__init__.py"}
+    assert documented == modules
+    for name in ("messages.py", "framing.py", "peer.py"):
+        assert name in doc[doc.index("Under `connection.py`") :].split("\n\n")[0]

@@ -12,7 +12,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 IMPORT_NAMES = {
-    "jsonrpcserver": "jsonrpcserver",
     "pydantic": "pydantic",
     "tomlkit": "tomlkit",
     "watchfiles": "watchfiles",

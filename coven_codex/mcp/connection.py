@@ -1,5 +1,9 @@
 """One shim connection: the secret handshake, then MCP over newline-delimited JSON.
 
+The transport's side of the MCP server: the handshake, reading and framing
+(:class:`coven_codex.jsonrpc.FrameDecoder`), back-pressure and the end of the connection. The
+JSON-RPC side is the one peer of :mod:`coven_codex.jsonrpc` serving :meth:`McpSession.methods`.
+
 Requests run concurrently, each in its own task; at most ``max_in_flight`` ``tools/call`` run at
 once, the rest wait their turn (pings and lists never wait behind spells). Past ``max_pending``
 unanswered requests, or past ``max_write_buffer`` bytes of replies the client has not read, the
@@ -21,30 +25,28 @@ import os
 import select
 import socket
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from coven_codex.mcp.framing import OVERSIZED, FrameDecoder, decode, encode
-from coven_codex.mcp.protocol import (
-    INTERNAL_ERROR,
+from pydantic import JsonValue, ValidationError
+
+from coven_codex.agent.limits import cut
+from coven_codex.jsonrpc import (
     INVALID_REQUEST,
-    PARSE_ERROR,
-    ClientResponse,
-    Invalid,
-    Notification,
-    Request,
-    classify,
-    error_response,
-    id_key,
-    is_request_id,
+    OVERSIZED,
+    FrameDecoder,
+    JsonRpcPeer,
+    ServedRequest,
+    Serving,
 )
+from coven_codex.mcp.messages import CancelledParams
 from coven_codex.mcp.session import McpSession
 from mcp_shim import wire
 
 log = logging.getLogger(__name__)
 
 READ_CHUNK = 1 << 20
-THREAD_PARSE_BYTES = 1 << 20
+INTERNAL_ERROR_MESSAGE = "internal error in the coven MCP server; see the daemon log"
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,11 +118,33 @@ class Connection:
         self._session = session
         self._secret = secret.encode() if secret is not None else None
         self._limits = limits
-        self._in_flight: dict[tuple[bool, Any], asyncio.Task[None]] = {}
         self._slots = asyncio.Semaphore(limits.max_in_flight)
-        self._room = asyncio.Event()
         self._stalled = False
         self.peer = peer_of(writer)
+        methods = session.methods(self._notify)
+        call = methods["tools/call"]
+
+        async def tools_call(request: ServedRequest) -> JsonValue:
+            async with self._slots:
+                return await call(request)
+
+        methods["tools/call"] = tools_call
+        serving = Serving(
+            methods,
+            max_pending=limits.max_pending,
+            # Requests sent right behind it (clients pipeline tools/list) must see the session initialised.
+            sequential=frozenset({"initialize"}),
+            internal_error=INTERNAL_ERROR_MESSAGE,
+        )
+        self._rpc = JsonRpcPeer(
+            self._write,
+            self._drain,
+            on_request=serving,
+            on_notification=self._on_notification,
+            jsonrpc_member=True,
+            answer_within=limits.write_stall_timeout,
+            label=f"MCP client {self.peer}",
+        )
 
     async def run(self) -> None:
         """Serve until the client closes; never raises (except cancellation)."""
@@ -133,7 +157,7 @@ class Connection:
         except Exception:
             log.exception("MCP connection from %s failed; closing it", self.peer)
         finally:
-            await self._cancel_in_flight()  # normally none are left; never leave a call unowned
+            await self._rpc.cancel_served()  # normally none are left; never leave a call unowned
             self._writer.close()
             try:
                 async with asyncio.timeout(self._limits.close_timeout):
@@ -188,8 +212,12 @@ class Connection:
             data = leftover
             while not self._stalled:
                 for frame in decoder.feed(data):
-                    await self._on_frame(frame)
-                    await self._drain()
+                    if frame is OVERSIZED:
+                        await self._oversized()
+                    else:
+                        assert isinstance(frame, bytes)
+                        await self._rpc.feed(frame)
+                    await self._drain(self._limits.write_stall_timeout)
                     if self._stalled:
                         break
                 else:
@@ -199,151 +227,74 @@ class Connection:
         except (ConnectionError, OSError) as exc:
             if not self._stalled:
                 log.info("MCP connection from %s broke: %s", self.peer, exc)
-            await self._cancel_in_flight()
+            await self._rpc.cancel_served()
             return
         except asyncio.CancelledError:
-            await self._cancel_in_flight()
+            await self._rpc.cancel_served()
             raise
         if self._stalled or _peer_gone(self._writer):
             log.debug("MCP client %s closed the connection; cancelling its calls", self.peer)
-            await self._cancel_in_flight()
+            await self._rpc.cancel_served()
             return
         # The client only half-closed (the shim does when its stdin closes): answer what finishes
         # within the grace (the shim still relays for a while), then cancel the rest.
-        tasks = list(self._in_flight.values())
-        if tasks:
-            _, running = await asyncio.wait(tasks, timeout=self._limits.eof_grace)
-            if running:
-                log.info("MCP client %s closed its side; cancelling its %d running call(s)", self.peer, len(running))
-                await self._cancel_in_flight()
+        running = await self._rpc.settle(self._limits.eof_grace)
+        if running:
+            log.info("MCP client %s closed its side; cancelling its %d running call(s)", self.peer, running)
+            await self._rpc.cancel_served()
 
-    async def _drain(self) -> None:
+    async def _oversized(self) -> None:
+        limit = self._limits.max_message_bytes
+        log.warning("MCP client %s sent a message over %d bytes; dropped", self.peer, limit)
+        await self._rpc.respond_error(
+            None, INVALID_REQUEST, f"message too large (limit {limit} bytes)", within=self._limits.write_stall_timeout
+        )
+
+    def _write(self, data: bytes) -> None:
+        """Queue one line for the client (dropped once the connection is closing)."""
+        if self._writer.is_closing():
+            return
+        try:
+            self._writer.write(data)
+        except (ConnectionError, OSError, RuntimeError):
+            log.debug("dropping a message to a closed MCP connection")
+
+    async def _drain(self, within: float) -> None:
         """Wait while too many replies are queued for the client; drop a client that stopped reading.
 
         Past ``max_write_buffer`` queued bytes nothing more is read from the client (so it cannot
-        make the daemon queue more) until it reads; after ``write_stall_timeout`` of that, the
-        connection is aborted, with one log line.
+        make the daemon queue more) until it reads; after ``within`` seconds of that (the
+        ``write_stall_timeout``), the connection is aborted, with one log line.
         """
         transport = self._writer.transport
         if self._stalled or transport.get_write_buffer_size() <= self._limits.max_write_buffer:
             return
         try:
-            async with asyncio.timeout(self._limits.write_stall_timeout):
+            async with asyncio.timeout(within):
                 await self._writer.drain()
         except TimeoutError:
+            if self._stalled:  # another waiter timed out at the same moment and said it
+                return
             self._stalled = True
             log.warning(
                 "MCP client %s read none of its replies for %gs (%d bytes queued); closing its connection",
                 self.peer,
-                self._limits.write_stall_timeout,
+                within,
                 transport.get_write_buffer_size(),
             )
             transport.abort()
 
-    async def _cancel_in_flight(self) -> None:
-        tasks = list(self._in_flight.values())
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+    def _notify(self, method: str, params: Mapping[str, JsonValue]) -> None:
+        self._rpc.notify_nowait(method, params)
 
-    async def _on_frame(self, frame: bytes | object) -> None:
-        if frame is OVERSIZED:
-            limit = self._limits.max_message_bytes
-            log.warning("MCP client %s sent a message over %d bytes; dropped", self.peer, limit)
-            self._send(error_response(None, INVALID_REQUEST, f"message too large (limit {limit} bytes)"))
-            return
-        assert isinstance(frame, bytes)
-        try:
-            if len(frame) >= THREAD_PARSE_BYTES:
-                value = await asyncio.to_thread(decode, frame)
-            else:
-                value = decode(frame)
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            self._send(error_response(None, PARSE_ERROR, "Parse error: the message is not valid JSON"))
-            return
-        message = classify(value)
-        if isinstance(message, Request):
-            await self._start(message)
-        elif isinstance(message, Notification):
-            self._on_notification(message)
-        elif isinstance(message, Invalid):
-            self._send(error_response(message.id, INVALID_REQUEST, f"Invalid request: {message.message}"))
-        elif isinstance(message, ClientResponse):
-            log.debug("ignoring a response (id %r) from the MCP client: this server sends no requests", message.id)
-
-    async def _start(self, request: Request) -> None:
-        key = id_key(request.id)
-        if key in self._in_flight:
-            # Not under the same id: the client would take it for the first request's answer.
-            shown = repr(request.id)
-            shown = shown if len(shown) <= 80 else shown[:79] + "…"
-            self._send(
-                error_response(
-                    None,
-                    INVALID_REQUEST,
-                    f"Invalid request: id {shown} is already in use by a request in flight",
-                    {"id": request.id},
-                )
-            )
-            return
-        while len(self._in_flight) >= self._limits.max_pending:
-            self._room.clear()
-            await self._room.wait()
-        task = asyncio.create_task(self._answer(request), name=f"mcp-{request.method}-{request.id!r}")
-        self._in_flight[key] = task
-        if request.method == "initialize":
-            # Requests sent right behind it (clients pipeline tools/list) must see the session initialised.
-            await asyncio.wait([task])
-
-    async def _answer(self, request: Request) -> None:
-        key = id_key(request.id)
-        try:
-            if request.method == "tools/call":
-                async with self._slots:
-                    response = await self._session.handle(request, self._send)
-            else:
-                response = await self._session.handle(request, self._send)
-            self._send(response)
-            await self._drain()
-        except asyncio.CancelledError:
-            log.info("MCP request %r (%s) cancelled by the client", request.id, request.method)
-        except (ConnectionError, OSError):
-            if not self._stalled:
-                log.info("could not answer MCP request %r: the client is gone", request.id)
-        finally:
-            self._in_flight.pop(key, None)
-            if len(self._in_flight) < self._limits.max_pending:
-                self._room.set()
-
-    def _on_notification(self, notification: Notification) -> None:
-        if notification.method != "notifications/cancelled":
-            self._session.notification(notification.method, notification.params)
-            return
-        request_id = notification.params.get("requestId")
-        if not isinstance(request_id, str | int | float) or not is_request_id(request_id):
-            return
-        task = self._in_flight.get(id_key(request_id))
-        if task is not None:
-            reason = notification.params.get("reason")
-            log.info("MCP client cancelled request %r%s", request_id, f" ({reason})" if reason else "")
-            task.cancel()
-
-    def _send(self, message: dict[str, Any]) -> None:
-        if self._writer.is_closing():
+    def _on_notification(self, method: str, params: dict[str, JsonValue]) -> None:
+        if method != "notifications/cancelled":
+            self._session.notification(method, params)
             return
         try:
-            data = encode(message)
-        except (TypeError, ValueError):
-            log.exception("an MCP message cannot be encoded as JSON")
-            if "id" not in message:
-                return
-            data = encode(
-                error_response(
-                    message["id"], INTERNAL_ERROR, "internal error in the coven MCP server; see the daemon log"
-                )
-            )
-        try:
-            self._writer.write(data)
-        except (ConnectionError, OSError, RuntimeError):
-            log.debug("dropping a message to a closed MCP connection")
+            cancelled = CancelledParams.model_validate(params)
+        except ValidationError:
+            return
+        if self._rpc.cancel(cancelled.requestId):
+            reason = f" ({cut(cancelled.reason)})" if cancelled.reason else ""
+            log.info("MCP client %s cancelled request %s%s", self.peer, cut(repr(cancelled.requestId)), reason)

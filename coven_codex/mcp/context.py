@@ -6,7 +6,8 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+
+from pydantic import JsonValue
 
 log = logging.getLogger(__name__)
 
@@ -25,13 +26,13 @@ class SpellContext:
         *,
         spell_name: str,
         session: str = "",
-        meta: Mapping[str, Any] | None = None,
+        meta: Mapping[str, JsonValue] | None = None,
         progress_sink: ProgressSink | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         self.spell_name = spell_name
         self.session = session
-        self.meta: Mapping[str, Any] = dict(meta or {})
+        self.meta: Mapping[str, JsonValue] = dict(meta or {})
         self._progress_sink = progress_sink
         self._loop = loop
         self._cancelled = threading.Event()

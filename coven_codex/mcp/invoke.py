@@ -1,11 +1,11 @@
 """Running one spell call: validate, run (sync spells off the event loop), time out, convert.
 
-A spell's failure never escapes as an exception: it becomes a ``CallToolResult`` with
-``isError: true`` whose text says what happened (the spell's own exception message may be shown;
-tracebacks and daemon internals go to the log only). That holds for every ``BaseException``:
-``sys.exit()``, ``KeyboardInterrupt`` or a ``CancelledError`` the spell raises itself fail the
-call, never the daemon; only a real cancellation of the call (the client's, or the server's
-shutdown) propagates.
+A spell's failure never escapes as an exception: it becomes a
+:class:`~coven_codex.mcp.messages.CallToolResult` with ``isError: true`` whose text says what
+happened (the spell's own exception message may be shown; tracebacks and daemon internals go
+to the log only). That holds for every ``BaseException``: ``sys.exit()``, ``KeyboardInterrupt``
+or a ``CancelledError`` the spell raises itself fail the call, never the daemon; only a real
+cancellation of the call (the client's, or the server's shutdown) propagates.
 """
 
 from __future__ import annotations
@@ -18,7 +18,10 @@ from collections.abc import Mapping
 from concurrent.futures import Executor, Future
 from typing import Any
 
+from pydantic import JsonValue
+
 from coven_codex.mcp.context import SpellContext
+from coven_codex.mcp.messages import CallToolResult, error_result
 from coven_codex.mcp.registry import Spell
 from coven_codex.mcp.schema import ArgumentError, ResultError
 from coven_codex.mcp.threads import SpellThreads, SpellThreadsExhausted
@@ -32,18 +35,13 @@ class SpellError(Exception):
     """Raise from a spell to fail with exactly this message (no exception type shown)."""
 
 
-def error_result(text: str) -> dict[str, Any]:
-    """A ``CallToolResult`` reporting a failure to the model."""
-    return {"content": [{"type": "text", "text": text}], "isError": True}
-
-
 async def call_spell(
     spell: Spell,
-    arguments: Mapping[str, Any] | None,
+    arguments: Mapping[str, JsonValue] | None,
     context: SpellContext,
     executor: Executor | None = None,
-) -> dict[str, Any]:
-    """Run ``spell`` with ``arguments``; always returns a ``CallToolResult`` (or is cancelled)."""
+) -> CallToolResult:
+    """Run ``spell`` with ``arguments``; always returns a result (or is cancelled)."""
     try:
         args, kwargs = spell.arguments.bind(arguments)
     except ArgumentError as exc:
@@ -81,16 +79,13 @@ async def call_spell(
         return _base_exception_result(spell, exc)
     try:
         content, structured = spell.result.to_content(value)
+        return CallToolResult(content=content, structuredContent=structured)
     except ResultError as exc:
         log.error("spell %s returned a value not matching its return type: %s", spell.name, exc)
         return error_result(f"spell {spell.name!r} returned a value that does not match its declared return type")
     except Exception:
         log.exception("spell %s returned a value that cannot be serialised", spell.name)
         return error_result(f"spell {spell.name!r} returned a value that cannot be turned into JSON")
-    result: dict[str, Any] = {"content": content, "isError": False}
-    if structured is not None:
-        result["structuredContent"] = structured
-    return result
 
 
 async def _run(
@@ -123,7 +118,7 @@ def _cancelling() -> bool:
     return task is not None and task.cancelling() > 0
 
 
-def _base_exception_result(spell: Spell, exc: BaseException) -> dict[str, Any]:
+def _base_exception_result(spell: Spell, exc: BaseException) -> CallToolResult:
     log.error(
         "spell %s raised %s, which would end the daemon; it fails the call instead",
         spell.name,

@@ -20,6 +20,7 @@ from typing import Any
 
 from coven_codex.entries import BaseEntry, ToolCallEntry, ToolResultEntry
 from coven_codex.mcp.codex_entry import SERVER_NAME
+from coven_codex.mcp.messages import CallToolResult
 
 MAX_OUTCOMES = 4096
 
@@ -43,14 +44,6 @@ def outcome_key(spell_name: str, arguments: Any, text: str) -> str:
     return digest.hexdigest()
 
 
-def result_text(result: dict[str, Any]) -> str:
-    """The text blocks of a ``CallToolResult``, joined as the rollout translator joins them."""
-    content = result.get("content")
-    if not isinstance(content, list):
-        return ""
-    return "\n".join(str(block.get("text", "")) for block in content if isinstance(block, dict) and "text" in block)
-
-
 class SpellOutcomes:
     """A bounded map from :func:`outcome_key` to whether that call failed (thread-safe)."""
 
@@ -59,11 +52,11 @@ class SpellOutcomes:
         self._failed: OrderedDict[str, bool] = OrderedDict()
         self._lock = threading.Lock()
 
-    def record(self, spell_name: str, arguments: Any, result: dict[str, Any]) -> None:
+    def record(self, spell_name: str, arguments: Any, result: CallToolResult) -> None:
         """Remember the outcome of one call of ``spell_name``."""
-        key = outcome_key(spell_name, arguments, result_text(result))
+        key = outcome_key(spell_name, arguments, result.text())
         with self._lock:
-            self._failed[key] = bool(result.get("isError"))
+            self._failed[key] = result.isError
             self._failed.move_to_end(key)
             while len(self._failed) > self._limit:
                 self._failed.popitem(last=False)

@@ -1,10 +1,11 @@
 """One MCP session (one client connection): lifecycle state and the tools-only methods.
 
-Method dispatch goes through jsonrpcserver (method table, ``-32601`` for unknown methods,
-``-32602`` when params do not bind). Around it, :mod:`coven_codex.mcp.connection` does what
-jsonrpcserver cannot: parse once and echo ids of invalid requests, track requests in flight for
-``notifications/cancelled``, send progress notifications, and never leak exception text
-(jsonrpcserver puts ``str(exc)`` into internal errors, so every method here catches its own).
+:meth:`McpSession.methods` is the method table the connection's JSON-RPC peer serves
+(:class:`coven_codex.jsonrpc.Serving`): each handler reads its params as a typed model
+(:mod:`coven_codex.mcp.messages`; params that do not fit are ``-32602``), checks the MCP
+lifecycle (``-32600`` before ``initialize`` or for a second one) and returns its result model
+on the wire. An unknown method is the peer's ``-32601``; a handler's unexpected failure its bare
+internal error (the traceback goes to the log, never to the client).
 """
 
 from __future__ import annotations
@@ -13,63 +14,51 @@ import asyncio
 import base64
 import binascii
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
-from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeVar
 
-from jsonrpcserver import Error, InvalidParams, Result, Success, async_dispatch_to_serializable
+from pydantic import BaseModel, JsonValue, ValidationError
 
 from coven_codex import __version__
+from coven_codex.agent.limits import cut
+from coven_codex.jsonrpc import INVALID_PARAMS, INVALID_REQUEST, RpcError, ServedRequest
+from coven_codex.jsonrpc.peer import Handler
 from coven_codex.mcp.context import SpellContext
 from coven_codex.mcp.invoke import call_spell
-from coven_codex.mcp.outcomes import SpellOutcomes, recent_outcomes
-from coven_codex.mcp.protocol import (
-    INTERNAL_ERROR,
-    INVALID_PARAMS,
-    INVALID_REQUEST,
+from coven_codex.mcp.messages import (
     SUPPORTED_PROTOCOL_VERSIONS,
-    Request,
-    RequestId,
-    error_response,
+    CallToolParams,
+    Implementation,
+    InitializeParams,
+    InitializeResult,
+    ListToolsParams,
+    ListToolsResult,
+    ProgressParams,
     negotiate_version,
+    wire,
 )
+from coven_codex.mcp.outcomes import SpellOutcomes, recent_outcomes
 from coven_codex.mcp.registry import SpellRegistry
+from coven_codex.mcp.schema import describe_validation_error
 
 log = logging.getLogger(__name__)
 
-SendMessage = Callable[[dict[str, Any]], None]
-Method = Callable[..., Awaitable[Result]]
+Notify = Callable[[str, Mapping[str, JsonValue]], None]
+"""Queues a notification to the client (progress while a call runs)."""
+P = TypeVar("P", bound=BaseModel)
+MAX_PARAMS_ERROR = 500
 
 
-@dataclass(slots=True)
-class RequestContext:
-    """What a method needs to know about the request it serves (jsonrpcserver's ``context``)."""
-
-    request_id: RequestId
-    send: SendMessage
-    meta: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def progress_token(self) -> str | int | float | None:
-        """The client's ``progressToken`` (MCP allows ``string | number``), or None."""
-        token = self.meta.get("progressToken")
-        return token if isinstance(token, str | int | float) and not isinstance(token, bool) else None
-
-
-def _guarded(method: Method) -> Method:
-    """Turn an unexpected exception into a bare internal error (the traceback goes to the log)."""
-
-    async def guarded(request: RequestContext, /, **params: Any) -> Result:
-        try:
-            return await method(request, **params)
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("MCP method %s failed", getattr(method, "__name__", "?"))
-            return Error(INTERNAL_ERROR, "internal error in the coven MCP server; see the daemon log")
-
-    return guarded
+def read_params(model: type[P], request: ServedRequest) -> P:
+    """``request``'s params as ``model``; :class:`RpcError` ``-32602`` saying what does not fit."""
+    try:
+        return model.model_validate(request.params)
+    except ValidationError as exc:
+        why = describe_validation_error(exc)
+        raise RpcError(
+            "Invalid params", INVALID_PARAMS, why if len(why) <= MAX_PARAMS_ERROR else why[: MAX_PARAMS_ERROR - 1] + "…"
+        ) from None
 
 
 class McpSession:
@@ -86,6 +75,8 @@ class McpSession:
         instructions: str | None = None,
         outcomes: SpellOutcomes | None = None,
     ) -> None:
+        """``label`` names the session to spells (:attr:`SpellContext.session`); ``page_size``:
+        tools per ``tools/list`` page; ``instructions``: told to the client at ``initialize``."""
         self.registry = registry
         self.outcomes = outcomes if outcomes is not None else recent_outcomes
         self.executor = executor
@@ -94,35 +85,31 @@ class McpSession:
         self.page_size = max(1, page_size)
         self.instructions = instructions
         self.protocol_version: str | None = None
-        self.client_info: dict[str, Any] = {}
+        self.client_info = Implementation()
         self.initialized = False
-        self.methods: dict[str, Method] = {
-            "initialize": _guarded(self._initialize),
-            "ping": _guarded(self._ping),
-            "tools/list": _guarded(self._tools_list),
-            "tools/call": _guarded(self._tools_call),
-        }
 
-    async def handle(self, request: Request, send: SendMessage) -> dict[str, Any]:
-        """The response message for ``request`` (cancellation propagates: then no response)."""
-        refusal = self._lifecycle_refusal(request.method)
-        if refusal is not None:
-            return error_response(request.id, INVALID_REQUEST, refusal)
-        params = request.params if isinstance(request.params, dict) else {}
-        meta = params.get("_meta")
-        context = RequestContext(request.id, send, meta if isinstance(meta, dict) else {})
-        response = await async_dispatch_to_serializable(
-            "",
-            methods=self.methods,
-            context=context,
-            deserializer=lambda _: request.message,
-            validator=lambda parsed: parsed,
-        )
-        if not isinstance(response, dict):  # cannot happen for a request with an id
-            log.error("jsonrpcserver gave no single response for request %r", request.id)
-            return error_response(request.id, INTERNAL_ERROR, "internal error in the coven MCP server")
-        response["id"] = request.id
-        return response
+    def methods(self, notify: Notify) -> dict[str, Handler]:
+        """The method table for the peer; ``notify`` sends the progress of ``tools/call``."""
+
+        async def tools_call(request: ServedRequest) -> JsonValue:
+            return await self._tools_call(request, notify)
+
+        table: dict[str, Handler] = {
+            "initialize": self._initialize,
+            "ping": self._ping,
+            "tools/list": self._tools_list,
+            "tools/call": tools_call,
+        }
+        return {method: self._in_lifecycle(method, handler) for method, handler in table.items()}
+
+    def _in_lifecycle(self, method: str, handler: Handler) -> Handler:
+        async def checked(request: ServedRequest) -> JsonValue:
+            refusal = self._lifecycle_refusal(method)
+            if refusal is not None:
+                raise RpcError(refusal, INVALID_REQUEST)
+            return await handler(request)
+
+        return checked
 
     def _lifecycle_refusal(self, method: str) -> str | None:
         """Why ``method`` cannot run in this session's state (MCP lifecycle), or None."""
@@ -131,104 +118,95 @@ class McpSession:
                 f"Invalid request: this session is already initialised (protocol {self.protocol_version}); "
                 "open a new connection to start over"
             )
-        if self.protocol_version is None and method in self.methods and method not in ("initialize", "ping"):
+        if self.protocol_version is None and method not in ("initialize", "ping"):
             return (
                 f"Invalid request: {method} before initialize; send initialize first (this server "
                 f"speaks MCP {', '.join(SUPPORTED_PROTOCOL_VERSIONS)}, which all begin with it)"
             )
         return None
 
-    def notification(self, method: str, params: Mapping[str, Any]) -> None:
+    def notification(self, method: str, params: Mapping[str, JsonValue]) -> None:
         """Handle a client notification other than ``notifications/cancelled``."""
         if method == "notifications/initialized":
             self.initialized = True
-        elif method in ("notifications/progress", "notifications/roots/list_changed"):
-            return
-        else:
-            log.debug("ignoring MCP notification %s", method)
+        elif method not in ("notifications/progress", "notifications/roots/list_changed"):
+            log.debug("ignoring MCP notification %s", cut(method))
 
-    async def _initialize(self, request: RequestContext, /, **params: Any) -> Result:
-        requested = params.get("protocolVersion")
-        if not isinstance(requested, str):
-            return InvalidParams('"protocolVersion" must be a string')
-        client_info = params.get("clientInfo")
-        self.client_info = client_info if isinstance(client_info, dict) else {}
-        self.protocol_version = negotiate_version(requested)
+    async def _initialize(self, request: ServedRequest) -> JsonValue:
+        params = read_params(InitializeParams, request)
+        self.client_info = params.clientInfo
+        self.protocol_version = negotiate_version(params.protocolVersion)
         log.info(
             "MCP client %s %s connected (protocol %s, asked for %s)",
-            self.client_info.get("name", "?"),
-            self.client_info.get("version", "?"),
+            cut(self.client_info.name),
+            cut(self.client_info.version),
             self.protocol_version,
-            requested,
+            cut(params.protocolVersion),
         )
-        result: dict[str, Any] = {
-            "protocolVersion": self.protocol_version,
-            "capabilities": {"tools": {"listChanged": False}},
-            "serverInfo": {"name": self.server_name, "version": __version__},
-        }
-        if self.instructions:
-            result["instructions"] = self.instructions
-        return Success(result)
+        result = InitializeResult(
+            protocolVersion=self.protocol_version,
+            serverInfo=Implementation(name=self.server_name, version=__version__),
+            instructions=self.instructions or None,
+        )
+        return wire(result)
 
-    async def _ping(self, request: RequestContext, /, **params: Any) -> Result:
-        return Success({})
+    async def _ping(self, request: ServedRequest) -> JsonValue:
+        return {}
 
-    async def _tools_list(self, request: RequestContext, /, **params: Any) -> Result:
-        cursor = params.get("cursor")
+    async def _tools_list(self, request: ServedRequest) -> JsonValue:
+        params = read_params(ListToolsParams, request)
         start = 0
-        if cursor is not None:
-            decoded = _decode_cursor(cursor)
+        if params.cursor is not None:
+            decoded = _decode_cursor(params.cursor)
             if decoded is None:
-                return Error(INVALID_PARAMS, "Invalid cursor", "pass back a nextCursor from tools/list")
+                raise RpcError("Invalid cursor", INVALID_PARAMS, "pass back a nextCursor from tools/list")
             start = decoded
         tools = self.registry.tool_definitions()
         page = tools[start : start + self.page_size]
-        result: dict[str, Any] = {"tools": page}
         end = start + len(page)
-        if end < len(tools):
-            result["nextCursor"] = _encode_cursor(end)
-        return Success(result)
+        result = ListToolsResult(tools=page, nextCursor=_encode_cursor(end) if end < len(tools) else None)
+        return wire(result)
 
-    async def _tools_call(self, request: RequestContext, /, **params: Any) -> Result:
-        name = params.get("name")
-        if not isinstance(name, str):
-            return InvalidParams('"name" must be the name of a tool from tools/list')
-        arguments = params.get("arguments")
-        if arguments is not None and not isinstance(arguments, dict):
-            return InvalidParams('"arguments" must be an object')
-        spell = self.registry.get(name)
+    async def _tools_call(self, request: ServedRequest, notify: Notify) -> JsonValue:
+        params = read_params(CallToolParams, request)
+        spell = self.registry.get(params.name)
         if spell is None:
-            return Error(INVALID_PARAMS, f"Unknown tool: {name}")
-        token = request.progress_token
+            raise RpcError(f"Unknown tool: {cut(params.name, 200)}", INVALID_PARAMS)
+        token = params.progress_token()
         sink = None
         if token is not None:
-            send = request.send
+            refused: list[str] = []
 
             def sink(progress: float, total: float | None, message: str | None) -> None:
-                params: dict[str, Any] = {"progressToken": token, "progress": progress}
-                if total is not None:
-                    params["total"] = total
-                if message is not None:
-                    params["message"] = message
-                send({"jsonrpc": "2.0", "method": "notifications/progress", "params": params})
+                try:
+                    update = ProgressParams(progressToken=token, progress=progress, total=total, message=message)
+                    notify("notifications/progress", wire(update))
+                except (ValidationError, ValueError) as exc:  # not a JSON number (NaN, a string...)
+                    if not refused:  # once per call, not once per report
+                        refused.append(params.name)
+                        log.warning(
+                            "spell %s reported progress that JSON cannot carry (%s); dropped",
+                            params.name,
+                            type(exc).__name__,
+                        )
 
         context = SpellContext(
-            spell_name=name,
+            spell_name=params.name,
             session=self.label,
-            meta=request.meta,
+            meta=params.meta,
             progress_sink=sink,
             loop=asyncio.get_running_loop(),
         )
-        result = await call_spell(spell, arguments, context, self.executor)
-        self.outcomes.record(name, arguments, result)
-        return Success(result)
+        result = await call_spell(spell, params.arguments, context, self.executor)
+        self.outcomes.record(params.name, params.arguments, result)
+        return wire(result)
 
 
 def _encode_cursor(offset: int) -> str:
     return base64.urlsafe_b64encode(f"tools:{offset}".encode()).decode()
 
 
-def _decode_cursor(cursor: object) -> int | None:
+def _decode_cursor(cursor: JsonValue) -> int | None:
     if not isinstance(cursor, str):
         return None
     try:

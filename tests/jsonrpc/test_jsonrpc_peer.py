@@ -14,8 +14,19 @@ from typing import Any
 import pytest
 from pydantic import JsonValue
 
-from coven_codex.jsonrpc import JsonRpcPeer, RequestId, RequestTimeout, RpcError
-from coven_codex.jsonrpc.messages import METHOD_NOT_FOUND, ErrorResponse, Notification, Request, Response, encode
+from coven_codex.jsonrpc import JsonRpcPeer, RequestId, RequestTimeout, RpcError, ServedRequest, Serving
+from coven_codex.jsonrpc.messages import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    ErrorResponse,
+    Notification,
+    Request,
+    Response,
+    encode,
+)
 
 
 @dataclass
@@ -40,8 +51,7 @@ async def open_side(
 ) -> tuple[Side, asyncio.Task[None]]:
     reader, writer = await asyncio.open_unix_connection(sock=sock)
 
-    async def write(data: bytes, within: float) -> None:
-        writer.write(data)
+    async def drain(within: float) -> None:
         await asyncio.wait_for(writer.drain(), within)
 
     holder: list[Side] = []
@@ -63,14 +73,16 @@ async def open_side(
         holder[0].notifications.append((method, params))
         holder[0].arrived.set()
 
-    peer = JsonRpcPeer(write, on_request=on_request, on_notification=on_notification, jsonrpc_member=jsonrpc_member)
+    peer = JsonRpcPeer(
+        writer.write, drain, on_request=on_request, on_notification=on_notification, jsonrpc_member=jsonrpc_member
+    )
     side = Side(peer)
     holder.append(side)
 
     async def read() -> None:
         while line := await reader.readline():
             side.lines.append(line)
-            peer.feed(line)
+            await peer.feed(line)
         writer.close()
 
     return side, asyncio.create_task(read())
@@ -144,8 +156,8 @@ async def test_an_unanswered_request_ends_at_its_bound_and_a_lost_transport_ends
 
 async def test_a_line_that_is_not_json_rpc_is_dropped_and_reading_goes_on(caplog: pytest.LogCaptureFixture) -> None:
     async with pair() as (left, _right):
-        left.peer.feed(b"not json\n")
-        left.peer.feed(b'{"id": "x", "result": 1}\n')  # an answer to nothing of ours: dropped
+        await left.peer.feed(b"not json\n")
+        await left.peer.feed(b'{"id": "x", "result": 1}\n')  # an answer to nothing of ours: dropped
         assert await left.peer.request("add", {"a": 2, "b": 2}, within=5) == {"sum": 4}
     assert "not a JSON-RPC message: b'not json\\n'" in caplog.text
 
@@ -157,3 +169,142 @@ def test_encoding_of_each_message_kind() -> None:
     error = ErrorResponse.model_validate({"id": 1, "error": {"code": -32601, "message": "no"}})
     assert encode(error) == b'{"id":1,"error":{"code":-32601,"message":"no"}}\n'
     assert encode(Notification(method="é")) == '{"method":"é"}\n'.encode()
+
+
+@dataclass
+class Served:
+    """A peer serving a method table on one end of a socket pair; the test speaks raw lines on the other."""
+
+    peer: JsonRpcPeer
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    started: asyncio.Event = field(default_factory=asyncio.Event)
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def send(self, message: object) -> None:
+        self.writer.write(message if isinstance(message, bytes) else json.dumps(message).encode() + b"\n")
+        await self.writer.drain()
+
+    async def receive(self) -> dict[str, Any]:
+        line = await asyncio.wait_for(self.reader.readline(), 10)
+        assert line, "the peer closed"
+        value: dict[str, Any] = json.loads(line)
+        return value
+
+
+@contextlib.asynccontextmanager
+async def served(*, max_pending: int = 1024) -> AsyncIterator[Served]:
+    server_sock, client_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    server_reader, server_writer = await asyncio.open_unix_connection(sock=server_sock)
+    client_reader, client_writer = await asyncio.open_unix_connection(sock=client_sock)
+    holder: list[Served] = []
+
+    async def echo(request: ServedRequest) -> JsonValue:
+        return {"method": request.method, "params": request.params}
+
+    async def refuse(request: ServedRequest) -> JsonValue:
+        raise RpcError("not today", INVALID_PARAMS, {"field": "x"})
+
+    async def crash(request: ServedRequest) -> JsonValue:
+        raise RuntimeError("secret internals")
+
+    async def block(request: ServedRequest) -> JsonValue:
+        holder[0].started.set()
+        await holder[0].release.wait()
+        return "released"
+
+    async def drain(within: float) -> None:
+        await asyncio.wait_for(server_writer.drain(), within)
+
+    serving = Serving(
+        {"echo": echo, "refuse": refuse, "crash": crash, "block": block},
+        max_pending=max_pending,
+        internal_error="internal error; see the log",
+    )
+    peer = JsonRpcPeer(
+        server_writer.write, drain, on_request=serving, on_notification=lambda m, p: None, jsonrpc_member=True
+    )
+    side = Served(peer, client_reader, client_writer)
+    holder.append(side)
+
+    async def read() -> None:
+        while line := await server_reader.readline():
+            await peer.feed(line)
+
+    reading = asyncio.create_task(read())
+    try:
+        yield side
+    finally:
+        reading.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reading
+        await peer.cancel_served()
+        server_sock.close()
+        client_sock.close()
+
+
+async def test_a_served_method_table_answers_results_errors_and_unknown_methods() -> None:
+    async with served() as side:
+        await side.send({"jsonrpc": "2.0", "id": 1.5, "method": "echo", "params": {"a": [1]}})
+        assert await side.receive() == {"jsonrpc": "2.0", "id": 1.5, "result": {"method": "echo", "params": {"a": [1]}}}
+        await side.send({"jsonrpc": "2.0", "id": "r", "method": "refuse"})
+        assert (await side.receive())["error"] == {
+            "code": INVALID_PARAMS,
+            "message": "not today",
+            "data": {"field": "x"},
+        }
+        await side.send({"jsonrpc": "2.0", "id": 2, "method": "crash"})
+        crashed = await side.receive()
+        assert crashed["error"] == {"code": INTERNAL_ERROR, "message": "internal error; see the log"}
+        await side.send({"jsonrpc": "2.0", "id": 3, "method": "nope"})
+        assert (await side.receive())["error"] == {
+            "code": METHOD_NOT_FOUND,
+            "message": "Method not found",
+            "data": "nope",
+        }
+
+
+@pytest.mark.parametrize(
+    ("line", "code", "echoed"),
+    [
+        (b"{nope\n", PARSE_ERROR, None),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": "echo", "x": Infinity}\n', PARSE_ERROR, None),
+        (b'[{"jsonrpc": "2.0", "id": 1, "method": "echo"}]\n', INVALID_REQUEST, None),
+        (b'{"id": 4, "method": "echo"}\n', INVALID_REQUEST, 4),
+        (b'{"jsonrpc": "2.0", "id": true, "method": "echo"}\n', INVALID_REQUEST, None),
+        (b'{"jsonrpc": "2.0", "id": "p", "method": "echo", "params": [1]}\n', INVALID_PARAMS, "p"),
+    ],
+)
+async def test_json_rpc_proper_answers_lines_that_are_no_valid_message(line: bytes, code: int, echoed: object) -> None:
+    async with served() as side:
+        await side.send(line)
+        answer = await side.receive()
+        assert answer["id"] == echoed and answer["error"]["code"] == code
+        await side.send({"jsonrpc": "2.0", "id": "after", "method": "echo"})
+        assert (await side.receive())["id"] == "after"
+
+
+async def test_serving_refuses_an_id_in_flight_and_cancels_without_an_answer() -> None:
+    async with served(max_pending=1) as side:
+        await side.send({"jsonrpc": "2.0", "id": 7, "method": "block"})
+        await asyncio.wait_for(side.started.wait(), 10)
+        await side.send({"jsonrpc": "2.0", "id": 7, "method": "block"})
+        refused = await side.receive()  # not under id 7: that is the first request's
+        assert refused["id"] is None and refused["error"]["data"] == {"id": 7}
+        await side.send({"jsonrpc": "2.0", "id": 8, "method": "echo"})  # read once the pending one is gone
+        assert side.peer.cancel(7) and not side.peer.cancel("7")
+        assert (await side.receive())["id"] == 8  # the cancelled request got no answer
+        assert side.peer.serving == 0
+
+
+async def test_a_served_answer_that_is_not_json_becomes_an_internal_error(caplog: pytest.LogCaptureFixture) -> None:
+    async with served() as side:
+        await side.send({"jsonrpc": "2.0", "id": 1, "method": "echo", "params": {"x": 1}})
+        assert "result" in await side.receive()
+        await side.peer.respond(2, float("nan"), within=5)
+        assert (await side.receive()) == {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "error": {"code": INTERNAL_ERROR, "message": "internal error; see the log"},
+        }
+    assert "is not JSON" in caplog.text

@@ -1,4 +1,4 @@
-"""Property-based tests of the framing and the dispatch."""
+"""Property-based tests of the framing, the reading of messages and the dispatch (on the one JSON-RPC peer)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,14 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coven_codex.mcp.framing import OVERSIZED, FrameDecoder, encode
-from coven_codex.mcp.protocol import ClientResponse, Invalid, Notification, Request, classify
+from coven_codex.jsonrpc import OVERSIZED, FrameDecoder, Incoming, Invalid, JsonRpcPeer, Serving
+from coven_codex.jsonrpc.messages import classify
 from coven_codex.mcp.session import McpSession
+
+
+def encode(message: Any) -> bytes:
+    return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
@@ -59,9 +64,9 @@ def test_oversized_lines_are_reported_once_and_others_pass(lines: list[bytes], l
 
 @given(json_values)
 def test_classify_never_raises_and_keeps_valid_ids(value: Any) -> None:
-    message = classify(value)
-    assert isinstance(message, Request | Notification | ClientResponse | Invalid)
-    if isinstance(message, Request):
+    message = classify(value, jsonrpc_member=True)
+    assert isinstance(message, Incoming | Invalid)
+    if isinstance(message, Incoming) and message.kind() == "request":
         assert message.id == value["id"] and type(message.id) is type(value["id"])
 
 
@@ -83,22 +88,28 @@ request_ids = st.integers() | st.text() | st.floats(allow_nan=False, allow_infin
 def test_dispatch_always_answers_with_the_request_id(request_id: Any, method: str, params: dict[str, Any]) -> None:
     from mcp_sample_spells import registry
 
-    session = McpSession(registry)
-    init = classify(
-        {
-            "jsonrpc": "2.0",
-            "id": 0,
-            "method": "initialize",
-            "params": {"protocolVersion": "2025-11-25", "capabilities": {}},
-        }
-    )
-    assert isinstance(init, Request)
-    assert "result" in asyncio.run(session.handle(init, lambda _: None))
-    message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
-    request = classify(message)
-    assert isinstance(request, Request)
-    sent: list[dict[str, Any]] = []
-    response = asyncio.run(session.handle(request, sent.append))
+    async def scenario() -> list[dict[str, Any]]:
+        written: list[bytes] = []
+
+        async def drain(within: float) -> None:
+            return None
+
+        session = McpSession(registry)
+        peer = JsonRpcPeer(
+            written.append,
+            drain,
+            on_request=Serving(session.methods(lambda method, params: None), sequential=frozenset({"initialize"})),
+            on_notification=session.notification,
+            jsonrpc_member=True,
+        )
+        initialize = {"protocolVersion": "2025-11-25", "capabilities": {}}
+        await peer.feed(encode({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": initialize}))
+        await peer.feed(encode({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}))
+        assert await peer.settle(30) == 0
+        return [json.loads(line) for line in written]
+
+    init, response = asyncio.run(scenario())
+    assert "result" in init
     assert response["jsonrpc"] == "2.0"
     assert response["id"] == request_id and type(response["id"]) is type(request_id)
     assert ("result" in response) != ("error" in response)
@@ -108,10 +119,8 @@ def test_dispatch_always_answers_with_the_request_id(request_id: Any, method: st
             return
         assert response["error"]["code"] in (-32601, -32602, -32603)
         assert response["error"]["code"] != -32603, response
-    else:
-        json.dumps(response)
-        if method == "tools/call":
-            assert isinstance(response["result"]["isError"], bool)
+    elif method == "tools/call":
+        assert isinstance(response["result"]["isError"], bool)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator
 
 import pytest
 from mcp_helpers import RawClient
 
-from coven_codex.mcp import ConnectionLimits, SpellRegistry, SpellServer
+from coven_codex.mcp import ConnectionLimits, SpellContext, SpellRegistry, SpellServer
 
 
 @pytest.fixture
@@ -291,3 +292,54 @@ async def test_requests_pipelined_behind_initialize_are_served(fresh: RawClient)
     answers = {answer["id"]: answer for answer in [await fresh.receive() for _ in range(3)]}
     assert answers[1]["result"]["content"][0]["text"] == "A!"
     assert "tools" in answers[2]["result"]
+
+
+async def test_client_data_in_log_lines_is_cut(fresh: RawClient, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG, logger="coven_codex")
+    long = "n" * 100_000
+    info = {"name": long, "version": long}
+    answer = await fresh.request(
+        "initialize", {"protocolVersion": long, "capabilities": {}, "clientInfo": info}, request_id=0
+    )
+    assert answer["result"]["protocolVersion"] == "2025-11-25"
+    await fresh.send({"jsonrpc": "2.0", "method": "notifications/" + long})
+    call = {"name": "sleep", "arguments": {"seconds": 30}}
+    await fresh.send({"jsonrpc": "2.0", "id": long, "method": "tools/call", "params": call})
+    await fresh.send(
+        {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": long, "reason": long}}
+    )
+    assert (await fresh.request("ping", request_id="sync"))["result"] == {}
+    messages = [record.getMessage() for record in caplog.records]
+    assert any("cancelled request" in message for message in messages)
+    assert any("MCP client nnn" in message for message in messages)
+    assert max(len(message) for message in messages) < 1000
+
+
+async def test_progress_json_cannot_carry_is_dropped_once_and_the_call_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    registry = SpellRegistry()
+
+    @registry.spell
+    async def odd_progress(ctx: SpellContext) -> str:
+        """Reports NaN progress twice, then a real one."""
+        ctx.report_progress(float("nan"))
+        ctx.report_progress(float("nan"))
+        ctx.report_progress(1.0)
+        return "finished"
+
+    async with SpellServer(registry) as running:
+        client = await RawClient.connect(running, initialize=True)
+        await client.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "tools/call",
+                "params": {"name": "odd_progress", "arguments": {}, "_meta": {"progressToken": "t"}},
+            }
+        )
+        progress, answer = await client.receive(), await client.receive()
+        assert progress["method"] == "notifications/progress" and progress["params"]["progress"] == 1
+        assert answer["result"] == {"content": [{"type": "text", "text": "finished"}], "isError": False}
+        await client.close()
+    assert sum("JSON cannot carry" in record.getMessage() for record in caplog.records) == 1

@@ -24,6 +24,7 @@ from coven_codex.mcp import (
     load_spells,
 )
 from coven_codex.mcp.invoke import call_spell
+from coven_codex.mcp.messages import wire
 
 
 def _context(name: str = "t") -> SpellContext:
@@ -111,7 +112,7 @@ def test_context_parameter_is_hidden_and_injected() -> None:
         return ctx.spell_name
 
     assert registry.tool_definitions()[0]["inputSchema"]["properties"] == {}
-    result = asyncio.run(call_spell(_get(registry, "who"), {}, _context("who")))
+    result = wire(asyncio.run(call_spell(_get(registry, "who"), {}, _context("who"))))
     assert result["content"] == [{"type": "text", "text": "who"}]
 
 
@@ -158,7 +159,7 @@ def test_sync_spells_run_off_the_event_loop_thread() -> None:
     def where() -> str:
         return threading.current_thread().name
 
-    result = asyncio.run(call_spell(_get(registry, "where"), None, _context()))
+    result = wire(asyncio.run(call_spell(_get(registry, "where"), None, _context())))
     assert result["content"][0]["text"] != threading.main_thread().name
 
 
@@ -173,13 +174,13 @@ def test_arguments_are_validated_before_the_call() -> None:
 
     spell_ = registry.get("record")
     assert spell_ is not None
-    bad = asyncio.run(call_spell(spell_, {"count": -1, "options": {"depth": 0}}, _context()))
+    bad = wire(asyncio.run(call_spell(spell_, {"count": -1, "options": {"depth": 0}}, _context())))
     assert bad["isError"] is True
     text = bad["content"][0]["text"]
     assert "count: Input should be greater than or equal to 0" in text
     assert "options.depth: Input should be greater than or equal to 1" in text
     assert calls == []
-    good = asyncio.run(call_spell(spell_, {"count": 2, "options": {"tags": ["a"]}}, _context()))
+    good = wire(asyncio.run(call_spell(spell_, {"count": 2, "options": {"tags": ["a"]}}, _context())))
     assert good == {"content": [{"type": "text", "text": "2"}], "isError": False}
     assert isinstance(calls[0][1], Options)
 
@@ -191,7 +192,7 @@ def test_wrong_return_value_is_an_error_without_internals() -> None:
     def liar() -> int:
         return "not a number"  # type: ignore[return-value]  # the point of the test
 
-    result = asyncio.run(call_spell(_get(registry, "liar"), {}, _context()))
+    result = wire(asyncio.run(call_spell(_get(registry, "liar"), {}, _context())))
     assert result == {
         "content": [
             {"type": "text", "text": "spell 'liar' returned a value that does not match its declared return type"}
@@ -207,7 +208,7 @@ def test_parameters_named_like_model_attributes_work() -> None:
     def odd(json: str, copy: int, model_config: bool = False, /) -> str:
         return f"{json}-{copy}-{model_config}"
 
-    result = asyncio.run(call_spell(_get(registry, "odd"), {"json": "j", "copy": 2}, _context()))
+    result = wire(asyncio.run(call_spell(_get(registry, "odd"), {"json": "j", "copy": 2}, _context())))
     assert result["content"][0]["text"] == "j-2-False"
 
 
@@ -304,7 +305,7 @@ def test_a_spells_own_timeout_error_is_not_reported_as_the_deadline() -> None:
     async def flaky() -> str:
         raise TimeoutError("upstream took too long")
 
-    result = asyncio.run(call_spell(_get(registry, "flaky"), {}, _context()))
+    result = wire(asyncio.run(call_spell(_get(registry, "flaky"), {}, _context())))
     assert result["content"][0]["text"] == "spell 'flaky' failed: TimeoutError: upstream took too long"
 
 
@@ -331,7 +332,7 @@ def test_arguments_are_validated_as_strictly_as_the_schema() -> None:
         return f"{when.isoformat()} {ident} {','.join(tags)}"
 
     def call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        return asyncio.run(call_spell(_get(registry, name), arguments, _context()))
+        return wire(asyncio.run(call_spell(_get(registry, name), arguments, _context())))
 
     for name, arguments in (
         ("add", {"a": "2", "b": 3}),
@@ -360,22 +361,23 @@ def test_bytes_parameters_publish_a_plain_string_schema() -> None:
     schema = _get(registry, "size").tool_definition()["inputSchema"]
     assert "binary" not in str(schema)
     assert schema["properties"]["blob"] == {"type": "string", "title": "blob"}
-    result = asyncio.run(call_spell(_get(registry, "size"), {"blob": "héllo", "more": ["ab"]}, _context()))
+    result = wire(asyncio.run(call_spell(_get(registry, "size"), {"blob": "héllo", "more": ["ab"]}, _context())))
     assert result["content"][0]["text"] == "8"
 
 
 def test_spell_outcomes_are_bounded_and_keyed_by_name_arguments_and_text() -> None:
     from coven_codex.entries import ToolCallEntry, ToolResultEntry
+    from coven_codex.mcp.messages import CallToolResult, error_result
     from coven_codex.mcp.outcomes import SpellCalls, SpellOutcomes
 
     outcomes = SpellOutcomes(limit=2)
-    failure = {"content": [{"type": "text", "text": "boom"}], "isError": True}
+    failure = error_result("boom")
     outcomes.record("add", {"b": 2, "a": 1}, failure)
     assert outcomes.failed("add", {"a": 1, "b": 2}, "boom") is True  # key order does not matter
     assert outcomes.failed("add", {"a": 1, "b": 3}, "boom") is None
     assert outcomes.failed("sub", {"a": 1, "b": 2}, "boom") is None
-    outcomes.record("add", {"a": 5}, {"content": [{"type": "text", "text": "6"}], "isError": False})
-    outcomes.record("add", {"a": 6}, {"content": [{"type": "text", "text": "7"}], "isError": False})
+    outcomes.record("add", {"a": 5}, CallToolResult(content=[{"type": "text", "text": "6"}]))
+    outcomes.record("add", {"a": 6}, CallToolResult(content=[{"type": "text", "text": "7"}]))
     assert len(outcomes) == 2 and outcomes.failed("add", {"a": 1, "b": 2}, "boom") is None  # the oldest went
 
     outcomes.record("boom", {}, failure)

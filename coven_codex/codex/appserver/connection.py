@@ -109,7 +109,12 @@ class AppServerConnection:
         self._on_lost = on_lost
         self._child: ChildProcess | None = None
         self._peer = JsonRpcPeer(
-            self._write, on_request=self._on_server_request, on_notification=self._on_notification, label=LABEL
+            self._write,
+            self._drain,
+            on_request=self._on_server_request,
+            on_notification=self._on_notification,
+            answer_within=settings.stream_idle_timeout,
+            label=LABEL,
         )
         self._threads: dict[str, ThreadClient] = {}
         self._stderr: deque[str] = deque(maxlen=STDERR_LINES)
@@ -302,17 +307,30 @@ class AppServerConnection:
         except RequestTimeout as exc:
             raise DriverError(str(exc)) from None
 
-    async def _write(self, data: bytes, within: float) -> None:
-        """One line to the process's stdin; waiting for room in the pipe (a stopped Codex reads
-        nothing) takes at most ``within`` seconds (then ``TimeoutError``)."""
-        child = self._child
-        if child is None or child.stdin is None or child.exited.is_set() or self.lost is not None:
-            raise DriverError("the Codex app-server is not running")
+    def _write(self, data: bytes) -> None:
+        """Queue one line on the process's stdin."""
+        child = self._stdin_owner()
+        assert child.stdin is not None
         try:
             child.stdin.write(data)
+        except (ConnectionError, RuntimeError) as exc:
+            raise DriverError(f"lost the Codex app-server's stdin: {exc}") from None
+
+    async def _drain(self, within: float) -> None:
+        """Wait for room in the stdin pipe (a stopped Codex reads nothing): at most ``within``
+        seconds, then ``TimeoutError``."""
+        child = self._stdin_owner()
+        assert child.stdin is not None
+        try:
             await asyncio.wait_for(child.stdin.drain(), within)
         except (ConnectionError, RuntimeError) as exc:
             raise DriverError(f"lost the Codex app-server's stdin: {exc}") from None
+
+    def _stdin_owner(self) -> ChildProcess:
+        child = self._child
+        if child is None or child.stdin is None or child.exited.is_set() or self.lost is not None:
+            raise DriverError("the Codex app-server is not running")
+        return child
 
     async def _refuse_quietly(self, rpc_id: RpcId, message: str) -> None:
         with contextlib.suppress(DriverError):
@@ -331,7 +349,7 @@ class AppServerConnection:
                 return
             if not line:
                 return
-            self._peer.feed(line)
+            await self._peer.feed(line)
 
     def _on_server_request(self, rpc_id: RpcId, method: str, params: dict[str, JsonValue]) -> None:
         thread = thread_of(params)

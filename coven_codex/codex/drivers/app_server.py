@@ -120,7 +120,7 @@ class _Turn:
 
 @dataclass(slots=True)
 class _Approval:
-    rpc_id: int | str
+    rpc_id: RpcId
     method: str
     timer: asyncio.Task[None] | None = None
 

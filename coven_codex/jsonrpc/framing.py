@@ -1,4 +1,4 @@
-"""Splitting the socket's byte stream into messages: one JSON message per ``\\n``-ended line.
+"""Splitting a byte stream into messages: one JSON message per ``\\n``-ended line.
 
 A line longer than the limit is never held in memory: the decoder reports it once
 (:data:`OVERSIZED`) when it crosses the limit, then drops its bytes up to the next newline.
@@ -6,8 +6,7 @@ A line longer than the limit is never held in memory: the decoder reports it onc
 
 from __future__ import annotations
 
-import json
-from typing import Any, Final
+from typing import Final
 
 
 class _Oversized:
@@ -68,17 +67,3 @@ class FrameDecoder:
             else:
                 self._buffer += data[start:]
         return frames
-
-
-def encode(message: Any) -> bytes:
-    """One message as a line (compact UTF-8 JSON; JSON escapes keep raw newlines out)."""
-    return json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode() + b"\n"
-
-
-def _no_constants(name: str) -> None:
-    raise ValueError(f"{name} is not JSON")
-
-
-def decode(frame: bytes) -> object:
-    """Parse one frame; ``NaN``/``Infinity`` (which Python's json accepts) are refused too."""
-    return json.loads(frame, parse_constant=_no_constants)
