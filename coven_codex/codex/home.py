@@ -106,10 +106,11 @@ def thread_defaults(driver: DriverKind) -> dict[KeyPath, Any]:
 
     With the app-server driver a conversation lets its thread go (``thread/unsubscribe``) when it
     is idle-reaped or gives its slot up; ``thread_unload_delay_secs = 0`` has Codex unload such a
-    thread at once (from 0.160: by default it waits 60 s) instead of keeping its rollout, its
-    writer lock and its skills watches (inotify on ``/etc`` and ``$HOME``, woken by every process
-    started on the machine: docs/performance.md, "Scale") while nobody uses it. Releases before
-    0.160 ignore the key. ``codex exec`` loads one thread per process: nothing to unload.
+    thread at once (from 0.160: by default it waits 60 s) instead of keeping its rollout and its
+    writer lock open, and its share of the skills watches (inotify on ``/etc`` and ``$HOME``,
+    woken by every process started on the machine while any thread of the process is loaded:
+    docs/performance.md, "Scale"), while nobody uses it. Releases before 0.160 ignore the key.
+    ``codex exec`` loads one thread per process: nothing to unload.
     """
     return {("thread_unload_delay_secs",): 0} if driver == "app-server" else {}
 
