@@ -1,6 +1,7 @@
 """Scale: N conversations on Codex 0.169.0, one thought each, against one Codex process per conversation.
 
-Run: ``.venv/bin/python benchmarks/bench_scale.py [--sizes 1 10 50 200 1000] [--baseline-max 50] [--fd-limit 1024]``
+Run: ``.venv/bin/python benchmarks/bench_scale.py [--sizes 1 10 50 200 1000] [--baseline-max 50] [--fd-limit 1024]
+[--idle-reap S]``
 
 For each N the daemon (``python -m coven_codex run``, a process of its own, with
 ``max_sessions = N`` so every conversation may run at once) serves N conversations against the
@@ -15,7 +16,9 @@ once; measured:
 - *CPU 0-10 s after* and *idle CPU 10-20 s after*: CPU time of the daemon and every process
   under it over the 10 s right after the last reply (Codex finishing its turns) and over the 10 s
   after those (idle), as a percentage of one core; the idle target applies to the second, and
-  the daemon's own part of it is shown apart (the rest is Codex's: docs/performance.md says what);
+  the daemon's own part of it is shown apart (the rest is Codex's: docs/performance.md says what),
+  and so is how many processes the machine started per second meanwhile (``/proc/stat``): Codex's
+  skills watcher wakes on every one of them while a thread is loaded;
 - *fds*: the daemon's open file descriptors then.
 
 The shared design runs under ``ulimit -n 1024`` (``--fd-limit``, soft and hard, for the daemon
@@ -81,6 +84,8 @@ class Result:
     """CPU of everything over the 10 s after those."""
     idle_daemon_percent: float
     """The daemon's own part of :attr:`idle_cpu_percent` (the rest is Codex's)."""
+    idle_starts_per_second: float | None
+    """Processes started on the machine per second during the idle window (None: no ``/proc/stat``)."""
     fds: int
 
 
@@ -194,8 +199,11 @@ async def measure(
             memory = rss_mb(processes)
             fds = len(os.listdir(f"/proc/{daemon.pid}/fd"))
             busy, _ = await cpu_percent(daemon.pid)
+            starts = processes_started()
             idle, idle_daemon = await cpu_percent(daemon.pid)
-            return Result(design, n, memory, len(processes), all_replied, p50, busy, idle, idle_daemon, fds)
+            after = processes_started()
+            rate = (after - starts) / IDLE_WINDOW if starts is not None and after is not None else None
+            return Result(design, n, memory, len(processes), all_replied, p50, busy, idle, idle_daemon, rate, fds)
         finally:
             await journal.aclose()
             daemon.terminate()
@@ -215,6 +223,18 @@ def with_fd_limit(argv: list[str], limit: int) -> list[str]:
         "os.execv(sys.argv[1], sys.argv[1:])"
     )
     return [sys.executable, "-c", code, *argv]
+
+
+def processes_started() -> int | None:
+    """Processes started on the machine since boot (Linux ``/proc/stat``), or None elsewhere."""
+    try:
+        with open("/proc/stat") as stat:
+            for line in stat:
+                if line.startswith("processes "):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
 
 
 async def cpu_percent(pid: int) -> tuple[float, float]:
@@ -281,6 +301,13 @@ async def main() -> int:
     parser.add_argument("--baseline-max", type=int, default=50, help="largest N measured with the baseline")
     parser.add_argument("--app-servers", type=int, default=1, help="shared app-servers (the app_servers setting)")
     parser.add_argument(
+        "--idle-reap",
+        type=float,
+        default=None,
+        help="the shared design's idle_reap (default: the daemon's, 1800 s); below 10 s every conversation "
+        "lets its thread go before the idle window",
+    )
+    parser.add_argument(
         "--baseline-rev", default=BASELINE_REV, help="a revision with one app-server per conversation (git)"
     )
     args = parser.parse_args()
@@ -292,7 +319,9 @@ async def main() -> int:
             baseline = export_baseline(args.baseline_rev, Path(baseline_dir))
         async with ScriptedModelServer(responder=echo_responder) as server:
             for n in args.sizes:
-                extra = ("--app-servers", str(args.app_servers))
+                extra: tuple[str, ...] = ("--app-servers", str(args.app_servers))
+                if args.idle_reap is not None:
+                    extra += ("--idle-reap", str(args.idle_reap))
                 results["shared", n] = await measure("shared", n, ROOT, server, extra, fd_limit=args.fd_limit or None)
                 print(f"  shared app-server, N={n}: {results['shared', n]}", flush=True)
                 if baseline is not None and n <= args.baseline_max:
@@ -315,6 +344,7 @@ async def main() -> int:
                 f"{r.busy_cpu_percent:.2f}",
                 f"{r.idle_cpu_percent:.2f}",
                 f"{r.idle_daemon_percent:.2f}",
+                "" if r.idle_starts_per_second is None else f"{r.idle_starts_per_second:.0f}",
                 r.fds,
             ]
         )
@@ -330,6 +360,7 @@ async def main() -> int:
             "CPU % 0-10 s after",
             "idle CPU % 10-20 s after",
             "of it the daemon's",
+            "process starts/s meanwhile",
             "fds",
         ],
         rows,

@@ -7,9 +7,10 @@ workspace, mode 0700), marked as coven's by a ``.coven-codex-home`` file:
   from the user's base config: the ``--codex-config`` file's text (comments and all), then the
   ``[codex]`` table of ``coven.toml`` merged over it, then coven's own keys via
   :mod:`coven_codex.codex.config_merge`: whole tables it owns (the ``[mcp_servers.coven]``
-  entry), a trust entry ``[projects."<workspace>"] trust_level = "trusted"``, and approval
-  defaults (``approval_policy``, ``sandbox_mode``) that apply only where the user set none. The
-  result is verified before it atomically replaces the file. Edits made directly to the
+  entry), a trust entry ``[projects."<workspace>"] trust_level = "trusted"``, and defaults that
+  apply only where the user set none: approval (``approval_policy``, ``sandbox_mode``) and, for
+  the app-server driver, ``thread_unload_delay_secs = 0`` (:func:`thread_defaults`). The result is
+  verified before it atomically replaces the file. Edits made directly to the
   generated file are overwritten; edit the base config instead.
 - ``auth.json`` is *copied* (mode 0600) from the user's ``$CODEX_HOME`` or ``~/.codex`` when the
   user's copy is newer than ours. A symlink would let Codex write through it when it refreshes
@@ -100,6 +101,20 @@ def approval_defaults(driver: DriverKind) -> dict[KeyPath, Any]:
     return {("approval_policy",): policy, ("sandbox_mode",): "workspace-write"}
 
 
+def thread_defaults(driver: DriverKind) -> dict[KeyPath, Any]:
+    """Codex thread keys coven sets unless the user's base config sets them.
+
+    With the app-server driver a conversation lets its thread go (``thread/unsubscribe``) when it
+    is idle-reaped or gives its slot up; ``thread_unload_delay_secs = 0`` has Codex unload such a
+    thread at once (from 0.160: by default it waits 60 s) instead of keeping its rollout and its
+    writer lock open, and its share of the skills watches (inotify on ``/etc`` and ``$HOME``,
+    woken by every process started on the machine while any thread of the process is loaded:
+    docs/performance.md, "Scale"), while nobody uses it. Releases before 0.160 ignore the key.
+    ``codex exec`` loads one thread per process: nothing to unload.
+    """
+    return {("thread_unload_delay_secs",): 0} if driver == "app-server" else {}
+
+
 def trust_entry(workspace: Path) -> dict[KeyPath, Any]:
     """The Codex config entry that marks ``workspace`` as a trusted project."""
     return {("projects", str(workspace), "trust_level"): "trusted"}
@@ -158,6 +173,7 @@ def prepare_codex_home(
     patch.assign.update(trust_entry(ws))
     patch.assign.update(assign or {})
     patch.defaults.update(approval_defaults(driver))
+    patch.defaults.update(thread_defaults(driver))
     if inline_config and base_config is None:
         source = "the [codex] table of coven.toml"
     elif inline_config:

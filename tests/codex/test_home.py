@@ -90,6 +90,20 @@ def test_exec_driver_never_asks_and_user_choice_wins(tmp_path: Path, user_home: 
     assert tomllib.loads(home.config_path.read_text())["approval_policy"] == "untrusted"
 
 
+def test_app_server_threads_unload_when_let_go_unless_the_user_says_otherwise(tmp_path: Path) -> None:
+    """A let-go thread is unloaded at once (its skills watches with it: docs/performance.md), with
+    the app-server driver only; a value of the user's wins."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    home = prepare_codex_home(ws / ".codex", ws, driver="app-server", environ={})
+    assert tomllib.loads(home.config_path.read_text())["thread_unload_delay_secs"] == 0
+    home = prepare_codex_home(ws / ".codex", ws, driver="exec", environ={})
+    assert "thread_unload_delay_secs" not in tomllib.loads(home.config_path.read_text())
+    mine = {"thread_unload_delay_secs": 300}
+    home = prepare_codex_home(ws / ".codex", ws, driver="app-server", inline_config=mine, environ={})
+    assert tomllib.loads(home.config_path.read_text())["thread_unload_delay_secs"] == 300
+
+
 def test_inline_table_merges_over_base_file(tmp_path: Path) -> None:
     base = tmp_path / "base.toml"
     base.write_text(BASE)

@@ -130,8 +130,9 @@ class AppServerConnection:
         self.opened = 0
         """Threads the pool ever handed this connection to (the process keeps each one loaded)."""
         self.loaded: set[str] = set()
-        """The threads opened on the process: it keeps each loaded, and the writer of its rollout,
-        until it exits, so no other process can resume one of them meanwhile."""
+        """The threads opened on the process: it may keep each loaded, and the writer of its rollout,
+        until it exits (before 0.160; from 0.160 it unloads a thread let go), so they are resumed
+        here while it runs: no other process could resume one it still holds."""
         self.started_at = 0.0
         """When the process was started (event-loop clock)."""
         self._overload_noted = False

@@ -9,9 +9,12 @@ runtime"). A conversation costs no process and no file descriptor: its thread is
 connection while its session has it open, and when the last thread is let go (every
 conversation idle-reaped or evicted) the process is ended too.
 
-A process keeps every thread it ever loaded open until it exits (Codex 0.169 has no request to
-unload one; ``thread/unsubscribe`` only stops the notifications), holding two files for each
-(its rollout and its thread-writer lock), and more while a thread starts. So each process takes
+A process keeps a thread it loaded open, holding two files for it (its rollout and its
+thread-writer lock), and more while a thread starts: before 0.160 until it exits
+(``thread/unsubscribe`` only stops the notifications); from 0.160 until the thread is let go
+(unsubscribed) and ``thread_unload_delay_secs`` has passed, which the generated config sets to 0
+(:func:`~coven_codex.codex.home.thread_defaults`). The pool counts every thread a process ever
+took either way, which is right for every release. So each process takes
 at most :attr:`AppServerPool.threads_per_process` threads (:func:`thread_budget`, from the
 open-file limit Codex inherits from the daemon: 149 under ``ulimit -n 1024``); after that it is
 *full*: new threads go to another process, started for them even when ``size`` are running
