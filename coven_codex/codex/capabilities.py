@@ -115,6 +115,11 @@ class CodexCapabilities(BaseModel):
     """The app-server protocol; ``None`` when the binary could not describe it (see ``why_not``)."""
     why_not: str = ""
     """Why there is no protocol description, e.g. the subcommand does not exist."""
+    conclusive: bool = True
+    """The binary answered (described its protocol, or refused the subcommand with an exit
+    status); ``False`` when the probe itself failed (timed out, killed by a signal, could not
+    run): such a result is used for this start only, never cached, so a loaded machine or a
+    stray signal cannot pin the exec driver on a Codex that has an app-server."""
 
 
 class _CacheEntry(BaseModel):
@@ -231,9 +236,18 @@ def probe_capabilities(
             return CodexCapabilities(
                 version=str(version),
                 why_not=f"`codex app-server generate-json-schema` did not finish within {timeout:.0f}s",
+                conclusive=False,
             )
         except OSError as exc:
-            return CodexCapabilities(version=str(version), why_not=f"could not run Codex ({exc.strerror})")
+            return CodexCapabilities(
+                version=str(version), why_not=f"could not run Codex ({exc.strerror})", conclusive=False
+            )
+        if done.returncode < 0:
+            return CodexCapabilities(
+                version=str(version),
+                why_not=f"`codex app-server generate-json-schema` was killed by signal {-done.returncode}",
+                conclusive=False,
+            )
         if done.returncode != 0:
             said = " ".join(line for line in done.stderr.splitlines()[:1]).strip()[:120]
             return CodexCapabilities(
@@ -264,6 +278,14 @@ def detect_capabilities(
         if entry.key == key:
             return entry.capabilities
     capabilities = probe_capabilities(command, version, env=env)
+    if not capabilities.conclusive:
+        log.warning(
+            "could not learn what Codex %s offers (%s); using what that leaves for this start only,"
+            " and probing again at the next start",
+            version,
+            capabilities.why_not,
+        )
+        return capabilities
     if cache_path is not None:
         kept = [entry for entry in cache.entries if entry.key != key][-(CACHE_ENTRIES - 1) :]
         _store_cache(cache_path, _Cache(entries=[*kept, _CacheEntry(key=key, capabilities=capabilities)]))

@@ -67,6 +67,28 @@ def test_the_schema_decides_and_is_probed_once_per_binary(tmp_path: Path) -> Non
     assert _runs(fake) == 2
 
 
+KILLED_ONCE = """#!/bin/sh
+# Killed by a signal on its first run (as a loaded machine's OOM killer or a stray kill -9 would),
+# the real schema after that.
+if [ ! -e "$(dirname "$0")/killed" ]; then touch "$(dirname "$0")/killed"; kill -9 $$; fi
+"""
+
+
+def test_a_probe_killed_by_a_signal_is_used_once_and_never_cached(tmp_path: Path) -> None:
+    # Before: the kill was cached as "not offered", so every later start ran the exec driver.
+    fake = _fake(tmp_path / "bin")
+    fake.write_text(KILLED_ONCE + FAKE_SCHEMA.removeprefix("#!/bin/sh\n"))
+    state = tmp_path / "state"
+    version = parse_version("codex-cli 9.9.9")
+    killed = detect_capabilities(fake, (str(fake),), version, env=os.environ, cache_dir=state)
+    assert killed.app_server is None and not killed.conclusive
+    assert "killed by signal 9" in killed.why_not
+    assert not (state / CAPABILITIES_FILE).exists()
+    again = detect_capabilities(fake, (str(fake),), version, env=os.environ, cache_dir=state)
+    assert again.app_server is not None and again.conclusive and plan_driver(again).driver == "app-server"
+    assert (state / CAPABILITIES_FILE).exists()
+
+
 def test_a_corrupt_cache_is_probed_again(tmp_path: Path) -> None:
     fake = _fake(tmp_path / "bin")
     state = tmp_path / "state"
