@@ -81,7 +81,11 @@ async def test_ts_sdk_lists_pages_calls_errors_progress(
     assert seen["explode"] == {"isError": True, "text": "spell 'explode' failed: RuntimeError: kaboom: ts"}
     assert seen["strict"]["isError"] is True
     assert seen["strict"]["text"].startswith("invalid arguments for spell 'add': a: Input should be a valid integer")
-    assert seen["progress"] == {"text": "done", "seen": [[1, 3, "step 1"], [2, 3, "step 2"], [3, 3, "step 3"]]}
+    reports = [[1, 3, "step 1"], [2, 3, "step 2"], [3, 3, "step 3"]]
+    assert seen["progress"]["text"] == "done"
+    assert seen["progress"]["seen"] == [*reports, "answer"]  # every report, in order, before the answer
+    delivered = seen["progress"]["delivered"]  # the SDK drops what it read with the answer (ts_sdk_client.mjs)
+    assert delivered == reports[: len(delivered)]
     assert seen["structured"] == {"count": 1, "total": 3.0, "points": [{"x": 1.0, "y": 2.0}]}
     assert seen["unknown"]["code"] == -32602 and "Unknown tool: no_such_spell" in seen["unknown"]["message"]
     assert seen["ping"] is True

@@ -43,11 +43,28 @@ try {
       out.explode = { isError: failed.isError, text: text(failed) };
       const loose = await client.callTool({ name: "add", arguments: { a: "2", b: 3 } });
       out.strict = { isError: loose.isError, text: text(loose) };
+      // The SDK runs notification handlers a microtask later but answers synchronously, and the
+      // answer removes the call's progress handler: progress read in the same chunk as the answer
+      // (a loaded machine) never reaches `onprogress`. So what arrived is recorded at the
+      // transport, in arrival order with the answer, and `onprogress` must see a prefix of it.
+      const arrived = [];
+      const deliver = transport.onmessage;
+      transport.onmessage = (message, extra) => {
+        if (message.method === "notifications/progress") {
+          const p = message.params;
+          arrived.push([p.progress, p.total ?? null, p.message ?? null]);
+        } else if (message.result && arrived.length > 0 && !arrived.answered) {
+          arrived.push("answer");
+          arrived.answered = true;
+        }
+        deliver(message, extra);
+      };
       const progress = [];
       const done = await client.callTool({ name: "progress", arguments: { steps: 3 } }, undefined, {
         onprogress: (p) => progress.push([p.progress, p.total ?? null, p.message ?? null]),
       });
-      out.progress = { text: text(done), seen: progress };
+      transport.onmessage = deliver;
+      out.progress = { text: text(done), seen: arrived, delivered: progress };
       const structured = await client.callTool({ name: "stats", arguments: { points: [{ x: 1, y: 2 }] } });
       out.structured = structured.structuredContent;
       try {
