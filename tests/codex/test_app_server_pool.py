@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import os
 import resource
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +24,7 @@ from coven_codex.codex.drivers import (
     AgentMessageCompleted,
     ApprovalRequested,
     CodexDriver,
+    DriverError,
     DriverFailed,
     ThreadStarted,
     TurnFinished,
@@ -150,6 +152,11 @@ async def test_killing_the_shared_process_is_one_event_for_every_thread_and_all_
             assert all(f.error.code is ErrorCode.PROCESS_EXITED for f in failures)
             assert not [p for p in victims if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
             assert pool.pids == []
+            # A thought handed over now is refused with the kill's exit status, so the session
+            # knows Codex was killed from outside and the thought is not to blame.
+            with pytest.raises(DriverError) as refused:
+                await drivers[2].submit("too late", "late")
+            assert refused.value.returncode == -signal.SIGKILL
 
             again = [Recorder() for _ in threads]
             resumed = [setup.driver(recorder, pool=pool) for recorder in again]

@@ -27,7 +27,6 @@ from coven_codex.agent.link import (
     TurnTimedOut,
 )
 from coven_codex.codex import drivers as d
-from coven_codex.codex.appserver.connection import ConnectionLost
 
 OUTSIDE_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
 """Signals that end Codex from outside (an operator, the OOM killer), unlike a crash (SIGSEGV, SIGABRT)."""
@@ -112,7 +111,7 @@ class DriverLink:
             return await self._driver.submit(text, thought_id, images)
         except d.DriverError as exc:
             # The driver may have written the request before it failed: Codex may have it.
-            killed = isinstance(exc, ConnectionLost) and killed_from_outside(exc.returncode)
+            killed = killed_from_outside(exc.returncode)
             raise LinkError(str(exc), delivered=True, killed=killed) from None
 
     async def interrupt(self) -> None:

@@ -63,9 +63,8 @@ class ConnectionLost(DriverError):
     """The process died (or was killed) before it answered; ``error`` says why, classified."""
 
     def __init__(self, error: ClassifiedError, returncode: int | None) -> None:
-        super().__init__(error.message)
+        super().__init__(error.message, returncode=returncode)
         self.error = error
-        self.returncode = returncode
 
 
 class ThreadClient(Protocol):
@@ -125,6 +124,8 @@ class AppServerConnection:
         self._closed = False
         self.lost: ClassifiedError | None = None
         """Why the process is gone, once it is."""
+        self.lost_returncode: int | None = None
+        """Its exit status then (``None``: unknown, e.g. it stopped answering)."""
         self.users = 0
         """Threads the pool handed this connection to and that are not closed yet."""
         self.opened = 0
@@ -258,7 +259,7 @@ class AppServerConnection:
     def attach(self, thread_id: str, client: ThreadClient) -> None:
         """Route ``thread_id``'s messages to ``client`` from now on."""
         if not self.alive:
-            raise DriverError("the Codex app-server is not running")
+            raise self._not_running()
         self._threads[thread_id] = client
         self.loaded.add(thread_id)
 
@@ -315,7 +316,7 @@ class AppServerConnection:
         try:
             child.stdin.write(data)
         except (ConnectionError, RuntimeError) as exc:
-            raise DriverError(f"lost the Codex app-server's stdin: {exc}") from None
+            raise DriverError(f"lost the Codex app-server's stdin: {exc}", returncode=child.returncode) from None
 
     async def _drain(self, within: float) -> None:
         """Wait for room in the stdin pipe (a stopped Codex reads nothing): at most ``within``
@@ -325,13 +326,22 @@ class AppServerConnection:
         try:
             await asyncio.wait_for(child.stdin.drain(), within)
         except (ConnectionError, RuntimeError) as exc:
-            raise DriverError(f"lost the Codex app-server's stdin: {exc}") from None
+            # Its stdin closed: it is ending. Its exit status tells whether it was killed from
+            # outside (then the thought being handed over is not to blame: killed_from_outside).
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(child.exited.wait(), self.settings.kill_grace)
+            raise DriverError(f"lost the Codex app-server's stdin: {exc}", returncode=child.returncode) from None
 
     def _stdin_owner(self) -> ChildProcess:
         child = self._child
         if child is None or child.stdin is None or child.exited.is_set() or self.lost is not None:
-            raise DriverError("the Codex app-server is not running")
+            raise self._not_running()
         return child
+
+    def _not_running(self) -> DriverError:
+        child = self._child
+        returncode = child.returncode if child is not None and child.returncode is not None else self.lost_returncode
+        return DriverError("the Codex app-server is not running", returncode=returncode)
 
     async def _refuse_quietly(self, rpc_id: RpcId, message: str) -> None:
         with contextlib.suppress(DriverError):
@@ -382,6 +392,7 @@ class AppServerConnection:
         if self.lost is not None or self._closing:
             return
         self.lost = error
+        self.lost_returncode = returncode
         clients = list(self._threads.values())
         self._threads.clear()
         log.error("the shared Codex app-server failed (%d thread(s) on it): %s", len(clients), error.message)

@@ -413,6 +413,7 @@ class AppServerDriver(CodexDriver):
         if self._failed is not None or self._closing:
             return
         self._failed = error
+        self._failed_returncode = returncode
         conn = self._conn
         if conn is not None and self._attached and self._thread_id is not None:
             conn.detach(self._thread_id, self)  # the process may go on serving other threads

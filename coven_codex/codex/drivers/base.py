@@ -244,6 +244,11 @@ def queue_sink(queue: asyncio.Queue[DriverEvent]) -> EventSink:
 class DriverError(RuntimeError):
     """A driver call that cannot be served (not started, dead, unknown approval, ...)."""
 
+    def __init__(self, message: str, *, returncode: int | None = None) -> None:
+        super().__init__(message)
+        self.returncode = returncode
+        """The Codex process's exit status when its end is why (see :func:`killed_from_outside`)."""
+
 
 # -- classification helpers -------------------------------------------------------------------
 def describe_exit(returncode: int | None) -> str:
@@ -442,6 +447,7 @@ class CodexDriver(abc.ABC):
         self._closing = False
         self._closed = False
         self._failed: ClassifiedError | None = None
+        self._failed_returncode: int | None = None
 
     @property
     def thread_id(self) -> str | None:
@@ -553,7 +559,10 @@ class CodexDriver(abc.ABC):
 
     def _check_alive(self) -> None:
         if self._failed is not None:
-            raise DriverError(f"the {self.kind} driver failed ({self._failed.message}); start a new driver")
+            raise DriverError(
+                f"the {self.kind} driver failed ({self._failed.message}); start a new driver",
+                returncode=self._failed_returncode,
+            )
         if self._closing or self._runner is None:
             raise DriverError(f"the {self.kind} driver is not running")
 

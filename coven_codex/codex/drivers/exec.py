@@ -305,6 +305,7 @@ class ExecDriver(CodexDriver):
         if self._failed is not None or self._closing:
             return
         self._failed = error
+        self._failed_returncode = returncode
         log.error("the exec driver failed: %s", error.message)
         turn = self._turn
         in_flight = (turn.thought.client_id,) if turn is not None else ()
