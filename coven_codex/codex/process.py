@@ -25,7 +25,7 @@ up, and under load that moment is long. Its parent had just been killed, so it w
 reparented to init (ppid 1): no ancestry led to it either. One such look was enough for the
 sweep to conclude that nothing was left. Two changes close this:
 
-- The daemon makes itself a *child subreaper* (:func:`become_subreaper`,
+- The daemon (any process, at its first :func:`spawn`) makes itself a *child subreaper* (:func:`become_subreaper`,
   ``prctl(PR_SET_CHILD_SUBREAPER)``): an orphaned descendant is reparented to the daemon, not to
   init, so every process a Codex tree ever started stays a descendant of the daemon until it is
   gone. The sweep then walks only the daemon's descendants (small, and complete), and a process
@@ -96,6 +96,8 @@ PR_SET_CHILD_SUBREAPER = 36
 class _Trees:
     subreaper: bool = False
     """Whether this process is the subreaper of its descendants (:func:`become_subreaper`)."""
+    subreaper_tried: bool = False
+    """Whether :func:`become_subreaper` was called (:func:`spawn` calls it before the first tree)."""
     live: dict[int, ChildProcess] = field(default_factory=dict)
     """Trees started by :func:`spawn` and not yet ended by :func:`terminate_tree`, by leader pid."""
     reported: set[int] = field(default_factory=set)
@@ -113,6 +115,7 @@ def become_subreaper() -> bool:
     Returns ``False`` (and the sweep falls back to searching the whole process table) where the
     call is not available.
     """
+    _trees.subreaper_tried = True
     libc = linux_libc()
     if libc is None:
         return False
@@ -205,7 +208,14 @@ async def spawn(
     stdout: int | None = subprocess.PIPE,
     stderr: int | None = subprocess.PIPE,
 ) -> ChildProcess:
-    """Start ``argv`` in its own session/process group with pipes; see the module docstring."""
+    """Start ``argv`` in its own session/process group with pipes; see the module docstring.
+
+    The first call makes this process the subreaper of its descendants (:func:`become_subreaper`)
+    unless that was done already: whoever starts a Codex tree (the daemon, ``coven-codex exec``,
+    a driver used as a library) can then end all of it, however loaded the machine.
+    """
+    if not _trees.subreaper_tried:
+        become_subreaper()
     log.debug("starting %s in %s", argv[0], cwd)
     loop = asyncio.get_running_loop()
 

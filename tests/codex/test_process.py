@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -118,3 +119,33 @@ async def test_children_forked_during_the_kill_are_swept_too(tmp_path: Path) -> 
         assert not alive(forker)
         leftovers = [p for p in marked_processes(proc.tree_token) if p.status() != psutil.STATUS_ZOMBIE]
         assert not leftovers, [p.cmdline() for p in leftovers]
+
+
+SUBREAPER_PROBE = """
+import asyncio, ctypes, os, sys
+from pathlib import Path
+from coven_codex.codex.process import spawn, terminate_tree
+
+def is_subreaper() -> int:
+    libc = ctypes.CDLL(None, use_errno=True)
+    flag = ctypes.c_int(0)
+    libc.prctl(37, ctypes.byref(flag), 0, 0, 0)  # PR_GET_CHILD_SUBREAPER
+    return flag.value
+
+async def main() -> None:
+    before = is_subreaper()
+    child = await spawn(["true"], env=dict(os.environ), cwd=Path.cwd())
+    await terminate_tree(child, 1.0)
+    print(before, is_subreaper())
+
+asyncio.run(main())
+"""
+
+
+def test_whoever_starts_a_tree_becomes_the_subreaper_of_its_orphans(tmp_path: Path) -> None:
+    # Before: only the daemon did; a driver used by another process (coven-codex exec, the driver
+    # tests) left orphans to init, and under load the snapshot shell outlived the tree's end.
+    done = subprocess.run(
+        [sys.executable, "-c", SUBREAPER_PROBE], capture_output=True, text=True, cwd=tmp_path, timeout=60, check=True
+    )
+    assert done.stdout.split() == ["0", "1"]
