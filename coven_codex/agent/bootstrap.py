@@ -68,10 +68,7 @@ from coven_codex.mcp import (
 from coven_codex.rollout.locator import locate_rollout
 from coven_codex.settings import Settings, state_root
 from coven_codex.traces.otel_config import export_notice, otel_tables
-from coven_codex.traces.receiver import OtlpReceiver
-from coven_codex.traces.routing import ThreadRouter
 from coven_codex.webhooks.config import ReadyTarget, WebhookConfigError, ready_targets
-from coven_codex.webhooks.service import webhook_senders
 
 if TYPE_CHECKING:
     from coven_codex.cluster.ownership import Ownership
@@ -367,6 +364,10 @@ async def run_daemon(
         if settings.collect_traces:
             # Before Codex starts, and closed after every Codex process is gone (the stack unwinds last-in first-out).
             traces_dir = settings.resolved_state_dir / TRACES_DIR
+            # (imported here: the OTLP/protobuf decoding is needed only by this setting)
+            from coven_codex.traces.receiver import OtlpReceiver  # noqa: PLC0415
+            from coven_codex.traces.routing import ThreadRouter  # noqa: PLC0415
+
             try:
                 receiver = await stack.enter_async_context(OtlpReceiver(ThreadRouter(traces_dir)))
             except OSError as exc:
@@ -437,6 +438,8 @@ async def _start_webhooks(
     targets: list[ReadyTarget],
 ) -> None:
     """The webhook senders on a journal handle of their own (docs/webhooks.md); stopped before the rest."""
+    from coven_codex.webhooks.service import webhook_senders  # noqa: PLC0415 (only with [webhooks] in_daemon)
+
     journal = open_journal(journal_path, JournalOptions(durability=settings.durability, follow_replacement=False))
     stack.push_async_callback(journal.aclose)
     try:
