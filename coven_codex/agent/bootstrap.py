@@ -13,7 +13,8 @@
 4. prepare the isolated ``CODEX_HOME`` (base config + coven's keys + the MCP entry);
 5. start the webhook senders when ``[webhooks] in_daemon`` is on (:mod:`coven_codex.webhooks`, a
    task and a journal handle of their own);
-6. run the :class:`~coven_codex.agent.daemon.Daemon` on the journal until ``stop``.
+6. run the :class:`~coven_codex.agent.daemon.Daemon` on the journal until ``stop`` (it starts the
+   shared app-server ahead of the first thought, :meth:`LinkMaker.prestart`, while it recovers).
 
 Every failure a user can cause raises :class:`BootstrapError` with what to do.
 """
@@ -122,6 +123,12 @@ class LinkMaker:
                 size=self.settings.app_servers,
                 restart_backoff=self.settings.restart_backoff,
             )
+
+    def prestart(self) -> None:
+        """Start a shared app-server in the background, for the first thought (app-server driver;
+        ended after ``idle_reap`` seconds if no thought comes)."""
+        if self.pool is not None:
+            self.pool.prestart(keep=self.settings.idle_reap)
 
     async def aclose(self) -> None:
         """End the shared app-servers (after every link is closed)."""
@@ -423,6 +430,7 @@ async def run_daemon(
             codex_home=codex_home,
             on_append=hooks.on_append,
             ownership=ownership,
+            prestart=maker.prestart,
         )
         try:
             await daemon.run(stop, ready)
