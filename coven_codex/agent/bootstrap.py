@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from coven_codex import __version__
 from coven_codex.agent.daemon import Daemon, Ready
 from coven_codex.agent.egress import AppendHook
 from coven_codex.agent.layout import LayoutError, migrate_legacy_layout
@@ -283,6 +284,7 @@ async def run_daemon(
     environ: Mapping[str, str] | None = None,
 ) -> None:
     """Set everything up and serve until ``stop`` is set; raises :class:`BootstrapError`."""
+    log.info("coven-codex %s starting (pid %d)", __version__, os.getpid())
     hooks = hooks or Hooks()
     env_in = dict(os.environ if environ is None else environ)
     if settings.journal is None:
