@@ -183,6 +183,9 @@ class AppServerPool:
                     error.hint,
                 )
                 return
+            except Exception:  # a bug, not Codex: said once here, the first thought starts Codex as usual
+                log.exception("starting the shared Codex app-server ahead of the first thought failed")
+                return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._taken.wait(), keep)
         async with self._lock:
