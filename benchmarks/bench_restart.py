@@ -12,7 +12,8 @@ Codex 0.169.0 and the scripted model server, echo, in this process):
    240 bytes an entry), and the ingress cursor is saved at its end, as a daemon that ran
    meanwhile would have left it (the daemon is stopped while the traffic is written, only to
    write it fast; the conversations of the traffic have no state, so what is measured is the
-   journal's length, not the number of conversations);
+   journal's length, not the number of conversations), and flushed to disk (``sync``) as a
+   journal written over months would be;
 3. the daemon starts again and a thought of a new conversation is appended at once; measured:
    *running*, from starting the daemon to its log saying it runs (Python's start, recovery);
    *first reply*, from starting the daemon to that thought's ``response`` entry in the journal
@@ -274,6 +275,9 @@ async def measure(
             finally:
                 stop_daemon(daemon)
             await asyncio.to_thread(write_traffic, journal_path, megabytes)
+            # On disk before the restart, as a journal written over months is: else the kernel
+            # writes the traffic back while the daemon starts, and its start measures the disk.
+            await asyncio.to_thread(os.sync)
             end = await journal.end_position()
             await journal.save_cursor(CURSOR_NAME, end)
             if design == "old":
