@@ -28,7 +28,8 @@ Each size also prints where the restart's time went, from the restarted daemon's
 (its timestamps, against the moment it was started): ``starting`` (Python's start, imports,
 settings, the ``validate`` folder checks), Codex found and its version read, the shared
 app-server started (its home prepared, then the process and ``initialize``, overlapping
-recovery), ``daemon running`` (recovery done), and the reply.
+recovery), ``daemon running`` (recovery done), and the reply; and the CPU time the daemon had used by
+the reply (user + system, Codex not included), which the machine's load hardly changes.
 
 The baseline is the recovery before issue 18: the same measurement with the code of
 ``--baseline-rev`` (default :data:`BASELINE_REV`), exported with ``git archive`` into a temporary
@@ -154,6 +155,13 @@ def stop_daemon(daemon: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         daemon.kill()
         daemon.wait()
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user + system) the process has used so far, in seconds: unlike its wall
+    times, hardly changed by other processes' load."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -292,12 +300,13 @@ async def measure(
                 replied = await wait_reply(journal, "new", end, daemon, log_path)
                 running = await ready
                 peak = peak_rss_mb(daemon.pid)
+                cpu = cpu_seconds(daemon.pid)
             finally:
                 stop_daemon(daemon)
             size = journal_path.stat().st_size / 1e6
             print(
                 f"  {design}, {megabytes} MB, seconds after start: {phases(log_path, started_wall)},"
-                f" reply {replied - started:.2f}",
+                f" reply {replied - started:.2f}; the daemon's CPU time by then {cpu:.2f} s",
                 flush=True,
             )
             return Result(design, megabytes, size, running - started, replied - started, peak)
