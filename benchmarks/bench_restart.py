@@ -12,12 +12,25 @@ Codex 0.169.0 and the scripted model server, echo, in this process):
    240 bytes an entry), and the ingress cursor is saved at its end, as a daemon that ran
    meanwhile would have left it (the daemon is stopped while the traffic is written, only to
    write it fast; the conversations of the traffic have no state, so what is measured is the
-   journal's length, not the number of conversations);
+   journal's length, not the number of conversations), and flushed to disk (``sync``) as a
+   journal written over months would be;
 3. the daemon starts again and a thought of a new conversation is appended at once; measured:
    *running*, from starting the daemon to its log saying it runs (Python's start, recovery);
    *first reply*, from starting the daemon to that thought's ``response`` entry in the journal
    (that, plus the shared Codex app-server started, a thread, a turn); and *peak RSS*, the
    daemon's own high-water mark (``VmHWM``, Codex not included) once the reply is there.
+
+The daemon runs from compiled bytecode, as an installed package does (pip compiles it; the
+first start writes what is missing): ``PYTHONDONTWRITEBYTECODE`` is dropped from its
+environment, so step 1's start caches it and step 3's uses it. ``--compile-each-start`` keeps the
+variable: where no bytecode was cached before (the baseline's fresh export; a checkout never run
+without it), every start compiles the whole package again, ≈ 0.15 to 0.2 s more CPU.
+Each size also prints where the restart's time went, from the restarted daemon's log
+(its timestamps, against the moment it was started): ``starting`` (Python's start, imports,
+settings, the ``validate`` folder checks), Codex found and its version read, the shared
+app-server started (its home prepared, then the process and ``initialize``, overlapping
+recovery), ``daemon running`` (recovery done), and the reply; and the CPU time the daemon had used by
+the reply (user + system, Codex not included), which the machine's load hardly changes.
 
 The baseline is the recovery before issue 18: the same measurement with the code of
 ``--baseline-rev`` (default :data:`BASELINE_REV`), exported with ``git archive`` into a temporary
@@ -30,7 +43,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -74,9 +89,20 @@ class Result:
     peak_rss_mb: float
 
 
-def daemon_env(tmp: Path, source: Path) -> dict[str, str]:
-    """The daemon's environment: its code first on the path, an empty HOME, state under ``tmp``."""
-    env = {k: v for k, v in os.environ.items() if k not in {"CODEX_HOME", "OPENAI_API_KEY"}}
+PHASES: tuple[tuple[str, bytes], ...] = (
+    ("imported", b"starting (pid"),
+    ("codex found", b"started as the"),
+    ("app-server", b"started a shared Codex app-server"),
+    ("running", b"daemon running"),
+)
+"""The restarted daemon's log lines reported for each size (the first line holding each marker)."""
+
+
+def daemon_env(tmp: Path, source: Path, *, compile_each_start: bool = False) -> dict[str, str]:
+    """The daemon's environment: its code first on the path, an empty HOME, state under ``tmp``,
+    bytecode cached unless ``compile_each_start`` (module docstring)."""
+    dropped = {"CODEX_HOME", "OPENAI_API_KEY"} | (set() if compile_each_start else {"PYTHONDONTWRITEBYTECODE"})
+    env = {k: v for k, v in os.environ.items() if k not in dropped}
     home = tmp / "home"
     home.mkdir(exist_ok=True)
     env.update(
@@ -91,7 +117,9 @@ def daemon_env(tmp: Path, source: Path) -> dict[str, str]:
     return env
 
 
-def start_daemon(tmp: Path, source: Path, journal_path: Path, base: Path, log_path: Path) -> subprocess.Popen[bytes]:
+def start_daemon(
+    tmp: Path, source: Path, journal_path: Path, base: Path, log_path: Path, *, compile_each_start: bool = False
+) -> subprocess.Popen[bytes]:
     """``python -m coven_codex run`` with the code in ``source``, its output into ``log_path``."""
     workspace = tmp / "ws"
     workspace.mkdir(exist_ok=True)
@@ -111,7 +139,12 @@ def start_daemon(tmp: Path, source: Path, journal_path: Path, base: Path, log_pa
     ]
     with log_path.open("ab") as log:
         return subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=daemon_env(tmp, source), cwd=source
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            env=daemon_env(tmp, source, compile_each_start=compile_each_start),
+            cwd=source,
         )
 
 
@@ -123,6 +156,13 @@ def stop_daemon(daemon: subprocess.Popen[bytes]) -> None:
     except subprocess.TimeoutExpired:
         daemon.kill()
         daemon.wait()
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user + system) the process has used so far, in seconds: unlike its wall
+    times, hardly changed by other processes' load."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -162,6 +202,29 @@ async def wait_ready(log_path: Path, daemon: subprocess.Popen[bytes]) -> float:
     return time.perf_counter()
 
 
+def phases(log_path: Path, started: float) -> str:
+    """Seconds from ``started`` (wall clock) to each of :data:`PHASES` in the daemon's log."""
+    lines = log_path.read_bytes().splitlines()
+    shown = []
+    for name, marker in PHASES:
+        line = next((line for line in lines if marker in line), None)
+        if line is None:
+            shown.append(f"{name} -")
+            continue
+        stamp = datetime.datetime.strptime(line[:23].decode(), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        shown.append(f"{name} {stamp - started:.2f}")
+    return ", ".join(shown)
+
+
+def legacy_cursor(journal_path: Path, end: Position) -> None:
+    """Rewrite the saved ingress cursor as the baseline reads it: ``"position"`` a byte offset
+    (an integer; positions became ``"MAJOR-MINOR"`` text with journal segments, after it)."""
+    path = journal_path.with_name(journal_path.name + ".cursors") / f"{CURSOR_NAME}.json"
+    saved = json.loads(path.read_bytes())
+    assert end.major == 0, "the benchmark's journal is one segment"
+    path.write_text(json.dumps({**saved, "position": end.minor}) + "\n")
+
+
 def write_traffic(journal_path: Path, megabytes: int) -> None:
     """Append ``megabytes`` MB of thoughts and replies of other conversations (module docstring)."""
     thought = ThoughtEntry(id="T" * 12, conversation="C" * 12, sender="web", text="W" * 60).to_json().encode()
@@ -196,7 +259,15 @@ def write_traffic(journal_path: Path, megabytes: int) -> None:
             written += len(data)
 
 
-async def measure(design: str, megabytes: int, source: Path, server: ScriptedModelServer, scratch: Path) -> Result:
+async def measure(
+    design: str,
+    megabytes: int,
+    source: Path,
+    server: ScriptedModelServer,
+    scratch: Path,
+    *,
+    compile_each_start: bool = False,
+) -> Result:
     """One size with the code in ``source`` (module docstring)."""
     tmp = Path(tempfile.mkdtemp(prefix=f"bench-restart-{design}-{megabytes}-", dir=scratch))
     try:
@@ -206,27 +277,39 @@ async def measure(design: str, megabytes: int, source: Path, server: ScriptedMod
         log_path = tmp / "daemon.log"
         journal = FileJournal(journal_path, durability="never")
         try:
-            daemon = start_daemon(tmp, source, journal_path, base, log_path)
+            daemon = start_daemon(tmp, source, journal_path, base, log_path, compile_each_start=compile_each_start)
             try:
                 record = await journal.append(ThoughtEntry(conversation="idle", text="hello"))
                 await wait_reply(journal, "idle", record.start, daemon, log_path)
             finally:
                 stop_daemon(daemon)
             await asyncio.to_thread(write_traffic, journal_path, megabytes)
+            # On disk before the restart, as a journal written over months is: else the kernel
+            # writes the traffic back while the daemon starts, and its start measures the disk.
+            await asyncio.to_thread(os.sync)
             end = await journal.end_position()
             await journal.save_cursor(CURSOR_NAME, end)
+            if design == "old":
+                legacy_cursor(journal_path, end)
             log_path = tmp / "daemon-restarted.log"
             started = time.perf_counter()
-            daemon = start_daemon(tmp, source, journal_path, base, log_path)
+            started_wall = time.time()
+            daemon = start_daemon(tmp, source, journal_path, base, log_path, compile_each_start=compile_each_start)
             try:
                 await journal.append(ThoughtEntry(conversation="new", text="after the restart"))
                 ready = asyncio.create_task(wait_ready(log_path, daemon))
                 replied = await wait_reply(journal, "new", end, daemon, log_path)
                 running = await ready
                 peak = peak_rss_mb(daemon.pid)
+                cpu = cpu_seconds(daemon.pid)
             finally:
                 stop_daemon(daemon)
             size = journal_path.stat().st_size / 1e6
+            print(
+                f"  {design}, {megabytes} MB, seconds after start: {phases(log_path, started_wall)},"
+                f" reply {replied - started:.2f}; the daemon's CPU time by then {cpu:.2f} s",
+                flush=True,
+            )
             return Result(design, megabytes, size, running - started, replied - started, peak)
         finally:
             await journal.aclose()
@@ -249,6 +332,11 @@ async def main() -> int:
     parser.add_argument("--baseline-max", type=int, default=1000, help="largest size (MB) measured with the baseline")
     parser.add_argument("--baseline-rev", default=BASELINE_REV, help="a revision with the old recovery (git)")
     parser.add_argument("--scratch", type=Path, default=None, help="where the journals are written (a temp dir)")
+    parser.add_argument(
+        "--compile-each-start",
+        action="store_true",
+        help="keep PYTHONDONTWRITEBYTECODE: without bytecode cached before, every start compiles the package",
+    )
     args = parser.parse_args()
     print(f"bench_restart: Codex 0.169.0, one idle conversation, then traffic; {machine_line()}")
     results: dict[tuple[str, int], Result] = {}
@@ -257,10 +345,14 @@ async def main() -> int:
         scratch = args.scratch or Path(baseline_dir)
         async with ScriptedModelServer(responder=echo_responder) as server:
             for size in args.sizes:
-                results["new", size] = await measure("new", size, ROOT, server, scratch)
+                results["new", size] = await measure(
+                    "new", size, ROOT, server, scratch, compile_each_start=args.compile_each_start
+                )
                 print(f"  new recovery, {size} MB: {results['new', size]}", flush=True)
                 if baseline is not None and size <= args.baseline_max:
-                    results["old", size] = await measure("old", size, baseline, server, scratch)
+                    results["old", size] = await measure(
+                        "old", size, baseline, server, scratch, compile_each_start=args.compile_each_start
+                    )
                     print(f"  old recovery, {size} MB: {results['old', size]}", flush=True)
     rows = []
     for size in args.sizes:

@@ -13,7 +13,8 @@
 4. prepare the isolated ``CODEX_HOME`` (base config + coven's keys + the MCP entry);
 5. start the webhook senders when ``[webhooks] in_daemon`` is on (:mod:`coven_codex.webhooks`, a
    task and a journal handle of their own);
-6. run the :class:`~coven_codex.agent.daemon.Daemon` on the journal until ``stop``.
+6. run the :class:`~coven_codex.agent.daemon.Daemon` on the journal until ``stop`` (it starts the
+   shared app-server ahead of the first thought, :meth:`LinkMaker.prestart`, while it recovers).
 
 Every failure a user can cause raises :class:`BootstrapError` with what to do.
 """
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from coven_codex import __version__
 from coven_codex.agent.daemon import Daemon, Ready
 from coven_codex.agent.egress import AppendHook
 from coven_codex.agent.layout import LayoutError, migrate_legacy_layout
@@ -68,10 +70,7 @@ from coven_codex.mcp import (
 from coven_codex.rollout.locator import locate_rollout
 from coven_codex.settings import Settings, state_root
 from coven_codex.traces.otel_config import export_notice, otel_tables
-from coven_codex.traces.receiver import OtlpReceiver
-from coven_codex.traces.routing import ThreadRouter
 from coven_codex.webhooks.config import ReadyTarget, WebhookConfigError, ready_targets
-from coven_codex.webhooks.service import webhook_senders
 
 if TYPE_CHECKING:
     from coven_codex.cluster.ownership import Ownership
@@ -125,6 +124,12 @@ class LinkMaker:
                 size=self.settings.app_servers,
                 restart_backoff=self.settings.restart_backoff,
             )
+
+    def prestart(self) -> None:
+        """Start a shared app-server in the background, for the first thought (app-server driver;
+        ended after ``idle_reap`` seconds if no thought comes)."""
+        if self.pool is not None:
+            self.pool.prestart(keep=self.settings.idle_reap)
 
     async def aclose(self) -> None:
         """End the shared app-servers (after every link is closed)."""
@@ -279,6 +284,7 @@ async def run_daemon(
     environ: Mapping[str, str] | None = None,
 ) -> None:
     """Set everything up and serve until ``stop`` is set; raises :class:`BootstrapError`."""
+    log.info("coven-codex %s starting (pid %d)", __version__, os.getpid())
     hooks = hooks or Hooks()
     env_in = dict(os.environ if environ is None else environ)
     if settings.journal is None:
@@ -367,6 +373,10 @@ async def run_daemon(
         if settings.collect_traces:
             # Before Codex starts, and closed after every Codex process is gone (the stack unwinds last-in first-out).
             traces_dir = settings.resolved_state_dir / TRACES_DIR
+            # (imported here: the OTLP/protobuf decoding is needed only by this setting)
+            from coven_codex.traces.receiver import OtlpReceiver  # noqa: PLC0415
+            from coven_codex.traces.routing import ThreadRouter  # noqa: PLC0415
+
             try:
                 receiver = await stack.enter_async_context(OtlpReceiver(ThreadRouter(traces_dir)))
             except OSError as exc:
@@ -422,6 +432,7 @@ async def run_daemon(
             codex_home=codex_home,
             on_append=hooks.on_append,
             ownership=ownership,
+            prestart=maker.prestart,
         )
         try:
             await daemon.run(stop, ready)
@@ -437,6 +448,8 @@ async def _start_webhooks(
     targets: list[ReadyTarget],
 ) -> None:
     """The webhook senders on a journal handle of their own (docs/webhooks.md); stopped before the rest."""
+    from coven_codex.webhooks.service import webhook_senders  # noqa: PLC0415 (only with [webhooks] in_daemon)
+
     journal = open_journal(journal_path, JournalOptions(durability=settings.durability, follow_replacement=False))
     stack.push_async_callback(journal.aclose)
     try:

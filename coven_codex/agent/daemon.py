@@ -5,7 +5,9 @@ one daemon per state directory). Start-up, in this order (each step relies on th
 
 1. (the lock, taken by the caller)
 2. end Codex process trees a killed predecessor left behind, so no rollout is still growing
-   and no two processes write one thread;
+   and no two processes write one thread; then start the shared Codex app-server in the
+   background (``prestart``, app-server driver), so that its start overlaps the steps below
+   instead of delaying the first reply;
 3. load every session state and resolve in-flight thoughts against the rollouts;
 4. learn which entries the daemon already wrote that it may produce again (egress drops
    replayed entries with those ids): the ids every session state keeps (``own_ids``) and the ids
@@ -43,6 +45,7 @@ import contextlib
 import faulthandler
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -101,8 +104,11 @@ class Daemon:
         codex_home: Path,
         on_append: AppendHook | None = None,
         ownership: Ownership | None = None,
+        prestart: Callable[[], None] | None = None,
     ) -> None:
+        """``prestart`` starts the Codex the first thought will use, without waiting (start-up step 2)."""
         self.settings = settings
+        self.prestart = prestart
         self.journal = journal
         self.ownership = ownership
         """Several daemons share the journal (docs/distributed.md): only conversations whose lease we hold."""
@@ -128,6 +134,8 @@ class Daemon:
         become_subreaper()
         with contextlib.closing(self.store):
             await asyncio.to_thread(end_stale_processes, self.state_dir, self.settings.kill_grace, self.codex_home)
+            if self.prestart is not None:
+                self.prestart()
             states = self.store.load_all()
             if self.ownership is not None:
                 states = await self.ownership.take_back(states)

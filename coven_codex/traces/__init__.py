@@ -5,12 +5,8 @@
 - :class:`~coven_codex.traces.writer.JsonlWriter`: one record a line, optionally rotated by size;
 - :class:`~coven_codex.traces.routing.ThreadRouter`: the daemon's sink, one file per Codex thread;
 - :func:`~coven_codex.traces.otel_config.otel_tables`: the ``[otel]`` tables that point Codex at it.
+
+Import each from its module: this package imports nothing, so that ``otel_config`` (which ``run``
+and ``validate`` need) does not load the receiver's OTLP/protobuf decoding, which only
+``collect_traces`` uses.
 """
-
-from coven_codex.traces.otel_config import otel_tables
-from coven_codex.traces.receiver import OtlpReceiver
-from coven_codex.traces.records import TraceRecord
-from coven_codex.traces.routing import ThreadRouter
-from coven_codex.traces.writer import JsonlWriter, RecordSink
-
-__all__ = ["JsonlWriter", "OtlpReceiver", "RecordSink", "ThreadRouter", "TraceRecord", "otel_tables"]

@@ -11,7 +11,7 @@ import pytest
 from agent_harness import AgentHarness, replies
 
 from coven_codex.testing.model_server import ScriptedModelServer
-from coven_codex.traces import TraceRecord
+from coven_codex.traces.records import TraceRecord
 
 pytestmark = pytest.mark.codex
 

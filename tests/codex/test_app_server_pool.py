@@ -11,6 +11,7 @@ import resource
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -347,3 +348,112 @@ def test_the_daemon_raises_its_open_file_limit_to_the_hard_one_for_codex() -> No
         ["prlimit", "--nofile=1024:1024", sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert kept.stdout.split() == ["None", "(1024,", "1024)", "149"]
+
+
+async def until(predicate: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    """Wait (bounded) until ``predicate`` holds."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)
+
+
+def processes_of(setup: CodexSetup) -> list[psutil.Process]:
+    """Every living process started for the setup's CODEX_HOME."""
+    found = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            if proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get("CODEX_HOME") == str(setup.home.path):
+                found.append(proc)
+    return found
+
+
+async def test_a_prestarted_process_serves_the_first_thread(tmp_path: Path, codex_bin_169: Path) -> None:
+    """The daemon starts the shared app-server ahead (while it recovers): it runs before any thread
+    asks for it, and the first thread is opened on it, not on a second process."""
+    async with ScriptedModelServer(responder=responder) as server:
+        setup = make_setup(tmp_path, codex_bin_169, VERSION, server, driver="app-server")
+        pool = setup.pool()
+        pool.prestart(keep=600.0)
+        await until(lambda: bool(pool.pids), "the prestarted app-server")
+        (warm,) = pool.pids
+        drivers, recorders = await open_drivers(setup, pool, 1)
+        try:
+            assert drivers[0].pids == [warm] and pool.pids == [warm]
+            await drivers[0].submit("hello", "t1")
+            await recorders[0].wait_for(TurnFinished)
+            assert texts(recorders[0].of(AgentMessageCompleted)) == ["echo: hello"]
+        finally:
+            await close_all(drivers, pool)
+
+
+async def test_a_prestarted_process_no_thread_takes_ends_after_keep(tmp_path: Path, codex_bin_169: Path) -> None:
+    """Nobody taking the prestarted process within ``keep`` seconds, it ends (as an idle
+    conversation's would), and a later thread starts one as usual."""
+    async with ScriptedModelServer(responder=responder) as server:
+        setup = make_setup(tmp_path, codex_bin_169, VERSION, server, driver="app-server")
+        pool = setup.pool()
+        pool.prestart(keep=1.0)
+        await until(lambda: bool(pool.pids), "the prestarted app-server")
+        (warm,) = pool.pids
+        await until(lambda: not pool.pids and not processes_of(setup), "the unused app-server to end")
+        drivers, recorders = await open_drivers(setup, pool, 1)
+        try:
+            assert drivers[0].pids and drivers[0].pids != [warm]
+            await drivers[0].submit("later", "t1")
+            await recorders[0].wait_for(TurnFinished)
+        finally:
+            await close_all(drivers, pool)
+
+
+async def test_a_failed_prestart_is_logged_once_and_the_first_thread_starts_codex_again(
+    tmp_path: Path, codex_bin_169: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A prestart that fails is reported like a failed start (no thread, so only the log, saying
+    what to do), once; the first thread then starts the app-server itself. The Codex here fails
+    its first ``app-server`` start only."""
+    async with ScriptedModelServer(responder=responder) as server:
+        setup = make_setup(tmp_path, codex_bin_169, VERSION, server, driver="app-server")
+        marker = tmp_path / "failed-once"
+        wrapper = tmp_path / "codex-failing-once"
+        wrapper.write_text(
+            f'#!/bin/sh\nif [ ! -e "{marker}" ]; then touch "{marker}"; echo "simulated failure" >&2; exit 3; fi\n'
+            f'exec "{setup.executable}" "$@"\n'
+        )
+        wrapper.chmod(0o755)
+        pool = AppServerPool(
+            (str(wrapper),),
+            env=setup.home.env,
+            cwd=setup.workspace,
+            settings=setup.pool().settings,
+            restart_backoff=0.1,
+        )
+        with caplog.at_level("WARNING", logger="coven_codex.codex.appserver.pool"):
+            pool.prestart(keep=600.0)
+            await until(marker.exists, "the failing start")
+            await until(
+                lambda: any("ahead of the first thought" in r.getMessage() for r in caplog.records), "the warning"
+            )
+            assert not pool.pids
+            drivers, recorders = await open_drivers(setup, pool, 1)
+            try:
+                await drivers[0].submit("after the failure", "t1")
+                await recorders[0].wait_for(TurnFinished)
+                assert texts(recorders[0].of(AgentMessageCompleted)) == ["echo: after the failure"]
+            finally:
+                await close_all(drivers, pool)
+        warnings = [r.getMessage() for r in caplog.records if "ahead of the first thought" in r.getMessage()]
+        assert len(warnings) == 1, warnings
+        assert "started again when a thought needs it" in warnings[0]
+
+
+async def test_closing_the_pool_while_it_prestarts_leaves_no_process(tmp_path: Path, codex_bin_169: Path) -> None:
+    """The daemon stopping while the prestarted app-server is still starting: nothing is left."""
+    async with ScriptedModelServer(responder=responder) as server:
+        setup = make_setup(tmp_path, codex_bin_169, VERSION, server, driver="app-server")
+        pool = setup.pool()
+        pool.prestart(keep=600.0)
+        await until(lambda: bool(processes_of(setup)), "the app-server's process")
+        await pool.aclose()
+        assert not pool.pids
+        await until(lambda: not processes_of(setup), "every process of the pool to end", timeout=15.0)

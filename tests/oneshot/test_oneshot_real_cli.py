@@ -32,7 +32,7 @@ from coven_codex.testing import (
 )
 from coven_codex.testing.codex_config import DEFAULT_ENV_KEY
 from coven_codex.testing.steps import TurnScript
-from coven_codex.traces import TraceRecord
+from coven_codex.traces.records import TraceRecord
 
 pytestmark = pytest.mark.codex
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from coven_codex.traces import JsonlWriter
+from coven_codex.traces.writer import JsonlWriter
 
 
 def test_rotation_keeps_whole_lines_and_a_bounded_number_of_backups(tmp_path: Path) -> None:

@@ -15,7 +15,9 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
-from coven_codex.traces import JsonlWriter, OtlpReceiver, TraceRecord
+from coven_codex.traces.receiver import OtlpReceiver
+from coven_codex.traces.records import TraceRecord
+from coven_codex.traces.writer import JsonlWriter
 
 PROTOBUF = "application/x-protobuf"
 

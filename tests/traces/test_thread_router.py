@@ -8,7 +8,8 @@ from pathlib import Path
 
 from pydantic import JsonValue
 
-from coven_codex.traces import ThreadRouter, TraceRecord
+from coven_codex.traces.records import TraceRecord
+from coven_codex.traces.routing import ThreadRouter
 
 
 def log_record(thread: str | None, text: str) -> JsonValue:

@@ -23,6 +23,12 @@ idle conversations' threads let go (evicted when others wait for a ``max_session
 idle-reaped), 1,000 conversations are served under ``ulimit -n 1024`` (docs/performance.md).
 A thread is resumed on the process that has it loaded while that one runs (:meth:`connect`).
 
+The daemon starts one process ahead (:meth:`AppServerPool.prestart`), while it recovers and
+starts reading the journal, so that the first thought does not wait for Codex's start: the next
+:meth:`connect` takes that process. Nobody taking it within ``keep`` seconds (the daemon passes
+``idle_reap``), it is ended, as an idle conversation's would be. Should it fail to start, that is
+logged once and the next :meth:`connect` starts one as it would have without the prestart.
+
 A process that died (or was killed because it stopped answering) is replaced lazily, by the
 next :meth:`connect`, after the restart backoff (:func:`~coven_codex.agent.backoff.backoff` of
 ``restart_backoff``, doubling for each failure in a row; a process that completed a turn, or
@@ -32,6 +38,7 @@ ran longer than the backoff limit, starts the count over).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import resource
 from collections.abc import Mapping, Sequence
@@ -40,6 +47,7 @@ from pathlib import Path
 from coven_codex.agent.backoff import MAX_BACKOFF, backoff
 from coven_codex.codex.appserver.connection import AppServerConnection
 from coven_codex.codex.drivers.base import DriverError, DriverSettings
+from coven_codex.codex.errors import classify
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +117,9 @@ class AppServerPool:
         self._failed_at = 0.0
         self._closed = False
         self._closing: set[asyncio.Future[None]] = set()
+        self._prestart: asyncio.Task[None] | None = None
+        self._taken = asyncio.Event()
+        """Set when :meth:`connect` hands out a connection (the prestarted one is wanted)."""
 
     @property
     def pids(self) -> list[int]:
@@ -139,20 +150,10 @@ class AppServerPool:
             if open_ and (unused or len(open_) >= self.size):
                 chosen = min(open_, key=lambda c: c.users)
             else:
-                await self._wait_backoff()
-                chosen = AppServerConnection(
-                    self.command, env=self.env, cwd=self.cwd, settings=self.settings, on_lost=self._lost
-                )
-                try:
-                    await chosen.start()
-                except DriverError:
-                    if chosen.lost is None:  # (a process that died was counted when it was lost)
-                        self._note_failure(None)
-                    raise
-                self._connections.append(chosen)
-                log.info("started a shared Codex app-server (pid %s; %d running)", chosen.pid, len(self._connections))
+                chosen = await self._start()
             chosen.users += 1
             chosen.opened += 1
+            self._taken.set()
             if chosen.opened == self.threads_per_process:
                 log.info(
                     "the shared Codex app-server (pid %s) has taken %d threads, what its open-file limit allows; "
@@ -162,27 +163,90 @@ class AppServerPool:
                 )
             return chosen
 
+    def prestart(self, keep: float) -> None:
+        """Start one process now, in the background, unless one runs (module docstring): the next
+        :meth:`connect` takes it; nobody taking it within ``keep`` seconds, it is ended. A failure
+        is logged once (with what to do) and left to the next :meth:`connect` to retry."""
+        if self._prestart is None and not self._closed:
+            self._prestart = asyncio.create_task(self._warm(keep), name="codex-app-server-prestart")
+
+    async def _warm(self, keep: float) -> None:
+        async with self._lock:
+            if self._closed or self.connections:
+                return
+            try:
+                connection = await self._start()
+            except DriverError as exc:
+                error = classify(str(exc))
+                log.warning(
+                    "could not start the shared Codex app-server ahead of the first thought (%s): %s; %s."
+                    " It is started again when a thought needs it",
+                    error.code,
+                    error.message,
+                    error.hint,
+                )
+                return
+            except Exception:  # a bug, not Codex: said once here, the first thought starts Codex as usual
+                log.exception("starting the shared Codex app-server ahead of the first thought failed")
+                return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._taken.wait(), keep)
+        async with self._lock:
+            if self._closed or connection.opened > 0 or connection not in self._connections:
+                return
+            log.info(
+                "no thought needed the shared Codex app-server started ahead (pid %s) within %gs; ending it",
+                connection.pid,
+                keep,
+            )
+            closing = self._end(connection)
+        await asyncio.shield(closing)  # (a cancelled prestart leaves it to finish; aclose() waits for it)
+
+    async def _start(self) -> AppServerConnection:
+        """Start one more process (after the restart backoff) and add it; the caller holds the lock."""
+        await self._wait_backoff()
+        started = AppServerConnection(
+            self.command, env=self.env, cwd=self.cwd, settings=self.settings, on_lost=self._lost
+        )
+        try:
+            await started.start()
+        except DriverError:
+            if started.lost is None:  # (a process that died was counted when it was lost)
+                self._note_failure(None)
+            raise
+        self._connections.append(started)
+        log.info("started a shared Codex app-server (pid %s; %d running)", started.pid, len(self._connections))
+        return started
+
     async def release(self, connection: AppServerConnection) -> None:
         """A thread that :meth:`connect` placed on ``connection`` is closed. The last one ends the
         process (and returns once it is gone): when every conversation is idle (reaped,
         evicted) no Codex process runs."""
         connection.users = max(0, connection.users - 1)
         if connection.users == 0 and not self._closed:
-            connection.retire()  # at once: connect() never hands it out again
-            self._connections = [c for c in self._connections if c is not connection]
             if connection.lost is None:
                 log.info(
                     "no conversation uses the shared Codex app-server (pid %s) any more; ending it", connection.pid
                 )
-            closing = asyncio.ensure_future(connection.aclose())
-            self._closing.add(closing)
-            closing.add_done_callback(self._closing.discard)
-            await asyncio.shield(closing)  # (a cancelled caller leaves it to finish; aclose() waits for it)
+            await asyncio.shield(self._end(connection))  # (a cancelled caller leaves it to finish; aclose() waits)
+
+    def _end(self, connection: AppServerConnection) -> asyncio.Future[None]:
+        """Hand ``connection`` out no more and end its process; the future is done once it is gone."""
+        connection.retire()  # at once: connect() never hands it out again
+        self._connections = [c for c in self._connections if c is not connection]
+        closing = asyncio.ensure_future(connection.aclose())
+        self._closing.add(closing)
+        closing.add_done_callback(self._closing.discard)
+        return closing
 
     async def aclose(self) -> None:
         """End every process (politely first: see :meth:`AppServerConnection.aclose`), and wait
         for those being ended already."""
         self._closed = True
+        if self._prestart is not None:
+            self._prestart.cancel()  # (a process it is starting is ended by the start itself)
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._prestart
         connections, self._connections = self._connections, []
         await asyncio.gather(*(c.aclose() for c in connections), *self._closing)
 
