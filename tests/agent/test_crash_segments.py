@@ -15,7 +15,7 @@ import pytest
 from agent_harness import AgentHarness, replies
 from test_crash import crash_loop
 
-from coven_codex.journal import FileJournal
+from coven_codex.journal import START, FileJournal
 from coven_codex.journal.segments import SegmentLayout
 from coven_codex.testing.model_server import ScriptedModelServer
 from coven_codex.testing.responders import echo_responder
@@ -24,6 +24,10 @@ pytestmark = [pytest.mark.codex]
 
 Factory = Callable[[Path, ScriptedModelServer], AgentHarness]
 SEGMENT_BYTES = 4096
+
+
+READER = "test-reader"
+"""The test's own cursor (see test_a_restart_after_retention_removed_an_idle_conversations_segments)."""
 
 
 async def segmented(h: AgentHarness) -> None:
@@ -62,6 +66,10 @@ async def test_a_restart_after_retention_removed_an_idle_conversations_segments(
         h = harness_factory(codex_bin_169, server)
         await segmented(h)
         h.extra_args += ["--journal-retention", "delete"]
+        # The test reads like any adapter, with a cursor of its own that it moves past what it has
+        # seen: retention removes only what every cursor passed, so a reply is not deleted before
+        # the test has read it (without it, a loaded machine lost 'echo: busy 6' that way).
+        await h.journal.save_cursor(READER, START)
         daemon = await h.start()
         await h.think("idle", "first")
         await h.wait_for(lambda es: "echo: first" in replies(es, "idle"), timeout=120, what="idle's reply")
@@ -69,6 +77,8 @@ async def test_a_restart_after_retention_removed_an_idle_conversations_segments(
         for n in range(8):
             await h.think("busy", f"busy {n}")
             await h.wait_for(lambda es, n=n: f"echo: busy {n}" in replies(es, "busy"), timeout=120, what="busy")
+            seen = [item for item in await h.journal.read() if getattr(item.entry, "text", "") == f"echo: busy {n}"]
+            await h.journal.save_cursor(READER, seen[-1].start)
         assert await h.stop(daemon) == 0
         compacted = SegmentLayout(h.journal_path).compacted()
         assert compacted is not None and compacted.through >= first.start.major, "idle's segment was not removed"
