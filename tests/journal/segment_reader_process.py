@@ -39,6 +39,8 @@ async def main(path: str, name: str, output_name: str, stops_wanted: int) -> Non
     output = Path(output_name)
     journal = FileJournal(Path(path))
     start, stops = resume_point(output)
+    if stops == stops_wanted:  # killed after it had handled the last stop: nothing more will come
+        return
     if start is None:
         start = await journal.load_cursor(name)
         if start is None:
