@@ -65,6 +65,10 @@ class DaemonHost:
         """The daemon's state store."""
         return self._daemon.store
 
+    def storage_failed(self, failure: BaseException) -> None:
+        """The journal (Redis) failed for good: the daemon stops in order (as when its reader fails)."""
+        self._daemon._storage_failed(failure)
+
     def read_position(self) -> Position:
         """Where the journal reader is (before it starts: where it will start)."""
         ingress = self._daemon.ingress

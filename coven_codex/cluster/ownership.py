@@ -36,6 +36,7 @@ from coven_codex.agent.daemon import Daemon
 from coven_codex.agent.egress import complete_length
 from coven_codex.agent.limits import cut
 from coven_codex.agent.state import SessionState, StateStore
+from coven_codex.agent.storage import storage_failure
 from coven_codex.cluster.fenced import FenceableJournal, FencedJournal
 from coven_codex.cluster.host import DaemonHost
 from coven_codex.cluster.leases import LeaseLost
@@ -86,6 +87,10 @@ class SessionHost(Protocol):
 
     def read_position(self) -> Position:
         """Where the journal reader is: every item before it was routed."""
+        ...
+
+    def storage_failed(self, failure: BaseException) -> None:
+        """The journal (Redis) failed for good: stop the daemon in order, saying so once."""
         ...
 
     @property
@@ -319,7 +324,7 @@ class Ownership:
             return
         try:
             await self.node.mirror.report(conversation, relative_rollout_path(self.codex_home, rollout), data)
-        except (RedisError, OSError) as exc:
+        except (RedisError, JournalError, OSError) as exc:
             log.warning(
                 "cluster: could not report our record of conversation %r to its new owner (%s); it will"
                 " resolve its in-flight thought against its copy",
@@ -405,7 +410,19 @@ class Ownership:
         for conversation in self._taken:
             self._start_adoption(conversation, None)
         self._taken.clear()
-        return group.create_task(self.node.run(self.lost_in_background, self.adopt_orphans), name="cluster")
+        return group.create_task(self._run_node(), name="cluster")
+
+    async def _run_node(self) -> None:
+        """The node's rounds; Redis gone for longer than the journal's outage limit stops the daemon the
+        way a journal failure does (in order, with one message), not with a crash."""
+        assert self.host is not None
+        try:
+            await self.node.run(self.lost_in_background, self.adopt_orphans)
+        except Exception as exc:
+            failure = storage_failure(exc)
+            if failure is None:
+                raise
+            self.host.storage_failed(failure)
 
     def fenced(self, journal: Journal) -> Journal:
         """``journal`` for the daemon's entries: appends fenced by their conversation's lease."""
@@ -444,18 +461,47 @@ class Ownership:
         for task in self._adoptions:
             task.cancel()
 
-    async def final_mirror(self, sessions: Iterable[tuple[SessionState, Iterable[Position]]]) -> None:
+    async def final_mirror(self, sessions: Iterable[tuple[SessionState, Iterable[Position]]], *, within: float) -> None:
         """Shutdown, after the last local saves: mirror each state (with its pending thoughts) once
-        more, then give every lease back: the other daemons take the conversations over at once."""
-        for state, pending in sessions:
-            if not self.node.owns(state.conversation):
-                continue
+        more, then give every lease back: the other daemons take the conversations over at once.
+
+        All of it within ``within`` seconds (part of the shutdown's bound): when Redis cannot be
+        reached or does not answer in time, that is said once and the leases are left to run out
+        (the others then take the conversations over from what was mirrored before, a lease time
+        later)."""
+        held = [(state, list(pending)) for state, pending in sessions if self.node.owns(state.conversation)]
+        failures: list[str] = []
+
+        async def last_mirror(state: SessionState, pending: list[Position]) -> None:
             try:
                 await self._mirror(state.conversation, state, pending)
             except LeaseLost:
-                continue
-            except (RedisError, OSError) as exc:
-                # Redis is gone: nothing more can be mirrored or handed over; the leases run out.
-                log.warning("cluster: cannot mirror the last states (%s); the leases run out instead", str(exc)[:200])
                 return
-        await self.node.leave()
+            except (RedisError, JournalError, OSError) as exc:  # (its earlier mirror stands: a kill -9's case)
+                failures.append(f"{type(exc).__name__}: {str(exc)[:200]}")
+
+        try:
+            async with asyncio.timeout(within):
+                await asyncio.gather(*(last_mirror(state, pending) for state, pending in held))
+                await self.node.leave()
+        except TimeoutError:
+            failures.append(f"Redis did not answer within {within:.1f}s")
+        except (RedisError, JournalError, OSError) as exc:
+            failures.append(f"{type(exc).__name__}: {str(exc)[:200]}")
+        if not failures:
+            return
+        if not self.node.held:  # handed over; only a last mirror failed
+            log.warning(
+                "cluster: handed the conversations over, but %d last state(s) could not be mirrored (%s); their"
+                " new owners continue from the states mirrored before",
+                len(failures),
+                failures[0],
+            )
+            return
+        log.warning(
+            "cluster: could not hand %d conversation(s) over at shutdown (%s); the other daemons take them"
+            " once the leases run out (%gs)",
+            len(self.node.held),
+            failures[0],
+            self.node.lease_time,
+        )

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
+from typing import Any
 
 from redis.asyncio import Redis
 
 from coven_codex.cluster import scripts
 from coven_codex.cluster.keys import ClusterKeys
+from coven_codex.journal.redis.outage import Reachability
 
 
 def rendezvous(conversation: str, daemons: Iterable[str]) -> str | None:
@@ -31,8 +33,11 @@ def rendezvous(conversation: str, daemons: Iterable[str]) -> str | None:
 class Registry:
     """This daemon's entry in the live-daemon set (module docstring)."""
 
-    def __init__(self, redis: Redis, keys: ClusterKeys, *, daemon_id: str, ttl: float) -> None:
+    def __init__(
+        self, redis: Redis, keys: ClusterKeys, *, daemon_id: str, ttl: float, reachability: Reachability
+    ) -> None:
         self._redis = redis
+        self._reachability = reachability
         self._keys = keys
         self.daemon_id = daemon_id
         self._ttl_ms = max(1, round(ttl * 1000))
@@ -42,13 +47,21 @@ class Registry:
 
     async def heartbeat(self) -> tuple[str, ...]:
         """Say we are alive for another lease time; returns (and keeps) the live daemons."""
-        found = await self._heartbeat(keys=[self._keys.daemons], args=[self.daemon_id, self._ttl_ms])
+
+        async def run() -> Any:
+            return await self._heartbeat(keys=[self._keys.daemons], args=[self.daemon_id, self._ttl_ms])
+
+        found = await self._reachability.call(run)
         self.live = tuple(sorted(item.decode() if isinstance(item, bytes) else str(item) for item in found))
         return self.live
 
     async def leave(self) -> None:
         """Leave the live set (a clean stop): new conversations go to the others at once."""
-        await self._redis.zrem(self._keys.daemons, self.daemon_id)
+
+        async def run() -> Any:
+            return await self._redis.zrem(self._keys.daemons, self.daemon_id)
+
+        await self._reachability.call(run)
 
     def preferred(self, conversation: str) -> bool:
         """Whether ``conversation``, held by nobody, goes to this daemon."""
