@@ -174,6 +174,11 @@ class ClusterNode:
                 self.drop(conversation)
             log.warning("cluster: lost the lease of %d conversation(s); another daemon serves them now", len(lost))
             await on_lost(lost)
+        if self.registry.away:
+            # Back after our heartbeat ran out (a stall, or Redis unreachable past a lease time: then every
+            # daemon's ran out): the others have not said they are back yet, and sweeping now would take
+            # their conversations too. They heartbeat within a round; sweep then.
+            return
         orphans = [c for c in await self.leases.expired() if c not in self.held and self.preferred(c)]
         if orphans:
             await on_orphans(orphans)

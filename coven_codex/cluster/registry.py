@@ -44,6 +44,9 @@ class Registry:
         self._heartbeat = redis.register_script(scripts.HEARTBEAT)
         self.live: tuple[str, ...] = ()
         """The live daemons as of the last heartbeat (this one included)."""
+        self.away = True
+        """At the last heartbeat this daemon was not in the live set (it just joined, or its heartbeat
+        had run out): daemons back with it may not have said so yet, so :attr:`live` may lack them."""
 
     async def heartbeat(self) -> tuple[str, ...]:
         """Say we are alive for another lease time; returns (and keeps) the live daemons."""
@@ -51,7 +54,8 @@ class Registry:
         async def run() -> Any:
             return await self._heartbeat(keys=[self._keys.daemons], args=[self.daemon_id, self._ttl_ms])
 
-        found = await self._reachability.call(run)
+        was_live, found = await self._reachability.call(run)
+        self.away = not int(was_live)
         self.live = tuple(sorted(item.decode() if isinstance(item, bytes) else str(item) for item in found))
         return self.live
 

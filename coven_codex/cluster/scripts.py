@@ -132,9 +132,16 @@ HEARTBEAT: Final = (
     NOW_MS
     + """
 -- KEYS: daemon index; ARGV: daemon id, ttl ms
+local expires = redis.call('ZSCORE', KEYS[1], ARGV[1])
+local was_live = 0
+if expires and tonumber(expires) > now then
+  was_live = 1
+end
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-return redis.call('ZRANGE', KEYS[1], 0, -1)
+return {was_live, redis.call('ZRANGE', KEYS[1], 0, -1)}
 """
 )
-"""Say this daemon is alive for another ttl, drop the daemons whose heartbeat ran out, list the live ones."""
+"""Say this daemon is alive for another ttl, drop the daemons whose heartbeat ran out; returns
+``{was_live, live daemons}``: ``was_live`` is 0 when this daemon was not in the live set (it just
+joined, or its heartbeat ran out: it stalled, or Redis was unreachable for longer than a ttl)."""

@@ -123,6 +123,36 @@ async def test_a_dead_daemons_conversations_are_swept_up_and_a_stopped_ones_at_o
         await asyncio.gather(runner, return_exceptions=True)
 
 
+async def test_back_after_an_outage_past_the_lease_a_daemon_sweeps_only_once_the_others_can_say_they_are_back(
+    redis_client: Redis, cluster_keys: ClusterKeys
+) -> None:
+    """Redis unreachable (or this daemon stalled) past a lease time: every lease and heartbeat ran out.
+    The first daemon back sees itself alone in the live set; sweeping then would take every
+    conversation, its peers' too (and keep them: conversations do not move back). It sweeps from its
+    next round on, when the others have heartbeat again, and takes only its own share."""
+    a, b = node(redis_client, cluster_keys, "a", lease=1.0), node(redis_client, cluster_keys, "b", lease=1.0)
+    await a.join()
+    await b.join()
+    conversations = [f"conversation-{i}" for i in range(12)]
+    for conversation in conversations:
+        assert (await (a if a.preferred(conversation) else b).claim(conversation)).ok
+    await asyncio.sleep(1.3)  # the outage: no renewal, no heartbeat for longer than a lease time
+    adopted: list[str] = []
+
+    async def on_lost(conversations: list[str]) -> None:
+        return None
+
+    async def on_orphans(conversations: list[str]) -> None:
+        adopted.extend(conversations)
+
+    await a._round(on_lost, on_orphans)  # a is back first: b has not said so yet
+    assert adopted == []
+    await b.registry.heartbeat()
+    await a._round(on_lost, on_orphans)
+    mine = [c for c in conversations if rendezvous(c, ["a", "b"]) == "a"]
+    assert sorted(adopted) == sorted(mine) and 0 < len(mine) < len(conversations)
+
+
 async def test_new_conversations_spread_over_the_live_daemons(redis_client: Redis, cluster_keys: ClusterKeys) -> None:
     daemons = [node(redis_client, cluster_keys, f"d{i}") for i in range(3)]
     for d in daemons:
