@@ -133,6 +133,8 @@ class Ownership:
         """Conversations claimed back at start-up, adopted once the daemon serves."""
         self._group: asyncio.TaskGroup | None = None
         self._adoptions: set[asyncio.Task[bool]] = set()
+        self._drops: set[asyncio.Task[None]] = set()
+        """Conversations being let go (their sessions stopped, our rollouts reported) in tasks of their own."""
 
     @property
     def cursor_name(self) -> str:
@@ -433,7 +435,7 @@ class Ownership:
 
         def refused(conversation: str) -> None:
             self.node.drop(conversation)
-            group.create_task(self.lost([conversation]), name=f"drop:{conversation[:60]}")
+            self._track(group.create_task(self.lost([conversation]), name=f"drop:{conversation[:60]}"))
 
         return refused
 
@@ -444,7 +446,12 @@ class Ownership:
         if self._group is None:
             await self.lost(conversations)
             return
-        self._group.create_task(self.lost(conversations), name="drop-lost-conversations")
+        self._track(self._group.create_task(self.lost(conversations), name="drop-lost-conversations"))
+
+    def _track(self, task: asyncio.Task[None]) -> None:
+        """Keep a drop task until it ends: shutdown waits for it within its bound, then cancels it."""
+        self._drops.add(task)
+        task.add_done_callback(self._drops.discard)
 
     async def lost(self, conversations: list[str]) -> None:
         """Leases lost: stop those sessions (the new owners continue them)."""
@@ -482,12 +489,17 @@ class Ownership:
 
         try:
             async with asyncio.timeout(within):
+                if self._drops:  # (reports to new owners under way: they wait through an outage)
+                    await asyncio.wait(set(self._drops))
                 await asyncio.gather(*(last_mirror(state, pending) for state, pending in held))
                 await self.node.leave()
         except TimeoutError:
             failures.append(f"Redis did not answer within {within:.1f}s")
         except (RedisError, JournalError, OSError) as exc:
             failures.append(f"{type(exc).__name__}: {str(exc)[:200]}")
+        finally:
+            for task in self._drops:  # (the daemon's task group would wait for them)
+                task.cancel()
         if not failures:
             return
         if not self.node.held:  # handed over; only a last mirror failed
