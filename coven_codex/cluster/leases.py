@@ -77,7 +77,6 @@ class Leases:
             k.holder(conversation),
             k.counter(conversation),
             k.expiry,
-            k.report(conversation),
             k.floor(conversation),
         ]
 

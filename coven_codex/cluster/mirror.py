@@ -81,6 +81,7 @@ class Mirror:
         self.daemon_id = daemon_id
         self._save = redis.register_script(scripts.SAVE_STATE)
         self._append = redis.register_script(scripts.APPEND_ROLLOUT)
+        self._report = redis.register_script(scripts.REPORT)
         self._copied: dict[str, tuple[str, int]] = {}
         """Conversation → (thread, length of its rollout copy), as far as this daemon wrote it."""
 
@@ -149,25 +150,23 @@ class Mirror:
             # mirror) appended meanwhile. Go on from where the copy is; every round it grows or we return.
             length = result
 
-    async def report(self, conversation: str, path: str, data: bytes) -> None:
-        """Tell a new owner what rollout we have on our disk for ``conversation`` (we lost it while a
-        thought was in flight: our copy may lack the line that says Codex received it). Unfenced and
-        kept for :data:`REPORT_TTL` seconds; a new owner uses it only when it extends the copy."""
-        key = self._keys.report(conversation)
-        header = f"{self.daemon_id}\n{path}\n".encode()
+    async def report(self, conversation: str, path: str, data: bytes) -> bool:
+        """Tell the new owner what rollout we have on our disk for ``conversation`` (we lost it while a
+        thought was in flight: our copy may lack the line that says Codex received it). Unfenced, for
+        the holder of the lease now (:data:`scripts.REPORT`), kept for :data:`REPORT_TTL` seconds; it
+        uses it only when it extends the copy. False when nobody holds the lease (nobody waits)."""
+        prefix = self._keys.report(conversation, "")
+        report = f"{self.daemon_id}\n{path}\n".encode() + data
 
-        async def run() -> None:
-            async with self._redis.pipeline(transaction=True) as pipe:
-                pipe.rpush(key, header + data)
-                pipe.expire(key, REPORT_TTL)
-                await pipe.execute()
+        async def run() -> Any:
+            return await self._report(keys=[self._keys.lease(conversation)], args=[prefix, report, REPORT_TTL])
 
-        await self._reachability.call(run)
+        return bool(int(await self._reachability.call(run)))
 
-    async def await_report(self, conversation: str, daemon_id: str, wait: float) -> MirroredRollout | None:
-        """Wait (blocking in Redis, at most ``wait`` seconds) for ``daemon_id``'s report made since our
-        claim (the claim emptied the list); None if none came."""
-        key = self._keys.report(conversation)
+    async def await_report(self, conversation: str, token: int, daemon_id: str, wait: float) -> MirroredRollout | None:
+        """Wait (blocking in Redis, at most ``wait`` seconds) for ``daemon_id``'s report to the holder of
+        ``token`` (our claim's: reports to an earlier or later holder are not ours); None if none came."""
+        key = self._keys.report(conversation, token)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         while (left := deadline - loop.time()) > 0:

@@ -298,7 +298,7 @@ class Ownership:
             wait,
             cut(previous),
         )
-        report = await self.node.mirror.await_report(conversation, previous, wait)
+        report = await self.node.mirror.await_report(conversation, self.node.token(conversation), previous, wait)
         if report is None or state.thread_id is None:
             log.info("conversation %r: no record came; resolving against the copy", cut(conversation))
             return

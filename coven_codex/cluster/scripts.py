@@ -20,7 +20,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 CLAIM: Final = (
     NOW_MS
     + """
--- KEYS: lease, holder, counter, expiry index, reports, floor; ARGV: daemon id, ttl ms, conversation, position
+-- KEYS: lease, holder, counter, expiry index, floor; ARGV: daemon id, ttl ms, conversation, position
 local current = redis.call('GET', KEYS[1])
 if current then
   local holder = redis.call('GET', KEYS[2])
@@ -32,16 +32,14 @@ local token = redis.call('INCR', KEYS[3])
 redis.call('SET', KEYS[1], tostring(token), 'PX', ARGV[2])
 redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
 redis.call('ZADD', KEYS[4], now + tonumber(ARGV[2]), ARGV[3])
-redis.call('DEL', KEYS[5])
 if ARGV[4] ~= '' then
-  redis.call('SET', KEYS[6], ARGV[4], 'NX')
+  redis.call('SET', KEYS[5], ARGV[4], 'NX')
 end
 return {1, tostring(token), ARGV[1]}
 """
 )
 """Take the lease when nobody holds it, or when its holder is this very daemon id (a restart of
-the same state directory: only one process can hold that directory's lock). Reports of earlier
-owners are dropped: any report about this conversation that comes now follows this claim. A claim
+the same state directory: only one process can hold that directory's lock). A claim
 made at a thought sets the floor there unless one is known (the thoughts of the conversation other
 daemons passed over from now on, because we hold it, lie after it: should we lose the lease before
 we mirror anything, the next owner still answers them). Returns
@@ -127,6 +125,23 @@ return length
 """A fenced append of rollout bytes at ``offset``: written only when the copy is exactly that long
 (so a repeated append is a no-op); returns the copy's length, or -1 when fenced out. A new thread
 replaces the copy of the old one."""
+
+REPORT: Final = """
+-- KEYS: lease; ARGV: report list name without its token, report, ttl s
+local token = redis.call('GET', KEYS[1])
+if not token then
+  return 0
+end
+local key = ARGV[1] .. token
+redis.call('RPUSH', key, ARGV[2])
+redis.call('EXPIRE', key, ARGV[3])
+return 1
+"""
+"""A previous owner's report of its own rollout, to the list of the token that holds the lease now:
+only that holder reads it (a claimant that lost the lease meanwhile waits on its own token's list).
+Nobody holding the lease, it is dropped: the next claimant, after any report made now, would not
+have been waiting for it. (The list's name is made here from the token just read, so the report
+cannot go to a holder that lost the lease in between: a single Redis, not Redis Cluster.)"""
 
 HEARTBEAT: Final = (
     NOW_MS
