@@ -211,11 +211,22 @@ def _read_range(path: Path, start: int, end: int) -> bytes:
         return handle.read(max(0, end - start))
 
 
-def rehydrate(codex_home: Path, rollout: MirroredRollout) -> Path:
-    """Write the copy into ``codex_home`` at its relative path (atomically); returns the file.
+@dataclass(frozen=True, slots=True)
+class Rehydrated:
+    """Where :func:`rehydrate` put a rollout, and whether it wrote over a local file with other content."""
 
-    A local file that is longer and starts with the copy is kept (this daemon wrote it and the
-    copy lags behind it): the longer record is the truer one.
+    path: Path
+    replaced: bool
+    """A local file that lacked some of the copy was replaced (another daemon continued the thread):
+    a Codex process of ours that still has the thread loaded holds the old file and an old history."""
+
+
+def rehydrate(codex_home: Path, rollout: MirroredRollout) -> Rehydrated:
+    """Write the copy into ``codex_home`` at its relative path (atomically); where, and whether it replaced one.
+
+    A local file that starts with the copy is kept, the same file (this daemon wrote it and the copy
+    is as long or lags behind it): the longer record is the truer one, and a Codex process that has
+    the thread loaded keeps appending to that very file.
     """
     relative = Path(rollout.path)
     if relative.is_absolute() or ".." in relative.parts:
@@ -226,7 +237,7 @@ def rehydrate(codex_home: Path, rollout: MirroredRollout) -> Path:
         local = target.read_bytes()
     except FileNotFoundError:
         local = b""
-    if len(local) > len(rollout.data) and local.startswith(rollout.data):
-        return target
+    if local and local.startswith(rollout.data):
+        return Rehydrated(target, replaced=False)
     atomic_write(target, rollout.data, durable=True)
-    return target
+    return Rehydrated(target, replaced=bool(local))

@@ -93,6 +93,10 @@ class SessionHost(Protocol):
         """The journal (Redis) failed for good: stop the daemon in order, saying so once."""
         ...
 
+    async def unload_thread(self, thread_id: str) -> None:
+        """End the Codex process that has ``thread_id`` loaded, if one runs (its rollout was replaced)."""
+        ...
+
     @property
     def store(self) -> StateStore:
         """The daemon's state store."""
@@ -305,8 +309,7 @@ class Ownership:
         copy = await asyncio.to_thread(_read_or_empty, state.rollout_path)
         if len(report.data) > len(copy) and report.data.startswith(copy) and state.thread_id in report.path:
             longer = MirroredRollout(state.thread_id, report.path, report.data)
-            path = await asyncio.to_thread(rehydrate, self.codex_home, longer)
-            state.rollout_path = str(path)
+            state.rollout_path = str(await self._rehydrate(longer))
             log.info("conversation %r: continuing from daemon %s's longer record", cut(conversation), cut(previous))
 
     async def report_lost(self, conversation: str, local: SessionState) -> None:
@@ -348,8 +351,7 @@ class Ownership:
         state = SessionState.model_validate_json(record.state)
         rollout = await mirror.load_rollout(conversation)
         if rollout is not None and rollout.thread_id == state.thread_id:
-            path = await asyncio.to_thread(rehydrate, self.codex_home, rollout)
-            state.rollout_path = str(path)
+            state.rollout_path = str(await self._rehydrate(rollout))
         else:
             state.rollout_path = None
         await asyncio.to_thread(store.save, state)
@@ -360,6 +362,17 @@ class Ownership:
             state.thread_id,
         )
         return state, record.writer if record.writer != self.node.daemon_id else None
+
+    async def _rehydrate(self, rollout: MirroredRollout) -> Path:
+        """Write ``rollout`` into our ``CODEX_HOME`` (:func:`rehydrate`). When that replaced our own older
+        file (another daemon continued the thread meanwhile), a Codex process of ours that still has
+        the thread loaded (Codex cannot unload one) would resume it from its old history and append to
+        the old file: that process is ended first, so the thread is resumed from the new file."""
+        done = await asyncio.to_thread(rehydrate, self.codex_home, rollout)
+        if done.replaced and rollout.thread_id:
+            assert self.host is not None
+            await self.host.unload_thread(rollout.thread_id)
+        return done.path
 
     # -- the sessions' mirror hooks -------------------------------------------------------------------
     async def save_state(self, conversation: str, data: bytes, pending: Iterable[Position]) -> None:

@@ -194,13 +194,20 @@ async def test_the_rollout_copy_is_appended_once_and_rehydrated(
     )
     copy = await a.mirror.load_rollout("red")
     assert copy is not None and copy.data == lines[0] + lines[1] and copy.thread_id == "thread1"
-    target = rehydrate(home_b, copy)
+    target = rehydrate(home_b, copy).path
     assert target == home_b / rollout.relative_to(home_a) and target.read_bytes() == lines[0] + lines[1]
+    # The same bytes here already: the very file is kept (a Codex process of ours may be appending to
+    # it); a file here that lacks some of the copy is replaced, and that is said.
+    inode = target.stat().st_ino
+    assert not rehydrate(home_b, copy).replaced and target.stat().st_ino == inode
+    target.write_bytes(lines[0])
+    again = rehydrate(home_b, copy)
+    assert again.replaced and target.read_bytes() == lines[0] + lines[1]
     # A local file that is longer and starts with the copy (this daemon's own newer record) is kept.
     target.write_bytes(b"".join(lines))
-    assert rehydrate(home_b, copy).read_bytes() == b"".join(lines)
+    assert rehydrate(home_b, copy).path.read_bytes() == b"".join(lines)
     # A copy whose path tries to leave CODEX_HOME lands inside it.
-    escaped = rehydrate(home_b, MirroredRollout("t", "../../etc/x.jsonl", b"{}\n"))
+    escaped = rehydrate(home_b, MirroredRollout("t", "../../etc/x.jsonl", b"{}\n")).path
     assert escaped == home_b / "sessions" / "x.jsonl"
     # A new thread replaces the old thread's copy.
     other = home_a / "sessions" / "rollout-thread2.jsonl"
