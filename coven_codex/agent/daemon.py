@@ -79,10 +79,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SHUTDOWN_WATCHDOG_MARGIN = 5.0
+"""Seconds past the shutdown's own bound after which the daemon dumps its stacks and exits 1."""
 FINAL_STEP_MIN = 0.25
 """Shutdown's last Redis steps (a cluster's hand-over, the cursor save) get what is left of its bound,
 and at least this (seconds): a journal that does not answer then costs this, not the bound's margin."""
-"""Seconds past the shutdown's own bound after which the daemon dumps its stacks and exits 1."""
 
 
 class Ready(Protocol):
