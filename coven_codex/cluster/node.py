@@ -46,7 +46,8 @@ ROUNDS_PER_LEASE = 3
 FRESH_FRACTION = 0.5
 """A hand-over needs a lease confirmed less than this fraction of a lease time ago."""
 CLOSE_TIMEOUT = 1.0
-"""Closing the hand-over channel's connection takes at most this (seconds)."""
+"""Closing the hand-over channel's connection takes at most this (seconds), and so does a hang inside
+redis-py past the end of a wait on it (subscribing, reconnecting)."""
 
 LostHandler = Callable[[list[str]], Awaitable[None]]
 OrphanHandler = Callable[[list[str]], Awaitable[None]]
