@@ -83,7 +83,9 @@ class Leases:
         async def run() -> Any:
             # (A claim retried after a lost reply finds the lease held by this very id: it takes a
             # newer token, the only one it then knows.)
-            return await self._claim(keys=keys, args=[self.daemon_id, self.ttl_ms, conversation, at])
+            return await self._claim(
+                keys=keys, args=[self.daemon_id, self.ttl_ms, conversation, at, k.report(conversation, "")]
+            )
 
         ok, token, holder = await self._reachability.call(run)
         return Claimed(bool(int(ok)), int(_text(token)), _text(holder))

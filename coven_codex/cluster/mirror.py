@@ -57,6 +57,9 @@ class MirroredRollout:
 
 REPORT_TTL = 600
 """Seconds a previous owner's rollout report is kept for the new owner."""
+UNCLAIMED_REPORT_TTL = 120
+"""Seconds a report made while nobody holds the lease waits for the next claim (a live daemon
+claims a conversation nobody holds within a lease time and a sweep round)."""
 
 
 def _text(value: object) -> str:
@@ -150,18 +153,20 @@ class Mirror:
             # mirror) appended meanwhile. Go on from where the copy is; every round it grows or we return.
             length = result
 
-    async def report(self, conversation: str, path: str, data: bytes) -> bool:
+    async def report(self, conversation: str, path: str, data: bytes) -> None:
         """Tell the new owner what rollout we have on our disk for ``conversation`` (we lost it while a
         thought was in flight: our copy may lack the line that says Codex received it). Unfenced, for
         the holder of the lease now (:data:`scripts.REPORT`), kept for :data:`REPORT_TTL` seconds; it
-        uses it only when it extends the copy. False when nobody holds the lease (nobody waits)."""
+        uses it only when it extends the copy; while nobody holds the lease, for the next claimant."""
         prefix = self._keys.report(conversation, "")
         report = f"{self.daemon_id}\n{path}\n".encode() + data
 
         async def run() -> Any:
-            return await self._report(keys=[self._keys.lease(conversation)], args=[prefix, report, REPORT_TTL])
+            return await self._report(
+                keys=[self._keys.lease(conversation)], args=[prefix, report, REPORT_TTL, UNCLAIMED_REPORT_TTL]
+            )
 
-        return bool(int(await self._reachability.call(run)))
+        await self._reachability.call(run)
 
     async def await_report(self, conversation: str, token: int, daemon_id: str, wait: float) -> MirroredRollout | None:
         """Wait (blocking in Redis, at most ``wait`` seconds) for ``daemon_id``'s report to the holder of

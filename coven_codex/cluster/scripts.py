@@ -20,7 +20,8 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 CLAIM: Final = (
     NOW_MS
     + """
--- KEYS: lease, holder, counter, expiry index, floor; ARGV: daemon id, ttl ms, conversation, position
+-- KEYS: lease, holder, counter, expiry index, floor
+-- ARGV: daemon id, ttl ms, conversation, position, report list name without its token
 local current = redis.call('GET', KEYS[1])
 if current then
   local holder = redis.call('GET', KEYS[2])
@@ -35,11 +36,16 @@ redis.call('ZADD', KEYS[4], now + tonumber(ARGV[2]), ARGV[3])
 if ARGV[4] ~= '' then
   redis.call('SET', KEYS[5], ARGV[4], 'NX')
 end
+local waiting = ARGV[5] .. 'next'
+if redis.call('EXISTS', waiting) == 1 then
+  redis.call('RENAME', waiting, ARGV[5] .. tostring(token))
+end
 return {1, tostring(token), ARGV[1]}
 """
 )
 """Take the lease when nobody holds it, or when its holder is this very daemon id (a restart of
-the same state directory: only one process can hold that directory's lock). A claim
+the same state directory: only one process can hold that directory's lock). Reports made while
+nobody held the lease become this claim's (:data:`REPORT`). A claim
 made at a thought sets the floor there unless one is known (the thoughts of the conversation other
 daemons passed over from now on, because we hold it, lie after it: should we lose the lease before
 we mirror anything, the next owner still answers them). Returns
@@ -127,21 +133,27 @@ return length
 replaces the copy of the old one."""
 
 REPORT: Final = """
--- KEYS: lease; ARGV: report list name without its token, report, ttl s
+-- KEYS: lease; ARGV: report list name without its token, report, ttl s, ttl s while nobody holds it
 local token = redis.call('GET', KEYS[1])
-if not token then
-  return 0
+local key = ARGV[1] .. 'next'
+local ttl = ARGV[4]
+if token then
+  key = ARGV[1] .. token
+  ttl = ARGV[3]
 end
-local key = ARGV[1] .. token
 redis.call('RPUSH', key, ARGV[2])
-redis.call('EXPIRE', key, ARGV[3])
-return 1
+redis.call('EXPIRE', key, ttl)
+if token then
+  return 1
+end
+return 2
 """
 """A previous owner's report of its own rollout, to the list of the token that holds the lease now:
 only that holder reads it (a claimant that lost the lease meanwhile waits on its own token's list).
-Nobody holding the lease, it is dropped: the next claimant, after any report made now, would not
-have been waiting for it. (The list's name is made here from the token just read, so the report
-cannot go to a holder that lost the lease in between: a single Redis, not Redis Cluster.)"""
+Nobody holding the lease (it ran out, e.g. while Redis was frozen, and nobody claimed it yet), it
+goes to the ``next`` list, which the next :data:`CLAIM` makes its own. (The list's name is made
+here from the token just read, so the report cannot go to a holder that lost the lease in between:
+a single Redis, not Redis Cluster.)"""
 
 HEARTBEAT: Final = (
     NOW_MS

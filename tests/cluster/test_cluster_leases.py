@@ -220,17 +220,20 @@ async def test_the_rollout_copy_is_appended_once_and_rehydrated(
 async def test_a_previous_owners_report_reaches_only_the_holder_of_the_lease_when_it_is_made(
     redis_client: Redis, cluster_keys: ClusterKeys
 ) -> None:
-    """b claimed and waits for a's report, then stalls past its lease, and c takes the conversation
-    over and waits too. a's report is c's: b, waking, must not take it (it would settle the thought
-    from a's record while c, left without it, sends the thought to Codex again)."""
+    """A report made while nobody holds the lease is the next claimant's. b claimed and waits for a's
+    report, then stalls past its lease, and c takes the conversation over and waits too. a's report
+    is c's: b, waking, must not take it (it would settle the thought from a's record while c, left
+    without it, sends the thought to Codex again)."""
     a, b, c = (node(redis_client, cluster_keys, name, lease=1.0) for name in ("a", "b", "c"))
-    assert not await a.mirror.report("red", "sessions/r.jsonl", b"stale\n")  # nobody holds it: nobody waits
-    assert (await b.claim("red")).ok
+    await a.mirror.report("red", "sessions/r.jsonl", b"nobody held it\n")  # (e.g. after Redis was frozen)
+    assert (await b.claim("red")).ok  # the next claimant gets it
+    early = await b.mirror.await_report("red", b.token("red"), "a", 2.0)
+    assert early is not None and early.data == b"nobody held it\n"
     stale = asyncio.create_task(b.mirror.await_report("red", b.token("red"), "a", 4.0))
     await asyncio.sleep(1.3)  # b stalls past its lease ...
     assert (await c.claim("red")).ok  # ... and c takes over
     await node(redis_client, cluster_keys, "d").mirror.report("red", "sessions/r.jsonl", b"not the previous owner\n")
-    assert await a.mirror.report("red", "sessions/r.jsonl", b"line 1\nline 2\n")
+    await a.mirror.report("red", "sessions/r.jsonl", b"line 1\nline 2\n")
     report = await c.mirror.await_report("red", c.token("red"), "a", 2.0)
     assert report is not None and report.data == b"line 1\nline 2\n" and report.path == "sessions/r.jsonl"
     assert await stale is None
