@@ -246,8 +246,6 @@ async def _join_cluster(
     assert isinstance(journal, RedisJournal)
     ownership = await stack.enter_async_context(
         joined(
-            url=journal.location.url,
-            namespace=journal.location.key,
             journal=journal,
             state_dir=settings.resolved_state_dir,
             codex_home=codex_home,

@@ -24,9 +24,13 @@ class LowWaterCursor:
         self._done: set[Position] = set()
         self._pending = 0
 
-    def read(self, start: Position, end: Position, *, pending: bool) -> None:
-        """The reader consumed the item ``[start, end)``; ``pending`` if it is not finished yet."""
-        self._read_end = max(self._read_end, end)
+    def read(self, start: Position, end: Position, *, pending: bool, ahead: bool = False) -> None:
+        """The reader consumed the item ``[start, end)``; ``pending`` if it is not finished yet.
+        ``ahead``: it was routed ahead of the reader (a cluster daemon replays a conversation it
+        adopted up to the journal's end), which has not read the items before it: where the reader
+        is does not move."""
+        if not ahead:
+            self._read_end = max(self._read_end, end)
         if pending:
             heapq.heappush(self._heap, start)
             self._pending += 1
@@ -50,5 +54,6 @@ class LowWaterCursor:
 
     @property
     def position(self) -> Position:
-        """The start of the oldest unfinished item, or :attr:`read_end` when none is pending."""
-        return self._heap[0] if self._heap else self._read_end
+        """The start of the oldest unfinished item, or :attr:`read_end` when that is earlier (or
+        none is pending)."""
+        return min(self._heap[0], self._read_end) if self._heap else self._read_end

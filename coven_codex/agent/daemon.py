@@ -83,6 +83,9 @@ log = logging.getLogger(__name__)
 
 SHUTDOWN_WATCHDOG_MARGIN = 5.0
 """Seconds past the shutdown's own bound after which the daemon dumps its stacks and exits 1."""
+FINAL_STEP_MIN = 0.25
+"""Shutdown's last Redis steps (a cluster's hand-over, the cursor save) get what is left of its bound,
+and at least this (seconds): a journal that does not answer then costs this, not the bound's margin."""
 
 
 class Ready(Protocol):
@@ -290,6 +293,8 @@ class Daemon:
             failed_task = group.create_task(self._failed.wait(), name="storage-failed")
             await asyncio.wait([ingress_task, stop_task, failed_task], return_when=asyncio.FIRST_COMPLETED)
             log.info("shutting down: no new thoughts; stopping turns and Codex processes")
+            loop = asyncio.get_running_loop()
+            shutdown_by = loop.time() + self.settings.kill_grace + SHUTDOWN_SLACK
             if self.ownership is not None:
                 self.ownership.closing()
             self._arm_shutdown_watchdog()
@@ -298,14 +303,30 @@ class Daemon:
                 await ingress_task
             await manager.shutdown(grace=self.settings.kill_grace, drain=EGRESS_DRAIN)
             if self.ownership is not None:
-                await self.ownership.final_mirror((s.state, s.pending_positions) for s in manager.sessions.values())
+                await self.ownership.final_mirror(
+                    ((s.state, s.pending_positions) for s in manager.sessions.values()),
+                    within=max(FINAL_STEP_MIN, shutdown_by - loop.time() - FINAL_STEP_MIN),
+                )
             if cluster_task is not None:
                 cluster_task.cancel()
-            await ingress.save()
+            await self._last_cursor_save(ingress, max(FINAL_STEP_MIN, shutdown_by - loop.time()))
             stop_task.cancel()
             failed_task.cancel()
         faulthandler.cancel_dump_traceback_later()
         log.info("daemon stopped cleanly")
+
+    async def _last_cursor_save(self, ingress: Ingress, within: float) -> None:
+        """Shutdown: save the ingress cursor once more, within ``within`` seconds (a Redis journal
+        that does not answer cannot hold up the exit; the cursor saved before stands)."""
+        try:
+            async with asyncio.timeout(within):
+                await ingress.save()
+        except TimeoutError:
+            log.warning(
+                "shutting down: the journal did not answer within %.1fs, so the ingress cursor was not saved"
+                " once more; the next start reads from the one saved before (nothing is answered twice)",
+                within,
+            )
 
     def _arm_shutdown_watchdog(self) -> None:
         """Make the shutdown's bound (``kill_grace`` + :data:`SHUTDOWN_SLACK`) hard: should it be

@@ -141,26 +141,28 @@ class Ingress:
         async for item in self._journal.tail(self._start):
             await self._take(item, live=item.start >= self._live_from)
 
-    async def _take(self, item: JournalItem, *, live: bool, gated: bool = True) -> None:
+    async def _take(self, item: JournalItem, *, live: bool, gated: bool = True, ahead: bool = False) -> None:
         if isinstance(item, BadLine):
             await self._report_bad_line(item)
-            self._consumed(item.start, item.end, pending=False)
+            self._consumed(item.start, item.end, pending=False, ahead=ahead)
             return
         if gated and self._gate is not None and not await self._gate.admit(item):
-            self._consumed(item.start, item.end, pending=False)  # another daemon's conversation
+            self._consumed(item.start, item.end, pending=False, ahead=ahead)  # another daemon's conversation
             return
         refusal = refuse_thought(item.entry, item.start)
         if refusal is not None:
             await self._refuse(refusal)
-            self._consumed(item.start, item.end, pending=False)
+            self._consumed(item.start, item.end, pending=False, ahead=ahead)
             return
         pending = self._route(item, live=live)
-        self._consumed(item.start, item.end, pending=pending)
+        self._consumed(item.start, item.end, pending=pending, ahead=ahead)
 
     async def replay(self, items: Sequence[JournalRecord]) -> None:
-        """Route items read before (a conversation this daemon just took over, from its floor on)."""
+        """Route items read before (a conversation this daemon just took over, from its floor on).
+        They may lie ahead of the reader: where it is does not move (the floor of every conversation
+        with nothing pending, and the saved cursor, must not pass items it has not read)."""
         for item in items:
-            await self._take(item, live=False, gated=False)
+            await self._take(item, live=False, gated=False, ahead=True)
 
     async def _switch_file(self, *, live_from: Position) -> None:
         """Finish every thought read so far, then continue with a new file from its start."""
@@ -202,8 +204,8 @@ class Ingress:
         if await self._writer.append(refusal) is not None:
             log.warning("%s", refusal.text)
 
-    def _consumed(self, start: Position, end: Position, *, pending: bool) -> None:
-        self.cursor.read(start, end, pending=pending)
+    def _consumed(self, start: Position, end: Position, *, pending: bool, ahead: bool = False) -> None:
+        self.cursor.read(start, end, pending=pending, ahead=ahead)
         self._mark()
 
     def finish(self, position: Position) -> None:

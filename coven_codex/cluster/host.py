@@ -9,6 +9,7 @@ from coven_codex.agent.daemon import Daemon
 from coven_codex.agent.recovery import codex_received
 from coven_codex.agent.state import SessionState, StateStore
 from coven_codex.cluster.turns import abandoned_turn_end, unfinished_turn
+from coven_codex.codex.appserver.pool import AppServerPool
 from coven_codex.journal import JournalItem, JournalRecord, Position
 
 
@@ -64,6 +65,17 @@ class DaemonHost:
     def store(self) -> StateStore:
         """The daemon's state store."""
         return self._daemon.store
+
+    async def unload_thread(self, thread_id: str) -> None:
+        """End the shared Codex app-server that has ``thread_id`` loaded, if one runs (the exec driver
+        starts a process per turn, which reads the rollout afresh)."""
+        pool = getattr(self._daemon.make_link, "pool", None)
+        if isinstance(pool, AppServerPool):
+            await pool.unload(thread_id)
+
+    def storage_failed(self, failure: BaseException) -> None:
+        """The journal (Redis) failed for good: the daemon stops in order (as when its reader fails)."""
+        self._daemon._storage_failed(failure)
 
     def read_position(self) -> Position:
         """Where the journal reader is (before it starts: where it will start)."""

@@ -54,10 +54,11 @@ class ClusterKeys:
         """Hash: the mirrored rollout's ``thread`` and ``path`` (relative to ``CODEX_HOME``)."""
         return f"{self._base}rollout:{conversation}"
 
-    def report(self, conversation: str) -> str:
-        """List: rollouts previous owners report having on their own disk (see ``Mirror.report``);
-        emptied by every claim, so what a new owner finds there was reported after its claim."""
-        return f"{self._base}report:{conversation}"
+    def report(self, conversation: str, token: int | str) -> str:
+        """List: rollouts previous owners report having on their own disk (see ``Mirror.report``) to the
+        holder of fencing token ``token``: a report goes to whoever holds the lease when it is made, so
+        a claimant that lost the lease meanwhile never takes one meant for the newer holder."""
+        return f"{self._base}report:{conversation}:{token}"
 
     def rollout_data(self, conversation: str) -> str:
         """The mirrored rollout's bytes, appended as Codex writes them."""

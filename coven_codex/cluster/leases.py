@@ -6,18 +6,22 @@ compare-and-extend script, release a compare-and-delete, both keyed on the token
 the owner makes for the conversation (journal appends, the mirrored state and rollout) is a
 script that first checks that the lease still holds its token: a daemon that stalled past its
 lease finds another token there and its write is refused (:class:`LeaseLost`), whatever its own
-clock believes. Times are Redis's (``TIME`` inside the scripts).
+clock believes. Times are Redis's (``TIME`` inside the scripts). Every call goes through the
+journal's :class:`~coven_codex.journal.redis.outage.Reachability`: while Redis cannot be reached it
+waits for it (with backoff, said once), and a cancelled call really ends.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from redis.asyncio import Redis
 
 from coven_codex.cluster import scripts
 from coven_codex.cluster.errors import LeaseLost
 from coven_codex.cluster.keys import ClusterKeys
+from coven_codex.journal.redis.outage import Reachability
 
 __all__ = ["Claimed", "Fence", "LeaseLost", "Leases"]
 
@@ -46,8 +50,11 @@ def _text(value: object) -> str:
 class Leases:
     """The lease scripts for one cluster (module docstring)."""
 
-    def __init__(self, redis: Redis, keys: ClusterKeys, *, daemon_id: str, ttl: float) -> None:
+    def __init__(
+        self, redis: Redis, keys: ClusterKeys, *, daemon_id: str, ttl: float, reachability: Reachability
+    ) -> None:
         self._redis = redis
+        self._reachability = reachability
         self.keys = keys
         self.daemon_id = daemon_id
         self.ttl_ms = max(1, round(ttl * 1000))
@@ -65,17 +72,22 @@ class Leases:
         """Take the lease when it is free (or held by this same daemon id, restarted); ``at``: the
         position of the thought we claim it for (the floor unless one is known), or ``""``."""
         k = self.keys
-        ok, token, holder = await self._claim(
-            keys=[
-                k.lease(conversation),
-                k.holder(conversation),
-                k.counter(conversation),
-                k.expiry,
-                k.report(conversation),
-                k.floor(conversation),
-            ],
-            args=[self.daemon_id, self.ttl_ms, conversation, at],
-        )
+        keys = [
+            k.lease(conversation),
+            k.holder(conversation),
+            k.counter(conversation),
+            k.expiry,
+            k.floor(conversation),
+        ]
+
+        async def run() -> Any:
+            # (A claim retried after a lost reply finds the lease held by this very id: it takes a
+            # newer token, the only one it then knows.)
+            return await self._claim(
+                keys=keys, args=[self.daemon_id, self.ttl_ms, conversation, at, k.report(conversation, "")]
+            )
+
+        ok, token, holder = await self._reachability.call(run)
         return Claimed(bool(int(ok)), int(_text(token)), _text(holder))
 
     async def renew(self, held: dict[str, int]) -> list[str]:
@@ -83,14 +95,18 @@ class Leases:
         if not held:
             return []
         k = self.keys
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for conversation, token in held.items():
-                await self._renew(
-                    keys=[k.lease(conversation), k.holder(conversation), k.expiry],
-                    args=[token, self.ttl_ms, conversation],
-                    client=pipe,
-                )
-            results = await pipe.execute()
+
+        async def run() -> list[Any]:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for conversation, token in held.items():
+                    await self._renew(
+                        keys=[k.lease(conversation), k.holder(conversation), k.expiry],
+                        args=[token, self.ttl_ms, conversation],
+                        client=pipe,
+                    )
+                return await pipe.execute()
+
+        results = await self._reachability.call(run)
         return [conversation for conversation, ok in zip(held, results, strict=True) if not int(ok)]
 
     async def release(self, held: dict[str, int]) -> None:
@@ -98,28 +114,45 @@ class Leases:
         if not held:
             return
         k = self.keys
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for conversation, token in held.items():
-                await self._release(
-                    keys=[k.lease(conversation), k.holder(conversation), k.expiry],
-                    args=[token, conversation],
-                    client=pipe,
-                )
-            await pipe.execute()
+
+        async def run() -> None:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for conversation, token in held.items():
+                    await self._release(
+                        keys=[k.lease(conversation), k.holder(conversation), k.expiry],
+                        args=[token, conversation],
+                        client=pipe,
+                    )
+                await pipe.execute()
+
+        await self._reachability.call(run)
 
     async def note_unclaimed(self, conversation: str, position: str) -> None:
         """We passed over a thought of a conversation nobody holds (see :data:`scripts.NOTE_UNCLAIMED`)."""
         k = self.keys
-        await self._note(
-            keys=[k.lease(conversation), k.expiry, k.floor(conversation)], args=[self.ttl_ms, conversation, position]
-        )
+
+        async def run() -> Any:
+            return await self._note(
+                keys=[k.lease(conversation), k.expiry, k.floor(conversation)],
+                args=[self.ttl_ms, conversation, position],
+            )
+
+        await self._reachability.call(run)
 
     async def expired(self, limit: int = 1000) -> list[str]:
         """Conversations whose lease ran out, was released, or was never taken within a lease time."""
-        found = await self._expired(keys=[self.keys.expiry], args=[limit])
+
+        async def run() -> Any:
+            return await self._expired(keys=[self.keys.expiry], args=[limit])
+
+        found = await self._reachability.call(run)
         return [_text(item) for item in found]
 
     async def holder(self, conversation: str) -> str | None:
         """The daemon id holding ``conversation``'s lease, or None when it is free."""
-        value = await self._redis.get(self.keys.holder(conversation))
+
+        async def run() -> Any:
+            return await self._redis.get(self.keys.holder(conversation))
+
+        value = await self._reachability.call(run)
         return None if value is None else _text(value)

@@ -14,7 +14,9 @@
 Every write is a script that checks the conversation's lease first: a daemon that lost the
 lease cannot overwrite what the new owner wrote (:class:`~coven_codex.cluster.leases.LeaseLost`).
 :func:`rehydrate` writes the copy back into the new owner's ``CODEX_HOME`` at the same relative
-path, where ``thread/resume`` (or ``exec resume``) finds it.
+path, where ``thread/resume`` (or ``exec resume``) finds it. Every call waits out a Redis outage
+through the journal's :class:`~coven_codex.journal.redis.outage.Reachability` (each one may be
+repeated: the writes are idempotent, a report twice is harmless).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 from redis.asyncio import Redis
@@ -30,6 +33,7 @@ from coven_codex.cluster import scripts
 from coven_codex.cluster.keys import ClusterKeys
 from coven_codex.cluster.leases import LeaseLost
 from coven_codex.journal.atomic import atomic_write
+from coven_codex.journal.redis.outage import Reachability
 
 
 class MirroredState(BaseModel):
@@ -53,6 +57,9 @@ class MirroredRollout:
 
 REPORT_TTL = 600
 """Seconds a previous owner's rollout report is kept for the new owner."""
+UNCLAIMED_REPORT_TTL = 120
+"""Seconds a report made while nobody holds the lease waits for the next claim (a live daemon
+claims a conversation nobody holds within a lease time and a sweep round)."""
 
 
 def _text(value: object) -> str:
@@ -70,28 +77,38 @@ def relative_rollout_path(codex_home: Path, rollout: Path) -> str:
 class Mirror:
     """Fenced mirror writes and reads for one cluster (module docstring)."""
 
-    def __init__(self, redis: Redis, keys: ClusterKeys, *, daemon_id: str) -> None:
+    def __init__(self, redis: Redis, keys: ClusterKeys, *, daemon_id: str, reachability: Reachability) -> None:
         self._redis = redis
+        self._reachability = reachability
         self._keys = keys
         self.daemon_id = daemon_id
         self._save = redis.register_script(scripts.SAVE_STATE)
         self._append = redis.register_script(scripts.APPEND_ROLLOUT)
+        self._report = redis.register_script(scripts.REPORT)
         self._copied: dict[str, tuple[str, int]] = {}
         """Conversation → (thread, length of its rollout copy), as far as this daemon wrote it."""
 
     async def save_state(self, conversation: str, token: int, state_json: str, floor: str) -> None:
         """Mirror the state and the floor; :class:`LeaseLost` when ``token`` no longer holds the lease."""
         k = self._keys
-        ok = await self._save(
-            keys=[k.lease(conversation), k.state(conversation), k.floor(conversation)],
-            args=[token, self.daemon_id, state_json, floor],
-        )
+
+        async def run() -> Any:
+            return await self._save(
+                keys=[k.lease(conversation), k.state(conversation), k.floor(conversation)],
+                args=[token, self.daemon_id, state_json, floor],
+            )
+
+        ok = await self._reachability.call(run)
         if not int(ok):
             raise LeaseLost(conversation)
 
     async def load_state(self, conversation: str) -> MirroredState | None:
         """The mirrored state, or None when no daemon ever mirrored this conversation."""
-        found = await self._redis.hgetall(self._keys.state(conversation))
+
+        async def run() -> Any:
+            return await self._redis.hgetall(self._keys.state(conversation))
+
+        found = await self._reachability.call(run)
         if not found:
             return None
         fields = {_text(key): _text(value) for key, value in found.items()}
@@ -99,7 +116,11 @@ class Mirror:
 
     async def load_floor(self, conversation: str) -> str | None:
         """The conversation's floor (a journal position's text), or None when none is known."""
-        value = await self._redis.get(self._keys.floor(conversation))
+
+        async def run() -> Any:
+            return await self._redis.get(self._keys.floor(conversation))
+
+        value = await self._reachability.call(run)
         return None if value is None else _text(value)
 
     async def copy_rollout(
@@ -115,12 +136,14 @@ class Mirror:
         k = self._keys
         while True:
             data = await asyncio.to_thread(_read_range, rollout, length, end)
-            result = int(
-                await self._append(
+
+            async def run(length: int = length, data: bytes = data) -> Any:
+                return await self._append(
                     keys=[k.lease(conversation), k.rollout(conversation), k.rollout_data(conversation)],
                     args=[token, thread_id, path, length, data],
                 )
-            )
+
+            result = int(await self._reachability.call(run))
             if result < 0:
                 raise LeaseLost(conversation)
             self._copied[conversation] = (thread_id, result)
@@ -131,24 +154,32 @@ class Mirror:
             length = result
 
     async def report(self, conversation: str, path: str, data: bytes) -> None:
-        """Tell a new owner what rollout we have on our disk for ``conversation`` (we lost it while a
-        thought was in flight: our copy may lack the line that says Codex received it). Unfenced and
-        kept for :data:`REPORT_TTL` seconds; a new owner uses it only when it extends the copy."""
-        key = self._keys.report(conversation)
-        header = f"{self.daemon_id}\n{path}\n".encode()
-        async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.rpush(key, header + data)
-            pipe.expire(key, REPORT_TTL)
-            await pipe.execute()
+        """Tell the new owner what rollout we have on our disk for ``conversation`` (we lost it while a
+        thought was in flight: our copy may lack the line that says Codex received it). Unfenced, for
+        the holder of the lease now (:data:`scripts.REPORT`), kept for :data:`REPORT_TTL` seconds; it
+        uses it only when it extends the copy; while nobody holds the lease, for the next claimant."""
+        prefix = self._keys.report(conversation, "")
+        report = f"{self.daemon_id}\n{path}\n".encode() + data
 
-    async def await_report(self, conversation: str, daemon_id: str, wait: float) -> MirroredRollout | None:
-        """Wait (blocking in Redis, at most ``wait`` seconds) for ``daemon_id``'s report made since our
-        claim (the claim emptied the list); None if none came."""
-        key = self._keys.report(conversation)
+        async def run() -> Any:
+            return await self._report(
+                keys=[self._keys.lease(conversation)], args=[prefix, report, REPORT_TTL, UNCLAIMED_REPORT_TTL]
+            )
+
+        await self._reachability.call(run)
+
+    async def await_report(self, conversation: str, token: int, daemon_id: str, wait: float) -> MirroredRollout | None:
+        """Wait (blocking in Redis, at most ``wait`` seconds) for ``daemon_id``'s report to the holder of
+        ``token`` (our claim's: reports to an earlier or later holder are not ours); None if none came."""
+        key = self._keys.report(conversation, token)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         while (left := deadline - loop.time()) > 0:
-            found = await self._redis.blpop([key], timeout=max(1, round(left)))
+
+            async def run(left: float = left) -> Any:
+                return await self._redis.blpop([key], timeout=max(1, round(left)))
+
+            found = await self._reachability.call(run)
             if not found:
                 return None
             raw = found[1]
@@ -165,10 +196,14 @@ class Mirror:
     async def load_rollout(self, conversation: str) -> MirroredRollout | None:
         """The copy of the conversation's current rollout, or None when there is none."""
         k = self._keys
-        async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.hgetall(k.rollout(conversation))
-            pipe.get(k.rollout_data(conversation))
-            meta, data = await pipe.execute()
+
+        async def run() -> list[Any]:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.hgetall(k.rollout(conversation))
+                pipe.get(k.rollout_data(conversation))
+                return await pipe.execute()
+
+        meta, data = await self._reachability.call(run)
         if not meta:
             return None
         fields = {_text(key): _text(value) for key, value in meta.items()}
@@ -181,11 +216,22 @@ def _read_range(path: Path, start: int, end: int) -> bytes:
         return handle.read(max(0, end - start))
 
 
-def rehydrate(codex_home: Path, rollout: MirroredRollout) -> Path:
-    """Write the copy into ``codex_home`` at its relative path (atomically); returns the file.
+@dataclass(frozen=True, slots=True)
+class Rehydrated:
+    """Where :func:`rehydrate` put a rollout, and whether it wrote over a local file with other content."""
 
-    A local file that is longer and starts with the copy is kept (this daemon wrote it and the
-    copy lags behind it): the longer record is the truer one.
+    path: Path
+    replaced: bool
+    """A local file that lacked some of the copy was replaced (another daemon continued the thread):
+    a Codex process of ours that still has the thread loaded holds the old file and an old history."""
+
+
+def rehydrate(codex_home: Path, rollout: MirroredRollout) -> Rehydrated:
+    """Write the copy into ``codex_home`` at its relative path (atomically); where, and whether it replaced one.
+
+    A local file that starts with the copy is kept, the same file (this daemon wrote it and the copy
+    is as long or lags behind it): the longer record is the truer one, and a Codex process that has
+    the thread loaded keeps appending to that very file.
     """
     relative = Path(rollout.path)
     if relative.is_absolute() or ".." in relative.parts:
@@ -196,7 +242,7 @@ def rehydrate(codex_home: Path, rollout: MirroredRollout) -> Path:
         local = target.read_bytes()
     except FileNotFoundError:
         local = b""
-    if len(local) > len(rollout.data) and local.startswith(rollout.data):
-        return target
+    if local and local.startswith(rollout.data):
+        return Rehydrated(target, replaced=False)
     atomic_write(target, rollout.data, durable=True)
-    return target
+    return Rehydrated(target, replaced=bool(local))

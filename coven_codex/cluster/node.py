@@ -7,6 +7,13 @@ daemon's, at once: it publishes its hand-over) that go to this daemon by rendezv
 Between rounds it waits on the hand-over channel, so an idle cluster costs one round trip per
 daemon every few seconds and nothing else.
 
+Every Redis call goes through the journal's
+:class:`~coven_codex.journal.redis.outage.Reachability`: while Redis cannot be reached, a round
+(and every lease check and mirror write of the sessions) waits for it with backoff, and the
+outage is said once for the whole daemon, not once per retry. The hand-over channel's own waits
+are bounded by the round's interval (a Redis that answers nothing, e.g. stopped with ``SIGSTOP``,
+holds up nothing), and so is closing it.
+
 Writes for a conversation carry :meth:`ClusterNode.fence`. Before the write-ahead of a
 hand-over to Codex, :meth:`ClusterNode.fresh` makes sure the lease was confirmed less than half
 a lease time ago (renewing now if not), so a thought is handed over only under a lease that has
@@ -22,6 +29,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from redis.asyncio import Redis
+from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 
 from coven_codex.agent.backoff import RepeatFilter
@@ -29,6 +37,7 @@ from coven_codex.cluster.keys import ClusterKeys
 from coven_codex.cluster.leases import Claimed, Fence, LeaseLost, Leases
 from coven_codex.cluster.mirror import Mirror
 from coven_codex.cluster.registry import Registry
+from coven_codex.journal.redis.outage import Reachability
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +45,9 @@ ROUNDS_PER_LEASE = 3
 """Renewals per lease time: a lease survives two lost rounds."""
 FRESH_FRACTION = 0.5
 """A hand-over needs a lease confirmed less than this fraction of a lease time ago."""
+CLOSE_TIMEOUT = 1.0
+"""Closing the hand-over channel's connection takes at most this (seconds), and so does a hang inside
+redis-py past the end of a wait on it (subscribing, reconnecting)."""
 
 LostHandler = Callable[[list[str]], Awaitable[None]]
 OrphanHandler = Callable[[list[str]], Awaitable[None]]
@@ -44,14 +56,25 @@ OrphanHandler = Callable[[list[str]], Awaitable[None]]
 class ClusterNode:
     """This daemon in the cluster (module docstring)."""
 
-    def __init__(self, redis: Redis, keys: ClusterKeys, *, daemon_id: str, lease_time: float) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        keys: ClusterKeys,
+        *,
+        daemon_id: str,
+        lease_time: float,
+        reachability: Reachability | None = None,
+    ) -> None:
         self.redis = redis
         self.keys = keys
         self.daemon_id = daemon_id
         self.lease_time = lease_time
-        self.leases = Leases(redis, keys, daemon_id=daemon_id, ttl=lease_time)
-        self.registry = Registry(redis, keys, daemon_id=daemon_id, ttl=lease_time)
-        self.mirror = Mirror(redis, keys, daemon_id=daemon_id)
+        self.reachability = reachability or Reachability(f"(cluster {keys.namespace[:60]})")
+        """The journal's (the daemon shares one for the journal and the cluster: one outage, said once)."""
+        reach = self.reachability
+        self.leases = Leases(redis, keys, daemon_id=daemon_id, ttl=lease_time, reachability=reach)
+        self.registry = Registry(redis, keys, daemon_id=daemon_id, ttl=lease_time, reachability=reach)
+        self.mirror = Mirror(redis, keys, daemon_id=daemon_id, reachability=reach)
         self.held: dict[str, int] = {}
         """Conversation → our fencing token, for every lease we believe we hold."""
         self._confirmed: dict[str, float] = {}
@@ -119,43 +142,24 @@ class ClusterNode:
 
     async def run(self, on_lost: LostHandler, on_orphans: OrphanHandler) -> None:
         """Renew, report lost leases, adopt orphaned conversations; until cancelled (module docstring)."""
-        pubsub = self.redis.pubsub()
         interval = self.lease_time / ROUNDS_PER_LEASE
+        handovers = Handovers(self.redis, self.keys.handover)
         try:
-            with contextlib.suppress(RedisError, OSError):
-                await pubsub.subscribe(self.keys.handover)
             while True:
                 try:
                     await self._round(on_lost, on_orphans)
                     self._failures.clear()
-                except (RedisError, OSError) as exc:
+                except RedisError as exc:  # (an unreachable Redis is waited for: this one answered "no")
                     note = self._failures.note(type(exc).__name__)
                     if note is not None:
                         log.warning(
-                            "cluster: cannot reach Redis (%s); leases are renewed once it answers %s",
+                            "cluster: Redis refused a renewal round (%s); leases are renewed once it accepts them %s",
                             str(exc)[:200],
                             note,
                         )
-                await self._pause(pubsub, interval)
+                await handovers.wait(interval)
         finally:
-            with contextlib.suppress(RedisError, OSError, RuntimeError):
-                await pubsub.aclose()  # type: ignore[no-untyped-call]
-
-    async def _pause(self, pubsub: object, interval: float) -> None:
-        """Wait ``interval`` seconds, less when another daemon publishes a hand-over."""
-        get_message = getattr(pubsub, "get_message", None)
-        if get_message is None or not getattr(pubsub, "subscribed", False):
-            await asyncio.sleep(interval)
-            return
-        deadline = time.monotonic() + interval
-        while (left := deadline - time.monotonic()) > 0:
-            try:
-                message = await get_message(ignore_subscribe_messages=True, timeout=left)
-            except (RedisError, OSError):
-                await asyncio.sleep(left)
-                return
-            if message is not None:
-                return
+            await handovers.close()
 
     async def _round(self, on_lost: LostHandler, on_orphans: OrphanHandler) -> None:
         await self.registry.heartbeat()
@@ -171,25 +175,69 @@ class ClusterNode:
                 self.drop(conversation)
             log.warning("cluster: lost the lease of %d conversation(s); another daemon serves them now", len(lost))
             await on_lost(lost)
+        if self.registry.away:
+            # Back after our heartbeat ran out (a stall, or Redis unreachable past a lease time: then every
+            # daemon's ran out): the others have not said they are back yet, and sweeping now would take
+            # their conversations too. They heartbeat within a round; sweep then.
+            return
         orphans = [c for c in await self.leases.expired() if c not in self.held and self.preferred(c)]
         if orphans:
             await on_orphans(orphans)
 
     # -- leaving -----------------------------------------------------------------------------------
     async def leave(self) -> None:
-        """Give every lease back and leave the live set; the others take over at once."""
+        """Give every lease back and leave the live set; the others take over at once. Waits for an
+        unreachable Redis like every call (the caller bounds it: a shutdown does)."""
         held = dict(self.held)
-        try:
-            await self.leases.release(held)
-            await self.registry.leave()
-            await self.redis.publish(self.keys.handover, self.daemon_id)
-        except (RedisError, OSError) as exc:
-            log.warning(
-                "cluster: could not hand %d conversation(s) over (%s); the others take them once the leases run out",
-                len(held),
-                str(exc)[:200],
-            )
-            return
+        await self.leases.release(held)
+        await self.registry.leave()
+
+        async def publish() -> object:
+            return await self.redis.publish(self.keys.handover, self.daemon_id)
+
+        await self.reachability.call(publish)
         for conversation in held:
             self.drop(conversation)
         log.info("cluster: handed %d conversation(s) over", len(held))
+
+
+class Handovers:
+    """The hand-over channel of a cluster, as one daemon listens to it between its rounds.
+
+    :meth:`wait` subscribes when it is not subscribed and waits for a message, every step within
+    the time it is given: a Redis that is gone or answers nothing costs that time and no more
+    (the connection is then dropped and the next wait subscribes again; a hand-over missed
+    meanwhile is found by the next sweep, at the latest a lease time later).
+    """
+
+    def __init__(self, redis: Redis, channel: str) -> None:
+        self._redis = redis
+        self._channel = channel
+        self._pubsub: PubSub | None = None
+
+    async def wait(self, interval: float) -> None:
+        """Return after ``interval`` seconds, or sooner when another daemon publishes a hand-over."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + interval
+        try:
+            # (The outer bound catches a hang inside redis-py: subscribing, reconnecting to a Redis
+            # that accepts connections and answers nothing; get_message's own timeout ends the wait.)
+            async with asyncio.timeout_at(deadline + CLOSE_TIMEOUT):
+                if self._pubsub is None:
+                    self._pubsub = self._redis.pubsub()
+                    await self._pubsub.subscribe(self._channel)
+                while (left := deadline - loop.time()) > 0:
+                    message = await self._pubsub.get_message(ignore_subscribe_messages=True, timeout=left)
+                    if message is not None:
+                        return
+        except (RedisError, OSError):  # (TimeoutError is an OSError)
+            await self.close()
+            await asyncio.sleep(max(0.0, deadline - loop.time()))
+
+    async def close(self) -> None:
+        """Drop the channel's connection (at most :data:`CLOSE_TIMEOUT` seconds)."""
+        pubsub, self._pubsub = self._pubsub, None
+        if pubsub is None:
+            return
+        with contextlib.suppress(RedisError, OSError, RuntimeError):
+            await asyncio.wait_for(pubsub.aclose(), CLOSE_TIMEOUT)  # type: ignore[no-untyped-call]

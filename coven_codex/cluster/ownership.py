@@ -36,6 +36,7 @@ from coven_codex.agent.daemon import Daemon
 from coven_codex.agent.egress import complete_length
 from coven_codex.agent.limits import cut
 from coven_codex.agent.state import SessionState, StateStore
+from coven_codex.agent.storage import storage_failure
 from coven_codex.cluster.fenced import FenceableJournal, FencedJournal
 from coven_codex.cluster.host import DaemonHost
 from coven_codex.cluster.leases import LeaseLost
@@ -88,6 +89,14 @@ class SessionHost(Protocol):
         """Where the journal reader is: every item before it was routed."""
         ...
 
+    def storage_failed(self, failure: BaseException) -> None:
+        """The journal (Redis) failed for good: stop the daemon in order, saying so once."""
+        ...
+
+    async def unload_thread(self, thread_id: str) -> None:
+        """End the Codex process that has ``thread_id`` loaded, if one runs (its rollout was replaced)."""
+        ...
+
     @property
     def store(self) -> StateStore:
         """The daemon's state store."""
@@ -128,6 +137,8 @@ class Ownership:
         """Conversations claimed back at start-up, adopted once the daemon serves."""
         self._group: asyncio.TaskGroup | None = None
         self._adoptions: set[asyncio.Task[bool]] = set()
+        self._drops: set[asyncio.Task[None]] = set()
+        """Conversations being let go (their sessions stopped, our rollouts reported) in tasks of their own."""
 
     @property
     def cursor_name(self) -> str:
@@ -291,15 +302,14 @@ class Ownership:
             wait,
             cut(previous),
         )
-        report = await self.node.mirror.await_report(conversation, previous, wait)
+        report = await self.node.mirror.await_report(conversation, self.node.token(conversation), previous, wait)
         if report is None or state.thread_id is None:
             log.info("conversation %r: no record came; resolving against the copy", cut(conversation))
             return
         copy = await asyncio.to_thread(_read_or_empty, state.rollout_path)
         if len(report.data) > len(copy) and report.data.startswith(copy) and state.thread_id in report.path:
             longer = MirroredRollout(state.thread_id, report.path, report.data)
-            path = await asyncio.to_thread(rehydrate, self.codex_home, longer)
-            state.rollout_path = str(path)
+            state.rollout_path = str(await self._rehydrate(longer))
             log.info("conversation %r: continuing from daemon %s's longer record", cut(conversation), cut(previous))
 
     async def report_lost(self, conversation: str, local: SessionState) -> None:
@@ -319,7 +329,7 @@ class Ownership:
             return
         try:
             await self.node.mirror.report(conversation, relative_rollout_path(self.codex_home, rollout), data)
-        except (RedisError, OSError) as exc:
+        except (RedisError, JournalError, OSError) as exc:
             log.warning(
                 "cluster: could not report our record of conversation %r to its new owner (%s); it will"
                 " resolve its in-flight thought against its copy",
@@ -341,8 +351,7 @@ class Ownership:
         state = SessionState.model_validate_json(record.state)
         rollout = await mirror.load_rollout(conversation)
         if rollout is not None and rollout.thread_id == state.thread_id:
-            path = await asyncio.to_thread(rehydrate, self.codex_home, rollout)
-            state.rollout_path = str(path)
+            state.rollout_path = str(await self._rehydrate(rollout))
         else:
             state.rollout_path = None
         await asyncio.to_thread(store.save, state)
@@ -353,6 +362,17 @@ class Ownership:
             state.thread_id,
         )
         return state, record.writer if record.writer != self.node.daemon_id else None
+
+    async def _rehydrate(self, rollout: MirroredRollout) -> Path:
+        """Write ``rollout`` into our ``CODEX_HOME`` (:func:`rehydrate`). When that replaced our own older
+        file (another daemon continued the thread meanwhile), a Codex process of ours that still has
+        the thread loaded (Codex cannot unload one) would resume it from its old history and append to
+        the old file: that process is ended first, so the thread is resumed from the new file."""
+        done = await asyncio.to_thread(rehydrate, self.codex_home, rollout)
+        if done.replaced and rollout.thread_id:
+            assert self.host is not None
+            await self.host.unload_thread(rollout.thread_id)
+        return done.path
 
     # -- the sessions' mirror hooks -------------------------------------------------------------------
     async def save_state(self, conversation: str, data: bytes, pending: Iterable[Position]) -> None:
@@ -405,7 +425,19 @@ class Ownership:
         for conversation in self._taken:
             self._start_adoption(conversation, None)
         self._taken.clear()
-        return group.create_task(self.node.run(self.lost_in_background, self.adopt_orphans), name="cluster")
+        return group.create_task(self._run_node(), name="cluster")
+
+    async def _run_node(self) -> None:
+        """The node's rounds; Redis gone for longer than the journal's outage limit stops the daemon the
+        way a journal failure does (in order, with one message), not with a crash."""
+        assert self.host is not None
+        try:
+            await self.node.run(self.lost_in_background, self.adopt_orphans)
+        except Exception as exc:
+            failure = storage_failure(exc)
+            if failure is None:
+                raise
+            self.host.storage_failed(failure)
 
     def fenced(self, journal: Journal) -> Journal:
         """``journal`` for the daemon's entries: appends fenced by their conversation's lease."""
@@ -416,7 +448,7 @@ class Ownership:
 
         def refused(conversation: str) -> None:
             self.node.drop(conversation)
-            group.create_task(self.lost([conversation]), name=f"drop:{conversation[:60]}")
+            self._track(group.create_task(self.lost([conversation]), name=f"drop:{conversation[:60]}"))
 
         return refused
 
@@ -427,7 +459,12 @@ class Ownership:
         if self._group is None:
             await self.lost(conversations)
             return
-        self._group.create_task(self.lost(conversations), name="drop-lost-conversations")
+        self._track(self._group.create_task(self.lost(conversations), name="drop-lost-conversations"))
+
+    def _track(self, task: asyncio.Task[None]) -> None:
+        """Keep a drop task until it ends: shutdown waits for it within its bound, then cancels it."""
+        self._drops.add(task)
+        task.add_done_callback(self._drops.discard)
 
     async def lost(self, conversations: list[str]) -> None:
         """Leases lost: stop those sessions (the new owners continue them)."""
@@ -444,18 +481,52 @@ class Ownership:
         for task in self._adoptions:
             task.cancel()
 
-    async def final_mirror(self, sessions: Iterable[tuple[SessionState, Iterable[Position]]]) -> None:
+    async def final_mirror(self, sessions: Iterable[tuple[SessionState, Iterable[Position]]], *, within: float) -> None:
         """Shutdown, after the last local saves: mirror each state (with its pending thoughts) once
-        more, then give every lease back: the other daemons take the conversations over at once."""
-        for state, pending in sessions:
-            if not self.node.owns(state.conversation):
-                continue
+        more, then give every lease back: the other daemons take the conversations over at once.
+
+        All of it within ``within`` seconds (part of the shutdown's bound): when Redis cannot be
+        reached or does not answer in time, that is said once and the leases are left to run out
+        (the others then take the conversations over from what was mirrored before, a lease time
+        later)."""
+        held = [(state, list(pending)) for state, pending in sessions if self.node.owns(state.conversation)]
+        failures: list[str] = []
+
+        async def last_mirror(state: SessionState, pending: list[Position]) -> None:
             try:
                 await self._mirror(state.conversation, state, pending)
             except LeaseLost:
-                continue
-            except (RedisError, OSError) as exc:
-                # Redis is gone: nothing more can be mirrored or handed over; the leases run out.
-                log.warning("cluster: cannot mirror the last states (%s); the leases run out instead", str(exc)[:200])
                 return
-        await self.node.leave()
+            except (RedisError, JournalError, OSError) as exc:  # (its earlier mirror stands: a kill -9's case)
+                failures.append(f"{type(exc).__name__}: {str(exc)[:200]}")
+
+        try:
+            async with asyncio.timeout(within):
+                if self._drops:  # (reports to new owners under way: they wait through an outage)
+                    await asyncio.wait(set(self._drops))
+                await asyncio.gather(*(last_mirror(state, pending) for state, pending in held))
+                await self.node.leave()
+        except TimeoutError:
+            failures.append(f"Redis did not answer within {within:.1f}s")
+        except (RedisError, JournalError, OSError) as exc:
+            failures.append(f"{type(exc).__name__}: {str(exc)[:200]}")
+        finally:
+            for task in self._drops:  # (the daemon's task group would wait for them)
+                task.cancel()
+        if not failures:
+            return
+        if not self.node.held:  # handed over; only a last mirror failed
+            log.warning(
+                "cluster: handed the conversations over, but %d last state(s) could not be mirrored (%s); their"
+                " new owners continue from the states mirrored before",
+                len(failures),
+                failures[0],
+            )
+            return
+        log.warning(
+            "cluster: could not hand %d conversation(s) over at shutdown (%s); the other daemons take them"
+            " once the leases run out (%gs)",
+            len(self.node.held),
+            failures[0],
+            self.node.lease_time,
+        )

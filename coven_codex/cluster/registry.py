@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
+from typing import Any
 
 from redis.asyncio import Redis
 
 from coven_codex.cluster import scripts
 from coven_codex.cluster.keys import ClusterKeys
+from coven_codex.journal.redis.outage import Reachability
 
 
 def rendezvous(conversation: str, daemons: Iterable[str]) -> str | None:
@@ -31,24 +33,39 @@ def rendezvous(conversation: str, daemons: Iterable[str]) -> str | None:
 class Registry:
     """This daemon's entry in the live-daemon set (module docstring)."""
 
-    def __init__(self, redis: Redis, keys: ClusterKeys, *, daemon_id: str, ttl: float) -> None:
+    def __init__(
+        self, redis: Redis, keys: ClusterKeys, *, daemon_id: str, ttl: float, reachability: Reachability
+    ) -> None:
         self._redis = redis
+        self._reachability = reachability
         self._keys = keys
         self.daemon_id = daemon_id
         self._ttl_ms = max(1, round(ttl * 1000))
         self._heartbeat = redis.register_script(scripts.HEARTBEAT)
         self.live: tuple[str, ...] = ()
         """The live daemons as of the last heartbeat (this one included)."""
+        self.away = True
+        """At the last heartbeat this daemon was not in the live set (it just joined, or its heartbeat
+        had run out): daemons back with it may not have said so yet, so :attr:`live` may lack them."""
 
     async def heartbeat(self) -> tuple[str, ...]:
         """Say we are alive for another lease time; returns (and keeps) the live daemons."""
-        found = await self._heartbeat(keys=[self._keys.daemons], args=[self.daemon_id, self._ttl_ms])
+
+        async def run() -> Any:
+            return await self._heartbeat(keys=[self._keys.daemons], args=[self.daemon_id, self._ttl_ms])
+
+        was_live, found = await self._reachability.call(run)
+        self.away = not int(was_live)
         self.live = tuple(sorted(item.decode() if isinstance(item, bytes) else str(item) for item in found))
         return self.live
 
     async def leave(self) -> None:
         """Leave the live set (a clean stop): new conversations go to the others at once."""
-        await self._redis.zrem(self._keys.daemons, self.daemon_id)
+
+        async def run() -> Any:
+            return await self._redis.zrem(self._keys.daemons, self.daemon_id)
+
+        await self._reachability.call(run)
 
     def preferred(self, conversation: str) -> bool:
         """Whether ``conversation``, held by nobody, goes to this daemon."""

@@ -20,7 +20,8 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 CLAIM: Final = (
     NOW_MS
     + """
--- KEYS: lease, holder, counter, expiry index, reports, floor; ARGV: daemon id, ttl ms, conversation, position
+-- KEYS: lease, holder, counter, expiry index, floor
+-- ARGV: daemon id, ttl ms, conversation, position, report list name without its token
 local current = redis.call('GET', KEYS[1])
 if current then
   local holder = redis.call('GET', KEYS[2])
@@ -32,16 +33,19 @@ local token = redis.call('INCR', KEYS[3])
 redis.call('SET', KEYS[1], tostring(token), 'PX', ARGV[2])
 redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
 redis.call('ZADD', KEYS[4], now + tonumber(ARGV[2]), ARGV[3])
-redis.call('DEL', KEYS[5])
 if ARGV[4] ~= '' then
-  redis.call('SET', KEYS[6], ARGV[4], 'NX')
+  redis.call('SET', KEYS[5], ARGV[4], 'NX')
+end
+local waiting = ARGV[5] .. 'next'
+if redis.call('EXISTS', waiting) == 1 then
+  redis.call('RENAME', waiting, ARGV[5] .. tostring(token))
 end
 return {1, tostring(token), ARGV[1]}
 """
 )
 """Take the lease when nobody holds it, or when its holder is this very daemon id (a restart of
-the same state directory: only one process can hold that directory's lock). Reports of earlier
-owners are dropped: any report about this conversation that comes now follows this claim. A claim
+the same state directory: only one process can hold that directory's lock). Reports made while
+nobody held the lease become this claim's (:data:`REPORT`). A claim
 made at a thought sets the floor there unless one is known (the thoughts of the conversation other
 daemons passed over from now on, because we hold it, lie after it: should we lose the lease before
 we mirror anything, the next owner still answers them). Returns
@@ -128,13 +132,43 @@ return length
 (so a repeated append is a no-op); returns the copy's length, or -1 when fenced out. A new thread
 replaces the copy of the old one."""
 
+REPORT: Final = """
+-- KEYS: lease; ARGV: report list name without its token, report, ttl s, ttl s while nobody holds it
+local token = redis.call('GET', KEYS[1])
+local key = ARGV[1] .. 'next'
+local ttl = ARGV[4]
+if token then
+  key = ARGV[1] .. token
+  ttl = ARGV[3]
+end
+redis.call('RPUSH', key, ARGV[2])
+redis.call('EXPIRE', key, ttl)
+if token then
+  return 1
+end
+return 2
+"""
+"""A previous owner's report of its own rollout, to the list of the token that holds the lease now:
+only that holder reads it (a claimant that lost the lease meanwhile waits on its own token's list).
+Nobody holding the lease (it ran out, e.g. while Redis was frozen, and nobody claimed it yet), it
+goes to the ``next`` list, which the next :data:`CLAIM` makes its own. (The list's name is made
+here from the token just read, so the report cannot go to a holder that lost the lease in between:
+a single Redis, not Redis Cluster.)"""
+
 HEARTBEAT: Final = (
     NOW_MS
     + """
 -- KEYS: daemon index; ARGV: daemon id, ttl ms
+local expires = redis.call('ZSCORE', KEYS[1], ARGV[1])
+local was_live = 0
+if expires and tonumber(expires) > now then
+  was_live = 1
+end
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-return redis.call('ZRANGE', KEYS[1], 0, -1)
+return {was_live, redis.call('ZRANGE', KEYS[1], 0, -1)}
 """
 )
-"""Say this daemon is alive for another ttl, drop the daemons whose heartbeat ran out, list the live ones."""
+"""Say this daemon is alive for another ttl, drop the daemons whose heartbeat ran out; returns
+``{was_live, live daemons}``: ``was_live`` is 0 when this daemon was not in the live set (it just
+joined, or its heartbeat ran out: it stalled, or Redis was unreachable for longer than a ttl)."""

@@ -1,4 +1,4 @@
-"""Joining a cluster: this daemon's id, its Redis connection, its :class:`Ownership`."""
+"""Joining a cluster: this daemon's id and its :class:`Ownership`, on the journal's own Redis client."""
 
 from __future__ import annotations
 
@@ -9,17 +9,14 @@ import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from redis.asyncio import Redis
-
 from coven_codex.cluster.keys import ClusterKeys
 from coven_codex.cluster.node import ClusterNode
 from coven_codex.cluster.ownership import Ownership
-from coven_codex.journal import Journal
 from coven_codex.journal.atomic import atomic_write
+from coven_codex.journal.redis.journal import RedisJournal
 
 ID_FILE = "cluster-id"
 """In the state directory: this daemon's id in the cluster, made once."""
-SOCKET_TIMEOUT = 30.0
 
 
 def daemon_id(state_dir: Path) -> str:
@@ -43,12 +40,19 @@ def daemon_id(state_dir: Path) -> str:
 
 @contextlib.asynccontextmanager
 async def joined(
-    *, url: str, namespace: str, journal: Journal, state_dir: Path, codex_home: Path, lease_time: float
+    *, journal: RedisJournal, state_dir: Path, codex_home: Path, lease_time: float
 ) -> AsyncIterator[Ownership]:
-    """The :class:`Ownership` of this daemon in the cluster at ``url`` (keys under ``namespace``)."""
-    client = Redis.from_url(url, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=5.0)
-    try:
-        node = ClusterNode(client, ClusterKeys(namespace), daemon_id=daemon_id(state_dir), lease_time=lease_time)
-        yield Ownership(node, journal, codex_home)
-    finally:
-        await client.aclose()
+    """The :class:`Ownership` of this daemon in the cluster of ``journal`` (keys under its stream's name).
+
+    The cluster's calls share the journal's client and its
+    :class:`~coven_codex.journal.redis.outage.Reachability`: an outage is waited for and said once
+    for both, and the journal's owner closes the connections.
+    """
+    node = ClusterNode(
+        journal.client,
+        ClusterKeys(journal.location.key),
+        daemon_id=daemon_id(state_dir),
+        lease_time=lease_time,
+        reachability=journal.reachability,
+    )
+    yield Ownership(node, journal, codex_home)

@@ -2,7 +2,8 @@
 
 :class:`RedisServer` starts Debian's ``redis-server`` (``/usr/bin/redis-server``, 7.0 or newer)
 with its data in a directory of its own, append-only file on by default, and can kill it
-(``SIGKILL``), stop it (``SIGTERM``) and start it again on the same port and data, as a
+(``SIGKILL``), stop it (``SIGTERM``), freeze it (``SIGSTOP``: it accepts connections and answers
+nothing, as a hung or partitioned Redis looks) and start it again on the same port and data, as a
 Redis restart or crash looks to its clients::
 
     with RedisServer(tmp_path / "redis") as server:
@@ -148,6 +149,7 @@ class RedisServer:
         if process is None:
             return
         if process.poll() is None:
+            process.send_signal(signal.SIGCONT)  # (a paused server must run to exit on SIGTERM)
             process.send_signal(sig)
             try:
                 process.wait(STOP_TIMEOUT)
@@ -166,6 +168,16 @@ class RedisServer:
     def stop(self) -> None:
         """``SIGTERM`` the server (it flushes its AOF and exits)."""
         self._finish(signal.SIGTERM)
+
+    def pause(self) -> None:
+        """``SIGSTOP`` the server: connections stay open and nothing is answered until :meth:`resume`."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """``SIGCONT`` a paused server: it answers what was sent meanwhile, keys past their time expired."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
 
     def restart(self) -> None:
         """Stop, then start again on the same port and data."""

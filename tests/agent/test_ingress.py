@@ -142,3 +142,21 @@ async def test_thoughts_that_can_never_be_answered_are_refused_once() -> None:
     assert errors[0].conversation == long_name[: MAX_CONVERSATION_CHARS - 1] + "…"
     assert [e.conversation for e in errors[1:]] == ["a", "a"]
     assert "conversation name" in errors[0].text and "id" in errors[1].text and "Shorten" in errors[2].hint
+
+
+async def test_a_replay_ahead_of_the_reader_does_not_move_it_past_items_it_has_not_read() -> None:
+    """A cluster daemon that adopts a conversation routes its items from its floor up to the
+    journal's end, ahead of the reader, which has not read the other conversations' items in that
+    range yet. Where the reader is (the floor of every conversation with nothing pending, and the
+    saved cursor) must stay before them: past them, their thoughts were passed over and lost (the
+    chaos test's unanswered final thought)."""
+    journal = MemoryJournal()
+    await journal.append(ThoughtEntry(conversation="other", text="not read yet"))
+    adopted = await journal.append(ThoughtEntry(conversation="adopted", text="replayed"))
+    router = Recorder()
+    ingress = Ingress(journal, router, start=START, live_from=START, known_ids=set())
+    await ingress.replay([adopted])
+    assert router.thoughts == [("replayed", adopted.start)]
+    assert ingress.cursor.read_end == START and ingress.cursor.position == START
+    ingress.finish(adopted.start)
+    assert ingress.cursor.position == START

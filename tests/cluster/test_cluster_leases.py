@@ -123,6 +123,36 @@ async def test_a_dead_daemons_conversations_are_swept_up_and_a_stopped_ones_at_o
         await asyncio.gather(runner, return_exceptions=True)
 
 
+async def test_back_after_an_outage_past_the_lease_a_daemon_sweeps_only_once_the_others_can_say_they_are_back(
+    redis_client: Redis, cluster_keys: ClusterKeys
+) -> None:
+    """Redis unreachable (or this daemon stalled) past a lease time: every lease and heartbeat ran out.
+    The first daemon back sees itself alone in the live set; sweeping then would take every
+    conversation, its peers' too (and keep them: conversations do not move back). It sweeps from its
+    next round on, when the others have heartbeat again, and takes only its own share."""
+    a, b = node(redis_client, cluster_keys, "a", lease=1.0), node(redis_client, cluster_keys, "b", lease=1.0)
+    await a.join()
+    await b.join()
+    conversations = [f"conversation-{i}" for i in range(12)]
+    for conversation in conversations:
+        assert (await (a if a.preferred(conversation) else b).claim(conversation)).ok
+    await asyncio.sleep(1.3)  # the outage: no renewal, no heartbeat for longer than a lease time
+    adopted: list[str] = []
+
+    async def on_lost(conversations: list[str]) -> None:
+        return None
+
+    async def on_orphans(conversations: list[str]) -> None:
+        adopted.extend(conversations)
+
+    await a._round(on_lost, on_orphans)  # a is back first: b has not said so yet
+    assert adopted == []
+    await b.registry.heartbeat()
+    await a._round(on_lost, on_orphans)
+    mine = [c for c in conversations if rendezvous(c, ["a", "b"]) == "a"]
+    assert sorted(adopted) == sorted(mine) and 0 < len(mine) < len(conversations)
+
+
 async def test_new_conversations_spread_over_the_live_daemons(redis_client: Redis, cluster_keys: ClusterKeys) -> None:
     daemons = [node(redis_client, cluster_keys, f"d{i}") for i in range(3)]
     for d in daemons:
@@ -164,13 +194,20 @@ async def test_the_rollout_copy_is_appended_once_and_rehydrated(
     )
     copy = await a.mirror.load_rollout("red")
     assert copy is not None and copy.data == lines[0] + lines[1] and copy.thread_id == "thread1"
-    target = rehydrate(home_b, copy)
+    target = rehydrate(home_b, copy).path
     assert target == home_b / rollout.relative_to(home_a) and target.read_bytes() == lines[0] + lines[1]
+    # The same bytes here already: the very file is kept (a Codex process of ours may be appending to
+    # it); a file here that lacks some of the copy is replaced, and that is said.
+    inode = target.stat().st_ino
+    assert not rehydrate(home_b, copy).replaced and target.stat().st_ino == inode
+    target.write_bytes(lines[0])
+    again = rehydrate(home_b, copy)
+    assert again.replaced and target.read_bytes() == lines[0] + lines[1]
     # A local file that is longer and starts with the copy (this daemon's own newer record) is kept.
     target.write_bytes(b"".join(lines))
-    assert rehydrate(home_b, copy).read_bytes() == b"".join(lines)
+    assert rehydrate(home_b, copy).path.read_bytes() == b"".join(lines)
     # A copy whose path tries to leave CODEX_HOME lands inside it.
-    escaped = rehydrate(home_b, MirroredRollout("t", "../../etc/x.jsonl", b"{}\n"))
+    escaped = rehydrate(home_b, MirroredRollout("t", "../../etc/x.jsonl", b"{}\n")).path
     assert escaped == home_b / "sessions" / "x.jsonl"
     # A new thread replaces the old thread's copy.
     other = home_a / "sessions" / "rollout-thread2.jsonl"
@@ -180,14 +217,24 @@ async def test_the_rollout_copy_is_appended_once_and_rehydrated(
     assert copy is not None and copy.thread_id == "thread2" and copy.data == b'{"new": 1}\n'
 
 
-async def test_a_new_owner_reads_only_the_previous_owners_report_made_after_its_claim(
+async def test_a_previous_owners_report_reaches_only_the_holder_of_the_lease_when_it_is_made(
     redis_client: Redis, cluster_keys: ClusterKeys
 ) -> None:
-    a, b = node(redis_client, cluster_keys, "a"), node(redis_client, cluster_keys, "b")
-    await a.mirror.report("red", "sessions/r.jsonl", b"stale\n")  # from an earlier loss: must not count
-    assert (await b.claim("red")).ok
-    await node(redis_client, cluster_keys, "c").mirror.report("red", "sessions/r.jsonl", b"not the previous owner\n")
+    """A report made while nobody holds the lease is the next claimant's. b claimed and waits for a's
+    report, then stalls past its lease, and c takes the conversation over and waits too. a's report
+    is c's: b, waking, must not take it (it would settle the thought from a's record while c, left
+    without it, sends the thought to Codex again)."""
+    a, b, c = (node(redis_client, cluster_keys, name, lease=1.0) for name in ("a", "b", "c"))
+    await a.mirror.report("red", "sessions/r.jsonl", b"nobody held it\n")  # (e.g. after Redis was frozen)
+    assert (await b.claim("red")).ok  # the next claimant gets it
+    early = await b.mirror.await_report("red", b.token("red"), "a", 2.0)
+    assert early is not None and early.data == b"nobody held it\n"
+    stale = asyncio.create_task(b.mirror.await_report("red", b.token("red"), "a", 4.0))
+    await asyncio.sleep(1.3)  # b stalls past its lease ...
+    assert (await c.claim("red")).ok  # ... and c takes over
+    await node(redis_client, cluster_keys, "d").mirror.report("red", "sessions/r.jsonl", b"not the previous owner\n")
     await a.mirror.report("red", "sessions/r.jsonl", b"line 1\nline 2\n")
-    report = await b.mirror.await_report("red", "a", 2.0)
+    report = await c.mirror.await_report("red", c.token("red"), "a", 2.0)
     assert report is not None and report.data == b"line 1\nline 2\n" and report.path == "sessions/r.jsonl"
-    assert await b.mirror.await_report("red", "a", 1.0) is None  # nothing more came
+    assert await stale is None
+    assert await c.mirror.await_report("red", c.token("red"), "a", 1.0) is None  # nothing more came

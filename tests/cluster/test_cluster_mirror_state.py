@@ -60,7 +60,7 @@ async def test_a_state_is_mirrored_after_the_rollout_lines_it_relies_on(
     assert copy is not None, "the state was mirrored with no copy of the rollout it relies on"
     assert copy.thread_id == THREAD
     assert copy.data == META + FIRST  # complete lines only
-    elsewhere = await asyncio.to_thread(rehydrate, tmp_path / "other-home", copy)
+    elsewhere = (await asyncio.to_thread(rehydrate, tmp_path / "other-home", copy)).path
     assert elsewhere.relative_to(tmp_path / "other-home") == rollout.relative_to(codex_home)
     await a.leave()
     await journal.aclose()

@@ -332,6 +332,66 @@ async def test_a_thread_is_resumed_on_the_process_that_still_has_it_loaded(tmp_p
             await close_all(others, pool)
 
 
+async def test_a_thread_whose_rollout_was_replaced_is_resumed_from_it_once_its_process_is_unloaded(
+    tmp_path: Path, codex_bin_169: Path
+) -> None:
+    """A daemon of a cluster let a conversation go, another daemon continued its thread, and the
+    first one takes it back with the other's rollout written over its own (docs/distributed.md).
+    Its process still has the thread loaded, from before: resumed there, the thread goes on from the
+    history that process holds and appends to the file it opened, so the turn elsewhere is lost and
+    nothing reaches the new file. :meth:`AppServerPool.unload` ends that process first (its other
+    thread hears it ended): the thread is resumed from the new file, with every turn."""
+    for side in ("here", "there"):
+        (tmp_path / side).mkdir()
+    async with ScriptedModelServer(responder=responder) as server:
+        here = make_setup(tmp_path / "here", codex_bin_169, VERSION, server, driver="app-server")
+        there = make_setup(tmp_path / "there", codex_bin_169, VERSION, server, driver="app-server")
+        pool, other_pool = here.pool(), there.pool()
+        first, keeper = Recorder(), Recorder()
+        conversation = here.driver(first, pool=pool)
+        await conversation.start(None)
+        neighbour = here.driver(keeper, pool=pool)  # another conversation keeps the process running
+        await neighbour.start(None)
+        drivers = [neighbour]
+        try:
+            thread = conversation.thread_id
+            assert thread is not None
+            await conversation.submit("first", "c1")
+            await first.wait_for(TurnFinished)
+            await conversation.aclose()  # let go: the process still has it loaded
+            (rollout,) = [r for r in here.rollouts() if thread in r.name]
+            # Another daemon continues the thread from a copy of the rollout, in its own CODEX_HOME.
+            copy = there.home.path / rollout.relative_to(here.home.path)
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            copy.write_bytes(rollout.read_bytes())
+            elsewhere = Recorder()
+            continued = there.driver(elsewhere, pool=other_pool)
+            await continued.start(thread)
+            await continued.submit("elsewhere", "c2")
+            await elsewhere.wait_for(TurnFinished)
+            await close_all([continued], other_pool)
+            # This daemon takes it back: the other's rollout over its own (a new file), then the unload.
+            replaced = rollout.with_suffix(".new")
+            replaced.write_bytes(copy.read_bytes())
+            os.replace(replaced, rollout)
+            assert await pool.unload(thread)
+            assert not await pool.unload(thread)  # (no process has it loaded any more)
+            await keeper.wait_for(DriverFailed)
+            again = Recorder()
+            back = here.driver(again, pool=pool)
+            drivers.append(back)
+            await back.start(thread)
+            (started,) = again.of(ThreadStarted)
+            assert (started.thread_id, started.resumed) == (thread, True)
+            await back.submit("third", "c3")
+            await again.wait_for(TurnFinished)
+            (last,) = [r for r in server.requests.responses_requests() if r.user_texts()[-1:] == ["third"]]
+            assert last.user_texts() == ["first", "elsewhere", "third"]
+            assert b'"third"' in rollout.read_bytes()  # the new file is the one Codex appends to
+        finally:
+            await close_all(drivers, pool)
+
+
 def test_the_daemon_raises_its_open_file_limit_to_the_hard_one_for_codex() -> None:
     """Under ``ulimit -Sn 1024`` with a higher hard limit the soft one is raised (Codex inherits
     it, so one process takes every thread); with ``ulimit -n 1024`` (both) nothing changes and the

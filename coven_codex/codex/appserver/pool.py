@@ -47,7 +47,7 @@ from pathlib import Path
 from coven_codex.agent.backoff import MAX_BACKOFF, backoff
 from coven_codex.codex.appserver.connection import AppServerConnection
 from coven_codex.codex.drivers.base import DriverError, DriverSettings
-from coven_codex.codex.errors import classify
+from coven_codex.codex.errors import HINTS, ClassifiedError, ErrorCode, classify
 
 log = logging.getLogger(__name__)
 
@@ -217,6 +217,36 @@ class AppServerPool:
         self._connections.append(started)
         log.info("started a shared Codex app-server (pid %s; %d running)", started.pid, len(self._connections))
         return started
+
+    async def unload(self, thread_id: str) -> bool:
+        """End the process that has ``thread_id`` loaded, if one runs; whether one did.
+
+        Codex cannot unload one thread, and resuming it goes back to that process (:meth:`connect`),
+        which would continue it from the history it holds in memory, appending to the file it opened.
+        When that file was replaced underneath it (a daemon of a cluster adopting a conversation that
+        another daemon continued meanwhile, docs/distributed.md), the thread must be resumed by a new
+        process, from the new file. The process's other threads hear that it ended, as after a crash,
+        and are resumed on a new one."""
+        async with self._lock:
+            holder = next((c for c in self.connections if thread_id in c.loaded), None)
+            if holder is None:
+                return False
+            self._connections = [c for c in self._connections if c is not holder]  # (never handed out again)
+        log.warning(
+            "ending the shared Codex app-server (pid %s, %d thread(s) on it): it still has thread %s loaded, whose"
+            " rollout another daemon continued; the thread is resumed from the new rollout by a new process",
+            holder.pid,
+            holder.threads,
+            thread_id,
+        )
+        await holder.kill(
+            ClassifiedError(
+                ErrorCode.PROCESS_EXITED,
+                f"the shared Codex app-server was ended to resume thread {thread_id[:60]} from its new rollout",
+                HINTS[ErrorCode.PROCESS_EXITED],
+            )
+        )
+        return True
 
     async def release(self, connection: AppServerConnection) -> None:
         """A thread that :meth:`connect` placed on ``connection`` is closed. The last one ends the

@@ -142,6 +142,13 @@ class RedisJournal:
     def __repr__(self) -> str:
         return f"RedisJournal({self.location.display()!r})"
 
+    @property
+    def client(self) -> Redis:
+        """The journal's Redis client, for what lives beside the stream (the cluster's keys,
+        ``coven_codex/cluster/``): its calls go through :attr:`reachability` like the journal's, so
+        one outage is waited for and said once for all of them."""
+        return self._client
+
     async def _call(self, operation: Callable[[], Awaitable[T]]) -> T:
         if self._closed:
             raise JournalError(f"the journal {self.location.display()} is closed")
