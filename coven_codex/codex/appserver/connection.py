@@ -57,6 +57,10 @@ full and the request was dropped unprocessed, so sending it again is safe."""
 OVERLOAD_FIRST_DELAY = 0.05
 OVERLOAD_MAX_DELAY = 1.0
 """An overloaded request is sent again after 50 ms, doubling up to 1 s, within its own bound."""
+CLOSING_THREAD = "is closing; retry thread/resume"
+"""What Codex (0.160 and later) answers a ``thread/resume`` of a thread it is unloading at that
+moment: "thread … is closing; retry thread/resume after the thread is closed". The resume is sent
+again like an overloaded request: starting a new thread instead would lose the conversation's history."""
 
 
 class ConnectionLost(DriverError):
@@ -273,7 +277,8 @@ class AppServerConnection:
         """Send a request and wait for its answer: at most ``within`` seconds in all, by default
         ``stream_idle_timeout`` (the longest Codex may be silent). Raises :class:`RpcError` for an
         error answer, :class:`DriverError` when there is no answer. A request Codex refuses as
-        overloaded (:data:`OVERLOADED`) is sent again with backoff, within the same bound."""
+        overloaded (:data:`OVERLOADED`), and a resume of a thread it is unloading
+        (:data:`CLOSING_THREAD`), is sent again with backoff, within the same bound."""
         limit = self.settings.stream_idle_timeout if within is None else within
         loop = asyncio.get_running_loop()
         deadline = loop.time() + limit
@@ -284,8 +289,14 @@ class AppServerConnection:
             except RequestTimeout:
                 raise DriverError(f"the Codex app-server did not answer {method} within {limit:g}s") from None
             except RpcError as exc:
-                if exc.code != OVERLOADED or loop.time() + delay >= deadline:
+                closing = method == "thread/resume" and CLOSING_THREAD in str(exc)
+                if not (exc.code == OVERLOADED or closing) or loop.time() + delay >= deadline:
                     raise
+                if closing:
+                    log.debug("thread/resume: the thread is being unloaded; resuming it again in %gs", delay)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, OVERLOAD_MAX_DELAY)
+                    continue
             if not self._overload_noted:  # said once per process, not once per retry
                 self._overload_noted = True
                 log.warning(
