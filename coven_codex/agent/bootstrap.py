@@ -33,8 +33,6 @@ from typing import TYPE_CHECKING
 from coven_codex.agent.daemon import Daemon, Ready
 from coven_codex.agent.egress import AppendHook
 from coven_codex.agent.layout import LayoutError, migrate_legacy_layout
-from coven_codex.agent.link import CodexLink
-from coven_codex.agent.links.driver import DriverLink
 from coven_codex.agent.services import ThreadOptions
 from coven_codex.agent.state import StateError
 from coven_codex.agent.statelock import JournalLock, StateLock
@@ -94,8 +92,8 @@ class Hooks:
 
 
 @dataclass(slots=True)
-class LinkMaker:
-    """Makes a conversation's link: a CODEX driver (app-server or exec) behind the link adapter."""
+class DriverMaker:
+    """Makes a conversation's CODEX driver (app-server or exec; the session consumes its events)."""
 
     plan: DriverPlan
     executable: Path
@@ -127,7 +125,7 @@ class LinkMaker:
             )
 
     async def aclose(self) -> None:
-        """End the shared app-servers (after every link is closed)."""
+        """End the shared app-servers (after every driver is closed)."""
         if self.pool is not None:
             await self.pool.aclose()
 
@@ -157,7 +155,8 @@ class LinkMaker:
         """The app-server opens a thread as a fork of another (``thread/fork``); exec cannot."""
         return self.driver == "app-server"
 
-    def __call__(self, conversation: str, options: ThreadOptions) -> CodexLink:
+    def __call__(self, conversation: str, options: ThreadOptions, sink: EventSink) -> CodexDriver:
+        """The driver of ``conversation``'s thread, opened with ``options`` (not started yet)."""
         settings = DriverSettings.from_settings(self.settings)
         timeout = options.turn_timeout
         if timeout is not None:
@@ -167,21 +166,17 @@ class LinkMaker:
             )
         settings = dataclasses.replace(settings, model=options.model, fork_from=options.fork_from)
         cwd = Path(options.workspace) if options.workspace is not None else self.cwd
-
-        def make(sink: EventSink) -> CodexDriver:
-            return create_driver(
-                self.executable,
-                self.version,
-                cwd,
-                env=self.env,
-                settings=settings,
-                sink=sink,
-                plan=self.plan,
-                command=self.command,
-                pool=self.pool,
-            )
-
-        return DriverLink(make)
+        return create_driver(
+            self.executable,
+            self.version,
+            cwd,
+            env=self.env,
+            settings=settings,
+            sink=sink,
+            plan=self.plan,
+            command=self.command,
+            pool=self.pool,
+        )
 
 
 def create_journal(path: Path) -> None:
@@ -396,7 +391,7 @@ async def run_daemon(
                 "env_key set); Codex will fail with AUTH errors until you run `codex login` or set "
                 "an API key"
             )
-        maker = LinkMaker(
+        maker = DriverMaker(
             plan=plan,
             executable=launch.program,
             command=launch.command,
