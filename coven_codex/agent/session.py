@@ -180,6 +180,22 @@ class _Turn:
     """A thought meant to join the turn came too late: the driver holds it as its next turn."""
 
 
+@dataclass(slots=True)
+class _Retries:
+    """What the session remembers of failures: when it may try again, and how often each thing failed."""
+
+    not_before: float | None = None
+    """Nothing is handed over and no Codex started before this: the restart or a hand-over's backoff."""
+    codex_failures: int = 0
+    """Consecutive failures of Codex itself (failed starts, unexpected exits): the restart backoff."""
+    hand_overs: dict[str, int] = field(default_factory=dict)
+    """Failed hand-overs per queued thought id (:data:`DELIVERY_ATTEMPTS`, then the thought is dropped)."""
+    resume: bool = False
+    """Codex died: start it again (resuming the thread) once the backoff is over, even with no thought waiting."""
+    last_start_error: str | None = None
+    """How the last start of Codex failed (a start failing the same way again is logged, not written to the chat)."""
+
+
 @dataclass(eq=False, slots=True)
 class _Codex:
     """The CODEX driver the session has open, and what lasts exactly as long as it does."""
@@ -228,20 +244,13 @@ class Session:
         self._codex: _Codex | None = None
         """The open CODEX driver, while the conversation has one."""
         self._turn: _Turn | None = None
-        self._paused_until: float | None = None
-        """Nothing is handed over and no Codex started before this: the restart or hand-over backoff."""
-        self._restart_wanted = False
-        self._restarts = 0
-        """Consecutive failures of Codex itself (failed starts, unexpected exits): the restart backoff."""
-        self._attempts: dict[str, int] = {}
-        """Failed hand-overs per queued thought id."""
+        self._retries = _Retries()
         self._crashes = RepeatFilter()
         self._stopping = False
         self._saver = StateSaver(state, services.store, mirror=self._mirror if services.cluster is not None else None)
         self._group: asyncio.TaskGroup | None = None
         self._told_waiting = False
         self._unconfirmed: PendingThought | None = None
-        self._last_open_error: str | None = None
         self._no_turn = asyncio.Event()
         self._no_turn.set()
         self._window = ReplayWindow(state, self._saver, services.journal)
@@ -359,8 +368,8 @@ class Session:
             deadlines.append(interrupted + STOP_GRACE_FACTOR * self._settings.kill_grace)
         if self._codex is not None and self._codex.idle_since is not None:
             deadlines.append(self._codex.idle_since + self._settings.idle_reap)
-        if self._paused_until is not None:
-            deadlines.append(self._paused_until)
+        if self._retries.not_before is not None:
+            deadlines.append(self._retries.not_before)
         return min(deadlines) - now if deadlines else None
 
     # -- messages ------------------------------------------------------------------------------
@@ -779,18 +788,19 @@ class Session:
         )
         await self._turn_cut_short(turn, TURN_FAILED, "Codex ended")
         log.warning("conversation %r: Codex exited (%s); resuming in %.1fs", self._name, event.returncode, delay)
-        self._restart_wanted = True
+        self._retries.resume = True
 
     def _restart_later(self) -> float:
         """Codex failed (again): the next start waits the restart backoff; returns the delay."""
-        self._restarts += 1
-        delay = backoff(self._settings.restart_backoff, self._restarts)
+        self._retries.codex_failures += 1
+        delay = backoff(self._settings.restart_backoff, self._retries.codex_failures)
         self._retry_at(delay)
         return delay
 
     def _retry_at(self, delay: float) -> None:
         at = time.monotonic() + delay
-        self._paused_until = at if self._paused_until is None else max(self._paused_until, at)
+        retries = self._retries
+        retries.not_before = at if retries.not_before is None else max(retries.not_before, at)
 
     def _start_turn(self, thought_id: str) -> None:
         """We handed ``thought_id`` to Codex as a new turn."""
@@ -851,10 +861,10 @@ class Session:
 
     # -- progress ----------------------------------------------------------------------------------
     async def _advance(self) -> None:
-        if self._paused_until is not None:
-            if time.monotonic() < self._paused_until:
+        if self._retries.not_before is not None:
+            if time.monotonic() < self._retries.not_before:
                 return
-            self._paused_until = None
+            self._retries.not_before = None
         if self._turn is not None:
             waiting = [t for t in self._queue if t is not self._unconfirmed]
             if waiting and isinstance(waiting[0], PendingThought) and self._can_steer():
@@ -874,8 +884,8 @@ class Session:
                 return
             await self._deliver(head)
             return
-        if self._restart_wanted and self._codex is None:
-            self._restart_wanted = False
+        if self._retries.resume and self._codex is None:
+            self._retries.resume = False
             await self._open_codex()
         # Idle: nothing of this conversation needs replaying after a restart once egress is between lines.
         self._window.idle()
@@ -945,9 +955,9 @@ class Session:
                 return False
             delay = self._restart_later()
             c = classify(str(exc))
-            if str(exc) != self._last_open_error:
+            if str(exc) != self._retries.last_start_error:
                 # Retries that fail the same way are logged, not written to the chat each time.
-                self._last_open_error = str(exc)
+                self._retries.last_start_error = str(exc)
                 await self._error(c.code, f"could not start Codex: {c.message}", c.hint)
             else:
                 log.warning(
@@ -958,7 +968,7 @@ class Session:
             await driver.aclose()  # shutdown (or a bug) while Codex was starting: do not leave it running
             slots.release(self.conversation)
             raise
-        self._last_open_error = None
+        self._retries.last_start_error = None
         if self._stopping:
             # Shutdown began while Codex was starting: end it here, it will never get a turn.
             await driver.aclose()
@@ -1091,7 +1101,7 @@ class Session:
         ``counts=False`` (Codex was killed from outside, e.g. ``kill -9`` of the shared app-server):
         the thought is sent again after the backoff without coming closer to being dropped.
         """
-        attempts = self._attempts.get(thought.entry_id, 0) + (1 if counts else 0)
+        attempts = self._retries.hand_overs.get(thought.entry_id, 0) + (1 if counts else 0)
         if attempts >= DELIVERY_ATTEMPTS:
             log.warning(
                 "conversation %r: thought %s failed %d hand-overs (%s); dropping it",
@@ -1109,7 +1119,7 @@ class Session:
             )
             self._svc.finish_thought(thought.position)
             return
-        self._attempts[thought.entry_id] = attempts
+        self._retries.hand_overs[thought.entry_id] = attempts
         delay = backoff(self._settings.restart_backoff, max(attempts, 1))
         log.warning(
             "conversation %r: hand-over %d of thought %s failed (%s); it will be sent again in %.1fs",
@@ -1161,7 +1171,7 @@ class Session:
     def _forget_thought(self, thought: PendingThought) -> None:
         self._queue.remove(thought)
         self._queued_ids.pop(thought.entry_id, None)
-        self._attempts.pop(thought.entry_id, None)
+        self._retries.hand_overs.pop(thought.entry_id, None)
 
     async def _delivered(self, thought: PendingThought, *, steer: bool, start_turn: bool = True) -> None:
         self._forget_thought(thought)
@@ -1171,7 +1181,7 @@ class Session:
             # Thoughts before the saved ingress cursor are never read again: forget their ids.
             self.state.forget_delivered_before(self._svc.saved_cursor())
         self.state.user_messages += 1
-        self._restarts = 0
+        self._retries.codex_failures = 0
         if start_turn and not steer and self._turn is None:
             self._start_turn(thought.entry_id)
         await self._save_now()
