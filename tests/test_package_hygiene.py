@@ -43,15 +43,24 @@ def test_every_module_names_its_logger_log() -> None:
     assert other == []
 
 
-def _link_event_fields() -> dict[str, list[tuple[str, ast.expr | None]]]:
-    """Each link event class of ``coven_codex/agent/link.py``: its fields, each with its default (or None)."""
-    tree = ast.parse((ROOT / "coven_codex" / "agent" / "link.py").read_text(encoding="utf-8"))
+DRIVER_EVENTS_MODULE = "coven_codex.codex.drivers.base"
+
+
+def _driver_event_names() -> set[str]:
+    """The classes of the ``DriverEvent`` union of ``coven_codex/codex/drivers/base.py``."""
+    tree = ast.parse((ROOT / "coven_codex" / "codex" / "drivers" / "base.py").read_text(encoding="utf-8"))
     union = next(
         node.value
         for node in tree.body
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "LinkEvent" for t in node.targets)
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "DriverEvent" for t in node.targets)
     )
-    names = {n.id for n in ast.walk(union) if isinstance(n, ast.Name)}
+    return {n.id for n in ast.walk(union) if isinstance(n, ast.Name)}
+
+
+def _driver_event_fields() -> dict[str, list[tuple[str, ast.expr | None]]]:
+    """Each driver event class of ``coven_codex/codex/drivers/base.py``: its fields, each with its default (or None)."""
+    tree = ast.parse((ROOT / "coven_codex" / "codex" / "drivers" / "base.py").read_text(encoding="utf-8"))
+    names = _driver_event_names()
     fields: dict[str, list[tuple[str, ast.expr | None]]] = {}
     for node in tree.body:
         if isinstance(node, ast.ClassDef) and node.name in names:
@@ -64,10 +73,10 @@ def _link_event_fields() -> dict[str, list[tuple[str, ast.expr | None]]]:
     return fields
 
 
-def test_every_link_event_field_carries_something() -> None:
-    """A field of a link event that every construction in the package fills with the same constant is a
+def test_every_driver_event_field_carries_something() -> None:
+    """A field of a driver event that every construction in the package fills with the same constant is a
     dead branch in the session (issue 10 item 10: ``rollout_path`` was always None, ``expected`` always False)."""
-    fields = _link_event_fields()
+    fields = _driver_event_fields()
     informative: dict[str, set[str]] = {name: set() for name in fields}
     constructions = 0
     for path in sources():
@@ -75,7 +84,7 @@ def test_every_link_event_field_carries_something() -> None:
         imported = {
             alias.asname or alias.name
             for node in ast.walk(tree)
-            if isinstance(node, ast.ImportFrom) and node.module == "coven_codex.agent.link"
+            if isinstance(node, ast.ImportFrom) and node.module == DRIVER_EVENTS_MODULE
             for alias in node.names
         }
         for call in ast.walk(tree):
@@ -89,11 +98,39 @@ def test_every_link_event_field_carries_something() -> None:
             given: dict[str, ast.expr] = dict(zip(names, call.args, strict=False))
             given.update({kw.arg: kw.value for kw in call.keywords if kw.arg is not None})
             informative[name].update(field for field, value in given.items() if not isinstance(value, ast.Constant))
-    assert constructions >= len(fields), "every link event is built somewhere in the package"
+    assert constructions >= len(fields), "every driver event is built somewhere in the package"
     constant = sorted(
         f"{name}.{field}" for name, entries in fields.items() for field, _ in entries if field not in informative[name]
     )
-    assert constant == [], "link event fields only ever given a constant (or their default)"
+    assert constant == [], "driver event fields only ever given a constant (or their default)"
+
+
+def test_the_session_consumes_every_driver_event_as_the_driver_emits_it() -> None:
+    """Issue 12 item 5: no layer renames the drivers' events for the session. The session handles
+    each class of the ``DriverEvent`` union itself, and no other module of the agent names them."""
+    events = _driver_event_names()
+    agent = ROOT / "coven_codex" / "agent"
+    session = ast.parse((agent / "session.py").read_text(encoding="utf-8"))
+    handled = {
+        node.args[1].id
+        for node in ast.walk(session)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "isinstance"
+        and len(node.args) == 2
+        and isinstance(node.args[1], ast.Name)
+    }
+    assert sorted(events - handled) == []
+    others = {
+        str(path.relative_to(ROOT))
+        for path in agent.rglob("*.py")
+        if path.name not in ("session.py",)
+        and any(
+            isinstance(node, ast.ClassDef) and node.name in events
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        )
+    }
+    assert sorted(others) == [], "a module of the agent declares its own version of a driver event"
 
 
 def test_pending_thought_names_one_thing() -> None:

@@ -14,7 +14,7 @@
 5. start the webhook senders when ``[webhooks] in_daemon`` is on (:mod:`coven_codex.webhooks`, a
    task and a journal handle of their own);
 6. run the :class:`~coven_codex.agent.daemon.Daemon` on the journal until ``stop`` (it starts the
-   shared app-server ahead of the first thought, :meth:`LinkMaker.prestart`, while it recovers).
+   shared app-server ahead of the first thought, :meth:`DriverMaker.prestart`, while it recovers).
 
 Every failure a user can cause raises :class:`BootstrapError` with what to do.
 """
@@ -35,8 +35,6 @@ from coven_codex import __version__
 from coven_codex.agent.daemon import Daemon, Ready
 from coven_codex.agent.egress import AppendHook
 from coven_codex.agent.layout import LayoutError, migrate_legacy_layout
-from coven_codex.agent.link import CodexLink
-from coven_codex.agent.links.driver import DriverLink
 from coven_codex.agent.services import ThreadOptions
 from coven_codex.agent.state import StateError
 from coven_codex.agent.statelock import JournalLock, StateLock
@@ -93,8 +91,8 @@ class Hooks:
 
 
 @dataclass(slots=True)
-class LinkMaker:
-    """Makes a conversation's link: a CODEX driver (app-server or exec) behind the link adapter."""
+class DriverMaker:
+    """Makes a conversation's CODEX driver (app-server or exec; the session consumes its events)."""
 
     plan: DriverPlan
     executable: Path
@@ -132,7 +130,7 @@ class LinkMaker:
             self.pool.prestart(keep=self.settings.idle_reap)
 
     async def aclose(self) -> None:
-        """End the shared app-servers (after every link is closed)."""
+        """End the shared app-servers (after every driver is closed)."""
         if self.pool is not None:
             await self.pool.aclose()
 
@@ -162,7 +160,8 @@ class LinkMaker:
         """The app-server opens a thread as a fork of another (``thread/fork``); exec cannot."""
         return self.driver == "app-server"
 
-    def __call__(self, conversation: str, options: ThreadOptions) -> CodexLink:
+    def __call__(self, conversation: str, options: ThreadOptions, sink: EventSink) -> CodexDriver:
+        """The driver of ``conversation``'s thread, opened with ``options`` (not started yet)."""
         settings = DriverSettings.from_settings(self.settings)
         timeout = options.turn_timeout
         if timeout is not None:
@@ -172,21 +171,17 @@ class LinkMaker:
             )
         settings = dataclasses.replace(settings, model=options.model, fork_from=options.fork_from)
         cwd = Path(options.workspace) if options.workspace is not None else self.cwd
-
-        def make(sink: EventSink) -> CodexDriver:
-            return create_driver(
-                self.executable,
-                self.version,
-                cwd,
-                env=self.env,
-                settings=settings,
-                sink=sink,
-                plan=self.plan,
-                command=self.command,
-                pool=self.pool,
-            )
-
-        return DriverLink(make)
+        return create_driver(
+            self.executable,
+            self.version,
+            cwd,
+            env=self.env,
+            settings=settings,
+            sink=sink,
+            plan=self.plan,
+            command=self.command,
+            pool=self.pool,
+        )
 
 
 def create_journal(path: Path) -> None:
@@ -404,7 +399,7 @@ async def run_daemon(
                 "env_key set); Codex will fail with AUTH errors until you run `codex login` or set "
                 "an API key"
             )
-        maker = LinkMaker(
+        maker = DriverMaker(
             plan=plan,
             executable=launch.program,
             command=launch.command,

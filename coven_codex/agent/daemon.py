@@ -55,7 +55,7 @@ from coven_codex.agent.limits import cut
 from coven_codex.agent.manager import EGRESS_DRAIN, SHUTDOWN_SLACK, SessionManager
 from coven_codex.agent.processes import ProcessRegistry, end_stale_processes
 from coven_codex.agent.recovery import codex_received, find_unclaimed_rollout
-from coven_codex.agent.services import LinkFactory, RolloutLocator, SessionServices
+from coven_codex.agent.services import DriverFactory, RolloutLocator, SessionServices
 from coven_codex.agent.slots import SlotPool
 from coven_codex.agent.state import SessionState, StateStore
 from coven_codex.agent.storage import StorageFailed, failure_message, storage_failure
@@ -101,7 +101,7 @@ class Daemon:
         self,
         settings: Settings,
         journal: Journal,
-        make_link: LinkFactory,
+        make_driver: DriverFactory,
         *,
         locate_rollout: RolloutLocator,
         codex_home: Path,
@@ -116,7 +116,7 @@ class Daemon:
         self.ownership = ownership
         """Several daemons share the journal (docs/distributed.md): only conversations whose lease we hold."""
         self.services: SessionServices | None = None
-        self.make_link = make_link
+        self.make_driver = make_driver
         self.locate_rollout = locate_rollout
         self.codex_home = codex_home
         self.state_dir = settings.resolved_state_dir
@@ -256,7 +256,7 @@ class Daemon:
                 slots=SlotPool(self.settings.max_sessions),
                 job_slots=SlotPool(self.settings.max_jobs),
                 processes=self.processes,
-                make_link=self.make_link,
+                make_driver=self.make_driver,
                 locate_rollout=self.locate_rollout,
                 finish_thought=finish_thought,
                 saved_cursor=saved_cursor,
@@ -376,7 +376,7 @@ class Daemon:
             rollout is not None
             and rollout.exists()
             and await asyncio.to_thread(
-                codex_received, rollout, in_flight, by_client_id=self.make_link.records_client_id
+                codex_received, rollout, in_flight, by_client_id=self.make_driver.records_client_id
             )
         )
         if received:

@@ -202,10 +202,10 @@ class SessionManager:
 
     async def _stop_politely(self, sessions: list[Session], deadline: float) -> None:
         """Interrupt running turns, let them end until ``deadline``, then close every Codex
-        (every link, then the processes they share)."""
-        make_link = self._services.make_link
+        (every driver, then the processes they share)."""
+        make_driver = self._services.make_driver
         loop = asyncio.get_running_loop()
         await asyncio.gather(*(s.stop_turn() for s in sessions))
         await asyncio.gather(*(s.wait_turn_over(max(0.0, deadline - loop.time())) for s in sessions))
         await asyncio.gather(*(s.close() for s in sessions))
-        await make_link.aclose()
+        await make_driver.aclose()

@@ -8,12 +8,11 @@ from pathlib import Path
 from typing import Protocol
 
 from coven_codex.agent.egress import AppendHook
-from coven_codex.agent.link import CodexLink
 from coven_codex.agent.processes import ProcessRegistry
 from coven_codex.agent.slots import SlotPool
 from coven_codex.agent.state import StateStore
 from coven_codex.agent.writer import DaemonWriter
-from coven_codex.codex.drivers.base import ImageInput
+from coven_codex.codex.drivers.base import CodexDriver, EventSink, ImageInput
 from coven_codex.entries import Attachment
 from coven_codex.jobs.names import JOB_PREFIX
 from coven_codex.journal import Journal, Position
@@ -48,8 +47,9 @@ class ThreadOptions:
     fork_from: str | None = None
 
 
-class LinkFactory(Protocol):
-    """Makes the link for a conversation; knows how in-flight thoughts are resolved."""
+class DriverFactory(Protocol):
+    """Makes a conversation's CODEX driver (:mod:`coven_codex.codex.drivers`, not started yet); knows
+    what the drivers it makes can do and how in-flight thoughts are resolved."""
 
     @property
     def records_client_id(self) -> bool:
@@ -76,10 +76,12 @@ class LinkFactory(Protocol):
         """The driver can open a thread as a fork of another (``resume_thread``; app-server only)."""
         ...
 
-    def __call__(self, conversation: str, options: ThreadOptions) -> CodexLink: ...
+    def __call__(self, conversation: str, options: ThreadOptions, sink: EventSink) -> CodexDriver:
+        """The driver for ``conversation``'s thread, opened with ``options``, delivering its events to ``sink``."""
+        ...
 
     async def aclose(self) -> None:
-        """End the Codex processes the links share (shutdown, after every link is closed)."""
+        """End the Codex processes the drivers share (shutdown, after every driver is closed)."""
         ...
 
 
@@ -112,7 +114,7 @@ class SessionServices:
     slots: SlotPool
     """The ``max_sessions`` bound (chat conversations)."""
     processes: ProcessRegistry
-    make_link: LinkFactory
+    make_driver: DriverFactory
     locate_rollout: RolloutLocator
     finish_thought: Callable[[Position], None]
     saved_cursor: Callable[[], Position]

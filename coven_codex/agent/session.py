@@ -1,8 +1,9 @@
-"""One conversation's session: its queue of thoughts, its Codex link, its egress.
+"""One conversation's session: its queue of thoughts, its Codex driver, its egress.
 
 A :class:`Session` is one task that owns everything of its conversation, so there are no
 locks between conversations. It reacts to one inbox of messages (thoughts, cancels and
-approvals from ingress; events from its Codex link; eviction requests from the slot pool;
+approvals from ingress; the events of its CODEX driver (:mod:`coven_codex.codex.drivers`), put
+there by the driver's event sink as they are emitted; eviction requests from the slot pool;
 "recorded" notes from its egress) and to its own timers (interrupt grace, idle reaping,
 restart backoff), which are the timeout of that one wait. The turn deadline, the stream-idle
 bound and the approval timeout are the drivers' (:mod:`coven_codex.codex.drivers`).
@@ -26,7 +27,7 @@ restart backoff. Every retry waits :func:`~coven_codex.agent.backoff.backoff`.
 
 Every turn that started ends with exactly one turn-end ``status`` (and a failed one with one
 ``error``): written by egress from the rollout, or by the session when the driver reports the
-end and the rollout holds none, when Codex dies, when the link is ended mid-turn, or when the
+end and the rollout holds none, when Codex dies, when the driver is closed mid-turn, or when the
 session crashes. Both writers use the turn's deterministic id
 (:func:`~coven_codex.rollout.turn_entry_id`) through the daemon's one
 :class:`~coven_codex.agent.writer.DaemonWriter`, so whichever comes first is the one written.
@@ -41,34 +42,36 @@ import hashlib
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import assert_never
 
 from coven_codex.agent.attachments import AttachmentRefused, check_images, uploads_dir
 from coven_codex.agent.backoff import RepeatFilter, backoff
 from coven_codex.agent.egress import Egress
 from coven_codex.agent.egress_runner import EgressRunner
 from coven_codex.agent.limits import MAX_ID_CHARS, REFUSED_CODE, cut
-from coven_codex.agent.link import (
-    ApprovalAsked,
-    ApprovalSettled,
-    CodexLink,
-    Delta,
-    LinkError,
-    LinkEvent,
-    ProcessExited,
-    ThreadReady,
-    TurnEnded,
-    TurnStarted,
-    TurnTimedOut,
-)
-from coven_codex.agent.links.driver import killed_from_outside
 from coven_codex.agent.recovery import codex_received, recorded_client_id
 from coven_codex.agent.replay import ReplayWindow
 from coven_codex.agent.saver import StateSaver
 from coven_codex.agent.services import PendingThought, SessionServices, ThreadOptions
 from coven_codex.agent.state import InFlight, SessionState
 from coven_codex.agent.thread_options import REFUSED_HINT, OptionsRefused, reset_workspace, thought_options
+from coven_codex.codex.drivers import (
+    AgentMessageCompleted,
+    ApprovalRequested,
+    ApprovalResolved,
+    CodexDriver,
+    Delta,
+    DriverError,
+    DriverEvent,
+    DriverFailed,
+    ThreadStarted,
+    TurnExpired,
+    TurnFinished,
+    TurnStarted,
+    killed_from_outside,
+)
 from coven_codex.codex.errors import ErrorCode, classify, shorten
 from coven_codex.entries import (
     ApprovalEntry,
@@ -102,13 +105,15 @@ THOUGHT_CANCELLED = "thought_cancelled"
 PRUNE_DELIVERED_AT = 256
 CONFIRM_LOCATE = 5.0
 STOP_GRACE_FACTOR = 2.0
-"""After an interrupt, the driver ends a stuck turn within ``kill_grace``; we end the link after twice that."""
+"""After an interrupt, the driver ends a stuck turn within ``kill_grace``; we close the driver after twice that."""
 
 
 @dataclass(frozen=True, slots=True)
-class _LinkMessage:
-    generation: int
-    event: LinkEvent
+class _DriverMessage:
+    """An event of a driver (handled only if that driver is still the session's open one)."""
+
+    driver: CodexDriver
+    event: DriverEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +172,38 @@ class _Turn:
     errors_before: int
     ends_before: int
     starts_before: int
+    interrupt_sent_at: float | None = None
+    """When the session asked the driver to interrupt the turn (it closes the driver if the turn
+    has not ended :data:`STOP_GRACE_FACTOR` ``* kill_grace`` later)."""
+    steer_refused: bool = False
+    """A thought meant to join the turn came too late: the driver holds it as its next turn."""
+
+
+@dataclass(slots=True)
+class _Retries:
+    """What the session remembers of failures: when it may try again, and how often each thing failed."""
+
+    not_before: float | None = None
+    """Nothing is handed over and no Codex started before this: the restart or a hand-over's backoff."""
+    codex_failures: int = 0
+    """Consecutive failures of Codex itself (failed starts, unexpected exits): the restart backoff."""
+    hand_overs: dict[str, int] = field(default_factory=dict)
+    """Failed hand-overs per queued thought id (:data:`DELIVERY_ATTEMPTS`, then the thought is dropped)."""
+    resume: bool = False
+    """Codex died: start it again (resuming the thread) once the backoff is over, even with no thought waiting."""
+    last_start_error: str | None = None
+    """How the last start of Codex failed (a start failing the same way again is logged, not written to the chat)."""
+
+
+@dataclass(eq=False, slots=True)
+class _Codex:
+    """The CODEX driver the session has open, and what lasts exactly as long as it does."""
+
+    driver: CodexDriver
+    approvals: set[str] = field(default_factory=set)
+    """Approval requests asked in the chat and not answered yet."""
+    idle_since: float | None = None
+    """Since when no turn ran and no thought waited (a persistent driver: idle reaping, eviction)."""
 
 
 _Message = (
@@ -174,7 +211,7 @@ _Message = (
     | _Reset
     | CancelEntry
     | ApprovalEntry
-    | _LinkMessage
+    | _DriverMessage
     | _Evict
     | _Recorded
     | _Duplicate
@@ -184,7 +221,7 @@ _Message = (
 
 
 class Session:
-    """One conversation: its queue of thoughts, its Codex link, its egress (module docstring)."""
+    """One conversation: its queue of thoughts, its Codex driver, its egress (module docstring)."""
 
     def __init__(self, state: SessionState, services: SessionServices) -> None:
         self.state = state
@@ -203,27 +240,16 @@ class Session:
         self._queue: deque[PendingThought | _Reset] = deque()
         self._queued_ids: dict[str, Position] = {}
         """Ids of the thoughts in the inbox or the queue, with their journal positions."""
-        self._link: CodexLink | None = None
-        self._generation = 0
+        self._codex: _Codex | None = None
+        """The open CODEX driver, while the conversation has one."""
         self._turn: _Turn | None = None
-        self._interrupt_sent_at: float | None = None
-        self._idle_since: float | None = None
-        self._restart_at: float | None = None
-        self._restart_wanted = False
-        self._restarts = 0
-        """Consecutive failures of Codex itself (failed starts, unexpected exits): the restart backoff."""
-        self._attempts: dict[str, int] = {}
-        """Failed hand-overs per queued thought id."""
+        self._retries = _Retries()
         self._crashes = RepeatFilter()
-        self._approvals: set[str] = set()
         self._stopping = False
         self._saver = StateSaver(state, services.store, mirror=self._mirror if services.cluster is not None else None)
         self._group: asyncio.TaskGroup | None = None
-        self._pump_task: asyncio.Task[None] | None = None
         self._told_waiting = False
         self._unconfirmed: PendingThought | None = None
-        self._steer_refused = False
-        self._last_open_error: str | None = None
         self._no_turn = asyncio.Event()
         self._no_turn.set()
         self._window = ReplayWindow(state, self._saver, services.journal)
@@ -299,8 +325,8 @@ class Session:
 
     @property
     def live(self) -> bool:
-        """A Codex link is open."""
-        return self._link is not None
+        """A CODEX driver is open."""
+        return self._codex is not None
 
     # -- the task ------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -336,12 +362,13 @@ class Session:
     def _next_timeout(self) -> float | None:
         now = time.monotonic()
         deadlines: list[float] = []
-        if self._interrupt_sent_at is not None:
-            deadlines.append(self._interrupt_sent_at + STOP_GRACE_FACTOR * self._settings.kill_grace)
-        if self._idle_since is not None and self._link is not None:
-            deadlines.append(self._idle_since + self._settings.idle_reap)
-        if self._restart_at is not None:
-            deadlines.append(self._restart_at)
+        interrupted = self._interrupted_at()
+        if interrupted is not None:
+            deadlines.append(interrupted + STOP_GRACE_FACTOR * self._settings.kill_grace)
+        if self._codex is not None and self._codex.idle_since is not None:
+            deadlines.append(self._codex.idle_since + self._settings.idle_reap)
+        if self._retries.not_before is not None:
+            deadlines.append(self._retries.not_before)
         return min(deadlines) - now if deadlines else None
 
     # -- messages ------------------------------------------------------------------------------
@@ -352,7 +379,7 @@ class Session:
             if not await self._reset_accepted(message):
                 return
             self._queue.append(message)
-            if self._turn is not None and self._link is not None and self._interrupt_sent_at is None:
+            if self._turn is not None and self._codex is not None and self._turn.interrupt_sent_at is None:
                 await self._cancel()
         elif isinstance(message, CancelEntry):
             if message.queued:
@@ -367,9 +394,9 @@ class Session:
         elif isinstance(message, ApprovalEntry):
             await self._approval(message)
         elif isinstance(message, _Evict):
-            if self._link is not None and not self.busy:
+            if self._codex is not None and not self.busy:
                 log.info("conversation %r: ending its idle Codex process for another conversation", self._name)
-                await self._end_link(reason="slot needed by another conversation")
+                await self._end_codex(reason="slot needed by another conversation")
         elif isinstance(message, _Recorded):
             thought = self._unconfirmed
             if thought is not None and thought.entry_id == message.client_id:
@@ -377,8 +404,8 @@ class Session:
                 await self._delivered(thought, steer=False, start_turn=False)
         elif isinstance(message, _Duplicate):
             await self._duplicate(message)
-        elif message.generation == self._generation:
-            await self._link_event(message.event)
+        elif self._codex is not None and message.driver is self._codex.driver:
+            await self._driver_event(self._codex, message.event)
 
     async def _take_thought(self, thought: PendingThought) -> None:
         """Queue ``thought``, its thread options and attachments checked first: one that cannot go to
@@ -391,13 +418,13 @@ class Session:
                     requested,
                     self._settings.workspace_roots,
                     turn_timeout=self._settings.turn_timeout,
-                    forks_threads=self._svc.make_link.forks_threads,
+                    forks_threads=self._svc.make_driver.forks_threads,
                 )
             except OptionsRefused as exc:
                 await self._refuse(thought, str(exc), REFUSED_HINT)
                 return
             thought = dataclasses.replace(thought, options=options)
-        if thought.attachments and not self._svc.make_link.takes_images:
+        if thought.attachments and not self._svc.make_driver.takes_images:
             await self._refuse_attachments(
                 thought,
                 # (Codex 0.47's `exec --image ... resume <thread> -` sent the image without the text)
@@ -412,7 +439,7 @@ class Session:
                     thought.attachments,
                     folder=uploads_dir(local_base(journal, state_root())) if journal is not None else None,
                     max_bytes=self._settings.max_attachment_bytes,
-                    urls=self._svc.make_link.image_urls,
+                    urls=self._svc.make_driver.image_urls,
                 )
             except AttachmentRefused as exc:
                 await self._refuse_attachments(thought, str(exc))
@@ -472,7 +499,7 @@ class Session:
             for t in self._queue
             if isinstance(t, PendingThought)
             and t is not self._unconfirmed
-            and (self._link is None or t.entry_id not in self._link.queued_ids)
+            and (self._codex is None or t.entry_id not in self._codex.driver.queued)
         ]
         if not dropped:
             return
@@ -516,44 +543,55 @@ class Session:
         )
 
     async def _cancel(self) -> None:
-        if self._link is None or self._turn is None:
+        turn = self._turn
+        if self._codex is None or turn is None:
             await self._emit(StatusEntry(state="cancel_ignored", text="nothing is running to cancel"))
             return
         log.info("conversation %r: interrupting the running turn", self._name)
         try:
-            await self._link.interrupt()
-        except LinkError as exc:
+            await self._codex.driver.cancel()
+        except DriverError as exc:
             log.warning("conversation %r: interrupt failed: %s", self._name, exc)
             return
-        self._interrupt_sent_at = time.monotonic()
+        turn.interrupt_sent_at = time.monotonic()
+
+    def _interrupted_at(self) -> float | None:
+        """When the running turn was asked to stop, if it was (and a driver is open to stop it)."""
+        if self._turn is None or self._codex is None:
+            return None
+        return self._turn.interrupt_sent_at
 
     async def _approval(self, entry: ApprovalEntry) -> None:
-        if entry.request_id not in self._approvals or self._link is None:
+        codex = self._codex
+        if codex is None or entry.request_id not in codex.approvals:
             log.info(
                 "conversation %r: approval for unknown or expired request %s ignored", self._name, cut(entry.request_id)
             )
             return
-        self._approvals.discard(entry.request_id)
+        codex.approvals.discard(entry.request_id)
         try:
-            await self._link.answer(entry.request_id, entry.decision == "approve")
-        except LinkError as exc:
+            await codex.driver.answer_approval(entry.request_id, entry.decision == "approve")
+        except DriverError as exc:
             await self._error(
                 classify(str(exc)).code,
                 f"could not pass the approval on to Codex: {exc}",
                 "The Codex process may have ended; the session will be resumed.",
             )
 
-    async def _link_event(self, event: LinkEvent) -> None:
-        if isinstance(event, ThreadReady):
-            await self._thread_ready(event)
+    async def _driver_event(self, codex: _Codex, event: DriverEvent) -> None:
+        """Act on an event of the open driver ``codex`` (see :mod:`coven_codex.codex.drivers.base`)."""
+        if isinstance(event, ThreadStarted):
+            if event.note:
+                log.warning("conversation %r: %s", self._name, event.note)
+            await self._thread_ready(event.thread_id)
         elif isinstance(event, TurnStarted):
             self._turn_started(event.turn_id)
-        elif isinstance(event, TurnEnded):
+        elif isinstance(event, TurnFinished):
             turn = self._turn_finished()
             if self._unconfirmed is not None and not self._waiting_in_driver(self._unconfirmed):
                 await self._confirm_unconfirmed()
             await self._turn_over(event, turn)
-        elif isinstance(event, TurnTimedOut):
+        elif isinstance(event, TurnExpired):
             # Written now, before the turn's end (which the rollout may bring first): a reader
             # stopping at the end knows why. _turn_over writes it with the same id: once.
             turn = self._turn
@@ -569,17 +607,21 @@ class Session:
         elif isinstance(event, Delta):
             if self._settings.stream_deltas and event.text:
                 await self._emit(DeltaEntry(item_id=event.item_id, text=event.text, in_reply_to=self.state.reply_to))
-        elif isinstance(event, ApprovalAsked):
-            await self._approval_asked(event)
-        elif isinstance(event, ApprovalSettled):
-            self._approvals.discard(event.request_id)
+        elif isinstance(event, ApprovalRequested):
+            await self._approval_asked(codex, event)
+        elif isinstance(event, ApprovalResolved):
+            codex.approvals.discard(event.request_id)
             if event.by == "timeout":
                 text = f"no answer to approval {event.request_id} within {self._settings.approval_timeout:.0f}s; denied"
                 await self._emit(StatusEntry(state="approval_timeout", text=text, in_reply_to=self.state.reply_to))
+        elif isinstance(event, DriverFailed):
+            await self._driver_failed(event)
+        elif isinstance(event, AgentMessageCompleted):
+            pass  # the rollout is the record of replies: egress writes them
         else:
-            await self._process_exited(event)
+            assert_never(event)
 
-    async def _turn_over(self, event: TurnEnded, turn: _Turn | None) -> None:
+    async def _turn_over(self, event: TurnFinished, turn: _Turn | None) -> None:
         """Tell the conversation that the turn is over, and why it failed, unless the rollout did.
 
         Codex 0.169 records a turn's end (and a failed turn's error) in the rollout, which egress
@@ -591,8 +633,8 @@ class Session:
         id the rollout gave the turn), so if egress writes it too (its rollout line came after the
         drain), the journal gets it once.
         """
-        failed = event.status == "failed" and bool(event.error)
-        wants_end = not self._svc.make_link.records_turn_end
+        failed = event.status == "failed" and event.error is not None and bool(event.error.message)
+        wants_end = not self._svc.make_driver.records_turn_end
 
         def missing() -> tuple[bool, bool]:
             errors, ends = self._seen_since(turn)
@@ -603,7 +645,8 @@ class Session:
         error_missing, end_missing = missing()
         key = event.turn_id or self._turn_key(turn)
         if error_missing:
-            c = event.classified or classify(event.error or "")
+            c = event.error
+            assert c is not None  # (failed says so)
             await self._error(
                 c.code, c.message, c.hint, entry_id=self._turn_entry_id(key, "error"), in_reply_to=self.state.reply_to
             )
@@ -659,7 +702,7 @@ class Session:
         )
 
     async def _turn_cut_short(self, turn: _Turn | None, state: str, why: str) -> None:
-        """The turn ended without the driver reporting it (Codex died, the link or the session ended):
+        """The turn ended without the driver reporting it (Codex died, the driver or the session was closed):
         write its end unless egress, once caught up, brought one."""
         if turn is None:
             return
@@ -670,17 +713,17 @@ class Session:
             turn_id = key if turn.keyed_by_turn_id or key != turn.key else None
             await self._write_turn_end(state, key, turn_id, f"{state.replace('_', ' ')}: {why}")
 
-    async def _thread_ready(self, event: ThreadReady) -> None:
-        changed = event.thread_id != self.state.thread_id
+    async def _thread_ready(self, thread_id: str) -> None:
+        """Codex told the thread id: a new one replaces the old thread (its egress, its state)."""
+        changed = thread_id != self.state.thread_id
         if changed:
             if self.state.thread_id is not None:
-                log.warning(
-                    "conversation %r: Codex thread %s replaced by %s", self._name, self.state.thread_id, event.thread_id
-                )
+                old = self.state.thread_id
+                log.warning("conversation %r: Codex thread %s replaced by %s", self._name, old, thread_id)
             await self._egress.stop()
             self.state.forget_thread()
             self._window.thread_ended()
-            self.state.thread_id = event.thread_id
+            self.state.thread_id = thread_id
             self.state.fork_from = None
             in_flight = self.state.in_flight
             if in_flight is not None:  # the thought being handed over is the new thread's first message
@@ -688,10 +731,10 @@ class Session:
             await self._save_now()
         self._start_egress()
 
-    async def _approval_asked(self, event: ApprovalAsked) -> None:
+    async def _approval_asked(self, codex: _Codex, event: ApprovalRequested) -> None:
         policy = self._settings.approval_policy
         if policy == "ask":
-            self._approvals.add(event.request_id)
+            codex.approvals.add(event.request_id)
             text = event.action
         else:
             text = f"{event.action} (answered by approval_policy = {policy!r}; nothing to do)"
@@ -705,23 +748,16 @@ class Session:
             )
         )
 
-    async def _process_exited(self, event: ProcessExited) -> None:
-        link = self._link
-        self._link = None
-        self._generation += 1
-        self._approvals.clear()
-        if link is not None:
-            await link.close()
-            self._svc.processes.forget(self.conversation)
-        self._slots.release(self.conversation)
-        self._idle_since = None
+    async def _driver_failed(self, event: DriverFailed) -> None:
+        """The driver died (its Codex process ended or stopped answering): close it, end the turn, resume later."""
+        codex = await self._close_codex()
         if self._unconfirmed is not None:
             await self._confirm_unconfirmed(counts=not killed_from_outside(event.returncode))
         turn = self._turn_finished()
         if self._stopping:
             await self._turn_cut_short(turn, TURN_ABORTED, "Codex stopped")
             return
-        if turn is None and link is not None and link.persistent:
+        if turn is None and codex is not None and codex.driver.persistent:
             # The shared app-server died while no turn of ours ran on it: nothing was lost, and
             # nothing is said in the chat; the thread is resumed on the next thought.
             log.info("conversation %r: Codex exited while idle; its thread resumes on the next thought", self._name)
@@ -732,8 +768,8 @@ class Session:
             # Killed by a signal: whatever it last wrote on stderr is not the reason.
             code = ErrorCode.PROCESS_EXITED
             message = f"Codex was killed{where} by signal {-event.returncode}"
-        elif event.classified is not None and event.classified.code is not ErrorCode.PROCESS_EXITED:
-            code, message = event.classified.code, event.classified.message
+        elif event.error.code is not ErrorCode.PROCESS_EXITED:
+            code, message = event.error.code, event.error.message
         else:
             # Nothing on stderr said why (its lines are warnings, or about something else).
             code = ErrorCode.PROCESS_EXITED
@@ -751,18 +787,19 @@ class Session:
         )
         await self._turn_cut_short(turn, TURN_FAILED, "Codex ended")
         log.warning("conversation %r: Codex exited (%s); resuming in %.1fs", self._name, event.returncode, delay)
-        self._restart_wanted = True
+        self._retries.resume = True
 
     def _restart_later(self) -> float:
         """Codex failed (again): the next start waits the restart backoff; returns the delay."""
-        self._restarts += 1
-        delay = backoff(self._settings.restart_backoff, self._restarts)
+        self._retries.codex_failures += 1
+        delay = backoff(self._settings.restart_backoff, self._retries.codex_failures)
         self._retry_at(delay)
         return delay
 
     def _retry_at(self, delay: float) -> None:
         at = time.monotonic() + delay
-        self._restart_at = at if self._restart_at is None else max(self._restart_at, at)
+        retries = self._retries
+        retries.not_before = at if retries.not_before is None else max(retries.not_before, at)
 
     def _start_turn(self, thought_id: str) -> None:
         """We handed ``thought_id`` to Codex as a new turn."""
@@ -790,33 +827,29 @@ class Session:
     def _turn_finished(self) -> _Turn | None:
         """No turn runs any more; returns the one that ran, if any."""
         turn, self._turn = self._turn, None
-        self._steer_refused = False
         self._no_turn.set()
-        self._interrupt_sent_at = None
         return turn
 
     # -- timers ------------------------------------------------------------------------------------
     async def _check_timers(self) -> None:
         """Turn and stream-idle timeouts, approval timeouts and policy are the driver's; these are ours."""
         now = time.monotonic()
-        if (
-            self._interrupt_sent_at is not None
-            and self._link is not None
-            and now >= self._interrupt_sent_at + STOP_GRACE_FACTOR * self._settings.kill_grace
-        ):
+        interrupted = self._interrupted_at()
+        if interrupted is not None and now >= interrupted + STOP_GRACE_FACTOR * self._settings.kill_grace:
             log.warning("conversation %r: the turn did not stop after interrupt; ending Codex", self._name)
-            await self._end_link(reason="turn did not stop")
+            await self._end_codex(reason="turn did not stop")
         await self._check_idle(now)
 
     async def _check_idle(self, now: float) -> None:
+        codex = self._codex
         if (
-            self._idle_since is not None
-            and self._link is not None
+            codex is not None
+            and codex.idle_since is not None
             and not self.busy
-            and now >= self._idle_since + self._settings.idle_reap
+            and now >= codex.idle_since + self._settings.idle_reap
         ):
             log.info("conversation %r: idle for %.0fs; ending its Codex process", self._name, self._settings.idle_reap)
-            await self._end_link(reason="idle")
+            await self._end_codex(reason="idle")
             await self._emit(
                 StatusEntry(
                     state="session_ended",
@@ -827,10 +860,10 @@ class Session:
 
     # -- progress ----------------------------------------------------------------------------------
     async def _advance(self) -> None:
-        if self._restart_at is not None:
-            if time.monotonic() < self._restart_at:
+        if self._retries.not_before is not None:
+            if time.monotonic() < self._retries.not_before:
                 return
-            self._restart_at = None
+            self._retries.not_before = None
         if self._turn is not None:
             waiting = [t for t in self._queue if t is not self._unconfirmed]
             if waiting and isinstance(waiting[0], PendingThought) and self._can_steer():
@@ -844,48 +877,53 @@ class Session:
             if isinstance(head, _Reset):
                 await self._reset(head)
                 return
-            if self._link is None and self.state.thread_id is None and self._slot_wait is None:
+            if self._codex is None and self.state.thread_id is None and self._slot_wait is None:
                 await self._take_options(head)
-            if self._link is None and not await self._open_link():
+            if self._codex is None and not await self._open_codex():
                 return
             await self._deliver(head)
             return
-        if self._restart_wanted and self._link is None:
-            self._restart_wanted = False
-            await self._open_link()
+        if self._retries.resume and self._codex is None:
+            self._retries.resume = False
+            await self._open_codex()
         # Idle: nothing of this conversation needs replaying after a restart once egress is between lines.
         self._window.idle()
-        if self._link is not None and self._link.persistent and self._idle_since is None:
-            self._idle_since = time.monotonic()
+        codex = self._codex
+        if codex is not None and codex.driver.persistent and codex.idle_since is None:
+            codex.idle_since = time.monotonic()
             self._slots.mark_idle(self.conversation, self._request_evict)
-        elif self._link is not None and not self._link.persistent:
-            await self._end_link(reason="turn over")
+        elif codex is not None and not codex.driver.persistent:
+            await self._end_codex(reason="turn over")
 
     def _can_steer(self) -> bool:
         # One thought in flight at a time: steer only once the running turn's thought is recorded.
+        turn = self._turn
         return (
             self._settings.mid_turn == "steer"
-            and self._link is not None
-            and self._link.supports_steer
-            and self._interrupt_sent_at is None
-            and not self._steer_refused
+            and self._codex is not None
+            and self._codex.driver.supports_steer
+            and turn is not None
+            and turn.interrupt_sent_at is None
+            and not turn.steer_refused
             and self._unconfirmed is None
         )
 
     def _waiting_in_driver(self, thought: PendingThought) -> bool:
         """The driver still has ``thought``: queued as its next turn, or already running it."""
-        link = self._link
-        return link is not None and (thought.entry_id in link.queued_ids or link.busy)
+        codex = self._codex
+        return codex is not None and (thought.entry_id in codex.driver.queued or codex.driver.busy)
 
     def _mark_busy(self) -> None:
-        self._idle_since = None
+        if self._codex is not None:
+            self._codex.idle_since = None
         self._window.busy()
         self._slots.mark_busy(self.conversation)
 
     def _request_evict(self) -> None:
         self._inbox.put_nowait(_Evict())
 
-    async def _open_link(self) -> bool:
+    async def _open_codex(self) -> bool:
+        """Start a driver for the conversation's thread (a slot first); ``False`` if there is none yet."""
         slots = self._slots
         if not slots.try_acquire(self.conversation):
             # Wait in a task of our own: the inbox is still read meanwhile (a cancel may drop the thought).
@@ -903,16 +941,12 @@ class Session:
                 self._slot_wait = self._group.create_task(self._wait_for_slot(), name=f"slot:{self.conversation}")
             return False
         self._told_waiting = False
-        link = self._svc.make_link(self.conversation, self._thread_options())
+        driver = self._new_driver()
         resume = self.state.thread_id
         try:
-            await link.open(resume)
-        except asyncio.CancelledError:
-            await link.close()  # shutdown while Codex was starting: do not leave it running
-            slots.release(self.conversation)
-            raise
-        except LinkError as exc:
-            await link.close()
+            await driver.start(resume)
+        except DriverError as exc:
+            await driver.aclose()
             slots.release(self.conversation)
             if self._stopping:
                 # Shutdown ended the Codex that was starting: not a failure the chat needs to see.
@@ -920,37 +954,53 @@ class Session:
                 return False
             delay = self._restart_later()
             c = classify(str(exc))
-            if str(exc) != self._last_open_error:
+            if str(exc) != self._retries.last_start_error:
                 # Retries that fail the same way are logged, not written to the chat each time.
-                self._last_open_error = str(exc)
+                self._retries.last_start_error = str(exc)
                 await self._error(c.code, f"could not start Codex: {c.message}", c.hint)
             else:
                 log.warning(
                     "conversation %r: Codex still fails to start (%s); next try in %.1fs", self._name, c.message, delay
                 )
             return False
-        self._last_open_error = None
+        except BaseException:
+            await driver.aclose()  # shutdown (or a bug) while Codex was starting: do not leave it running
+            slots.release(self.conversation)
+            raise
+        self._retries.last_start_error = None
         if self._stopping:
             # Shutdown began while Codex was starting: end it here, it will never get a turn.
-            await link.close()
+            await driver.aclose()
             slots.release(self.conversation)
             return False
-        self._link = link
-        self._generation += 1
-        self._svc.processes.record(self.conversation, link.pids)
-        generation = self._generation
-        assert self._group is not None
-        self._pump_task = self._group.create_task(self._pump(link, generation), name=f"link-events:{self.conversation}")
-        if link.persistent:
-            resumed = resume is not None and link.thread_id == resume
-            thread = link.thread_id or resume
+        self._codex = _Codex(driver)
+        self._svc.processes.record(self.conversation, driver.pids)
+        if driver.persistent:
+            resumed = resume is not None and driver.thread_id == resume
+            thread = driver.thread_id or resume
             text = f"Codex session resumed (thread {thread})" if resumed else f"Codex session started (thread {thread})"
             await self._emit(
                 StatusEntry(state="session_resumed" if resumed else "session_started", thread_id=thread, text=text)
             )
-        if link.thread_id is not None and link.thread_id != self.state.thread_id:
-            await self._thread_ready(ThreadReady(link.thread_id))
+        if driver.thread_id is not None and driver.thread_id != self.state.thread_id:
+            await self._thread_ready(driver.thread_id)
         return True
+
+    def _new_driver(self) -> CodexDriver:
+        """A driver for this conversation's thread whose events come to the inbox (not started yet)."""
+        driver: CodexDriver
+
+        async def sink(event: DriverEvent) -> None:
+            # Called by the driver's dispatcher task, one event at a time and in order.
+            self._inbox.put_nowait(_DriverMessage(driver, event))
+            # The persistent driver's processes (exec: recorded when a turn's process starts).
+            started = isinstance(event, ThreadStarted | TurnStarted)
+            codex = self._codex
+            if started and driver.persistent and codex is not None and codex.driver is driver:
+                self._svc.processes.record(self.conversation, driver.pids)
+
+        driver = self._svc.make_driver(self.conversation, self._thread_options(), sink)
+        return driver
 
     async def _wait_for_slot(self) -> None:
         await self._slots.acquire(self.conversation)
@@ -980,15 +1030,12 @@ class Session:
         self.state.fork_from = options.fork_from
         await self._save_now()
 
-    async def _pump(self, link: CodexLink, generation: int) -> None:
-        async for event in link.events():
-            self._inbox.put_nowait(_LinkMessage(generation, event))
-            if link.persistent and isinstance(event, ThreadReady | TurnStarted):
-                self._svc.processes.record(self.conversation, link.pids)
-
     async def _deliver(self, thought: PendingThought, *, steer: bool = False) -> None:
-        link = self._link
-        assert link is not None
+        """Hand ``thought`` to the open driver (written ahead as in flight): a new turn, or with
+        ``steer`` into the running one."""
+        codex = self._codex
+        assert codex is not None
+        driver = codex.driver
         self.state.in_flight = InFlight(
             thought_id=thought.entry_id,
             position=thought.position,
@@ -1001,11 +1048,8 @@ class Session:
         # Set before sending: egress may see the thought recorded before the call returns.
         self._unconfirmed = thought
         try:
-            if steer:
-                how = await link.steer(thought.entry_id, thought.text, thought.images)
-            else:
-                await link.send(thought.entry_id, thought.text, thought.images)
-        except LinkError as exc:
+            how = await driver.submit(thought.text, thought.entry_id, thought.images)
+        except DriverError as exc:
             self._unconfirmed = None
             await self._delivery_failed(thought, exc)
             return
@@ -1014,14 +1058,17 @@ class Session:
             # it as a new turn or queued it as the next one. Either way it stays in flight until
             # Codex records it (the UserMessage line with its client id): accepted pending input
             # can still be dropped when the turn is cut short.
-            if how == "queued":
-                self._steer_refused = True
+            if how != "steered":
+                shown = cut(thought.entry_id)
+                log.info("conversation %r: thought %s did not join a running turn: %s", self._name, shown, how)
+            if how == "queued" and self._turn is not None:
+                self._turn.steer_refused = True
             return
         # Codex has the bytes, but only its rollout proves it recorded them (a process may die
         # first). The thought stays in flight until egress sees it recorded (app-server: the
         # UserMessage with client_id = thought id) or, when the turn is over, the rollout says so.
-        if not link.persistent:
-            self._svc.processes.record(self.conversation, link.pids)
+        if not driver.persistent:
+            self._svc.processes.record(self.conversation, driver.pids)
         if self._turn is None:  # (the driver may have said so already)
             self._start_turn(thought.entry_id)
 
@@ -1032,7 +1079,7 @@ class Session:
         in_flight = self.state.in_flight
         if thought is None or in_flight is None:
             return
-        by_client_id = self._svc.make_link.records_client_id
+        by_client_id = self._svc.make_driver.records_client_id
         rollout: Path | None = Path(self.state.rollout_path) if self.state.rollout_path else None
         if rollout is None and self.state.thread_id is not None:
             with contextlib.suppress(LookupError, OSError, TimeoutError):
@@ -1053,7 +1100,7 @@ class Session:
         ``counts=False`` (Codex was killed from outside, e.g. ``kill -9`` of the shared app-server):
         the thought is sent again after the backoff without coming closer to being dropped.
         """
-        attempts = self._attempts.get(thought.entry_id, 0) + (1 if counts else 0)
+        attempts = self._retries.hand_overs.get(thought.entry_id, 0) + (1 if counts else 0)
         if attempts >= DELIVERY_ATTEMPTS:
             log.warning(
                 "conversation %r: thought %s failed %d hand-overs (%s); dropping it",
@@ -1071,7 +1118,7 @@ class Session:
             )
             self._svc.finish_thought(thought.position)
             return
-        self._attempts[thought.entry_id] = attempts
+        self._retries.hand_overs[thought.entry_id] = attempts
         delay = backoff(self._settings.restart_backoff, max(attempts, 1))
         log.warning(
             "conversation %r: hand-over %d of thought %s failed (%s); it will be sent again in %.1fs",
@@ -1092,7 +1139,7 @@ class Session:
         """
         old = self.state.thread_id
         log.info("conversation %r: reset; thread %s ends", self._name, old)
-        await self._end_link(reason="reset")
+        await self._end_codex(reason="reset")
         await self.drain_egress(RESET_DRAIN)  # the old thread's last entries first
         await self._egress.stop()
         if old is None:
@@ -1123,7 +1170,7 @@ class Session:
     def _forget_thought(self, thought: PendingThought) -> None:
         self._queue.remove(thought)
         self._queued_ids.pop(thought.entry_id, None)
-        self._attempts.pop(thought.entry_id, None)
+        self._retries.hand_overs.pop(thought.entry_id, None)
 
     async def _delivered(self, thought: PendingThought, *, steer: bool, start_turn: bool = True) -> None:
         self._forget_thought(thought)
@@ -1133,40 +1180,50 @@ class Session:
             # Thoughts before the saved ingress cursor are never read again: forget their ids.
             self.state.forget_delivered_before(self._svc.saved_cursor())
         self.state.user_messages += 1
-        self._restarts = 0
+        self._retries.codex_failures = 0
         if start_turn and not steer and self._turn is None:
             self._start_turn(thought.entry_id)
         await self._save_now()
         self._svc.finish_thought(thought.position)
 
-    async def _delivery_failed(self, thought: PendingThought, exc: LinkError) -> None:
+    async def _delivery_failed(self, thought: PendingThought, exc: DriverError) -> None:
+        """The driver refused ``thought`` or died handing it over: close it, and count the failure
+        unless the final rollout shows Codex had the thought after all."""
         log.warning("conversation %r: handing thought %s to Codex failed: %s", self._name, cut(thought.entry_id), exc)
-        link = self._link
-        by_client_id = link.records_client_id if link is not None else False
-        await self._end_link(reason="delivery failed", expected=False)
+        await self._end_codex(reason="delivery failed", expected=False)
         in_flight = self.state.in_flight
-        if exc.delivered and in_flight is not None and self.state.rollout_path:
-            # The process died after the bytes left: its rollout (final now) says whether it had them.
+        if in_flight is not None and self.state.rollout_path:
+            # The driver may have written the thought before it failed, and the process died after
+            # the bytes left: its rollout (final now) says whether it had them.
             rollout = Path(self.state.rollout_path)
+            by_client_id = self._svc.make_driver.records_client_id
             if await asyncio.to_thread(codex_received, rollout, in_flight, by_client_id=by_client_id):
                 await self._delivered(thought, steer=False, start_turn=False)
                 return
         self.state.in_flight = None
         await self._save_now()
-        await self._count_failure(thought, str(exc), counts=not exc.killed)
+        # Codex killed from outside (the shared app-server lost to SIGKILL, ...): not the thought's fault.
+        killed = killed_from_outside(exc.returncode)
+        await self._count_failure(thought, str(exc), counts=not killed)
 
-    async def _end_link(self, *, reason: str, expected: bool = True) -> None:
-        link = self._link
-        if link is None:
+    async def _close_codex(self) -> _Codex | None:
+        """Close the open driver (its every process tree) and give the slot back; returns what was open."""
+        codex, self._codex = self._codex, None
+        try:
+            if codex is not None:
+                await codex.driver.aclose()
+        finally:
+            if codex is not None:
+                self._svc.processes.forget(self.conversation)
+            self._slots.release(self.conversation)
+        return codex
+
+    async def _end_codex(self, *, reason: str, expected: bool = True) -> None:
+        """Close the open driver, if any, and end its turn (``expected=False``: a failure; resumed after a backoff)."""
+        if self._codex is None:
             return
-        self._link = None
-        self._generation += 1
-        self._approvals.clear()
-        self._idle_since = None
-        log.debug("conversation %r: closing Codex link (%s)", self._name, reason)
-        await link.close()
-        self._svc.processes.forget(self.conversation)
-        self._slots.release(self.conversation)
+        log.debug("conversation %r: closing its Codex driver (%s)", self._name, reason)
+        await self._close_codex()
         if self._unconfirmed is not None:
             await self._confirm_unconfirmed()
         turn = self._turn_finished()
@@ -1224,11 +1281,10 @@ class Session:
         again; a summary of the repeats follows every few minutes.
         """
         self._egress.forget()
-        self._pump_task = None
         self._slot_wait = None  # (cancelled with the task group; a waiter's slot is passed on)
         self._group = None
         with contextlib.suppress(Exception):
-            await self._end_link(reason="session failed", expected=False)
+            await self._end_codex(reason="session failed", expected=False)
         turn = self._turn_finished()
         with contextlib.suppress(Exception):
             await self._turn_cut_short(turn, TURN_FAILED, "the session failed")
@@ -1250,13 +1306,13 @@ class Session:
     async def stop_turn(self) -> None:
         """Shutdown step 1: no new turns; interrupt a running one."""
         self._stopping = True
-        if self._link is not None and self._turn is not None:
-            with contextlib.suppress(LinkError):
-                await self._link.interrupt()
+        if self._codex is not None and self._turn is not None:
+            with contextlib.suppress(DriverError):
+                await self._codex.driver.cancel()
 
     async def wait_turn_over(self, limit: float) -> None:
         """Shutdown: wait up to ``limit`` seconds for the running turn, if any, to end."""
-        if self._link is None:
+        if self._codex is None:
             return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._no_turn.wait(), limit)
@@ -1264,20 +1320,15 @@ class Session:
     async def close(self) -> None:
         """Shutdown step 2: end the Codex process tree."""
         self._stopping = True
-        await self._end_link(reason="shutdown")
+        await self._end_codex(reason="shutdown")
 
     async def abandon(self) -> None:
         """Another daemon serves the conversation now (this one lost its lease): let its Codex thread
         go and give back its pending journal positions, writing nothing (its writes would be refused).
         The session's task is cancelled before."""
         self._stopping = True
-        link, self._link = self._link, None
-        self._generation += 1
-        if link is not None:
-            with contextlib.suppress(Exception):
-                await link.close()
-            self._svc.processes.forget(self.conversation)
-        self._svc.slots.release(self.conversation)
+        with contextlib.suppress(Exception):
+            await self._close_codex()
         self._turn_finished()
         for position in self._queued_ids.values():
             self._svc.finish_thought(position)

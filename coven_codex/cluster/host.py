@@ -43,7 +43,7 @@ class DaemonHost:
         if state.in_flight is None or state.rollout_path is None:
             return False
         rollout, in_flight = Path(state.rollout_path), state.in_flight
-        by_client_id = self._daemon.make_link.records_client_id
+        by_client_id = self._daemon.make_driver.records_client_id
         return await asyncio.to_thread(codex_received, rollout, in_flight, by_client_id=by_client_id)
 
     def start_session(self, state: SessionState) -> None:
@@ -69,7 +69,7 @@ class DaemonHost:
     async def unload_thread(self, thread_id: str) -> None:
         """End the shared Codex app-server that has ``thread_id`` loaded, if one runs (the exec driver
         starts a process per turn, which reads the rollout afresh)."""
-        pool = getattr(self._daemon.make_link, "pool", None)
+        pool = getattr(self._daemon.make_driver, "pool", None)
         if isinstance(pool, AppServerPool):
             await pool.unload(thread_id)
 

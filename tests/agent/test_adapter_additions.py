@@ -187,7 +187,7 @@ async def test_reset_ends_the_thread_and_the_next_thought_starts_a_new_one(rig: 
     rig.offer(session, "hello after")
     await rig.wait(lambda es: len(turn_ends(es)) == 2, "the second turn")
     assert session.state.thread_id not in (None, old_thread)
-    assert rig.codex.links[-1].thread_id == session.state.thread_id  # opened fresh, not resumed
+    assert rig.codex.drivers[-1].thread_id == session.state.thread_id  # opened fresh, not resumed
     # Read again after a restart, the reset is not acted on again.
     assert not session.offer_reset(reset, position)
     await asyncio.sleep(0.2)

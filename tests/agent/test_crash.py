@@ -115,6 +115,9 @@ async def crash_loop(
             await h.kill9(daemon)
     else:
         daemon = await h.start()
+        # Until it is ready the daemon's only child may be its capability probe (`codex app-server
+        # generate-json-schema`): killed as if it were the app-server, the daemon falls back to exec.
+        await h.until_logged("ready (pid")
         hit = 0
         for _ in range(kills):
             await asyncio.sleep(rng.uniform(0.5, 3.0))

@@ -1,9 +1,10 @@
-"""Unit tests of :class:`Session` (and its supervision) against a fake Codex link.
+"""Unit tests of :class:`Session` (and its supervision) against a fake CODEX driver.
 
-The link is an in-process implementation of the ``CodexLink`` protocol that writes a real
-rollout file (so the session's real egress tails it with the real tailer) and reports turn
-events the way the app-server driver does. The journal is a ``MemoryJournal``; the state
-store is a real ``StateStore`` in a temporary directory. Nothing of the session is mocked.
+The driver is an in-process :class:`~coven_codex.codex.drivers.base.CodexDriver` that writes a
+real rollout file (so the session's real egress tails it with the real tailer) and emits the
+driver events the way the app-server driver does, through the base class's dispatcher. The
+journal is a ``MemoryJournal``; the state store is a real ``StateStore`` in a temporary
+directory. Nothing of the session is mocked.
 """
 
 from __future__ import annotations
@@ -16,20 +17,11 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
 from coven_codex.agent.backoff import MAX_BACKOFF, RepeatFilter, backoff
-from coven_codex.agent.link import (
-    CodexLink,
-    LinkError,
-    LinkEvent,
-    ProcessExited,
-    ThreadReady,
-    TurnEnded,
-    TurnStarted,
-)
 from coven_codex.agent.manager import SessionManager
 from coven_codex.agent.processes import ProcessRegistry
 from coven_codex.agent.services import SessionServices, ThreadOptions
@@ -37,7 +29,21 @@ from coven_codex.agent.session import DELIVERY_ATTEMPTS, Session
 from coven_codex.agent.slots import SlotPool
 from coven_codex.agent.state import SessionState, StateStore
 from coven_codex.agent.writer import DaemonWriter
-from coven_codex.codex.drivers import ImageInput
+from coven_codex.codex.drivers import (
+    CodexDriver,
+    DriverError,
+    DriverFailed,
+    DriverSettings,
+    EventSink,
+    ImageInput,
+    Submission,
+    ThreadStarted,
+    TurnFinished,
+    TurnStarted,
+)
+from coven_codex.codex.drivers.base import TurnInput, TurnStatus, process_error
+from coven_codex.codex.errors import ClassifiedError, classify
+from coven_codex.codex.version import CodexVersion
 from coven_codex.entries import BaseEntry, ErrorEntry, StatusEntry, ThoughtEntry
 from coven_codex.journal import JournalRecord, MemoryJournal
 from coven_codex.rollout import TURN_END_STATES
@@ -55,12 +61,12 @@ def _line(payload: dict[str, Any], kind: str = "event_msg") -> bytes:
 
 @dataclass
 class FakeCodex:
-    """What every fake link of a test shares: the rollout files and a log of hand-overs."""
+    """What every fake driver of a test shares: the rollout files and a log of hand-overs."""
 
     root: Path
     sends: list[tuple[str, str]] = field(default_factory=list)
     """(thought id, text) of every hand-over, in order (sends and steers)."""
-    links: list[FakeLink] = field(default_factory=list)
+    drivers: list[FakeDriver] = field(default_factory=list)
     open_error: BaseException | None = None
     records_client_id: bool = True
     records_turn_end: bool = True
@@ -74,16 +80,16 @@ class FakeCodex:
 
     forks_threads: bool = True
     options: list[ThreadOptions] = field(default_factory=list)
-    """The thread options of every link made, in order."""
+    """The thread options of every driver made, in order."""
 
-    def __call__(self, conversation: str, options: ThreadOptions) -> CodexLink:
+    def __call__(self, conversation: str, options: ThreadOptions, sink: EventSink) -> CodexDriver:
         self.options.append(options)
-        link = FakeLink(self)
-        self.links.append(link)
-        return link
+        driver = FakeDriver(self, sink)
+        self.drivers.append(driver)
+        return driver
 
     async def aclose(self) -> None:
-        """No process is shared by the fake links."""
+        """No process is shared by the fake drivers."""
 
     async def locate(self, thread_id: str) -> Path:
         path = self.rollout(thread_id)
@@ -92,47 +98,48 @@ class FakeCodex:
         return path
 
 
-class FakeLink:
-    """A Codex that answers by the thought's first word (see :meth:`send`)."""
+class FakeDriver(CodexDriver):
+    """A Codex that answers by the thought's first word (see :meth:`_start_turn`).
 
-    def __init__(self, codex: FakeCodex) -> None:
+    A real :class:`CodexDriver` as far as the session can tell: its events reach the session's
+    sink through the driver's own dispatcher task, and a dead driver refuses calls as every
+    driver does; only the Codex behind it is played.
+    """
+
+    kind: ClassVar[str] = "fake"
+    persistent: ClassVar[bool] = True
+    records_client_id: ClassVar[bool] = True
+    image_urls: ClassVar[bool] = False
+    label: ClassVar[str] = "the fake Codex"
+    supports_steer = True
+
+    def __init__(self, codex: FakeCodex, sink: EventSink) -> None:
+        super().__init__(
+            Path("codex"), CodexVersion(0, 169, 0), codex.root, env={}, settings=DriverSettings(), sink=sink
+        )
         self._codex = codex
-        self._events: asyncio.Queue[LinkEvent | None] = asyncio.Queue()
-        self._thread: str | None = None
         self._turn: str | None = None
         self.closed = False
-        self.dead = False
-
-    persistent = True
-    supports_steer = True
-    queued_ids: tuple[str, ...] = ()
-
-    @property
-    def records_client_id(self) -> bool:
-        return self._codex.records_client_id
-
-    @property
-    def thread_id(self) -> str | None:
-        return self._thread
-
-    @property
-    def pids(self) -> list[int]:
-        return []
 
     @property
     def busy(self) -> bool:
         return self._turn is not None
 
-    async def open(self, resume_thread: str | None) -> None:
+    @property
+    def pids(self) -> list[int]:
+        return []
+
+    async def start(self, resume_thread_id: str | None) -> None:
         if self._codex.open_error is not None:
             raise self._codex.open_error
-        self._thread = resume_thread or str(uuid.uuid4())
-        self._codex.rollout(self._thread).touch()
-        self._events.put_nowait(ThreadReady(self._thread))
+        await self._start_runner()
+        self._thread_id = resume_thread_id or str(uuid.uuid4())
+        self._codex.rollout(self._thread_id).touch()
+        await self._events.deliver(ThreadStarted(self._thread_id, resumed=resume_thread_id is not None))
 
     def _write(self, *lines: bytes) -> None:
-        assert self._thread is not None
-        with self._codex.rollout(self._thread).open("ab") as handle:
+        assert self._thread_id is not None
+        with self._codex.rollout(self._thread_id).open("ab") as handle:
             handle.write(b"".join(lines))
 
     def _recorded(self, thought_id: str, text: str) -> bytes:
@@ -142,21 +149,32 @@ class FakeLink:
             "client_id": thought_id,
             "content": [{"type": "text", "text": text}],
         }
-        return _line({"type": "item_completed", "thread_id": self._thread, "turn_id": self._turn, "item": item})
+        return _line({"type": "item_completed", "thread_id": self._thread_id, "turn_id": self._turn, "item": item})
 
-    async def send(self, thought_id: str, text: str, images: tuple[ImageInput, ...] = ()) -> None:
+    async def submit(self, text: str, client_id: str, images: tuple[ImageInput, ...] = ()) -> Submission:
+        """A thought during a turn joins it (steered); else it starts a turn."""
+        self._check_alive()
+        thought = TurnInput(text, client_id, images)
+        async with self._lock:
+            if self._turn is not None:
+                self._codex.sends.append((client_id, text))
+                self._write(self._recorded(client_id, text))
+                return "steered"
+            await self._start_turn(thought)
+            return "started"
+
+    async def _start_turn(self, thought: TurnInput) -> None:
         """``refuse``: the request fails; ``die``: Codex crashes before recording it (``flaky``: is
         killed, the first time only; ``sigkill``: is killed, the first DELIVERY_ATTEMPTS times); ``hang``: the turn
-        runs until the link ends; ``fail-late``: the driver reports a 401 before the rollout has it;
+        runs until the driver is closed; ``fail-late``: the driver reports a 401 before the rollout has it;
         ``fail``: the rollout has it first; anything else: an echo."""
-        if self.dead:
-            raise LinkError("the Codex process is gone", delivered=False)
+        thought_id, text = thought.client_id, thought.text
         self._codex.sends.append((thought_id, text))
-        if images:
-            self._codex.images.append((thought_id, images))
+        if thought.images:
+            self._codex.images.append((thought_id, thought.images))
         word = text.split(maxsplit=1)[0]
         if word == "refuse":
-            raise LinkError("Codex refused the thought: no", delivered=True)
+            raise DriverError("Codex refused the thought: no")
         tries = [t for t, _ in self._codex.sends].count(thought_id)
         if word == "die":
             self.kill(-11)  # the thought crashes Codex
@@ -165,36 +183,28 @@ class FakeLink:
             self.kill()
             return
         turn = self._turn = uuid.uuid4().hex
-        self._events.put_nowait(TurnStarted(turn))
+        self._events.emit(TurnStarted(turn, (thought_id,)))
         self._write(_line({"type": "task_started", "turn_id": turn}), self._recorded(thought_id, text))
         if word == "hang":
             return
         if word == "fail-late":  # the notification comes first, the rollout line a moment later
-            self._end_turn(TurnEnded(turn, "failed", AUTH_ERROR))
+            self._end_turn("failed", classify(AUTH_ERROR))
             late = _line({"type": "task_complete", "turn_id": turn, "error": {"message": AUTH_ERROR}})
             asyncio.get_running_loop().call_later(0.3, self._write, late)
             return
         if word == "fail":
             self._write(_line({"type": "task_complete", "turn_id": turn, "error": {"message": AUTH_ERROR}}))
-            self._end_turn(TurnEnded(turn, "failed", AUTH_ERROR))
+            self._end_turn("failed", classify(AUTH_ERROR))
             return
         self._write(
             _line({"type": "agent_message", "message": f"echo: {text}"}),
             _line({"type": "task_complete", "turn_id": turn}),
         )
-        self._end_turn(TurnEnded(turn, "completed"))
+        self._end_turn("completed")
 
-    def _end_turn(self, event: TurnEnded) -> None:
-        self._turn = None
-        self._events.put_nowait(event)
-
-    async def steer(self, thought_id: str, text: str, images: tuple[ImageInput, ...] = ()) -> str:
-        if self._turn is None:
-            await self.send(thought_id, text, images)
-            return "started"
-        self._codex.sends.append((thought_id, text))
-        self._write(self._recorded(thought_id, text))
-        return "steered"
+    def _end_turn(self, status: TurnStatus, error: ClassifiedError | None = None) -> None:
+        turn, self._turn = self._turn, None
+        self._events.emit(TurnFinished(turn, status, (), error))
 
     def finish(self) -> None:
         """End the hanging turn with a reply."""
@@ -203,32 +213,32 @@ class FakeLink:
         self._write(
             _line({"type": "agent_message", "message": "done"}), _line({"type": "task_complete", "turn_id": turn})
         )
-        self._end_turn(TurnEnded(turn, "completed"))
+        self._end_turn("completed")
 
     def kill(self, returncode: int = -9) -> None:
         """Codex dies (by default SIGKILL: killed from outside; -11, SIGSEGV: it crashed)."""
-        self.dead = True
-        self._turn = None
-        self._events.put_nowait(ProcessExited(returncode, "ERROR codex: could not find bubblewrap"))
-        self._events.put_nowait(None)
+        self._fail(process_error(returncode, ["ERROR codex: could not find bubblewrap"]), returncode)
 
-    async def interrupt(self) -> None:
+    def _fail(self, error: ClassifiedError, returncode: int | None) -> None:
+        if self._failed is None:
+            self._failed = error
+            self._failed_returncode = returncode
+            self._turn = None
+            self._events.emit(DriverFailed(error, returncode))
+
+    async def cancel(self) -> bool:
         turn = self._turn
-        if turn is not None:
-            self._write(_line({"type": "turn_aborted", "turn_id": turn, "reason": "interrupted"}))
-            self._end_turn(TurnEnded(turn, "interrupted"))
+        if turn is None:
+            return False
+        self._write(_line({"type": "turn_aborted", "turn_id": turn, "reason": "interrupted"}))
+        self._end_turn("interrupted")
+        return True
 
-    async def answer(self, request_id: str, approve: bool) -> None:
-        raise LinkError("no such request")
+    async def answer_approval(self, request_id: str, approve: bool) -> None:
+        raise DriverError("no such request")
 
-    async def events(self) -> AsyncIterator[LinkEvent]:
-        while (event := await self._events.get()) is not None:
-            yield event
-
-    async def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            self._events.put_nowait(None)
+    async def _end_processes(self) -> None:
+        self.closed = True
 
 
 @dataclass
@@ -288,7 +298,7 @@ def make_rig(tmp_path: Path, *, slots: int = 4, **settings: Any) -> Rig:
         store=store,
         slots=SlotPool(slots),
         processes=ProcessRegistry(tmp_path / "state"),
-        make_link=codex,
+        make_driver=codex,
         locate_rollout=codex.locate,
         finish_thought=finished.append,
         saved_cursor=lambda: 0,
@@ -309,8 +319,8 @@ async def stop(rig: Rig) -> None:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-    for link in rig.codex.links:
-        await link.close()
+    for driver in rig.codex.drivers:
+        await driver.aclose()
 
 
 def errors(entries: list[BaseEntry]) -> list[ErrorEntry]:
@@ -390,7 +400,7 @@ async def test_codex_dying_mid_turn_ends_the_turn_once_and_resumes(rig: Rig) -> 
     session = rig.session()
     rig.offer(session, "hang on")
     await rig.wait(lambda es: any(getattr(e, "state", "") == "turn_started" for e in es), "the turn start")
-    rig.codex.links[-1].kill()
+    rig.codex.drivers[-1].kill()
     entries = await rig.wait(lambda es: bool(turn_ends(es)), "the turn end")
     assert [e.code for e in errors(entries)] == ["PROCESS_EXITED"]
     assert "bubblewrap" not in errors(entries)[0].text and "signal 9" in errors(entries)[0].text
@@ -407,8 +417,8 @@ async def test_session_started_and_resumed_say_so_with_their_thread(rig: Rig) ->
     session = rig.session()
     rig.offer(session, "hello")
     await rig.wait(lambda es: len(replies(es)) == 1, "the reply")
-    thread = rig.codex.links[-1].thread_id
-    rig.codex.links[-1].kill()  # while idle: the thread is resumed with the next thought
+    thread = rig.codex.drivers[-1].thread_id
+    rig.codex.drivers[-1].kill()  # while idle: the thread is resumed with the next thought
     rig.offer(session, "hello again")
     entries = await rig.wait(lambda es: any(getattr(e, "state", "") == "session_resumed" for e in es), "the resume")
     sessions = [
@@ -428,14 +438,14 @@ async def test_codex_dying_while_idle_writes_nothing_and_resumes_on_the_next_tho
     session = rig.session()
     rig.offer(session, "hello")
     await rig.wait(lambda es: "echo: hello" in replies(es), "the reply")
-    rig.codex.links[-1].kill()
+    rig.codex.drivers[-1].kill()
     await asyncio.sleep(0.5)  # (restart_backoff is 0.05 s: an eager restart would have happened by now)
     entries = await rig.entries()
-    assert errors(entries) == [] and not session.live and len(rig.codex.links) == 1
+    assert errors(entries) == [] and not session.live and len(rig.codex.drivers) == 1
     rig.offer(session, "hello again")
     entries = await rig.wait(lambda es: "echo: hello again" in replies(es), "the next reply")
-    assert errors(entries) == [] and len(rig.codex.links) == 2
-    assert rig.codex.links[1].thread_id == rig.codex.links[0].thread_id
+    assert errors(entries) == [] and len(rig.codex.drivers) == 2
+    assert rig.codex.drivers[1].thread_id == rig.codex.drivers[0].thread_id
 
 
 async def test_closing_the_session_mid_turn_ends_the_turn(rig: Rig) -> None:
@@ -471,8 +481,8 @@ async def test_steering_adds_a_thought_to_the_running_turn(tmp_path: Path) -> No
         second = rig.offer(session, "and this")
         await rig.wait(lambda es: len(rig.finished) == 2, "both delivered")
         assert [t for t, _ in rig.codex.sends] == [first, second]
-        assert len(rig.codex.links) == 1
-        rig.codex.links[0].finish()
+        assert len(rig.codex.drivers) == 1
+        rig.codex.drivers[0].finish()
         entries = await rig.wait(lambda es: bool(turn_ends(es)), "the turn end")
         assert len(turn_ends(entries)) == 1
     finally:
@@ -485,10 +495,10 @@ async def test_an_idle_session_is_reaped_and_resumed(tmp_path: Path) -> None:
         session = rig.session()
         rig.offer(session, "hello")
         await rig.wait(lambda es: any(getattr(e, "state", "") == "session_ended" for e in es), "the reaping", timeout=5)
-        assert rig.codex.links[0].closed and not session.live
+        assert rig.codex.drivers[0].closed and not session.live
         rig.offer(session, "hello again")
         entries = await rig.wait(lambda es: "echo: hello again" in replies(es), "the reply after resuming")
-        assert len(rig.codex.links) == 2 and rig.codex.links[1].thread_id == rig.codex.links[0].thread_id
+        assert len(rig.codex.drivers) == 2 and rig.codex.drivers[1].thread_id == rig.codex.drivers[0].thread_id
         assert any(getattr(e, "state", "") == "session_resumed" for e in entries)
     finally:
         await stop(rig)
@@ -503,9 +513,26 @@ async def test_an_idle_session_gives_its_slot_to_a_waiting_one(tmp_path: Path) -
         rig.offer(blue, "hello blue")
         entries = await rig.wait(lambda es: "echo: hello blue" in replies(es), "blue's reply", conversation="blue")
         assert any(getattr(e, "state", "") == "session_waiting" for e in entries)
-        assert rig.codex.links[0].closed and not red.live and blue.live
+        assert rig.codex.drivers[0].closed and not red.live and blue.live
     finally:
         await stop(rig)
+
+
+async def test_abandoning_a_job_gives_its_job_slot_back(rig: Rig) -> None:
+    """A daemon that lost a job's lease lets its Codex go and gives the slot back to the pool the job
+    took it from (``max_jobs``); it gave it to the chat pool, which it never held, and the job slot leaked."""
+    job_slots = rig.services.job_slots = SlotPool(1)
+    session = rig.session("job:one")
+    rig.offer(session, "hello job")
+    await rig.wait(lambda es: "echo: hello job" in replies(es), "the job's reply", conversation="job:one")
+    assert session.live and not job_slots.try_acquire("job:two")  # job:one holds the one job slot
+    task = rig.tasks.pop()
+    task.cancel()  # (the session's task is cancelled before abandon)
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    await session.abandon()
+    assert rig.codex.drivers[0].closed and not session.live
+    assert job_slots.try_acquire("job:two")
 
 
 async def test_a_crashing_session_backs_off_and_reports_once(tmp_path: Path) -> None:
@@ -515,7 +542,7 @@ async def test_a_crashing_session_backs_off_and_reports_once(tmp_path: Path) -> 
         manager = SessionManager(rig.services, group)
         manager.route_thought(ThoughtEntry(id="t1", conversation="c", text="hello"), 1)
         await asyncio.sleep(4.5)
-        opens = len(rig.codex.links)
+        opens = len(rig.codex.drivers)
         entries = await rig.entries()
         await manager.shutdown(grace=0.1, drain=0.1)
     # Restarts after 1 s, then 2 s, then 4 s: three tries in 4.5 s (five at one a second), one report.

@@ -31,6 +31,7 @@ from coven_codex.codex.drivers.base import (
     TurnExpired,
     TurnFinished,
     TurnStarted,
+    killed_from_outside,
     queue_sink,
 )
 from coven_codex.codex.drivers.exec import ExecDriver
@@ -83,6 +84,7 @@ __all__ = [
     "TurnFinished",
     "TurnStarted",
     "create_driver",
+    "killed_from_outside",
     "queue_sink",
     "unrelayed_approvals",
 ]

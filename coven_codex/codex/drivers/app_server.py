@@ -129,6 +129,7 @@ class AppServerDriver(CodexDriver):
     """See :mod:`coven_codex.codex.drivers.base` for the interface and this module for the wire."""
 
     kind: ClassVar[str] = "app-server"
+    persistent: ClassVar[bool] = True
     records_client_id: ClassVar[bool] = True
     image_urls: ClassVar[bool] = True
     label: ClassVar[str] = "the Codex app-server"

@@ -67,6 +67,7 @@ import asyncio
 import contextlib
 import logging
 import re
+import signal
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -260,6 +261,15 @@ def describe_exit(returncode: int | None) -> str:
     return f"exit {returncode}"
 
 
+OUTSIDE_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
+"""Signals that end Codex from outside (an operator, the OOM killer), unlike a crash (SIGSEGV, SIGABRT)."""
+
+
+def killed_from_outside(returncode: int | None) -> bool:
+    """Codex ended by one of :data:`OUTSIDE_SIGNALS`: a thought being handed over is not to blame."""
+    return returncode is not None and returncode < 0 and -returncode in OUTSIDE_SIGNALS
+
+
 def process_error(returncode: int | None, stderr_lines: Sequence[str], *, what: str = "Codex") -> ClassifiedError:
     """Classify an unexpected process end.
 
@@ -412,6 +422,8 @@ class CodexDriver(abc.ABC):
     """
 
     kind: ClassVar[str]
+    persistent: ClassVar[bool]
+    """One process serves every turn (app-server); ``False``: a process per turn (exec)."""
     supports_steer: bool
     """Thoughts can join a running turn (app-server with `turn/steer`; see the driver's plan)."""
     records_client_id: ClassVar[bool]

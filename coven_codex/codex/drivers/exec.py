@@ -80,6 +80,7 @@ class ExecDriver(CodexDriver):
     """See :mod:`coven_codex.codex.drivers.base` for the interface and this module for the CLI."""
 
     kind: ClassVar[str] = "exec"
+    persistent: ClassVar[bool] = False
     supports_steer = False
     records_client_id: ClassVar[bool] = False
     image_urls: ClassVar[bool] = False
