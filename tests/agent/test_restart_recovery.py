@@ -143,6 +143,10 @@ async def test_a_turn_cut_by_kill9_is_replayed_from_its_window_which_then_closes
         await h.think("busy", "warm up")
         await h.wait_for(lambda es: replies(es, "busy") == ["echo: warm up"], what="the first reply")
         await h.wait_for(lambda es: len(states(es, "turn_completed")) == 1, what="the first turn's end")
+        # The warm-up turn's window closes once egress has passed its end; a thought arriving
+        # before that (a loaded machine) extends the same window, which then rightly starts at the
+        # warm-up turn.
+        await until_closed(h, "busy")
         before = await h.journal.end_position()
         await h.think("busy", "slow one")
         # The turn is under way in the journal: its start and its user message, entries of
