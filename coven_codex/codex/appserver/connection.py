@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
 from collections import deque
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
@@ -227,11 +228,14 @@ class AppServerConnection:
             return
         self._tg.create_task(coro)
 
-    async def kill(self, error: ClassifiedError) -> None:
-        """The process stopped answering: kill its tree at once; every thread hears ``error``."""
+    async def kill(self, error: ClassifiedError, *, blameless: bool = False) -> None:
+        """Kill the process's tree at once (it stopped answering, or the pool ends it); every
+        thread hears ``error``. ``blameless``: the kill is the daemon's own decision, not the
+        fault of what a thread was doing: the threads hear SIGKILL's exit status, so a thought
+        being handed over is sent again without counting against it (``killed_from_outside``)."""
         child = self._child
         if child is not None:
-            self._lose(error, None)
+            self._lose(error, -signal.SIGKILL if blameless else None)
             await terminate_tree(child, 0.0)
 
     def retire(self) -> None:

@@ -244,7 +244,8 @@ class AppServerPool:
                 ErrorCode.PROCESS_EXITED,
                 f"the shared Codex app-server was ended to resume thread {thread_id[:60]} from its new rollout",
                 HINTS[ErrorCode.PROCESS_EXITED],
-            )
+            ),
+            blameless=True,
         )
         return True
 
