@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from rollout_helpers import summary
 
+from coven_codex.codex.process import spawn, terminate_tree
 from coven_codex.entries import BaseEntry, ErrorEntry, ResponseEntry, StatusEntry, ToolResultEntry
 from coven_codex.rollout import RolloutTranslator, error_entry_from_message, locate_rollout
 from coven_codex.tailing import tail_lines
@@ -60,19 +61,15 @@ class LiveSession:
 
     async def turn(self, prompt: str) -> Turn:
         args = ["resume", self.thread_id] if self.thread_id else []
-        proc = await asyncio.create_subprocess_exec(
-            str(self.codex),
-            "exec",
-            "--json",
-            "--skip-git-repo-check",
-            *args,
-            "-",
+        # Started as a tree and ended as one (coven_codex.codex.process): Codex's MCP server child
+        # outlives `codex exec` for a moment, and must not outlive the test.
+        child = await spawn(
+            [str(self.codex), "exec", "--json", "--skip-git-repo-check", *args, "-"],
             cwd=self.workspace,
             env=self.env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
         )
+        proc = child.process
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write(prompt.encode())
         proc.stdin.close()
@@ -87,12 +84,10 @@ class LiveSession:
                     if message.get("type") == "thread.started" and self.thread_id is None:
                         self.thread_id = str(message["thread_id"])
                         self._tail_task = asyncio.create_task(self._tail())
-                exit_code = await proc.wait()
+                await child.exited.wait()
+                exited_at = time.monotonic()
         finally:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
-        exited_at = time.monotonic()
+            exit_code = await terminate_tree(child, 1.0, patience=1.0)
         await self._drain()
         return Turn(exit_code, messages, exited_at)
 
