@@ -296,12 +296,9 @@ class AppServerConnection:
                 closing = method == "thread/resume" and CLOSING_THREAD in str(exc)
                 if not (exc.code == OVERLOADED or closing) or loop.time() + delay >= deadline:
                     raise
-                if closing:
-                    log.debug("thread/resume: the thread is being unloaded; resuming it again in %gs", delay)
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, OVERLOAD_MAX_DELAY)
-                    continue
-            if not self._overload_noted:  # said once per process, not once per retry
+            if closing:
+                log.debug("thread/resume: the thread is being unloaded; resuming it again in %gs", delay)
+            elif not self._overload_noted:  # said once per process, not once per retry
                 self._overload_noted = True
                 log.warning(
                     "the Codex app-server is overloaded (too many requests at once); requests it refuses "
