@@ -46,6 +46,12 @@ class SessionManager:
         self._group = group
         self.sessions: dict[str, Session] = {}
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._stopping: set[str] = set()
+        """Conversations whose session :meth:`drop` is still stopping (letting its Codex thread go)."""
+
+    def serves(self, conversation: str) -> bool:
+        """Whether a session of ``conversation`` runs here or is still being stopped."""
+        return conversation in self.sessions or conversation in self._stopping
 
     def restore(self, state: SessionState) -> Session:
         """Bring back a conversation of a previous run (its egress resumes at once)."""
@@ -113,12 +119,18 @@ class SessionManager:
         """Stop a conversation's session for good without writing (another daemon serves it now)."""
         session = self.sessions.pop(conversation, None)
         task = self._tasks.pop(conversation, None)
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-        if session is not None:
-            await session.abandon()
-            log.info("conversation %r: another daemon serves it now; its session here stopped", cut(conversation))
+        if session is None and task is None:
+            return
+        self._stopping.add(conversation)
+        try:
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+            if session is not None:
+                await session.abandon()
+                log.info("conversation %r: another daemon serves it now; its session here stopped", cut(conversation))
+        finally:
+            self._stopping.discard(conversation)
 
     # -- Router ------------------------------------------------------------------------------------
     def route_thought(self, entry: ThoughtEntry, position: Position) -> bool:

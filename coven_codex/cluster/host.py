@@ -51,6 +51,10 @@ class DaemonHost:
         assert self._daemon.manager is not None
         self._daemon.manager.restore(state)
 
+    def serving(self, conversation: str) -> bool:
+        """Whether a session of ``conversation`` runs here or is still being stopped."""
+        return self._daemon.manager is not None and self._daemon.manager.serves(conversation)
+
     async def stop_session(self, conversation: str) -> None:
         """Stop the session without writing; its pending positions are given back."""
         if self._daemon.manager is not None:

@@ -57,6 +57,9 @@ class MirroredRollout:
 
 REPORT_TTL = 600
 """Seconds a previous owner's rollout report is kept for the new owner."""
+BLOCK_MAX = 20.0
+"""One blocking wait for a report lasts at most this (seconds: below the Redis client's socket
+timeout, ``journal.redis.journal.SOCKET_TIMEOUT``); a longer wait is several."""
 UNCLAIMED_REPORT_TTL = 120
 """Seconds a report made while nobody holds the lease waits for the next claim (a live daemon
 claims a conversation nobody holds within a lease time and a sweep round)."""
@@ -177,11 +180,11 @@ class Mirror:
         while (left := deadline - loop.time()) > 0:
 
             async def run(left: float = left) -> Any:
-                return await self._redis.blpop([key], timeout=max(1, round(left)))
+                return await self._redis.blpop([key], timeout=max(1, round(min(left, BLOCK_MAX))))
 
             found = await self._reachability.call(run)
             if not found:
-                return None
+                continue
             raw = found[1]
             sender, _, rest = (raw if isinstance(raw, bytes) else str(raw).encode()).partition(b"\n")
             path, _, data = rest.partition(b"\n")

@@ -48,12 +48,13 @@ from coven_codex.rollout.locator import find_rollout
 
 log = logging.getLogger(__name__)
 
-REPORT_GRACE = 10.0
+REPORT_GRACE = 20.0
 """How long past a lease time a new owner waits for a previous owner's record of an in-flight
 thought: the previous owner reports when it restarts or wakes, which comes after its lease ran out
-and a start-up (seconds under load)."""
-REPORT_WAIT_MAX = 25.0
-"""Seconds, at most (below the Redis client's socket timeout)."""
+and a start-up (seen taking 17 s from the kill to the report on two cores at load 35, with the
+restart itself 5 s after the kill)."""
+REPORT_WAIT_MAX = 45.0
+"""Seconds, at most."""
 ADOPT_BATCH = 64
 """Orphaned conversations adopted per sweep round, at most (the rest in the next rounds)."""
 
@@ -79,6 +80,10 @@ class SessionHost(Protocol):
 
     async def stop_session(self, conversation: str) -> None:
         """Stop the conversation's session without writing, releasing its pending positions."""
+        ...
+
+    def serving(self, conversation: str) -> bool:
+        """Whether a session of ``conversation`` runs here or is still being stopped."""
         ...
 
     async def replay(self, items: list[JournalItem]) -> None:
@@ -206,7 +211,7 @@ class Ownership:
                 continue  # (the sweep took it meanwhile)
             if holder is not None and holder != self.node.daemon_id:
                 return False
-            if not self.node.preferred(conversation):
+            if not self.node.preferred(conversation) or self._letting_go(conversation):
                 await self.node.leases.note_unclaimed(conversation, _position_text(position))
                 return False
             claimed = await self.node.claim(conversation, _position_text(position))
@@ -214,6 +219,13 @@ class Ownership:
                 self._start_adoption(conversation, position)
             elif not claimed.ok and conversation not in self._adopting:
                 return False
+
+    def _letting_go(self, conversation: str) -> bool:
+        """Whether our session of a conversation whose lease we lost is still here (being stopped). We
+        claim it again only once it is gone: a claim gives a new token, and that session (the old
+        lease's, with its own queued thoughts) would write and hand thoughts to Codex under it, beside
+        the new session; the sweep adopts the conversation in a later round (the floor is in Redis)."""
+        return self.host is not None and self.host.serving(conversation)
 
     def _start_adoption(self, conversation: str, at: Position | None) -> None:
         """Adopt a conversation we just claimed, as a task of its own (it may wait up to a lease time
@@ -234,7 +246,7 @@ class Ownership:
         for conversation in conversations[:ADOPT_BATCH]:
             if self._closing:
                 return
-            if self.node.owns(conversation) or conversation in self._adopting:
+            if self.node.owns(conversation) or conversation in self._adopting or self._letting_go(conversation):
                 continue
             claimed = await self.node.claim(conversation)
             if claimed.ok and conversation not in self._adopting and self._group is not None:
@@ -271,6 +283,8 @@ class Ownership:
                 await host.end_lost_turn(state)
             if self._closing:
                 return  # shutting down (no await since the check): the lease is handed over with the others
+            if not self.node.owns(conversation):
+                raise LeaseLost(conversation)  # lost again meanwhile: no session for a lease we do not hold
             host.start_session(state)
             if floor is not None:
                 items = await self.journal.read(floor, await self.journal.end_position())
@@ -420,7 +434,11 @@ class Ownership:
     # -- running ------------------------------------------------------------------------------------
     def start(self, daemon: Daemon, start: Position, group: asyncio.TaskGroup) -> asyncio.Task[None]:
         """Serve in ``daemon`` (its reader starts at ``start``): renewals, sweeps and adoption, as a task."""
-        self.host = DaemonHost(daemon, start)
+        return self.serve(DaemonHost(daemon, start), group)
+
+    def serve(self, host: SessionHost, group: asyncio.TaskGroup) -> asyncio.Task[None]:
+        """Serve in ``host``: renewals, sweeps and adoption as a task of ``group`` (adoptions and drops too)."""
+        self.host = host
         self._group = group
         for conversation in self._taken:
             self._start_adoption(conversation, None)
@@ -470,6 +488,8 @@ class Ownership:
         """Leases lost: stop those sessions (the new owners continue them)."""
         assert self.host is not None
         for conversation in conversations:
+            if self.node.owns(conversation):
+                continue  # claimed again since: its old session was gone by then (see _letting_go)
             self._floors.pop(conversation, None)
             await self.host.stop_session(conversation)
             await self.report_lost(conversation, self.host.store.load(conversation))
