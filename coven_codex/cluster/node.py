@@ -81,6 +81,7 @@ class ClusterNode:
         """Conversation → monotonic time at which the renewal that confirmed it was sent."""
         self._wake = asyncio.Event()
         self._failures = RepeatFilter()
+        self._late = RepeatFilter()
 
     # -- ownership -------------------------------------------------------------------------------
     def owns(self, conversation: str) -> bool:
@@ -144,8 +145,13 @@ class ClusterNode:
         """Renew, report lost leases, adopt orphaned conversations; until cancelled (module docstring)."""
         interval = self.lease_time / ROUNDS_PER_LEASE
         handovers = Handovers(self.redis, self.keys.handover)
+        loop = asyncio.get_running_loop()
+        due: float | None = None
         try:
             while True:
+                started = loop.time()
+                if due is not None:
+                    self._note_lateness(started - due, interval)
                 try:
                     await self._round(on_lost, on_orphans)
                     self._failures.clear()
@@ -157,15 +163,40 @@ class ClusterNode:
                             str(exc)[:200],
                             note,
                         )
-                await handovers.wait(interval)
+                # Rounds are an interval apart from start to start: the time a round took (its claims and
+                # sweeps under load) does not push the next renewal back.
+                due = max(started + interval, loop.time())
+                await handovers.wait(due - loop.time())
         finally:
             await handovers.close()
 
+    def _note_lateness(self, late: float, interval: float) -> None:
+        """Say (once, then in summaries) when a renewal round starts more than a round's interval after
+        it was due: the daemon is short of CPU or its event loop is blocked, and its leases may run
+        out (its conversations then move to other daemons). Time spent waiting for Redis is not counted."""
+        if late <= interval:
+            return  # (not cleared: lateness on and off is one condition, said once and then summed up)
+        note = self._late.note("late")
+        if note is not None:
+            log.warning(
+                "cluster: a lease renewal started %.1fs late (a lease lasts %gs and is renewed every %.1fs):"
+                " this daemon is short of CPU or its event loop is blocked, so its conversations may move to"
+                " other daemons; give it more CPU or a longer lease_time %s",
+                late,
+                self.lease_time,
+                interval,
+                note,
+            )
+
     async def _round(self, on_lost: LostHandler, on_orphans: OrphanHandler) -> None:
+        begun = time.monotonic()
         await self.registry.heartbeat()
         held = dict(self.held)
         sent = time.monotonic()
         lost = await self.leases.renew(held)
+        took = time.monotonic() - begun
+        if took > self.lease_time / ROUNDS_PER_LEASE / 2:
+            log.debug("cluster: heartbeat and renewal of %d lease(s) took %.2fs", len(held), took)
         for conversation, token in held.items():
             if conversation not in lost and self.held.get(conversation) == token:
                 self._confirmed[conversation] = sent

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from pathlib import Path
 
 import pytest
@@ -238,3 +240,41 @@ async def test_a_previous_owners_report_reaches_only_the_holder_of_the_lease_whe
     assert report is not None and report.data == b"line 1\nline 2\n" and report.path == "sessions/r.jsonl"
     assert await stale is None
     assert await c.mirror.await_report("red", c.token("red"), "a", 1.0) is None  # nothing more came
+
+
+async def test_a_daemon_whose_renewals_start_late_says_so_once(
+    redis_client: Redis, cluster_keys: ClusterKeys, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A daemon short of CPU (here: its event loop blocked between two rounds, twice) wakes for its
+    lease renewals late, and its leases may run out: that is said once, not once per late round. Time
+    a round itself spends (waiting for Redis, sweeping) is not lateness."""
+    a = node(redis_client, cluster_keys, "a", lease=3.0)  # a round every second
+    await a.join()
+    await a.leases.note_unclaimed("grey", "")  # (never claimed: every round's sweep offers it, a per-round hook)
+    rounds = 0
+    enough = asyncio.Event()
+
+    async def on_lost(conversations: list[str]) -> None:
+        return None
+
+    async def on_orphans(conversations: list[str]) -> None:
+        nonlocal rounds
+        rounds += 1
+        if rounds in (3, 6):
+            # Blocks the loop after this round, while the node waits for the next one: it starts late.
+            asyncio.get_running_loop().call_soon(time.sleep, 2.5)
+        if rounds == 9:
+            enough.set()
+
+    caplog.set_level(logging.DEBUG, logger="coven_codex.cluster.node")
+    runner = asyncio.create_task(a.run(on_lost, on_orphans))
+    try:
+        async with asyncio.timeout(60):
+            await enough.wait()
+    finally:
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+    late = [r.getMessage() for r in caplog.records if "renewal started" in r.getMessage()]
+    assert len(late) == 1, late
+    assert "short of CPU" in late[0] and "lease_time" in late[0], late[0]
+    await a.leave()
