@@ -189,12 +189,18 @@ class ClusterNode:
             )
 
     async def _round(self, on_lost: LostHandler, on_orphans: OrphanHandler) -> None:
-        begun = time.monotonic()
-        await self.registry.heartbeat()
         held = dict(self.held)
         sent = time.monotonic()
-        lost = await self.leases.renew(held)
-        took = time.monotonic() - begun
+        # (At once, on two connections: one round trip's wait, not two, for a daemon short of CPU.)
+        beat = asyncio.create_task(self.registry.heartbeat(), name="cluster-heartbeat")
+        try:
+            lost = await self.leases.renew(held)
+        except BaseException:
+            beat.cancel()
+            await asyncio.gather(beat, return_exceptions=True)
+            raise
+        await beat
+        took = time.monotonic() - sent
         if took > self.lease_time / ROUNDS_PER_LEASE / 2:
             log.debug("cluster: heartbeat and renewal of %d lease(s) took %.2fs", len(held), took)
         for conversation, token in held.items():
