@@ -104,7 +104,7 @@ class Settings(BaseModel):
         default=1, ge=1, le=16, description="Shared `codex app-server` processes (app-server driver)."
     )
     release_thread_after: float = Field(
-        default=30.0,
+        default=10.0,
         ge=0.0,
         description="Seconds after its turn an idle conversation lets its Codex thread go (app-server driver).",
     )
