@@ -352,7 +352,8 @@ async def after_release(
 ) -> Released:
     """Wait until every conversation let its thread go, measure the idle window, then send the
     next thoughts (module docstring)."""
-    _, position = await wait_entries(journal, set(conversations), daemon, log_path, position, matches=is_release)
+    # From the start: the first conversations let their threads go while the last ones still waited for their replies.
+    await wait_entries(journal, set(conversations), daemon, log_path, START, matches=is_release)
     starts = processes_started()
     idle, idle_daemon = await cpu_percent(daemon.pid)
     after = processes_started()
