@@ -20,6 +20,7 @@ from codex_driver_helpers import CodexSetup, Recorder, make_setup, texts
 from test_idle_wakeups import inotify_watches, native_codex
 
 from coven_codex.codex.appserver import AppServerPool
+from coven_codex.codex.appserver.messages import LoadedThreads
 from coven_codex.codex.appserver.pool import thread_budget
 from coven_codex.codex.discovery import find_codex
 from coven_codex.codex.drivers import (
@@ -335,20 +336,26 @@ async def test_a_thread_is_resumed_on_the_process_that_still_has_it_loaded(tmp_p
             await close_all(others, pool)
 
 
+@pytest.mark.parametrize("version", ["0.169.0", "0.147.0"])
 async def test_a_thread_whose_rollout_was_replaced_is_resumed_from_it_once_its_process_is_unloaded(
-    tmp_path: Path, codex_bin_169: Path
+    version: str, tmp_path: Path, codex_of: Callable[[str], Path]
 ) -> None:
     """A daemon of a cluster let a conversation go, another daemon continued its thread, and the
     first one takes it back with the other's rollout written over its own (docs/distributed.md).
-    Its process still has the thread loaded, from before: resumed there, the thread goes on from the
-    history that process holds and appends to the file it opened, so the turn elsewhere is lost and
-    nothing reaches the new file. :meth:`AppServerPool.unload` ends that process first (its other
-    thread hears it ended): the thread is resumed from the new file, with every turn."""
+    On 0.147 its process still has the thread loaded, from before: resumed there, the thread goes
+    on from the history that process holds and appends to the file it opened, so the turn
+    elsewhere is lost and nothing reaches the new file. :meth:`AppServerPool.unload` ends that
+    process first (its other thread hears it ended). On 0.169 the process unloaded the thread
+    when it was let go (``thread/loaded/list`` no longer names it): it is kept, with its other
+    thread, and reads the new file on the resume. Either way the thread is resumed from the new
+    file, with every turn."""
     for side in ("here", "there"):
         (tmp_path / side).mkdir()
+    codex = codex_of(version)
+    unloads_by_itself = version == "0.169.0"
     async with ScriptedModelServer(responder=responder) as server:
-        here = make_setup(tmp_path / "here", codex_bin_169, VERSION, server, driver="app-server")
-        there = make_setup(tmp_path / "there", codex_bin_169, VERSION, server, driver="app-server")
+        here = make_setup(tmp_path / "here", codex, version, server, driver="app-server")
+        there = make_setup(tmp_path / "there", codex, version, server, driver="app-server")
         pool, other_pool = here.pool(), there.pool()
         first, keeper = Recorder(), Recorder()
         conversation = here.driver(first, pool=pool)
@@ -359,9 +366,10 @@ async def test_a_thread_whose_rollout_was_replaced_is_resumed_from_it_once_its_p
         try:
             thread = conversation.thread_id
             assert thread is not None
+            (pid,) = pool.pids
             await conversation.submit("first", "c1")
             await first.wait_for(TurnFinished)
-            await conversation.aclose()  # let go: the process still has it loaded
+            await conversation.aclose()  # let go: 0.147 keeps it loaded; 0.169 unloads it
             (rollout,) = [r for r in here.rollouts() if thread in r.name]
             # Another daemon continues the thread from a copy of the rollout, in its own CODEX_HOME.
             copy = there.home.path / rollout.relative_to(here.home.path)
@@ -377,18 +385,24 @@ async def test_a_thread_whose_rollout_was_replaced_is_resumed_from_it_once_its_p
             replaced = rollout.with_suffix(".new")
             replaced.write_bytes(copy.read_bytes())
             os.replace(replaced, rollout)
-            assert await pool.unload(thread)
+            if unloads_by_itself:
+                await until_unloaded(pool, thread)
+                assert not await pool.unload(thread)  # nothing to end: the process reads the new file
+                assert pool.pids == [pid] and keeper.of(DriverFailed) == []
+            else:
+                assert await pool.unload(thread)
+                (ended,) = await keeper.wait_for(DriverFailed)
+                # The other thread on it is not to blame: a thought it was being handed is sent again
+                # without counting against it (before: three unloads under lease churn dropped thoughts).
+                assert killed_from_outside(ended.returncode)
             assert not await pool.unload(thread)  # (no process has it loaded any more)
-            (ended,) = await keeper.wait_for(DriverFailed)
-            # The other thread on it is not to blame: a thought it was being handed is sent again
-            # without counting against it (before: three unloads under lease churn dropped thoughts).
-            assert killed_from_outside(ended.returncode)
             again = Recorder()
             back = here.driver(again, pool=pool)
             drivers.append(back)
             await back.start(thread)
             (started,) = again.of(ThreadStarted)
             assert (started.thread_id, started.resumed) == (thread, True)
+            assert (back.pids == [pid]) == unloads_by_itself
             await back.submit("third", "c3")
             await again.wait_for(TurnFinished)
             (last,) = [r for r in server.requests.responses_requests() if r.user_texts()[-1:] == ["third"]]
@@ -396,6 +410,21 @@ async def test_a_thread_whose_rollout_was_replaced_is_resumed_from_it_once_its_p
             assert b'"third"' in rollout.read_bytes()  # the new file is the one Codex appends to
         finally:
             await close_all(drivers, pool)
+
+
+async def until_unloaded(pool: AppServerPool, thread: str | None = None) -> None:
+    """Wait (bounded) until no process of ``pool`` lists ``thread`` (None: any thread) as loaded:
+    Codex unloads a let-go thread right after answering the unsubscribe."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 20.0
+    for connection in pool.connections:
+        while True:
+            listed = LoadedThreads.model_validate(await connection.request("thread/loaded/list", {}, within=10.0))
+            if (thread in listed.data) if thread is not None else bool(listed.data):
+                assert loop.time() < deadline, f"Codex still has the let-go thread loaded: {listed}"
+                await asyncio.sleep(0.1)
+                continue
+            break
 
 
 def test_the_daemon_raises_its_open_file_limit_to_the_hard_one_for_codex() -> None:
@@ -546,15 +575,7 @@ async def test_the_last_thread_let_go_leaves_its_process_warm_and_unwatched_for_
             assert inotify_watches(native)  # a loaded thread: its skill roots are watched
             await drivers[0].aclose()  # the conversation lets its thread go
             assert pool.pids == [pid] and pool.warm_pids == [pid]
-            (warm,) = pool.connections
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + 20.0  # Codex unloads a let-go thread right after answering the unsubscribe
-            while (listed := await warm.request("thread/loaded/list", {}, within=10.0)) != {
-                "data": [],
-                "nextCursor": None,
-            }:
-                assert loop.time() < deadline, f"Codex still has the let-go thread loaded: {listed}"
-                await asyncio.sleep(0.1)
+            await until_unloaded(pool)  # thread/loaded/list is empty
             await until(lambda: inotify_watches(native) == [], "the let-go thread's watches to go", timeout=20.0)
 
             again = Recorder()

@@ -53,8 +53,11 @@ import resource
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from coven_codex.agent.backoff import MAX_BACKOFF, backoff
-from coven_codex.codex.appserver.connection import AppServerConnection
+from coven_codex.codex.appserver.connection import AppServerConnection, RpcError
+from coven_codex.codex.appserver.messages import LoadedThreads
 from coven_codex.codex.drivers.base import DriverError, DriverSettings
 from coven_codex.codex.errors import HINTS, ClassifiedError, ErrorCode, classify
 
@@ -255,16 +258,23 @@ class AppServerPool:
     async def unload(self, thread_id: str) -> bool:
         """End the process that has ``thread_id`` loaded, if one runs; whether one did.
 
-        Codex cannot unload one thread, and resuming it goes back to that process (:meth:`connect`),
-        which would continue it from the history it holds in memory, appending to the file it opened.
-        When that file was replaced underneath it (a daemon of a cluster adopting a conversation that
-        another daemon continued meanwhile, docs/distributed.md), the thread must be resumed by a new
-        process, from the new file. The process's other threads hear that it ended, as after a crash,
-        and are resumed on a new one."""
+        Codex cannot be told to unload one thread, and resuming it goes back to that process
+        (:meth:`connect`), which would continue it from the history it holds in memory, appending to
+        the file it opened. When that file was replaced underneath it (a daemon of a cluster adopting
+        a conversation that another daemon continued meanwhile, docs/distributed.md), the thread must
+        be resumed from the new file. A process that has unloaded the thread by itself (Codex 0.160
+        and later unload a thread let go: ``thread/loaded/list`` no longer names it) reads it afresh
+        on the next resume and is kept: a warm process is not ended for a thread it let go. Else the
+        process is ended; its other threads hear that it ended, as after a crash, and are resumed on
+        a new one."""
         async with self._lock:
             holder = next((c for c in self.connections if thread_id in c.loaded), None)
             if holder is None:
                 return False
+            if not await self._has_loaded(holder, thread_id):
+                holder.loaded.discard(thread_id)  # (resumed there, Codex reads the new file)
+                return False
+            self._unwarm(holder)
             self._connections = [c for c in self._connections if c is not holder]  # (never handed out again)
         log.warning(
             "ending the shared Codex app-server (pid %s, %d thread(s) on it): it still has thread %s loaded, whose"
@@ -282,6 +292,20 @@ class AppServerPool:
             blameless=True,
         )
         return True
+
+    async def _has_loaded(self, connection: AppServerConnection, thread_id: str) -> bool:
+        """Whether ``connection``'s process has ``thread_id`` loaded, as far as it says
+        (``thread/loaded/list``); ``True`` when it cannot tell (an older Codex, no answer)."""
+        if connection.has_thread(thread_id):
+            return True  # (attached here: loaded whatever the list says)
+        try:
+            listed = LoadedThreads.model_validate(
+                await connection.request("thread/loaded/list", {}, within=self.settings.kill_grace)
+            )
+        except (RpcError, DriverError, ValidationError) as exc:
+            log.debug("thread/loaded/list not answered (%s); taking the thread as loaded", exc)
+            return True
+        return thread_id in listed.data or listed.next_cursor is not None
 
     async def release(self, connection: AppServerConnection) -> None:
         """A thread that :meth:`connect` placed on ``connection`` is closed. After the last one the
