@@ -1,7 +1,7 @@
 """Scale: N conversations on Codex 0.169.0, one thought each, against one Codex process per conversation.
 
 Run: ``.venv/bin/python benchmarks/bench_scale.py [--sizes 1 10 50 200 1000] [--baseline-max 50] [--fd-limit 1024]
-[--idle-reap S]``
+[--release-thread-after S] [--idle-reap S]``
 
 For each N the daemon (``python -m coven_codex run``, a process of its own, with
 ``max_sessions = N`` so every conversation may run at once) serves N conversations against the
@@ -19,7 +19,15 @@ once; measured:
   the daemon's own part of it is shown apart (the rest is Codex's: docs/performance.md says what),
   and so is how many processes the machine started per second meanwhile (``/proc/stat``): Codex's
   skills watcher wakes on every one of them while a thread is loaded;
-- *fds*: the daemon's open file descriptors then.
+- *idle CPU after the release* (the shared design): the same over the 10 s that start once every
+  conversation has let its thread go (its ``status: session_ended``, ``release_thread_after``
+  seconds after its turn, default 30), with the process starts per second meanwhile, and the
+  Codex processes still running then (the warm one: the pool keeps it for ``idle_reap``). This is
+  the window the idle target applies to;
+- *next thought*: then, for up to three conversations one after another, a second thought (its
+  thread was let go: a ``thread/resume`` on the warm process before the turn) and at once a third
+  (its thread loaded), each alone: thought → reply time and the CPU everything used meanwhile;
+- *fds*: the daemon's open file descriptors right after the last reply.
 
 The shared design runs under ``ulimit -n 1024`` (``--fd-limit``, soft and hard, for the daemon
 and the Codex under it): N = 1000 shows that 1,000 conversations are served within the common
@@ -47,6 +55,7 @@ import sys
 import tarfile
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,7 +64,8 @@ import tomlkit
 from _common import machine_line, percentile, print_table
 
 from coven_codex.entries import ThoughtEntry
-from coven_codex.journal import START, FileJournal, JournalRecord
+from coven_codex.journal import START, FileJournal, JournalRecord, Position
+from coven_codex.settings import Settings
 from coven_codex.testing.codex_config import DEFAULT_ENV_KEY, codex_config
 from coven_codex.testing.model_server import ScriptedModelServer
 from coven_codex.testing.responders import echo_responder
@@ -64,6 +74,10 @@ ROOT = Path(__file__).resolve().parent.parent
 CODEX = ROOT / ".codex-cli" / "0.169.0" / "node_modules" / ".bin" / "codex"
 IDLE_WINDOW = 10.0
 REPLY_TIMEOUT = 600.0
+RELEASE_DEFAULT = Settings.model_fields["release_thread_after"].default
+"""The daemon's ``release_thread_after`` (unless ``--release-thread-after``)."""
+NEXT_THOUGHTS = 3
+"""Conversations that get a thought after the release and one more with their thread loaded."""
 BASELINE_REV = "da53439"
 """The last revision with one ``codex app-server`` per conversation (the parent of the shared design)."""
 TARGETS = {50: 600.0, 200: 1500.0}
@@ -87,6 +101,32 @@ class Result:
     idle_starts_per_second: float | None
     """Processes started on the machine per second during the idle window (None: no ``/proc/stat``)."""
     fds: int
+    released: Released | None = None
+    """After every conversation let its thread go (the shared design)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Thought:
+    """One thought sent alone: how long until its reply, and the CPU everything used meanwhile."""
+
+    reply: float
+    cpu_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Released:
+    """What the shared design does once every conversation let its thread go."""
+
+    idle_cpu_percent: float
+    """CPU of everything over the 10 s after the last thread was let go."""
+    idle_daemon_percent: float
+    starts_per_second: float | None
+    codex_processes: int
+    """Processes under the daemon then (the warm Codex, kept for ``idle_reap``)."""
+    resumed: list[Thought]
+    """Next thoughts whose thread was let go (a ``thread/resume`` on the warm process first)."""
+    loaded: list[Thought]
+    """Thoughts right after those, their threads loaded."""
 
 
 def tree_of(pid: int) -> list[psutil.Process]:
@@ -131,8 +171,11 @@ async def measure(
     extra: tuple[str, ...] = (),
     *,
     fd_limit: int | None = None,
+    release_after: float | None = None,
 ) -> Result:
-    """One daemon running the code in ``source``, ``n`` conversations, one thought each (module docstring)."""
+    """One daemon running the code in ``source``, ``n`` conversations, one thought each (module
+    docstring); with ``release_after`` (the shared design's ``release_thread_after``), what
+    follows once every conversation let its thread go too."""
     with tempfile.TemporaryDirectory(prefix=f"bench-scale-{design}-{n}-") as tmp_name:
         tmp = Path(tmp_name)
         workspace = tmp / "ws"
@@ -192,7 +235,7 @@ async def measure(
                 conversation = f"c{index}"
                 appended[conversation] = time.perf_counter()
                 await journal.append(ThoughtEntry(conversation=conversation, text=f"hello {index}"))
-            replied = await wait_replies(journal, set(appended), daemon, log_path)
+            replied, position = await wait_entries(journal, set(appended), daemon, log_path, START, matches=is_reply)
             all_replied = max(replied.values()) - started
             p50 = percentile([replied[c] - appended[c] for c in appended], 0.5)
             processes = tree_of(daemon.pid)
@@ -203,7 +246,12 @@ async def measure(
             idle, idle_daemon = await cpu_percent(daemon.pid)
             after = processes_started()
             rate = (after - starts) / IDLE_WINDOW if starts is not None and after is not None else None
-            return Result(design, n, memory, len(processes), all_replied, p50, busy, idle, idle_daemon, rate, fds)
+            released = None
+            if release_after is not None:
+                released = await after_release(journal, list(appended), daemon, log_path, position)
+            return Result(
+                design, n, memory, len(processes), all_replied, p50, busy, idle, idle_daemon, rate, fds, released
+            )
         finally:
             await journal.aclose()
             daemon.terminate()
@@ -257,27 +305,74 @@ async def wait_running(log_path: Path, daemon: subprocess.Popen[bytes]) -> None:
         await asyncio.sleep(0.1)
 
 
-async def wait_replies(
-    journal: FileJournal, conversations: set[str], daemon: subprocess.Popen[bytes], log_path: Path
-) -> dict[str, float]:
-    """When each conversation's first ``response`` entry appeared (polled every 50 ms)."""
-    replied: dict[str, float] = {}
-    position = START
+def is_reply(record: JournalRecord) -> bool:
+    """A ``response`` entry (a conversation's reply)."""
+    return record.entry.kind == "response"
+
+
+def is_release(record: JournalRecord) -> bool:
+    """A ``status: session_ended`` (a conversation let its thread go)."""
+    return record.entry.kind == "status" and getattr(record.entry, "state", None) == "session_ended"
+
+
+async def wait_entries(
+    journal: FileJournal,
+    conversations: set[str],
+    daemon: subprocess.Popen[bytes],
+    log_path: Path,
+    position: Position,
+    *,
+    matches: Callable[[JournalRecord], bool],
+    poll: float = 0.05,
+) -> tuple[dict[str, float], Position]:
+    """When each conversation's first entry after ``position`` that ``matches`` appeared (the
+    journal polled every ``poll`` seconds, at most :data:`REPLY_TIMEOUT`), and where reading stopped."""
+    seen: dict[str, float] = {}
     deadline = time.monotonic() + REPLY_TIMEOUT
-    while len(replied) < len(conversations):
+    while len(seen) < len(conversations):
         items = await journal.read(position)
         now = time.perf_counter()
         for item in items:
             position = max(position, item.end)
-            if isinstance(item, JournalRecord):
-                entry = item.entry
-                if entry.kind == "response" and entry.conversation in conversations:
-                    replied.setdefault(entry.conversation, now)
+            if isinstance(item, JournalRecord) and item.entry.conversation in conversations and matches(item):
+                seen.setdefault(item.entry.conversation, now)
         if daemon.poll() is not None or time.monotonic() > deadline:
-            missing = sorted(conversations - set(replied))[:5]
-            raise RuntimeError(f"no reply for {missing} ...:\n{log_path.read_text()[-3000:]}")
-        await asyncio.sleep(0.05)
-    return replied
+            missing = sorted(conversations - set(seen))[:5]
+            raise RuntimeError(f"nothing awaited for {missing} ...:\n{log_path.read_text()[-3000:]}")
+        await asyncio.sleep(poll)
+    return seen, position
+
+
+async def after_release(
+    journal: FileJournal,
+    conversations: list[str],
+    daemon: subprocess.Popen[bytes],
+    log_path: Path,
+    position: Position,
+) -> Released:
+    """Wait until every conversation let its thread go, measure the idle window, then send the
+    next thoughts (module docstring)."""
+    # From the start: the first conversations let their threads go while the last ones still waited for their replies.
+    await wait_entries(journal, set(conversations), daemon, log_path, START, matches=is_release)
+    starts = processes_started()
+    idle, idle_daemon = await cpu_percent(daemon.pid)
+    after = processes_started()
+    rate = (after - starts) / IDLE_WINDOW if starts is not None and after is not None else None
+    codex = len(tree_of(daemon.pid)) - 1
+    resumed: list[Thought] = []
+    loaded: list[Thought] = []
+    for conversation in conversations[:NEXT_THOUGHTS]:
+        for into in (resumed, loaded):
+            before = cpu_seconds(tree_of(daemon.pid))
+            sent = time.perf_counter()
+            await journal.append(ThoughtEntry(conversation=conversation, text=f"again {len(into)}"))
+            replied, position = await wait_entries(
+                journal, {conversation}, daemon, log_path, position, matches=is_reply, poll=0.01
+            )
+            used = cpu_seconds(tree_of(daemon.pid))
+            spent = sum(seconds - before.get(pid, 0.0) for pid, seconds in used.items())
+            into.append(Thought(replied[conversation] - sent, spent))
+    return Released(idle, idle_daemon, rate, codex, resumed, loaded)
 
 
 def export_baseline(rev: str, into: Path) -> Path:
@@ -301,11 +396,18 @@ async def main() -> int:
     parser.add_argument("--baseline-max", type=int, default=50, help="largest N measured with the baseline")
     parser.add_argument("--app-servers", type=int, default=1, help="shared app-servers (the app_servers setting)")
     parser.add_argument(
+        "--release-thread-after",
+        type=float,
+        default=RELEASE_DEFAULT,
+        help=f"the shared design's release_thread_after (default: the daemon's, {RELEASE_DEFAULT:g} s); the idle "
+        "window the target applies to starts once every conversation let its thread go",
+    )
+    parser.add_argument(
         "--idle-reap",
         type=float,
         default=None,
-        help="the shared design's idle_reap (default: the daemon's, 1800 s); below 10 s every conversation "
-        "lets its thread go before the idle window",
+        help="the shared design's idle_reap: how long the warm Codex is kept with no thread (default: the "
+        "daemon's, 1800 s)",
     )
     parser.add_argument(
         "--baseline-rev", default=BASELINE_REV, help="a revision with one app-server per conversation (git)"
@@ -320,9 +422,18 @@ async def main() -> int:
         async with ScriptedModelServer(responder=echo_responder) as server:
             for n in args.sizes:
                 extra: tuple[str, ...] = ("--app-servers", str(args.app_servers))
+                extra += ("--release-thread-after", str(args.release_thread_after))
                 if args.idle_reap is not None:
                     extra += ("--idle-reap", str(args.idle_reap))
-                results["shared", n] = await measure("shared", n, ROOT, server, extra, fd_limit=args.fd_limit or None)
+                results["shared", n] = await measure(
+                    "shared",
+                    n,
+                    ROOT,
+                    server,
+                    extra,
+                    fd_limit=args.fd_limit or None,
+                    release_after=args.release_thread_after,
+                )
                 print(f"  shared app-server, N={n}: {results['shared', n]}", flush=True)
                 if baseline is not None and n <= args.baseline_max:
                     results["per-conversation", n] = await measure("per-conversation", n, baseline, server)
@@ -365,14 +476,48 @@ async def main() -> int:
         ],
         rows,
     )
+    released_rows = []
+    for (_, n), r in sorted(results.items(), key=lambda item: item[0][1]):
+        if r.released is None:
+            continue
+        x = r.released
+        released_rows.append(
+            [
+                n,
+                f"{x.idle_cpu_percent:.2f}",
+                f"{x.idle_daemon_percent:.2f}",
+                "" if x.starts_per_second is None else f"{x.starts_per_second:.0f}",
+                x.codex_processes,
+                " ".join(f"{t.reply:.2f}" for t in x.resumed),
+                " ".join(f"{t.reply:.2f}" for t in x.loaded),
+                " ".join(f"{t.cpu_seconds:.2f}" for t in x.resumed),
+                " ".join(f"{t.cpu_seconds:.2f}" for t in x.loaded),
+            ]
+        )
+    print_table(
+        f"After every conversation let its thread go (release_thread_after {args.release_thread_after:g} s; "
+        "the idle window starts then)",
+        [
+            "N",
+            "idle CPU % (10 s)",
+            "of it the daemon's",
+            "process starts/s meanwhile",
+            "Codex processes (warm)",
+            "next thought: resumed, reply s",
+            "then loaded, reply s",
+            "resumed: CPU s",
+            "loaded: CPU s",
+        ],
+        released_rows,
+    )
     failed = []
     for n, limit in TARGETS.items():
         shared = results.get(("shared", n))
         if shared is not None and shared.rss_mb > limit:
             failed.append(f"N={n}: {shared.rss_mb:.0f} MB > {limit:.0f} MB")
     for (design, n), r in results.items():
-        if design == "shared" and r.idle_cpu_percent > 0.5:
-            failed.append(f"N={n}: idle CPU {r.idle_cpu_percent:.2f}% > 0.5%")
+        if design == "shared" and r.released is not None and r.released.idle_cpu_percent > 0.5:
+            failed.append(f"N={n}: idle CPU after the release {r.released.idle_cpu_percent:.2f}% > 0.5%")
     for line in failed:
         print(f"TARGET MISSED: {line}")
     return 1 if failed else 0

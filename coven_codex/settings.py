@@ -103,8 +103,15 @@ class Settings(BaseModel):
     app_servers: int = Field(
         default=1, ge=1, le=16, description="Shared `codex app-server` processes (app-server driver)."
     )
+    release_thread_after: float = Field(
+        default=10.0,
+        ge=0.0,
+        description="Seconds after its turn an idle conversation lets its Codex thread go (app-server driver).",
+    )
     idle_reap: float = Field(
-        default=1800.0, ge=1.0, description="Seconds after which an idle session's process is ended."
+        default=1800.0,
+        ge=1.0,
+        description="Seconds a shared Codex app-server with no thread is kept before it ends (app-server driver).",
     )
     mid_turn: Literal["queue", "steer"] = Field(
         default="queue", description="What a thought arriving during a running turn does."

@@ -147,7 +147,7 @@ def test_the_trace_table_matches_what_each_version_is_known_to_export() -> None:
 
 SESSION_TIMERS = (
     ("kill_grace", "interrupt grace"),
-    ("idle_reap", "idle reaping"),
+    ("release_thread_after", "idle release of the thread"),
     ("restart_backoff", "restart backoff"),
 )
 DRIVER_TIMERS = (

@@ -17,6 +17,7 @@ FLOAT_SETTINGS = (
     "stream_idle_timeout",
     "kill_grace",
     "idle_reap",
+    "release_thread_after",
     "approval_timeout",
     "restart_backoff",
 )

@@ -121,13 +121,15 @@ class DriverMaker:
                 settings=DriverSettings.from_settings(self.settings),
                 size=self.settings.app_servers,
                 restart_backoff=self.settings.restart_backoff,
+                keep_idle=self.settings.idle_reap,
             )
 
     def prestart(self) -> None:
         """Start a shared app-server in the background, for the first thought (app-server driver;
-        ended after ``idle_reap`` seconds if no thought comes)."""
+        kept warm like any process with no thread, and ended after ``idle_reap`` seconds if no
+        thought comes)."""
         if self.pool is not None:
-            self.pool.prestart(keep=self.settings.idle_reap)
+            self.pool.prestart()
 
     async def aclose(self) -> None:
         """End the shared app-servers (after every driver is closed)."""

@@ -4,8 +4,8 @@ A :class:`Session` is one task that owns everything of its conversation, so ther
 locks between conversations. It reacts to one inbox of messages (thoughts, cancels and
 approvals from ingress; the events of its CODEX driver (:mod:`coven_codex.codex.drivers`), put
 there by the driver's event sink as they are emitted; eviction requests from the slot pool;
-"recorded" notes from its egress) and to its own timers (interrupt grace, idle reaping,
-restart backoff), which are the timeout of that one wait. The turn deadline, the stream-idle
+"recorded" notes from its egress) and to its own timers (interrupt grace, idle release of the
+thread, restart backoff), which are the timeout of that one wait. The turn deadline, the stream-idle
 bound and the approval timeout are the drivers' (:mod:`coven_codex.codex.drivers`).
 
 Delivering a thought (ingress exactly-once):
@@ -203,7 +203,7 @@ class _Codex:
     approvals: set[str] = field(default_factory=set)
     """Approval requests asked in the chat and not answered yet."""
     idle_since: float | None = None
-    """Since when no turn ran and no thought waited (a persistent driver: idle reaping, eviction)."""
+    """Since when no turn ran and no thought waited (a persistent driver: idle release, eviction)."""
 
 
 _Message = (
@@ -366,7 +366,7 @@ class Session:
         if interrupted is not None:
             deadlines.append(interrupted + STOP_GRACE_FACTOR * self._settings.kill_grace)
         if self._codex is not None and self._codex.idle_since is not None:
-            deadlines.append(self._codex.idle_since + self._settings.idle_reap)
+            deadlines.append(self._codex.idle_since + self._settings.release_thread_after)
         if self._retries.not_before is not None:
             deadlines.append(self._retries.not_before)
         return min(deadlines) - now if deadlines else None
@@ -588,6 +588,7 @@ class Session:
             self._turn_started(event.turn_id)
         elif isinstance(event, TurnFinished):
             turn = self._turn_finished()
+            codex.approvals.clear()  # (the driver drops a turn's unanswered requests with it)
             if self._unconfirmed is not None and not self._waiting_in_driver(self._unconfirmed):
                 await self._confirm_unconfirmed()
             await self._turn_over(event, turn)
@@ -841,20 +842,31 @@ class Session:
         await self._check_idle(now)
 
     async def _check_idle(self, now: float) -> None:
+        """Let the thread go once the conversation has been idle for ``release_thread_after``: no
+        turn running, nothing queued, no approval pending. Its state (thread id, rollout, cursor)
+        stays; the next thought resumes the thread (``thread/resume``), on the Codex process the
+        pool keeps warm when it is still running (docs/architecture.md, "Timeouts and limits")."""
         codex = self._codex
         if (
             codex is not None
             and codex.idle_since is not None
             and not self.busy
-            and now >= codex.idle_since + self._settings.idle_reap
+            and not codex.approvals
+            and not codex.driver.busy
+            and self._unconfirmed is None
+            and now >= codex.idle_since + self._settings.release_thread_after
         ):
-            log.info("conversation %r: idle for %.0fs; ending its Codex process", self._name, self._settings.idle_reap)
+            log.info(
+                "conversation %r: idle for %gs; letting its Codex thread go (the next thought resumes it)",
+                self._name,
+                self._settings.release_thread_after,
+            )
             await self._end_codex(reason="idle")
             await self._emit(
                 StatusEntry(
                     state="session_ended",
                     thread_id=self.state.thread_id,
-                    text="idle: Codex was stopped; the next thought resumes the session",
+                    text="idle: the Codex thread was let go; the next thought resumes it",
                 )
             )
 

@@ -81,8 +81,16 @@ _FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
         {"type": int, "dest": "app_servers", "help": "shared `codex app-server` processes (app-server driver)"},
     ),
     (
+        "--release-thread-after",
+        {
+            "type": float,
+            "dest": "release_thread_after",
+            "help": "seconds after its turn an idle conversation lets its Codex thread go",
+        },
+    ),
+    (
         "--idle-reap",
-        {"type": float, "dest": "idle_reap", "help": "seconds after which an idle conversation's Codex ends"},
+        {"type": float, "dest": "idle_reap", "help": "seconds a shared Codex with no thread is kept before it ends"},
     ),
     ("--turn-timeout", {"type": float, "dest": "turn_timeout", "help": "seconds a turn may run, 30-3600"}),
     (

@@ -105,7 +105,7 @@ def thread_defaults(driver: DriverKind) -> dict[KeyPath, Any]:
     """Codex thread keys coven sets unless the user's base config sets them.
 
     With the app-server driver a conversation lets its thread go (``thread/unsubscribe``) when it
-    is idle-reaped or gives its slot up; ``thread_unload_delay_secs = 0`` has Codex unload such a
+    is idle (``release_thread_after``) or gives its slot up; ``thread_unload_delay_secs = 0`` has Codex unload such a
     thread at once (from 0.160: by default it waits 60 s) instead of keeping its rollout and its
     writer lock open, and its share of the skills watches (inotify on ``/etc`` and ``$HOME``,
     woken by every process started on the machine while any thread of the process is loaded:

@@ -235,6 +235,18 @@ async def test_kill9_shared_app_server_mid_turn_many_conversations(
         await crash_loop(h, server, thoughts=48, kills=6, seed=12, victim="app-server", conversations=MANY)
 
 
+async def test_kill9_shared_app_server_with_threads_let_go_at_once(
+    codex_bin_169: Path, harness_factory: Factory
+) -> None:
+    """Issue 12: every conversation lets its thread go as soon as its turn is over
+    (``release_thread_after = 0``) and the pool keeps the process warm, so most thoughts resume their
+    thread on it; the app-server, warm or serving, killed mid-flow: every thought once, no orphan."""
+    async with ScriptedModelServer(responder=echo_responder) as server:
+        h = harness_factory(codex_bin_169, server)
+        h.extra_args = ["--release-thread-after", "0"]
+        await crash_loop(h, server, thoughts=40, kills=5, seed=1200, victim="app-server", conversations=MANY)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 async def test_kill9_shared_app_server_200_thoughts_15_kills(codex_bin_169: Path, harness_factory: Factory) -> None:

@@ -188,18 +188,44 @@ async def test_max_sessions_bound_waits_and_evicts_idle(
     assert await h.stop(daemon) == 0
 
 
-async def test_idle_session_is_reaped_and_resumed(
+async def test_an_idle_conversation_lets_its_thread_go_and_the_warm_codex_answers_its_next_thought(
     codex_bin_169: Path, model_server: ScriptedModelServer, harness_factory: Factory
 ) -> None:
+    """Issue 12: ``release_thread_after`` seconds after its turn an idle conversation lets its
+    thread go (``status: session_ended``), and the shared Codex process stays (warm, for
+    ``idle_reap``): the next thought resumes the thread on that same process, history intact."""
     h = harness_factory(codex_bin_169, model_server)
-    daemon = await h.start("--idle-reap", "1")
+    daemon = await h.start("--release-thread-after", "1")
     await h.think("c", "before the nap")
     await h.wait_for(lambda es: "echo: before the nap" in replies(es, "c"), what="first reply")
-    await h.wait_for(lambda es: bool(statuses(es, "c", "session_ended")), what="idle reaping")
-    assert not [p for p in codex_processes(h.codex_home) if _parent(p) == daemon.pid]
+    (codex,) = [p.pid for p in codex_processes(h.codex_home) if _parent(p) == daemon.pid]
+    await h.wait_for(lambda es: bool(statuses(es, "c", "session_ended")), what="the thread let go")
+    assert [p.pid for p in codex_processes(h.codex_home) if _parent(p) == daemon.pid] == [codex]
     await h.think("c", "after the nap")
-    entries = await h.wait_for(lambda es: "echo: after the nap" in replies(es, "c"), what="reply after reaping")
+    entries = await h.wait_for(lambda es: "echo: after the nap" in replies(es, "c"), what="reply after the release")
     assert statuses(entries, "c", "session_resumed")
+    assert [p.pid for p in codex_processes(h.codex_home) if _parent(p) == daemon.pid] == [codex]
+    last = model_server.requests.responses_requests()[-1]
+    assert user_prompts(last) == ["before the nap", "after the nap"]
+    assert await h.stop(daemon) == 0
+
+
+async def test_the_warm_codex_ends_after_idle_reap_with_no_thread(
+    codex_bin_169: Path, model_server: ScriptedModelServer, harness_factory: Factory
+) -> None:
+    """Issue 12: once every thread is let go the shared Codex process is kept for ``idle_reap``
+    seconds only, so an idle daemon ends with no Codex process; a later thought starts one."""
+    h = harness_factory(codex_bin_169, model_server)
+    daemon = await h.start("--release-thread-after", "0", "--idle-reap", "1")
+    await h.think("c", "before the nap")
+    await h.wait_for(lambda es: "echo: before the nap" in replies(es, "c"), what="first reply")
+    await h.wait_for(lambda es: bool(statuses(es, "c", "session_ended")), what="the thread let go")
+    deadline = asyncio.get_running_loop().time() + 60
+    while [p for p in codex_processes(h.codex_home) if _parent(p) == daemon.pid]:
+        assert asyncio.get_running_loop().time() < deadline, "the warm Codex never ended"
+        await asyncio.sleep(0.1)
+    await h.think("c", "after the nap")
+    await h.wait_for(lambda es: "echo: after the nap" in replies(es, "c"), what="reply after the reaping")
     last = model_server.requests.responses_requests()[-1]
     assert user_prompts(last) == ["before the nap", "after the nap"]
     assert await h.stop(daemon) == 0

@@ -30,6 +30,7 @@ from coven_codex.agent.slots import SlotPool
 from coven_codex.agent.state import SessionState, StateStore
 from coven_codex.agent.writer import DaemonWriter
 from coven_codex.codex.drivers import (
+    ApprovalRequested,
     CodexDriver,
     DriverError,
     DriverFailed,
@@ -44,7 +45,7 @@ from coven_codex.codex.drivers import (
 from coven_codex.codex.drivers.base import TurnInput, TurnStatus, process_error
 from coven_codex.codex.errors import ClassifiedError, classify
 from coven_codex.codex.version import CodexVersion
-from coven_codex.entries import BaseEntry, ErrorEntry, StatusEntry, ThoughtEntry
+from coven_codex.entries import ApprovalEntry, BaseEntry, ErrorEntry, StatusEntry, ThoughtEntry
 from coven_codex.journal import JournalRecord, MemoryJournal
 from coven_codex.rollout import TURN_END_STATES
 from coven_codex.settings import Settings
@@ -233,6 +234,11 @@ class FakeDriver(CodexDriver):
         self._write(_line({"type": "turn_aborted", "turn_id": turn, "reason": "interrupted"}))
         self._end_turn("interrupted")
         return True
+
+    def ask_approval(self, request_id: str) -> None:
+        """Codex asks the chat to approve something during the running turn."""
+        assert self._turn is not None
+        self._events.emit(ApprovalRequested(request_id, "run: true", None))
 
     async def answer_approval(self, request_id: str, approve: bool) -> None:
         raise DriverError("no such request")
@@ -489,17 +495,41 @@ async def test_steering_adds_a_thought_to_the_running_turn(tmp_path: Path) -> No
         await stop(rig)
 
 
-async def test_an_idle_session_is_reaped_and_resumed(tmp_path: Path) -> None:
-    rig = make_rig(tmp_path, idle_reap=1.0)
+async def test_an_idle_session_lets_its_thread_go_and_resumes_it(tmp_path: Path) -> None:
+    """Issue 12: ``release_thread_after`` seconds after its turn an idle conversation lets its
+    thread go (its driver is closed, its state kept); the next thought resumes the thread."""
+    rig = make_rig(tmp_path, release_thread_after=1.0)
     try:
         session = rig.session()
         rig.offer(session, "hello")
-        await rig.wait(lambda es: any(getattr(e, "state", "") == "session_ended" for e in es), "the reaping", timeout=5)
+        await rig.wait(lambda es: any(getattr(e, "state", "") == "session_ended" for e in es), "the release", timeout=5)
         assert rig.codex.drivers[0].closed and not session.live
         rig.offer(session, "hello again")
         entries = await rig.wait(lambda es: "echo: hello again" in replies(es), "the reply after resuming")
         assert len(rig.codex.drivers) == 2 and rig.codex.drivers[1].thread_id == rig.codex.drivers[0].thread_id
         assert any(getattr(e, "state", "") == "session_resumed" for e in entries)
+    finally:
+        await stop(rig)
+
+
+async def test_a_running_turn_with_a_pending_approval_keeps_its_thread(tmp_path: Path) -> None:
+    """Issue 12: with ``release_thread_after = 0`` a thread is let go as soon as its turn is over,
+    but never while the turn runs or an approval waits for its answer."""
+    rig = make_rig(tmp_path, release_thread_after=0.0)
+    try:
+        session = rig.session()
+        rig.offer(session, "hang on")
+        await rig.wait(lambda es: any(getattr(e, "state", "") == "turn_started" for e in es), "the turn")
+        driver = rig.codex.drivers[0]
+        driver.ask_approval("req-1")
+        await rig.wait(lambda es: any(e.kind == "approval_request" for e in es), "the approval request")
+        for _ in range(20):  # the session's loop goes round, once per message (answers to nothing asked)
+            session.offer_approval(ApprovalEntry(conversation="c", request_id="unknown", decision="approve"))
+            await asyncio.sleep(0.01)
+        assert session.live and not driver.closed
+        driver.finish()
+        await rig.wait(lambda es: any(getattr(e, "state", "") == "session_ended" for e in es), "the release")
+        assert driver.closed and not session.live
     finally:
         await stop(rig)
 

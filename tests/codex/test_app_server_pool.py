@@ -17,8 +17,10 @@ from pathlib import Path
 import psutil
 import pytest
 from codex_driver_helpers import CodexSetup, Recorder, make_setup, texts
+from test_idle_wakeups import inotify_watches, native_codex
 
 from coven_codex.codex.appserver import AppServerPool
+from coven_codex.codex.appserver.messages import LoadedThreads
 from coven_codex.codex.appserver.pool import thread_budget
 from coven_codex.codex.discovery import find_codex
 from coven_codex.codex.drivers import (
@@ -213,7 +215,7 @@ async def test_a_full_process_takes_no_new_thread_and_ends_when_its_threads_are_
 ) -> None:
     """Codex keeps every thread it loaded open until it exits: after ``threads_per_process``
     threads a process is full, the next thread goes to a new process (even with ``size`` 1), and
-    the full one ends once its last thread is closed."""
+    the full one ends once its last thread is closed: it is not kept warm."""
     async with ScriptedModelServer(responder=responder) as server:
         setup = make_setup(tmp_path, codex_bin_169, VERSION, server, driver="app-server")
         pool = AppServerPool(
@@ -222,6 +224,7 @@ async def test_a_full_process_takes_no_new_thread_and_ends_when_its_threads_are_
             cwd=setup.workspace,
             settings=setup.pool().settings,
             threads_per_process=3,
+            keep_idle=600.0,
         )
         first, first_recorders = await open_drivers(setup, pool, 3)
         second, second_recorders = await open_drivers(setup, pool, 2)
@@ -333,20 +336,26 @@ async def test_a_thread_is_resumed_on_the_process_that_still_has_it_loaded(tmp_p
             await close_all(others, pool)
 
 
+@pytest.mark.parametrize("version", ["0.169.0", "0.147.0"])
 async def test_a_thread_whose_rollout_was_replaced_is_resumed_from_it_once_its_process_is_unloaded(
-    tmp_path: Path, codex_bin_169: Path
+    version: str, tmp_path: Path, codex_of: Callable[[str], Path]
 ) -> None:
     """A daemon of a cluster let a conversation go, another daemon continued its thread, and the
     first one takes it back with the other's rollout written over its own (docs/distributed.md).
-    Its process still has the thread loaded, from before: resumed there, the thread goes on from the
-    history that process holds and appends to the file it opened, so the turn elsewhere is lost and
-    nothing reaches the new file. :meth:`AppServerPool.unload` ends that process first (its other
-    thread hears it ended): the thread is resumed from the new file, with every turn."""
+    On 0.147 its process still has the thread loaded, from before: resumed there, the thread goes
+    on from the history that process holds and appends to the file it opened, so the turn
+    elsewhere is lost and nothing reaches the new file. :meth:`AppServerPool.unload` ends that
+    process first (its other thread hears it ended). On 0.169 the process unloaded the thread
+    when it was let go (``thread/loaded/list`` no longer names it): it is kept, with its other
+    thread, and reads the new file on the resume. Either way the thread is resumed from the new
+    file, with every turn."""
     for side in ("here", "there"):
         (tmp_path / side).mkdir()
+    codex = codex_of(version)
+    unloads_by_itself = version == "0.169.0"
     async with ScriptedModelServer(responder=responder) as server:
-        here = make_setup(tmp_path / "here", codex_bin_169, VERSION, server, driver="app-server")
-        there = make_setup(tmp_path / "there", codex_bin_169, VERSION, server, driver="app-server")
+        here = make_setup(tmp_path / "here", codex, version, server, driver="app-server")
+        there = make_setup(tmp_path / "there", codex, version, server, driver="app-server")
         pool, other_pool = here.pool(), there.pool()
         first, keeper = Recorder(), Recorder()
         conversation = here.driver(first, pool=pool)
@@ -357,9 +366,10 @@ async def test_a_thread_whose_rollout_was_replaced_is_resumed_from_it_once_its_p
         try:
             thread = conversation.thread_id
             assert thread is not None
+            (pid,) = pool.pids
             await conversation.submit("first", "c1")
             await first.wait_for(TurnFinished)
-            await conversation.aclose()  # let go: the process still has it loaded
+            await conversation.aclose()  # let go: 0.147 keeps it loaded; 0.169 unloads it
             (rollout,) = [r for r in here.rollouts() if thread in r.name]
             # Another daemon continues the thread from a copy of the rollout, in its own CODEX_HOME.
             copy = there.home.path / rollout.relative_to(here.home.path)
@@ -375,18 +385,24 @@ async def test_a_thread_whose_rollout_was_replaced_is_resumed_from_it_once_its_p
             replaced = rollout.with_suffix(".new")
             replaced.write_bytes(copy.read_bytes())
             os.replace(replaced, rollout)
-            assert await pool.unload(thread)
+            if unloads_by_itself:
+                await until_unloaded(pool, thread)
+                assert not await pool.unload(thread)  # nothing to end: the process reads the new file
+                assert pool.pids == [pid] and keeper.of(DriverFailed) == []
+            else:
+                assert await pool.unload(thread)
+                (ended,) = await keeper.wait_for(DriverFailed)
+                # The other thread on it is not to blame: a thought it was being handed is sent again
+                # without counting against it (before: three unloads under lease churn dropped thoughts).
+                assert killed_from_outside(ended.returncode)
             assert not await pool.unload(thread)  # (no process has it loaded any more)
-            (ended,) = await keeper.wait_for(DriverFailed)
-            # The other thread on it is not to blame: a thought it was being handed is sent again
-            # without counting against it (before: three unloads under lease churn dropped thoughts).
-            assert killed_from_outside(ended.returncode)
             again = Recorder()
             back = here.driver(again, pool=pool)
             drivers.append(back)
             await back.start(thread)
             (started,) = again.of(ThreadStarted)
             assert (started.thread_id, started.resumed) == (thread, True)
+            assert (back.pids == [pid]) == unloads_by_itself
             await back.submit("third", "c3")
             await again.wait_for(TurnFinished)
             (last,) = [r for r in server.requests.responses_requests() if r.user_texts()[-1:] == ["third"]]
@@ -394,6 +410,21 @@ async def test_a_thread_whose_rollout_was_replaced_is_resumed_from_it_once_its_p
             assert b'"third"' in rollout.read_bytes()  # the new file is the one Codex appends to
         finally:
             await close_all(drivers, pool)
+
+
+async def until_unloaded(pool: AppServerPool, thread: str | None = None) -> None:
+    """Wait (bounded) until no process of ``pool`` lists ``thread`` (None: any thread) as loaded:
+    Codex unloads a let-go thread right after answering the unsubscribe."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 20.0
+    for connection in pool.connections:
+        while True:
+            listed = LoadedThreads.model_validate(await connection.request("thread/loaded/list", {}, within=10.0))
+            if (thread in listed.data) if thread is not None else bool(listed.data):
+                assert loop.time() < deadline, f"Codex still has the let-go thread loaded: {listed}"
+                await asyncio.sleep(0.1)
+                continue
+            break
 
 
 def test_the_daemon_raises_its_open_file_limit_to_the_hard_one_for_codex() -> None:
@@ -437,8 +468,8 @@ async def test_a_prestarted_process_serves_the_first_thread(tmp_path: Path, code
     asks for it, and the first thread is opened on it, not on a second process."""
     async with ScriptedModelServer(responder=responder) as server:
         setup = make_setup(tmp_path, codex_bin_169, VERSION, server, driver="app-server")
-        pool = setup.pool()
-        pool.prestart(keep=600.0)
+        pool = setup.pool(keep_idle=600.0)
+        pool.prestart()
         await until(lambda: bool(pool.pids), "the prestarted app-server")
         (warm,) = pool.pids
         drivers, recorders = await open_drivers(setup, pool, 1)
@@ -451,13 +482,13 @@ async def test_a_prestarted_process_serves_the_first_thread(tmp_path: Path, code
             await close_all(drivers, pool)
 
 
-async def test_a_prestarted_process_no_thread_takes_ends_after_keep(tmp_path: Path, codex_bin_169: Path) -> None:
-    """Nobody taking the prestarted process within ``keep`` seconds, it ends (as an idle
-    conversation's would), and a later thread starts one as usual."""
+async def test_a_prestarted_process_no_thread_takes_ends_after_keep_idle(tmp_path: Path, codex_bin_169: Path) -> None:
+    """Nobody taking the prestarted process within ``keep_idle`` seconds, it ends (as a warm one
+    whose threads were let go does), and a later thread starts one as usual."""
     async with ScriptedModelServer(responder=responder) as server:
         setup = make_setup(tmp_path, codex_bin_169, VERSION, server, driver="app-server")
-        pool = setup.pool()
-        pool.prestart(keep=1.0)
+        pool = setup.pool(keep_idle=1.0)
+        pool.prestart()
         await until(lambda: bool(pool.pids), "the prestarted app-server")
         (warm,) = pool.pids
         await until(lambda: not pool.pids and not processes_of(setup), "the unused app-server to end")
@@ -491,9 +522,10 @@ async def test_a_failed_prestart_is_logged_once_and_the_first_thread_starts_code
             cwd=setup.workspace,
             settings=setup.pool().settings,
             restart_backoff=0.1,
+            keep_idle=600.0,
         )
         with caplog.at_level("WARNING", logger="coven_codex.codex.appserver.pool"):
-            pool.prestart(keep=600.0)
+            pool.prestart()
             await until(marker.exists, "the failing start")
             await until(
                 lambda: any("ahead of the first thought" in r.getMessage() for r in caplog.records), "the warning"
@@ -515,9 +547,83 @@ async def test_closing_the_pool_while_it_prestarts_leaves_no_process(tmp_path: P
     """The daemon stopping while the prestarted app-server is still starting: nothing is left."""
     async with ScriptedModelServer(responder=responder) as server:
         setup = make_setup(tmp_path, codex_bin_169, VERSION, server, driver="app-server")
-        pool = setup.pool()
-        pool.prestart(keep=600.0)
+        pool = setup.pool(keep_idle=600.0)
+        pool.prestart()
         await until(lambda: bool(processes_of(setup)), "the app-server's process")
         await pool.aclose()
         assert not pool.pids
         await until(lambda: not processes_of(setup), "every process of the pool to end", timeout=15.0)
+
+
+async def test_the_last_thread_let_go_leaves_its_process_warm_and_unwatched_for_the_next_thought(
+    tmp_path: Path, codex_bin_169: Path
+) -> None:
+    """Issue 12: the pool keeps the process whose last thread was let go (warm) instead of ending
+    it. Codex unloads the thread at once (generated ``thread_unload_delay_secs = 0``): nothing is
+    loaded and nothing watched, so the machine's other processes no longer wake it. The next
+    thought resumes the thread on that same process, with its history."""
+    async with ScriptedModelServer(responder=responder) as server:
+        setup = make_setup(tmp_path, codex_bin_169, VERSION, server, driver="app-server")
+        pool = setup.pool(keep_idle=600.0)
+        drivers, recorders = await open_drivers(setup, pool, 1)
+        try:
+            (pid,) = pool.pids
+            native = native_codex(pid)
+            thread = drivers[0].thread_id
+            await drivers[0].submit("before the release", "t1")
+            await recorders[0].wait_for(TurnFinished)
+            assert inotify_watches(native)  # a loaded thread: its skill roots are watched
+            await drivers[0].aclose()  # the conversation lets its thread go
+            assert pool.pids == [pid] and pool.warm_pids == [pid]
+            await until_unloaded(pool)  # thread/loaded/list is empty
+            await until(lambda: inotify_watches(native) == [], "the let-go thread's watches to go", timeout=20.0)
+
+            again = Recorder()
+            back = setup.driver(again, pool=pool)
+            drivers.append(back)
+            await back.start(thread)
+            (started,) = again.of(ThreadStarted)
+            assert (started.thread_id, started.resumed) == (thread, True)
+            assert back.pids == [pid] and pool.pids == [pid] and pool.warm_pids == []
+            await back.submit("after the release", "t2")
+            await again.wait_for(TurnFinished)
+            assert texts(again.of(AgentMessageCompleted)) == ["echo: after the release"]
+            last = server.requests.responses_requests()[-1]
+            assert last.user_texts() == ["before the release", "after the release"]
+        finally:
+            await close_all(drivers, pool)
+        assert pool.pids == []
+
+
+async def test_a_warm_process_ends_after_keep_idle_with_no_thread(tmp_path: Path, codex_bin_169: Path) -> None:
+    """The warm process is ended once it has had no thread for ``keep_idle`` seconds (the
+    daemon's ``idle_reap``): an idle daemon still ends with no Codex process."""
+    async with ScriptedModelServer(responder=responder) as server:
+        setup = make_setup(tmp_path, codex_bin_169, VERSION, server, driver="app-server")
+        pool = setup.pool(keep_idle=1.0)
+        drivers, recorders = await open_drivers(setup, pool, 1)
+        try:
+            await drivers[0].submit("hello", "t1")
+            await recorders[0].wait_for(TurnFinished)
+            await drivers[0].aclose()
+            await until(lambda: not pool.pids and not processes_of(setup), "the warm app-server to end")
+        finally:
+            await close_all(drivers, pool)
+
+
+async def test_one_process_at_most_is_kept_warm(tmp_path: Path, codex_bin_169: Path) -> None:
+    """Of two processes whose threads are all let go, the first emptied is kept warm and the
+    second is ended at once."""
+    async with ScriptedModelServer(responder=responder) as server:
+        setup = make_setup(tmp_path, codex_bin_169, VERSION, server, driver="app-server")
+        pool = setup.pool(size=2, keep_idle=600.0)
+        drivers, _ = await open_drivers(setup, pool, 2)
+        try:
+            (first,), (second,) = drivers[0].pids, drivers[1].pids
+            assert first != second
+            await drivers[0].aclose()
+            await drivers[1].aclose()
+            assert pool.pids == [first] and pool.warm_pids == [first]
+            assert not psutil.pid_exists(second) or psutil.Process(second).status() == psutil.STATUS_ZOMBIE
+        finally:
+            await close_all(drivers, pool)

@@ -264,6 +264,10 @@ class AppServerConnection:
                 await self._runner
 
     # -- threads -----------------------------------------------------------------------------------
+    def has_thread(self, thread_id: str) -> bool:
+        """A client is attached for ``thread_id`` now."""
+        return thread_id in self._threads
+
     def attach(self, thread_id: str, client: ThreadClient) -> None:
         """Route ``thread_id``'s messages to ``client`` from now on."""
         if not self.alive:

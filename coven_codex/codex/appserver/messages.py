@@ -3,8 +3,8 @@
 Written from ``codex app-server generate-json-schema`` (``ThreadStartResponse``,
 ``ThreadResumeResponse``, ``TurnStartResponse``, ``TurnStartedNotification``,
 ``TurnCompletedNotification``, ``ItemCompletedNotification``,
-``AgentMessageDeltaNotification``, ``ErrorNotification``), only the fields coven uses; every
-other field is ignored, so later versions that add fields still parse.
+``AgentMessageDeltaNotification``, ``ErrorNotification``, ``ThreadLoadedListResponse``), only the
+fields coven uses; every other field is ignored, so later versions that add fields still parse.
 """
 
 from __future__ import annotations
@@ -20,6 +20,14 @@ class ThreadRef(_Model):
     """A thread, by its id."""
 
     id: str = Field(min_length=1)
+
+
+class LoadedThreads(_Model):
+    """The result of ``thread/loaded/list``: the threads the process has loaded in memory."""
+
+    data: list[str]
+    next_cursor: str | None = Field(default=None, alias="nextCursor")
+    """Set when more follow (a page size was asked for; coven asks for none)."""
 
 
 class ThreadOpened(_Model):

@@ -6,8 +6,17 @@ connection, starting a process only when none runs or when every running one alr
 threads and the pool may grow. Processes start one at a time (two app-servers starting at the
 same moment on one CODEX_HOME can fail on some versions: "failed to initialize sqlite state
 runtime"). A conversation costs no process and no file descriptor: its thread is attached to a
-connection while its session has it open, and when the last thread is let go (every
-conversation idle-reaped or evicted) the process is ended too.
+connection while its session has it open (an idle conversation lets it go after
+``release_thread_after``, or when it is evicted).
+
+**One warm process.** When the last thread on a process is let go, the pool keeps that process
+running with no thread (*warm*), so that the next thought pays a ``thread/resume`` on it rather
+than a process start (docs/performance.md). Codex (0.160 and later, with the generated
+``thread_unload_delay_secs = 0``) unloads a thread let go at once, and with it the watches that
+wake it up, so a warm process is all but idle. It is ended once it has had no thread for
+``keep_idle`` seconds (the daemon passes ``idle_reap``), so an idle daemon still ends with no
+Codex process. At most one process is kept warm; a process that is *full* (below) or failed is
+not kept.
 
 A process keeps a thread it loaded open, holding two files for it (its rollout and its
 thread-writer lock), and more while a thread starts: before 0.160 until it exits
@@ -20,14 +29,14 @@ open-file limit Codex inherits from the daemon: 149 under ``ulimit -n 1024``); a
 *full*: new threads go to another process, started for them even when ``size`` are running
 already (full ones do not count), and the full one ends when its last thread is let go. With the
 idle conversations' threads let go (evicted when others wait for a ``max_sessions`` slot, or
-idle-reaped), 1,000 conversations are served under ``ulimit -n 1024`` (docs/performance.md).
+released when idle), 1,000 conversations are served under ``ulimit -n 1024`` (docs/performance.md).
 A thread is resumed on the process that has it loaded while that one runs (:meth:`connect`).
 
 The daemon starts one process ahead (:meth:`AppServerPool.prestart`), while it recovers and
 starts reading the journal, so that the first thought does not wait for Codex's start: the next
-:meth:`connect` takes that process. Nobody taking it within ``keep`` seconds (the daemon passes
-``idle_reap``), it is ended, as an idle conversation's would be. Should it fail to start, that is
-logged once and the next :meth:`connect` starts one as it would have without the prestart.
+:meth:`connect` takes that process. Until then it is a warm process like any other: nobody taking
+it within ``keep_idle`` seconds, it is ended (one mechanism for both). Should it fail to start,
+that is logged once and the next :meth:`connect` starts one as it would have without the prestart.
 
 A process that died (or was killed because it stopped answering) is replaced lazily, by the
 next :meth:`connect`, after the restart backoff (:func:`~coven_codex.agent.backoff.backoff` of
@@ -44,8 +53,11 @@ import resource
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from coven_codex.agent.backoff import MAX_BACKOFF, backoff
-from coven_codex.codex.appserver.connection import AppServerConnection
+from coven_codex.codex.appserver.connection import AppServerConnection, RpcError
+from coven_codex.codex.appserver.messages import LoadedThreads
 from coven_codex.codex.drivers.base import DriverError, DriverSettings
 from coven_codex.codex.errors import HINTS, ClassifiedError, ErrorCode, classify
 
@@ -99,9 +111,11 @@ class AppServerPool:
         size: int = 1,
         restart_backoff: float = 1.0,
         threads_per_process: int | None = None,
+        keep_idle: float = 0.0,
     ) -> None:
         """``threads_per_process``: the threads one process takes before it is full (module
-        docstring); default :func:`thread_budget` of the open-file limit."""
+        docstring); default :func:`thread_budget` of the open-file limit. ``keep_idle``: seconds a
+        process with no thread is kept warm before it is ended (0: ended at once)."""
         if size < 1:
             raise ValueError("an app-server pool needs at least one process")
         self.command = tuple(command)
@@ -111,6 +125,7 @@ class AppServerPool:
         self.size = size
         self.restart_backoff = restart_backoff
         self.threads_per_process = thread_budget() if threads_per_process is None else max(1, threads_per_process)
+        self.keep_idle = keep_idle
         self._connections: list[AppServerConnection] = []
         self._lock = asyncio.Lock()
         self._failures = 0
@@ -118,8 +133,8 @@ class AppServerPool:
         self._closed = False
         self._closing: set[asyncio.Future[None]] = set()
         self._prestart: asyncio.Task[None] | None = None
-        self._taken = asyncio.Event()
-        """Set when :meth:`connect` hands out a connection (the prestarted one is wanted)."""
+        self._warm: dict[AppServerConnection, asyncio.Task[None]] = {}
+        """The processes kept with no thread, each with the task that ends it after ``keep_idle``."""
 
     @property
     def pids(self) -> list[int]:
@@ -143,6 +158,7 @@ class AppServerPool:
             self._connections = self.connections
             holder = next((c for c in self._connections if thread_id is not None and thread_id in c.loaded), None)
             if holder is not None:
+                self._unwarm(holder)
                 holder.users += 1
                 return holder
             open_ = [c for c in self._connections if c.opened < self.threads_per_process]
@@ -151,9 +167,9 @@ class AppServerPool:
                 chosen = min(open_, key=lambda c: c.users)
             else:
                 chosen = await self._start()
+            self._unwarm(chosen)
             chosen.users += 1
             chosen.opened += 1
-            self._taken.set()
             if chosen.opened == self.threads_per_process:
                 log.info(
                     "the shared Codex app-server (pid %s) has taken %d threads, what its open-file limit allows; "
@@ -163,14 +179,19 @@ class AppServerPool:
                 )
             return chosen
 
-    def prestart(self, keep: float) -> None:
-        """Start one process now, in the background, unless one runs (module docstring): the next
-        :meth:`connect` takes it; nobody taking it within ``keep`` seconds, it is ended. A failure
-        is logged once (with what to do) and left to the next :meth:`connect` to retry."""
-        if self._prestart is None and not self._closed:
-            self._prestart = asyncio.create_task(self._warm(keep), name="codex-app-server-prestart")
+    @property
+    def warm_pids(self) -> list[int]:
+        """The live processes kept warm (no thread on them), waiting for one."""
+        return [pid for c in self._warm if c.alive and (pid := c.pid) is not None]
 
-    async def _warm(self, keep: float) -> None:
+    def prestart(self) -> None:
+        """Start one process now, in the background, unless one runs (module docstring): the next
+        :meth:`connect` takes it; it is warm until then, ended after ``keep_idle`` seconds. A
+        failure is logged once (with what to do) and left to the next :meth:`connect` to retry."""
+        if self._prestart is None and not self._closed:
+            self._prestart = asyncio.create_task(self._start_ahead(), name="codex-app-server-prestart")
+
+    async def _start_ahead(self) -> None:
         async with self._lock:
             if self._closed or self.connections:
                 return
@@ -189,18 +210,34 @@ class AppServerPool:
             except Exception:  # a bug, not Codex: said once here, the first thought starts Codex as usual
                 log.exception("starting the shared Codex app-server ahead of the first thought failed")
                 return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._taken.wait(), keep)
+            self._keep_warm(connection)
+
+    def _keep_warm(self, connection: AppServerConnection) -> None:
+        """Keep ``connection`` (no thread on it) for the next thread, ending it after ``keep_idle``."""
+        self._warm[connection] = asyncio.create_task(self._cool(connection), name="codex-app-server-warm")
+
+    def _unwarm(self, connection: AppServerConnection) -> None:
+        """``connection`` takes a thread: it is not waiting to be ended any more."""
+        timer = self._warm.pop(connection, None)
+        if timer is not None:
+            timer.cancel()
+
+    async def _cool(self, connection: AppServerConnection) -> None:
+        """End the warm ``connection`` once it has had no thread for ``keep_idle`` seconds."""
+        await asyncio.sleep(self.keep_idle)
         async with self._lock:
-            if self._closed or connection.opened > 0 or connection not in self._connections:
+            if self._warm.get(connection) is not asyncio.current_task():
+                return  # (taken meanwhile)
+            del self._warm[connection]
+            if self._closed or connection.users > 0 or connection not in self._connections:
                 return
             log.info(
-                "no thought needed the shared Codex app-server started ahead (pid %s) within %gs; ending it",
+                "the shared Codex app-server (pid %s) has had no thread for %gs (idle_reap); ending it",
                 connection.pid,
-                keep,
+                self.keep_idle,
             )
             closing = self._end(connection)
-        await asyncio.shield(closing)  # (a cancelled prestart leaves it to finish; aclose() waits for it)
+        await asyncio.shield(closing)  # (a cancelled timer leaves it to finish; aclose() waits for it)
 
     async def _start(self) -> AppServerConnection:
         """Start one more process (after the restart backoff) and add it; the caller holds the lock."""
@@ -221,16 +258,23 @@ class AppServerPool:
     async def unload(self, thread_id: str) -> bool:
         """End the process that has ``thread_id`` loaded, if one runs; whether one did.
 
-        Codex cannot unload one thread, and resuming it goes back to that process (:meth:`connect`),
-        which would continue it from the history it holds in memory, appending to the file it opened.
-        When that file was replaced underneath it (a daemon of a cluster adopting a conversation that
-        another daemon continued meanwhile, docs/distributed.md), the thread must be resumed by a new
-        process, from the new file. The process's other threads hear that it ended, as after a crash,
-        and are resumed on a new one."""
+        Codex cannot be told to unload one thread, and resuming it goes back to that process
+        (:meth:`connect`), which would continue it from the history it holds in memory, appending to
+        the file it opened. When that file was replaced underneath it (a daemon of a cluster adopting
+        a conversation that another daemon continued meanwhile, docs/distributed.md), the thread must
+        be resumed from the new file. A process that has unloaded the thread by itself (Codex 0.160
+        and later unload a thread let go: ``thread/loaded/list`` no longer names it) reads it afresh
+        on the next resume and is kept: a warm process is not ended for a thread it let go. Else the
+        process is ended; its other threads hear that it ended, as after a crash, and are resumed on
+        a new one."""
         async with self._lock:
             holder = next((c for c in self.connections if thread_id in c.loaded), None)
             if holder is None:
                 return False
+            if not await self._has_loaded(holder, thread_id):
+                holder.loaded.discard(thread_id)  # (resumed there, Codex reads the new file)
+                return False
+            self._unwarm(holder)
             self._connections = [c for c in self._connections if c is not holder]  # (never handed out again)
         log.warning(
             "ending the shared Codex app-server (pid %s, %d thread(s) on it): it still has thread %s loaded, whose"
@@ -249,17 +293,35 @@ class AppServerPool:
         )
         return True
 
+    async def _has_loaded(self, connection: AppServerConnection, thread_id: str) -> bool:
+        """Whether ``connection``'s process has ``thread_id`` loaded, as far as it says
+        (``thread/loaded/list``); ``True`` when it cannot tell (an older Codex, no answer)."""
+        if connection.has_thread(thread_id):
+            return True  # (attached here: loaded whatever the list says)
+        try:
+            listed = LoadedThreads.model_validate(
+                await connection.request("thread/loaded/list", {}, within=self.settings.kill_grace)
+            )
+        except (RpcError, DriverError, ValidationError) as exc:
+            log.debug("thread/loaded/list not answered (%s); taking the thread as loaded", exc)
+            return True
+        return thread_id in listed.data or listed.next_cursor is not None
+
     async def release(self, connection: AppServerConnection) -> None:
-        """A thread that :meth:`connect` placed on ``connection`` is closed. The last one ends the
-        process (and returns once it is gone): when every conversation is idle (reaped,
-        evicted) no Codex process runs."""
+        """A thread that :meth:`connect` placed on ``connection`` is closed. After the last one the
+        process is kept warm (module docstring) when it runs, is not full, and no other process is
+        warm already; else it is ended (and this returns once it is gone)."""
         connection.users = max(0, connection.users - 1)
-        if connection.users == 0 and not self._closed:
-            if connection.lost is None:
-                log.info(
-                    "no conversation uses the shared Codex app-server (pid %s) any more; ending it", connection.pid
-                )
-            await asyncio.shield(self._end(connection))  # (a cancelled caller leaves it to finish; aclose() waits)
+        if connection.users > 0 or self._closed:
+            return
+        full = connection.opened >= self.threads_per_process
+        if connection.alive and not full and self.keep_idle > 0 and not any(c.alive for c in self._warm):
+            log.debug("no conversation uses the shared Codex app-server (pid %s); keeping it warm", connection.pid)
+            self._keep_warm(connection)
+            return
+        if connection.lost is None:
+            log.info("no conversation uses the shared Codex app-server (pid %s) any more; ending it", connection.pid)
+        await asyncio.shield(self._end(connection))  # (a cancelled caller leaves it to finish; aclose() waits)
 
     def _end(self, connection: AppServerConnection) -> asyncio.Future[None]:
         """Hand ``connection`` out no more and end its process; the future is done once it is gone."""
@@ -278,6 +340,11 @@ class AppServerPool:
             self._prestart.cancel()  # (a process it is starting is ended by the start itself)
             with contextlib.suppress(asyncio.CancelledError):
                 await self._prestart
+        timers = list(self._warm.values())
+        self._warm.clear()
+        for timer in timers:
+            timer.cancel()
+        await asyncio.gather(*timers, return_exceptions=True)
         connections, self._connections = self._connections, []
         await asyncio.gather(*(c.aclose() for c in connections), *self._closing)
 
