@@ -73,7 +73,7 @@ def assert_journal_matches_rollouts(journal: list[BaseEntry], codex_home: Path) 
     began for a thought it never recorded: a ``codex exec`` that was starting a conversation's
     first thread dies by itself once the killed daemon's end of its stdout is gone (a write to it
     fails), and can die after the rollout's first lines but before the thought's (0.135 writes the
-    turn's start and its context first). The daemon never learned that thread's id and the
+    turn's start and its context first). The daemon had not saved that thread's id and the
     rollout holds no trace of the thought, so recovery sends the thought again, which starts the
     conversation's real thread. Such a rollout must hold no user message and give nothing but its
     turn's start, and none of it may be in the journal: a thought, a reply or an error in a thread
