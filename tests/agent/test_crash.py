@@ -311,6 +311,7 @@ async def test_a_thread_begun_for_a_thought_it_never_recorded_is_left_alone(
     threads = {getattr(e, "thread_id", None) for e in journal if e.kind == "response"}
     assert len(threads) == len(CONVERSATIONS)
     assert thread_of(planted) not in threads
+    assert planted.read_bytes() == BEGUN_NOT_RECORDED.read_bytes()  # never resumed
     assert_journal_matches_rollouts(journal, h.codex_home)
 
 
