@@ -53,7 +53,8 @@ SCHEMA_TIMEOUT = 20.0
 PROBE_PREFIX = ".capabilities-probe-"
 """The probe's scratch folders in the state directory: ``<prefix><pid>-<random>``, the pid the
 prober's. A prober killed mid-probe (``kill -9`` of a starting daemon) leaves its folder (about
-5 MB of schema); the next probe removes every one whose prober is gone."""
+5 MB of schema); the next :func:`detect_capabilities` (a start, ``validate``) removes every one
+whose prober is gone."""
 
 APP_SERVER_METHODS = ("thread/start", "thread/resume", "turn/start", "turn/interrupt")
 """Client requests the app-server driver cannot do without."""
@@ -234,9 +235,9 @@ def probe_capabilities(
     """Run ``<command> app-server generate-json-schema`` in a scratch folder (also the scratch
     ``CODEX_HOME``: the user's Codex directory is never written) and read what it wrote.
 
-    The scratch folder is made in ``scratch_in`` (the state directory; the system's temporary
-    directory when ``None``), where the folders of killed probes are removed first
-    (:data:`PROBE_PREFIX`); one it cannot be made in (not writable) leaves the system's."""
+    The scratch folder is made in ``scratch_in`` (the state directory, where
+    :func:`detect_capabilities` removes the folders of killed probes: :data:`PROBE_PREFIX`), or in
+    the system's temporary directory when that is ``None`` or cannot be written."""
     parent = _scratch_parent(scratch_in)
     with tempfile.TemporaryDirectory(prefix=f"{PROBE_PREFIX}{os.getpid()}-", dir=parent) as scratch:
         out = Path(scratch) / "schema"
@@ -277,8 +278,7 @@ def probe_capabilities(
 
 
 def _scratch_parent(folder: Path | None) -> Path | None:
-    """``folder``, made if needed and cleared of abandoned probe folders; ``None`` (the system's
-    temporary directory) if it cannot be written."""
+    """``folder``, made if needed; ``None`` (the system's temporary directory) if it cannot be written."""
     if folder is None:
         return None
     try:
@@ -287,7 +287,6 @@ def _scratch_parent(folder: Path | None) -> Path | None:
         return None
     if not os.access(folder, os.W_OK | os.X_OK):
         return None
-    remove_abandoned_scratch(folder)
     return folder
 
 
@@ -323,6 +322,8 @@ def detect_capabilities(
 ) -> CodexCapabilities:
     """The capabilities of the binary ``program`` (started by ``command``), from the cache in
     ``cache_dir`` when it knows this binary (same path, size, mtime), else probed and cached."""
+    if cache_dir is not None:  # also when the cache answers: a probe killed after another cached
+        remove_abandoned_scratch(cache_dir)
     key = binary_key(program)
     cache_path = cache_dir / CAPABILITIES_FILE if cache_dir is not None else None
     cache = _load_cache(cache_path)

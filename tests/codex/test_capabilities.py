@@ -137,6 +137,12 @@ def test_a_probe_killed_with_its_prober_leaves_no_scratch_behind(tmp_path: Path)
     found = detect_capabilities(fake, (str(fake),), parse_version("codex-cli 9.9.9"), env=os.environ, cache_dir=state)
     assert found.conclusive and (state / CAPABILITIES_FILE).exists()
     assert [p.name for p in state.iterdir() if p.name.startswith(PROBE_PREFIX)] == [running.name]
+    # Killed after another prober had cached the result: removed by the next start, which probes nothing.
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, check=True)
+    (state / f"{PROBE_PREFIX}{int(gone.stdout)}-killed").mkdir()
+    detect_capabilities(fake, (str(fake),), parse_version("codex-cli 9.9.9"), env=os.environ, cache_dir=state)
+    assert _runs(fake) == 2  # (the killed probe and the one that cached)
+    assert [p.name for p in state.iterdir() if p.name.startswith(PROBE_PREFIX)] == [running.name]
 
 
 def test_a_corrupt_cache_is_probed_again(tmp_path: Path) -> None:
