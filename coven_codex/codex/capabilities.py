@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -49,6 +50,11 @@ CACHE_FORMAT = 1
 CACHE_ENTRIES = 8
 """Binaries remembered at most (the newest kept): an upgrade adds one."""
 SCHEMA_TIMEOUT = 20.0
+PROBE_PREFIX = ".capabilities-probe-"
+"""The probe's scratch folders in the state directory: ``<prefix><pid>-<random>``, the pid the
+prober's. A prober killed mid-probe (``kill -9`` of a starting daemon) leaves its folder (about
+5 MB of schema); the next :func:`detect_capabilities` (a start, ``validate``) removes every one
+whose prober is gone."""
 
 APP_SERVER_METHODS = ("thread/start", "thread/resume", "turn/start", "turn/interrupt")
 """Client requests the app-server driver cannot do without."""
@@ -219,11 +225,21 @@ def read_protocol(folder: Path) -> AppServerProtocol:
 
 
 def probe_capabilities(
-    command: Sequence[str], version: CodexVersion, *, env: Mapping[str, str], timeout: float = SCHEMA_TIMEOUT
+    command: Sequence[str],
+    version: CodexVersion,
+    *,
+    env: Mapping[str, str],
+    timeout: float = SCHEMA_TIMEOUT,
+    scratch_in: Path | None = None,
 ) -> CodexCapabilities:
     """Run ``<command> app-server generate-json-schema`` in a scratch folder (also the scratch
-    ``CODEX_HOME``: the user's Codex directory is never written) and read what it wrote."""
-    with tempfile.TemporaryDirectory(prefix="coven-capabilities-") as scratch:
+    ``CODEX_HOME``: the user's Codex directory is never written) and read what it wrote.
+
+    The scratch folder is made in ``scratch_in`` (the state directory, where
+    :func:`detect_capabilities` removes the folders of killed probes: :data:`PROBE_PREFIX`), or in
+    the system's temporary directory when that is ``None`` or cannot be written."""
+    parent = _scratch_parent(scratch_in)
+    with tempfile.TemporaryDirectory(prefix=f"{PROBE_PREFIX}{os.getpid()}-", dir=parent) as scratch:
         out = Path(scratch) / "schema"
         try:
             done = run_captured(
@@ -261,6 +277,41 @@ def probe_capabilities(
     return CodexCapabilities(version=str(version), app_server=protocol)
 
 
+def _scratch_parent(folder: Path | None) -> Path | None:
+    """``folder``, made if needed; ``None`` (the system's temporary directory) if it cannot be written."""
+    if folder is None:
+        return None
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError:
+        return None
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return None
+    return folder
+
+
+def remove_abandoned_scratch(folder: Path) -> None:
+    """Remove the probe scratch folders in ``folder`` whose prober is no longer running."""
+    try:
+        names = [entry.name for entry in os.scandir(folder) if entry.name.startswith(PROBE_PREFIX)]
+    except OSError:
+        return
+    for name in names:
+        pid = name.removeprefix(PROBE_PREFIX).partition("-")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(folder / name, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # (another user's process: alive)
+        return True
+    return True
+
+
 def detect_capabilities(
     program: Path,
     command: Sequence[str],
@@ -271,13 +322,15 @@ def detect_capabilities(
 ) -> CodexCapabilities:
     """The capabilities of the binary ``program`` (started by ``command``), from the cache in
     ``cache_dir`` when it knows this binary (same path, size, mtime), else probed and cached."""
+    if cache_dir is not None:  # also when the cache answers: a probe killed after another cached
+        remove_abandoned_scratch(cache_dir)
     key = binary_key(program)
     cache_path = cache_dir / CAPABILITIES_FILE if cache_dir is not None else None
     cache = _load_cache(cache_path)
     for entry in cache.entries:
         if entry.key == key:
             return entry.capabilities
-    capabilities = probe_capabilities(command, version, env=env)
+    capabilities = probe_capabilities(command, version, env=env, scratch_in=cache_dir)
     if not capabilities.conclusive:
         log.warning(
             "could not learn what Codex %s offers (%s); using what that leaves for this start only,"

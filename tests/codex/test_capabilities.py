@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,6 +15,7 @@ import pytest
 
 from coven_codex.codex.capabilities import (
     CAPABILITIES_FILE,
+    PROBE_PREFIX,
     CapabilityError,
     CodexCapabilities,
     detect_capabilities,
@@ -87,6 +92,57 @@ def test_a_probe_killed_by_a_signal_is_used_once_and_never_cached(tmp_path: Path
     again = detect_capabilities(fake, (str(fake),), version, env=os.environ, cache_dir=state)
     assert again.app_server is not None and again.conclusive and plan_driver(again).driver == "app-server"
     assert (state / CAPABILITIES_FILE).exists()
+
+
+KILLS_ITS_PROBER = """#!/bin/sh
+# On its first run it kills the process probing it (a daemon killed with -9 while it starts) and
+# goes on as the orphan it now is: writes the schema, then says it is done.
+if [ ! -e "$(dirname "$0")/killed" ]; then touch "$(dirname "$0")/killed"; kill -9 $PPID; fi
+"""
+
+PROBER = """
+import os, sys
+from pathlib import Path
+from coven_codex.codex.capabilities import detect_capabilities
+from coven_codex.codex.version import parse_version
+fake = Path(sys.argv[1])
+detect_capabilities(fake, (str(fake),), parse_version("codex-cli 9.9.9"), env=os.environ, cache_dir=Path(sys.argv[2]))
+"""
+
+
+def test_a_probe_killed_with_its_prober_leaves_no_scratch_behind(tmp_path: Path) -> None:
+    # Before: the scratch (about 5 MB of schema) was a folder in the system's temporary directory
+    # that a daemon killed during its start-up left there for good, one more at every such kill.
+    fake = _fake(tmp_path / "bin")
+    schema = FAKE_SCHEMA.removeprefix("#!/bin/sh\n")
+    fake.write_text(KILLS_ITS_PROBER + schema + 'touch "$(dirname "$0")/done"\n')
+    state = tmp_path / "state"
+    system_tmp = tmp_path / "tmp"
+    system_tmp.mkdir()
+    prober = subprocess.run(
+        [sys.executable, "-c", PROBER, str(fake), str(state)],
+        env={**os.environ, "TMPDIR": str(system_tmp)},
+        check=False,
+    )
+    assert prober.returncode == -signal.SIGKILL
+    done = fake.parent / "done"
+    deadline = time.monotonic() + 30
+    while not done.exists():  # the orphaned probe finishes writing into its scratch
+        assert time.monotonic() < deadline, "the orphaned probe never finished"
+        time.sleep(0.02)
+    abandoned = [p.name for p in state.iterdir() if p.name.startswith(PROBE_PREFIX)]
+    assert len(abandoned) == 1 and not list(system_tmp.iterdir())
+    running = state / f"{PROBE_PREFIX}{os.getpid()}-probing"  # a live prober's (validate's, say)
+    running.mkdir()
+    found = detect_capabilities(fake, (str(fake),), parse_version("codex-cli 9.9.9"), env=os.environ, cache_dir=state)
+    assert found.conclusive and (state / CAPABILITIES_FILE).exists()
+    assert [p.name for p in state.iterdir() if p.name.startswith(PROBE_PREFIX)] == [running.name]
+    # Killed after another prober had cached the result: removed by the next start, which probes nothing.
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, check=True)
+    (state / f"{PROBE_PREFIX}{int(gone.stdout)}-killed").mkdir()
+    detect_capabilities(fake, (str(fake),), parse_version("codex-cli 9.9.9"), env=os.environ, cache_dir=state)
+    assert _runs(fake) == 2  # (the killed probe and the one that cached)
+    assert [p.name for p in state.iterdir() if p.name.startswith(PROBE_PREFIX)] == [running.name]
 
 
 def test_a_corrupt_cache_is_probed_again(tmp_path: Path) -> None:
