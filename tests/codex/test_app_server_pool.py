@@ -396,12 +396,7 @@ async def test_a_thread_whose_rollout_was_replaced_is_resumed_from_it_once_its_p
                 # without counting against it (before: three unloads under lease churn dropped thoughts).
                 assert killed_from_outside(ended.returncode)
             assert not await pool.unload(thread)  # (no process has it loaded any more)
-            again = Recorder()
-            back = here.driver(again, pool=pool)
-            drivers.append(back)
-            await back.start(thread)
-            (started,) = again.of(ThreadStarted)
-            assert (started.thread_id, started.resumed) == (thread, True)
+            back, again = await resume(here, pool, thread, drivers)
             assert (back.pids == [pid]) == unloads_by_itself
             await back.submit("third", "c3")
             await again.wait_for(TurnFinished)
@@ -410,6 +405,19 @@ async def test_a_thread_whose_rollout_was_replaced_is_resumed_from_it_once_its_p
             assert b'"third"' in rollout.read_bytes()  # the new file is the one Codex appends to
         finally:
             await close_all(drivers, pool)
+
+
+async def resume(
+    setup: CodexSetup, pool: AppServerPool, thread: str, drivers: list[CodexDriver]
+) -> tuple[CodexDriver, Recorder]:
+    """A new driver on ``pool`` that resumes ``thread`` (added to ``drivers``, to be closed); Codex resumed it."""
+    recorder = Recorder()
+    driver = setup.driver(recorder, pool=pool)
+    drivers.append(driver)
+    await driver.start(thread)
+    (started,) = recorder.of(ThreadStarted)
+    assert (started.thread_id, started.resumed) == (thread, True)
+    return driver, recorder
 
 
 async def until_unloaded(pool: AppServerPool, thread: str | None = None) -> None:
@@ -578,12 +586,7 @@ async def test_the_last_thread_let_go_leaves_its_process_warm_and_unwatched_for_
             await until_unloaded(pool)  # thread/loaded/list is empty
             await until(lambda: inotify_watches(native) == [], "the let-go thread's watches to go", timeout=20.0)
 
-            again = Recorder()
-            back = setup.driver(again, pool=pool)
-            drivers.append(back)
-            await back.start(thread)
-            (started,) = again.of(ThreadStarted)
-            assert (started.thread_id, started.resumed) == (thread, True)
+            back, again = await resume(setup, pool, thread, drivers)
             assert back.pids == [pid] and pool.pids == [pid] and pool.warm_pids == []
             await back.submit("after the release", "t2")
             await again.wait_for(TurnFinished)
