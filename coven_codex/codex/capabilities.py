@@ -39,7 +39,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from coven_codex.codex.process import run_captured
+from coven_codex.codex.process import pid_running, run_captured
 from coven_codex.codex.version import CodexVersion
 
 log = logging.getLogger(__name__)
@@ -298,18 +298,8 @@ def remove_abandoned_scratch(folder: Path) -> None:
         return
     for name in names:
         pid = name.removeprefix(PROBE_PREFIX).partition("-")[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not pid_running(int(pid)):
             shutil.rmtree(folder / name, ignore_errors=True)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # (another user's process: alive)
-        return True
-    return True
 
 
 def detect_capabilities(

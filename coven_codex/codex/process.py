@@ -530,6 +530,14 @@ def running(process: psutil.Process) -> bool:
         return False
 
 
+def pid_running(pid: int) -> bool:
+    """Whether process ``pid`` is :func:`running`."""
+    try:
+        return running(psutil.Process(pid))
+    except psutil.Error:  # (no such process)
+        return False
+
+
 def run_captured(
     argv: Sequence[str], *, env: Mapping[str, str], timeout: float, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
