@@ -8,6 +8,18 @@ client (:class:`~coven_codex.codex.drivers.app_server.AppServerDriver`) keeps it
 turn and its approvals. A message for a thread nobody is attached to is dropped; such a server
 request is answered with a JSON-RPC error so Codex does not wait for it.
 
+**Letting a thread go, and resuming it.** A thread is let go with :meth:`AppServerConnection.unsubscribe`.
+Codex 0.160 and later then unload it, and say ``thread/closed`` when that is done; until then a
+``thread/resume`` of it on the same process can be refused, with "thread … is closing" or (Codex
+0.169) with "no rollout found for thread id …" although its rollout is on disk: Codex's thread store
+does not find the rollout of a thread it is still closing. Starting a new thread then would lose the
+conversation's history for the model, so :meth:`AppServerConnection.resume` resumes a thread let go
+on this process only once the process said it closed it (bounded by ``kill_grace``), and resumes
+again after the closing when it was refused for either reason. Releases that keep a thread let go
+loaded (before 0.160) never say ``thread/closed``, and never refuse such a resume; a process is
+waited for only once it said ``thread/closed`` of some thread (:attr:`AppServerConnection.unloads`),
+or when it refused.
+
 When the process dies, or stops answering and is killed, that is one event for every thread on
 it: each attached client hears :meth:`ThreadClient.on_connection_lost` once, and the pool
 (:mod:`coven_codex.codex.appserver.pool`) starts a new process for the next thread that needs one.
@@ -24,9 +36,10 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from pydantic import JsonValue
+from pydantic import JsonValue, ValidationError
 
 from coven_codex import __version__
+from coven_codex.codex.appserver.messages import ThreadUnsubscribed
 from coven_codex.codex.drivers.base import STDERR_LINES, DriverError, DriverSettings, collect_stderr, process_error
 from coven_codex.codex.errors import ClassifiedError, classify
 from coven_codex.codex.process import STREAM_LIMIT, ChildProcess, spawn, terminate_tree
@@ -62,6 +75,9 @@ CLOSING_THREAD = "is closing; retry thread/resume"
 """What Codex (0.160 and later) answers a ``thread/resume`` of a thread it is unloading at that
 moment: "thread … is closing; retry thread/resume after the thread is closed". The resume is sent
 again like an overloaded request: starting a new thread instead would lose the conversation's history."""
+NO_ROLLOUT = "no rollout found for thread id"
+"""What Codex 0.169 may answer a ``thread/resume`` of a thread it is still closing after it was let
+go (module docstring), and what every release answers for a thread whose rollout was never written."""
 
 
 class ConnectionLost(DriverError):
@@ -144,6 +160,11 @@ class AppServerConnection:
         self._overload_noted = False
         self.served = False
         """A turn completed on the process: it was healthy (its death starts the restart count over)."""
+        self.unloads = False
+        """The process said ``thread/closed`` of a thread: it unloads the threads let go (Codex 0.160 and later)."""
+        self._let_go: dict[str, asyncio.Event] = {}
+        """Threads let go here since they were last opened here; each is set once the process
+        closed the thread (``thread/closed``), or once nothing is to be closed."""
 
     # -- state -----------------------------------------------------------------------------------
     @property
@@ -274,6 +295,41 @@ class AppServerConnection:
             raise self._not_running()
         self._threads[thread_id] = client
         self.loaded.add(thread_id)
+        self._let_go.pop(thread_id, None)
+
+    async def unsubscribe(self, thread_id: str) -> None:
+        """Let ``thread_id`` go (``thread/unsubscribe``, within ``kill_grace``): the process may
+        unload it, and a later :meth:`resume` of it here waits until it did (module docstring).
+        Raises :class:`RpcError` or :class:`DriverError` as :meth:`request` does."""
+        closed = self._let_go[thread_id] = asyncio.Event()  # (before the answer: thread/closed may come first)
+        answer = await self.request("thread/unsubscribe", {"threadId": thread_id}, within=self.settings.kill_grace)
+        try:
+            status = ThreadUnsubscribed.model_validate(answer).status
+        except ValidationError:
+            status = None
+        if status != "unsubscribed":
+            closed.set()  # not loaded, or not ours to let go: nothing is closed
+
+    async def resume(self, params: Mapping[str, JsonValue]) -> JsonValue:
+        """``thread/resume``, as :meth:`request` sends it; a thread let go on this process is
+        resumed once the process closed it, and resumed again after the closing when the process
+        refused it while closing (module docstring)."""
+        thread_id = params.get("threadId")
+        closed = self._let_go.get(thread_id) if isinstance(thread_id, str) else None
+        if closed is not None and self.unloads:
+            await self._until_closed(closed)
+        try:
+            return await self.request("thread/resume", params)
+        except RpcError as exc:
+            if closed is None or not (NO_ROLLOUT in str(exc) or CLOSING_THREAD in str(exc)):
+                raise
+        log.debug("thread/resume was refused while the thread was being closed; resuming it again once it is")
+        await self._until_closed(closed)
+        return await self.request("thread/resume", params)
+
+    async def _until_closed(self, closed: asyncio.Event) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(closed.wait(), self.settings.kill_grace)
 
     def detach(self, thread_id: str, client: ThreadClient) -> None:
         """Stop routing ``thread_id`` to ``client`` (if it is still the one attached)."""
@@ -391,6 +447,11 @@ class AppServerConnection:
         if method == "turn/completed":
             self.served = True
         thread = thread_of(params)
+        if method == "thread/closed" and thread is not None:
+            self.unloads = True
+            closed = self._let_go.get(thread)
+            if closed is not None:
+                closed.set()
         client = self._threads.get(thread) if thread is not None else None
         if client is not None:
             client.on_notification(method, params)

@@ -3,7 +3,8 @@
 Written from ``codex app-server generate-json-schema`` (``ThreadStartResponse``,
 ``ThreadResumeResponse``, ``TurnStartResponse``, ``TurnStartedNotification``,
 ``TurnCompletedNotification``, ``ItemCompletedNotification``,
-``AgentMessageDeltaNotification``, ``ErrorNotification``, ``ThreadLoadedListResponse``), only the
+``AgentMessageDeltaNotification``, ``ErrorNotification``, ``ThreadLoadedListResponse``,
+``ThreadUnsubscribeResponse``), only the
 fields coven uses; every other field is ignored, so later versions that add fields still parse.
 """
 
@@ -28,6 +29,14 @@ class LoadedThreads(_Model):
     data: list[str]
     next_cursor: str | None = Field(default=None, alias="nextCursor")
     """Set when more follow (a page size was asked for; coven asks for none)."""
+
+
+class ThreadUnsubscribed(_Model):
+    """The result of ``thread/unsubscribe``."""
+
+    status: str | None = None
+    """``unsubscribed`` (Codex 0.160 and later then unload the thread, and say ``thread/closed``
+    when it is done), ``notSubscribed`` or ``notLoaded``; ``None`` from releases that do not say."""
 
 
 class ThreadOpened(_Model):

@@ -200,7 +200,7 @@ class AppServerDriver(CodexDriver):
                     resume: dict[str, JsonValue] = {"threadId": resume_thread_id, "cwd": str(self.workspace)}
                     if self.settings.model is not None:
                         resume["model"] = self.settings.model
-                    result = await self._request("thread/resume", resume)
+                    result = await self._live_conn().resume(resume)
                 except RpcError as exc:
                     note = f"could not resume thread {resume_thread_id} ({exc}); started a new thread"
                     log.warning("%s", note)
@@ -391,7 +391,7 @@ class AppServerDriver(CodexDriver):
                     await self._interrupt_quietly(conn, thread, turn.turn_id)
                 if self._unsubscribe:
                     with contextlib.suppress(RpcError, DriverError):
-                        await conn.request("thread/unsubscribe", {"threadId": thread}, within=self.settings.kill_grace)
+                        await conn.unsubscribe(thread)
                 conn.detach(thread, self)
             self._attached = False
             await self._pool.release(conn)
@@ -554,10 +554,14 @@ class AppServerDriver(CodexDriver):
 
     async def _request(self, method: str, params: Mapping[str, JsonValue], *, within: float | None = None) -> JsonValue:
         """A request on the shared connection (see :meth:`AppServerConnection.request`)."""
+        return await self._live_conn().request(method, params, within=within)
+
+    def _live_conn(self) -> AppServerConnection:
+        """The shared connection, unless the thread failed; raises :class:`DriverError`."""
         conn = self._conn
         if conn is None or self._failed is not None:
             raise DriverError("the Codex app-server is not running")
-        return await conn.request(method, params, within=within)
+        return conn
 
     async def _refuse_quietly(self, rpc_id: RpcId, message: str) -> None:
         with contextlib.suppress(DriverError):
