@@ -407,7 +407,7 @@ async def test_a_thread_whose_rollout_was_replaced_is_resumed_from_it_once_its_p
             await close_all(drivers, pool)
 
 
-TURNS = ("first", "second", "third")
+TURNS = ("first", "second", "third", "fourth", "fifth")
 
 
 @pytest.mark.parametrize("version", ["0.169.0", "0.147.0"])
@@ -415,10 +415,12 @@ async def test_threads_let_go_and_resumed_at_once_keep_their_history(
     version: str, tmp_path: Path, codex_of: Callable[[str], Path]
 ) -> None:
     """Issue 12: eight conversations each let their thread go after every turn and come back at
-    once (``release_thread_after = 0`` and the next thought). Codex 0.169 unloads a thread let go, and
-    until it says ``thread/closed`` it may refuse the resume with "no rollout found for thread id"
-    although the rollout is on disk; the driver then started a new thread, and the conversation's
-    earlier turns were lost for the model (this test failed 3 runs of 4 before the fix).
+    once (``release_thread_after = 0`` and the next thought), for five turns. Codex 0.169 unloads a
+    thread let go, and until it says ``thread/closed`` it may refuse the resume with "no rollout
+    found for thread id" although the rollout is on disk, and around that moment with "thread … is
+    closing; retry after the thread is closed" (a wording the driver did not know); the driver then
+    started a new thread, and the conversation's earlier turns were lost for the model (this test
+    failed 3 runs of 4 before the first fix, and 1 loaded run of 3 before the second).
     Each thread is resumed, with its history. 0.147 keeps a thread let go loaded and never says
     ``thread/closed``: nothing is waited for there."""
     async with ScriptedModelServer(responder=responder) as server:
@@ -428,7 +430,7 @@ async def test_threads_let_go_and_resumed_at_once_keep_their_history(
         try:
 
             async def conversation(i: int) -> None:
-                """Three turns, the thread let go as soon as each is over and the next thought at once."""
+                """The turns, the thread let go as soon as each is over and the next thought at once."""
                 driver, recorder, thread = drivers[i], recorders[i], drivers[i].thread_id
                 assert thread is not None
                 for turn in TURNS:
@@ -440,7 +442,7 @@ async def test_threads_let_go_and_resumed_at_once_keep_their_history(
 
             await asyncio.gather(*(conversation(i) for i in range(len(recorders))))
             for i in range(len(recorders)):
-                (last,) = [r for r in server.requests.responses_requests() if r.user_texts()[-1:] == [f"third {i}"]]
+                (last,) = [r for r in server.requests.responses_requests() if r.user_texts()[-1:] == [f"fifth {i}"]]
                 assert last.user_texts() == [f"{turn} {i}" for turn in TURNS]
             (connection,) = pool.connections
             assert connection.unloads == (version == "0.169.0")

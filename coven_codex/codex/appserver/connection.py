@@ -71,10 +71,12 @@ full and the request was dropped unprocessed, so sending it again is safe."""
 OVERLOAD_FIRST_DELAY = 0.05
 OVERLOAD_MAX_DELAY = 1.0
 """An overloaded request is sent again after 50 ms, doubling up to 1 s, within its own bound."""
-CLOSING_THREAD = "is closing; retry thread/resume"
+CLOSING_THREAD = "is closing; retry"
 """What Codex (0.160 and later) answers a ``thread/resume`` of a thread it is unloading at that
-moment: "thread … is closing; retry thread/resume after the thread is closed". The resume is sent
-again like an overloaded request: starting a new thread instead would lose the conversation's history."""
+moment: "thread … is closing; retry thread/resume after the thread is closed", or, when the
+resume had loaded the thread but could not yet subscribe this connection to it, "thread … is
+closing; retry after the thread is closed". The resume is sent again like an overloaded request:
+starting a new thread instead would lose the conversation's history."""
 NO_ROLLOUT = "no rollout found for thread id"
 """What Codex 0.169 may answer a ``thread/resume`` of a thread it is still closing after it was let
 go (module docstring), and what every release answers for a thread whose rollout was never written."""
