@@ -15,9 +15,9 @@ are bounded by the round's interval (a Redis that answers nothing, e.g. stopped 
 holds up nothing), and so is closing it.
 
 Writes for a conversation carry :meth:`ClusterNode.fence`. Before the write-ahead of a
-hand-over to Codex, :meth:`ClusterNode.fresh` makes sure the lease was confirmed less than half
-a lease time ago (renewing now if not), so a thought is handed over only under a lease that has
-most of its time left.
+hand-over to Codex, and again once it is done, :meth:`ClusterNode.fresh` makes sure the lease was
+confirmed less than half a lease time ago (renewing now if not), so a thought is handed over only
+under a lease that has most of its time left.
 """
 
 from __future__ import annotations

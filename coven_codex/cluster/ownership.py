@@ -391,12 +391,20 @@ class Ownership:
     # -- the sessions' mirror hooks -------------------------------------------------------------------
     async def save_state(self, conversation: str, data: bytes, pending: Iterable[Position]) -> None:
         """Mirror a state the session just saved, with the conversation's floor (fenced); the rollout
-        copy first gets every complete line of the state's rollout (:meth:`_copy_whole_rollout`)."""
+        copy first gets every complete line of the state's rollout (:meth:`_copy_whole_rollout`).
+
+        The session hands a thought to Codex once this returns (the write-ahead), so the lease must
+        still be fresh when it does, not only when it began: Redis may have done the fenced write
+        in time and its answer come much later (Redis stopped with ``SIGSTOP`` right after the
+        write, the network held up), by which time the lease may have run out and another daemon
+        taken the thought. So the lease is confirmed again at the end (renewed when the writes took
+        more than half a lease time); :class:`LeaseLost` then, and the thought is not handed over."""
         token = await self.node.fresh(conversation)
         await self._copy_whole_rollout(SessionState.model_validate_json(data), token)
         await self.node.mirror.save_state(
             conversation, token, data.decode("utf-8"), _position_text(self._floor(conversation, pending))
         )
+        await self.node.fresh(conversation)
 
     async def _mirror(self, conversation: str, state: SessionState, pending: Iterable[Position]) -> None:
         await self.save_state(conversation, state.model_dump_json().encode("utf-8"), pending)

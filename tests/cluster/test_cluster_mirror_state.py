@@ -6,10 +6,12 @@ import asyncio
 from pathlib import Path
 from typing import cast
 
+import pytest
 from redis.asyncio import Redis
 
 from coven_codex.agent.state import SessionState
 from coven_codex.cluster.keys import ClusterKeys
+from coven_codex.cluster.leases import LeaseLost
 from coven_codex.cluster.mirror import rehydrate
 from coven_codex.cluster.node import ClusterNode
 from coven_codex.cluster.ownership import Ownership, SessionHost
@@ -79,3 +81,84 @@ async def test_a_claim_at_a_thought_leaves_the_floor_there_for_the_next_owner(
     assert (await b.claim("red", "1795466899000-3")).ok
     assert await b.mirror.load_floor("red") == "1795466898514-0"
     await b.leave()
+
+
+class HeldAnswers:
+    """A TCP relay in front of Redis that passes every command on at once and, while ``hold`` is
+    set, keeps Redis's answers back: Redis did the write, the daemon learns it later (as when Redis
+    is stopped with ``SIGSTOP`` between a command and its answer, or the network holds up)."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.hold = False
+        self.released = asyncio.Event()
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> int:
+        self._server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def aclose(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.port)
+        tasks = {
+            asyncio.create_task(self._pump(reader, up_writer, held=False)),
+            asyncio.create_task(self._pump(up_reader, writer, held=True)),
+        }
+        self._tasks |= tasks
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in tasks:
+            task.cancel()
+        writer.close()
+        up_writer.close()
+
+    async def _pump(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter, *, held: bool) -> None:
+        while data := await source.read(65536):
+            if held and self.hold:
+                await self.released.wait()
+            sink.write(data)
+            await sink.drain()
+
+
+async def test_a_write_ahead_answered_after_the_lease_ran_out_hands_nothing_over(
+    redis_server: RedisServer, redis_client: Redis, cluster_keys: ClusterKeys, tmp_path: Path
+) -> None:
+    """Seen in a loaded run of test_cluster_outage: Redis did a session's fenced write-ahead (the
+    thought in flight) under a valid lease and was frozen before it answered; the answer came once
+    it woke, after the lease had run out, and the session handed the thought to Codex then. The
+    daemon's renewal found the lease lost at that moment, the session was stopped (its turn
+    aborted) and the next owner, finding the thought in the rollout, rightly did not send it again:
+    the thought was never answered. Now the lease is confirmed again once the write-ahead is done:
+    an answer that comes after half a lease time renews first, and the lease having run out,
+    :class:`LeaseLost` stops the hand-over (the next owner sends the thought, not received)."""
+    relay = HeldAnswers(redis_server.port)
+    port = await relay.start()
+    slow = Redis(host="127.0.0.1", port=port)
+    a = ClusterNode(slow, cluster_keys, daemon_id="a", lease_time=1.0)
+    journal = RedisJournal.from_url(redis_server.url(key=cluster_keys.namespace))
+    try:
+        assert (await a.claim("red")).ok
+        ownership = Ownership(a, journal, tmp_path / "codex-home")
+        ownership.host = cast(SessionHost, ReaderAt())
+        state = SessionState(conversation="red")
+        relay.hold = True
+        saving = asyncio.create_task(ownership.save_state("red", state.model_dump_json().encode("utf-8"), []))
+        await asyncio.sleep(1.5)  # the lease (1 s) runs out in Redis; the write was done in time
+        writer = await redis_client.hget(cluster_keys.state("red"), "writer")
+        assert writer == b"a", "Redis did not do the fenced write while the lease held"
+        relay.hold = False
+        relay.released.set()
+        with pytest.raises(LeaseLost):
+            await saving
+        assert not a.owns("red")
+    finally:
+        await journal.aclose()
+        await slow.aclose()
+        await relay.aclose()
