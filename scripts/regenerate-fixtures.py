@@ -309,7 +309,7 @@ SCENARIOS: dict[str, Scenario] = {
         ],
         "review mode (app-server review/start with custom instructions): the findings",
         driver="app-server",
-        versions=("0.135.0",),
+        versions=("0.135.0", "0.171.0"),
         actions=(("review", "review the loop"),),
     ),
     "plan_mode": Scenario(

@@ -280,6 +280,8 @@ def _item_completed(p: JsonObject) -> Payload:
         return AgentReasoningEvent(text, _str(item.get("id")), turn_id, p)
     if item_type == "Plan":
         return activities.plan(item, turn_id) or ItemCompletedEvent(item_type, turn_id, p)
+    if item_type == "ExitedReviewMode":  # 0.171: review mode's end as an item (0.135: exited_review_mode)
+        return activities.review_finished(item) or ItemCompletedEvent(item_type, turn_id, p)
     if item_type in _TOOL_ITEM_TYPES:
         status = _str(item.get("status"))
         result = item.get("result")
