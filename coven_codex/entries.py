@@ -256,7 +256,8 @@ class ApprovalEntry(BaseEntry):
 
 ActivityKind = str
 """Known activities (docs/journal-protocol.md): ``plan``, ``web_search``, ``compaction``,
-``user_shell``, ``patch``, ``image``, ``review``, ``subagent``. Others may appear."""
+``user_shell``, ``patch``, ``image``, ``review``, ``subagent``, ``agent_message``, ``guardian``,
+``goal``, ``thread_name``, ``undo``, ``rollback``. Others may appear."""
 
 
 class ActivityEntry(DaemonEntry):

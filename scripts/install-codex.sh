@@ -6,7 +6,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 versions=("$@")
 if [ ${#versions[@]} -eq 0 ]; then
-  versions=(0.169.0 0.47.0 0.135.0 0.147.0)
+  versions=(0.169.0 0.47.0 0.135.0 0.147.0 0.171.0)
 fi
 for v in "${versions[@]}"; do
   if ! [[ "$v" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]]; then

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import os
 import shutil
@@ -55,7 +56,7 @@ from coven_codex.testing.mcp_echo_server import mcp_server_entry  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "rollouts"
 VERSIONS = ("0.169.0", "0.47.0")
-OTHER_VERSIONS = ("0.20.0", "0.58.0", "0.104.0", "0.118.0", "0.135.0", "0.147.0")
+OTHER_VERSIONS = ("0.20.0", "0.58.0", "0.104.0", "0.118.0", "0.135.0", "0.147.0", "0.171.0")
 """Releases whose rollouts other projects published (docs/rollout.md, "Rollouts of other Codex
 releases"): only the scenarios that show what differs on them are recorded with them."""
 ALL_VERSIONS = VERSIONS + OTHER_VERSIONS
@@ -86,8 +87,31 @@ class Scenario:
     text)``, ``("plan_turn", text)`` (a turn in plan mode), ``("fork", "")`` (``thread/fork``;
     later steps act on the fork, whose rollout becomes the fixture), ``("compact", "")``
     (``thread/compact/start``), ``("shell", command)`` (``thread/shellCommand``: a user's
-    ``!command``), ``("review", instructions)`` (``review/start`` with a custom target)."""
+    ``!command``), ``("review", instructions)`` (``review/start`` with a custom target),
+    ``("name", name)`` (``thread/name/set``), ``("goal", objective)`` (``thread/goal/set``),
+    ``("revert", "")`` (``thread/revert`` before the last turn), ``("file", "name:base64")`` (a
+    file written into the workspace)."""
+    dynamic_tools: Sequence[dict[str, Any]] = ()
+    """app-server: ``dynamicTools`` of ``thread/start`` (experimental API); each ``item/tool/call``
+    request Codex sends for one is answered with ``{"success": true}`` and a text naming the call."""
 
+
+PIXEL_PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
+"""A 1x1 PNG, for view_image and the generated image's result."""
+IMAGE_CALL = {
+    "type": "image_generation_call",
+    "id": "ig_fixture1",
+    "status": "completed",
+    "revised_prompt": "A single red pixel on a white background",
+    "result": PIXEL_PNG,
+}
+TOOL_SEARCH_CALL = {
+    "type": "tool_search_call",
+    "call_id": "ts_fixture1",
+    "status": "completed",
+    "execution": "client",
+    "arguments": {"query": "lookup a record", "limit": 5},
+}
 
 SCENARIOS: dict[str, Scenario] = {
     "single_reply": Scenario(
@@ -285,7 +309,7 @@ SCENARIOS: dict[str, Scenario] = {
         ],
         "review mode (app-server review/start with custom instructions): the findings",
         driver="app-server",
-        versions=("0.135.0",),
+        versions=("0.135.0", "0.171.0"),
         actions=(("review", "review the loop"),),
     ),
     "plan_mode": Scenario(
@@ -295,6 +319,42 @@ SCENARIOS: dict[str, Scenario] = {
         driver="app-server",
         versions=("0.135.0",),
         actions=(("plan_turn", "make a plan"),),
+    ),
+    "newer_items": Scenario(
+        [],
+        [
+            (OutputItem(IMAGE_CALL), Reply("Here is the image.")),
+            CallTool("view_image", {"path": "pixel.png"}),
+            Reply("It is one pixel."),
+            OutputItem(TOOL_SEARCH_CALL),
+            CallTool("lookup", {"id": 7}),
+            Reply("The lookup answered."),
+            CallTool("create_goal", {"objective": "Ship the fixture"}),
+            Reply("Goal set."),
+        ],
+        "what newer releases write: a thread name and goal (thread/name/set, thread/goal/set), an image "
+        "generation result, a view_image call, a tool search (a deferred dynamic tool) and the dynamic "
+        "tool's call, then thread/revert of the last turn",
+        driver="app-server",
+        versions=("0.171.0",),
+        actions=(
+            ("turn", "draw a pixel"),
+            ("name", "Fixture thread"),
+            ("file", f"pixel.png:{PIXEL_PNG}"),
+            ("turn", "look at pixel.png"),
+            ("turn", "look the tool up"),
+            ("turn", "set a goal"),
+            ("goal", "Ship the fixture, really"),
+            ("revert", ""),
+        ),
+        dynamic_tools=(
+            {
+                "type": "function",
+                "name": "lookup",
+                "description": "Look a record up by id.",
+                "inputSchema": {"type": "object", "properties": {"id": {"type": "integer"}}},
+            },
+        ),
     ),
     "exec_sigint": Scenario(
         ["start something long"],
@@ -381,6 +441,11 @@ class AppServer:
         await self.proc.stdin.drain()
         return self.next_id
 
+    async def answer(self, request_id: Any, result: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write((json.dumps({"id": request_id, "result": result}) + "\n").encode())
+        await self.proc.stdin.drain()
+
     async def until(self, done: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
         assert self.proc.stdout is not None
         async with asyncio.timeout(TURN_TIMEOUT):
@@ -391,6 +456,11 @@ class AppServer:
                 message = json.loads(raw)
                 if not str(message.get("method", "")).endswith("/delta"):
                     self.transcript.append(raw.decode().rstrip("\n"))
+                if message.get("method") == "item/tool/call" and "id" in message:  # a dynamic tool's call
+                    params = message.get("params") or {}
+                    text = f"dynamic tool {params.get('tool')} called with {json.dumps(params.get('arguments'))}"
+                    answer = {"success": True, "contentItems": [{"type": "inputText", "text": text}]}
+                    await self.answer(message["id"], answer)
                 if done(message):
                     return dict(message)
 
@@ -403,6 +473,7 @@ async def run_app_server(
     env: dict[str, str],
     interrupt_after: float | None = None,
     actions: Sequence[tuple[str, str]] = (),
+    dynamic_tools: Sequence[dict[str, Any]] = (),
 ) -> tuple[str, list[str]]:
     proc = await asyncio.create_subprocess_exec(
         str(codex),
@@ -416,17 +487,38 @@ async def run_app_server(
     client = AppServer(proc)
     try:
         hello: dict[str, Any] = {"clientInfo": {"name": "coven-fixtures", "version": "1"}}
-        if any(action == "plan_turn" for action, _ in actions):  # collaborationMode is an experimental field
+        if dynamic_tools or any(action == "plan_turn" for action, _ in actions):  # experimental fields
             hello["capabilities"] = {"experimentalApi": True}
         request = await client.send("initialize", hello)
         await client.until(lambda m: m.get("id") == request)
         await client.send("initialized", notify=True)
-        request = await client.send("thread/start", {"cwd": str(cwd)})
+        start: dict[str, Any] = {"cwd": str(cwd)}
+        if dynamic_tools:
+            start["dynamicTools"] = list(dynamic_tools)
+        request = await client.send("thread/start", start)
         started = await client.until(lambda m: m.get("id") == request)
+        if "error" in started:
+            raise RuntimeError(f"thread/start: {started['error']}")
         thread_id = str(started["result"]["thread"]["id"])
         steps = list(actions) or [("turn", prompt) for prompt in prompts]
         number = 0
+        last_turn: str | None = None
         for action, argument in steps:
+            if action == "file":
+                name, _, data = argument.partition(":")
+                (cwd / name).write_bytes(base64.b64decode(data))
+                continue
+            if action in ("name", "goal", "revert"):
+                method, params_of = {
+                    "name": ("thread/name/set", {"threadId": thread_id, "name": argument}),
+                    "goal": ("thread/goal/set", {"threadId": thread_id, "objective": argument}),
+                    "revert": ("thread/revert", {"threadId": thread_id, "beforeTurnId": last_turn}),
+                }[action]
+                request = await client.send(method, params_of)
+                reply = await client.until(lambda m, request=request: m.get("id") == request)
+                if "error" in reply:
+                    raise RuntimeError(f"{method}: {reply['error']}")
+                continue
             if action == "fork":
                 request = await client.send("thread/fork", {"threadId": thread_id})
                 forked = await client.until(lambda m, request=request: m.get("id") == request)
@@ -461,6 +553,7 @@ async def run_app_server(
                 params["collaborationMode"] = {"mode": "plan", "settings": {"model": "m"}}
             request = await client.send("turn/start", params)
             turn = await client.until(lambda m, request=request: m.get("id") == request)
+            last_turn = str(turn["result"]["turn"]["id"])
             if interrupt_after is not None:
                 await asyncio.sleep(interrupt_after)
                 await client.send("turn/interrupt", {"threadId": thread_id, "turnId": turn["result"]["turn"]["id"]})
@@ -542,6 +635,7 @@ async def generate(version: str, name: str, scenario: Scenario) -> None:
                     env=env,
                     interrupt_after=scenario.interrupt_after,
                     actions=scenario.actions,
+                    dynamic_tools=scenario.dynamic_tools,
                 )
             for turn, prompt in enumerate(scenario.prompts if scenario.driver == "exec" else (), start=1):
                 args = ["resume", thread_id] if thread_id else []

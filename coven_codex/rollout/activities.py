@@ -144,3 +144,107 @@ def subagent(event_type: str, p: JsonObject) -> ActivityRecord:
     if thread:
         details.append(("agent_thread_id", thread))
     return ActivityRecord("subagent", _cut(text), _str(p.get("turn_id")), _str(p.get("call_id")), tuple(details), p)
+
+
+_GUARDIAN_VERBS: dict[str, str] = {
+    "approved": "auto-review approved",
+    "denied": "auto-review denied",
+    "timed_out": "auto-review timed out on",
+    "aborted": "auto-review aborted for",
+}
+
+
+def _guardian_action(action: Any) -> str:
+    """What an auto-review (guardian) assessed, in a few words (``GuardianAssessmentAction``)."""
+    if not isinstance(action, dict):
+        return "an action"
+    kind = _str(action.get("type")) or ""
+    if kind == "command":
+        return f"the command {_str(action.get('command')) or ''}".rstrip()
+    if kind == "execve":
+        argv = action.get("argv")
+        words = " ".join(str(a) for a in argv) if isinstance(argv, list) else _str(action.get("program")) or ""
+        return f"the command {words}".rstrip()
+    if kind == "apply_patch":
+        files = action.get("files")
+        names = ", ".join(str(f) for f in files) if isinstance(files, list) else ""
+        return f"a patch to {names}" if names else "a patch"
+    if kind == "network_access":
+        return f"network access to {_str(action.get('target')) or _str(action.get('host')) or 'a host'}"
+    if kind == "mcp_tool_call":
+        return f"the MCP tool {_str(action.get('server')) or '?'}.{_str(action.get('tool_name')) or '?'}"
+    if kind == "request_permissions":
+        return "a permission request"
+    return kind.replace("_", " ") or "an action"
+
+
+def guardian_assessed(p: JsonObject) -> ActivityRecord | None:
+    """``guardian_assessment``: the auto-reviewer's verdict on an action that needed approval
+    (``approvals_reviewer = "auto_review"``); ``None`` while it is ``in_progress`` (the verdict
+    follows as another event with the same ``id``)."""
+    status = _str(p.get("status")) or ""
+    if status not in _GUARDIAN_VERBS:
+        return None
+    text = f"{_GUARDIAN_VERBS[status]} {_guardian_action(p.get('action'))}"
+    risk = _str(p.get("risk_level"))
+    if risk:
+        text += f" (risk: {risk})"
+    rationale = _str(p.get("rationale"))
+    if rationale:
+        text += f": {rationale}"
+    details: list[tuple[str, str | int | bool]] = [("status", status)]
+    if risk:
+        details.append(("risk_level", risk))
+    turn_id = _str(p.get("turn_id")) or None
+    return ActivityRecord("guardian", _cut(text), turn_id, None, tuple(details), p)
+
+
+def goal_updated(p: JsonObject) -> ActivityRecord | None:
+    """``thread_goal_updated``: the thread's goal was set or changed (``thread/goal/set`` or the
+    model's ``create_goal`` / ``update_goal``): its objective and status."""
+    goal = p.get("goal")
+    if not isinstance(goal, dict):
+        return None
+    objective = _str(goal.get("objective")) or ""
+    status = _str(goal.get("status")) or ""
+    text = f"goal: {objective}" + (f" ({status})" if status else "")
+    details: tuple[tuple[str, str | int | bool], ...] = (("status", status),) if status else ()
+    return ActivityRecord("goal", _cut(text), _str(p.get("turnId")) or _str(p.get("turn_id")), None, details, p)
+
+
+def thread_named(p: JsonObject) -> ActivityRecord | None:
+    """``thread_name_updated``: the thread was given a name (a title)."""
+    name = _str(p.get("thread_name"))
+    if name is None:
+        return None
+    return ActivityRecord("thread_name", _cut(f"thread named {name!r}"), None, None, (("name", name),), p)
+
+
+def undo_completed(p: JsonObject) -> ActivityRecord:
+    """``undo_completed`` (``/undo``, releases with ghost snapshots): whether the workspace was
+    restored, and Codex's message."""
+    ok = p.get("success") is not False
+    message = _str(p.get("message")) or ""
+    text = ("undid the last turn's changes" if ok else "undo failed") + (f": {message}" if message else "")
+    return ActivityRecord("undo", _cut(text), None, None, (("success", ok),), p)
+
+
+def rolled_back(p: JsonObject) -> ActivityRecord:
+    """``thread_rolled_back``: the last turns were dropped from the thread's history (the
+    files they changed are not restored)."""
+    turns = p.get("num_turns")
+    count = turns if isinstance(turns, int) and not isinstance(turns, bool) else None
+    text = "the history was rolled back" + (f" by {count} turn{'s' if count != 1 else ''}" if count is not None else "")
+    details: tuple[tuple[str, str | int | bool], ...] = (("turns", count),) if count is not None else ()
+    return ActivityRecord("rollback", text, None, None, details, p)
+
+
+def inter_agent_message(p: JsonObject) -> ActivityRecord | None:
+    """An ``inter_agent_communication`` record: a message between agents of a multi-agent
+    thread (``author`` → ``recipient``, agent paths such as ``/root/worker``)."""
+    content = _str(p.get("content"))
+    if content is None:
+        return None
+    author, recipient = _str(p.get("author")) or "?", _str(p.get("recipient")) or "?"
+    details: tuple[tuple[str, str | int | bool], ...] = (("author", author), ("recipient", recipient))
+    return ActivityRecord("agent_message", _cut(f"{author} → {recipient}: {content}"), None, None, details, p)

@@ -37,6 +37,8 @@ from coven_codex.rollout.records import (
 )
 
 EXCERPT_CHARS = 80
+TOOL_SEARCH = "tool_search"
+"""The tool name a ``tool_search_call`` is shown under."""
 
 
 def parse_line(data: bytes, offset: int) -> RolloutRecord | RolloutParseError:
@@ -134,13 +136,40 @@ def content_text(content: Any) -> str:
     return "".join(part["text"] for part in content if isinstance(part, dict) and isinstance(part.get("text"), str))
 
 
+IMAGE_PLACEHOLDER = "[image]"
+"""What an image in a tool's output shows as (``view_image`` returns the picture itself as an
+``input_image`` part: its data stays in Codex)."""
+_IMAGE_PARTS = frozenset({"input_image", "inputImage", "image"})
+
+
+def tool_search_text(p: JsonObject) -> str:
+    """What a ``tool_search_output`` found: the names of the tools it loaded, or that it found none."""
+    tools = p.get("tools")
+    names: list[str] = []
+    for tool in tools if isinstance(tools, list) else []:
+        if not isinstance(tool, dict) or not isinstance(tool.get("name"), str):
+            continue
+        inner = tool.get("tools")
+        if tool.get("type") == "namespace" and isinstance(inner, list):
+            names += [
+                f"{tool['name']}.{t['name']}" for t in inner if isinstance(t, dict) and isinstance(t.get("name"), str)
+            ]
+        else:
+            names.append(tool["name"])
+    if names:
+        return f"found {len(names)} tool{'s' if len(names) != 1 else ''}: {', '.join(names)}"
+    return "found no tools" if "tools" in p else output_text(p.get("output"))
+
+
 def output_text(output: Any) -> str:
     """The text of a tool output as recorded (string, content list, or ``{"content": ...}``)."""
     if isinstance(output, str):
         return output
     if isinstance(output, list):
         return "\n".join(
-            part["text"] for part in output if isinstance(part, dict) and isinstance(part.get("text"), str)
+            part["text"] if isinstance(part.get("text"), str) else IMAGE_PLACEHOLDER
+            for part in output
+            if isinstance(part, dict) and (isinstance(part.get("text"), str) or part.get("type") in _IMAGE_PARTS)
         )
     if isinstance(output, dict):
         if "content" in output:
@@ -214,6 +243,18 @@ def _response_item(item_type: Any, p: JsonObject) -> Payload:
             json.dumps(p.get("action")),
             p,
         )
+    if item_type == "tool_search_call":  # the model looks up deferred tools (0.16x on)
+        arguments = p.get("arguments")
+        return ToolCallItem(
+            "tool_search_call",
+            _str(p.get("call_id")) or _str(p.get("id")),
+            TOOL_SEARCH,
+            None,
+            arguments if isinstance(arguments, str) else json.dumps(arguments),
+            p,
+        )
+    if item_type == "tool_search_output":
+        return ToolOutputItem(item_type, _str(p.get("call_id")), tool_search_text(p), p)
     if item_type in {"function_call_output", "custom_tool_call_output"}:
         return ToolOutputItem(item_type, _str(p.get("call_id")), output_text(p.get("output")), p)
     return OtherResponseItem(_str(item_type), p)
@@ -239,6 +280,8 @@ def _item_completed(p: JsonObject) -> Payload:
         return AgentReasoningEvent(text, _str(item.get("id")), turn_id, p)
     if item_type == "Plan":
         return activities.plan(item, turn_id) or ItemCompletedEvent(item_type, turn_id, p)
+    if item_type == "ExitedReviewMode":  # 0.171: review mode's end as an item (0.135: exited_review_mode)
+        return activities.review_finished(item) or ItemCompletedEvent(item_type, turn_id, p)
     if item_type in _TOOL_ITEM_TYPES:
         status = _str(item.get("status"))
         result = item.get("result")
@@ -315,6 +358,11 @@ _EVENT_TYPERS: dict[str, Callable[[JsonObject], Payload]] = {
         "error", _str(p.get("message")) or json.dumps(p), p.get("codex_error_info"), p
     ),
     "patch_apply_end": activities.patch_applied,
+    "guardian_assessment": lambda p: activities.guardian_assessed(p) or OtherEvent("guardian_assessment", p),
+    "thread_goal_updated": lambda p: activities.goal_updated(p) or OtherEvent("thread_goal_updated", p),
+    "thread_name_updated": lambda p: activities.thread_named(p) or OtherEvent("thread_name_updated", p),
+    "undo_completed": activities.undo_completed,
+    "thread_rolled_back": activities.rolled_back,
     "mcp_tool_call_end": _mcp_call_end,
     "exited_review_mode": lambda p: activities.review_finished(p) or OtherEvent("exited_review_mode", p),
     "stream_error": lambda p: ErrorMessageEvent(
@@ -337,6 +385,8 @@ def _type_payload(kind: str, payload_type: Any, p: JsonObject) -> Payload:
         return _turn_context(p)
     if kind == "compacted":
         return activities.compaction(p)
+    if kind == "inter_agent_communication":
+        return activities.inter_agent_message(p) or OtherPayload(p)
     return OtherPayload(p)
 
 

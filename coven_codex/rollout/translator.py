@@ -24,9 +24,9 @@ Sources of truth (each reply exactly once, see ``docs/rollout.md``):
 
 Entry ids are ``f"{thread_id}:{line_start}:{index}"``: feeding the same file again from
 offset 0 gives the same entries with the same ids (and the same ``ts``: each entry takes
-its line's timestamp, or the previous line's when it has none; only entries before the
-first timestamped line fall back to the time of reading). The state carried between lines
-is the ``call_id`` → tool name map, the failed call ids, whether turn events were seen, the
+its line's timestamp, or the previous line's when it has none; entries before the first
+timestamped line take the thread's creation time from its UUIDv7 id, else the Unix epoch). The
+state carried between lines is the ``call_id`` → tool name map, the failed call ids, whether turn events were seen, the
 open turn and its calls without a result, the current turn id, the file's own thread id and
 whether it is a fork, the last timestamp, the user messages counted, the thought the current
 turn answers (``in_reply_to`` on each entry of the turn, from the ``reply_to`` lookup) and the
@@ -259,17 +259,25 @@ class RolloutTranslator:
         time (``ts`` parsed only when an entry needs it)."""
         fields: dict[str, Any] = {"id": f"{self.thread_id}:{offset}:{index}", "conversation": self.conversation}
         text = self._last_timestamp_text
-        if text is not None:
-            if text != self._parsed_timestamp_text:
-                parsed = _parse_timestamp(text)
-                if parsed is not None and (self._parsed_timestamp is None or parsed > self._parsed_timestamp):
-                    self._parsed_timestamp = parsed  # never earlier than an entry before: see docs/rollout.md
-                self._parsed_timestamp_text = text
-            if self._parsed_timestamp is not None:
-                fields["ts"] = self._parsed_timestamp  # lines without one take the previous line's time
+        if text is not None and text != self._parsed_timestamp_text:
+            parsed = _parse_timestamp(text)
+            if parsed is not None and (self._parsed_timestamp is None or parsed > self._parsed_timestamp):
+                self._parsed_timestamp = parsed  # never earlier than an entry before: see docs/rollout.md
+            self._parsed_timestamp_text = text
+        # lines without a time (a bad line, a record without one) take the previous line's time;
+        # before any, a time that re-reading gives again: see no_time_yet()
+        fields["ts"] = self._parsed_timestamp if self._parsed_timestamp is not None else self.no_time_yet()
         if self._reply_to is not None:
             fields["in_reply_to"] = self._reply_to
         return fields
+
+    def no_time_yet(self) -> datetime:
+        """The ``ts`` of entries before the file's first timestamped line (a bad first line): the
+        creation time a UUIDv7 thread id carries (every release that writes ``ordinal`` and most
+        before it), else the Unix epoch. Never the time of reading, so re-reading the file gives
+        the same entries."""
+        millis = _uuid7_millis(self.thread_id)
+        return datetime.fromtimestamp((millis or 0) / 1000, UTC)
 
     def _turn_common(self, offset: int, turn_id: str | None, what: str, index: int = 0) -> dict[str, Any]:
         """:meth:`_common` for a turn's error or end: the id is :func:`turn_entry_id` when the turn is known."""
@@ -332,6 +340,10 @@ class RolloutTranslator:
 
     def _tool_output_item(self, record: RolloutRecord) -> list[BaseEntry]:
         assert isinstance(record.payload, ToolOutputItem)
+        if record.payload.call_id is None and "name" in record.payload.raw:
+            # context Codex hands the model as a tool output of no call (0.171: the thread goal's
+            # objective, name "goal_objective", additional_context_tool_output): not a tool's result
+            return []
         if record.payload.call_id is not None:
             self._open_calls.pop(record.payload.call_id, None)
         return [self._tool_result(record.payload, self._common(record.offset))]

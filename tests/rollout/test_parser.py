@@ -26,6 +26,10 @@ EXPECTED_PAYLOAD_CLASSES: dict[tuple[str, str | None], set[type]] = {
     ("event_msg", "entered_review_mode"): {r.OtherEvent},
     ("event_msg", "exited_review_mode"): {r.ActivityRecord},
     ("event_msg", "mcp_tool_call_end"): {r.McpCallEndEvent},
+    ("response_item", "image_generation_call"): {r.ActivityRecord},
+    ("response_item", "tool_search_call"): {r.ToolCallItem},
+    ("response_item", "tool_search_output"): {r.ToolOutputItem},
+    ("event_msg", "thread_goal_updated"): {r.ActivityRecord},
     ("response_item", "reasoning"): {r.ReasoningItem},
     ("response_item", "function_call"): {r.ToolCallItem},
     ("response_item", "function_call_output"): {r.ToolOutputItem},
@@ -43,6 +47,7 @@ EXPECTED_PAYLOAD_CLASSES: dict[tuple[str, str | None], set[type]] = {
         r.AgentReasoningEvent,
         r.ToolCallCompletedEvent,
         r.ActivityRecord,  # a Plan item
+        r.ItemCompletedEvent,  # 0.171: an ImageView item (the view_image call repeated)
     },
 }
 OLD_FORMAT = {fixture_path("0.20.0", "old_format")}
