@@ -3,7 +3,7 @@
 Routes (all behind :class:`~coven_codex.adapters.web.auth.Guard`):
 
 - ``GET /``: the page; ``GET /static/app.js``, ``/static/style.css``: its script and style
-- ``WS /live``: the live channel (:mod:`.protocol`)
+- ``WS /live``: the live channel (:mod:`.protocol`), which logs in with its first message
 - ``POST /upload``: an image (raw body, at most 10 MiB); answers ``{"name": ...}``
 - ``GET /attachments/<name>``: a stored image
 """
@@ -11,8 +11,10 @@ Routes (all behind :class:`~coven_codex.adapters.web.auth.Guard`):
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
+import secrets
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -27,14 +29,20 @@ from starlette.types import ASGIApp
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from coven_codex.adapters.kit.commands import HELP, Command, parse_command
-from coven_codex.adapters.web.auth import Access, Guard
+from coven_codex.adapters.web.auth import NEEDS_TOKEN, Access, Guard, Sessions
 from coven_codex.adapters.web.hub import Hub
 from coven_codex.adapters.web.protocol import (
     CLIENT_MESSAGE,
+    LOGIN_MESSAGE,
+    Challenge,
     Conversations,
+    Device,
     Entries,
     Hello,
+    LoginDevice,
+    LoginToken,
     Notice,
+    Refused,
     SendApproval,
     SendCancel,
     SendReset,
@@ -56,6 +64,12 @@ SEND_TIMEOUT = 30.0
 """A tab that takes longer than this to take one message is disconnected (it reconnects and resumes)."""
 IDLE_WAKE = 30.0
 """The push loop's longest sleep; it normally wakes on new entries."""
+LOGIN_TIMEOUT = 10.0
+"""A new live channel that has not logged in within this is closed."""
+STALE_DEVICE = (
+    "This browser's saved login is not valid any more (the page server was started with another token). "
+    "Open the address that `coven-codex web` printed (it ends with ?token=...)."
+)
 
 
 class _TabGone(Exception):
@@ -65,10 +79,11 @@ class _TabGone(Exception):
 class LiveConnection:
     """One tab's live channel: what it asked to see, and what it has been sent."""
 
-    def __init__(self, websocket: WebSocket, hub: Hub, writer: JournalWriter) -> None:
+    def __init__(self, websocket: WebSocket, hub: Hub, writer: JournalWriter, hello: Hello) -> None:
         self.websocket = websocket
         self.hub = hub
         self.writer = writer
+        self.hello = hello
         self._conversation: str | None = None
         self._after: int | None = None
         self._subscription: Subscribe | None = None
@@ -76,7 +91,7 @@ class LiveConnection:
 
     async def run(self) -> None:
         """Serve the tab until it goes away."""
-        await self._send(Hello(sender=self.writer.sender, conversations=self.hub.names()).model_dump_json())
+        await self._send(self.hello.model_copy(update={"conversations": self.hub.names()}).model_dump_json())
         try:
             async with asyncio.TaskGroup() as group:
                 group.create_task(self._receive())
@@ -147,6 +162,33 @@ class LiveConnection:
                 self._after = batch[-1].end
             if self._subscription is not None:
                 return  # the tab switched conversation; the rest is not wanted
+
+
+async def login(websocket: WebSocket, access: Access) -> Device | Refused | None:
+    """Challenge a new live channel and check its answer: the device key handed out (None for a
+    device login), or what was refused. Raises TimeoutError when no answer comes in time."""
+    nonce = secrets.token_urlsafe(32)
+    await websocket.send_text(Challenge(nonce=nonce).model_dump_json())
+    async with asyncio.timeout(LOGIN_TIMEOUT):
+        message = await websocket.receive()
+    if message["type"] == "websocket.disconnect":
+        raise WebSocketDisconnect(message.get("code", 1000))
+    try:
+        answer = LOGIN_MESSAGE.validate_json(message.get("text") or message.get("bytes") or "")
+    except ValidationError:
+        return Refused(text="the live channel must log in first; " + NEEDS_TOKEN.strip())
+    match answer:
+        case LoginToken() if access.token_ok(answer.token):
+            if not answer.device:
+                return None
+            device, secret = access.new_device()
+            return Device(id=device, secret=base64.urlsafe_b64encode(secret).rstrip(b"=").decode())
+        case LoginDevice() if access.device_ok(answer.device, nonce, answer.proof):
+            return None
+        case LoginDevice():
+            return Refused(text=STALE_DEVICE)
+        case _:
+            return Refused(text=NEEDS_TOKEN.strip())
 
 
 async def _first(*waits: Coroutine[Any, Any, object], within: float) -> None:
@@ -253,6 +295,7 @@ def create_app(journal: Journal, store: ImageStore, access: Access, sender: str)
     """The page server for ``journal``, guarded by ``access``; thoughts are sent as ``sender``."""
     hub = Hub(journal, store.folder)
     writer = JournalWriter(journal, store, sender, hub)
+    sessions = Sessions()
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -304,7 +347,23 @@ def create_app(journal: Journal, store: ImageStore, access: Access, sender: str)
 
     async def live(websocket: WebSocket) -> None:
         await websocket.accept()
-        await LiveConnection(websocket, hub, writer).run()
+        try:
+            outcome = await login(websocket, access)
+        except (TimeoutError, WebSocketDisconnect, RuntimeError, OSError):
+            with contextlib.suppress(Exception):
+                await websocket.close(code=1008)
+            return
+        if isinstance(outcome, Refused):
+            with contextlib.suppress(Exception):
+                await websocket.send_text(outcome.model_dump_json())
+                await websocket.close(code=1008)
+            return
+        session = sessions.issue()
+        try:
+            hello = Hello(sender=sender, conversations=[], session=session, device=outcome)
+            await LiveConnection(websocket, hub, writer, hello).run()
+        finally:
+            sessions.revoke(session)
 
     app = Starlette(
         routes=[
@@ -316,4 +375,4 @@ def create_app(journal: Journal, store: ImageStore, access: Access, sender: str)
         ],
         lifespan=lifespan,
     )
-    return Guard(app, access)
+    return Guard(app, access, sessions)
