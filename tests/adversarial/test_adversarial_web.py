@@ -35,6 +35,7 @@ from web_helpers import (
 from coven_codex.adapters.web.app import LOGIN_TIMEOUT
 from coven_codex.adapters.web.auth import Access, device_proof
 from coven_codex.adapters.web.connections import HEADER_TIMEOUT
+from coven_codex.adapters.web.uploads import MAX_IMAGE_BYTES, MAX_UNSENT_BYTES, MAX_UNSENT_IMAGES, ImageStore
 from coven_codex.entries import (
     ApprovalEntry,
     ApprovalRequestEntry,
@@ -464,3 +465,100 @@ async def test_a_request_whose_headers_never_end_is_closed(web_server: WebServer
         assert time.monotonic() - started > HEADER_TIMEOUT - 1
     finally:
         writer.close()
+
+
+def _distinct_png(number: int, size: int = 0) -> bytes:
+    """A PNG unlike every other ``number`` (padded to ``size`` bytes when given)."""
+    image = png(number % 50 + 1, number // 50 + 1)
+    return image + b"\0" * max(0, size - len(image))
+
+
+async def _upload(server: WebServer, headers: dict[str, str], data: bytes) -> tuple[int, dict[str, str]]:
+    status, _, body = await asyncio.to_thread(request, server.port, "POST", "/upload", headers=headers, body=data)
+    return status, json.loads(body)
+
+
+async def _fence(socket: websockets.ClientConnection) -> list[str]:
+    """Every notice until the answer to a command sent now: what was sent before is done."""
+    await socket.send(json.dumps({"type": "thought", "conversation": "c", "text": "/zzz"}))
+    notices: list[str] = []
+    while not notices or not notices[-1].startswith("unknown command /zzz"):
+        message = json.loads(await asyncio.wait_for(socket.recv(), 10))
+        if message["type"] == "notice":
+            notices.append(message["text"])
+    return notices[:-1]
+
+
+async def test_unsent_uploads_are_limited_in_number_until_a_thought_sends_them(web_server: WebServer) -> None:
+    await web_server.start()
+    async with live(web_server) as (socket, hello):
+        headers = page_headers(web_server, hello["session"])
+        names = []
+        for number in range(MAX_UNSENT_IMAGES):
+            status, answer = await _upload(web_server, headers, _distinct_png(number))
+            assert status == 200, answer
+            names.append(answer["name"])
+        assert (await _upload(web_server, headers, _distinct_png(0)))[0] == 200  # the same image again: no more room
+        status, answer = await _upload(web_server, headers, _distinct_png(MAX_UNSENT_IMAGES))
+        assert status == 429
+        assert f"{MAX_UNSENT_IMAGES} images" in answer["error"] and "not sent yet" in answer["error"]
+        assert "Send the images you attached" in answer["error"] and "60 minutes" in answer["error"]
+        await socket.send(
+            json.dumps({"type": "thought", "conversation": "c", "text": "these", "attachments": names[:8]})
+        )
+        assert await _fence(socket) == []
+        for number in range(MAX_UNSENT_IMAGES, MAX_UNSENT_IMAGES + 8):  # sent images make room
+            assert (await _upload(web_server, headers, _distinct_png(number)))[0] == 200
+        assert (await _upload(web_server, headers, _distinct_png(99)))[0] == 429
+    folder = web_server.journal.parent / "journal.jsonl.attachments"
+    assert len(list(folder.glob("*.png"))) == MAX_UNSENT_IMAGES + 8
+
+
+async def test_unsent_uploads_are_limited_in_bytes(web_server: WebServer) -> None:
+    await web_server.start()
+    big = MAX_IMAGE_BYTES
+    async with live(web_server) as (_, hello):
+        headers = page_headers(web_server, hello["session"])
+        for number in range(MAX_UNSENT_BYTES // big):
+            status, answer = await _upload(web_server, headers, _distinct_png(number, big))
+            assert status == 200, answer
+        status, answer = await _upload(web_server, headers, _distinct_png(99, big))
+        assert status == 429 and "100 MiB" in answer["error"]
+        assert (await _upload(web_server, headers, _distinct_png(100)))[0] == 429  # full is full
+
+
+async def test_unsent_uploads_are_deleted_after_their_age_unless_a_thought_attaches_them(
+    web_server: WebServer,
+) -> None:
+    folder = web_server.journal.parent / "journal.jsonl.attachments"
+    other_adapter = await ImageStore(folder).save(_distinct_png(1))  # as Slack stores an image, in a thought
+    journal = FileJournal(web_server.journal, durability="never")
+    await journal.append(
+        ThoughtEntry(conversation="s", sender="bo", text="pic", attachments=[other_adapter.attachment()])
+    )
+    await journal.aclose()
+    await web_server.start()
+    async with live(web_server) as (socket, hello):
+        headers = page_headers(web_server, hello["session"])
+        names = {}
+        for label, number in (("in a slack thought", 1), ("sent", 2), ("unsent", 3), ("recent", 4)):
+            status, answer = await _upload(web_server, headers, _distinct_png(number))
+            assert status == 200
+            names[label] = answer["name"]
+        assert names["in a slack thought"] == other_adapter.path.name
+        await socket.send(
+            json.dumps({"type": "thought", "conversation": "c", "text": "one", "attachments": [names["sent"]]})
+        )
+        assert await _fence(socket) == []
+        two_hours_ago = time.time() - 2 * 3600  # time passes: everything but "recent" is old
+        for label in ("in a slack thought", "sent", "unsent"):
+            for path in folder.rglob(names[label]):
+                os.utime(path, (two_hours_ago, two_hours_ago))
+        assert (await _upload(web_server, headers, _distinct_png(5)))[0] == 200  # an upload sweeps first
+        kept = {path.name for path in folder.glob("*.png")}
+        assert names["unsent"] not in kept
+        assert {names["in a slack thought"], names["sent"], names["recent"]} <= kept
+        status, _, _ = await asyncio.to_thread(
+            request, web_server.port, "GET", f"/attachments/{names['unsent']}", headers=headers
+        )
+        assert status == 404

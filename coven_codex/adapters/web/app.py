@@ -50,7 +50,7 @@ from coven_codex.adapters.web.protocol import (
     Subscribe,
 )
 from coven_codex.adapters.web.render import WireEntry, clip
-from coven_codex.adapters.web.uploads import MAX_IMAGE_BYTES, ImageStore, UploadError
+from coven_codex.adapters.web.uploads import MAX_IMAGE_BYTES, ImageStore, UnsentUploads, UploadError
 from coven_codex.entries import ApprovalEntry, BaseEntry, CancelEntry, ResetEntry, ThoughtEntry
 from coven_codex.journal import Journal, JournalError
 
@@ -64,6 +64,8 @@ SEND_TIMEOUT = 30.0
 """A tab that takes longer than this to take one message is disconnected (it reconnects and resumes)."""
 IDLE_WAKE = 30.0
 """The push loop's longest sleep; it normally wakes on new entries."""
+SWEEP_INTERVAL = 600.0
+"""How often unsent uploads past their age are deleted (also before every upload)."""
 LOGIN_TIMEOUT = 10.0
 """A new live channel that has not logged in within this is closed."""
 STALE_DEVICE = (
@@ -213,13 +215,26 @@ async def _follow(hub: Hub) -> None:
         )
 
 
+async def _sweep_unsent(hub: Hub, unsent: UnsentUploads) -> None:
+    """Delete unsent uploads past their age: once the hub knows every thought's images, then every
+    :data:`SWEEP_INTERVAL` seconds."""
+    await hub.caught_up.wait()
+    while True:
+        try:
+            await unsent.sweep(hub.attached)
+        except OSError as exc:
+            log.warning("cannot clean up unsent images: %s", exc)
+        await asyncio.sleep(SWEEP_INTERVAL)
+
+
 class JournalWriter:
     """Appends what the page's buttons and composer ask for."""
 
-    def __init__(self, journal: Journal, store: ImageStore, sender: str, hub: Hub) -> None:
+    def __init__(self, journal: Journal, store: ImageStore, sender: str, hub: Hub, unsent: UnsentUploads) -> None:
         self.journal = journal
         self.hub = hub
         self.store = store
+        self.unsent = unsent
         self.sender = sender
         self._failing = False
 
@@ -235,12 +250,16 @@ class JournalWriter:
                     return "an attached image is no longer stored; attach it again"
                 if not request.text.strip() and not attachments:
                     return "nothing to send: type a message or attach an image"
-                entry = ThoughtEntry(
+                thought = ThoughtEntry(
                     conversation=request.conversation,
                     sender=self.sender,
                     text=request.text,
                     attachments=[a.attachment() for a in attachments if a is not None],
                 )
+                problem = await self._append(thought)
+                if problem is None:
+                    await self.unsent.sent(request.attachments)
+                return problem
             case SendCancel():
                 entry = CancelEntry(conversation=request.conversation, sender=self.sender)
             case SendReset():
@@ -294,18 +313,22 @@ class JournalWriter:
 def create_app(journal: Journal, store: ImageStore, access: Access, sender: str) -> ASGIApp:
     """The page server for ``journal``, guarded by ``access``; thoughts are sent as ``sender``."""
     hub = Hub(journal, store.folder)
-    writer = JournalWriter(journal, store, sender, hub)
+    unsent = UnsentUploads(store)
+    writer = JournalWriter(journal, store, sender, hub, unsent)
     sessions = Sessions()
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-        follower = asyncio.create_task(_follow(hub), name="web-hub")
+        tasks = [
+            asyncio.create_task(_follow(hub), name="web-hub"),
+            asyncio.create_task(_sweep_unsent(hub, unsent), name="web-unsent-sweep"),
+        ]
         try:
             yield
         finally:
-            follower.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await follower
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def page(_request: Request) -> Response:
         return FileResponse(STATIC / "index.html", media_type="text/html; charset=utf-8")
@@ -338,7 +361,9 @@ def create_app(journal: Journal, store: ImageStore, access: Access, sender: str)
                     status_code=413,
                 )
         try:
-            stored = await store.save(bytes(data))
+            if hub.caught_up.is_set():
+                await unsent.sweep(hub.attached)
+            stored = await unsent.save(bytes(data))
         except UploadError as exc:
             return JSONResponse({"error": str(exc)}, status_code=exc.status)
         except OSError as exc:
