@@ -249,7 +249,10 @@ async def _uploads_are_checked(web_server: WebServer, headers: dict[str, str]) -
     assert status == 413 and b"10 MiB" in body
     for path in ("/attachments/..%2Fjournal.jsonl", "/attachments/journal.jsonl", "/static/index.html"):
         assert (await asyncio.to_thread(request, web_server.port, "GET", path, headers=headers))[0] == 404
-    assert sorted(p.name for p in folder.iterdir()) == [answer["name"]]
+    assert sorted(p.name for p in folder.iterdir()) == [".unsent", answer["name"]]
+    marker = folder / ".unsent" / answer["name"]  # not sent yet (uploads never sent are cleaned up)
+    assert marker.read_bytes() == b"" and stat.S_IMODE(marker.stat().st_mode) == 0o600
+    assert stat.S_IMODE(marker.parent.stat().st_mode) == 0o700
 
 
 async def test_the_page_appends_thoughts_attachments_cancel_approval_and_reset(web_server: WebServer) -> None:

@@ -156,14 +156,14 @@ async def live(
 
 
 @contextlib.asynccontextmanager
-async def chromium(profile: Path) -> AsyncIterator[BrowserContext]:
-    """Headless Chromium with a fresh profile in ``profile``."""
+async def chromium(profile: Path, *extra_args: str) -> AsyncIterator[BrowserContext]:
+    """Headless Chromium with a fresh profile in ``profile`` (and ``extra_args`` on its command line)."""
     async with async_playwright() as playwright:
         context = await playwright.chromium.launch_persistent_context(
             str(profile),
             executable_path=CHROMIUM,
             headless=True,
-            args=CHROMIUM_ARGS,
+            args=[*CHROMIUM_ARGS, *extra_args],
             viewport={"width": 1100, "height": 720},
         )
         try:
