@@ -32,7 +32,7 @@ from web_helpers import (
     request,
 )
 
-from coven_codex.adapters.web.app import LOGIN_TIMEOUT
+from coven_codex.adapters.web.app import LOGIN_TIMEOUT, MAX_PENDING_LOGINS
 from coven_codex.adapters.web.auth import Access, device_proof
 from coven_codex.adapters.web.connections import HEADER_TIMEOUT
 from coven_codex.adapters.web.uploads import MAX_IMAGE_BYTES, MAX_UNSENT_BYTES, MAX_UNSENT_IMAGES, ImageStore
@@ -565,3 +565,33 @@ async def test_unsent_uploads_are_deleted_after_their_age_unless_a_thought_attac
             request, web_server.port, "GET", f"/attachments/{names['unsent']}", headers=headers
         )
         assert status == 404
+
+
+async def test_live_channels_that_never_log_in_do_not_keep_a_real_page_out(web_server: WebServer) -> None:
+    """300 WebSockets (a forged Origin is easy outside a browser) that take the challenge and never
+    answer: the oldest are closed as new ones come, and a real login still gets through at once."""
+    await web_server.start()
+    own = {"Origin": f"http://127.0.0.1:{web_server.port}"}
+    idle: list[websockets.ClientConnection] = []
+    try:
+        refused = 0
+        for _ in range(300):
+            try:
+                socket = await websockets.connect(
+                    live_uri(web_server), origin=None, additional_headers=own, open_timeout=10
+                )
+            except websockets.InvalidStatus:
+                refused += 1
+                continue
+            idle.append(socket)
+        started = time.monotonic()
+        async with live(web_server) as (_, hello):
+            assert hello["type"] == "hello"
+        assert time.monotonic() - started < LOGIN_TIMEOUT / 2
+        assert refused == 0
+        oldest = idle[: 300 - MAX_PENDING_LOGINS]  # each newcomer past the limit closed the oldest waiting one
+        await asyncio.wait_for(asyncio.gather(*(s.wait_closed() for s in oldest)), 10)
+        assert {s.close_code for s in oldest} == {1008}
+    finally:
+        for socket in idle:
+            await socket.close()

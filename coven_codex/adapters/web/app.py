@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import contextlib
 import logging
 import secrets
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Literal
@@ -68,6 +69,8 @@ SWEEP_INTERVAL = 600.0
 """How often unsent uploads past their age are deleted (also before every upload)."""
 LOGIN_TIMEOUT = 10.0
 """A new live channel that has not logged in within this is closed."""
+MAX_PENDING_LOGINS = 32
+"""Live channels waiting to log in, at most: a newer one closes the oldest (a page logs in at once)."""
 STALE_DEVICE = (
     "This browser's saved login is not valid any more (the page server was started with another token). "
     "Open the address that `coven-codex web` printed (it ends with ?token=...)."
@@ -166,13 +169,45 @@ class LiveConnection:
                 return  # the tab switched conversation; the rest is not wanted
 
 
-async def login(websocket: WebSocket, access: Access) -> Device | Refused | None:
+class LoginGate:
+    """The live channels waiting to log in: at most :data:`MAX_PENDING_LOGINS`, the oldest evicted
+    (connections that never log in cannot hold the server's connection slots)."""
+
+    def __init__(self, limit: int = MAX_PENDING_LOGINS) -> None:
+        self.limit = limit
+        self._pending: collections.OrderedDict[int, asyncio.Event] = collections.OrderedDict()
+        self._next = 0
+        self.evicted = 0
+
+    @contextlib.contextmanager
+    def waiting(self) -> Iterator[asyncio.Event]:
+        """A slot while a channel logs in; its event is set when a newer channel evicts it."""
+        while len(self._pending) >= self.limit:
+            _, oldest = self._pending.popitem(last=False)
+            oldest.set()
+            self.evicted += 1
+        self._next += 1
+        key, evicted = self._next, asyncio.Event()
+        self._pending[key] = evicted
+        try:
+            yield evicted
+        finally:
+            self._pending.pop(key, None)
+
+
+async def login(websocket: WebSocket, access: Access, evicted: asyncio.Event) -> Device | Refused | None:
     """Challenge a new live channel and check its answer: the device key handed out (None for a
-    device login), or what was refused. Raises TimeoutError when no answer comes in time."""
+    device login), or what was refused. Raises TimeoutError when no answer comes in time or a
+    newer channel took its place (``evicted``)."""
     nonce = secrets.token_urlsafe(32)
     await websocket.send_text(Challenge(nonce=nonce).model_dump_json())
-    async with asyncio.timeout(LOGIN_TIMEOUT):
-        message = await websocket.receive()
+    receiving = asyncio.ensure_future(websocket.receive())
+    await _first(_done(receiving), evicted.wait(), within=LOGIN_TIMEOUT)
+    if not receiving.done() or receiving.cancelled():
+        receiving.cancel()
+        await asyncio.gather(receiving, return_exceptions=True)
+        raise TimeoutError
+    message = receiving.result()
     if message["type"] == "websocket.disconnect":
         raise WebSocketDisconnect(message.get("code", 1000))
     try:
@@ -191,6 +226,10 @@ async def login(websocket: WebSocket, access: Access) -> Device | Refused | None
             return Refused(text=STALE_DEVICE)
         case _:
             return Refused(text=NEEDS_TOKEN.strip())
+
+
+async def _done(task: asyncio.Future[Any]) -> None:
+    await asyncio.wait([task])
 
 
 async def _first(*waits: Coroutine[Any, Any, object], within: float) -> None:
@@ -316,6 +355,7 @@ def create_app(journal: Journal, store: ImageStore, access: Access, sender: str)
     unsent = UnsentUploads(store)
     writer = JournalWriter(journal, store, sender, hub, unsent)
     sessions = Sessions()
+    gate = LoginGate()
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -373,7 +413,8 @@ def create_app(journal: Journal, store: ImageStore, access: Access, sender: str)
     async def live(websocket: WebSocket) -> None:
         await websocket.accept()
         try:
-            outcome = await login(websocket, access)
+            with gate.waiting() as evicted:
+                outcome = await login(websocket, access, evicted)
         except (TimeoutError, WebSocketDisconnect, RuntimeError, OSError):
             with contextlib.suppress(Exception):
                 await websocket.close(code=1008)
