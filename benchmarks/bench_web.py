@@ -150,7 +150,7 @@ async def scale(folder: Path, conversations: int, per_conversation: int) -> None
     journal = FileJournal(journal_path, durability="never")
     server, port = await start_server(journal_path)
     process = psutil.Process(server.pid)
-    headers = {"Cookie": f"coven_web_{port}={TOKEN}", "Origin": f"http://127.0.0.1:{port}"}
+    headers = {"Origin": f"http://127.0.0.1:{port}"}
     total = conversations * per_conversation
     received = [0] * conversations
     done = asyncio.Event()
@@ -159,6 +159,8 @@ async def scale(folder: Path, conversations: int, per_conversation: int) -> None
         sockets = []
         for index in range(conversations):
             socket = await websockets.connect(f"ws://127.0.0.1:{port}/live", additional_headers=headers, max_size=None)
+            await socket.recv()  # the challenge: log in with the token as the page does
+            await socket.send(json.dumps({"type": "login", "token": TOKEN}))
             await socket.send(json.dumps({"type": "subscribe", "conversation": f"c{index}", "after": None}))
             sockets.append(socket)
 

@@ -29,7 +29,7 @@ async def test_two_tabs_stay_in_sync_and_a_reload_keeps_history(
     errors: list[str] = []
     async with chromium(tmp_path / "profile") as browser:
         first = await open_page(browser, url + "#c=room", errors)
-        second = await open_page(browser, f"{web_server.base}/#c=room", errors)  # the cookie is set: no token
+        second = await open_page(browser, f"{web_server.base}/#c=room", errors)  # the device key logs it in: no token
         for tab in (first, second):
             await tab.wait_for_function("() => document.querySelectorAll('#messages .msg').length === 2")
             assert await message_texts(tab, "response") == ["earlier answer"]
@@ -173,3 +173,28 @@ async def test_kill9_of_the_page_server_while_200_entries_flow_loses_and_repeats
         assert all(0 < k < total for k in killed_at), f"kills must fall while entries flow: {killed_at}"
         assert errors == []
     await journal.aclose()
+
+
+async def test_on_a_name_that_is_not_loopback_the_login_lasts_as_long_as_the_tab(
+    web_server: WebServer, tmp_path: Path, chromium_path: str
+) -> None:
+    """Plain HTTP on another name is no secure context: no WebCrypto, so no device key is kept;
+    the tab stays logged in (reconnects included) and a reload asks for the printed address."""
+    journal = FileJournal(web_server.journal, durability="never")
+    await journal.append(ResponseEntry(conversation="c", text="hello over the network"))
+    await journal.aclose()
+    await web_server.start("--allowed-host", "devbox.example")
+    url = f"http://devbox.example:{web_server.port}/?token={web_server.token}#c=c"
+    errors: list[str] = []
+    async with chromium(tmp_path / "profile", "--host-resolver-rules=MAP devbox.example 127.0.0.1") as browser:
+        page = await open_page(browser, url, errors)
+        assert not await page.evaluate("window.isSecureContext") and "token" not in page.url
+        await page.wait_for_selector(".msg.response")
+        await web_server.stop()  # the tab reconnects to a restarted server with the token in its memory
+        await page.wait_for_function("() => document.getElementById('connection').textContent === 'reconnecting…'")
+        await web_server.start("--allowed-host", "devbox.example")
+        await page.wait_for_function("() => document.getElementById('connection').textContent === 'connected'")
+        await page.reload()
+        await page.wait_for_function("() => document.getElementById('connection').textContent === 'not logged in'")
+        assert "printed" in await page.inner_text("#notice")
+        assert errors == []

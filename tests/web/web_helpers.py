@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http.client
+import json
 import os
 import re
+import resource
 import signal
 import struct
 import sys
@@ -15,8 +17,12 @@ import zlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import websockets
 from playwright.async_api import BrowserContext, Page, async_playwright
+from websockets.asyncio.client import ClientConnection
+from websockets.typing import Origin
 
 TOKEN = "test-token-0123456789abcdefghij"
 CHROMIUM = "/usr/bin/chromium"
@@ -45,6 +51,8 @@ class WebServer:
     process: asyncio.subprocess.Process | None = None
     runs: int = 0
     logs: list[Path] = field(default_factory=list)
+    open_files: int | None = None
+    """The server's soft open-file limit (``ulimit -n``), when the test sets one."""
 
     async def start(self, *args: str) -> str:
         """Start it (on the port of the previous run, if any) and return the URL it printed."""
@@ -69,6 +77,7 @@ class WebServer:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=err,
                 env=env,
+                preexec_fn=None if self.open_files is None else self._limit_open_files,
             )
         assert self.process.stdout is not None
         line = await asyncio.wait_for(self.process.stdout.readline(), 30)
@@ -77,6 +86,11 @@ class WebServer:
         self.url = match.group(1)
         self.port = int(self.url.split(":")[2].split("/")[0])
         return self.url
+
+    def _limit_open_files(self) -> None:
+        assert self.open_files is not None
+        _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.open_files, hard))
 
     @property
     def base(self) -> str:
@@ -115,29 +129,41 @@ def request(
         connection.close()
 
 
-def cookie_header(server: WebServer) -> dict[str, str]:
-    """The headers of a page that logged in: Host, the token cookie and its own Origin."""
-    return {
-        "Host": f"127.0.0.1:{server.port}",
-        "Cookie": f"coven_web_{server.port}={server.token}",
-        "Origin": f"http://127.0.0.1:{server.port}",
-    }
+def page_headers(server: WebServer, session: str | None = None) -> dict[str, str]:
+    """The headers of the page's own requests: Host, its Origin and, given, the live channel's session."""
+    headers = {"Host": f"127.0.0.1:{server.port}", "Origin": f"http://127.0.0.1:{server.port}"}
+    if session is not None:
+        headers["Authorization"] = f"Bearer {session}"
+    return headers
 
 
-def socket_headers(server: WebServer) -> dict[str, str]:
-    """What the page's live channel sends besides the Host (which the client adds): cookie and Origin."""
-    return {k: v for k, v in cookie_header(server).items() if k != "Host"}
+def live_uri(server: WebServer) -> str:
+    return f"ws://127.0.0.1:{server.port}/live"
 
 
 @contextlib.asynccontextmanager
-async def chromium(profile: Path) -> AsyncIterator[BrowserContext]:
-    """Headless Chromium with a fresh profile in ``profile``."""
+async def live(
+    server: WebServer, *, token: str | None = None
+) -> AsyncIterator[tuple[ClientConnection, dict[str, Any]]]:
+    """The live channel, logged in with the access token as the page does; (socket, its hello)."""
+    async with websockets.connect(live_uri(server), origin=Origin(f"http://127.0.0.1:{server.port}")) as socket:
+        challenge = json.loads(await asyncio.wait_for(socket.recv(), 10))
+        assert challenge["type"] == "challenge", challenge
+        await socket.send(json.dumps({"type": "login", "token": token or server.token}))
+        hello = json.loads(await asyncio.wait_for(socket.recv(), 10))
+        assert hello["type"] == "hello", hello
+        yield socket, hello
+
+
+@contextlib.asynccontextmanager
+async def chromium(profile: Path, *extra_args: str) -> AsyncIterator[BrowserContext]:
+    """Headless Chromium with a fresh profile in ``profile`` (and ``extra_args`` on its command line)."""
     async with async_playwright() as playwright:
         context = await playwright.chromium.launch_persistent_context(
             str(profile),
             executable_path=CHROMIUM,
             headless=True,
-            args=CHROMIUM_ARGS,
+            args=[*CHROMIUM_ARGS, *extra_args],
             viewport={"width": 1100, "height": 720},
         )
         try:
@@ -182,3 +208,62 @@ def png(width: int = 2, height: int = 2) -> bytes:
         + chunk(b"IDAT", zlib.compress(raw))
         + chunk(b"IEND", b"")
     )
+
+
+@dataclass
+class RecordedRequest:
+    """What another local server received: the request line and the headers."""
+
+    line: str
+    headers: list[tuple[str, str]]
+
+
+@dataclass
+class OtherLocalServer:
+    """Another HTTP server on 127.0.0.1 (another port): logs every request's line and headers and
+    answers a small page, optionally setting ``cookies`` (``Set-Cookie`` values) on 127.0.0.1."""
+
+    cookies: tuple[str, ...] = ()
+    requests: list[RecordedRequest] = field(default_factory=list)
+    port: int = 0
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+    _server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> OtherLocalServer:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+
+    async def wait_for(self, path: str) -> None:
+        """Until a request for ``path`` has arrived."""
+        async with asyncio.timeout(30):
+            while not any(r.line.split(" ")[1:2] == [path] for r in self.requests):
+                self.arrived.clear()
+                await self.arrived.wait()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+                line, *fields = head.decode("latin-1").split("\r\n")
+                headers = [(k.strip(), v.strip()) for k, _, v in (f.partition(":") for f in fields if f)]
+                self.requests.append(RecordedRequest(line, headers))
+                self.arrived.set()
+                body = b"<!doctype html><title>another local server</title><p>another local server</p>"
+                extra = "".join(f"Set-Cookie: {cookie}\r\n" for cookie in self.cookies)
+                writer.write(
+                    (
+                        f"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\n{extra}Content-Length: {len(body)}\r\n\r\n"
+                    ).encode()
+                    + body
+                )
+                await writer.drain()
+        except (asyncio.IncompleteReadError, TimeoutError, ConnectionError):
+            pass
+        finally:
+            writer.close()

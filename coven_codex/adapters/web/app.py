@@ -3,7 +3,7 @@
 Routes (all behind :class:`~coven_codex.adapters.web.auth.Guard`):
 
 - ``GET /``: the page; ``GET /static/app.js``, ``/static/style.css``: its script and style
-- ``WS /live``: the live channel (:mod:`.protocol`)
+- ``WS /live``: the live channel (:mod:`.protocol`), which logs in with its first message
 - ``POST /upload``: an image (raw body, at most 10 MiB); answers ``{"name": ...}``
 - ``GET /attachments/<name>``: a stored image
 """
@@ -11,9 +11,12 @@ Routes (all behind :class:`~coven_codex.adapters.web.auth.Guard`):
 from __future__ import annotations
 
 import asyncio
+import base64
+import collections
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Coroutine
+import secrets
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Literal
@@ -27,14 +30,20 @@ from starlette.types import ASGIApp
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from coven_codex.adapters.kit.commands import HELP, Command, parse_command
-from coven_codex.adapters.web.auth import Access, Guard
+from coven_codex.adapters.web.auth import NEEDS_TOKEN, Access, Guard, Sessions
 from coven_codex.adapters.web.hub import Hub
 from coven_codex.adapters.web.protocol import (
     CLIENT_MESSAGE,
+    LOGIN_MESSAGE,
+    Challenge,
     Conversations,
+    Device,
     Entries,
     Hello,
+    LoginDevice,
+    LoginToken,
     Notice,
+    Refused,
     SendApproval,
     SendCancel,
     SendReset,
@@ -42,7 +51,7 @@ from coven_codex.adapters.web.protocol import (
     Subscribe,
 )
 from coven_codex.adapters.web.render import WireEntry, clip
-from coven_codex.adapters.web.uploads import MAX_IMAGE_BYTES, ImageStore, UploadError
+from coven_codex.adapters.web.uploads import MAX_IMAGE_BYTES, ImageStore, UnsentUploads, UploadError
 from coven_codex.entries import ApprovalEntry, BaseEntry, CancelEntry, ResetEntry, ThoughtEntry
 from coven_codex.journal import Journal, JournalError
 
@@ -56,6 +65,16 @@ SEND_TIMEOUT = 30.0
 """A tab that takes longer than this to take one message is disconnected (it reconnects and resumes)."""
 IDLE_WAKE = 30.0
 """The push loop's longest sleep; it normally wakes on new entries."""
+SWEEP_INTERVAL = 600.0
+"""How often unsent uploads past their age are deleted (also before every upload)."""
+LOGIN_TIMEOUT = 10.0
+"""A new live channel that has not logged in within this is closed."""
+MAX_PENDING_LOGINS = 32
+"""Live channels waiting to log in, at most: a newer one closes the oldest (a page logs in at once)."""
+STALE_DEVICE = (
+    "This browser's saved login is not valid any more (the page server was started with another token). "
+    "Open the address that `coven-codex web` printed (it ends with ?token=...)."
+)
 
 
 class _TabGone(Exception):
@@ -65,10 +84,11 @@ class _TabGone(Exception):
 class LiveConnection:
     """One tab's live channel: what it asked to see, and what it has been sent."""
 
-    def __init__(self, websocket: WebSocket, hub: Hub, writer: JournalWriter) -> None:
+    def __init__(self, websocket: WebSocket, hub: Hub, writer: JournalWriter, hello: Hello) -> None:
         self.websocket = websocket
         self.hub = hub
         self.writer = writer
+        self.hello = hello
         self._conversation: str | None = None
         self._after: int | None = None
         self._subscription: Subscribe | None = None
@@ -76,7 +96,7 @@ class LiveConnection:
 
     async def run(self) -> None:
         """Serve the tab until it goes away."""
-        await self._send(Hello(sender=self.writer.sender, conversations=self.hub.names()).model_dump_json())
+        await self._send(self.hello.model_copy(update={"conversations": self.hub.names()}).model_dump_json())
         try:
             async with asyncio.TaskGroup() as group:
                 group.create_task(self._receive())
@@ -149,6 +169,69 @@ class LiveConnection:
                 return  # the tab switched conversation; the rest is not wanted
 
 
+class LoginGate:
+    """The live channels waiting to log in: at most :data:`MAX_PENDING_LOGINS`, the oldest evicted
+    (connections that never log in cannot hold the server's connection slots)."""
+
+    def __init__(self, limit: int = MAX_PENDING_LOGINS) -> None:
+        self.limit = limit
+        self._pending: collections.OrderedDict[int, asyncio.Event] = collections.OrderedDict()
+        self._next = 0
+        self.evicted = 0
+
+    @contextlib.contextmanager
+    def waiting(self) -> Iterator[asyncio.Event]:
+        """A slot while a channel logs in; its event is set when a newer channel evicts it."""
+        while len(self._pending) >= self.limit:
+            _, oldest = self._pending.popitem(last=False)
+            oldest.set()
+            self.evicted += 1
+        self._next += 1
+        key, evicted = self._next, asyncio.Event()
+        self._pending[key] = evicted
+        try:
+            yield evicted
+        finally:
+            self._pending.pop(key, None)
+
+
+async def login(websocket: WebSocket, access: Access, evicted: asyncio.Event) -> Device | Refused | None:
+    """Challenge a new live channel and check its answer: the device key handed out (None for a
+    device login), or what was refused. Raises TimeoutError when no answer comes in time or a
+    newer channel took its place (``evicted``)."""
+    nonce = secrets.token_urlsafe(32)
+    await websocket.send_text(Challenge(nonce=nonce).model_dump_json())
+    receiving = asyncio.ensure_future(websocket.receive())
+    await _first(_done(receiving), evicted.wait(), within=LOGIN_TIMEOUT)
+    if not receiving.done() or receiving.cancelled():
+        receiving.cancel()
+        await asyncio.gather(receiving, return_exceptions=True)
+        raise TimeoutError
+    message = receiving.result()
+    if message["type"] == "websocket.disconnect":
+        raise WebSocketDisconnect(message.get("code", 1000))
+    try:
+        answer = LOGIN_MESSAGE.validate_json(message.get("text") or message.get("bytes") or "")
+    except ValidationError:
+        return Refused(text="the live channel must log in first; " + NEEDS_TOKEN.strip())
+    match answer:
+        case LoginToken() if access.token_ok(answer.token):
+            if not answer.device:
+                return None
+            device, secret = access.new_device()
+            return Device(id=device, secret=base64.urlsafe_b64encode(secret).rstrip(b"=").decode())
+        case LoginDevice() if access.device_ok(answer.device, nonce, answer.proof):
+            return None
+        case LoginDevice():
+            return Refused(text=STALE_DEVICE)
+        case _:
+            return Refused(text=NEEDS_TOKEN.strip())
+
+
+async def _done(task: asyncio.Future[Any]) -> None:
+    await asyncio.wait([task])
+
+
 async def _first(*waits: Coroutine[Any, Any, object], within: float) -> None:
     """Wait until the first of ``waits`` is done, at most ``within`` seconds; cancel the others."""
     tasks = [asyncio.ensure_future(wait) for wait in waits]
@@ -171,13 +254,26 @@ async def _follow(hub: Hub) -> None:
         )
 
 
+async def _sweep_unsent(hub: Hub, unsent: UnsentUploads) -> None:
+    """Delete unsent uploads past their age: once the hub knows every thought's images, then every
+    :data:`SWEEP_INTERVAL` seconds."""
+    await hub.caught_up.wait()
+    while True:
+        try:
+            await unsent.sweep(hub.attached)
+        except OSError as exc:
+            log.warning("cannot clean up unsent images: %s", exc)
+        await asyncio.sleep(SWEEP_INTERVAL)
+
+
 class JournalWriter:
     """Appends what the page's buttons and composer ask for."""
 
-    def __init__(self, journal: Journal, store: ImageStore, sender: str, hub: Hub) -> None:
+    def __init__(self, journal: Journal, store: ImageStore, sender: str, hub: Hub, unsent: UnsentUploads) -> None:
         self.journal = journal
         self.hub = hub
         self.store = store
+        self.unsent = unsent
         self.sender = sender
         self._failing = False
 
@@ -193,12 +289,16 @@ class JournalWriter:
                     return "an attached image is no longer stored; attach it again"
                 if not request.text.strip() and not attachments:
                     return "nothing to send: type a message or attach an image"
-                entry = ThoughtEntry(
+                thought = ThoughtEntry(
                     conversation=request.conversation,
                     sender=self.sender,
                     text=request.text,
                     attachments=[a.attachment() for a in attachments if a is not None],
                 )
+                problem = await self._append(thought)
+                if problem is None:
+                    await self.unsent.sent(request.attachments)
+                return problem
             case SendCancel():
                 entry = CancelEntry(conversation=request.conversation, sender=self.sender)
             case SendReset():
@@ -252,17 +352,23 @@ class JournalWriter:
 def create_app(journal: Journal, store: ImageStore, access: Access, sender: str) -> ASGIApp:
     """The page server for ``journal``, guarded by ``access``; thoughts are sent as ``sender``."""
     hub = Hub(journal, store.folder)
-    writer = JournalWriter(journal, store, sender, hub)
+    unsent = UnsentUploads(store)
+    writer = JournalWriter(journal, store, sender, hub, unsent)
+    sessions = Sessions()
+    gate = LoginGate()
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-        follower = asyncio.create_task(_follow(hub), name="web-hub")
+        tasks = [
+            asyncio.create_task(_follow(hub), name="web-hub"),
+            asyncio.create_task(_sweep_unsent(hub, unsent), name="web-unsent-sweep"),
+        ]
         try:
             yield
         finally:
-            follower.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await follower
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def page(_request: Request) -> Response:
         return FileResponse(STATIC / "index.html", media_type="text/html; charset=utf-8")
@@ -295,7 +401,9 @@ def create_app(journal: Journal, store: ImageStore, access: Access, sender: str)
                     status_code=413,
                 )
         try:
-            stored = await store.save(bytes(data))
+            if hub.caught_up.is_set():
+                await unsent.sweep(hub.attached)
+            stored = await unsent.save(bytes(data))
         except UploadError as exc:
             return JSONResponse({"error": str(exc)}, status_code=exc.status)
         except OSError as exc:
@@ -304,7 +412,24 @@ def create_app(journal: Journal, store: ImageStore, access: Access, sender: str)
 
     async def live(websocket: WebSocket) -> None:
         await websocket.accept()
-        await LiveConnection(websocket, hub, writer).run()
+        try:
+            with gate.waiting() as evicted:
+                outcome = await login(websocket, access, evicted)
+        except (TimeoutError, WebSocketDisconnect, RuntimeError, OSError):
+            with contextlib.suppress(Exception):
+                await websocket.close(code=1008)
+            return
+        if isinstance(outcome, Refused):
+            with contextlib.suppress(Exception):
+                await websocket.send_text(outcome.model_dump_json())
+                await websocket.close(code=1008)
+            return
+        session = sessions.issue()
+        try:
+            hello = Hello(sender=sender, conversations=[], session=session, device=outcome)
+            await LiveConnection(websocket, hub, writer, hello).run()
+        finally:
+            sessions.revoke(session)
 
     app = Starlette(
         routes=[
@@ -316,4 +441,4 @@ def create_app(journal: Journal, store: ImageStore, access: Access, sender: str)
         ],
         lifespan=lifespan,
     )
-    return Guard(app, access)
+    return Guard(app, access, sessions)

@@ -1,29 +1,42 @@
-"""Who may use the page: an access token, the Host the server is bound to, the page's Origin.
+"""Who may use the page: an access token, a device key the browser cannot hand out, the Host, the Origin.
 
 The page drives a program that runs commands on this machine, so every request is checked here
-before any route sees it (a pure ASGI middleware, :class:`Guard`):
+before any route sees it (a pure ASGI middleware, :class:`Guard`), and the live channel logs in
+before it is served (:mod:`.app`). No cookie is used: cookies are not scoped by port, so any other
+server on 127.0.0.1 would receive one.
 
 - ``Host`` must name the address the server is bound to (with its port): a page on another
   site that rebinds its DNS name to 127.0.0.1 sends its own name and is refused.
-- The access token, random per start unless the operator gives one, is accepted once as
-  ``?token=`` on ``/``; the answer sets it as an HttpOnly, SameSite=Strict cookie and redirects
-  to ``/`` so it does not stay in the address bar. Every other request needs the cookie.
-  Tokens are compared in constant time.
-- The live channel (WebSocket) and every request that changes something (``POST``) must come
-  from the page's own origin (``Origin`` header).
+- The page itself (``/``, ``/static/app.js``, ``/static/style.css``) is the same public file
+  for everyone and carries no data; ``/?token=`` with a wrong token is refused. Everything
+  else needs a credential the browser sends only on purpose:
+- The live channel (WebSocket) logs in with its first message, answering the server's
+  challenge: with the access token (``?token=`` of the printed address, read by the page's
+  script, which then drops it from the address bar) or with a *device key*. On a token login
+  the server hands out a device id and its secret, ``HMAC(token, id)``; the page imports the
+  secret into WebCrypto as a non-extractable key and keeps that key in IndexedDB (scoped to
+  the page's origin, port included). Later logins (a reload, another tab) answer the challenge
+  with ``HMAC(secret, nonce)``: script can use the key but never read it, as with an
+  HttpOnly cookie, and no other origin ever receives anything.
+- A logged-in live channel gets a session value; ``POST /upload`` and ``GET /attachments/...``
+  need it as ``Authorization: Bearer``. It is valid while that channel is open.
+- The live channel and every request that changes something (``POST``) must come from the
+  page's own origin (``Origin`` header). Tokens and proofs are compared in constant time.
 - Every answer carries a Content-Security-Policy without inline scripts, forbids framing and
   MIME sniffing, and is not cached.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import hmac
 import ipaddress
 import os
+import re
 import secrets
 from collections.abc import Iterable
-from dataclasses import dataclass
-from http.cookies import SimpleCookie
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import parse_qs
 
@@ -49,6 +62,15 @@ NEEDS_TOKEN = (
     "This page needs its access token. Open the address that `coven-codex web` printed "
     "when it started (it ends with ?token=...).\n"
 )
+NEEDS_SESSION = (
+    "This needs the page's live connection: open the page (the address `coven-codex web` printed) "
+    "and wait until it says connected.\n"
+)
+PUBLIC_PATHS = frozenset({"/", "/static/app.js", "/static/style.css"})
+"""The page itself: the same files for everyone, no data."""
+DEVICE_ID = re.compile(r"^[A-Za-z0-9_-]{16,64}$")
+_DEVICE_LABEL = b"coven-web-device\0"
+_PROOF_LABEL = b"coven-web-live\0"
 
 
 class TokenError(ValueError):
@@ -100,6 +122,15 @@ def _host_port(host: str, port: int) -> str:
     return f"{shown}:{port}"
 
 
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def device_proof(secret: bytes, nonce: str) -> str:
+    """What a device answers to the live channel's challenge ``nonce`` (base64url, no padding)."""
+    return _b64(hmac.new(secret, _PROOF_LABEL + nonce.encode(), hashlib.sha256).digest())
+
+
 @dataclass(frozen=True, slots=True)
 class Access:
     """The token and the hosts the page may be reached by."""
@@ -107,8 +138,6 @@ class Access:
     token: str
     hosts: frozenset[str]
     """Accepted ``Host`` header values (``host:port``)."""
-    cookie: str
-    """Name of the cookie that carries the token (includes the port: cookies ignore ports)."""
 
     @classmethod
     def for_bind(cls, token: str, host: str, port: int, extra_hosts: Iterable[str] = ()) -> Access:
@@ -116,7 +145,7 @@ class Access:
         names = {host, *extra_hosts}
         if is_loopback(host):
             names |= {"127.0.0.1", "localhost", "::1"}
-        return cls(token, frozenset(_host_port(name, port) for name in names), f"coven_web_{port}")
+        return cls(token, frozenset(_host_port(name, port) for name in names))
 
     def url(self, host: str, port: int) -> str:
         """The address to open: the page with its token."""
@@ -132,26 +161,64 @@ class Access:
         """True when ``origin`` is this page's own (``http://`` + an accepted host)."""
         return origin is not None and origin.startswith("http://") and origin[len("http://") :] in self.hosts
 
+    def new_device(self) -> tuple[str, bytes]:
+        """A new device id and its secret (derived from the token: no state, valid while the token is)."""
+        device = secrets.token_urlsafe(18)
+        return device, self.device_secret(device)
 
-def _cookie_token(headers: Headers, name: str) -> str | None:
-    raw = headers.get("cookie")
-    if not raw:
-        return None
-    jar: SimpleCookie = SimpleCookie()
-    try:
-        jar.load(raw)
-    except Exception:
-        return None
-    morsel = jar.get(name)
-    return morsel.value if morsel is not None else None
+    def device_secret(self, device: str) -> bytes:
+        """The secret of device ``device``: ``HMAC-SHA256(token, label + id)``."""
+        return hmac.new(self.token.encode(), _DEVICE_LABEL + device.encode(), hashlib.sha256).digest()
+
+    def device_ok(self, device: str, nonce: str, proof: str) -> bool:
+        """True when ``proof`` is device ``device``'s answer to ``nonce`` (constant time)."""
+        if not DEVICE_ID.match(device):
+            return False
+        expected = device_proof(self.device_secret(device), nonce)
+        return hmac.compare_digest(proof.encode("utf-8", "replace"), expected.encode())
+
+
+@dataclass
+class Sessions:
+    """Session values handed to logged-in live channels; valid until revoked (the channel closed)."""
+
+    _live: set[bytes] = field(default_factory=set)
+
+    @staticmethod
+    def _key(value: str) -> bytes:
+        return hashlib.sha256(value.encode("utf-8", "replace")).digest()
+
+    def issue(self) -> str:
+        """A new session value (256 bits)."""
+        value = secrets.token_urlsafe(32)
+        self._live.add(self._key(value))
+        return value
+
+    def revoke(self, value: str) -> None:
+        """The channel that got ``value`` closed: it is refused from now on."""
+        self._live.discard(self._key(value))
+
+    def valid(self, value: str | None) -> bool:
+        """True for a value issued and not revoked (looked up by its hash: no timing on the value)."""
+        return value is not None and value != "" and self._key(value) in self._live
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+
+def bearer(headers: Headers) -> str | None:
+    """The value of ``Authorization: Bearer VALUE``, or None."""
+    scheme, _, value = (headers.get("authorization") or "").partition(" ")
+    return value.strip() if scheme.lower() == "bearer" and value.strip() else None
 
 
 class Guard:
-    """ASGI middleware: refuses what :class:`Access` does not allow and adds the security headers."""
+    """ASGI middleware: refuses what :class:`Access` and :class:`Sessions` do not allow; adds the security headers."""
 
-    def __init__(self, app: ASGIApp, access: Access) -> None:
+    def __init__(self, app: ASGIApp, access: Access, sessions: Sessions) -> None:
         self.app = app
         self.access = access
+        self.sessions = sessions
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -167,22 +234,18 @@ class Guard:
             )
             return
         if scope["type"] == "websocket":
+            # The live channel logs in with its first message (app.py); only its origin is checked here.
             if not self.access.origin_ok(headers.get("origin")):
                 await self._refuse(scope, send, 403, "cross-origin connection refused\n")
-            elif not self.access.token_ok(_cookie_token(headers, self.access.cookie)):
-                await self._refuse(scope, send, 401, NEEDS_TOKEN)
             else:
                 await self.app(scope, receive, send)
             return
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-        if "token" in query:
-            if scope["path"] == "/" and self.access.token_ok(query["token"][0]):
-                await self._login(send)
-            else:
-                await self._refuse(scope, send, 401, NEEDS_TOKEN)
-            return
-        if not self.access.token_ok(_cookie_token(headers, self.access.cookie)):
+        if "token" in query and not (scope["path"] == "/" and self.access.token_ok(query["token"][0])):
             await self._refuse(scope, send, 401, NEEDS_TOKEN)
+            return
+        if scope["path"] not in PUBLIC_PATHS and not self.sessions.valid(bearer(headers)):
+            await self._refuse(scope, send, 401, NEEDS_SESSION)
             return
         if scope["method"] not in ("GET", "HEAD") and not self.access.origin_ok(headers.get("origin")):
             await self._refuse(scope, send, 403, "cross-origin request refused\n")
@@ -194,17 +257,6 @@ class Guard:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
-
-    async def _login(self, send: Send) -> None:
-        cookie = (f"{self.access.cookie}={self.access.token}; HttpOnly; SameSite=Strict; Path=/").encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 303,
-                "headers": [(b"location", b"/"), (b"set-cookie", cookie), (b"content-length", b"0"), *SECURITY_HEADERS],
-            }
-        )
-        await send({"type": "http.response.body", "body": b""})
 
     async def _refuse(self, scope: Scope, send: Send, status: int, text: str) -> None:
         if scope["type"] == "websocket":

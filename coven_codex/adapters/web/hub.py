@@ -5,7 +5,8 @@ The hub reads the journal from its start and keeps, per conversation, the last
 conversation *after a position* (the ``end`` of the last entry it has); the journal's positions
 are stable across restarts of the page server, so a tab that reconnects to a new server resumes
 exactly where it was. Streaming ``delta`` entries are kept only until the reply they stream is
-complete.
+complete. The hub also knows the stored images every thought attaches (:attr:`Hub.attached`),
+once it has read up to where the journal ended when it started (:attr:`Hub.caught_up`).
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from pathlib import Path
 
 from coven_codex.adapters.kit.commands import ConversationState
 from coven_codex.adapters.web.render import WireEntry, wire_entry
-from coven_codex.journal import BadLine, Journal
+from coven_codex.entries import ThoughtEntry
+from coven_codex.journal import START, BadLine, Journal
 
 log = logging.getLogger(__name__)
 
@@ -89,16 +91,29 @@ class Hub:
         self.names_version = 0
         """Grows when a conversation appears."""
         self.bad_lines = 0
+        self.attached: set[str] = set()
+        """The names of the stored images that thoughts in the journal attach."""
+        self.caught_up = asyncio.Event()
+        """Set once the hub has read what the journal held when it started."""
         self._changed = asyncio.Event()
 
     async def run(self) -> None:
         """Read the journal from its start, forever (cancel to stop)."""
         ordinal = 0  # the page's positions: items read from the journal's start (journal positions are opaque)
+        end = await self.journal.end_position()
+        if end == START:
+            self.caught_up.set()
         async for item in self.journal.tail():
             ordinal += 1
+            if not self.caught_up.is_set() and item.end >= end:
+                self.caught_up.set()
             if isinstance(item, BadLine):
                 self.bad_lines += 1
                 continue
+            if isinstance(item.entry, ThoughtEntry):
+                self.attached.update(
+                    name for a in item.entry.attachments for name in (a.name, a.url.rsplit("/", 1)[-1]) if name
+                )
             wire = wire_entry(item.entry, ordinal - 1, ordinal, self.uploads)
             log_ = self.conversations.get(wire.conversation)
             if log_ is None:

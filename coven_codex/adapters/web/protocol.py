@@ -1,7 +1,9 @@
 """The live channel's messages (JSON over one WebSocket per tab), as typed models.
 
-The tab sends :data:`ClientMessage`; the server sends :class:`Hello`, :class:`Entries`,
-:class:`Conversations` and :class:`Notice`.
+A new channel logs in first: the server sends :class:`Challenge`, the tab answers with
+:data:`LoginMessage` (:class:`LoginToken` or :class:`LoginDevice`), the server answers
+:class:`Hello` (or :class:`Refused` and closes). Then the tab sends :data:`ClientMessage`; the
+server sends :class:`Entries`, :class:`Conversations` and :class:`Notice`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,48 @@ ConversationName = Annotated[str, Field(min_length=1, max_length=MAX_NAME, patte
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class Challenge(BaseModel):
+    """First message on a new connection: the tab logs in by answering it."""
+
+    type: Literal["challenge"] = "challenge"
+    nonce: str
+
+
+class LoginToken(_Strict):
+    """Log in with the access token; with ``device``, ask for a device key for later logins."""
+
+    type: Literal["login"]
+    token: str = Field(max_length=1000)
+    device: bool = False
+
+
+class LoginDevice(_Strict):
+    """Log in with a device key: ``proof`` is ``HMAC(device secret, label + nonce)`` (base64url)."""
+
+    type: Literal["authenticate"]
+    device: str = Field(max_length=100)
+    proof: str = Field(max_length=100)
+
+
+LoginMessage = Annotated[LoginToken | LoginDevice, Field(discriminator="type")]
+LOGIN_MESSAGE: TypeAdapter[LoginToken | LoginDevice] = TypeAdapter(LoginMessage)
+
+
+class Device(BaseModel):
+    """A device key handed out on a token login: the page imports ``secret`` (base64url) as a
+    non-extractable WebCrypto key and keeps it in IndexedDB with ``id``."""
+
+    id: str
+    secret: str
+
+
+class Refused(BaseModel):
+    """The login was refused (the server closes the channel); ``text`` says what to do."""
+
+    type: Literal["refused"] = "refused"
+    text: str
 
 
 class Subscribe(_Strict):
@@ -70,11 +114,13 @@ CLIENT_MESSAGE: TypeAdapter[Subscribe | SendThought | SendCancel | SendReset | S
 
 
 class Hello(BaseModel):
-    """First message on a new connection."""
+    """The login is accepted: ``session`` authorises uploads and images while this channel is open."""
 
     type: Literal["hello"] = "hello"
     sender: str
     conversations: list[str]
+    session: str
+    device: Device | None = None
 
 
 class Entries(BaseModel):

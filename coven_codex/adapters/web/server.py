@@ -9,6 +9,7 @@ import uvicorn
 
 from coven_codex.adapters.web.app import create_app
 from coven_codex.adapters.web.auth import Access
+from coven_codex.adapters.web.connections import ConnectionLimits, guarded_protocol
 from coven_codex.adapters.web.uploads import ImageStore, uploads_dir
 from coven_codex.journal.opening import JournalName, local_base, open_journal
 from coven_codex.settings import state_root
@@ -49,6 +50,7 @@ async def serve(
         app = create_app(journal, ImageStore(uploads_dir(local_base(journal_path, state_root()))), access, sender)
         config = uvicorn.Config(
             app,
+            http=guarded_protocol(ConnectionLimits.for_this_process()),
             log_level="warning",
             ws="websockets-sansio",
             ws_max_size=WS_MAX_MESSAGE,

@@ -4,14 +4,22 @@ Files go to a folder beside the journal (``<journal>.attachments/``, mode 0700),
 SHA-256 of their content (the same image twice is one file). Only PNG, JPEG, GIF and WebP are
 taken, recognised by their first bytes (the browser's Content-Type is not trusted), up to
 :data:`MAX_IMAGE_BYTES`.
+
+What the page uploads is *unsent* until a thought attaches it (:class:`UnsentUploads`): a marker
+``.unsent/<name>`` beside the image records when. Unsent images are bounded (at most
+:data:`MAX_UNSENT_IMAGES` and :data:`MAX_UNSENT_BYTES` per journal's page) and deleted
+:data:`UNSENT_MAX_AGE` seconds after their upload unless a thought in the journal attaches them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import os
 import re
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +28,15 @@ from coven_codex.entries import Attachment
 MAX_IMAGE_BYTES = 10 * 1024 * 1024
 STORED_NAME = re.compile(r"^[0-9a-f]{64}\.(png|jpg|gif|webp)$")
 MEDIA_TYPES = {"png": "image/png", "jpg": "image/jpeg", "gif": "image/gif", "webp": "image/webp"}
+MAX_UNSENT_IMAGES = 32
+"""Images uploaded to the page and not (yet) attached to a thought, at most."""
+MAX_UNSENT_BYTES = 100 * 1024 * 1024
+"""Their bytes, at most."""
+UNSENT_MAX_AGE = 3600.0
+"""Seconds after its upload an image no thought attaches is deleted."""
+UNSENT = ".unsent"
+
+log = logging.getLogger(__name__)
 
 
 class UploadError(ValueError):
@@ -96,6 +113,7 @@ class ImageStore:
     def _write(self, path: Path, data: bytes) -> None:
         self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         if path.exists():
+            os.utime(path)  # stored again: as new as this upload
             return
         temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -116,3 +134,109 @@ class ImageStore:
             return None
         extension = name.rsplit(".", 1)[1]
         return StoredImage(path, MEDIA_TYPES[extension], size, name[:64])
+
+
+def _age(path: Path, now: float) -> float | None:
+    try:
+        return now - path.stat().st_mtime
+    except OSError:
+        return None
+
+
+class UnsentUploads:
+    """The page's uploads that no thought has attached yet: their quota, and their cleanup."""
+
+    def __init__(
+        self,
+        store: ImageStore,
+        *,
+        max_images: int = MAX_UNSENT_IMAGES,
+        max_bytes: int = MAX_UNSENT_BYTES,
+        max_age: float = UNSENT_MAX_AGE,
+    ) -> None:
+        self.store = store
+        self.markers = store.folder / UNSENT
+        self.max_images = max_images
+        self.max_bytes = max_bytes
+        self.max_age = max_age
+        self._lock = asyncio.Lock()
+
+    async def save(self, data: bytes) -> StoredImage:
+        """Store ``data`` as an unsent upload; raises :class:`UploadError` (the quota, or the image)."""
+        async with self._lock:  # one upload at a time: the quota is checked and taken together
+            name = hashlib.sha256(data).hexdigest()
+            count, size = await asyncio.to_thread(self._usage, name)
+            if count + 1 > self.max_images or size + len(data) > self.max_bytes:
+                raise UploadError(
+                    f"{count} images ({size / (1024 * 1024):.1f} MiB) were uploaded to this page and not sent yet; "
+                    f"it keeps at most {self.max_images} images or {self.max_bytes // (1024 * 1024)} MiB. "
+                    "Send the images you attached with a message, or wait: an image not sent within "
+                    f"{self.max_age / 60:.0f} minutes of its upload is deleted",
+                    429,
+                )
+            stored = await self.store.save(data)
+            await asyncio.to_thread(self._mark, stored.path.name)
+            return stored
+
+    def _usage(self, new_digest: str) -> tuple[int, int]:
+        count = size = 0
+        for marker in self._marker_paths():
+            if marker.name.startswith(new_digest):
+                continue  # the same image again: no more room
+            try:
+                size += (self.store.folder / marker.name).stat().st_size
+            except OSError:
+                continue  # its image is gone: it holds nothing
+            count += 1
+        return count, size
+
+    def _marker_paths(self) -> list[Path]:
+        try:
+            return [path for path in self.markers.iterdir() if STORED_NAME.match(path.name)]
+        except OSError:
+            return []
+
+    def _mark(self, name: str) -> None:
+        self.markers.mkdir(mode=0o700, exist_ok=True)
+        fd = os.open(self.markers / name, os.O_WRONLY | os.O_CREAT, 0o600)
+        os.close(fd)
+        os.utime(self.markers / name)
+
+    async def sent(self, names: Iterable[str]) -> None:
+        """A thought attaching ``names`` was appended: they are not unsent any more."""
+        await asyncio.to_thread(self._unmark, [name for name in names if STORED_NAME.match(name)])
+
+    def _unmark(self, names: list[str]) -> None:
+        for name in names:
+            try:
+                (self.markers / name).unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                log.warning("cannot remove the marker of the sent image %s: %s", name, exc.strerror)
+
+    async def sweep(self, attached: set[str]) -> int:
+        """Delete the unsent images older than ``max_age`` that no thought attaches (``attached``:
+        the names every thought of the journal attaches); how many were deleted."""
+        return await asyncio.to_thread(self._sweep, frozenset(attached), time.time())
+
+    def _sweep(self, attached: frozenset[str], now: float) -> int:
+        deleted = 0
+        for marker in self._marker_paths():
+            age = _age(marker, now)
+            if age is None or age < self.max_age:
+                continue
+            try:
+                if marker.name not in attached:
+                    (self.store.folder / marker.name).unlink(missing_ok=True)
+                    deleted += 1
+                marker.unlink(missing_ok=True)
+            except OSError as exc:
+                log.warning("cannot delete the unsent image %s: %s", marker.name, exc.strerror)
+        if deleted:
+            log.info(
+                "deleted %d image(s) uploaded to the page more than %.0f minutes ago and never sent",
+                deleted,
+                self.max_age / 60,
+            )
+        return deleted

@@ -2,6 +2,15 @@
 // resumes from the last journal position this tab has, so nothing is shown twice or skipped.
 // Text from users and the model is set with textContent; the only HTML inserted is `html`,
 // which the server rendered from Markdown with raw HTML disabled.
+//
+// Login (no cookie: cookies are not scoped by port, every server on 127.0.0.1 would get one):
+// the printed address carries ?token=, which this script reads and drops from the address bar at
+// once. The live channel answers the server's challenge with it and gets a device key, which is
+// imported as a non-extractable WebCrypto key and kept in IndexedDB (this origin only, port
+// included). A reload or another tab answers the challenge with that key (HMAC of the nonce):
+// script can use the key, never read it. Where WebCrypto is not available (plain HTTP on a name
+// that is not loopback) the token is kept in this tab's memory only. Uploads and images go with
+// the channel's session value as an Authorization header; images are shown as blob: URLs.
 'use strict';
 
 const $ = (id) => document.getElementById(id);
@@ -18,7 +27,98 @@ const state = {
   doneItems: new Set(),
   recent: [],          // recent complete replies, to drop deltas that come after their reply
   pending: [],         // uploaded images waiting to be sent: {name, url}
+  token: null,         // the access token of the printed address, until a device key is kept
+  session: null,       // the live channel's session value (uploads, images)
+  refused: false,      // the login was refused: do not reconnect
+  waiting: [],         // image loads waiting for a session
 };
+
+const DEVICE_DB = 'coven-web';
+const DEVICE_STORE = 'device';
+const canKeepKey = Boolean(window.isSecureContext && window.crypto && crypto.subtle && window.indexedDB);
+
+function takeTokenFromAddress() {
+  const params = new URLSearchParams(location.search);
+  const token = params.get('token');
+  if (token === null) return;
+  state.token = token;
+  history.replaceState(null, '', `/${location.hash}`);  // the token leaves the address bar
+}
+
+function deviceDb() {
+  return new Promise((resolve, reject) => {
+    const request = indexedDB.open(DEVICE_DB, 1);
+    request.onupgradeneeded = () => request.result.createObjectStore(DEVICE_STORE);
+    request.onsuccess = () => resolve(request.result);
+    request.onerror = () => reject(request.error);
+  });
+}
+
+async function deviceDo(mode, action) {
+  const db = await deviceDb();
+  try {
+    return await new Promise((resolve, reject) => {
+      const request = action(db.transaction(DEVICE_STORE, mode).objectStore(DEVICE_STORE));
+      request.onsuccess = () => resolve(request.result);
+      request.onerror = () => reject(request.error);
+    });
+  } finally {
+    db.close();
+  }
+}
+
+async function loadDevice() {
+  if (!canKeepKey) return null;
+  try { return (await deviceDo('readonly', (store) => store.get(location.port || 'default'))) || null; } catch (e) { return null; }
+}
+
+async function keepDevice(device) {
+  const raw = Uint8Array.from(atob(device.secret.replace(/-/g, '+').replace(/_/g, '/')), (c) => c.charCodeAt(0));
+  const key = await crypto.subtle.importKey('raw', raw, {name: 'HMAC', hash: 'SHA-256'}, false, ['sign']);
+  await deviceDo('readwrite', (store) => store.put({id: device.id, key}, location.port || 'default'));
+}
+
+async function forgetDevice() {
+  if (!canKeepKey) return;
+  try { await deviceDo('readwrite', (store) => store.delete(location.port || 'default')); } catch (e) { /* nothing kept */ }
+}
+
+function base64url(bytes) {
+  return btoa(String.fromCharCode(...new Uint8Array(bytes))).replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '');
+}
+
+async function answerChallenge(socket, nonce) {
+  if (state.token !== null) {
+    socket.send(JSON.stringify({type: 'login', token: state.token, device: canKeepKey}));
+    return;
+  }
+  const device = await loadDevice();
+  if (device) {
+    const label = new TextEncoder().encode('coven-web-live\0' + nonce);
+    const proof = base64url(await crypto.subtle.sign('HMAC', device.key, label));
+    socket.send(JSON.stringify({type: 'authenticate', device: device.id, proof}));
+    return;
+  }
+  state.refused = true;
+  notice('This page needs its access token. Open the address that `coven-codex web` printed when it started (it ends with ?token=...).');
+  socket.close();
+}
+
+function authorized() {
+  return state.session ? {Authorization: `Bearer ${state.session}`} : {};
+}
+
+function showImage(image, url) {
+  // <img src> cannot carry the session: fetch the image with it and show it as a blob: URL.
+  const load = async () => {
+    const response = await fetch(url, {headers: authorized()});
+    if (response.status === 401) { state.waiting.push(load); return; }
+    if (!response.ok) return;
+    image.src = URL.createObjectURL(await response.blob());
+  };
+  if (state.session) load().catch(() => state.waiting.push(load));
+  else state.waiting.push(load);
+}
 
 function el(tag, className, text) {
   const node = document.createElement(tag);
@@ -50,23 +150,51 @@ function notice(text) {
 
 function connect() {
   const socket = new WebSocket(`ws://${location.host}/live`);
-  state.socket = socket;
-  socket.onopen = () => {
-    state.retry = 0;
-    $('connection').textContent = 'connected';
-    $('connection').className = 'connection live';
-    if (state.conversation !== null) subscribe(false);
+  let loggedIn = false;
+  socket.onmessage = (event) => {
+    const message = JSON.parse(event.data);
+    if (loggedIn) { receive(message); return; }
+    if (message.type === 'challenge') {
+      answerChallenge(socket, message.nonce).catch(() => socket.close());
+    } else if (message.type === 'refused') {
+      state.refused = true;
+      if (state.token === null) forgetDevice();
+      state.token = null;
+      notice(message.text);
+    } else if (message.type === 'hello') {
+      loggedIn = true;
+      loggedInAs(socket, message);
+    }
   };
-  socket.onmessage = (event) => receive(JSON.parse(event.data));
   socket.onclose = () => {
-    if (state.socket !== socket) return;
+    if (state.socket !== socket && state.socket !== null) return;
     state.socket = null;
+    state.session = null;
+    if (state.refused) {
+      $('connection').textContent = 'not logged in';
+      $('connection').className = 'connection';
+      return;
+    }
     $('connection').textContent = 'reconnecting…';
     $('connection').className = 'connection';
     const delay = Math.min(5000, 200 * 2 ** state.retry);
     state.retry = Math.min(state.retry + 1, 5);
     setTimeout(connect, delay);
   };
+}
+
+function loggedInAs(socket, hello) {
+  state.socket = socket;
+  state.session = hello.session;
+  state.retry = 0;
+  if (hello.device) keepDevice(hello.device).then(() => { state.token = null; }).catch(() => {});
+  $('connection').textContent = 'connected';
+  $('connection').className = 'connection live';
+  const waiting = state.waiting.splice(0);
+  for (const load of waiting) load().catch(() => state.waiting.push(load));
+  const resume = state.conversation !== null;  // a reconnect: go on from the last entry this tab has
+  receive(hello);
+  if (resume) subscribe(false);
 }
 
 function subscribe(fresh) {
@@ -167,8 +295,8 @@ function build(entry) {
       node.append(body);
       for (const url of entry.images) {
         const image = el('img', 'attachment');
-        image.src = url;
         image.alt = 'attached image';
+        showImage(image, url);
         node.append(image);
       }
       break;
@@ -270,7 +398,8 @@ async function upload(file) {
   notice('');
   let answer;
   try {
-    const response = await fetch('/upload', {method: 'POST', body: file, headers: {'Content-Type': 'application/octet-stream'}});
+    if (!state.session) { notice('not connected: the page reconnects by itself; try again in a moment'); return; }
+    const response = await fetch('/upload', {method: 'POST', body: file, headers: {'Content-Type': 'application/octet-stream', ...authorized()}});
     answer = await response.json();
     if (!response.ok) { notice(answer.error || `upload failed (${response.status})`); return; }
   } catch (error) {
@@ -279,8 +408,8 @@ async function upload(file) {
   }
   state.pending.push(answer);
   const thumb = el('img');
-  thumb.src = answer.url;
   thumb.alt = 'image to send';
+  showImage(thumb, answer.url);
   $('attachments').append(thumb);
 }
 
@@ -294,6 +423,8 @@ function submit() {
     $('attachments').replaceChildren();
   }
 }
+
+takeTokenFromAddress();
 
 document.addEventListener('DOMContentLoaded', () => {
   $('composer').addEventListener('submit', (event) => { event.preventDefault(); submit(); });
