@@ -83,6 +83,12 @@ class AgentHarness:
         )
         self._runs = 0
 
+    async def use_journal(self, path: Path) -> None:
+        """From the next start on, the daemon serves (and the test writes to) the file journal ``path``."""
+        await self.journal.aclose()
+        self.journal_path = path
+        self.journal = FileJournal(path, durability="never")
+
     def write_base_config(self, **extra: Any) -> None:
         config = codex_config(self.server.base_url, extra=extra or None)
         self.base_config.write_text(tomlkit.dumps(config))
