@@ -175,9 +175,9 @@ async def _adopt_legacy(journal: Journal, state_dir: Path, scope: Scope, name: s
         files = " ".join(shlex.quote(str(store.path_for(c))) for c in staying[:3])
         files += " ..." if len(staying) > 3 else ""
         why = (
-            "the journal's beginning cannot be read (compacted or trimmed)"
+            "the journal cannot be read from its beginning"
             if found is None
-            else "the newest thought each handed to Codex is not in this journal"
+            else "the newest thought each handed to Codex is not in what is left of this journal"
         )
         raise ScopeError(
             f"{len(staying)} conversation state(s) from an older coven-codex in {legacy}"
@@ -193,9 +193,6 @@ async def _adopt_legacy(journal: Journal, state_dir: Path, scope: Scope, name: s
             len(staying),
             legacy,
         )
-    with contextlib.suppress(OSError):
-        if not any(legacy.iterdir()):
-            legacy.rmdir()
 
 
 async def open_scope(journal: Journal, name: str, state_dir: Path) -> Scope:
@@ -209,6 +206,7 @@ async def open_scope(journal: Journal, name: str, state_dir: Path) -> Scope:
     directory = scope.directory
     try:
         await asyncio.to_thread(directory.mkdir, parents=True, exist_ok=True, mode=0o700)
+        await asyncio.to_thread((directory / LEGACY_SESSIONS).mkdir, exist_ok=True, mode=0o700)
     except OSError as exc:
         raise ScopeError(
             f"cannot create {directory}: {exc.strerror}; make the state directory writable, or set state_dir"
@@ -218,6 +216,8 @@ async def open_scope(journal: Journal, name: str, state_dir: Path) -> Scope:
     if not record.legacy_checked and legacy_states(state_dir):
         async with asyncio.timeout(MOVE_TIMEOUT):
             await _adopt_legacy(journal, state_dir, scope, name)
+    with contextlib.suppress(OSError):  # (only when empty: the older state is all placed)
+        (state_dir / LEGACY_SESSIONS).rmdir()
     if not record.legacy_checked or record.journal != name:
         record = record.model_copy(update={"legacy_checked": True, "journal": name})
         await asyncio.to_thread(_save_record, path, record)

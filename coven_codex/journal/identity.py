@@ -30,6 +30,10 @@ ID_PATTERN: Final = re.compile(r"[0-9a-f]{16}")
 """An identity: 16 hex digits (it names a folder, so nothing else is accepted)."""
 
 
+class IdentityError(JournalError):
+    """The identity recorded for a journal is not one; the message names where it is and what to do."""
+
+
 @runtime_checkable
 class IdentifiedJournal(Protocol):
     """A journal that records its identity (the file, Redis and memory journals)."""
@@ -64,7 +68,7 @@ def new_journal_id() -> str:
 
 def _checked(text: str, location: str) -> str:
     if not ID_PATTERN.fullmatch(text):
-        raise JournalError(
+        raise IdentityError(
             f"the journal's identity in {location} is corrupt ({text[:40]!r}, expected 16 hex digits); restore it"
             " from a backup, or delete it to make this journal a new one (its conversations then start afresh)"
         )
