@@ -34,7 +34,7 @@ from pydantic import BaseModel, ValidationError
 
 from coven_codex.agent.ingress import CURSOR_NAME
 from coven_codex.agent.limits import cut
-from coven_codex.agent.state import STATE_SUFFIX, SessionState, StateStore
+from coven_codex.agent.state import SESSIONS_DIR, STATE_SUFFIX, SessionState, StateStore
 from coven_codex.journal import START, CursorError, Journal, JournalError, JournalRecord
 from coven_codex.journal.atomic import atomic_write, fsync_directory
 from coven_codex.journal.identity import JournalIdentity, find_identity, journal_identity
@@ -44,8 +44,6 @@ log = logging.getLogger(__name__)
 
 JOURNALS_DIR = "journals"
 RECORD_NAME = "journal.json"
-LEGACY_SESSIONS = "sessions"
-"""``<state_dir>/sessions``: where older versions kept every journal's conversations together."""
 MOVE_TIMEOUT = 600.0
 """Seconds the one-time move of an older version's state may take (it reads the journal once)."""
 
@@ -83,8 +81,9 @@ def scope_directory(state_dir: Path, journal_id: str) -> Path:
 
 
 def legacy_states(state_dir: Path) -> list[Path]:
-    """The state files an older version left directly in ``<state_dir>/sessions``."""
-    legacy = state_dir / LEGACY_SESSIONS
+    """The state files an older version left directly in ``<state_dir>/sessions`` (where it kept every
+    journal's conversations together)."""
+    legacy = state_dir / SESSIONS_DIR
     if legacy.is_symlink() or not legacy.is_dir():
         return []
     return sorted(legacy.glob(f"*{STATE_SUFFIX}"))
@@ -149,14 +148,14 @@ def _move(source: Path, target_dir: Path) -> None:
 
 async def _adopt_legacy(journal: Journal, state_dir: Path, scope: Scope, name: str) -> None:
     """Move the older version's conversations this journal served into its folder (module docstring)."""
-    legacy = state_dir / LEGACY_SESSIONS
+    legacy = state_dir / SESSIONS_DIR
     store = StateStore(state_dir, durability="always")
     with contextlib.closing(store):
         states = await asyncio.to_thread(store.load_all)
     evidence = {conversation: newest_thought(state) for conversation, state in states.items()}
     wanted = {thought for thought in evidence.values() if thought is not None}
     found = await _ids_in(journal, wanted) if wanted else set()
-    target = scope.directory / LEGACY_SESSIONS
+    target = scope.directory / SESSIONS_DIR
     moved = [c for c, thought in evidence.items() if thought is not None and found is not None and thought in found]
     for conversation in moved:
         await asyncio.to_thread(_move, store.path_for(conversation), target)
@@ -172,8 +171,7 @@ async def _adopt_legacy(journal: Journal, state_dir: Path, scope: Scope, name: s
         )
     staying = sorted(c for c, thought in evidence.items() if thought is not None and c not in moved)
     if staying and await _served_before(journal):
-        files = " ".join(shlex.quote(str(store.path_for(c))) for c in staying[:3])
-        files += " ..." if len(staying) > 3 else ""
+        files = f"{shlex.quote(str(legacy))}/*{STATE_SUFFIX}"
         why = (
             "the journal cannot be read from its beginning"
             if found is None
@@ -185,7 +183,7 @@ async def _adopt_legacy(journal: Journal, state_dir: Path, scope: Scope, name: s
             f" apart: {why}, yet a daemon served this journal ({name}) before, so they may be its own (rotated or"
             " compacted away) or another journal's. Start the daemon on the journal they served (they move"
             f" there); or, if they are this journal's, move them to {target}/ (mv {files} {shlex.quote(str(target))}/);"
-            f" or delete them to start those conversations afresh (rm {files})"
+            f" or delete them to start those conversations afresh (rm {files}); then start again"
         )
     if staying:
         log.info(
@@ -206,7 +204,7 @@ async def open_scope(journal: Journal, name: str, state_dir: Path) -> Scope:
     directory = scope.directory
     try:
         await asyncio.to_thread(directory.mkdir, parents=True, exist_ok=True, mode=0o700)
-        await asyncio.to_thread((directory / LEGACY_SESSIONS).mkdir, exist_ok=True, mode=0o700)
+        await asyncio.to_thread((directory / SESSIONS_DIR).mkdir, exist_ok=True, mode=0o700)
     except OSError as exc:
         raise ScopeError(
             f"cannot create {directory}: {exc.strerror}; make the state directory writable, or set state_dir"
@@ -217,7 +215,7 @@ async def open_scope(journal: Journal, name: str, state_dir: Path) -> Scope:
         async with asyncio.timeout(MOVE_TIMEOUT):
             await _adopt_legacy(journal, state_dir, scope, name)
     with contextlib.suppress(OSError):  # (only when empty: the older state is all placed)
-        (state_dir / LEGACY_SESSIONS).rmdir()
+        (state_dir / SESSIONS_DIR).rmdir()
     if not record.legacy_checked or record.journal != name:
         record = record.model_copy(update={"legacy_checked": True, "journal": name})
         await asyncio.to_thread(_save_record, path, record)
@@ -238,7 +236,7 @@ async def describe_scope(journal: Journal, name: str, state_dir: Path) -> str:
     old = legacy_states(state_dir)
     if old and (identity is None or not _checked(scope_directory(state_dir, identity.value))):
         text += (
-            f"; {len(old)} conversation state(s) from an older coven-codex in {state_dir / LEGACY_SESSIONS} move to"
+            f"; {len(old)} conversation state(s) from an older coven-codex in {state_dir / SESSIONS_DIR} move to"
             " the journal each served at its first start"
         )
     return text

@@ -7,7 +7,6 @@ states saved the way it saved them (``<state_dir>/sessions``, the same :class:`S
 from __future__ import annotations
 
 import contextlib
-import shlex
 import subprocess
 from pathlib import Path
 
@@ -15,8 +14,8 @@ import pytest
 from legacy_fixture import install
 
 from coven_codex.agent.ingress import CURSOR_NAME
-from coven_codex.agent.scope import JOURNALS_DIR, LEGACY_SESSIONS, ScopeError, open_scope
-from coven_codex.agent.state import SessionState, StateStore
+from coven_codex.agent.scope import JOURNALS_DIR, ScopeError, open_scope
+from coven_codex.agent.state import SESSIONS_DIR, SessionState, StateStore
 from coven_codex.entries import ThoughtEntry
 from coven_codex.journal import FileJournal
 from coven_codex.settings import Settings
@@ -44,14 +43,14 @@ async def test_a_journal_served_before_whose_thoughts_are_gone_refuses_and_says_
     message = str(refused.value)
     assert "2 conversation state(s) from an older coven-codex" in message
     assert "'c', 'other'" in message and "Start the daemon on the journal they served" in message
-    assert len(list((state_dir / LEGACY_SESSIONS).iterdir())) == 2  # nothing moved, nothing lost
+    assert len(list((state_dir / SESSIONS_DIR).iterdir())) == 2  # nothing moved, nothing lost
     move = message.split("move them to ")[1].split("(")[1].split(")", maxsplit=1)[0]
     assert move.startswith("mv ")
-    subprocess.run(shlex.split(move), check=True)
+    subprocess.run(["/bin/sh", "-c", move], check=True)
     scope = await open_scope(journal, str(path), state_dir)
     await journal.aclose()
     assert thread_of(scope.directory, "c") == "01a21e22-da05-72a1-886e-ed0e06d79260"
-    assert not (state_dir / LEGACY_SESSIONS).exists()
+    assert not (state_dir / SESSIONS_DIR).exists()
 
 
 async def test_the_older_state_is_looked_at_once_per_journal(tmp_path: Path) -> None:
@@ -66,7 +65,7 @@ async def test_the_older_state_is_looked_at_once_per_journal(tmp_path: Path) -> 
     await journal.save_cursor(CURSOR_NAME, await journal.end_position())
     assert (await open_scope(journal, "b", state_dir)).directory == scope.directory
     await journal.aclose()
-    assert len(list((state_dir / LEGACY_SESSIONS).iterdir())) == 2
+    assert len(list((state_dir / SESSIONS_DIR).iterdir())) == 2
     assert '"legacy_checked": true' in (scope.directory / "journal.json").read_text()
 
 
@@ -86,7 +85,7 @@ async def test_a_journal_whose_beginning_was_compacted_away_refuses_rather_than_
     with pytest.raises(ScopeError, match=r"is not in what is left of this journal.*\(rotated or compacted away\)"):
         await open_scope(journal, str(path), state_dir)
     await journal.aclose()
-    assert (state_dir / LEGACY_SESSIONS).is_dir()
+    assert (state_dir / SESSIONS_DIR).is_dir()
 
 
 async def test_validate_shows_the_state_folder_and_the_journal_identity_a_start_would_use(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ which records every request Codex makes: what a conversation's thread carries is
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,8 +15,10 @@ import pytest
 from agent_harness import AgentHarness, replies, user_prompts
 from legacy_fixture import FIRST_THOUGHT, SECRET, install
 
-from coven_codex.agent.scope import JOURNALS_DIR, LEGACY_SESSIONS
+from coven_codex.agent.scope import JOURNALS_DIR
+from coven_codex.agent.state import SESSIONS_DIR
 from coven_codex.testing.model_server import ScriptedModelServer
+from coven_codex.testing.redis_server import RedisServer
 from coven_codex.testing.request_log import RecordedRequest
 
 pytestmark = [pytest.mark.codex, pytest.mark.timeout(300)]
@@ -68,7 +71,7 @@ async def test_state_an_older_version_left_moves_to_the_journal_it_served_and_no
     its thread, with its history, and the old folder is gone."""
     h = harness_factory(codex_bin_169, model_server)
     install(tmp_path, h.state_dir, h.codex_home)
-    legacy = h.state_dir / LEGACY_SESSIONS
+    legacy = h.state_dir / SESSIONS_DIR
     assert len(list(legacy.iterdir())) == 2
 
     await h.use_journal(tmp_path / "b.jsonl")
@@ -87,3 +90,31 @@ async def test_state_an_older_version_left_moves_to_the_journal_it_served_and_no
     assert "moved the state of 2 conversation(s) from an older coven-codex" in log
     # Nothing of A was answered twice: its ingress cursor and its states still agree.
     assert replies(await h.entries(), "c") == [f"echo: {FIRST_THOUGHT}", "echo: and the launch code is?"]
+
+
+@pytest.mark.parametrize("cluster", [False, True], ids=["one-daemon", "cluster"])
+async def test_a_new_redis_stream_on_the_same_workspace_gets_none_of_another_streams_history(
+    cluster: bool,
+    codex_bin_169: Path,
+    harness_factory: Callable[..., AgentHarness],
+    model_server: ScriptedModelServer,
+    redis_server: RedisServer,
+) -> None:
+    """The same with Redis journals, alone and as a cluster (whose mirror in Redis is per stream
+    already, but whose adoption took the local state when the new stream had no mirror of it)."""
+    flags = ("--cluster",) if cluster else ()
+    prefix = f"scope-{uuid.uuid4().hex[:8]}"
+    a = harness_factory(codex_bin_169, model_server, redis_server.url(key=f"{prefix}-a"))
+    a.extra_args = list(flags)
+    await ask(a, "c", "the vault password is swordfish")
+    b = harness_factory(codex_bin_169, model_server, redis_server.url(key=f"{prefix}-b"))
+    b.extra_args = list(flags)
+    await ask(b, "c", "what did I tell you before?")
+    first_of_b = request_of(model_server, "what did I tell you before?")
+    assert user_prompts(first_of_b) == ["what did I tell you before?"]
+    assert "swordfish" not in json.dumps(first_of_b.json)
+    # The same stream by another spelling of its URL is the same journal: A's thread, with its history.
+    a_by_name = harness_factory(codex_bin_169, model_server, f"redis://localhost:{redis_server.port}/0?key={prefix}-a")
+    a_by_name.extra_args = list(flags)
+    await ask(a_by_name, "c", "and now?")
+    assert user_prompts(request_of(model_server, "and now?")) == ["the vault password is swordfish", "and now?"]
