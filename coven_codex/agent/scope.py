@@ -27,6 +27,7 @@ import contextlib
 import logging
 import os
 import shlex
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,13 +127,27 @@ async def _served_before(journal: Journal) -> bool:
 
 
 async def _ids_in(journal: Journal, wanted: set[str]) -> set[str] | None:
-    """Which of ``wanted`` are ids of entries in the journal; None when its beginning cannot be read."""
+    """Which of ``wanted`` are ids of entries in the journal, read once from its start to its end
+    now, one item at a time (memory stays small however long it is); None when it cannot be read."""
+    found: set[str] = set()
     try:
-        items = await journal.read(START)
+        end = await journal.end_position()
+        if end == START:
+            return found
+        items = journal.tail(START)
+        try:
+            async for item in items:
+                if isinstance(item, JournalRecord) and item.entry.id in wanted:
+                    found.add(item.entry.id)
+                if item.end >= end:
+                    break
+        finally:
+            if isinstance(items, AsyncGenerator):
+                await items.aclose()
     except JournalError as exc:
         log.info("cannot read the journal from its beginning (%s)", exc)
         return None
-    return {item.entry.id for item in items if isinstance(item, JournalRecord) and item.entry.id in wanted}
+    return found
 
 
 def _move(source: Path, target_dir: Path) -> None:
