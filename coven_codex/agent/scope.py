@@ -36,7 +36,7 @@ from pydantic import BaseModel, ValidationError
 from coven_codex.agent.ingress import CURSOR_NAME
 from coven_codex.agent.limits import cut
 from coven_codex.agent.state import SESSIONS_DIR, STATE_SUFFIX, SessionState, StateStore
-from coven_codex.journal import START, CursorError, Journal, JournalError, JournalRecord
+from coven_codex.journal import START, CursorError, CursorMismatch, FileJournal, Journal, JournalError, JournalRecord
 from coven_codex.journal.atomic import atomic_write, fsync_directory
 from coven_codex.journal.identity import JournalIdentity, find_identity, journal_identity
 from coven_codex.journal.opening import CursorListing
@@ -126,9 +126,35 @@ async def _served_before(journal: Journal) -> bool:
         return True  # a cursor is there (of another file: rotated)
 
 
+async def _rotated_file(journal: Journal) -> Path | None:
+    """The file a rotation by hand left beside the journal, when the daemon has not finished it yet
+    (the saved ingress cursor belongs to it; docs/operations.md, "Rotating the journal")."""
+    try:
+        await journal.load_cursor(CURSOR_NAME)
+    except CursorMismatch as mismatch:
+        return mismatch.previous
+    except JournalError:
+        return None
+    return None
+
+
 async def _ids_in(journal: Journal, wanted: set[str]) -> set[str] | None:
-    """Which of ``wanted`` are ids of entries in the journal, read once from its start to its end
-    now, one item at a time (memory stays small however long it is); None when it cannot be read."""
+    """Which of ``wanted`` are ids of entries in the journal (and in the file a rotation left beside
+    it, not finished yet); None when the journal cannot be read."""
+    found = await _ids_in_one(journal, wanted)
+    previous = await _rotated_file(journal)
+    if found is None or previous is None:
+        return found
+    old = FileJournal(previous, durability="never")
+    try:
+        return found | (await _ids_in_one(old, wanted) or set())
+    finally:
+        await old.aclose()
+
+
+async def _ids_in_one(journal: Journal, wanted: set[str]) -> set[str] | None:
+    """Which of ``wanted`` are ids of entries in ``journal``, read once from its start to its end now,
+    one item at a time (memory stays small however long it is); None when it cannot be read."""
     found: set[str] = set()
     try:
         end = await journal.end_position()

@@ -53,6 +53,22 @@ async def test_a_journal_served_before_whose_thoughts_are_gone_refuses_and_says_
     assert not (state_dir / SESSIONS_DIR).exists()
 
 
+async def test_an_upgrade_right_after_a_rotation_by_hand_finds_the_conversations_in_the_rotated_file(
+    tmp_path: Path,
+) -> None:
+    """docs/operations.md: the rotated file stays beside the journal until the daemon started once."""
+    state_dir = tmp_path / "state"
+    install(tmp_path, state_dir, tmp_path / "codex-home")
+    path = tmp_path / "journal.jsonl"
+    path.rename(tmp_path / "journal.jsonl.1")
+    path.touch()
+    journal = FileJournal(path, durability="never")
+    scope = await open_scope(journal, str(path), state_dir)
+    await journal.aclose()
+    assert thread_of(scope.directory, "c") == "01a21e22-da05-72a1-886e-ed0e06d79260"
+    assert not (state_dir / SESSIONS_DIR).exists()
+
+
 async def test_the_older_state_is_looked_at_once_per_journal(tmp_path: Path) -> None:
     """A journal that was never served leaves the older state alone, once: later starts on it do
     not look again (and do not refuse once it has a cursor of its own)."""
