@@ -12,7 +12,8 @@ conversation afresh; the same journal finds its own. The folder records which jo
 workspace was used with) moves once, on the first start on each journal: the older state does
 not say which journal it served, so each conversation is matched by the newest thought it handed
 to Codex (its in-flight thought, else ``reply_to``, else the newest entry it wrote itself); the
-conversations whose thought is in this journal move to its folder. The ones that are not in it
+conversations whose thought is in this journal (or in the file a rotation by hand left beside it,
+not finished yet) move to its folder. The ones that are not in it
 stay where they are, for the journal they served. When this journal was served before (a daemon's
 ingress cursor is saved in it) and some stay, they may be its own conversations whose thoughts
 were rotated or compacted away, or another journal's: that cannot be known, so start-up stops
