@@ -85,7 +85,7 @@ async def test_a_journal_deleted_and_created_again_with_its_cursors_gone_is_a_ne
     assert await identity_of(path) != identity
 
 
-async def test_processes_that_record_an_identity_at_once_agree_on_one(tmp_path: Path) -> None:
+async def test_handles_that_record_an_identity_at_once_agree_on_one(tmp_path: Path) -> None:
     path = tmp_path / "journal.jsonl"
     journals = [FileJournal(path, durability="never") for _ in range(8)]
     found = await asyncio.gather(*(journal_identity(journal) for journal in journals))
