@@ -4,7 +4,8 @@
    native binary, :mod:`coven_codex.codex.launch`) and read its version, move the
    folders older versions kept inside the workspace (:mod:`coven_codex.agent.layout`), then
    open the journal and take the locks (one daemon per journal, per state directory and per
-   ``CODEX_HOME``);
+   ``CODEX_HOME``), then find the folder of this journal's conversation state by its identity
+   (:mod:`coven_codex.agent.scope`; an older version's state moves there the first time);
 2. pick the CODEX driver by what the installed binary offers
    (:func:`coven_codex.codex.capabilities.plan_driver`: ``app-server`` where its protocol has
    everything the driver uses, else ``exec``; cached per binary in the state directory;
@@ -35,6 +36,7 @@ from coven_codex import __version__
 from coven_codex.agent.daemon import Daemon, Ready
 from coven_codex.agent.egress import AppendHook
 from coven_codex.agent.layout import LayoutError, migrate_legacy_layout
+from coven_codex.agent.scope import Scope, ScopeError, open_scope
 from coven_codex.agent.services import ThreadOptions
 from coven_codex.agent.state import StateError
 from coven_codex.agent.statelock import JournalLock, StateLock
@@ -225,6 +227,30 @@ async def _open_daemon_journal(name: Path | str, settings: Settings) -> tuple[Jo
     return journal, base.with_name(base.name + ".cursors") / DAEMON_LOCK_NAME
 
 
+async def _open_scope(journal: Journal, settings: Settings) -> Scope:
+    """The folder of this journal's conversation state (:mod:`coven_codex.agent.scope`), logged."""
+    assert settings.journal is not None
+    name = describe_journal(settings.journal)
+    try:
+        scope = await open_scope(journal, name, settings.resolved_state_dir)
+    except (ScopeError, JournalError, StateError, TimeoutError) as exc:
+        if isinstance(exc, TimeoutError):
+            raise BootstrapError(
+                f"moving an older coven-codex's conversation state to the journal {name} took too long (reading the"
+                " journal); start again, or move <state_dir>/sessions aside to start those conversations afresh"
+            ) from None
+        raise BootstrapError(str(exc)) from None
+    log.info(
+        "journal %s is %s (kept in %s)%s; its conversations' state is in %s",
+        name,
+        scope.identity.value,
+        scope.identity.location,
+        " (recorded now: its first start)" if scope.identity.made_now else "",
+        scope.directory,
+    )
+    return scope
+
+
 async def _join_cluster(
     stack: contextlib.AsyncExitStack, journal: Journal, settings: Settings, codex_home: Path
 ) -> Ownership | None:
@@ -349,6 +375,7 @@ async def run_daemon(
                 stack.enter_context(StateLock(directory))
         except (StateError, OSError) as exc:
             raise BootstrapError(str(exc)) from None
+        scope = await _open_scope(journal, settings)
         owned: dict[tuple[str, ...], dict[str, object]] = {}
         if settings.spells:
             try:
@@ -425,6 +452,7 @@ async def run_daemon(
             maker,
             locate_rollout=locate,
             codex_home=codex_home,
+            conversations=scope.directory,
             on_append=hooks.on_append,
             ownership=ownership,
             prestart=maker.prestart,

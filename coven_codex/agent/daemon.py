@@ -1,7 +1,9 @@
 """The daemon: start-up recovery, the task group that runs everything, clean shutdown.
 
 The caller holds the state directory's lock (:class:`~coven_codex.agent.statelock.StateLock`,
-one daemon per state directory). Start-up, in this order (each step relies on the ones before):
+one daemon per state directory) and gives the folder of this journal's conversation state
+(:mod:`~coven_codex.agent.scope`: a journal the daemon never served has none of another's).
+Start-up, in this order (each step relies on the ones before):
 
 1. (the lock, taken by the caller)
 2. end Codex process trees a killed predecessor left behind, so no rollout is still growing
@@ -105,11 +107,14 @@ class Daemon:
         *,
         locate_rollout: RolloutLocator,
         codex_home: Path,
+        conversations: Path,
         on_append: AppendHook | None = None,
         ownership: Ownership | None = None,
         prestart: Callable[[], None] | None = None,
     ) -> None:
-        """``prestart`` starts the Codex the first thought will use, without waiting (start-up step 2)."""
+        """``conversations``: the folder of this journal's conversation state (its
+        :class:`~coven_codex.agent.scope.Scope`); ``prestart`` starts the Codex the first thought will
+        use, without waiting (start-up step 2)."""
         self.settings = settings
         self.prestart = prestart
         self.journal = journal
@@ -120,7 +125,7 @@ class Daemon:
         self.locate_rollout = locate_rollout
         self.codex_home = codex_home
         self.state_dir = settings.resolved_state_dir
-        self.store = StateStore(self.state_dir, durability=settings.durability)
+        self.store = StateStore(conversations, durability=settings.durability)
         self.processes = ProcessRegistry(self.state_dir)
         self.on_append = on_append
         self.manager: SessionManager | None = None

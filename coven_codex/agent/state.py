@@ -1,4 +1,4 @@
-"""Per-conversation session state, persisted under ``settings.resolved_state_dir``.
+"""Per-conversation session state, persisted per journal under ``settings.resolved_state_dir`` (:mod:`.scope`).
 
 One log per conversation (``sessions/<slug>-<hash>.state``) holds everything a restarted
 daemon needs to continue that conversation without losing or repeating a message:
@@ -55,6 +55,8 @@ STATE_VERSION = 2
 OWN_IDS_KEPT = 32
 """How many ids of entries the session wrote itself a state keeps (a turn writes at most two: error and end)."""
 STATE_SUFFIX = ".state"
+SESSIONS_DIR = "sessions"
+"""The folder of the state logs inside a store's root."""
 COMPACT_BYTES = 256 * 1024
 MAX_OPEN_LOGS = 32
 """State logs kept open for appending at most; the least recently written others are reopened when saved."""
@@ -207,7 +209,8 @@ class StateStorageError(StateError):
 
 
 class StateStore:
-    """Loads and saves :class:`SessionState` logs in ``<state_dir>/sessions``.
+    """Loads and saves :class:`SessionState` logs in ``<root>/sessions`` (the daemon's root: the folder of
+    its journal's conversations, ``<state_dir>/journals/<journal identity>``, :mod:`~coven_codex.agent.scope`).
 
     Each conversation has one append-only log: every save appends the whole state as one JSON
     line (one ``write()``, about a microsecond, versus a quarter of a millisecond or more for a
@@ -229,7 +232,7 @@ class StateStore:
         self, state_dir: Path, *, durability: Durability = "always", compact_bytes: int = COMPACT_BYTES
     ) -> None:
         self.root = state_dir
-        self.sessions_dir = state_dir / "sessions"
+        self.sessions_dir = state_dir / SESSIONS_DIR
         self.durability: Durability = durability
         self.compact_bytes = compact_bytes
         self._fds: dict[str, tuple[int, int]] = {}  # conversation -> (fd, bytes written so far)

@@ -63,6 +63,8 @@ READ_CHUNK: Final = 1 << 20
 FILE_MODE: Final = 0o600
 _SYNC = getattr(os, "fdatasync", os.fsync)
 DAEMON_LOCK_NAME: Final = "daemon.lock"
+IDENTITY_NAME: Final = "journal-id"
+"""In ``<journal>.cursors/``: the journal's identity (:mod:`coven_codex.journal.identity`); no cursor (no ``.json``)."""
 ROTATED_SCAN_LIMIT: Final = 10_000
 MIN_SEGMENT_BYTES: Final = 1024
 _FAIR_ITEMS: Final = 256
@@ -217,6 +219,70 @@ class FileJournal:
         """
         real = self.path.expanduser().resolve()
         return real.with_name(real.name + ".cursors") / DAEMON_LOCK_NAME
+
+    # -- identity --------------------------------------------------------------------------
+
+    def identity_path(self) -> Path:
+        """Where the journal's identity is kept: ``<journal>.cursors/journal-id``, beside its cursors.
+
+        The same folder as the cursors, so it follows the journal wherever its cursors do: across
+        segments and a rotation by hand (the path stays), and a move of the journal with its
+        ``.cursors`` folder.
+        """
+        return self._cursors.directory / IDENTITY_NAME
+
+    def _load_identity_blocking(self) -> str | None:
+        try:
+            return self.identity_path().read_bytes().decode("utf-8", "replace").strip()
+        except FileNotFoundError:
+            return None
+
+    async def load_identity(self) -> str | None:
+        """The identity recorded for this journal (as written; checked by the caller), or None."""
+        try:
+            return await asyncio.to_thread(self._load_identity_blocking)
+        except OSError as exc:
+            raise JournalError(
+                f"cannot read the journal's identity {self.identity_path()}: {exc.strerror}; check its permissions"
+            ) from None
+
+    def _make_identity_blocking(self, made: str) -> str:
+        path = self.identity_path()
+        directory = path.parent
+        if not directory.is_dir():
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fsync_directory(directory.parent)
+        temporary = directory / f".{IDENTITY_NAME}.{os.getpid()}.{made}.tmp"
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+        try:
+            try:
+                os.write(fd, made.encode("ascii") + b"\n")
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            try:
+                os.link(temporary, path)  # never over an identity another process made first
+            except FileExistsError:
+                return self._load_identity_blocking() or made
+        finally:
+            with contextlib.suppress(OSError):
+                temporary.unlink()
+        fsync_directory(directory)
+        return made
+
+    async def make_identity(self, made: str) -> str:
+        """Record ``made`` as this journal's identity unless one is recorded already; the one that holds."""
+        try:
+            return await asyncio.to_thread(self._make_identity_blocking, made)
+        except OSError as exc:
+            raise JournalError(
+                f"cannot record the journal's identity in {self.identity_path()}: {exc.strerror};"
+                " make that folder writable"
+            ) from None
+
+    def identity_location(self) -> str:
+        """Where the identity is kept, for messages."""
+        return str(self.identity_path())
 
     # -- appending -------------------------------------------------------------------------
 

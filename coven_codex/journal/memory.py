@@ -29,6 +29,7 @@ class MemoryStore:
     def __init__(self) -> None:
         self.items: list[JournalItem] = []
         self.cursors: dict[str, Position] = {}
+        self.identity: str | None = None
         self.grew = asyncio.Event()
 
     def push(self, item: JournalItem) -> None:
@@ -117,6 +118,20 @@ class MemoryJournal:
     async def save_cursor(self, name: str, position: Position) -> None:
         """Save ``position`` under ``name`` (in memory, shared with reopened handles)."""
         self._cursors[check_cursor_name(name)] = check_position(position)
+
+    async def load_identity(self) -> str | None:
+        """The identity recorded for this journal (shared with reopened handles), or None."""
+        return self.store.identity
+
+    async def make_identity(self, made: str) -> str:
+        """Record ``made`` as the identity unless one is recorded already; the one that holds."""
+        if self.store.identity is None:
+            self.store.identity = made
+        return self.store.identity
+
+    def identity_location(self) -> str:
+        """Where the identity is kept, for messages."""
+        return "the memory journal"
 
     async def aclose(self) -> None:
         """Mark the handle closed; the items stay in the store."""

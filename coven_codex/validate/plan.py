@@ -7,6 +7,7 @@ from coven_codex.settings import Settings
 from coven_codex.validate import codex_probes as codex
 from coven_codex.validate import filesystem_probes as fs
 from coven_codex.validate import redis_probes as redis
+from coven_codex.validate import scope_probes as scope
 from coven_codex.validate import spell_probes as spells
 from coven_codex.validate.framework import Outcome, Probe, ProbeContext, run_plan
 
@@ -45,6 +46,12 @@ PLAN: tuple[Probe, ...] = (
         redis.probe_redis_persistence,
         timeout=1,
         required=False,
+    ),
+    Probe(
+        "conversation_state",
+        "the state folder and journal identity a start would use",
+        scope.probe_conversation_state,
+        timeout=10,
     ),
     Probe("spells", "spells import with valid schemas", spells.probe_spells, timeout=30),
     Probe("shim_version", "the MCP shim starts within 1 s", spells.probe_shim_version, timeout=3),

@@ -146,7 +146,7 @@ async def test_a_broken_state_directory_backs_off_and_is_reported_once(
         daemon = await h.start("--state-dir", str(state))
         await h.think("a", "hello")
         await h.wait_for(lambda es: "echo: hello" in replies(es, "a"), what="the first reply")
-        sessions = state / "sessions"
+        sessions = h.sessions_dir(state)
         shutil.rmtree(sessions)
         sessions.write_text("not a directory")
         await h.think("b", "hello b")

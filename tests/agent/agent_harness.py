@@ -19,6 +19,8 @@ from typing import Any
 import psutil
 import tomlkit
 
+from coven_codex.agent.scope import scope_directory
+from coven_codex.agent.state import SESSIONS_DIR
 from coven_codex.entries import BaseEntry, ThoughtEntry
 from coven_codex.journal import FileJournal, Journal, JournalRecord
 from coven_codex.journal.opening import open_journal
@@ -82,6 +84,18 @@ class AgentHarness:
             else open_journal(self.journal_name)
         )
         self._runs = 0
+
+    def sessions_dir(self, state_dir: Path | None = None) -> Path:
+        """Where the daemon keeps the file journal's conversation states: ``<state_dir>/journals/<the
+        journal's identity>/sessions`` (``state_dir``: the default one; the daemon must have started once)."""
+        identity = (self.journal_path.with_name(self.journal_path.name + ".cursors") / "journal-id").read_text()
+        return scope_directory(state_dir or self.state_dir, identity.strip()) / SESSIONS_DIR
+
+    async def use_journal(self, path: Path) -> None:
+        """From the next start on, the daemon serves (and the test writes to) the file journal ``path``."""
+        await self.journal.aclose()
+        self.journal_path = path
+        self.journal = FileJournal(path, durability="never")
 
     def write_base_config(self, **extra: Any) -> None:
         config = codex_config(self.server.base_url, extra=extra or None)

@@ -77,7 +77,7 @@ def bytes_read(pid: int) -> int:
 
 def saved_state(h: AgentHarness, conversation: str) -> dict[str, object]:
     """The newest state ``conversation``'s log holds on disk."""
-    lines = (h.state_dir / "sessions" / state_file_name(conversation)).read_bytes().splitlines()
+    lines = (h.sessions_dir() / state_file_name(conversation)).read_bytes().splitlines()
     state = json.loads(lines[-1])
     assert isinstance(state, dict)
     return state

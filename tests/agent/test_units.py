@@ -257,7 +257,14 @@ async def test_an_awaited_state_save_is_on_disk_before_it_returns(
     settings = Settings(
         workspace=tmp_path, journal=tmp_path / "j.jsonl", state_dir=tmp_path / "state", durability=durability
     )  # type: ignore[arg-type]
-    daemon = Daemon(settings, MemoryJournal(), None, locate_rollout=None, codex_home=tmp_path)  # type: ignore[arg-type]
+    daemon = Daemon(
+        settings,
+        MemoryJournal(),
+        None,  # type: ignore[arg-type]
+        locate_rollout=None,  # type: ignore[arg-type]
+        codex_home=tmp_path,
+        conversations=tmp_path / "state",
+    )
     store = daemon.store
     store.prepare()
     state = SessionState(conversation="c")

@@ -336,6 +336,29 @@ class RedisJournal:
 
         await self._call(run)
 
+    async def load_identity(self) -> str | None:
+        """The identity recorded for this journal (in ``KEY:journal-id``), or None."""
+
+        async def run() -> Any:
+            return await self._client.get(self.location.identity)
+
+        raw = await self._call(run)
+        return None if raw is None else bytes(raw).decode("utf-8", "replace").strip()
+
+    async def make_identity(self, made: str) -> str:
+        """Record ``made`` as the identity unless one is recorded already (``SET NX``); the one that holds."""
+
+        async def run() -> Any:
+            await self._client.set(self.location.identity, made, nx=True)
+            return await self._client.get(self.location.identity)
+
+        raw = await self._call(run)
+        return made if raw is None else bytes(raw).decode("utf-8", "replace").strip()
+
+    def identity_location(self) -> str:
+        """Where the identity is kept, for messages."""
+        return f"{self.location.identity} on {self.location.display()}"
+
     async def cursors(self) -> dict[str, Position]:
         """Every saved cursor (corrupt ones left out, with a warning)."""
 

@@ -27,7 +27,8 @@ class RedisLocation:
     url: str
     """The server's URL without ``key`` (credentials included when the name had them)."""
     key: str
-    """The stream's key; the journal's other keys start with it (``KEY:ids``, ``KEY:cursors``, ``KEY:trimmed``)."""
+    """The stream's key; the journal's other keys start with it (``KEY:ids``, ``KEY:cursors``, ``KEY:trimmed``,
+    ``KEY:journal-id``)."""
 
     @property
     def stream(self) -> str:
@@ -43,6 +44,11 @@ class RedisLocation:
     def cursors(self) -> str:
         """The hash cursor name → position."""
         return f"{self.key}:cursors"
+
+    @property
+    def identity(self) -> str:
+        """The journal's identity (:mod:`coven_codex.journal.identity`), set once with ``SET NX``."""
+        return f"{self.key}:journal-id"
 
     @property
     def trimmed(self) -> str:
