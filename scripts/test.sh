@@ -8,9 +8,18 @@ scripts/setup.sh
 echo "== ruff" && .venv/bin/ruff check coven_codex mcp_shim tests benchmarks examples
 echo "== ruff format" && .venv/bin/ruff format --check coven_codex mcp_shim tests benchmarks examples
 echo "== mypy --strict" && .venv/bin/mypy
-if [ $# -eq 0 ]; then
-  # plain `pytest` leaves out the slow tests; CI runs them all, but not the releases of the
-  # version matrix beyond the CI ones (run those with: scripts/test.sh -m matrix tests/agent/test_version_matrix.py)
-  set -- -m "not matrix"
+if [ $# -gt 0 ]; then
+  echo "== pytest" && exec .venv/bin/python -m pytest "$@"
 fi
-echo "== pytest" && .venv/bin/python -m pytest "$@"
+# Every test but the releases of the version matrix beyond the CI ones (run those with:
+# scripts/test.sh -m matrix tests/agent/test_version_matrix.py), the slow ones included, in two passes:
+# first the tests marked `serial` (they measure CPU, wake-ups or latency, or load the machine themselves),
+# one at a time with the machine to themselves; then every other test on COVEN_TEST_WORKERS workers
+# (pytest-xdist; most of a test's time is waiting on Codex, so more workers than cores pay).
+workers="${COVEN_TEST_WORKERS:-4}"
+status=0
+echo "== pytest (serial: one at a time)"
+.venv/bin/python -m pytest -m "serial and not matrix" || status=$?
+echo "== pytest (parallel: $workers workers)"
+.venv/bin/python -m pytest -n "$workers" --dist worksteal -m "not serial and not matrix" || status=$?
+exit "$status"

@@ -23,6 +23,22 @@ def codex_binary(version: str) -> Path:
     return path
 
 
+def _expected_length(item: pytest.Item) -> int:
+    """0 for the long tests (marked ``slow``), 1 for those that run the real Codex CLI, 2 for the rest."""
+    if item.get_closest_marker("slow") is not None:
+        return 0
+    if item.get_closest_marker("codex") is not None:
+        return 1
+    return 2
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Long tests first (a stable sort keeps each file's order): on several workers (pytest-xdist,
+    ``scripts/test.sh``) the last minutes are then spent on short tests that fill every worker, not on
+    one long test that started last."""
+    items.sort(key=_expected_length)
+
+
 @pytest.fixture(params=CODEX_VERSIONS, ids=lambda v: f"codex-{v}")
 def codex_version(request: pytest.FixtureRequest) -> str:
     """Parametrises a test over every supported Codex CLI version."""

@@ -171,6 +171,7 @@ async def test_daemon_with_a_stopped_codex_exits_within_the_bound(
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 async def test_daemon_with_a_stopped_app_server_exits_within_the_bound_under_load(
     codex_bin_169: Path, stalling_server: ScriptedModelServer, harness_factory: Factory
 ) -> None:
@@ -272,6 +273,7 @@ def detached_loops(tag: str) -> list[psutil.Process]:
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 async def test_descendants_of_the_shell_snapshot_do_not_outlive_the_daemon_under_load(
     codex_bin_169: Path,
     tmp_path: Path,
@@ -334,6 +336,7 @@ def in_session(sid: int) -> list[int]:
     return found
 
 
+@pytest.mark.serial
 async def test_unmarked_descendants_are_ended_with_their_tree_under_load(tmp_path: Path) -> None:
     # Before: the loop's `sleep 2` children started after terminate_tree's first look (no
     # marker, orphaned to init when the loop was killed) outlived it every time.

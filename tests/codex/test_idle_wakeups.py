@@ -23,7 +23,7 @@ from coven_codex.codex.drivers import TurnFinished
 from coven_codex.testing import ScriptedModelServer
 from coven_codex.testing.responders import echo_responder
 
-pytestmark = [pytest.mark.codex, pytest.mark.slow]
+pytestmark = [pytest.mark.codex, pytest.mark.slow, pytest.mark.serial]
 VERSION = "0.169.0"
 STARTS = 1000
 """Processes started on the machine while the wake-ups of Codex are counted."""

@@ -97,7 +97,9 @@ class Reachability:
                 waited = self._down(exc)
                 if waited >= self.limit:
                     raise JournalUnavailable(
-                        f"the journal's Redis at {self.where} could not be reached for {waited:.0f} s"
+                        # the limit, not the wait measured: a connect attempt that was slow to fail can take
+                        # the wait past it, and the operator set the limit, not the wait
+                        f"the journal's Redis at {self.where} could not be reached for {self.limit:g} s"
                         f" ({_short(exc)}); start Redis (or fix the network to it), then start again:"
                         " nothing written before is lost"
                     ) from None
