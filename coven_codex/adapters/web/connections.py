@@ -41,9 +41,11 @@ PER_CLIENT = 256
 """Connections one IP address may hold (a tab holds one live channel and a few requests)."""
 TOTAL = 512
 """Connections the server holds at most (lowered to half the open-file limit when that is smaller)."""
+_REFUSAL_BODY = b"too many connections are busy; close some tabs and try again.\n"
 REFUSED = (
     b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: text/plain; charset=utf-8\r\nconnection: close\r\n"
-    b"content-length: 64\r\n\r\ntoo many connections are busy; close some tabs and try again.\r\n\r\n"
+    + f"content-length: {len(_REFUSAL_BODY)}\r\n\r\n".encode()
+    + _REFUSAL_BODY
 )
 
 
