@@ -146,7 +146,8 @@ INFLATE_STEP = 2**20
 
 def _inflate(data: bytes, wbits: int, limit: int) -> bytes:
     """``data`` inflated (concatenated gzip members too), refused once the output passes ``limit``."""
-    out = bytearray()
+    parts: list[bytes] = []
+    size = 0
     pending = data
     while pending:
         inflater = zlib.decompressobj(wbits)
@@ -154,14 +155,15 @@ def _inflate(data: bytes, wbits: int, limit: int) -> bytes:
             chunk = inflater.decompress(pending, INFLATE_STEP)
             if not chunk and len(inflater.unconsumed_tail) == len(pending):
                 raise zlib.error("the compressed body ends before its end marker")
-            out += chunk
-            if len(out) > limit:
+            parts.append(chunk)
+            size += len(chunk)
+            if size > limit:
                 raise BodyTooLargeError(f"request body over {limit} bytes once decompressed")
             pending = inflater.unconsumed_tail
         pending = inflater.unused_data
         if wbits == zlib.MAX_WBITS and pending:
             raise zlib.error("data after the end of the deflate stream")
-    return bytes(out)
+    return b"".join(parts)
 
 
 def response_head(status: int, headers: list[tuple[str, str]]) -> bytes:
