@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gzip
 import ssl
 import zlib
 from dataclasses import dataclass
@@ -122,19 +121,49 @@ async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str], max_
     return await reader.readexactly(length)
 
 
-def decode_body(body: bytes, content_encoding: str) -> bytes:
-    """Undo ``Content-Encoding`` (identity, gzip, deflate; applied in order, possibly stacked)."""
-    codings = [c.strip().lower() for c in content_encoding.split(",") if c.strip()]
-    for coding in reversed(codings):
-        if coding == "identity":
-            continue
-        if coding in {"gzip", "x-gzip"}:
-            body = gzip.decompress(body)
-        elif coding == "deflate":
-            body = zlib.decompress(body)
-        else:
-            raise UnsupportedEncodingError(coding)
-    return body
+def decode_body(body: bytes, content_encoding: str, *, limit: int = MAX_BODY_BYTES) -> bytes:
+    """Undo ``Content-Encoding``: identity, or one gzip or deflate, inflated at most ``limit`` bytes.
+
+    Inflation goes :data:`INFLATE_STEP` bytes at a time and stops as soon as the output passes
+    ``limit`` (:class:`BodyTooLargeError`), so a compression bomb costs ``limit`` bytes, never
+    what it expands to. Stacked codings (``gzip, gzip``) and unknown ones raise
+    :class:`UnsupportedEncodingError`; a body that does not inflate raises :class:`zlib.error`."""
+    codings = [c.strip().lower() for c in content_encoding.split(",") if c.strip().lower() not in ("", "identity")]
+    if len(codings) > 1:
+        raise UnsupportedEncodingError(f"{', '.join(codings)} (stacked; send one of gzip or deflate)")
+    if not codings:
+        return body
+    if codings[0] in {"gzip", "x-gzip"}:
+        return _inflate(body, 16 + zlib.MAX_WBITS, limit)
+    if codings[0] == "deflate":
+        return _inflate(body, zlib.MAX_WBITS, limit)
+    raise UnsupportedEncodingError(codings[0])
+
+
+INFLATE_STEP = 2**20
+"""How much :func:`decode_body` inflates per step (its memory beyond ``limit``)."""
+
+
+def _inflate(data: bytes, wbits: int, limit: int) -> bytes:
+    """``data`` inflated (concatenated gzip members too), refused once the output passes ``limit``."""
+    parts: list[bytes] = []
+    size = 0
+    pending = data
+    while pending:
+        inflater = zlib.decompressobj(wbits)
+        while not inflater.eof:
+            chunk = inflater.decompress(pending, INFLATE_STEP)
+            if not chunk and len(inflater.unconsumed_tail) == len(pending):
+                raise zlib.error("the compressed body ends before its end marker")
+            parts.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise BodyTooLargeError(f"request body over {limit} bytes once decompressed")
+            pending = inflater.unconsumed_tail
+        pending = inflater.unused_data
+        if wbits == zlib.MAX_WBITS and pending:
+            raise zlib.error("data after the end of the deflate stream")
+    return b"".join(parts)
 
 
 def response_head(status: int, headers: list[tuple[str, str]]) -> bytes:

@@ -403,7 +403,7 @@ async def run_daemon(
                 receiver = await stack.enter_async_context(OtlpReceiver(ThreadRouter(traces_dir)))
             except OSError as exc:
                 raise BootstrapError(str(exc)) from None
-            owned.update(otel_tables(receiver.base_url))
+            owned.update(otel_tables(receiver.target))
             if notice := export_notice(version):
                 log.warning("%s", notice)
             log.info("collecting Codex's OpenTelemetry export at %s into %s", receiver.base_url, traces_dir)

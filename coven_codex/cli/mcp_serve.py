@@ -16,6 +16,7 @@ from coven_codex.jobs.client import JobUsageError, check_journal, open_journal
 from coven_codex.jobs.mcp_tools import job_tools
 from coven_codex.mcp.connection import Connection, ConnectionLimits
 from coven_codex.mcp.session import McpSession
+from coven_codex.stdio import StdioError, stdio_streams
 
 HELP = "serve the job tools (call_codex, call_status, call_jobs, call_cancel) to an MCP client on stdio"
 
@@ -26,26 +27,27 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def execute(args: argparse.Namespace) -> int:
-    """Serve until the client closes stdin; 2 if the journal cannot serve jobs."""
+    """Serve until the client closes stdin (0); 2 if the journal cannot serve jobs or there is no stdout."""
     try:
         check_journal(args.journal)
     except JobUsageError as exc:
         print(f"coven-codex mcp-serve: {exc}", file=sys.stderr)
         return 2
-    asyncio.run(serve(args.journal))
+    try:
+        asyncio.run(serve(args.journal))
+    except StdioError as exc:
+        print(f"coven-codex mcp-serve: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 
 async def serve(journal_path: Path) -> None:
-    """Answer MCP on stdin/stdout until stdin ends."""
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=2**20)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, sys.stdout)
-    writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+    """Answer MCP on stdin/stdout (pipes, sockets, terminals or regular files) until stdin ends;
+    calls still running then get :class:`ConnectionLimits`' ``eof_grace`` to answer."""
     journal = open_journal(journal_path)
     try:
-        session = McpSession(job_tools(journal), server_name="coven-codex-jobs", label="mcp-serve")
-        await Connection(reader, writer, session, None, ConnectionLimits()).run()
+        async with stdio_streams(limit=2**20) as (reader, writer):
+            session = McpSession(job_tools(journal), server_name="coven-codex-jobs", label="mcp-serve")
+            await Connection(reader, writer, session, None, ConnectionLimits()).run()
     finally:
         await journal.aclose()

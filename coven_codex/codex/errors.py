@@ -25,6 +25,7 @@ class ErrorCode(StrEnum):
     STREAM_IDLE = "STREAM_IDLE"
     QUOTA = "QUOTA"
     CONTEXT_LENGTH = "CONTEXT_LENGTH"
+    PROVIDER_ERROR = "PROVIDER_ERROR"
     SANDBOX = "SANDBOX"
     VERSION = "VERSION"
     PROCESS_EXITED = "PROCESS_EXITED"
@@ -49,6 +50,8 @@ HINTS: dict[ErrorCode, str] = {
     ErrorCode.QUOTA: "The account is out of quota or credit; add credit or switch account.",
     ErrorCode.CONTEXT_LENGTH: "The conversation no longer fits the model's context; start a new "
     "conversation or ask Codex to summarise.",
+    ErrorCode.PROVIDER_ERROR: "The model provider answered the request with an error (a failed response or "
+    "a server error); send the thought again, and if it repeats check the provider's status and its base_url.",
     ErrorCode.SANDBOX: "Codex's sandbox refused an action; widen sandbox_mode in the Codex base config "
     "if the action is wanted.",
     ErrorCode.VERSION: "This Codex CLI version is too old or too new; install a supported version "
@@ -80,11 +83,29 @@ _TEXT_RULES: tuple[tuple[ErrorCode, re.Pattern[str]], ...] = (
             re.I,
         ),
     ),
-    (ErrorCode.STREAM_IDLE, re.compile(r"stream.{0,20}idle|idle.{0,20}stream|stream disconnected", re.I)),
+    # Codex words a provider's `response.failed` as "stream disconnected before completion: <the
+    # provider's message>", and its own stream failures the same way with its own words after the
+    # colon (an idle timeout, the stream ending early), or none in its retry notices.
+    (
+        ErrorCode.STREAM_IDLE,
+        re.compile(
+            r"stream.{0,20}idle|idle.{0,20}stream|idle timeout|stream closed before"
+            r"|stream disconnected before completion(?!: )",
+            re.I,
+        ),
+    ),
     (ErrorCode.QUOTA, re.compile(r"quota|\b402\b|insufficient.?credit|billing", re.I)),
     (
         ErrorCode.CONTEXT_LENGTH,
         re.compile(r"context.?(?:length|window)|too many tokens|maximum context", re.I),
+    ),
+    (
+        ErrorCode.PROVIDER_ERROR,
+        re.compile(
+            r"stream disconnected before completion: |response\.failed|internal.?server.?error|server.?error"
+            r"|\b50[0-4]\b|bad gateway|service unavailable|gateway timeout|overloaded|high demand",
+            re.I,
+        ),
     ),
     (ErrorCode.SANDBOX, re.compile(r"sandbox|permission denied", re.I)),
     (ErrorCode.VERSION, re.compile(r"\bversion\b|upgrade|deprecated", re.I)),

@@ -89,14 +89,16 @@ def peer_of(writer: asyncio.StreamWriter) -> Peer:
 
 
 def _peer_gone(writer: asyncio.StreamWriter) -> bool:
-    """True when the peer closed both directions (POLLHUP), not just its sending side."""
-    sock = writer.get_extra_info("socket")
-    if sock is None:
+    """True when the peer closed both directions, not just its sending side: a socket's POLLHUP,
+    or POLLERR on a pipe (stdio: stdin ended, and nobody reads stdout any more either). A regular
+    file never reports either."""
+    channel = writer.get_extra_info("socket") or writer.get_extra_info("pipe")
+    if channel is None:
         return True
     poller = select.poll()
     try:
-        poller.register(sock.fileno(), select.POLLHUP)
-        return any(event & select.POLLHUP for _, event in poller.poll(0))
+        poller.register(channel.fileno(), select.POLLHUP | select.POLLERR)
+        return any(event & (select.POLLHUP | select.POLLERR) for _, event in poller.poll(0))
     except (OSError, ValueError):
         return True
 

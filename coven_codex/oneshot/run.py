@@ -45,7 +45,7 @@ from coven_codex.oneshot.workspace import (
 )
 from coven_codex.traces.otel_config import export_notice
 from coven_codex.traces.receiver import OtlpReceiver
-from coven_codex.traces.writer import JsonlWriter
+from coven_codex.traces.writer import JsonlWriter, open_private
 
 log = logging.getLogger(__name__)
 
@@ -148,17 +148,14 @@ async def run_oneshot(
             if notice:
                 say(notice)
             traces = options.spec.traces_dir
-            traces.mkdir(parents=True, exist_ok=True)
-            (traces / TRACES_FILE).write_bytes(b"")  # afresh, and there even if Codex exports nothing
+            open_private(traces / TRACES_FILE, truncate=True).close()  # afresh, there even if nothing is exported
             receiver = await stack.enter_async_context(
                 OtlpReceiver(JsonlWriter(traces / TRACES_FILE), port=options.otel_port)
             )
             (traces / STDOUT_FILE).unlink(missing_ok=True)
             if options.codex_args.exec_mode:  # elsewhere Codex keeps the terminal
-                sinks.log_file = stack.enter_context((traces / STDOUT_FILE).open("wb"))
-        home = await asyncio.to_thread(
-            prepare_workspace, plan, otel_base_url=receiver.base_url if receiver else None, environ=env
-        )
+                sinks.log_file = stack.enter_context(open_private(traces / STDOUT_FILE, truncate=True))
+        home = await asyncio.to_thread(prepare_workspace, plan, otel=receiver.target if receiver else None, environ=env)
         for name in home.missing_env_keys:
             say(f"the model provider in the Codex config reads its key from ${name}, which is not set; export it")
         child_env = launch.environment(home.env)

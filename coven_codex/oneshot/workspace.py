@@ -34,7 +34,7 @@ from coven_codex.codex.config_merge import KeyPath
 from coven_codex.codex.discovery import absolute_path_env
 from coven_codex.codex.home import CodexHome, CodexHomeError, prepare_codex_home, read_base_config
 from coven_codex.codex.process import run_captured
-from coven_codex.traces.otel_config import otel_tables
+from coven_codex.traces.otel_config import OtlpTarget, otel_tables
 
 HOME_DIR = ".codex-home"
 TRACES_DIR = "traces"
@@ -117,7 +117,7 @@ def plan_workspace(spec: WorkspaceSpec) -> WorkspacePlan:
 
 
 def prepare_workspace(
-    plan: WorkspacePlan, *, otel_base_url: str | None, environ: Mapping[str, str] | None = None
+    plan: WorkspacePlan, *, otel: OtlpTarget | None, environ: Mapping[str, str] | None = None
 ) -> CodexHome:
     """Prepare the workspace as planned (see the module docstring); the isolated home."""
     spec = plan.spec
@@ -130,7 +130,7 @@ def prepare_workspace(
     if not (root / ".git").exists():
         _git_init(root, env)
     _exclude(root)
-    owned: dict[KeyPath, Mapping[str, Any]] = dict(otel_tables(otel_base_url)) if otel_base_url else {}
+    owned: dict[KeyPath, Mapping[str, Any]] = dict(otel_tables(otel)) if otel else {}
     sandbox: dict[KeyPath, Any] = {
         ("sandbox_workspace_write", "writable_roots"): [str(root)],
         ("sandbox_workspace_write", "exclude_tmpdir_env_var"): True,

@@ -7,11 +7,18 @@ decoded payload (:mod:`coven_codex.traces.records`) has been written by its sink
 :class:`~coven_codex.traces.writer.JsonlWriter`, or the daemon's
 :class:`~coven_codex.traces.routing.ThreadRouter`). What it cannot use it refuses and keeps serving:
 
-- a body over ``max_body`` bytes: ``413``, and the connection is closed without reading it;
-- a payload that does not decode: ``400``; an unknown ``Content-Type``/``Content-Encoding``: ``415``;
+- a post without this receiver's secret (a random value made per receiver, which Codex sends as
+  the :data:`~coven_codex.traces.otel_config.SECRET_HEADER` header because :attr:`OtlpReceiver.target`
+  puts it into its exporter config): ``401``, and the connection is closed;
+- a body over ``max_body`` bytes: ``413``, and the connection is closed without reading it; one
+  that inflates past ``max_body``: ``413`` as soon as it does (inflation stops there);
+- a payload that does not decode, or JSON nested deeper than
+  :data:`~coven_codex.traces.records.MAX_DEPTH`: ``400``; an unknown ``Content-Type``, an unknown
+  or stacked ``Content-Encoding`` (``gzip, gzip``): ``415``;
 - another path: ``404``; another method: ``405``; something that is not HTTP: the connection is closed.
 
-Refusals are logged once per kind (the first one, with a short reason), and counted; the counts are
+Inflating and decoding run in a worker thread, so a large payload does not hold up other
+requests. Refusals are logged once per kind (the first one, with a short reason), and counted; the counts are
 logged once more when the receiver stops. Leaving ``async with`` closes every connection and
 flushes and fsyncs the file.
 """
@@ -20,14 +27,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
+import secrets
 import zlib
 from collections import Counter
 from types import TracebackType
 from typing import Self
 
+from pydantic import JsonValue
+
 from coven_codex import http11
-from coven_codex.traces.records import SIGNALS, PayloadError, decode_payload, encoding_of, make_record
+from coven_codex.traces.otel_config import SECRET_HEADER, OtlpTarget
+from coven_codex.traces.records import (
+    SIGNALS,
+    Encoding,
+    PayloadError,
+    Signal,
+    decode_payload,
+    encoding_of,
+    make_record,
+)
 from coven_codex.traces.writer import RecordSink
 
 log = logging.getLogger(__name__)
@@ -51,6 +71,7 @@ class OtlpReceiver:
         self._server: asyncio.Server | None = None
         self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self._write_lock = asyncio.Lock()
+        self._secret = secrets.token_urlsafe(32).encode("ascii")
 
     @property
     def port(self) -> int:
@@ -64,6 +85,11 @@ class OtlpReceiver:
     def base_url(self) -> str:
         """``http://127.0.0.1:PORT``; the signals are under ``/v1/``."""
         return f"http://{HOST}:{self.port}"
+
+    @property
+    def target(self) -> OtlpTarget:
+        """Where and how Codex must post: the base URL and the header carrying this run's secret."""
+        return OtlpTarget(self.base_url, {SECRET_HEADER: self._secret.decode("ascii")})
 
     async def __aenter__(self) -> Self:
         try:
@@ -135,20 +161,25 @@ class OtlpReceiver:
             return await self._answer(writer, 404, f"no OTLP signal at {request.target[:80]}", keep_alive=keep)
         if request.method != "POST":
             return await self._answer(writer, 405, f"{request.method} is not POST", keep_alive=keep)
+        if not hmac.compare_digest(request.headers.get(SECRET_HEADER, "").encode("latin-1"), self._secret):
+            return await self._answer(
+                writer,
+                401,
+                f"no valid {SECRET_HEADER} header: only the Codex this run started may post here",
+                keep_alive=False,
+            )
         encoding = encoding_of(request.headers.get("content-type", ""))
         if encoding is None:
             shown = request.headers.get("content-type", "(none)")[:80]
             return await self._answer(writer, 415, f"unsupported Content-Type {shown}", keep_alive=keep)
         try:
-            body = http11.decode_body(request.body, request.headers.get("content-encoding", ""))
+            payload = await asyncio.to_thread(self._decode, signal, encoding, request)
         except http11.UnsupportedEncodingError as exc:
-            return await self._answer(writer, 415, f"unsupported Content-Encoding {str(exc)[:40]}", keep_alive=keep)
-        except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+            return await self._answer(writer, 415, f"unsupported Content-Encoding {str(exc)[:80]}", keep_alive=keep)
+        except http11.BodyTooLargeError as exc:
+            return await self._answer(writer, 413, f"payload too large: {exc}", keep_alive=False)
+        except (OSError, EOFError, zlib.error) as exc:
             return await self._answer(writer, 400, f"body does not decompress: {exc}", keep_alive=keep)
-        if len(body) > self.max_body:
-            return await self._answer(writer, 413, f"payload over {self.max_body} bytes decompressed", keep_alive=False)
-        try:
-            payload = decode_payload(signal, encoding, body)
         except PayloadError as exc:
             return await self._answer(writer, 400, str(exc), keep_alive=keep)
         record = make_record(signal, encoding, payload)
@@ -159,6 +190,11 @@ class OtlpReceiver:
         writer.write(http11.full_response(200, success[0], success[1], keep_alive=keep))
         await writer.drain()
         return keep
+
+    def _decode(self, signal: Signal, encoding: Encoding, request: http11.HttpRequest) -> dict[str, JsonValue]:
+        """The payload of ``request`` (in a worker thread: inflating and parsing take a while)."""
+        body = http11.decode_body(request.body, request.headers.get("content-encoding", ""), limit=self.max_body)
+        return decode_payload(signal, encoding, body)
 
     async def _answer(self, writer: asyncio.StreamWriter, status: int, reason: str, *, keep_alive: bool) -> bool:
         self._refuse(status, reason)

@@ -11,7 +11,10 @@ which encoding Codex used.
 from __future__ import annotations
 
 import base64
+import itertools
 import json
+import operator
+import re
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -35,6 +38,11 @@ _REQUESTS: dict[Signal, type[Message]] = {
 _HEX_ID_FIELDS = frozenset({"traceId", "spanId", "parentSpanId"})
 JSON_TYPES = frozenset({"application/json"})
 PROTOBUF_TYPES = frozenset({"application/x-protobuf", "application/protobuf"})
+MAX_DEPTH = 100
+"""How deeply a JSON payload may nest: protobuf's own limit for nested messages."""
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+_BRACKET_STEPS = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")
+_NOT_BRACKETS = bytes(set(range(256)) - set(b"[]{}"))
 
 
 class PayloadError(ValueError):
@@ -76,6 +84,9 @@ def decode_payload(signal: Signal, encoding: Encoding, body: bytes) -> dict[str,
             raise PayloadError(f"not a protobuf {type(message).__name__}: {exc}") from None
         decoded: JsonValue = json_format.MessageToDict(message, use_integers_for_enums=True)
         return _hex_ids(decoded)  # type: ignore[return-value]
+    depth = json_depth(body)
+    if depth > MAX_DEPTH:
+        raise PayloadError(f"JSON nested {depth} deep; OTLP payloads are accepted up to {MAX_DEPTH} levels")
     try:
         parsed = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -84,6 +95,14 @@ def decode_payload(signal: Signal, encoding: Encoding, body: bytes) -> dict[str,
     if not isinstance(parsed, dict) or not isinstance(parsed.get(root, []), list):
         raise PayloadError(f"not an OTLP/JSON {signal} export request (an object with a {root!r} list)")
     return parsed
+
+
+def json_depth(body: bytes) -> int:
+    """How deeply ``body``'s arrays and objects nest (brackets inside strings do not count), found
+    without parsing: ``json.loads`` would recurse once per level and can raise ``RecursionError``."""
+    brackets = _JSON_STRING.sub(b"", body).translate(_BRACKET_STEPS, _NOT_BRACKETS)
+    # each opening bracket is a 2, each closing one a 0: the depth after n brackets is their sum minus n
+    return max(map(operator.sub, itertools.accumulate(brackets), range(1, len(brackets) + 1)), default=0)
 
 
 def make_record(signal: Signal, encoding: Encoding, payload: dict[str, JsonValue]) -> TraceRecord:

@@ -21,13 +21,31 @@ class RecordSink(Protocol):
         """Flush and close (called once, when the receiver stops)."""
 
 
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+
+
+def open_private(path: Path, *, truncate: bool = False) -> BinaryIO:
+    """``path`` opened for appending (emptied first with ``truncate``), readable by its owner only:
+    created 0600 (its directory 0700 when created), and an existing file is made 0600."""
+    path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | (os.O_TRUNC if truncate else 0)
+    fd = os.open(path, flags, FILE_MODE)
+    try:
+        os.fchmod(fd, FILE_MODE)
+        return os.fdopen(fd, "ab")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 class JsonlWriter:
     """Appends lines to ``path``; with ``max_bytes``, a file that would pass it is rotated first.
 
     Rotation renames ``path`` to ``path.1`` (``path.1`` to ``path.2`` and so on, keeping
-    ``backups`` old files); a single line larger than ``max_bytes`` still goes into a file of its
-    own, whole. Each line is written with one ``write`` and flushed; :meth:`close` also fsyncs.
-    Safe to call from several threads.
+    ``backups`` old files; every file is 0600, see :func:`open_private`); a single line larger
+    than ``max_bytes`` still goes into a file of its own, whole. Each line is written with one
+    ``write`` and flushed; :meth:`close` also fsyncs. Safe to call from several threads.
     """
 
     def __init__(self, path: Path, *, max_bytes: int | None = None, backups: int = 3) -> None:
@@ -69,8 +87,7 @@ class JsonlWriter:
 
     def _open(self) -> BinaryIO:
         if self._handle is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._handle = self.path.open("ab")
+            self._handle = open_private(self.path)
             self._size = self._handle.tell()
         return self._handle
 

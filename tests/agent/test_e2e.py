@@ -14,6 +14,7 @@ from agent_harness import AgentHarness, codex_processes, make_responder, replies
 
 from coven_codex.entries import ApprovalEntry, ApprovalRequestEntry, BaseEntry, CancelEntry, ErrorEntry
 from coven_codex.testing.model_server import ScriptedModelServer
+from coven_codex.testing.responders import command_responder
 from coven_codex.testing.steps import CallTool, HttpError, Reply, Stall
 
 pytestmark = [pytest.mark.codex, pytest.mark.timeout(240)]
@@ -264,6 +265,32 @@ async def test_stream_idle_timeout_abandons_the_turn(codex_bin_169: Path, harnes
         assert error.code == "STREAM_IDLE" and error.conversation == "c"
         await h.think("c", "still there?")
         await h.wait_for(lambda es: "echo: still there?" in replies(es, "c"), what="reply after idle timeout")
+        assert await h.stop(daemon) == 0
+
+
+async def test_a_failed_model_response_is_a_provider_error_not_a_stream_idle(
+    codex_bin_169: Path, harness_factory: Factory
+) -> None:
+    """Issue 26, item 13: the provider answered (``response.failed``, an HTTP 5xx): the chat is told
+    so (``PROVIDER_ERROR``), not that the model went quiet, and the conversation goes on."""
+    async with ScriptedModelServer(responder=command_responder) as server:
+        h = harness_factory(codex_bin_169, server)
+        daemon = await h.start()
+        await h.think("failed", "/fail The model had an internal error")
+        await h.think("http", "/error 503 upstream overloaded")
+
+        def both_failed(es: list[BaseEntry]) -> bool:
+            return all(statuses(es, c, "turn_failed") for c in ("failed", "http"))
+
+        entries = await h.wait_for(both_failed, timeout=120, what="both turns failed")
+        errors = {e.conversation: e for e in entries if isinstance(e, ErrorEntry)}
+        assert errors["failed"].code == "PROVIDER_ERROR", errors["failed"]
+        assert errors["failed"].text == "stream disconnected before completion: The model had an internal error"
+        assert errors["http"].code == "PROVIDER_ERROR", errors["http"]
+        assert "model provider answered" in errors["http"].hint
+        assert [s.text for s in statuses(entries, "failed", "turn_failed")] == ["turn failed: PROVIDER_ERROR"]
+        await h.think("failed", "still there?")
+        await h.wait_for(lambda es: "echo: still there?" in replies(es, "failed"), what="reply after the failure")
         assert await h.stop(daemon) == 0
 
 

@@ -25,6 +25,7 @@ from coven_codex.jobs.client import wait
 from coven_codex.jobs.records import JobRecord, read_jobs
 from coven_codex.testing.model_server import ScriptedModelServer
 from coven_codex.testing.request_log import RecordedRequest
+from coven_codex.testing.responders import command_responder
 from coven_codex.testing.steps import Reply, Stall
 
 pytestmark = [pytest.mark.codex, pytest.mark.timeout(300)]
@@ -159,6 +160,23 @@ async def test_a_jobs_timeout_ends_it_timed_out(
     assert timed_out.state == "timed_out" and timed_out.timeout == 2, out
     assert timed_out.error is not None and timed_out.error.code in ("OUTER_TIMEOUT", "STREAM_IDLE")
     assert await h.stop(daemon) == 0
+
+
+@pytest.mark.parametrize("prompt", ["/fail The model had an internal error", "/error 500 upstream exploded"])
+async def test_a_job_whose_model_answered_an_error_ends_failed_not_timed_out(
+    codex_bin_169: Path, harness_factory: Factory, prompt: str
+) -> None:
+    """Issue 26, item 13: a failed response or an HTTP 5xx is the provider's error, not a timeout."""
+    async with ScriptedModelServer(responder=command_responder) as server:
+        h = harness_factory(codex_bin_169, server)
+        daemon = await started(h)
+        code, out, err = await job(h, "submit", "--prompt", prompt, "--wait", "--json")
+        record = JobRecord.model_validate_json(out)
+        assert code == 1, err
+        assert record.state == "failed", out
+        assert record.error is not None and record.error.code == "PROVIDER_ERROR", out
+        assert "model provider answered" in record.error.hint
+        assert await h.stop(daemon) == 0
 
 
 async def test_resume_and_continue_latest_continue_the_thread(

@@ -176,3 +176,112 @@ async def test_mcp_serve_refuses_a_journal_no_daemon_made(tmp_path: Path) -> Non
     out, err = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode == 2 and out == b""
     assert "does not exist, so no daemon serves it" in err.decode()
+
+
+# Issue 26, item 12: the end of a session (the client closes mcp-serve's stdin) is a clean exit 0,
+# whatever the client, and stdin/stdout may be regular files.
+INIT = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "pipe", "version": "1"}},
+}
+CALL_JOBS = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "call_jobs", "arguments": {}}}
+LIST = {"jsonrpc": "2.0", "id": 3, "method": "tools/list"}
+SESSION = b"".join(json.dumps(message).encode() + b"\n" for message in (INIT, CALL_JOBS, LIST))
+
+
+def recorded_serve(tmp_path: Path) -> tuple[list[str], Path, Path]:
+    """A command (``sh`` running mcp-serve on the inherited stdin/stdout) that records mcp-serve's
+    exit code and stderr in the two files returned: the SDKs do not tell their server's exit."""
+    journal = tmp_path / "journal.jsonl"
+    journal.touch()
+    rc, err = tmp_path / "rc", tmp_path / "stderr"
+    script = '"$0" -m coven_codex mcp-serve --journal "$1" 2>"$2"; echo $? >"$3"'
+    return ["sh", "-c", script, sys.executable, str(journal), str(err), str(rc)], rc, err
+
+
+def assert_clean_exit(rc: Path, err: Path) -> None:
+    assert rc.read_text().strip() == "0", err.read_text()
+    assert "Traceback" not in err.read_text() and "Error" not in err.read_text(), err.read_text()
+
+
+async def test_mcp_serve_exits_0_when_the_python_sdk_client_ends_the_session(tmp_path: Path) -> None:
+    command, rc, err = recorded_serve(tmp_path)
+    async with Client(StdioServerParameters(command=command[0], args=command[1:]), mode="legacy") as client:
+        assert [tool.name for tool in (await client.list_tools()).tools] == TOOLS
+    assert_clean_exit(rc, err)
+
+
+async def test_mcp_serve_exits_0_when_the_typescript_sdk_client_ends_the_session(tmp_path: Path, ts_sdk: Path) -> None:
+    command, rc, err = recorded_serve(tmp_path)
+    launch = json.dumps({"command": command[0], "args": command[1:]})
+    process = await asyncio.create_subprocess_exec(
+        "node",
+        str(TS_DRIVER.with_name("ts_close_client.mjs")),
+        str(ts_sdk),
+        launch,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    stdout, stderr = await asyncio.wait_for(process.communicate(), 120)
+    assert process.returncode == 0, stderr.decode()[-2000:]
+    assert json.loads(stdout.decode().strip().splitlines()[-1]) == {"tools": TOOLS, "jobs": {"jobs": []}}
+    assert_clean_exit(rc, err)
+
+
+def answers(raw: bytes) -> dict[int, Any]:
+    return {message["id"]: message for message in map(json.loads, raw.decode().splitlines())}
+
+
+async def test_mcp_serve_answers_a_plain_pipe_to_its_end_and_exits_0(tmp_path: Path) -> None:
+    journal = tmp_path / "journal.jsonl"
+    journal.touch()
+    process = await asyncio.create_subprocess_exec(
+        *[sys.executable, "-m", "coven_codex", "mcp-serve", "--journal", str(journal)],
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(SESSION), 60)  # writes, then closes stdin
+    assert process.returncode == 0, err.decode()
+    assert "Traceback" not in err.decode()
+    got = answers(out)
+    assert sorted(got) == [1, 2, 3]  # the tool call in flight at the end of stdin is answered too
+    assert got[2]["result"]["structuredContent"] == {"jobs": []}
+
+
+@pytest.mark.parametrize("stdin_kind", ["pipe", "file"])
+async def test_mcp_serve_answers_into_a_regular_file_stdout(tmp_path: Path, stdin_kind: str) -> None:
+    journal = tmp_path / "journal.jsonl"
+    journal.touch()
+    requests = tmp_path / "requests.jsonl"
+    requests.write_bytes(SESSION)
+    out_path = tmp_path / "answers.jsonl"
+    with out_path.open("wb") as out, requests.open("rb") as source:
+        process = await asyncio.create_subprocess_exec(
+            *[sys.executable, "-m", "coven_codex", "mcp-serve", "--journal", str(journal)],
+            stdin=source if stdin_kind == "file" else asyncio.subprocess.PIPE,
+            stdout=out,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        _, err = await asyncio.wait_for(process.communicate(None if stdin_kind == "file" else SESSION), 60)
+    assert process.returncode == 0, err.decode()
+    assert "Traceback" not in err.decode()
+    assert sorted(answers(out_path.read_bytes())) == [1, 2, 3]
+
+
+async def test_mcp_serve_without_a_stdout_says_so(tmp_path: Path) -> None:
+    journal = tmp_path / "journal.jsonl"
+    journal.touch()
+    done = subprocess.run(
+        ["sh", "-c", '"$0" -m coven_codex mcp-serve --journal "$1" >&-', sys.executable, str(journal)],
+        input=SESSION,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert done.stderr.decode().strip() == (
+        "coven-codex mcp-serve: stdout is closed; give this command a stdout to answer on (a pipe or a file)"
+    )

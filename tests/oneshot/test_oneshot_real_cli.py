@@ -237,6 +237,9 @@ async def test_collected_traces_are_codex_records_of_this_run(tmp_path: Path, co
     assert all(line in log_text for line in done.stdout.splitlines())
     if not version.supports_otel_traces:
         assert done.stderr.count("exports only log records") == 1
+    # Codex sent the receiver's secret header with every export (the config's exporter headers)
+    assert "the OTLP receiver refused" not in done.stderr
+    assert {(traces / name).stat().st_mode & 0o777 for name in ("traces.jsonl", "stdout.log")} == {0o600}
 
 
 def codex_processes_of(codex_home: Path) -> list[psutil.Process]:

@@ -11,6 +11,7 @@ import pytest
 
 from coven_codex.codex.home import MARKER_FILE, is_coven_codex_home
 from coven_codex.oneshot.workspace import WorkspaceError, WorkspaceSpec, plan_workspace, prepare_workspace
+from coven_codex.traces.otel_config import SECRET_HEADER, OtlpTarget
 
 BASE = '# my settings\nmodel = "m"\n\n[sandbox_workspace_write]\nnetwork_access = true\n'
 
@@ -31,7 +32,9 @@ def test_prepared_workspace_has_git_the_home_inside_and_the_merged_config(tmp_pa
     template = tmp_path / "t.md"
     template.write_text("Team $TEAM in $WORKSPACE_DIR; keep $L$.\n")
     s = spec(tmp_path, read_only_dirs=(readonly,), prompt_file=template, variables={"TEAM": "blue"})
-    home = prepare_workspace(plan_workspace(s), otel_base_url="http://127.0.0.1:9", environ=environ(tmp_path))
+    home = prepare_workspace(
+        plan_workspace(s), otel=OtlpTarget("http://127.0.0.1:9", {SECRET_HEADER: "s3cret"}), environ=environ(tmp_path)
+    )
     root = (tmp_path / "W").resolve()
     assert (root / ".git").is_dir()
     assert home.path == root / ".codex-home" and is_coven_codex_home(home.path) and (home.path / MARKER_FILE).exists()
@@ -48,8 +51,13 @@ def test_prepared_workspace_has_git_the_home_inside_and_the_merged_config(tmp_pa
         "exclude_slash_tmp": True,
     }
     exporter = config["otel"]["exporter"]["otlp-http"]
-    assert exporter == {"endpoint": "http://127.0.0.1:9/v1/logs", "protocol": "binary", "headers": {}}
-    assert config["otel"]["trace_exporter"]["otlp-http"]["endpoint"] == "http://127.0.0.1:9/v1/traces"
+    assert exporter == {
+        "endpoint": "http://127.0.0.1:9/v1/logs",
+        "protocol": "binary",
+        "headers": {SECRET_HEADER: "s3cret"},
+    }
+    traces = config["otel"]["trace_exporter"]["otlp-http"]
+    assert traces["endpoint"] == "http://127.0.0.1:9/v1/traces" and traces["headers"] == {SECRET_HEADER: "s3cret"}
     assert (home.path / "AGENTS.md").read_text() == f"Team blue in {root}; keep $L$.\n"
     exclude = (root / ".git" / "info" / "exclude").read_text().splitlines()
     assert "/.codex-home/" in exclude and "/traces/" in exclude
@@ -57,10 +65,10 @@ def test_prepared_workspace_has_git_the_home_inside_and_the_merged_config(tmp_pa
 
 def test_the_same_inputs_give_the_same_files(tmp_path: Path) -> None:
     s = spec(tmp_path)
-    first = prepare_workspace(plan_workspace(s), otel_base_url=None, environ=environ(tmp_path))
+    first = prepare_workspace(plan_workspace(s), otel=None, environ=environ(tmp_path))
     config, exclude = first.config_path.read_bytes(), (s.root / ".git" / "info" / "exclude").read_bytes()
     first.config_path.write_text("# edited by hand\n")
-    again = prepare_workspace(plan_workspace(s), otel_base_url=None, environ=environ(tmp_path))
+    again = prepare_workspace(plan_workspace(s), otel=None, environ=environ(tmp_path))
     assert again.config_path.read_bytes() == config  # copied fresh at every run
     assert (s.root / ".git" / "info" / "exclude").read_bytes() == exclude
     assert "otel" not in tomllib.loads(config.decode())

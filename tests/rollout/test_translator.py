@@ -97,16 +97,16 @@ EXPECTED: dict[str, dict[str, list[tuple[str, ...]]]] = {
         "0.169.0": [
             START,
             ("response", "", "partial"),
-            ("error", "STREAM_IDLE", "stream disconnected before completion: The model had an internal error"),
-            ("status", "turn_failed", "turn failed: STREAM_IDLE"),
+            ("error", "PROVIDER_ERROR", "stream disconnected before completion: The model had an internal error"),
+            ("status", "turn_failed", "turn failed: PROVIDER_ERROR"),
         ],
         "0.47.0": [START, ("response", "", "partial")],
     },
     "error_then_resume": {
         "0.169.0": [
             START,
-            ("error", "UNKNOWN", "We’re currently experiencing high demand, which may cause temporary errors."),
-            ("status", "turn_failed", "turn failed: UNKNOWN"),
+            ("error", "PROVIDER_ERROR", "We’re currently experiencing high demand, which may cause temporary errors."),
+            ("status", "turn_failed", "turn failed: PROVIDER_ERROR"),
             START,
             ("response", "", "works now"),
             DONE,

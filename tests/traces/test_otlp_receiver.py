@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import zlib
 from pathlib import Path
 
 import pytest
@@ -14,39 +15,12 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeLogs
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
+from otlp_client import PROTOBUF, post, read_response, secret_line
 
+from coven_codex import http11
 from coven_codex.traces.receiver import OtlpReceiver
-from coven_codex.traces.records import TraceRecord
+from coven_codex.traces.records import MAX_DEPTH, PayloadError, TraceRecord, decode_payload, json_depth, make_record
 from coven_codex.traces.writer import JsonlWriter
-
-PROTOBUF = "application/x-protobuf"
-
-
-async def post(
-    port: int, path: str, body: bytes, content_type: str, *, extra: str = "", close: bool = True
-) -> tuple[int, bytes]:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    try:
-        head = (
-            f"POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: {content_type}\r\ncontent-length: {len(body)}\r\n"
-            f"{extra}connection: {'close' if close else 'keep-alive'}\r\n\r\n"
-        )
-        writer.write(head.encode() + body)
-        await writer.drain()
-        return await read_response(reader)
-    finally:
-        writer.close()
-
-
-async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
-    status_line = await reader.readline()
-    status = int(status_line.split()[1])
-    length = 0
-    while (line := await reader.readline()) not in (b"\r\n", b""):
-        name, _, value = line.decode().partition(":")
-        if name.lower() == "content-length":
-            length = int(value)
-    return status, await reader.readexactly(length)
 
 
 def log_request(text: str) -> ExportLogsServiceRequest:
@@ -64,12 +38,11 @@ async def test_json_and_protobuf_logs_and_traces_become_one_record_each(tmp_path
     traces = ExportTraceServiceRequest(resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=[span])])])
     json_logs = {"resourceLogs": [{"scopeLogs": [{"logRecords": [{"body": {"stringValue": "as json"}}]}]}]}
     async with OtlpReceiver(JsonlWriter(out)) as receiver:
-        port = receiver.port
         as_protobuf = log_request("as protobuf").SerializeToString()
-        assert await post(port, "/v1/logs", as_protobuf, "application/x-protobuf") == (200, b"")
-        assert await post(port, "/v1/logs", json.dumps(json_logs).encode(), "application/json") == (200, b"{}")
+        assert await post(receiver, "/v1/logs", as_protobuf, "application/x-protobuf") == (200, b"")
+        assert await post(receiver, "/v1/logs", json.dumps(json_logs).encode(), "application/json") == (200, b"{}")
         gz = gzip.compress(traces.SerializeToString())
-        status, _ = await post(port, "/v1/traces", gz, "application/x-protobuf", extra="content-encoding: gzip\r\n")
+        status, _ = await post(receiver, "/v1/traces", gz, "application/x-protobuf", extra="content-encoding: gzip\r\n")
         assert status == 200
     got = records(out)
     assert [(r.signal, r.encoding) for r in got] == [("logs", "protobuf"), ("logs", "json"), ("traces", "protobuf")]
@@ -98,10 +71,10 @@ async def test_unusable_payloads_are_refused_and_the_receiver_keeps_serving(
 ) -> None:
     out = tmp_path / "traces.jsonl"
     async with OtlpReceiver(JsonlWriter(out)) as receiver:
-        got, _ = await post(receiver.port, path, body, content_type)
+        got, _ = await post(receiver, path, body, content_type)
         assert got == status
         assert receiver.refused[status] == 1
-        ok, _ = await post(receiver.port, "/v1/logs", log_request("after").SerializeToString(), PROTOBUF)
+        ok, _ = await post(receiver, "/v1/logs", log_request("after").SerializeToString(), PROTOBUF)
         assert ok == 200
     assert [r.signal for r in records(out)] == ["logs"]
 
@@ -118,11 +91,9 @@ async def test_an_oversized_payload_is_refused_unread_and_the_receiver_keeps_ser
         assert await reader.read() == b""  # the connection is closed
         writer.close()
         gz_bomb = gzip.compress(b'{"resourceLogs": []}' + b" " * 5000)
-        status, _ = await post(
-            receiver.port, "/v1/logs", gz_bomb, "application/json", extra="content-encoding: gzip\r\n"
-        )
+        status, _ = await post(receiver, "/v1/logs", gz_bomb, "application/json", extra="content-encoding: gzip\r\n")
         assert status == 413
-        ok, _ = await post(receiver.port, "/v1/logs", log_request("small").SerializeToString(), PROTOBUF)
+        ok, _ = await post(receiver, "/v1/logs", log_request("small").SerializeToString(), PROTOBUF)
         assert ok == 200
     assert len(records(out)) == 1
 
@@ -135,7 +106,7 @@ async def test_garbage_that_is_not_http_closes_only_that_connection(tmp_path: Pa
         await writer.drain()
         assert await reader.read() == b""
         writer.close()
-        ok, _ = await post(receiver.port, "/v1/logs", b'{"resourceLogs": []}', "application/json")
+        ok, _ = await post(receiver, "/v1/logs", b'{"resourceLogs": []}', "application/json")
         assert ok == 200
 
 
@@ -146,8 +117,8 @@ async def test_keep_alive_connections_are_served_and_closed_when_the_receiver_st
         for _ in range(3):
             body = b'{"resourceLogs": []}'
             writer.write(
-                b"POST /v1/logs HTTP/1.1\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
-                % (len(body), body)
+                b"POST /v1/logs HTTP/1.1\r\ncontent-type: application/json\r\ncontent-length: %d\r\n%s\r\n%s"
+                % (len(body), secret_line(receiver).encode(), body)
             )
             await writer.drain()
             assert (await read_response(reader))[0] == 200
@@ -161,3 +132,42 @@ async def test_a_port_in_use_is_reported_with_what_to_do(tmp_path: Path) -> None
         with pytest.raises(OSError, match="--otel-port"):
             async with OtlpReceiver(JsonlWriter(tmp_path / "b.jsonl"), port=first.port):
                 pass
+
+
+def test_decode_body_inflates_one_coding_and_stops_at_the_limit() -> None:
+    one_member = gzip.compress(bytes(4 * 2**20))
+    with pytest.raises(http11.BodyTooLargeError, match="over 1048576 bytes once decompressed"):
+        http11.decode_body(one_member, "gzip", limit=2**20)
+    assert http11.decode_body(one_member, "gzip", limit=4 * 2**20) == bytes(4 * 2**20)
+    assert http11.decode_body(gzip.compress(b"a") + gzip.compress(b"b"), "x-gzip") == b"ab"  # members concatenated
+    assert http11.decode_body(zlib.compress(b"deflated"), "identity, deflate") == b"deflated"
+    assert http11.decode_body(b"plain", "") == b"plain"
+    with pytest.raises(zlib.error, match="ends before"):
+        http11.decode_body(one_member[:-100], "gzip")
+    with pytest.raises(zlib.error, match="after the end"):
+        http11.decode_body(zlib.compress(b"x") + b"junk", "deflate")
+    with pytest.raises(http11.UnsupportedEncodingError, match="stacked"):
+        http11.decode_body(one_member, "deflate, gzip")
+    with pytest.raises(http11.UnsupportedEncodingError, match="br"):
+        http11.decode_body(one_member, "br")
+
+
+@pytest.mark.parametrize(
+    ("body", "depth"),
+    [(b"{}", 1), (b'[[1, {"a": [2]}]]', 4), (b'{"a": "[[[\\"[{"}', 1), (b"3", 0), (b"[" * 5000, 5000)],
+)
+def test_json_depth_counts_brackets_outside_strings(body: bytes, depth: int) -> None:
+    assert json_depth(body) == depth
+
+
+def test_json_payloads_up_to_the_depth_limit_are_accepted_and_written() -> None:
+    nested: object = 1
+    for _ in range(MAX_DEPTH - 1):  # in the payload's object: MAX_DEPTH levels
+        nested = [nested]
+    body = json.dumps({"resourceLogs": [], "x": nested}).encode()
+    assert json_depth(body) == MAX_DEPTH
+    record = make_record("logs", "json", decode_payload("logs", "json", body))
+    assert json.loads(record.to_line())["payload"] == json.loads(body)
+    too_deep = json.dumps({"resourceLogs": [], "x": [nested]}).encode()
+    with pytest.raises(PayloadError, match=f"accepted up to {MAX_DEPTH} levels"):
+        decode_payload("logs", "json", too_deep)
