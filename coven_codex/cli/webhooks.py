@@ -122,6 +122,9 @@ async def _serve(journal_path: JournalName, targets: list[Any], cwd: str | None)
         loop.add_signal_handler(signum, stop.set)
     journal = open_journal(journal_path, JournalOptions(follow_replacement=False))
     try:
+        connect = getattr(journal, "connect", None)  # a Redis journal: unreachable or misconfigured fails now
+        if connect is not None:
+            await connect()
         async with webhook_senders(journal, targets, default_cwd=cwd):
             print(
                 f"coven-codex webhooks: sending the turns of {describe_journal(journal_path)}"
