@@ -28,11 +28,13 @@ def asked(server: ScriptedModelServer) -> list[str]:
 
 
 async def test_a_second_daemon_without_cluster_on_one_redis_journal_is_refused_naming_the_holder(
+    *,
     codex_bin_169: Path,
     model_server: ScriptedModelServer,
     harness_factory: Factory,
     redis_server: RedisServer,
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     name = redis_server.url(key="adv-second-daemon")
     h = harness_factory(codex_bin_169, model_server, name)
@@ -41,7 +43,9 @@ async def test_a_second_daemon_without_cluster_on_one_redis_journal_is_refused_n
     await h.wait_for(lambda es: "echo: hello" in replies(es, "c"), what="first reply")
     other = tmp_path / "other-workspace"
     other.mkdir()
-    second = await h.start("--workspace", str(other))  # its own state and CODEX_HOME ("another machine")
+    # another machine: its own state root (XDG_STATE_HOME), state folder and CODEX_HOME; only Redis is shared
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "other-machine-state"))
+    second = await h.start("--workspace", str(other))
     assert await asyncio.wait_for(second.process.wait(), 60) == 1
     log = second.log()
     assert (

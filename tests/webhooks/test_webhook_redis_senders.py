@@ -24,14 +24,18 @@ pytestmark = pytest.mark.timeout(120)
 
 @contextlib.asynccontextmanager
 async def sending(
-    name: str, url: str, *, standby: bool = False, hold_ttl: float = 10.0
+    name: str, url: str, *, standby: bool = False, hold_ttl: float = 1.0
 ) -> AsyncIterator[list[TargetSender]]:
     """The senders of one target on a Redis journal handle of their own, as a daemon or the command runs them."""
     journal = RedisJournal.from_url(name)
     try:
         targets = ready_targets([target(url)], ENV)
-        async with webhook_senders(journal, targets, default_cwd="/ws", standby=standby, hold_ttl=hold_ttl) as senders:
-            yield senders
+        if standby:  # (a cluster's daemons)
+            async with webhook_senders(journal, targets, default_cwd="/ws", standby=True, hold_ttl=hold_ttl) as senders:
+                yield senders
+        else:
+            async with webhook_senders(journal, targets, default_cwd="/ws") as senders:
+                yield senders
     finally:
         await journal.aclose()
 
