@@ -125,12 +125,20 @@ async def _serve(journal_path: JournalName, targets: list[Any], cwd: str | None)
         connect = getattr(journal, "connect", None)  # a Redis journal: unreachable or misconfigured fails now
         if connect is not None:
             await connect()
-        async with webhook_senders(journal, targets, default_cwd=cwd):
+        failures: list[BaseException] = []
+
+        def fatal(failure: BaseException) -> None:
+            failures.append(failure)
+            stop.set()
+
+        async with webhook_senders(journal, targets, default_cwd=cwd, on_fatal=fatal):
             print(
                 f"coven-codex webhooks: sending the turns of {describe_journal(journal_path)}"
                 f" to {len(targets)} target(s)",
                 flush=True,
             )
             await stop.wait()
+        if failures:
+            raise failures[0]  # (a JournalError: printed as one message, exit 1)
     finally:
         await journal.aclose()

@@ -48,6 +48,7 @@ from coven_codex.journal import (
     JournalReplaced,
     Position,
 )
+from coven_codex.journal.redis.errors import JournalLost, RedisMisconfigured
 from coven_codex.webhooks.config import ReadyTarget
 from coven_codex.webhooks.payload import TurnCompletePayload, encode, request_headers
 from coven_codex.webhooks.turns import WEBHOOK_CODE_PREFIX, TurnTracker
@@ -63,6 +64,9 @@ RESTART_BASE = 1.0
 REPORT_AFTER_FAILURES = 3
 """A target's outage reaches the chat once it failed this many attempts in a row."""
 RETRYABLE_4XX = frozenset({408, 429})
+FATAL = (JournalLost, RedisMisconfigured)
+"""Failures a restart of the sender does not fix (a Redis that lost the journal, or refuses us):
+:meth:`TargetSender.run` raises them."""
 REJECTED_CODE = f"{WEBHOOK_CODE_PREFIX}REJECTED"
 FAILING_CODE = f"{WEBHOOK_CODE_PREFIX}FAILING"
 
@@ -159,7 +163,7 @@ class TargetSender:
     # -- the loop ---------------------------------------------------------------------------------
     async def run(self) -> None:
         """Deliver forever; a failure of the sender itself is logged (once while it repeats) and it starts
-        again after a backoff, from its saved cursors."""
+        again after a backoff, from its saved cursors; one that a restart does not fix (:data:`FATAL`) is raised."""
         repeats = RepeatFilter()
         failures = 0
         while True:
@@ -168,6 +172,8 @@ class TargetSender:
             except JournalReplaced:
                 log.info("webhook %s: the journal was replaced; reading it again from its saved cursor", self.name)
                 continue
+            except FATAL:  # (starting again would fail the same way: the process must stop, saying why)
+                raise
             except Exception as exc:
                 failures += 1
                 summary = repeats.note(type(exc).__name__ + str(exc)[:200])

@@ -17,14 +17,14 @@ import contextlib
 import logging
 import secrets
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Final
 
 from coven_codex.agent.state import StateError
 from coven_codex.journal import Journal, StorageError
 from coven_codex.journal.redis.holds import RENEWALS_PER_TTL, Holder
 from coven_codex.webhooks.config import ReadyTarget
-from coven_codex.webhooks.sender import TargetSender, target_lock
+from coven_codex.webhooks.sender import FATAL, TargetSender, target_lock
 
 if TYPE_CHECKING:
     from coven_codex.journal.redis.holds import RedisHold
@@ -70,13 +70,19 @@ async def _send_while_held(sender: TargetSender, hold: RedisHold, *, standby: bo
                 continue
             log.info("webhook %s: this process sends from now on", sender.name)
         task = asyncio.create_task(sender.run(), name=f"webhook {sender.name}")
+        keeper = asyncio.create_task(hold.keep(f"the webhook {sender.name}"), name=f"hold {sender.name}")
         try:
-            await hold.keep(f"the webhook {sender.name}")
-        except StorageError as exc:
-            log.error("webhook %s: stopped sending: %s", sender.name, exc)
+            done, _ = await asyncio.wait({task, keeper}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+            for running in (task, keeper):
+                running.cancel()
+            await asyncio.gather(task, keeper, return_exceptions=True)
+        if task in done:
+            task.result()  # (the sender ends only by a failure a restart does not fix: raised)
+        lost = keeper.exception() if keeper in done and not keeper.cancelled() else None
+        if (lost is not None and not isinstance(lost, StorageError)) or isinstance(lost, FATAL):
+            raise lost
+        log.error("webhook %s: stopped sending: %s", sender.name, lost)
         held = False
 
 
@@ -88,11 +94,24 @@ async def webhook_senders(
     default_cwd: str | None,
     standby: bool = False,
     hold_ttl: float = HOLD_TTL,
+    on_fatal: Callable[[BaseException], None] | None = None,
 ) -> AsyncIterator[list[TargetSender]]:
     """Take each target's lock or hold (:class:`~coven_codex.agent.state.StateError` names the process that
     has one), start a sender per target, and on exit stop them (a delivery under way is sent again next
     time, with the same idempotency key) and give the holds back. ``standby`` (a cluster's daemons): a
-    target held by another process is not refused; this one sends once it can take the hold."""
+    target held by another process is not refused; this one sends once it can take the hold. A sender that
+    stops for good (:data:`~coven_codex.webhooks.sender.FATAL`: a Redis that lost the journal or refuses us)
+    is logged and given to ``on_fatal``."""
+
+    def ended(task: asyncio.Task[None]) -> None:
+        if task.cancelled() or task.exception() is None:
+            return
+        failure = task.exception()
+        assert failure is not None
+        log.error("%s stopped: %s", task.get_name(), failure)
+        if on_fatal is not None:
+            on_fatal(failure)
+
     senders = [TargetSender(journal, target, default_cwd=default_cwd) for target in targets]
     holds: list[RedisHold] = []
     tasks: list[asyncio.Task[None]] = []
@@ -105,6 +124,7 @@ async def webhook_senders(
                     if lock is not None:
                         locks.enter_context(lock)
                     tasks.append(asyncio.create_task(sender.run(), name=f"webhook {sender.name}"))
+                    tasks[-1].add_done_callback(ended)
                     continue
                 if not standby:
                     found = await hold.take()
@@ -112,8 +132,9 @@ async def webhook_senders(
                         raise StateError(_refusal(sender.name, hold, found))
                 holds.append(hold)
                 tasks.append(
-                    asyncio.create_task(_send_while_held(sender, hold, standby=standby), name=f"hold {sender.name}")
+                    asyncio.create_task(_send_while_held(sender, hold, standby=standby), name=f"webhook {sender.name}")
                 )
+                tasks[-1].add_done_callback(ended)
             yield senders
         finally:
             for task in tasks:

@@ -159,3 +159,42 @@ def test_a_wrong_or_missing_password_and_rediss_on_a_plain_server_fail_at_once_s
                 assert what in done.stderr, (argv, done.stderr)
                 assert "cannot be reached" not in done.stderr and "Traceback" not in done.stderr
                 assert time.monotonic() - began < 30
+
+
+async def test_the_webhooks_command_stops_with_one_message_when_redis_comes_back_without_the_journal(
+    tmp_path: Path,
+) -> None:
+    with RedisServer(tmp_path / "redis", appendonly=False) as redis:
+        name = redis.url(key="chat")
+        env = {**os.environ, "SECRET": "0123456789abcdef0123456789abcdef"}
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "coven_codex",
+            "webhooks",
+            "--journal",
+            name,
+            "--url",
+            "http://127.0.0.1:9/hook",
+            "--secret-env",
+            "SECRET",
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+            cwd=str(tmp_path),
+        )
+        assert process.stdout is not None and process.stderr is not None
+        started = await asyncio.wait_for(process.stdout.readline(), 60)
+        assert b"coven-codex webhooks: sending the turns of" in started
+        redis.stop()
+        redis.start()  # empty: no AOF, no snapshot
+        try:
+            assert await asyncio.wait_for(process.wait(), 60) == 1
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+        stderr = (await process.stderr.read()).decode()
+        assert f"coven-codex webhooks: the journal's Redis at {name} came back without the journal" in stderr, stderr
+        assert "Traceback" not in stderr
