@@ -21,6 +21,7 @@ from coven_codex.journal import JournalError
 from coven_codex.journal.opening import (
     JournalName,
     JournalOptions,
+    connected,
     describe_journal,
     is_redis_name,
     journal_name,
@@ -120,11 +121,9 @@ async def _serve(journal_path: JournalName, targets: list[Any], cwd: str | None)
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    journal = open_journal(journal_path, JournalOptions(follow_replacement=False))
+    # (a Redis journal that is unreachable or misconfigured fails now, saying what to fix)
+    journal = await connected(open_journal(journal_path, JournalOptions(follow_replacement=False)))
     try:
-        connect = getattr(journal, "connect", None)  # a Redis journal: unreachable or misconfigured fails now
-        if connect is not None:
-            await connect()
         failures: list[BaseException] = []
 
         def fatal(failure: BaseException) -> None:

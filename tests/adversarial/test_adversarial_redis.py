@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from agent_harness import AgentHarness, replies, user_prompts
 
+from coven_codex.journal.opening import open_journal
 from coven_codex.testing.model_server import ScriptedModelServer
 from coven_codex.testing.redis_server import RedisServer
 
@@ -122,6 +123,14 @@ async def test_a_redis_restarted_without_persistence_stops_the_daemon_with_one_m
         assert "Turn Redis persistence on (appendonly yes" in log
         assert "reachable again" not in log
         assert "Traceback" not in log
+        # as the message says, a restart serves the new, empty journal (a new handle: the old one is lost too)
+        await h.journal.aclose()
+        h.journal = open_journal(name)
+        again = await h.start()
+        await h.until_logged("ready (pid")
+        await h.think("c", "after the loss")
+        await h.wait_for(lambda es: "echo: after the loss" in replies(es, "c"), what="a reply on the new journal")
+        assert await h.stop(again) == 0
 
 
 def run_command(*argv: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -152,6 +161,7 @@ def test_a_wrong_or_missing_password_and_rediss_on_a_plain_server_fail_at_once_s
             for argv in (
                 ("run", "--workspace", str(tmp_path), "--journal", name),
                 ("webhooks", "--journal", name, "--url", "http://127.0.0.1:9/hook", "--secret-env", "SECRET"),
+                ("chat", "--journal", name),
             ):
                 began = time.monotonic()
                 done = run_command(*argv, cwd=tmp_path)
