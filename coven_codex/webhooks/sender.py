@@ -18,9 +18,9 @@ in the chat (``WEBHOOK_FAILING``, after :data:`REPORT_AFTER_FAILURES` failures i
 **Cursors.** ``webhook <name>`` is the end of the last turn end that was delivered (or
 rejected and reported); ``webhook <name> context`` is where to read again so that the memory
 of the turns still open is rebuilt (:meth:`TurnTracker.low_water`). Both are saved only after
-the receiver acknowledged a turn, the first one first. After a crash the reader starts at the
-second; turn ends up to the first are taken as delivered, so at most the turn whose delivery
-was under way is sent again, with the same idempotency key.
+the receiver acknowledged a turn, the second one first. After a crash the reader starts at the
+second (at the first when that is older); turn ends up to the first are taken as delivered, so
+at most the turn whose delivery was under way is sent again, with the same idempotency key.
 """
 
 from __future__ import annotations
@@ -256,10 +256,13 @@ class TargetSender:
             outcome = await self.deliver(delivery)
             if isinstance(outcome, Rejected):
                 await self._report_rejection(delivery, outcome)
-            await self.journal.save_cursor(self.cursor, delivery.end)
+            # (The context first: stopped between the two saves, a sender must not find a delivered-through
+            # cursor without a context cursor, which it would then take to be the same: the memory of the
+            # turns still open would be lost. The other way round it reads from the older of the two.)
             if delivery.low_water != self._saved_context:
                 await self.journal.save_cursor(self.context_cursor, delivery.low_water)
                 self._saved_context = delivery.low_water
+            await self.journal.save_cursor(self.cursor, delivery.end)
 
     # -- one delivery -----------------------------------------------------------------------------
     async def deliver(self, delivery: Delivery) -> Rejected | None:
