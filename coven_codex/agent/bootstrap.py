@@ -27,10 +27,10 @@ import contextlib
 import dataclasses
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from coven_codex import __version__
 from coven_codex.agent.daemon import Daemon, Ready
@@ -48,16 +48,16 @@ from coven_codex.codex.drivers import CodexDriver, DriverSettings, EventSink, cr
 from coven_codex.codex.home import CodexHomeError, DriverKind, prepare_codex_home
 from coven_codex.codex.launch import relative_path_entries, resolve_launch
 from coven_codex.codex.version import CodexVersion, VersionError, detect_version
-from coven_codex.journal import FileJournal, Journal, JournalError
-from coven_codex.journal.file import DAEMON_LOCK_NAME, FILE_MODE
+from coven_codex.journal import FileJournal, Journal, JournalError, StorageError
+from coven_codex.journal.file import FILE_MODE
 from coven_codex.journal.opening import (
     JournalName,
     JournalOptions,
     describe_journal,
     is_redis_name,
-    local_base,
     open_journal,
 )
+from coven_codex.journal.redis.holds import SingleDaemonServes, cluster_refusal, daemon_refusal
 from coven_codex.mcp import (
     TOOLBELT_FILENAME,
     SpellLoadError,
@@ -68,17 +68,20 @@ from coven_codex.mcp import (
     write_toolbelt,
 )
 from coven_codex.rollout.locator import locate_rollout
-from coven_codex.settings import Settings, state_root
+from coven_codex.settings import Settings
 from coven_codex.traces.otel_config import export_notice, otel_tables
 from coven_codex.webhooks.config import ReadyTarget, WebhookConfigError, ready_targets
 
 if TYPE_CHECKING:
     from coven_codex.cluster.ownership import Ownership
+    from coven_codex.journal.redis.holds import RedisHold
 
 log = logging.getLogger(__name__)
 TRACES_DIR = "traces"
 
 ROLLOUT_LOCATE_TIMEOUT = 10.0
+HOLD_RELEASE_TIMEOUT: Final = 2.0
+"""A clean stop gives the journal's hold back within this (seconds); else it runs out by itself."""
 
 
 class BootstrapError(RuntimeError):
@@ -193,11 +196,13 @@ def create_journal(path: Path) -> None:
     os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE))
 
 
-async def _open_daemon_journal(name: Path | str, settings: Settings) -> tuple[Journal, Path]:
-    """The daemon's journal, reachable, and the lock file that keeps a second daemon on this machine off it.
+async def _open_daemon_journal(name: Path | str, settings: Settings) -> tuple[Journal, Path | None]:
+    """The daemon's journal, reachable, and for a file journal the lock file that keeps a second daemon off it
+    (a Redis journal's is a hold in Redis, :func:`_hold_redis_journal`).
 
-    A file journal is created if missing. A Redis journal must answer at once (a wrong URL or a
-    Redis that is not running fails the start; later outages are waited out, docs/journal-protocol.md).
+    A file journal is created if missing. A Redis journal must answer at once (a wrong URL, a wrong
+    password or a Redis that is not running fails the start; later outages are waited out,
+    docs/journal-protocol.md).
     """
     if not is_redis_name(name):
         await asyncio.to_thread(create_journal, Path(name))
@@ -216,15 +221,48 @@ async def _open_daemon_journal(name: Path | str, settings: Settings) -> tuple[Jo
     journal = open_journal(name)
     assert isinstance(journal, RedisJournal)
     try:
-        await journal.ping()
-    except Exception as exc:  # redis-py's errors: refused, unknown host, auth, ...
+        await journal.connect()
+    except JournalError:  # unreachable, a wrong password, rediss:// on a plain server: each says what to fix
         await journal.aclose()
-        raise JournalError(
-            f"cannot reach the journal's Redis at {describe_journal(name)} ({str(exc)[:200] or type(exc).__name__});"
-            " start Redis, or fix --journal (redis://HOST:PORT/DB?key=NAME)"
-        ) from None
-    base = local_base(name, state_root())
-    return journal, base.with_name(base.name + ".cursors") / DAEMON_LOCK_NAME
+        raise
+    return journal, None
+
+
+async def _hold_redis_journal(
+    stack: contextlib.AsyncExitStack, journal: Journal, settings: Settings
+) -> RedisHold | None:
+    """One daemon per Redis journal, across machines (docs/distributed.md, "One daemon per journal").
+
+    Without ``cluster``: the journal's hold (``NAME:daemon``), refused while another daemon holds it or
+    cluster daemons are live; given back at a clean stop, run out ``lease_time`` after a ``kill -9``.
+    With ``cluster``: this daemon enters the live set now, refused while a daemon without cluster holds
+    the journal. Called with the state directory's lock held (the daemon id is that directory's).
+    """
+    from coven_codex.cluster.keys import ClusterKeys  # noqa: PLC0415 (the optional [redis] extra)
+    from coven_codex.cluster.registry import Registry  # noqa: PLC0415
+    from coven_codex.cluster.setup import daemon_id  # noqa: PLC0415
+    from coven_codex.journal.redis import RedisJournal  # noqa: PLC0415
+    from coven_codex.journal.redis.holds import RedisHold  # noqa: PLC0415
+
+    assert isinstance(journal, RedisJournal) and settings.journal is not None
+    name = describe_journal(settings.journal)
+    keys = ClusterKeys(journal.location.key)
+    owner = await asyncio.to_thread(daemon_id, settings.resolved_state_dir)
+    if settings.cluster:
+        registry = Registry(
+            journal.client, keys, daemon_id=owner, ttl=settings.lease_time, reachability=journal.reachability
+        )
+        try:
+            await registry.heartbeat(joining=True)
+        except SingleDaemonServes as exc:
+            raise BootstrapError(cluster_refusal(name, exc.holder)) from None
+        return None
+    hold = RedisHold(journal, journal.location.daemon, owner=owner, ttl=settings.lease_time, conflicts=(keys.daemons,))
+    found = await hold.take()
+    if found is not None:
+        raise BootstrapError(daemon_refusal(name, found, settings.lease_time))
+    stack.push_async_callback(hold.release_within, HOLD_RELEASE_TIMEOUT)
+    return hold
 
 
 async def _open_scope(journal: Journal, settings: Settings) -> Scope:
@@ -367,14 +405,20 @@ async def run_daemon(
             raise BootstrapError(str(exc)) from None
         stack.push_async_callback(journal.aclose)
         try:
-            if not settings.cluster:
-                # (Daemons in a cluster divide the journal's conversations by leases: docs/distributed.md.)
+            if lock_path is not None:
                 stack.enter_context(JournalLock(describe_journal(settings.journal), lock_path))
             for directory in (settings.resolved_state_dir, settings.resolved_codex_home):
                 directory.mkdir(parents=True, exist_ok=True, mode=0o700)
                 stack.enter_context(StateLock(directory))
         except (StateError, OSError) as exc:
             raise BootstrapError(str(exc)) from None
+        journal_hold: RedisHold | None = None
+        if lock_path is None:
+            # (Daemons in a cluster divide the journal's conversations by leases: docs/distributed.md.)
+            try:
+                journal_hold = await _hold_redis_journal(stack, journal, settings)
+            except JournalError as exc:
+                raise BootstrapError(str(exc)) from None
         scope = await _open_scope(journal, settings)
         owned: dict[tuple[str, ...], dict[str, object]] = {}
         if settings.spells:
@@ -458,9 +502,34 @@ async def run_daemon(
             prestart=maker.prestart,
         )
         try:
-            await daemon.run(stop, ready)
+            async with _kept(journal_hold, describe_journal(settings.journal), daemon):
+                await daemon.run(stop, ready)
         except (StateError, JournalError, StorageFailed) as exc:
             raise BootstrapError(str(exc)) from None
+        except SingleDaemonServes as exc:  # (joined while starting: the hold was taken after our first heartbeat)
+            raise BootstrapError(cluster_refusal(describe_journal(settings.journal), exc.holder)) from None
+
+
+@contextlib.asynccontextmanager
+async def _kept(hold: RedisHold | None, journal: str, daemon: Daemon) -> AsyncIterator[None]:
+    """Renew the journal's hold while the daemon runs; lost (another daemon took it over: this one
+    stalled past ``lease_time``), the daemon stops the way a storage failure stops it, with one message."""
+    if hold is None:
+        yield
+        return
+
+    async def keep() -> None:
+        try:
+            await hold.keep(f"the journal {journal}")
+        except StorageError as exc:  # HoldLost, or Redis gone for good: the daemon stops, saying so
+            daemon.fail(exc)
+
+    task = asyncio.create_task(keep(), name="journal-hold")
+    try:
+        yield
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 async def _start_webhooks(
@@ -476,7 +545,16 @@ async def _start_webhooks(
     journal = open_journal(journal_path, JournalOptions(durability=settings.durability, follow_replacement=False))
     stack.push_async_callback(journal.aclose)
     try:
-        await stack.enter_async_context(webhook_senders(journal, targets, default_cwd=str(workspace)))
+        await stack.enter_async_context(
+            webhook_senders(
+                journal,
+                targets,
+                default_cwd=str(workspace),
+                # (in a cluster every daemon stands by for each target, and one sends: docs/webhooks.md)
+                standby=settings.cluster,
+                hold_ttl=settings.lease_time,
+            )
+        )
     except StateError as exc:
         raise BootstrapError(str(exc)) from None
     log.info("sending turn-complete webhooks to %d target(s)", len(targets))

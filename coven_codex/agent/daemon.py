@@ -352,6 +352,10 @@ class Daemon:
                 raise
             self._storage_failed(failure)
 
+    def fail(self, failure: BaseException) -> None:
+        """Stop the daemon in order because of ``failure`` (a :class:`StorageError`-like one that says what to do)."""
+        self._storage_failed(failure)
+
     def _storage_failed(self, failure: BaseException) -> None:
         """The first storage failure stops the daemon (see :mod:`coven_codex.agent.storage`)."""
         if self._failure is None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from coven_codex.agent.state import STORAGE_ERRNOS, StateStorageError
 from coven_codex.journal import StorageError
-from coven_codex.journal.redis.errors import JournalUnavailable
+from coven_codex.journal.redis.errors import HoldLost, JournalLost, JournalUnavailable, RedisMisconfigured
 
 
 class StorageFailed(RuntimeError):
@@ -41,6 +41,8 @@ def failure_message(failure: BaseException) -> str:
             f"stopped because its journal could not be reached: {failure}. No thought was answered twice;"
             " thoughts not answered yet are answered after a restart."
         )
+    if isinstance(failure, JournalLost | RedisMisconfigured | HoldLost):  # each says what happened and what to do
+        return f"stopped: {failure}."
     return (
         f"stopped because its storage failed: {failure}. Everything written before that is intact,"
         " and no thought was answered twice; thoughts not answered yet are answered after a restart."

@@ -14,7 +14,7 @@ from coven_codex.adapters.console import ConsoleChat, stdin_lines
 from coven_codex.cli.options import JOURNAL_METAVAR, journal_argument
 from coven_codex.entries import DEFAULT_CONVERSATION
 from coven_codex.journal import JournalError
-from coven_codex.journal.opening import JournalName, open_journal
+from coven_codex.journal.opening import JournalName, connected, open_journal
 
 HELP = "chat with Codex in this terminal through a journal (the daemon must be running on it)"
 
@@ -60,7 +60,7 @@ def execute(args: argparse.Namespace) -> int:
     sender = args.sender or _login_name()
     colour = bool(args.colour and sys.stdout.isatty() and os.environ.get("NO_COLOR") is None)
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_chat(journal_path, args.conversation, sender, colour, args.history))
+        return asyncio.run(_chat(journal_path, args.conversation, sender, colour, args.history))
     return 0
 
 
@@ -71,15 +71,17 @@ def _login_name() -> str:
         return "user"
 
 
-async def _chat(path: JournalName, conversation: str, sender: str, colour: bool, history: int) -> None:
+async def _chat(path: JournalName, conversation: str, sender: str, colour: bool, history: int) -> int:
+    """Chat until stdin ends; 1 when the journal cannot be opened (the message says what to fix)."""
     try:
-        journal = open_journal(path)
+        journal = await connected(open_journal(path))
     except JournalError as exc:
         print(f"coven-codex chat: {exc}", file=sys.stderr)
-        return
+        return 1
     try:
         prompt = sys.stdin.isatty() and sys.stdout.isatty()
         chat = ConsoleChat(journal, conversation, sender, sys.stdout, colour=colour, history=history, prompt=prompt)
         await chat.run(stdin_lines())
     finally:
         await journal.aclose()
+    return 0

@@ -21,6 +21,7 @@ from coven_codex.journal import JournalError
 from coven_codex.journal.opening import (
     JournalName,
     JournalOptions,
+    connected,
     describe_journal,
     is_redis_name,
     journal_name,
@@ -120,14 +121,23 @@ async def _serve(journal_path: JournalName, targets: list[Any], cwd: str | None)
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    journal = open_journal(journal_path, JournalOptions(follow_replacement=False))
+    # (a Redis journal that is unreachable or misconfigured fails now, saying what to fix)
+    journal = await connected(open_journal(journal_path, JournalOptions(follow_replacement=False)))
     try:
-        async with webhook_senders(journal, targets, default_cwd=cwd):
+        failures: list[BaseException] = []
+
+        def fatal(failure: BaseException) -> None:
+            failures.append(failure)
+            stop.set()
+
+        async with webhook_senders(journal, targets, default_cwd=cwd, on_fatal=fatal):
             print(
                 f"coven-codex webhooks: sending the turns of {describe_journal(journal_path)}"
                 f" to {len(targets)} target(s)",
                 flush=True,
             )
             await stop.wait()
+        if failures:
+            raise failures[0]  # (a JournalError: printed as one message, exit 1)
     finally:
         await journal.aclose()

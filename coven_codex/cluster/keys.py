@@ -21,6 +21,12 @@ class ClusterKeys:
         return self._base + "daemons"
 
     @property
+    def single_daemon(self) -> str:
+        """The journal's ``NAME:daemon``: the hold of a daemon serving it without cluster (a cluster refuses
+        to join while it is held, :mod:`coven_codex.journal.redis.holds`)."""
+        return f"{self.namespace}:daemon"
+
+    @property
     def expiry(self) -> str:
         """Sorted set: conversation → when its lease runs out (0: released)."""
         return self._base + "expiry"

@@ -138,8 +138,10 @@ class ClusterNode:
 
     # -- the loop ----------------------------------------------------------------------------------
     async def join(self) -> None:
-        """Enter the live set (before the first claim, so rendezvous hashing counts us)."""
-        await self.registry.heartbeat()
+        """Enter the live set (before the first claim, so rendezvous hashing counts us); refused
+        (:class:`~coven_codex.cluster.registry.SingleDaemonServes`) while a daemon without cluster serves
+        the journal."""
+        await self.registry.heartbeat(joining=True)
 
     async def run(self, on_lost: LostHandler, on_orphans: OrphanHandler) -> None:
         """Renew, report lost leases, adopt orphaned conversations; until cancelled (module docstring)."""

@@ -17,6 +17,7 @@ from redis.asyncio import Redis
 
 from coven_codex.cluster import scripts
 from coven_codex.cluster.keys import ClusterKeys
+from coven_codex.journal.redis.holds import Holder, SingleDaemonServes
 from coven_codex.journal.redis.outage import Reachability
 
 
@@ -48,13 +49,17 @@ class Registry:
         """At the last heartbeat this daemon was not in the live set (it just joined, or its heartbeat
         had run out): daemons back with it may not have said so yet, so :attr:`live` may lack them."""
 
-    async def heartbeat(self) -> tuple[str, ...]:
-        """Say we are alive for another lease time; returns (and keeps) the live daemons."""
+    async def heartbeat(self, *, joining: bool = False) -> tuple[str, ...]:
+        """Say we are alive for another lease time; returns (and keeps) the live daemons. ``joining``: refuse
+        (:class:`SingleDaemonServes`, nothing written) while a daemon without cluster holds the journal."""
+        keys = [self._keys.daemons, self._keys.single_daemon] if joining else [self._keys.daemons]
 
         async def run() -> Any:
-            return await self._heartbeat(keys=[self._keys.daemons], args=[self.daemon_id, self._ttl_ms])
+            return await self._heartbeat(keys=keys, args=[self.daemon_id, self._ttl_ms])
 
         was_live, found = await self._reachability.call(run)
+        if int(was_live) < 0:
+            raise SingleDaemonServes(Holder.parse(found[0]))
         self.away = not int(was_live)
         self.live = tuple(sorted(item.decode() if isinstance(item, bytes) else str(item) for item in found))
         return self.live

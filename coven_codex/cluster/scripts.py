@@ -158,7 +158,11 @@ a single Redis, not Redis Cluster.)"""
 HEARTBEAT: Final = (
     NOW_MS
     + """
--- KEYS: daemon index; ARGV: daemon id, ttl ms
+-- KEYS: daemon index[, the hold of a daemon without cluster (on joining)]; ARGV: daemon id, ttl ms
+if #KEYS == 2 then
+  local single = redis.call('GET', KEYS[2])
+  if single then return {-1, {single}} end
+end
 local expires = redis.call('ZSCORE', KEYS[1], ARGV[1])
 local was_live = 0
 if expires and tonumber(expires) > now then
@@ -171,4 +175,6 @@ return {was_live, redis.call('ZRANGE', KEYS[1], 0, -1)}
 )
 """Say this daemon is alive for another ttl, drop the daemons whose heartbeat ran out; returns
 ``{was_live, live daemons}``: ``was_live`` is 0 when this daemon was not in the live set (it just
-joined, or its heartbeat ran out: it stalled, or Redis was unreachable for longer than a ttl)."""
+joined, or its heartbeat ran out: it stalled, or Redis was unreachable for longer than a ttl). On
+joining, the hold of a daemon serving the journal without cluster (``KEYS[2]``) refuses:
+``{-1, {its holder record}}``, and nothing is written."""

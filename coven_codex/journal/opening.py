@@ -123,3 +123,19 @@ def open_journal(name: JournalName, options: JournalOptions | None = None) -> Jo
         retention=options.retention,
         archive=options.archive,
     )
+
+
+async def connected(journal: Journal) -> Journal:
+    """``journal``, checked at a process's start: a Redis journal must answer now (one round trip, no
+    waiting through an outage), so a Redis that is not running, a wrong or missing password, or
+    ``rediss://`` against a plain server fails at once with :class:`JournalError` saying what to fix
+    (the journal is then closed). Other journals are returned as they are."""
+    connect = getattr(journal, "connect", None)
+    if connect is None:
+        return journal
+    try:
+        await connect()
+    except JournalError:
+        await journal.aclose()
+        raise
+    return journal

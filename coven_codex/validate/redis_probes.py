@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 from coven_codex.journal.opening import describe_journal, is_redis_name
 from coven_codex.journal.protocol import JournalError
@@ -31,8 +32,11 @@ async def probe_redis(context: ProbeContext) -> ProbeResult:
     try:
         from redis.asyncio import Redis  # noqa: PLC0415 (the optional [redis] extra)
         from redis.backoff import NoBackoff  # noqa: PLC0415
-        from redis.exceptions import RedisError  # noqa: PLC0415
+        from redis.exceptions import AuthenticationError, RedisError  # noqa: PLC0415
         from redis.retry import Retry  # noqa: PLC0415
+
+        from coven_codex.journal.redis.journal import speaks_plain_redis  # noqa: PLC0415
+        from coven_codex.journal.redis.outage import refused_credentials  # noqa: PLC0415
     except ImportError:
         return ProbeResult.fail("redis-py is not installed", "pip install 'coven-codex[redis]'")
     where = describe_journal(journal)
@@ -49,7 +53,16 @@ async def probe_redis(context: ProbeContext) -> ProbeResult:
         except RedisError:  # CONFIG renamed or refused by an ACL: INFO persistence still tells AOF
             config = {}
         entries = await client.xlen(location.stream)
+    except AuthenticationError as exc:
+        refused = refused_credentials(where, exc, password_given=urlsplit(location.url).password is not None)
+        return ProbeResult.fail(str(refused), "Put the right password in --journal.")
     except RedisError as exc:
+        parts = urlsplit(location.url)
+        if parts.scheme == "rediss" and parts.hostname and await speaks_plain_redis(parts.hostname, parts.port or 6379):
+            return ProbeResult.fail(
+                f"Redis at {where} speaks plain Redis, not TLS ({str(exc)[:200]}): the journal's name says rediss://",
+                "Write the journal as redis://... (or turn TLS on in Redis: tls-port).",
+            )
         return ProbeResult.fail(
             f"cannot reach Redis at {where}: {str(exc)[:200] or type(exc).__name__}",
             "Start Redis (redis-server) or fix host, port, database and password in --journal.",

@@ -18,9 +18,9 @@ in the chat (``WEBHOOK_FAILING``, after :data:`REPORT_AFTER_FAILURES` failures i
 **Cursors.** ``webhook <name>`` is the end of the last turn end that was delivered (or
 rejected and reported); ``webhook <name> context`` is where to read again so that the memory
 of the turns still open is rebuilt (:meth:`TurnTracker.low_water`). Both are saved only after
-the receiver acknowledged a turn, the first one first. After a crash the reader starts at the
-second; turn ends up to the first are taken as delivered, so at most the turn whose delivery
-was under way is sent again, with the same idempotency key.
+the receiver acknowledged a turn, the second one first. After a crash the reader starts at the
+second (at the first when that is older); turn ends up to the first are taken as delivered, so
+at most the turn whose delivery was under way is sent again, with the same idempotency key.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from coven_codex.journal import (
     JournalReplaced,
     Position,
 )
+from coven_codex.journal.redis.errors import JournalLost, RedisMisconfigured
 from coven_codex.webhooks.config import ReadyTarget
 from coven_codex.webhooks.payload import TurnCompletePayload, encode, request_headers
 from coven_codex.webhooks.turns import WEBHOOK_CODE_PREFIX, TurnTracker
@@ -63,6 +64,9 @@ RESTART_BASE = 1.0
 REPORT_AFTER_FAILURES = 3
 """A target's outage reaches the chat once it failed this many attempts in a row."""
 RETRYABLE_4XX = frozenset({408, 429})
+FATAL = (JournalLost, RedisMisconfigured)
+"""Failures a restart of the sender does not fix (a Redis that lost the journal, or refuses us):
+:meth:`TargetSender.run` raises them."""
 REJECTED_CODE = f"{WEBHOOK_CODE_PREFIX}REJECTED"
 FAILING_CODE = f"{WEBHOOK_CODE_PREFIX}FAILING"
 
@@ -159,7 +163,7 @@ class TargetSender:
     # -- the loop ---------------------------------------------------------------------------------
     async def run(self) -> None:
         """Deliver forever; a failure of the sender itself is logged (once while it repeats) and it starts
-        again after a backoff, from its saved cursors."""
+        again after a backoff, from its saved cursors; one that a restart does not fix (:data:`FATAL`) is raised."""
         repeats = RepeatFilter()
         failures = 0
         while True:
@@ -168,6 +172,8 @@ class TargetSender:
             except JournalReplaced:
                 log.info("webhook %s: the journal was replaced; reading it again from its saved cursor", self.name)
                 continue
+            except FATAL:  # (starting again would fail the same way: the process must stop, saying why)
+                raise
             except Exception as exc:
                 failures += 1
                 summary = repeats.note(type(exc).__name__ + str(exc)[:200])
@@ -250,10 +256,13 @@ class TargetSender:
             outcome = await self.deliver(delivery)
             if isinstance(outcome, Rejected):
                 await self._report_rejection(delivery, outcome)
-            await self.journal.save_cursor(self.cursor, delivery.end)
+            # (The context first: stopped between the two saves, a sender must not find a delivered-through
+            # cursor without a context cursor, which it would then take to be the same: the memory of the
+            # turns still open would be lost. The other way round it reads from the older of the two.)
             if delivery.low_water != self._saved_context:
                 await self.journal.save_cursor(self.context_cursor, delivery.low_water)
                 self._saved_context = delivery.low_water
+            await self.journal.save_cursor(self.cursor, delivery.end)
 
     # -- one delivery -----------------------------------------------------------------------------
     async def deliver(self, delivery: Delivery) -> Rejected | None:

@@ -89,6 +89,8 @@ class ClusterHarness:
         self.base_config = tmp / "base.toml"
         self.base_config.write_text(tomlkit.dumps(codex_config(server.base_url)))
         self.nodes = [Node(i, tmp / f"daemon-{i}") for i in range(nodes)]
+        self.extra_args: list[str] = []
+        """More ``run`` arguments for every daemon (e.g. ``--config`` with ``[webhooks]``)."""
         for node in self.nodes:
             node.workspace.mkdir(parents=True)
 
@@ -115,6 +117,7 @@ class ClusterHarness:
             "--kill-grace", "3",
             "--restart-backoff", "0.2",
             "--cluster", "--lease-time", str(self.lease),
+            *self.extra_args,
         ]  # fmt: skip
         with log_path.open("wb") as log:
             node.process = await asyncio.create_subprocess_exec(

@@ -14,7 +14,7 @@ from coven_codex.entries import (
     ThoughtEntry,
     TokenUsage,
 )
-from coven_codex.journal import FileJournal, JournalRecord
+from coven_codex.journal import FileJournal, Journal, JournalRecord
 from coven_codex.webhooks.config import WebhookTarget, ready_targets
 from coven_codex.webhooks.sender import TargetSender, cursor_names
 from coven_codex.webhooks.service import webhook_senders
@@ -48,14 +48,14 @@ async def sending(path: Path, *targets: WebhookTarget) -> AsyncIterator[list[Tar
         await journal.aclose()
 
 
-async def thought(journal: FileJournal, conversation: str, text: str) -> str:
+async def thought(journal: Journal, conversation: str, text: str) -> str:
     """Append a thought; its id."""
     record = await journal.append(ThoughtEntry(conversation=conversation, text=text))
     assert record.entry.id is not None
     return record.entry.id
 
 
-async def start(journal: FileJournal, conversation: str, thought_id: str, n: int) -> None:
+async def start(journal: Journal, conversation: str, thought_id: str, n: int) -> None:
     """The daemon's ``turn_started`` for turn ``n``."""
     await journal.append(
         StatusEntry(
@@ -69,13 +69,13 @@ async def start(journal: FileJournal, conversation: str, thought_id: str, n: int
     )
 
 
-async def reply(journal: FileJournal, conversation: str, thought_id: str, text: str) -> None:
+async def reply(journal: Journal, conversation: str, thought_id: str, text: str) -> None:
     """A ``response`` of the daemon."""
     await journal.append(ResponseEntry(conversation=conversation, text=text, in_reply_to=thought_id))
 
 
 async def end(
-    journal: FileJournal, conversation: str, thought_id: str, n: int, state: str = "turn_completed"
+    journal: Journal, conversation: str, thought_id: str, n: int, state: str = "turn_completed"
 ) -> JournalRecord:
     """The daemon's turn end for turn ``n`` (id ``th-<conversation>:turn-<n>:end``)."""
     return await journal.append(
@@ -91,7 +91,7 @@ async def end(
     )
 
 
-async def turn(journal: FileJournal, conversation: str, n: int, state: str = "turn_completed") -> JournalRecord:
+async def turn(journal: Journal, conversation: str, n: int, state: str = "turn_completed") -> JournalRecord:
     """A whole turn: thought ``q<n>``, its start, the reply ``a<n>``, its end."""
     thought_id = await thought(journal, conversation, f"{conversation} q{n}")
     await start(journal, conversation, thought_id, n)
@@ -109,12 +109,12 @@ async def turn(journal: FileJournal, conversation: str, n: int, state: str = "tu
     return await end(journal, conversation, thought_id, n, state)
 
 
-async def entries_of(journal: FileJournal) -> list[object]:
+async def entries_of(journal: Journal) -> list[object]:
     """Every entry of the journal."""
     return [item.entry for item in await journal.read() if isinstance(item, JournalRecord)]
 
 
-async def until_saved(journal: FileJournal, record: JournalRecord, *, timeout: float = 30.0) -> None:
+async def until_saved(journal: Journal, record: JournalRecord, *, timeout: float = 30.0) -> None:
     """Wait (at most ``timeout`` s) until the test target's delivered-through cursor is just after ``record``:
     the sender saves it after the receiver's acknowledgement, so a test stopping the sender waits for it."""
     name = cursor_names("test")[0]

@@ -1,7 +1,8 @@
 """The journal on Redis Streams (docs/journal-protocol.md, "Redis Streams"); needs the ``[redis]`` extra.
 
 A journal named ``redis://HOST:PORT/DB?key=NAME`` lives in the stream ``NAME`` and the keys
-``NAME:ids`` (the idempotency index), ``NAME:cursors`` and ``NAME:trimmed``. Names are
+``NAME:ids`` (the idempotency index), ``NAME:cursors``, ``NAME:trimmed``, ``NAME:epoch`` (which
+Redis data this is) and ``NAME:daemon`` (the one daemon's hold). Names are
 understood without redis-py (:mod:`.names`); the journal itself is imported on first use.
 """
 
@@ -10,7 +11,13 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from coven_codex.journal.redis.errors import FencedOut, JournalUnavailable, PositionTrimmed
+from coven_codex.journal.redis.errors import (
+    FencedOut,
+    JournalLost,
+    JournalUnavailable,
+    PositionTrimmed,
+    RedisMisconfigured,
+)
 from coven_codex.journal.redis.names import RedisLocation, is_redis_name, parse_redis_name
 
 if TYPE_CHECKING:
@@ -31,10 +38,12 @@ __all__ = [
     "Compaction",
     "Fence",
     "FencedOut",
+    "JournalLost",
     "JournalUnavailable",
     "PositionTrimmed",
     "RedisJournal",
     "RedisLocation",
+    "RedisMisconfigured",
     "is_redis_name",
     "open_redis_journal",
     "parse_redis_name",

@@ -29,3 +29,18 @@ class PositionTrimmed(JournalError):
 
 class JournalUnavailable(StorageError):
     """Redis could not be reached for longer than the journal's outage limit."""
+
+
+class JournalLost(StorageError):
+    """Redis came back without the journal (restarted without persistence, or flushed): its epoch key
+    is gone or differs from the one found at start, so every entry and cursor read before is gone."""
+
+
+class RedisMisconfigured(StorageError):
+    """Redis refused the connection for a reason waiting does not fix: a wrong or missing password,
+    ``rediss://`` (TLS) against a server that speaks plain Redis. The message says what to fix."""
+
+
+class HoldLost(StorageError):
+    """Another process took over what this one held alone (a Redis journal's one daemon): this one stalled
+    past its hold's time to live (:mod:`~coven_codex.journal.redis.holds`). The message names the new holder."""

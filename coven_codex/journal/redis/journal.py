@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+import secrets
+import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
+from urllib.parse import urlsplit
 
 from redis.asyncio import Redis
+from redis.asyncio.connection import AbstractConnection
 from redis.backoff import NoBackoff
+from redis.exceptions import AuthenticationError
 from redis.retry import Retry
 
 from coven_codex.entries import BaseEntry
@@ -27,9 +33,9 @@ from coven_codex.journal.protocol import (
     check_position,
 )
 from coven_codex.journal.redis import scripts
-from coven_codex.journal.redis.errors import FencedOut, PositionTrimmed
+from coven_codex.journal.redis.errors import FencedOut, JournalLost, PositionTrimmed, RedisMisconfigured
 from coven_codex.journal.redis.names import RedisLocation, parse_redis_name
-from coven_codex.journal.redis.outage import DEFAULT_OUTAGE_LIMIT, Reachability
+from coven_codex.journal.redis.outage import DEFAULT_OUTAGE_LIMIT, TRANSIENT, Reachability, refused_credentials
 from coven_codex.journal.redis.positions import position_of, stream_id
 from coven_codex.tailing import DEFAULT_MAX_LINE_BYTES
 
@@ -43,6 +49,12 @@ BLOCK_SECONDS: Final = 5.0
 """A tail waits this long in one ``XREAD BLOCK`` before it asks again (bounded, not polling)."""
 SOCKET_TIMEOUT: Final = 30.0
 """Longest wait for one reply; beyond it the connection counts as lost."""
+CONNECT_TIMEOUT: Final = 5.0
+"""Longest wait for a connection (and a TLS handshake)."""
+PLAIN_PROBE_TIMEOUT: Final = 2.0
+"""How long :func:`speaks_plain_redis` waits for a reply."""
+
+ConnectHook = Callable[[AbstractConnection], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,15 +77,37 @@ class Compaction:
     """Why it stopped there, in words."""
 
 
-def _client(url: str, *, socket_timeout: float) -> Redis:
-    """A redis-py client that does not retry by itself: :class:`Reachability` does, once for everything."""
+def _client(url: str, *, socket_timeout: float, on_connect: ConnectHook | None = None) -> Redis:
+    """A redis-py client that does not retry by itself: :class:`Reachability` does, once for everything.
+
+    ``on_connect`` runs on each new connection (after redis-py's own handshake), before any command.
+    """
     return Redis.from_url(
         url,
         socket_timeout=socket_timeout,
-        socket_connect_timeout=5.0,
+        socket_connect_timeout=CONNECT_TIMEOUT,
         retry=Retry(NoBackoff(), 0),
         health_check_interval=0,
+        redis_connect_func=on_connect,
     )
+
+
+async def speaks_plain_redis(host: str, port: int) -> bool:
+    """Whether the server at ``host:port`` answers a plain-text ``PING`` (it does not speak TLS)."""
+    try:
+        async with asyncio.timeout(PLAIN_PROBE_TIMEOUT):
+            reader, writer = await asyncio.open_connection(host, port)
+            try:
+                writer.write(b"PING\r\n")
+                await writer.drain()
+                reply = await reader.read(64)
+            finally:
+                writer.close()
+                with contextlib.suppress(OSError):
+                    await writer.wait_closed()
+    except (OSError, TimeoutError):
+        return False
+    return reply.startswith((b"+PONG", b"-NOAUTH", b"-ERR", b"-WRONGPASS"))
 
 
 def _stream_entries(streams: Any) -> list[Any]:
@@ -126,8 +160,13 @@ class RedisJournal:
         self.location = location
         self.max_line_bytes = max_line_bytes
         self.block_seconds = block_seconds
-        self._client = _client(location.url, socket_timeout=SOCKET_TIMEOUT)
-        self.reachability = Reachability(location.display(), outage_limit, drop_idle=self._drop_idle)
+        self._epoch: bytes | None = None
+        """The value of ``NAME:epoch`` when this journal first connected (None: not connected yet)."""
+        self._client = _client(location.url, socket_timeout=SOCKET_TIMEOUT, on_connect=self._on_connect)
+        self.reachability = Reachability(
+            location.display(), outage_limit, drop_idle=self._drop_idle, diagnose=self._diagnose
+        )
+        self.reachability.password_given = urlsplit(location.url).password is not None
         self._append = self._client.register_script(scripts.APPEND)
         self._read = self._client.register_script(scripts.READ)
         self._end = self._client.register_script(scripts.END)
@@ -156,6 +195,79 @@ class RedisJournal:
 
     async def _drop_idle(self) -> None:
         await self._client.connection_pool.disconnect(inuse_connections=False)
+
+    # -- which Redis data this is ----------------------------------------------------------
+
+    async def _on_connect(self, connection: AbstractConnection) -> None:
+        """Each new connection, before its first command: the journal's epoch must be the one found first.
+
+        The first connection of this journal writes ``NAME:epoch`` when it is missing (``SET NX
+        GET``: the epoch another process wrote wins) and keeps it; every later one (a reconnect
+        after a Redis restart, a tail's connection) reads it back. Gone or different, Redis came
+        back without the journal: :class:`JournalLost`, never a silent carry-on over an empty stream.
+        """
+        await connection.on_connect()
+        try:
+            if self._epoch is None:
+                made = f"{secrets.token_hex(8)} {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}".encode()
+                await connection.send_command("SET", self.location.epoch, made, "NX", "GET")
+                found = await connection.read_response()
+                if self._epoch is None:
+                    self._epoch = made if found is None else bytes(found)
+                return
+            await connection.send_command("GET", self.location.epoch)
+            found = await connection.read_response()
+            if found != self._epoch:
+                raise self._lost(found)
+        except BaseException:
+            await connection.disconnect()
+            raise
+
+    def _lost(self, found: object) -> JournalLost:
+        what = "is gone" if found is None else "changed"
+        lost = JournalLost(
+            f"the journal's Redis at {self.location.display()} came back without the journal: its epoch key"
+            f" {self.location.epoch!r} {what}, so Redis was restarted without persistence (or flushed) and every"
+            " entry and cursor in it is lost. Stopped rather than carry on over an empty journal. Turn Redis"
+            " persistence on (appendonly yes, docs/journal-protocol.md), then start again: the daemon then"
+            " starts on the new, empty journal"
+        )
+        self.reachability.lost = lost
+        return lost
+
+    async def _diagnose(self, exc: BaseException) -> RedisMisconfigured | None:
+        """An outage beginning on a ``rediss://`` name whose server speaks plain Redis is a misconfiguration."""
+        parts = urlsplit(self.location.url)
+        if parts.scheme != "rediss" or parts.hostname is None:
+            return None
+        if not await speaks_plain_redis(parts.hostname, parts.port or 6379):
+            return None
+        plain = self.location.display().replace("rediss://", "redis://", 1)
+        return RedisMisconfigured(
+            f"the journal's Redis at {self.location.display()} speaks plain Redis, not TLS ({_short(exc)}): the"
+            f" name says rediss://. Write {plain} (with the password, if any), or turn TLS on in Redis"
+            " (tls-port), then start again"
+        )
+
+    async def connect(self) -> None:
+        """One round trip to Redis at start, without waiting through an outage: a process that starts
+        on a Redis it cannot use stops at once, saying what to fix (:class:`JournalError`)."""
+        try:
+            await self._client.ping()
+        except AuthenticationError as exc:
+            raise refused_credentials(
+                self.location.display(), exc, password_given=self.reachability.password_given
+            ) from None
+        except JournalLost:
+            raise
+        except TRANSIENT as exc:
+            wrong = await self._diagnose(exc)
+            if wrong is not None:
+                raise wrong from None
+            raise JournalError(
+                f"cannot reach the journal's Redis at {self.location.display()} ({_short(exc)}); start Redis,"
+                " or fix --journal (redis://HOST:PORT/DB?key=NAME)"
+            ) from None
 
     # -- appending -------------------------------------------------------------------------
 
@@ -257,7 +369,9 @@ class RedisJournal:
         before the ``XREAD`` ran (it only grows); one past it raises :class:`PositionTrimmed`.
         """
         after = check_position(start)
-        client = _client(self.location.url, socket_timeout=self.block_seconds + SOCKET_TIMEOUT)
+        client = _client(
+            self.location.url, socket_timeout=self.block_seconds + SOCKET_TIMEOUT, on_connect=self._on_connect
+        )
         block_ms = max(1, int(self.block_seconds * 1000))
         try:
             while True:
@@ -424,3 +538,8 @@ def open_redis_journal(name: str, options: object = None) -> RedisJournal:
     ``options`` (a file journal's durability, segments, ...) do not apply to Redis and are ignored.
     """
     return RedisJournal.from_url(name)
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if len(text) <= 200 else text[:197] + "..."

@@ -55,6 +55,22 @@ class RedisLocation:
         """The stream id of the last entry removed by compaction (absent: none removed)."""
         return f"{self.key}:trimmed"
 
+    @property
+    def epoch(self) -> str:
+        """A random value written by the first process that connects: gone or different after a Redis
+        restart that lost the data (no persistence, a flush), which every process checks on each new
+        connection (:class:`~coven_codex.journal.redis.errors.JournalLost`)."""
+        return f"{self.key}:epoch"
+
+    @property
+    def daemon(self) -> str:
+        """The hold of the one daemon serving the journal without ``cluster`` (who, with a time to live)."""
+        return f"{self.key}:daemon"
+
+    def webhook(self, target: str) -> str:
+        """The hold of the one webhook sender of ``target``."""
+        return f"{self.key}:webhook:{target}"
+
     def display(self) -> str:
         """The name without password, for messages and logs."""
         parts = urlsplit(self.url)

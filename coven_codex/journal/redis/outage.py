@@ -6,6 +6,12 @@ its data after a restart, a read-only replica during a failover), the operation 
 again after :func:`~coven_codex.agent.backoff.backoff`; the first failure of an outage is
 logged once for the whole journal (every tail and append share it), and so is its end. An
 outage longer than ``limit`` seconds ends the operation with :class:`JournalUnavailable`.
+
+Two failures are not waited for, because waiting does not fix them: Redis refusing our
+credentials (a wrong or missing password: :class:`RedisMisconfigured` at once), and a server that
+answers the TLS handshake of a ``rediss://`` name in plain Redis (found by ``diagnose`` when an
+outage begins). Once a journal is found lost (:class:`JournalLost`, Redis came back without its
+data), every later call raises that too.
 """
 
 from __future__ import annotations
@@ -17,12 +23,12 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
-from redis.exceptions import BusyLoadingError, ReadOnlyError, TryAgainError
+from redis.exceptions import AuthenticationError, BusyLoadingError, ReadOnlyError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from coven_codex.agent.backoff import backoff
-from coven_codex.journal.redis.errors import JournalUnavailable
+from coven_codex.journal.redis.errors import JournalLost, JournalUnavailable, RedisMisconfigured
 
 log = logging.getLogger("coven_codex.journal.redis")
 
@@ -39,16 +45,37 @@ TRANSIENT: Final = (RedisConnectionError, RedisTimeoutError, BusyLoadingError, R
 """Failures that mean "Redis is not reachable right now" rather than "this request is wrong"."""
 
 
+def refused_credentials(where: str, exc: BaseException, *, password_given: bool) -> RedisMisconfigured:
+    """The error for Redis refusing our credentials (``NOAUTH``, ``WRONGPASS``), saying what to fix."""
+    what = "the password in the journal's name is wrong" if password_given else "the journal's name has no password"
+    return RedisMisconfigured(
+        f"the journal's Redis at {where} refused the connection ({_short(exc)}): {what}. Put the right password"
+        " in the journal's name (redis://:PASSWORD@HOST:PORT/DB?key=NAME, or redis://USER:PASSWORD@... for an"
+        " ACL user), then start again"
+    )
+
+
 class Reachability:
     """Whether the journal's Redis answers, shared by every operation on one journal."""
 
     def __init__(
-        self, where: str, limit: float = DEFAULT_OUTAGE_LIMIT, *, drop_idle: Callable[[], Awaitable[None]] | None = None
+        self,
+        where: str,
+        limit: float = DEFAULT_OUTAGE_LIMIT,
+        *,
+        drop_idle: Callable[[], Awaitable[None]] | None = None,
+        diagnose: Callable[[BaseException], Awaitable[RedisMisconfigured | None]] | None = None,
     ) -> None:
         self.where = where
         self.limit = limit
         self._drop_idle = drop_idle
         """Closes the idle pooled connections (after a Redis restart every one of them is dead)."""
+        self._diagnose = diagnose
+        """When an outage begins: whether it is a misconfiguration that waiting would not fix."""
+        self.password_given = True
+        """Whether the journal's name carries a password (for the message when Redis refuses it)."""
+        self.lost: JournalLost | None = None
+        """Set once the journal was found lost: every later call raises it."""
         self.down_since: float | None = None
         self.outages = 0
         """How many outages began (each was logged once)."""
@@ -85,8 +112,15 @@ class Reachability:
         """
         failures = 0
         while True:
+            if self.lost is not None:
+                raise self.lost
             try:
                 result = await _cancellable(operation)
+            except JournalLost as exc:
+                self.lost = exc
+                raise
+            except AuthenticationError as exc:
+                raise refused_credentials(self.where, exc, password_given=self.password_given) from None
             except TRANSIENT as exc:
                 failures += 1
                 if self._drop_idle is not None:
@@ -94,6 +128,10 @@ class Reachability:
                         await self._drop_idle()
                 if failures == 1 and self.down_since is None:
                     continue
+                if self.down_since is None and self._diagnose is not None:
+                    wrong = await self._diagnose(exc)
+                    if wrong is not None:
+                        raise wrong from None
                 waited = self._down(exc)
                 if waited >= self.limit:
                     raise JournalUnavailable(
