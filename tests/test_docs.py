@@ -255,3 +255,43 @@ def test_the_spell_server_table_names_every_module_of_coven_codex_mcp() -> None:
     assert documented == modules
     for name in ("messages.py", "framing.py", "peer.py"):
         assert name in doc[doc.index("Under `connection.py`") :].split("\n\n")[0]
+
+
+DESIGN_CARD_PACKAGES = ("watchfiles", "aiofiles", "pydantic", "tomlkit", "jsonrpcserver", "psutil", "pytest-asyncio")
+"""The packages the design card named, in its order (issue 34)."""
+
+
+def _requirement_name(spec: str) -> str:
+    return re.split(r"[<>=!~ \[;]", spec, maxsplit=1)[0].lower()
+
+
+def test_the_dependency_table_is_the_design_cards_packages_as_pyproject_declares_them() -> None:
+    """docs/architecture.md, "Dependencies against the design card": one row per package of the card, in its
+    order; each row says where pyproject.toml declares it (exactly), and a package in use at run time is a
+    dependency while a replaced one is none (issue 34)."""
+    import tomllib
+
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    start = doc.index("## Dependencies against the design card")
+    section = doc[start : doc.index("\n## ", start + 1)]
+    rows = re.findall(r"^\| `([^`]+)` \| ([^|]*) \| (used|replaced) \|", section, re.M)
+    assert [name for name, _, _ in rows] == list(DESIGN_CARD_PACKAGES)
+    stated = section.split("\n\n")[1]
+    assert re.findall(r"`([a-z-]+)`", stated) == list(DESIGN_CARD_PACKAGES), "the card's list, as the section states it"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    places: dict[str, set[str]] = {}
+    for spec in project["dependencies"]:
+        places.setdefault(_requirement_name(spec), set()).add("dependencies")
+    for extra, specs in project["optional-dependencies"].items():
+        for spec in specs:
+            places.setdefault(_requirement_name(spec), set()).add(extra)
+    shipped = [*(ROOT / "coven_codex").rglob("*.py"), *(ROOT / "mcp_shim").rglob("*.py")]
+    code = "\n".join(path.read_text(encoding="utf-8") for path in shipped)
+    for name, declared, status in rows:
+        assert set(re.findall(r"`([a-z]+)`", declared)) == places.get(name, set()), name
+        if status == "replaced":
+            assert "dependencies" not in places.get(name, set()), name
+            assert not re.search(rf"^\s*(?:import|from) {name}\b", code, re.M), f"{name} is said replaced"
+        elif name != "pytest-asyncio":
+            assert "dependencies" in places[name], name
+    assert "dev" in places["pytest-asyncio"]

@@ -156,22 +156,25 @@ def test_every_subcommand_is_implemented() -> None:
     assert "not implemented" not in text.lower()
 
 
-def test_a_private_import_from_a_dependency_comes_with_an_upper_pin() -> None:
-    """Private API may change in any release: a dependency whose ``_private`` module is imported is pinned
-    below its next major version (issue 10 item 9: watchfiles' ``_rust_notify``)."""
+def test_no_module_imports_a_private_module_of_a_dependency() -> None:
+    """Private API may change in any release (issue 10 item 9, issue 34): the package imports none of
+    its dependencies' ``_private`` modules (the watchfiles waker runs on the public ``watch()``)."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    specs = {re.split(r"[<>=!~ \[;]", spec, maxsplit=1)[0]: spec for spec in project["dependencies"]}
-    modules = {IMPORT_NAMES.get(name, name): name for name in specs}
+    names = [re.split(r"[<>=!~ \[;]", spec, maxsplit=1)[0] for spec in project["dependencies"]]
+    modules = {IMPORT_NAMES.get(name, name).split(".")[0] for name in names}
     private: set[str] = set()
     for path in sources():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            imported: list[str] = []
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                top, *rest = node.module.split(".")
+                imported = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            elif isinstance(node, ast.Import):
+                imported = [alias.name for alias in node.names]
+            for name in imported:
+                top, *rest = name.split(".")
                 if top in modules and any(part.startswith("_") for part in rest):
-                    private.add(modules[top])
-    assert private, "the watchfiles waker imports watchfiles._rust_notify"
-    unpinned = sorted(name for name in private if "<" not in specs[name])
-    assert unpinned == []
+                    private.add(f"{path.relative_to(ROOT)}: {name}")
+    assert sorted(private) == []
 
 
 def test_the_code_is_ruff_formatted_and_the_test_script_checks_it() -> None:

@@ -25,6 +25,7 @@ from coven_codex.tailing.wakers import (
     NotifierKind,
     PollingWaker,
     Waker,
+    WakerFailed,
     WatchfilesWaker,
     default_notifier,
 )
@@ -218,6 +219,11 @@ class WakerFactory:
         self.target = watch_target(self._watched)
         self._kind = self._choose(force_polling, notifier)
 
+    def fall_back(self, reason: str) -> Waker:
+        """Poll from now on, reporting ``reason`` once (a waker's notifier failed)."""
+        self._fall_back(reason)
+        return PollingWaker(self._path, self._poll_interval)
+
     def _fall_back(self, reason: str) -> None:
         self._kind = "polling"
         report(
@@ -269,8 +275,6 @@ class WakerFactory:
                 continue  # the directory vanished meanwhile: find the new target
             except inotify.InotifyUnavailable as exc:
                 self._fall_back(f"inotify cannot watch {directory}: {exc.strerror}")
-            except (OSError, RuntimeError) as exc:
-                self._fall_back(f"watchfiles cannot watch {directory}: {exc}")
             return PollingWaker(self._path, self._poll_interval)
         raise TailError(errno.ENOENT, f"cannot find a stable directory to watch for {self._path}")
 
@@ -322,7 +326,11 @@ async def tail_lines(
                 continue
             if not hold_open:
                 follower.release()
-            await waker.wait()
+            try:
+                await waker.wait()
+            except WakerFailed as exc:
+                await waker.aclose()
+                waker = factory.fall_back(str(exc))  # read again first: the file may have changed meanwhile
     finally:
         follower.close()
         await waker.aclose()
