@@ -15,6 +15,14 @@ keeps it until the process exits:
   the kernel gave the signal to a worker thread;
 - a second signal after the first exits at once with status 1 (as documented for a shutdown).
 
+This also replaces ``loop.add_signal_handler``, which learns of a signal only from the byte the C
+handler writes to the loop's self-pipe. That pipe also gets a byte for every thread-safe call (each
+finished ``asyncio.to_thread`` job), and 200-300 of them during one long step of the loop (a
+loaded machine) fill it: the signal's byte was dropped (``BlockingIOError`` on stderr) and the
+SIGTERM lost for good, the daemon running on without a log line (the Codex 0.47 shutdown "hang",
+issue 26 item 14). Here the handler itself records the signal, and the wake-up descriptor is a
+socket of its own that only signals write to.
+
 What this cannot cover is the interpreter's own start, before any code of coven-codex runs (tens
 of milliseconds, more under load): a signal then takes the default action, when nothing of the
 daemon exists yet to be left behind.

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import fcntl
 import signal
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -142,3 +143,52 @@ async def test_a_second_sigterm_during_shutdown_exits_1_at_once(codex_bin_169: P
         daemon.process.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(daemon.process.wait(), 20) == 1, daemon.log()[-3000:]
         assert "second SIGTERM during shutdown: exiting now" in daemon.log()
+
+
+# The daemon's event loop in one long step (a loaded machine) while its worker threads finish
+# thousands of jobs: each completion writes a byte to the loop's self-pipe, which fills.
+FLOODED = """
+import asyncio, os, signal, threading, time
+from coven_codex.cli.stopping import STOP
+
+async def main() -> None:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    STOP.install()
+    STOP.bind(stop, loop)
+
+    def finished_jobs_then_sigterm() -> None:
+        for _ in range(5000):
+            loop.call_soon_threadsafe(lambda: None)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def a_long_step() -> None:
+        worker = threading.Thread(target=finished_jobs_then_sigterm)
+        worker.start()
+        worker.join()
+        time.sleep(0.2)
+
+    loop.call_soon(a_long_step)
+    try:
+        async with asyncio.timeout(20):
+            await stop.wait()
+    finally:
+        STOP.unbind()
+    print("stopped by", STOP.describe())
+
+asyncio.run(main())
+"""
+
+
+async def test_a_sigterm_while_the_loops_self_pipe_is_full_still_stops_it() -> None:
+    # Before (issue 26 item 14a, the 0.47 shutdown "hang" with no log line): run's handler was
+    # loop.add_signal_handler, which learns of a signal only from the byte the C handler writes to
+    # the loop's self-pipe; that pipe also takes a byte per thread-safe call (every finished
+    # asyncio.to_thread job), and 200-300 of them during one long loop step fill it: the signal's
+    # byte was dropped ("BlockingIOError" on stderr) and the SIGTERM lost for good.
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", FLOODED, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 0, err.decode()[-3000:]
+    assert out.decode().strip() == "stopped by SIGTERM"
