@@ -403,7 +403,14 @@ def _tree_members(
     """
     members: dict[int, psutil.Process] = {}
     unplaced: list[tuple[psutil.Process, bool]] = []  # (process, environment unreadable)
-    for process in _candidates():
+    candidates = _candidates()
+    # Parents as they were before this look kills anything: a child whose parent a kill of this
+    # look ends is reparented to us at once, and is still placed by the parent it had.
+    parents: dict[int, int] = {}
+    for process in candidates:
+        with contextlib.suppress(psutil.Error):
+            parents[process.pid] = process.ppid()
+    for process in candidates:
         if not running(process):
             continue
         try:
@@ -427,7 +434,7 @@ def _tree_members(
         rest: list[tuple[psutil.Process, bool]] = []
         for process, unreadable in unplaced:
             with contextlib.suppress(psutil.Error):
-                if process.ppid() in members or _sid(process.pid) in sessions:
+                if parents.get(process.pid) in members or _sid(process.pid) in sessions:
                     members[process.pid] = process
                     on_member(process)
                     changed = True
