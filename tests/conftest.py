@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from coven_codex.agent.watchdog import WATCHDOG_RECORD_PREFIX
 from coven_codex.testing.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -101,6 +102,22 @@ def _no_leaked_processes() -> object:
         except psutil.NoSuchProcess:
             continue
     assert not leaked, f"processes left running by this test: {leaked}"
+
+
+@pytest.fixture(autouse=True)
+def _shutdown_watchdog_never_fires(request: pytest.FixtureRequest, _private_state_home: None) -> Iterator[None]:
+    """A daemon's shutdown watchdog firing is a bug (a shutdown overran its bound: a blocked event
+    loop or an unbounded wait), never a hang to hide: the test fails when a state directory it
+    used (``$XDG_STATE_HOME``, or one under its ``tmp_path``) holds the watchdog's record
+    (:mod:`coven_codex.agent.watchdog`), and shows the stacks it kept."""
+    roots = [Path(os.environ["XDG_STATE_HOME"])]
+    if "tmp_path" in request.fixturenames:  # (asked for now: torn down after this check)
+        roots.append(request.getfixturevalue("tmp_path"))
+    yield
+    records = sorted({path for root in roots if root.is_dir() for path in root.rglob(f"{WATCHDOG_RECORD_PREFIX}*")})
+    if records:
+        kept = records[0].read_text(errors="replace")[-6000:]
+        pytest.fail(f"the shutdown watchdog fired: {[str(r) for r in records]}\n{kept}", pytrace=False)
 
 
 @pytest.fixture(scope="session")

@@ -390,6 +390,9 @@ async def run_daemon(
             "PATH has relative or empty entries (%s); they are left out of the PATH given to Codex",
             ", ".join(repr(entry) for entry in relative[:5]),
         )
+    if stop.is_set():  # stopped while Codex was looked at: nothing is taken or started yet
+        log.info("stopped during start-up, before taking the locks: exiting")
+        return
     async with contextlib.AsyncExitStack() as stack:
         # The locks come first: a second daemon must not even rewrite the shared CODEX_HOME.
         # One daemon per journal (two would answer every thought twice), per state directory, and

@@ -44,9 +44,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import faulthandler
 import logging
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -61,6 +59,7 @@ from coven_codex.agent.services import DriverFactory, RolloutLocator, SessionSer
 from coven_codex.agent.slots import SlotPool
 from coven_codex.agent.state import SessionState, StateStore
 from coven_codex.agent.storage import StorageFailed, failure_message, storage_failure
+from coven_codex.agent.watchdog import ShutdownWatchdog, report_previous_overrun
 from coven_codex.agent.writer import DaemonWriter
 from coven_codex.codex.process import become_subreaper
 from coven_codex.entries import CODEX_SENDER
@@ -83,8 +82,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SHUTDOWN_WATCHDOG_MARGIN = 5.0
-"""Seconds past the shutdown's own bound after which the daemon dumps its stacks and exits 1."""
 FINAL_STEP_MIN = 0.25
 """Shutdown's last Redis steps (a cluster's hand-over, the cursor save) get what is left of its bound,
 and at least this (seconds): a journal that does not answer then costs this, not the bound's margin."""
@@ -137,6 +134,7 @@ class Daemon:
     async def run(self, stop: asyncio.Event, ready: Ready | None = None) -> None:
         """Serve until ``stop`` is set, then shut down cleanly."""
         self.store.prepare()
+        report_previous_overrun(self.state_dir)
         # Orphaned Codex descendants are reparented to us, not to init, so the tree kill finds
         # every one of them (coven_codex.codex.process).
         become_subreaper()
@@ -245,6 +243,27 @@ class Daemon:
         stop: asyncio.Event,
         ready: Ready | None,
     ) -> None:
+        watchdog = ShutdownWatchdog(self.state_dir, self.settings.kill_grace + SHUTDOWN_SLACK)
+        try:
+            await self._serve_until_stopped(
+                states, cursor, live_from, known_ids, previous, stop=stop, ready=ready, watchdog=watchdog
+            )
+        finally:
+            watchdog.disarm()
+        log.info("daemon stopped cleanly")
+
+    async def _serve_until_stopped(
+        self,
+        states: dict[str, SessionState],
+        cursor: Position,
+        live_from: Position,
+        known_ids: set[str],
+        previous: list[JournalItem] | None,
+        *,
+        stop: asyncio.Event,
+        ready: Ready | None,
+        watchdog: ShutdownWatchdog,
+    ) -> None:
         async with asyncio.TaskGroup() as group:
             ingress_box: list[Ingress] = []
 
@@ -302,7 +321,7 @@ class Daemon:
             shutdown_by = loop.time() + self.settings.kill_grace + SHUTDOWN_SLACK
             if self.ownership is not None:
                 self.ownership.closing()
-            self._arm_shutdown_watchdog()
+            watchdog.arm()  # (the bound made hard from outside the event loop: agent/watchdog.py)
             ingress_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await ingress_task
@@ -317,8 +336,6 @@ class Daemon:
             await self._last_cursor_save(ingress, max(FINAL_STEP_MIN, shutdown_by - loop.time()))
             stop_task.cancel()
             failed_task.cancel()
-        faulthandler.cancel_dump_traceback_later()
-        log.info("daemon stopped cleanly")
 
     async def _last_cursor_save(self, ingress: Ingress, within: float) -> None:
         """Shutdown: save the ingress cursor once more, within ``within`` seconds (a Redis journal
@@ -331,16 +348,6 @@ class Daemon:
                 "shutting down: the journal did not answer within %.1fs, so the ingress cursor was not saved"
                 " once more; the next start reads from the one saved before (nothing is answered twice)",
                 within,
-            )
-
-    def _arm_shutdown_watchdog(self) -> None:
-        """Make the shutdown's bound (``kill_grace`` + :data:`SHUTDOWN_SLACK`) hard: should it be
-        overrun by :data:`SHUTDOWN_WATCHDOG_MARGIN` more (every step has its own timeout, so only
-        a blocked event loop or a bug can), every thread's stack goes to stderr (the log) and the
-        process exits with status 1, which the next start recovers from like a ``kill -9``."""
-        with contextlib.suppress(ValueError, OSError, AttributeError):  # stderr without a file descriptor
-            faulthandler.dump_traceback_later(
-                self.settings.kill_grace + SHUTDOWN_SLACK + SHUTDOWN_WATCHDOG_MARGIN, exit=True, file=sys.stderr
             )
 
     async def _run_ingress(self, ingress: Ingress) -> None:

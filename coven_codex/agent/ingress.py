@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 from coven_codex.agent.cursor import LowWaterCursor
-from coven_codex.agent.limits import MAX_CONVERSATION_CHARS, MAX_ID_CHARS, MAX_THOUGHT_CHARS, REFUSED_CODE
+from coven_codex.agent.limits import MAX_CONVERSATION_CHARS, REFUSED_CODE, over_limit
 from coven_codex.agent.writer import DaemonWriter
 from coven_codex.entries import (
     CODEX_SENDER,
@@ -244,32 +244,34 @@ def refuse_thought(entry: BaseEntry, position: Position) -> ErrorEntry | None:
     """The ``error`` entry refusing a thought that can never be answered, or ``None`` if it is fine.
 
     A conversation name too long for the daemon's entries, an id too long to keep, or a text
-    over Codex's input limit would only fail again at every try. The error goes to the
-    thought's conversation, or, when the name itself is too long, to the name cut to
-    :data:`~coven_codex.agent.limits.MAX_CONVERSATION_CHARS` characters (the last one ``…``).
+    over Codex's input limit (:func:`~coven_codex.agent.limits.over_limit`) would only fail again
+    at every try. The error goes to the thought's conversation, or, when the name itself is too
+    long, to the name cut to :data:`~coven_codex.agent.limits.MAX_CONVERSATION_CHARS` characters
+    (the last one ``…``). It names the thought it refuses (``in_reply_to`` its id) unless that id
+    is the field over its limit: a job waiting for its thought's answer ends on it.
     """
     if not isinstance(entry, ThoughtEntry) or entry.sender == CODEX_SENDER:
         return None
-    conversation = entry.conversation
-    if len(conversation) > MAX_CONVERSATION_CHARS:
-        conversation = conversation[: MAX_CONVERSATION_CHARS - 1] + "…"
-        text = (
-            f"The thought at journal position {position} was refused: its conversation name is "
-            f"{len(entry.conversation)} characters long, the limit is {MAX_CONVERSATION_CHARS}."
-        )
-        hint = "Use a shorter conversation name (a channel or thread id, for example) and send it again."
-    elif entry.id is not None and len(entry.id) > MAX_ID_CHARS:
-        text = (
-            f"The thought at journal position {position} was refused: its id is {len(entry.id)} "
-            f"characters long, the limit is {MAX_ID_CHARS}."
-        )
-        hint = "Give thoughts short ids (or none: the journal assigns one) and send it again."
-    elif len(entry.text) > MAX_THOUGHT_CHARS:
-        text = (
-            f"The thought at journal position {position} was refused: it is {len(entry.text)} "
-            f"characters long and Codex accepts at most {MAX_THOUGHT_CHARS}."
-        )
-        hint = "Shorten it (or split it into several thoughts) and send it again."
-    else:
+    breach = over_limit(entry.conversation, entry.id, entry.text)
+    if breach is None:
         return None
-    return ErrorEntry(id=f"refused@{position}", conversation=conversation, code=REFUSED_CODE, text=text, hint=hint)
+    conversation = entry.conversation
+    refused = f"The thought at journal position {position} was refused"
+    if breach.field == "conversation":
+        conversation = conversation[: MAX_CONVERSATION_CHARS - 1] + "…"
+        text = f"{refused}: its conversation name is {breach.length} characters long, the limit is {breach.limit}."
+        hint = "Use a shorter conversation name (a channel or thread id, for example) and send it again."
+    elif breach.field == "id":
+        text = f"{refused}: its id is {breach.length} characters long, the limit is {breach.limit}."
+        hint = "Give thoughts short ids (or none: the journal assigns one) and send it again."
+    else:
+        text = f"{refused}: it is {breach.length} characters long and Codex accepts at most {breach.limit}."
+        hint = "Shorten it (or split it into several thoughts) and send it again."
+    return ErrorEntry(
+        id=f"refused@{position}",
+        conversation=conversation,
+        code=REFUSED_CODE,
+        text=text,
+        hint=hint,
+        in_reply_to=entry.id if breach.field != "id" else None,
+    )

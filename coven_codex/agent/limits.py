@@ -9,6 +9,9 @@ longer than the journal's line limit). The limits are documented in
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
 MAX_CONVERSATION_CHARS = 256
 """Longest conversation name the daemon serves."""
 
@@ -23,6 +26,28 @@ maximum length of 1048576 characters", as an error of ``turn/start``, which it n
 REFUSED_CODE = "REFUSED"
 """The ``code`` of the ``error`` entry for a thought the daemon will not hand to Codex (over a
 limit, or reusing an earlier thought's id)."""
+
+
+@dataclass(frozen=True, slots=True)
+class OverLimit:
+    """Which field of a thought is over its limit, how long it is, and the limit."""
+
+    field: Literal["conversation", "id", "text"]
+    length: int
+    limit: int
+
+
+def over_limit(conversation: str, entry_id: str | None, text: str) -> OverLimit | None:
+    """The first field of a thought over its limit (conversation, id, text), or ``None``: what
+    ingress refuses, and what the jobs clients check before they write a thought."""
+    if len(conversation) > MAX_CONVERSATION_CHARS:
+        return OverLimit("conversation", len(conversation), MAX_CONVERSATION_CHARS)
+    if entry_id is not None and len(entry_id) > MAX_ID_CHARS:
+        return OverLimit("id", len(entry_id), MAX_ID_CHARS)
+    if len(text) > MAX_THOUGHT_CHARS:
+        return OverLimit("text", len(text), MAX_THOUGHT_CHARS)
+    return None
+
 
 LOG_TEXT_CHARS = 60
 """Names and texts are cut to this many characters in log lines."""

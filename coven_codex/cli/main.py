@@ -83,6 +83,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     starts faster so); ``--help`` and a bad command build the whole parser."""
     arguments = list(sys.argv[1:] if argv is None else argv)
     command = _named_command(arguments)
+    if command == "run":
+        # Before the daemon's modules are imported: a stop during start-up exits 0 too (cli/stopping.py).
+        from coven_codex.cli.stopping import STOP  # noqa: PLC0415 (only for run)
+
+        STOP.install()
     parser, modules = build_parser(only=command)
     args = parser.parse_args(arguments)
     if args.command is None:

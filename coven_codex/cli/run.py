@@ -4,7 +4,9 @@ Flags win over ``coven.toml`` (``--config``), which wins over the defaults. Befo
 starts, the folder checks of ``validate`` run (:func:`~coven_codex.validate.plan.run_refusals`):
 what ``validate`` refuses, ``run`` refuses with the same words (exit 2). Runs until SIGINT or
 SIGTERM, then stops intake, lets running turns stop (``--kill-grace``), ends every Codex
-process tree, saves cursors and exits 0. A second signal during shutdown exits at once (1).
+process tree, saves cursors and exits 0; a signal during start-up stops it as soon as what it
+started can be ended, also 0 (:mod:`coven_codex.cli.stopping`). A second signal during shutdown
+exits at once (1).
 """
 
 from __future__ import annotations
@@ -13,13 +15,13 @@ import argparse
 import asyncio
 import logging
 import os
-import signal
 import sys
 from pathlib import Path
 from typing import Any
 
 from coven_codex.agent.bootstrap import BootstrapError, run_daemon
 from coven_codex.cli.options import JOURNAL_METAVAR, add_spells_option, journal_argument
+from coven_codex.cli.stopping import STOP
 from coven_codex.settings import Settings, SettingsError, load_settings
 from coven_codex.validate.plan import run_refusals
 
@@ -236,7 +238,9 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def execute(args: argparse.Namespace) -> int:
-    """Run the daemon (``coven-codex run``); exit code 2 for bad settings or a refusal, 1 if start-up fails."""
+    """Run the daemon (``coven-codex run``); exit code 2 for bad settings or a refusal, 1 if start-up
+    fails, 0 once stopped by SIGINT/SIGTERM, whenever it came (:mod:`coven_codex.cli.stopping`)."""
+    STOP.install()  # (main installed it already when it runs `run`; a direct caller gets it here)
     try:
         settings = settings_from_args(args)
     except SettingsError as exc:
@@ -247,6 +251,9 @@ def execute(args: argparse.Namespace) -> int:
         print(f"coven-codex run: {outcome.result.detail}\n  fix: {outcome.result.fix}", file=sys.stderr)
     if refused:
         return 2
+    if STOP.requested:
+        log.info("%s received during start-up: not starting", STOP.describe())
+        return 0
     try:
         return asyncio.run(_main(settings))
     except BootstrapError as exc:
@@ -255,22 +262,10 @@ def execute(args: argparse.Namespace) -> int:
 
 
 async def _main(settings: Settings) -> int:
-    loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    signals = (signal.SIGINT, signal.SIGTERM)
-
-    def on_signal(signum: signal.Signals) -> None:
-        if stop.is_set():
-            log.error("second %s during shutdown: exiting now", signum.name)
-            os._exit(1)
-        log.info("%s received: shutting down", signum.name)
-        stop.set()
-
-    for signum in signals:
-        loop.add_signal_handler(signum, on_signal, signum)
+    STOP.bind(stop, asyncio.get_running_loop())
     try:
         await run_daemon(settings, stop, ready=lambda: log.info("ready (pid %d)", os.getpid()))
     finally:
-        for signum in signals:
-            loop.remove_signal_handler(signum)
+        STOP.unbind()
     return 0

@@ -12,8 +12,10 @@ tree by :func:`terminate_tree`:
 2. SIGKILL to the group (the kernel signals a whole group atomically: a member forking at that
    moment has its fork undone, so nothing in the group survives);
 3. the sweep, bounded by :data:`KILL_WAIT`: every member of the tree outside the group (escaped
-   with ``setsid``, like the shell snapshot, or orphaned) is killed, and the tree is looked at
-   again until one look finds nothing of it running;
+   with ``setsid``, like the shell snapshot, or orphaned) is killed the moment a look places it,
+   with its whole process group when it leads one (:func:`_kill_member`: a fork loop stops at
+   once, and what it forked dies with it), and the tree is looked at again until one look finds
+   nothing of it running;
 4. the pipes are closed from our side, so readers of the tree's output end even if something
    unknown still holds the other end.
 
@@ -388,17 +390,27 @@ def _sid(pid: int) -> int | None:
         return None
 
 
-def _tree_members(token: str, sessions: set[int], since: float) -> tuple[list[psutil.Process], list[psutil.Process]]:
+def _tree_members(
+    token: str, sessions: set[int], since: float, on_member: Callable[[psutil.Process], None]
+) -> tuple[list[psutil.Process], list[psutil.Process]]:
     """One look: the running members of the tree ``token``, and the running processes that could
     not be placed yet (environment unreadable, no link to the tree, started after the tree was).
 
     A process carrying the marker is a member. One without it (environment unreadable mid-exec,
     or cleared by whatever started it) is a member when its parent is one or its session is one
-    of ``sessions``, which grows with the sessions members lead.
+    of ``sessions``, which grows with the sessions members lead. ``on_member`` gets each member
+    as soon as it is placed, while the look goes on (the sweep kills it then, see :func:`_kill_member`).
     """
     members: dict[int, psutil.Process] = {}
     unplaced: list[tuple[psutil.Process, bool]] = []  # (process, environment unreadable)
-    for process in _candidates():
+    candidates = _candidates()
+    # Parents as they were before this look kills anything: a child whose parent a kill of this
+    # look ends is reparented to us at once, and is still placed by the parent it had.
+    parents: dict[int, int] = {}
+    for process in candidates:
+        with contextlib.suppress(psutil.Error):
+            parents[process.pid] = process.ppid()
+    for process in candidates:
         if not running(process):
             continue
         try:
@@ -412,6 +424,7 @@ def _tree_members(token: str, sessions: set[int], since: float) -> tuple[list[ps
             members[process.pid] = process
             if _sid(process.pid) == process.pid:
                 sessions.add(process.pid)
+            on_member(process)
         elif marker is None:
             unplaced.append((process, not environ))
     unknown: list[psutil.Process] = []
@@ -421,8 +434,9 @@ def _tree_members(token: str, sessions: set[int], since: float) -> tuple[list[ps
         rest: list[tuple[psutil.Process, bool]] = []
         for process, unreadable in unplaced:
             with contextlib.suppress(psutil.Error):
-                if process.ppid() in members or _sid(process.pid) in sessions:
+                if parents.get(process.pid) in members or _sid(process.pid) in sessions:
                     members[process.pid] = process
+                    on_member(process)
                     changed = True
                 else:
                     rest.append((process, unreadable))
@@ -445,15 +459,17 @@ def _sweep_tree(token: str, sessions: set[int], since: float, wait: float) -> li
     deadline = time.monotonic() + wait
     doomed: dict[int, psutil.Process] = {}
     first_seen: dict[int, float] = {}
+    own_group = os.getpgid(0)
+
+    def kill(process: psutil.Process) -> None:
+        _kill_member(process, own_group)
+        doomed[process.pid] = process
+
     while True:
-        members, unknown = _tree_members(token, sessions, since)
+        members, unknown = _tree_members(token, sessions, since, kill)
         now = time.monotonic()
         # Mid-exec lasts moments; a process unreadable for longer simply has no environment.
         unknown = [p for p in unknown if now - first_seen.setdefault(p.pid, now) < UNKNOWN_PATIENCE]
-        for process in members:
-            with contextlib.suppress(psutil.Error):
-                process.kill()  # psutil checks the creation time: a reused pid is never signalled
-                doomed[process.pid] = process
         if (not members and not unknown) or time.monotonic() >= deadline:
             break
         if not members:
@@ -464,6 +480,31 @@ def _sweep_tree(token: str, sessions: set[int], since: float, wait: float) -> li
     _report_left(left, wait)
     _reap_orphans(sessions)
     return left
+
+
+def _kill_member(process: psutil.Process, own_group: int) -> None:
+    """SIGKILL a member of a tree the moment a look places it, and its whole process group when it
+    leads one.
+
+    A look reads every candidate's environment, which takes a while on a loaded machine (over a
+    second was measured with a fork loop running): killing the members only once the look was
+    over let a fork loop (the shell snapshot's ``while ...; do sleep 0.5 & done``) fork on for that
+    long, and the next look had hundreds more children to read, until :data:`KILL_WAIT` ran out
+    with some still running. Killed when placed, the loop forks no more; killed as a group,
+    every child it forked is killed with it, atomically, including one forked since the look
+    listed the processes (the kernel undoes a fork the group kill interrupts). A group led by a
+    member lies inside the tree's sessions (a group never spans sessions, and no tree process can
+    join the daemon's), and its id cannot be reused while the leader's pid is unreaped, so the
+    group kill never reaches a process outside the tree (the leader is checked to be the member
+    the look saw just before).
+    """
+    with contextlib.suppress(psutil.Error, OSError):
+        # (is_running checks the creation time: a reused pid is never taken for the member)
+        if process.is_running() and os.getpgid(process.pid) == process.pid != own_group:
+            os.killpg(process.pid, signal.SIGKILL)
+            return
+    with contextlib.suppress(psutil.Error):
+        process.kill()  # psutil checks the creation time: a reused pid is never signalled
 
 
 def _report_left(left: Sequence[int], wait: float) -> None:

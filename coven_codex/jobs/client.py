@@ -15,6 +15,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from coven_codex.agent.limits import cut, over_limit
+from coven_codex.agent.thread_options import MAX_MODEL_CHARS
 from coven_codex.entries import CancelEntry, ThoughtEntry
 from coven_codex.jobs.records import JobFolder, JobRecord, job_conversation, read_jobs
 from coven_codex.journal import FileJournal, Journal, JournalRecord
@@ -69,11 +71,12 @@ async def submit(journal: Journal, request: JobRequest) -> str:
         raise JobUsageError("give --resume THREAD_ID or --continue-latest, not both")
     if request.timeout is not None and not request.timeout > 0:
         raise JobUsageError("--timeout must be a positive number of seconds")
+    job_id = new_job_id()
+    check_limits(request, job_conversation(job_id))
     cwd = _absolute(request.cwd)
     resume = request.resume_thread
     if request.continue_latest:
         resume = await latest_thread(journal, cwd)
-    job_id = new_job_id()
     await journal.append(
         ThoughtEntry(
             conversation=job_conversation(job_id),
@@ -86,6 +89,25 @@ async def submit(journal: Journal, request: JobRequest) -> str:
         )
     )
     return job_id
+
+
+def check_limits(request: JobRequest, conversation: str) -> None:
+    """:class:`JobUsageError` for a request the daemon would refuse by its length alone
+    (docs/journal-protocol.md, *Limits* and *Thread options*), before anything is written: the
+    daemon's refusal would end the job ``failed`` at once, this says so to whoever submits it."""
+    breach = over_limit(conversation, None, request.prompt)
+    if breach is not None:
+        raise JobUsageError(
+            f"the prompt is {breach.length} characters long and Codex accepts at most {breach.limit}; "
+            "shorten it or split it into several jobs"
+        )
+    if request.model is not None and not 0 < len(request.model) <= MAX_MODEL_CHARS:
+        raise JobUsageError(f"the model name must be 1 to {MAX_MODEL_CHARS} characters long")
+    if request.resume_thread is not None and not 0 < len(request.resume_thread) <= MAX_MODEL_CHARS:
+        raise JobUsageError(
+            f"{cut(request.resume_thread, 40)!r} is not a Codex thread id (1 to {MAX_MODEL_CHARS} characters); "
+            "pass the thread_id a job's record shows"
+        )
 
 
 def _absolute(cwd: str | None) -> str | None:

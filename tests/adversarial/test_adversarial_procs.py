@@ -357,3 +357,42 @@ async def test_unmarked_descendants_are_ended_with_their_tree_under_load(tmp_pat
                 with contextlib.suppress(psutil.Error):
                     psutil.Process(pid).kill()
             assert not left, f"attempt {attempt}: survivors {left}"
+
+
+# A fork loop like the shell snapshot's, in a session of its own, whose children live long: what
+# it forks while a look of the sweep reads the process table is still running at the next look.
+LONG_FORKER = """
+import subprocess, sys, time
+loop = "while :; do sleep 30 & done"
+forker = subprocess.Popen(["/bin/sh", "-c", loop], start_new_session=True)
+print(forker.pid, flush=True)
+time.sleep(60)
+"""
+
+
+async def test_a_fork_loop_is_ended_with_all_it_forked_under_load(tmp_path: Path) -> None:
+    # Before: the sweep killed the members a look found only once the look was over; on a loaded
+    # machine a look took over a second, the loop forked hundreds of children meanwhile, and the
+    # next looks ran out of KILL_WAIT with children of the loop still running.
+    from coven_codex.codex.process import spawn, terminate_tree
+
+    grace = 0.2
+    with cpu_load():
+        for attempt in range(3):
+            child = await spawn([sys.executable, "-c", LONG_FORKER], env=os.environ, cwd=tmp_path)
+            assert child.stdout is not None
+            shell = int(await asyncio.wait_for(child.stdout.readline(), 30))
+            started = time.monotonic()
+            while len(in_session(shell)) < 400:  # the loop and its children so far
+                assert time.monotonic() - started < 30, "the loop never forked"
+                await asyncio.sleep(0.05)
+            began = time.monotonic()  # (the time is shown, not bounded: reaping hundreds of
+            try:  # killed children on a loaded machine takes what it takes, "plus one look" in process.py)
+                await terminate_tree(child, grace=grace)
+                took = time.monotonic() - began
+                left = in_session(shell)
+            finally:  # what is left of the loop's group (while its session has processes, its id is its own)
+                with contextlib.suppress(OSError):
+                    if in_session(shell):
+                        os.killpg(shell, signal.SIGKILL)
+            assert not left and not child.left, f"attempt {attempt}: {len(left)} survivors in {took:.1f}s"

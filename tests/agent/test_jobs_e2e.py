@@ -21,8 +21,10 @@ from pathlib import Path
 import pytest
 from agent_harness import AgentHarness, Daemon, codex_processes, make_responder, user_prompts
 
-from coven_codex.jobs.client import wait
-from coven_codex.jobs.records import JobRecord, read_jobs
+from coven_codex.agent.limits import MAX_THOUGHT_CHARS
+from coven_codex.entries import ThoughtEntry
+from coven_codex.jobs.client import JOB_SENDER, new_job_id, wait
+from coven_codex.jobs.records import JobRecord, job_conversation, read_jobs
 from coven_codex.testing.model_server import ScriptedModelServer
 from coven_codex.testing.request_log import RecordedRequest
 from coven_codex.testing.responders import command_responder
@@ -146,6 +148,27 @@ async def test_a_jobs_cwd_inside_the_roots_is_where_codex_works_and_one_outside_
     assert refused.error.code == "REFUSED" and "outside every workspace root" in refused.error.message
     assert "workspace_roots" in refused.error.hint
     assert not requests_with(model_server, "escape")
+    assert await h.stop(daemon) == 0
+
+
+async def test_a_job_thought_over_codex_input_limit_ends_failed_and_its_wait_returns(
+    codex_bin_169: Path, model_server: ScriptedModelServer, harness_factory: Factory
+) -> None:
+    # Before: the daemon's refusal named no thought (in_reply_to null): the job stayed queued
+    # and waiting for it ran into the limit. A client that skips `submit`'s own check (another
+    # program, an older coven-codex) writes the thought straight to the journal.
+    h = harness_factory(codex_bin_169, model_server)
+    daemon = await started(h)
+    job_id = new_job_id()
+    await h.append(
+        ThoughtEntry(conversation=job_conversation(job_id), sender=JOB_SENDER, text="x" * (MAX_THOUGHT_CHARS + 1))
+    )
+    ended = await wait(h.journal, job_id, limit=90)
+    assert ended.state == "failed" and ended.error is not None and ended.error.code == "REFUSED", ended
+    assert f"Codex accepts at most {MAX_THOUGHT_CHARS}" in ended.error.message
+    code, out, _ = await job(h, "status", job_id)
+    assert code == 0 and out.startswith(f"{job_id} failed (REFUSED: "), out
+    assert not model_server.requests.responses_requests()
     assert await h.stop(daemon) == 0
 
 

@@ -23,6 +23,7 @@ import pytest
 from agent_harness import AgentHarness, make_responder
 from mcp import Client, StdioServerParameters
 
+from coven_codex.agent.limits import MAX_THOUGHT_CHARS
 from coven_codex.testing.model_server import ScriptedModelServer
 from coven_codex.testing.steps import Reply, Stall
 
@@ -160,6 +161,19 @@ async def test_mcp_serve_answers_without_a_daemon_in_both_sdk_modes(tmp_path: Pa
         assert unknown.is_error and "no job 'nope'" in text(unknown)
         listed = await client.call_tool("call_jobs", {})
         assert not listed.is_error and listed.structured_content == {"jobs": []}
+
+
+async def test_call_codex_refuses_a_prompt_over_codex_input_limit_before_it_writes(tmp_path: Path) -> None:
+    # Before: call_codex wrote it; the daemon refused it and the job stayed queued for ever.
+    journal = tmp_path / "journal.jsonl"
+    journal.touch()
+    parameters = StdioServerParameters(
+        command=sys.executable, args=["-m", "coven_codex", "mcp-serve", "--journal", str(journal)]
+    )
+    async with Client(parameters) as client:
+        result = await client.call_tool("call_codex", {"prompt": "x" * (MAX_THOUGHT_CHARS + 1)})
+        assert result.is_error and f"Codex accepts at most {MAX_THOUGHT_CHARS}" in text(result)
+    assert journal.read_bytes() == b""
 
 
 async def test_mcp_serve_refuses_a_journal_no_daemon_made(tmp_path: Path) -> None:

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from coven_codex.agent.ingress import refuse_thought
+from coven_codex.agent.limits import MAX_ID_CHARS, MAX_THOUGHT_CHARS
+from coven_codex.agent.thread_options import MAX_MODEL_CHARS
 from coven_codex.entries import (
+    CODEX_SENDER,
     BaseEntry,
     CancelEntry,
     ErrorEntry,
@@ -102,3 +106,38 @@ async def test_the_client_submits_cancels_and_finds_through_the_journal() -> Non
     assert await latest_thread(journal, job.cwd) == "th-1"
     later = await submit(journal, JobRequest(prompt="go on", cwd="rel", continue_latest=True))
     assert (await find(journal, later)).resume_thread == "th-1"
+
+
+def test_a_job_whose_prompt_ingress_refuses_ends_failed_on_the_refusal() -> None:
+    # Before: the refusal of a prompt over Codex's input limit had no in_reply_to, so the job
+    # stayed queued for ever (and `job submit --wait` waited an hour).
+    thought = ThoughtEntry(id="t1", conversation=C, sender="jobs", text="x" * (MAX_THOUGHT_CHARS + 1))
+    refusal = refuse_thought(thought, 7)
+    assert refusal is not None and refusal.in_reply_to == "t1"
+    job = fold(thought, refusal.model_copy(update={"sender": CODEX_SENDER})).jobs["j1"]
+    assert job.state == "failed" and job.error is not None and job.error.code == "REFUSED"
+    assert f"Codex accepts at most {MAX_THOUGHT_CHARS}" in job.error.message
+
+
+def test_a_refusal_of_an_over_long_id_names_no_thought() -> None:
+    thought = ThoughtEntry(id="i" * (MAX_ID_CHARS + 1), conversation=C, text="hello")
+    refusal = refuse_thought(thought, 3)
+    assert refusal is not None and refusal.in_reply_to is None and "its id is" in refusal.text
+
+
+@pytest.mark.parametrize(
+    ("request_", "says"),
+    [
+        (JobRequest(prompt="x" * (MAX_THOUGHT_CHARS + 1)), f"Codex accepts at most {MAX_THOUGHT_CHARS}"),
+        (JobRequest(prompt="hi", model="m" * (MAX_MODEL_CHARS + 1)), "model name must be 1 to"),
+        (JobRequest(prompt="hi", resume_thread=""), "is not a Codex thread id"),
+    ],
+)
+async def test_submit_checks_the_documented_limits_before_it_writes(request_: JobRequest, says: str) -> None:
+    # Before: submit wrote any prompt; the daemon then refused it and the job never ended.
+    journal = MemoryJournal()
+    with pytest.raises(JobUsageError, match=says):
+        await submit(journal, request_)
+    assert await journal.read() == []
+    await submit(journal, JobRequest(prompt="x" * MAX_THOUGHT_CHARS))  # the limit itself is fine
+    assert len(await journal.read()) == 1
