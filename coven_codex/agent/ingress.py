@@ -66,6 +66,9 @@ log = logging.getLogger(__name__)
 
 CURSOR_NAME = "agent-ingress"
 
+FAIR_ITEMS: Final = 256
+"""Items of the backlog routed between two yields to the event loop."""
+
 STARTUP_INTEREST: Final = Interest(frozenset({"thought", "reset", "cancel", CODEX_SENDER}))
 """The lines start-up decodes of the journal written before it started: the kinds ingress acts on
 when they were written before this run (an ``approval`` then answers a request that did not
@@ -179,8 +182,10 @@ class Ingress:
     async def _route_backlog(self, backlog: Backlog) -> None:
         """Route what start-up read, then read on from its end (the lines it passed over included)."""
         self._backlog = None
-        for item in backlog.items:
+        for index, item in enumerate(backlog.items, 1):
             await self._take(item, live=False)
+            if index % FAIR_ITEMS == 0:
+                await asyncio.sleep(0)  # a long backlog must not starve the rest of the loop (as the tail)
         self._consumed(backlog.end, backlog.end, pending=False)
         self._start = backlog.end
 

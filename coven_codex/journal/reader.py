@@ -10,7 +10,7 @@ Given an :class:`~coven_codex.journal.interest.Interest`, the reader decodes onl
 admits: each chunk's whole lines are searched for the interest's words at once and only the
 lines holding one are split out and decoded (the rest are passed over without a Python step
 per line); a line that starts in one chunk and ends in a later one goes through the splitter
-as usual and is decoded whole.
+as usual, and is decoded whole if the interest admits it.
 """
 
 from __future__ import annotations
