@@ -8,14 +8,24 @@ on ``sys.path``).
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import io
 import math
 import os
 import platform
+import re
 import resource
+import subprocess
+import sys
+import tarfile
 import time
+import tomllib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def percentile(values: Sequence[float], fraction: float) -> float:
@@ -114,3 +124,85 @@ def base_parser(description: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help="shorter runs (a smoke test, noisier figures)")
     return parser
+
+
+@dataclass(frozen=True, slots=True)
+class CodeTree:
+    """A ``coven_codex`` to run a daemon with: ``source`` holds the package (the daemon's working
+    directory), ``pythonpath`` is what goes first on ``PYTHONPATH`` for it."""
+
+    source: Path
+    pythonpath: str
+
+
+CURRENT = CodeTree(ROOT, str(ROOT))
+"""This checkout's code."""
+
+_REQUIREMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def missing_requirements(pyproject: Path) -> list[str]:
+    """The dependencies ``pyproject`` declares that are not installed in this environment."""
+    declared = tomllib.loads(pyproject.read_text())["project"].get("dependencies", [])
+    missing = []
+    for requirement in declared:
+        match = _REQUIREMENT_NAME.match(requirement)
+        if match is None:
+            continue
+        try:
+            importlib.metadata.version(match[0])
+        except importlib.metadata.PackageNotFoundError:
+            missing.append(requirement)
+    return missing
+
+
+def export_baseline(rev: str, into: Path) -> CodeTree:
+    """The ``coven_codex`` of ``rev`` (``git archive``) in ``into``, with the dependencies it declares
+    that this environment no longer has (an older revision may use a library the project dropped
+    since, e.g. ``jsonrpcserver``) installed beside it by pip, at the versions of this environment
+    where it has them: a baseline runs whole from a fresh clone. Exits with what to do when pip
+    cannot install them."""
+    data = subprocess.run(
+        ["git", "archive", rev, "coven_codex", "pyproject.toml"], cwd=ROOT, check=True, capture_output=True
+    ).stdout
+    source = into / "src"
+    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+        archive.extractall(source, filter="data")
+    missing = missing_requirements(source / "pyproject.toml")
+    if not missing:
+        return CodeTree(source, str(source))
+    deps = into / "deps"
+    frozen = subprocess.run(
+        [sys.executable, "-m", "pip", "freeze", "--exclude-editable", "--disable-pip-version-check"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    constraints = into / "constraints.txt"
+    constraints.write_text("".join(f"{line}\n" for line in frozen.splitlines() if "==" in line))
+    print(f"  baseline {rev}: installing what it needs and this environment lacks: {', '.join(missing)}", flush=True)
+    installed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--target",
+            str(deps),
+            "--constraint",
+            str(constraints),
+            *missing,
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    if installed.returncode != 0:
+        raise SystemExit(
+            f"the baseline {rev} needs {', '.join(missing)}, which pip could not install"
+            f" ({installed.stderr.strip()[-500:]}); install it into this environment, or measure without"
+            " the baseline (--baseline-max 0)"
+        )
+    return CodeTree(source, os.pathsep.join([str(source), str(deps)]))

@@ -1,6 +1,10 @@
 """Restart on a long journal: the daemon's start-up to the first reply, and its peak memory.
 
-Run: ``.venv/bin/python benchmarks/bench_restart.py [--sizes 10 100 1000] [--baseline-max 1000]``
+Run: ``.venv/bin/python benchmarks/bench_restart.py [--sizes 10 100 1000] [--baseline-max 1000]
+[--backlog 1000000] [--backlog-baseline-max 1000000]``
+
+Two cases: *read*, traffic a daemon that ran meanwhile had read (below), and *backlog*, traffic
+written while the daemon was stopped (at the end).
 
 For each journal size (MB) the daemon (``python -m coven_codex run``, a process of its own, on
 Codex 0.169.0 and the scripted model server, echo, in this process):
@@ -32,11 +36,24 @@ app-server started (its home prepared, then the process and ``initialize``, over
 recovery), ``daemon running`` (recovery done), and the reply; and the CPU time the daemon had used by
 the reply (user + system, Codex not included), which the machine's load hardly changes.
 
-The baseline is the recovery before issue 18: the same measurement with the code of
+*Backlog* (issue 26, item 9): the same steps, but in step 2 the journal grows by ``--backlog``
+entries that other programs wrote while the daemon was stopped (chat messages of a bridge's
+1,000 channels and another bot's replies to them: nothing for Codex, nothing of the daemon's,
+about 235 bytes an entry; 1,000,000 make 235 MB), and the ingress cursor stays where the daemon
+left it, before all of them: the restarted daemon must read the whole backlog before the new
+thought. Its baseline is :data:`BACKLOG_BASELINE_REV` (``--backlog-baseline-rev``), which decoded
+the backlog whole in recovery, kept it in memory, and read it again in ingress.
+
+Baselines are exported by ``_common.export_baseline``, which also installs, beside the export,
+what the revision declares and this environment no longer has (``jsonrpcserver`` for these):
+every baseline runs from a fresh clone.
+
+The baseline of *read* is the recovery before issue 18: the same measurement with the code of
 ``--baseline-rev`` (default :data:`BASELINE_REV`), exported with ``git archive`` into a temporary
 folder and put first on ``PYTHONPATH``, for the sizes up to ``--baseline-max`` MB (it keeps every
 daemon entry id of the journal in memory, about 7 GB at 1 GB). Targets (issue 18): first reply
-<= 2 s and peak RSS <= 100 MB at every size; exit 1 if one is missed.
+<= 2 s and peak RSS <= 100 MB at every size, in both cases (issue 26 set the same for the
+backlog); exit 1 if one is missed.
 """
 
 from __future__ import annotations
@@ -44,23 +61,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
-import io
 import json
 import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import tomlkit
-from _common import machine_line, print_table
+from _common import CURRENT, CodeTree, export_baseline, machine_line, print_table
 
 from coven_codex.agent.ingress import CURSOR_NAME
-from coven_codex.entries import ResponseEntry, ThoughtEntry
+from coven_codex.entries import GenericEntry, ResponseEntry, ThoughtEntry
 from coven_codex.journal import FileJournal, JournalRecord, Position
 from coven_codex.testing.codex_config import DEFAULT_ENV_KEY, codex_config
 from coven_codex.testing.model_server import ScriptedModelServer
@@ -70,6 +86,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CODEX = ROOT / ".codex-cli" / "0.169.0" / "node_modules" / ".bin" / "codex"
 BASELINE_REV = "0c3251e"
 """main before issue 18's recovery (start-up read the journal from the oldest saved position)."""
+BACKLOG_BASELINE_REV = "24169e3"
+"""main before issue 26 item 9 (start-up decoded a backlog whole, kept it, and ingress read it again)."""
+BACKLOG_ENTRIES = 1_000_000
 REPLY_TIMEOUT = 900.0
 TARGET_SECONDS = 2.0
 TARGET_RSS_MB = 100.0
@@ -78,10 +97,15 @@ BLOCK = 4096
 """Traffic entries generated at once."""
 
 
+Case = Literal["read", "backlog"]
+"""``read``: the traffic was read by a daemon that ran meanwhile; ``backlog``: written while it was stopped."""
+
+
 @dataclass(frozen=True, slots=True)
 class Result:
     design: str
-    megabytes: int
+    size: int
+    """MB of traffic (``read``), entries (``backlog``)."""
     journal_mb: float
     running: float
     """From starting the daemon to its log saying it runs (recovery done, serving)."""
@@ -98,7 +122,7 @@ PHASES: tuple[tuple[str, bytes], ...] = (
 """The restarted daemon's log lines reported for each size (the first line holding each marker)."""
 
 
-def daemon_env(tmp: Path, source: Path, *, compile_each_start: bool = False) -> dict[str, str]:
+def daemon_env(tmp: Path, code: CodeTree, *, compile_each_start: bool = False) -> dict[str, str]:
     """The daemon's environment: its code first on the path, an empty HOME, state under ``tmp``,
     bytecode cached unless ``compile_each_start`` (module docstring)."""
     dropped = {"CODEX_HOME", "OPENAI_API_KEY"} | (set() if compile_each_start else {"PYTHONDONTWRITEBYTECODE"})
@@ -110,7 +134,7 @@ def daemon_env(tmp: Path, source: Path, *, compile_each_start: bool = False) -> 
             DEFAULT_ENV_KEY: "bench",
             "XDG_STATE_HOME": str(tmp / "state"),
             "HOME": str(home),
-            "PYTHONPATH": str(source),
+            "PYTHONPATH": code.pythonpath,
             "PYTHONUNBUFFERED": "1",
         }
     )
@@ -118,9 +142,9 @@ def daemon_env(tmp: Path, source: Path, *, compile_each_start: bool = False) -> 
 
 
 def start_daemon(
-    tmp: Path, source: Path, journal_path: Path, base: Path, log_path: Path, *, compile_each_start: bool = False
+    tmp: Path, code: CodeTree, journal_path: Path, base: Path, log_path: Path, *, compile_each_start: bool = False
 ) -> subprocess.Popen[bytes]:
-    """``python -m coven_codex run`` with the code in ``source``, its output into ``log_path``."""
+    """``python -m coven_codex run`` with ``code``, its output into ``log_path``."""
     workspace = tmp / "ws"
     workspace.mkdir(exist_ok=True)
     argv = [
@@ -143,8 +167,8 @@ def start_daemon(
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
-            env=daemon_env(tmp, source, compile_each_start=compile_each_start),
-            cwd=source,
+            env=daemon_env(tmp, code, compile_each_start=compile_each_start),
+            cwd=code.source,
         )
 
 
@@ -259,17 +283,49 @@ def write_traffic(journal_path: Path, megabytes: int) -> None:
             written += len(data)
 
 
+def write_backlog(journal_path: Path, entries: int) -> None:
+    """Append ``entries`` entries of other programs' traffic (module docstring, *Backlog*): chat
+    messages of a bridge's channels and another bot's replies to them, nothing for Codex and
+    nothing of the daemon's, about 235 bytes an entry."""
+    message = (
+        GenericEntry(id="M" * 12, kind="message", conversation="C" * 12, sender="slack:U0123", text="W" * 68)
+        .to_json()
+        .encode()
+    )
+    answer = (
+        ResponseEntry(id="A" * 12, conversation="C" * 12, sender="helper-bot", text="W" * 67, in_reply_to="M" * 12)
+        .to_json()
+        .encode()
+    )
+    with journal_path.open("ab") as out:
+        for first in range(0, entries, BLOCK):
+            lines = []
+            for n in range(first, min(first + BLOCK, entries)):
+                conversation = b"c-%010d" % (n % TRAFFIC_CONVERSATIONS)
+                if n % 2 == 0:
+                    line = message.replace(b"M" * 12, b"m-%010d" % n).replace(b"W" * 68, b"message %060d" % n)
+                else:
+                    line = (
+                        answer.replace(b"A" * 12, b"a-%010d" % n)
+                        .replace(b"M" * 12, b"m-%010d" % (n - 1))
+                        .replace(b"W" * 67, b"answer %060d" % n)
+                    )
+                lines.append(line.replace(b"C" * 12, conversation))
+            out.write(b"\n".join(lines) + b"\n")
+
+
 async def measure(
+    case: Case,
     design: str,
-    megabytes: int,
-    source: Path,
+    size: int,
+    code: CodeTree,
+    *,
     server: ScriptedModelServer,
     scratch: Path,
-    *,
     compile_each_start: bool = False,
 ) -> Result:
-    """One size with the code in ``source`` (module docstring)."""
-    tmp = Path(tempfile.mkdtemp(prefix=f"bench-restart-{design}-{megabytes}-", dir=scratch))
+    """One size of ``case`` with ``code`` (module docstring)."""
+    tmp = Path(tempfile.mkdtemp(prefix=f"bench-restart-{case}-{design}-{size}-", dir=scratch))
     try:
         journal_path = tmp / "journal.jsonl"
         base = tmp / "base.toml"
@@ -277,24 +333,28 @@ async def measure(
         log_path = tmp / "daemon.log"
         journal = FileJournal(journal_path, durability="never")
         try:
-            daemon = start_daemon(tmp, source, journal_path, base, log_path, compile_each_start=compile_each_start)
+            daemon = start_daemon(tmp, code, journal_path, base, log_path, compile_each_start=compile_each_start)
             try:
                 record = await journal.append(ThoughtEntry(conversation="idle", text="hello"))
                 await wait_reply(journal, "idle", record.start, daemon, log_path)
             finally:
                 stop_daemon(daemon)
-            await asyncio.to_thread(write_traffic, journal_path, megabytes)
+            if case == "backlog":
+                await asyncio.to_thread(write_backlog, journal_path, size)
+            else:
+                await asyncio.to_thread(write_traffic, journal_path, size)
             # On disk before the restart, as a journal written over months is: else the kernel
             # writes the traffic back while the daemon starts, and its start measures the disk.
             await asyncio.to_thread(os.sync)
             end = await journal.end_position()
-            await journal.save_cursor(CURSOR_NAME, end)
-            if design == "old":
-                legacy_cursor(journal_path, end)
+            if case == "read":  # (a backlog was written while the daemon was stopped: its cursor stays before it)
+                await journal.save_cursor(CURSOR_NAME, end)
+                if design == "old":
+                    legacy_cursor(journal_path, end)
             log_path = tmp / "daemon-restarted.log"
             started = time.perf_counter()
             started_wall = time.time()
-            daemon = start_daemon(tmp, source, journal_path, base, log_path, compile_each_start=compile_each_start)
+            daemon = start_daemon(tmp, code, journal_path, base, log_path, compile_each_start=compile_each_start)
             try:
                 await journal.append(ThoughtEntry(conversation="new", text="after the restart"))
                 ready = asyncio.create_task(wait_ready(log_path, daemon))
@@ -304,63 +364,28 @@ async def measure(
                 cpu = cpu_seconds(daemon.pid)
             finally:
                 stop_daemon(daemon)
-            size = journal_path.stat().st_size / 1e6
+            journal_mb = journal_path.stat().st_size / 1e6
             print(
-                f"  {design}, {megabytes} MB, seconds after start: {phases(log_path, started_wall)},"
+                f"  {case}, {design}, {size:,}: seconds after start: {phases(log_path, started_wall)},"
                 f" reply {replied - started:.2f}; the daemon's CPU time by then {cpu:.2f} s",
                 flush=True,
             )
-            return Result(design, megabytes, size, running - started, replied - started, peak)
+            return Result(design, size, journal_mb, running - started, replied - started, peak)
         finally:
             await journal.aclose()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def export_baseline(rev: str, into: Path) -> Path:
-    """The tree of ``rev`` (its ``coven_codex`` package), exported into ``into``."""
-    data = subprocess.run(["git", "archive", rev, "coven_codex"], cwd=ROOT, check=True, capture_output=True).stdout
-    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
-        archive.extractall(into, filter="data")
-    return into
-
-
-async def main() -> int:
-    """Measure every size with both recoveries, print the table; exit 1 if a target is missed."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 1000], help="journal sizes in MB")
-    parser.add_argument("--baseline-max", type=int, default=1000, help="largest size (MB) measured with the baseline")
-    parser.add_argument("--baseline-rev", default=BASELINE_REV, help="a revision with the old recovery (git)")
-    parser.add_argument("--scratch", type=Path, default=None, help="where the journals are written (a temp dir)")
-    parser.add_argument(
-        "--compile-each-start",
-        action="store_true",
-        help="keep PYTHONDONTWRITEBYTECODE: without bytecode cached before, every start compiles the package",
-    )
-    args = parser.parse_args()
-    print(f"bench_restart: Codex 0.169.0, one idle conversation, then traffic; {machine_line()}")
-    results: dict[tuple[str, int], Result] = {}
-    with tempfile.TemporaryDirectory(prefix="bench-restart-baseline-") as baseline_dir:
-        baseline = export_baseline(args.baseline_rev, Path(baseline_dir)) if args.baseline_max > 0 else None
-        scratch = args.scratch or Path(baseline_dir)
-        async with ScriptedModelServer(responder=echo_responder) as server:
-            for size in args.sizes:
-                results["new", size] = await measure(
-                    "new", size, ROOT, server, scratch, compile_each_start=args.compile_each_start
-                )
-                print(f"  new recovery, {size} MB: {results['new', size]}", flush=True)
-                if baseline is not None and size <= args.baseline_max:
-                    results["old", size] = await measure(
-                        "old", size, baseline, server, scratch, compile_each_start=args.compile_each_start
-                    )
-                    print(f"  old recovery, {size} MB: {results['old', size]}", flush=True)
+def table(title: str, unit: str, sizes: list[int], results: dict[tuple[str, int], Result]) -> None:
+    """One case's results, the new design against the old where both were measured."""
     rows = []
-    for size in args.sizes:
+    for size in sizes:
         new = results["new", size]
         old = results.get(("old", size))
         rows.append(
             [
-                size,
+                f"{size:,}",
                 f"{new.journal_mb:.0f}",
                 f"{new.running:.2f}",
                 f"{old.running:.2f}" if old else "-",
@@ -373,28 +398,105 @@ async def main() -> int:
             ]
         )
     print_table(
-        "Restart to the first reply, and the daemon's peak RSS, by journal size (0.169.0)",
-        [
-            "MB of traffic",
-            "journal MB",
-            "running s",
-            "old s",
-            "first reply s",
-            "old s",
-            "faster",
-            "peak RSS MB",
-            "old MB",
-            "less",
-        ],
+        title,
+        [unit, "journal MB", "running s", "old s", "first reply s", "old s", "faster", "peak RSS MB", "old MB", "less"],
         rows,
     )
+
+
+def missed(case: Case, sizes: list[int], results: dict[tuple[str, int], Result]) -> list[str]:
+    """The targets the new design missed in ``case``."""
     failed = []
-    for size in args.sizes:
+    for size in sizes:
         new = results["new", size]
         if new.first_reply > TARGET_SECONDS:
-            failed.append(f"{size} MB: first reply {new.first_reply:.2f} s > {TARGET_SECONDS:.0f} s")
+            failed.append(f"{case} {size:,}: first reply {new.first_reply:.2f} s > {TARGET_SECONDS:.0f} s")
         if new.peak_rss_mb > TARGET_RSS_MB:
-            failed.append(f"{size} MB: peak RSS {new.peak_rss_mb:.0f} MB > {TARGET_RSS_MB:.0f} MB")
+            failed.append(f"{case} {size:,}: peak RSS {new.peak_rss_mb:.0f} MB > {TARGET_RSS_MB:.0f} MB")
+    return failed
+
+
+async def main() -> int:
+    """Measure every size of both cases with the new and the old code, print the tables; exit 1 if
+    a target is missed."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="*", default=[10, 100, 1000], help="journal sizes in MB")
+    parser.add_argument("--baseline-max", type=int, default=1000, help="largest size (MB) measured with the baseline")
+    parser.add_argument("--baseline-rev", default=BASELINE_REV, help="a revision with the old recovery (git)")
+    parser.add_argument(
+        "--backlog", type=int, nargs="*", default=[BACKLOG_ENTRIES], help="backlog sizes in entries (0: none)"
+    )
+    parser.add_argument(
+        "--backlog-baseline-max",
+        type=int,
+        default=BACKLOG_ENTRIES,
+        help="largest backlog (entries) measured with its baseline",
+    )
+    parser.add_argument(
+        "--backlog-baseline-rev", default=BACKLOG_BASELINE_REV, help="a revision that read a backlog twice (git)"
+    )
+    parser.add_argument("--scratch", type=Path, default=None, help="where the journals are written (a temp dir)")
+    parser.add_argument(
+        "--compile-each-start",
+        action="store_true",
+        help="keep PYTHONDONTWRITEBYTECODE: without bytecode cached before, every start compiles the package",
+    )
+    args = parser.parse_args()
+    backlogs = [size for size in args.backlog if size > 0]
+    print(f"bench_restart: Codex 0.169.0, one idle conversation, then traffic; {machine_line()}")
+    read: dict[tuple[str, int], Result] = {}
+    backlog: dict[tuple[str, int], Result] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-restart-baseline-") as baseline_dir:
+        scratch = args.scratch or Path(baseline_dir)
+        old_read = None
+        if args.sizes and args.baseline_max > 0:
+            old_read = export_baseline(args.baseline_rev, Path(baseline_dir) / "read")
+        old_backlog = None
+        if backlogs and args.backlog_baseline_max > 0:
+            old_backlog = export_baseline(args.backlog_baseline_rev, Path(baseline_dir) / "backlog")
+        runs: list[tuple[Case, list[int], CodeTree | None, int, dict[tuple[str, int], Result]]] = [
+            ("read", args.sizes, old_read, args.baseline_max, read),
+            ("backlog", backlogs, old_backlog, args.backlog_baseline_max, backlog),
+        ]
+        async with ScriptedModelServer(responder=echo_responder) as server:
+            for case, sizes, old, old_max, results in runs:
+                for size in sizes:
+                    results["new", size] = await measure(
+                        case,
+                        "new",
+                        size,
+                        CURRENT,
+                        server=server,
+                        scratch=scratch,
+                        compile_each_start=args.compile_each_start,
+                    )
+                    print(f"  {case}, new, {size:,}: {results['new', size]}", flush=True)
+                    if old is not None and size <= old_max:
+                        results["old", size] = await measure(
+                            case,
+                            "old",
+                            size,
+                            old,
+                            server=server,
+                            scratch=scratch,
+                            compile_each_start=args.compile_each_start,
+                        )
+                        print(f"  {case}, old, {size:,}: {results['old', size]}", flush=True)
+    if args.sizes:
+        table(
+            "Restart to the first reply, and the daemon's peak RSS, by journal size (0.169.0)",
+            "MB of traffic",
+            args.sizes,
+            read,
+        )
+    if backlogs:
+        table(
+            "Restart after a backlog written while the daemon was stopped (0.169.0)",
+            "backlog entries",
+            backlogs,
+            backlog,
+        )
+    failed = missed("read", args.sizes, read) + missed("backlog", backlogs, backlog)
     for line in failed:
         print(f"TARGET MISSED: {line}")
     return 1 if failed else 0

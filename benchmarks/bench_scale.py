@@ -38,7 +38,8 @@ a profile starts (on the measuring machine, ``pyenv init``'s rehash loops) is no
 
 The baseline is the per-conversation-process design: the same measurement with the code of
 ``--baseline-rev`` (default :data:`BASELINE_REV`, the last revision of that design), exported
-with ``git archive`` into a temporary folder and put first on ``PYTHONPATH``, for the sizes up
+with ``git archive`` into a temporary folder (with what it needs that this environment no longer
+has, e.g. ``jsonrpcserver``: ``_common.export_baseline``) and put first on ``PYTHONPATH``, for the sizes up
 to ``--baseline-max`` (each of its conversations costs a Codex process of ~150 MB: 200 would not
 fit most machines).
 """
@@ -48,11 +49,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import io
 import os
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from collections.abc import Callable
@@ -61,7 +60,7 @@ from pathlib import Path
 
 import psutil
 import tomlkit
-from _common import machine_line, percentile, print_table
+from _common import CURRENT, CodeTree, export_baseline, machine_line, percentile, print_table
 
 from coven_codex.entries import ThoughtEntry
 from coven_codex.journal import START, FileJournal, JournalRecord, Position
@@ -166,14 +165,14 @@ def cpu_seconds(processes: list[psutil.Process]) -> dict[int, float]:
 async def measure(
     design: str,
     n: int,
-    source: Path,
+    code: CodeTree,
     server: ScriptedModelServer,
     extra: tuple[str, ...] = (),
     *,
     fd_limit: int | None = None,
     release_after: float | None = None,
 ) -> Result:
-    """One daemon running the code in ``source``, ``n`` conversations, one thought each (module
+    """One daemon running ``code``, ``n`` conversations, one thought each (module
     docstring); with ``release_after`` (the shared design's ``release_thread_after``), what
     follows once every conversation let its thread go too."""
     with tempfile.TemporaryDirectory(prefix=f"bench-scale-{design}-{n}-") as tmp_name:
@@ -193,7 +192,7 @@ async def measure(
                 # An empty home: Codex snapshots the user's login shell per thread, and a profile
                 # that runs e.g. `pyenv init` (rehash loops waiting on a lock) is not what is measured.
                 "HOME": str(home),
-                "PYTHONPATH": str(source),
+                "PYTHONPATH": code.pythonpath,
                 "PYTHONUNBUFFERED": "1",
             }
         )
@@ -224,7 +223,7 @@ async def measure(
                 stdout=log,
                 stderr=log,
                 env=env,
-                cwd=source,
+                cwd=code.source,
             )
         journal = FileJournal(journal_path, durability="never")
         try:
@@ -375,14 +374,6 @@ async def after_release(
     return Released(idle, idle_daemon, rate, codex, resumed, loaded)
 
 
-def export_baseline(rev: str, into: Path) -> Path:
-    """The tree of ``rev`` (its ``coven_codex`` package), exported into ``into``."""
-    data = subprocess.run(["git", "archive", rev, "coven_codex"], cwd=ROOT, check=True, capture_output=True).stdout
-    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
-        archive.extractall(into, filter="data")
-    return into
-
-
 async def main() -> int:
     """Measure every size with both designs, print the table; exit 1 if a target is missed."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -428,7 +419,7 @@ async def main() -> int:
                 results["shared", n] = await measure(
                     "shared",
                     n,
-                    ROOT,
+                    CURRENT,
                     server,
                     extra,
                     fd_limit=args.fd_limit or None,

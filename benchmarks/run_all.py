@@ -32,7 +32,7 @@ QUICK_ARGS: dict[str, list[str]] = {
     "scale": ["--sizes", "1", "10", "50", "--baseline-max", "10"],
     "cluster": ["--conversations", "6", "--rounds", "2", "--lease", "3"],
     "redis_journal": ["--quick"],
-    "restart": ["--sizes", "10", "--baseline-max", "10"],
+    "restart": ["--sizes", "10", "--baseline-max", "10", "--backlog", "100000", "--backlog-baseline-max", "100000"],
     "deps": ["--quick"],
 }
 

@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from coven_codex.agent.egress import AppendHook
-from coven_codex.agent.ingress import CURSOR_NAME, Ingress
+from coven_codex.agent.ingress import CURSOR_NAME, STARTUP_INTEREST, Backlog, Ingress
 from coven_codex.agent.limits import cut
 from coven_codex.agent.manager import EGRESS_DRAIN, SHUTDOWN_SLACK, SessionManager
 from coven_codex.agent.processes import ProcessRegistry, end_stale_processes
@@ -162,13 +162,15 @@ class Daemon:
                     f" {CURSOR_NAME!r} (for a file journal, <journal>.cursors/{CURSOR_NAME}.json) to read the"
                     " journal from its beginning"
                 )
-            known_ids = await self._known_ids(states, cursor if previous is None else START)
+            known_ids, backlog = await self._read_backlog(states, cursor if previous is None else START, live_from)
             if previous is not None:
                 known_ids |= await self._previous_known_ids(states, cursor)
             for state in states.values():
                 state.forget_delivered_before(cursor)
             try:
-                await self._serve(states, cursor, live_from, known_ids, previous, stop=stop, ready=ready)
+                await self._serve(
+                    states, cursor, live_from, known_ids, previous, backlog=backlog, stop=stop, ready=ready
+                )
             except Exception as exc:  # a storage failure while shutting down ends it here
                 failure = storage_failure(exc)
                 if failure is None:
@@ -213,7 +215,7 @@ class Daemon:
         start = min([cursor, *(state.replay_from for state in states.values() if state.replay_from is not None)])
         old = FileJournal(self._previous_path, durability="never")
         try:
-            return ours(await old.read(start))
+            return ours(await old.read(start, interest=STARTUP_INTEREST))
         finally:
             await old.aclose()
 
@@ -240,13 +242,22 @@ class Daemon:
         known_ids: set[str],
         previous: list[JournalItem] | None,
         *,
+        backlog: Backlog,
         stop: asyncio.Event,
         ready: Ready | None,
     ) -> None:
         watchdog = ShutdownWatchdog(self.state_dir, self.settings.kill_grace + SHUTDOWN_SLACK)
         try:
             await self._serve_until_stopped(
-                states, cursor, live_from, known_ids, previous, stop=stop, ready=ready, watchdog=watchdog
+                states,
+                cursor,
+                live_from,
+                known_ids,
+                previous,
+                backlog=backlog,
+                stop=stop,
+                ready=ready,
+                watchdog=watchdog,
             )
         finally:
             watchdog.disarm()
@@ -260,6 +271,7 @@ class Daemon:
         known_ids: set[str],
         previous: list[JournalItem] | None,
         *,
+        backlog: Backlog,
         stop: asyncio.Event,
         ready: Ready | None,
         watchdog: ShutdownWatchdog,
@@ -305,6 +317,7 @@ class Daemon:
                 on_switch=self._switch_file,
                 cursor_name=self.cursor_name,
                 gate=self.ownership,
+                backlog=backlog,
             )
             ingress_box.append(ingress)
             self.ingress = ingress
@@ -412,31 +425,47 @@ class Daemon:
         state.in_flight = None
         self.store.save(state)
 
-    async def _known_ids(self, states: dict[str, SessionState], cursor: Position) -> set[str]:
-        """The ids of entries the daemon wrote that it may produce again (start-up step 4)."""
+    async def _read_backlog(
+        self, states: dict[str, SessionState], cursor: Position, end: Position
+    ) -> tuple[set[str], Backlog]:
+        """Start-up step 4 and ingress's first read, in one pass over the journal up to ``end``: the
+        ids of entries the daemon wrote that it may produce again, and the items from ``cursor`` on
+        for ingress. Only the lines :data:`~coven_codex.agent.ingress.STARTUP_INTEREST` admits are
+        decoded and kept, so a backlog of other traffic costs a search of its bytes, not memory."""
         start = min([cursor, *(state.replay_from for state in states.values() if state.replay_from is not None)])
         try:
-            items = await self.journal.read(start)
+            items = await self.journal.read(start, end, interest=STARTUP_INTEREST)
         except SegmentRemoved as exc:
             # A replay window lies in a segment compaction removed (behind the ingress cursor,
             # which load_cursor checked); every cursor read its entries. Read what is left
             # (docs/journal-protocol.md, Segments: what retention assumes).
             log.info("journal segments before %s were compacted away; reading from there", exc.oldest)
             start = exc.oldest
-            items = await self.journal.read(start)
-        ids = ours(items)
+            items = await self.journal.read(start, end, interest=STARTUP_INTEREST)
+        ids: set[str] = set()
+        routed: list[JournalItem] = []
+        for item in items:
+            if isinstance(item, JournalRecord) and item.entry.sender == CODEX_SENDER:
+                if item.entry.id:
+                    ids.add(item.entry.id)
+            elif item.start >= cursor:
+                routed.append(item)
+        del items
         found = len(ids)
         for state in states.values():
             ids.update(state.own_ids)
         log.info(
-            "recovery: read the journal from %s (%d entr%s of ours), %d id(s) kept by %d conversation(s)",
+            "recovery: read the journal from %s (%d entr%s of ours, %d for ingress) up to %s, %d id(s) kept by"
+            " %d conversation(s)",
             start,
             found,
             "y" if found == 1 else "ies",
+            len(routed),
+            end,
             len(ids) - found,
             len(states),
         )
-        return ids
+        return ids, Backlog(routed, end)
 
 
 def ours(items: list[JournalItem]) -> set[str]:

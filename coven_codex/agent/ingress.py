@@ -16,6 +16,13 @@ until its session reports it delivered (or dropped), and the saved position neve
 pending thought. Saving is coalesced: a background task saves the newest position whenever it
 changed, so a burst of deliveries costs one durable write, and shutdown saves the final one.
 
+At start-up the daemon reads the journal written before it started, from the saved cursor (or
+an older open replay window) to the end it found, in one pass, decoding only the lines that may
+matter (:data:`STARTUP_INTEREST`, :mod:`coven_codex.journal.interest`): the ids of its own entries
+go to the writers, and the items from the cursor on come here as the ``backlog``, routed first;
+the tail then starts at the backlog's end, so no line is read twice and a long backlog of other
+traffic is neither decoded nor held.
+
 Positions belong to one journal file, so a new file (rotation, truncation) is switched to only
 once everything read from the old one is finished: when the tail reports the journal replaced
 (:class:`~coven_codex.journal.JournalReplaced`), or when the daemon starts with the rest of a
@@ -29,7 +36,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Final, Protocol
 
 from coven_codex.agent.cursor import LowWaterCursor
 from coven_codex.agent.limits import MAX_CONVERSATION_CHARS, REFUSED_CODE, over_limit
@@ -43,11 +51,40 @@ from coven_codex.entries import (
     ResetEntry,
     ThoughtEntry,
 )
-from coven_codex.journal import START, BadLine, Journal, JournalItem, JournalRecord, JournalReplaced, Position
+from coven_codex.journal import (
+    START,
+    BadLine,
+    Interest,
+    Journal,
+    JournalItem,
+    JournalRecord,
+    JournalReplaced,
+    Position,
+)
 
 log = logging.getLogger(__name__)
 
 CURSOR_NAME = "agent-ingress"
+
+FAIR_ITEMS: Final = 256
+"""Items of the backlog routed between two yields to the event loop."""
+
+STARTUP_INTEREST: Final = Interest(frozenset({"thought", "reset", "cancel", CODEX_SENDER}))
+"""The lines start-up decodes of the journal written before it started: the kinds ingress acts on
+when they were written before this run (an ``approval`` then answers a request that did not
+survive the restart, and is passed over), and the daemon's own entries (``sender`` ``codex``:
+their ids, so that nothing is written twice)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """What start-up read of the journal before ``end`` that ingress must route (module docstring)."""
+
+    items: Sequence[JournalItem]
+    """The items from the saved cursor on that :data:`STARTUP_INTEREST` admits, in journal order,
+    the daemon's own entries left out."""
+    end: Position
+    """Where start-up stopped reading (the journal's end when the daemon started): the tail starts here."""
 
 
 class Router(Protocol):
@@ -83,7 +120,8 @@ class Ingress:
 
     ``live_from`` is the journal's end when the daemon started: cancels and approvals before it
     were meant for turns and requests that did not survive the restart, so they are only logged.
-    ``known_ids`` holds the ids of entries the daemon already wrote after ``start``.
+    ``known_ids`` holds the ids of entries the daemon already wrote after ``start``. ``backlog``:
+    the items start-up read for ingress (:class:`Backlog`), routed before the tail starts at its end.
     """
 
     def __init__(
@@ -98,6 +136,7 @@ class Ingress:
         previous: Sequence[JournalItem] | None = None,
         on_switch: Callable[[], Awaitable[None]] | None = None,
         gate: Gate | None = None,
+        backlog: Backlog | None = None,
     ) -> None:
         self._journal = journal
         self._gate = gate
@@ -107,6 +146,7 @@ class Ingress:
         self._cursor_name = cursor_name
         self._previous = previous
         self._on_switch = on_switch
+        self._backlog = backlog
         self._hold = previous is not None
         """Positions are of a previous file: not saved (a restart finishes that file again)."""
         self.cursor = LowWaterCursor(start)
@@ -125,6 +165,8 @@ class Ingress:
                     await self._take(item, live=False)
                 self._previous = None
                 await self._switch_file(live_from=self._live_from)
+            if self._backlog is not None:
+                await self._route_backlog(self._backlog)
             while True:
                 try:
                     await self._read()
@@ -136,6 +178,16 @@ class Ingress:
                         self.cursor.pending,
                     )
                     await self._switch_file(live_from=START)
+
+    async def _route_backlog(self, backlog: Backlog) -> None:
+        """Route what start-up read, then read on from its end (the lines it passed over included)."""
+        self._backlog = None
+        for index, item in enumerate(backlog.items, 1):
+            await self._take(item, live=False)
+            if index % FAIR_ITEMS == 0:
+                await asyncio.sleep(0)  # a long backlog must not starve the rest of the loop (as the tail)
+        self._consumed(backlog.end, backlog.end, pending=False)
+        self._start = backlog.end
 
     async def _read(self) -> None:
         async for item in self._journal.tail(self._start):

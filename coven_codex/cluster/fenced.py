@@ -8,7 +8,7 @@ from typing import Protocol
 from coven_codex.cluster.leases import Fence, LeaseLost
 from coven_codex.cluster.node import ClusterNode
 from coven_codex.entries import BaseEntry
-from coven_codex.journal import START, Journal, JournalError, JournalItem, JournalRecord, Position
+from coven_codex.journal import START, Interest, Journal, JournalError, JournalItem, JournalRecord, Position
 
 
 class FenceableJournal(Journal, Protocol):
@@ -45,9 +45,11 @@ class FencedJournal:
         """The journal's tail, unchanged."""
         return self._journal.tail(start)
 
-    async def read(self, start: Position = START, end: Position | None = None) -> list[JournalItem]:
+    async def read(
+        self, start: Position = START, end: Position | None = None, *, interest: Interest | None = None
+    ) -> list[JournalItem]:
         """The journal's items, unchanged."""
-        return await self._journal.read(start, end)
+        return await self._journal.read(start, end, interest=interest)
 
     async def end_position(self) -> Position:
         """The journal's end."""

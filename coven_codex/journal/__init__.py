@@ -2,6 +2,7 @@
 
 from coven_codex.journal.decoding import decode_line
 from coven_codex.journal.file import FileJournal
+from coven_codex.journal.interest import Interest
 from coven_codex.journal.memory import MemoryJournal
 from coven_codex.journal.protocol import (
     BAD_LINE_CODE,
@@ -31,6 +32,7 @@ __all__ = [
     "CursorStorageError",
     "Durability",
     "FileJournal",
+    "Interest",
     "Journal",
     "JournalError",
     "JournalItem",

@@ -17,6 +17,7 @@ from coven_codex.entries import BaseEntry, new_entry_id
 from coven_codex.journal.atomic import fsync_directory
 from coven_codex.journal.cursors import FileCursorStore
 from coven_codex.journal.group_commit import GroupCommit
+from coven_codex.journal.interest import Interest
 from coven_codex.journal.protocol import (
     START,
     CursorMismatch,
@@ -470,9 +471,14 @@ class FileJournal:
 
     # -- reading ---------------------------------------------------------------------------
 
-    def _reader(self, start: Position, *, follow: bool) -> SegmentReader:
+    def _reader(self, start: Position, *, follow: bool, interest: Interest | None = None) -> SegmentReader:
         return SegmentReader(
-            self.layout, start, max_line_bytes=self.max_line_bytes, on_notice=self._on_notice, follow=follow
+            self.layout,
+            start,
+            max_line_bytes=self.max_line_bytes,
+            on_notice=self._on_notice,
+            follow=follow,
+            interest=interest,
         )
 
     async def tail(self, start: Position = START) -> AsyncGenerator[JournalItem, None]:
@@ -518,8 +524,8 @@ class FileJournal:
             f"cannot read the journal {self.path}: {exc.strerror or exc}; check that it is a readable regular file"
         )
 
-    def _read_blocking(self, start: Position, end: Position | None) -> list[JournalItem]:
-        reader = self._reader(start, follow=False)
+    def _read_blocking(self, start: Position, end: Position | None, interest: Interest | None) -> list[JournalItem]:
+        reader = self._reader(start, follow=False, interest=interest)
         items: list[JournalItem] = []
         try:
             for batch in reader.catch_up():
@@ -531,16 +537,19 @@ class FileJournal:
             reader.close()
         return items
 
-    async def read(self, start: Position = START, end: Position | None = None) -> list[JournalItem]:
+    async def read(
+        self, start: Position = START, end: Position | None = None, *, interest: Interest | None = None
+    ) -> list[JournalItem]:
         """The items lying between ``start`` and ``end`` (the journal's end when None); no file, no items.
 
-        Reads across segments; :class:`SegmentRemoved` when ``start`` lies in a removed one.
+        Reads across segments; :class:`SegmentRemoved` when ``start`` lies in a removed one. With
+        ``interest``, only the lines it admits are decoded and returned (:mod:`~coven_codex.journal.interest`).
         """
         check_position(start)
         if end is not None and check_position(end) < start:
             raise JournalError(f"invalid range {start}..{end}")
         try:
-            return await asyncio.to_thread(self._read_blocking, start, end)
+            return await asyncio.to_thread(self._read_blocking, start, end, interest)
         except OSError as exc:
             raise self._read_error(exc) from None
 

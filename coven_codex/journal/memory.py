@@ -9,6 +9,7 @@ from collections.abc import AsyncGenerator
 from coven_codex.entries import BaseEntry
 from coven_codex.journal.decoding import decode_line
 from coven_codex.journal.file import encode_entry, with_id
+from coven_codex.journal.interest import Interest
 from coven_codex.journal.protocol import (
     START,
     JournalError,
@@ -101,8 +102,11 @@ class MemoryJournal:
                 yield item
             await self.store.grew.wait()
 
-    async def read(self, start: Position = START, end: Position | None = None) -> list[JournalItem]:
-        """The items from ``start`` up to ``end`` (the end when None)."""
+    async def read(
+        self, start: Position = START, end: Position | None = None, *, interest: Interest | None = None
+    ) -> list[JournalItem]:
+        """The items from ``start`` up to ``end`` (the end when None); ``interest`` changes nothing
+        (the items are decoded already)."""
         if end is not None and end < start:
             raise JournalError(f"invalid range {start}..{end}")
         return self._items[_index(start) : None if end is None else _index(end)]

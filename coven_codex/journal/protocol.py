@@ -10,6 +10,7 @@ from typing import Annotated, Literal, Protocol, runtime_checkable
 from pydantic import PlainSerializer, PlainValidator
 
 from coven_codex.entries import DEFAULT_CONVERSATION, BaseEntry, ErrorEntry
+from coven_codex.journal.interest import Interest
 
 
 @dataclass(frozen=True, order=True, slots=True)
@@ -165,8 +166,14 @@ class Journal(Protocol):
         """Every item from ``start`` on, live. Never ends by itself."""
         ...
 
-    async def read(self, start: Position = START, end: Position | None = None) -> list[JournalItem]:
-        """The items lying between ``start`` and ``end`` (the current end when None)."""
+    async def read(
+        self, start: Position = START, end: Position | None = None, *, interest: Interest | None = None
+    ) -> list[JournalItem]:
+        """The items lying between ``start`` and ``end`` (the current end when None).
+
+        With ``interest``, the backend may leave out lines the interest does not admit, undecoded
+        (:mod:`coven_codex.journal.interest`); it never leaves out one it admits.
+        """
         ...
 
     async def end_position(self) -> Position:

@@ -5,6 +5,12 @@ every item readable now, crossing roll-overs (a segment is finished once the jou
 holds a later one, see :mod:`coven_codex.journal.segments`), and returns when it has read
 everything; the tail then waits for a change notification on the journal's path and calls it
 again.
+
+Given an :class:`~coven_codex.journal.interest.Interest`, the reader decodes only the lines it
+admits: each chunk's whole lines are searched for the interest's words at once and only the
+lines holding one are split out and decoded (the rest are passed over without a Python step
+per line); a line that starts in one chunk and ends in a later one goes through the splitter
+as usual, and is decoded whole if the interest admits it.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from coven_codex.journal.decoding import decode_line
+from coven_codex.journal.interest import NEWLINE, Interest
 from coven_codex.journal.protocol import START, JournalError, JournalItem, Position
 from coven_codex.journal.segments import FINGERPRINT_BYTES, SegmentLayout, fingerprint, is_header
 from coven_codex.tailing import LineSplitter, TailNotice, TailNoticeKind
@@ -36,7 +43,7 @@ class SegmentReader:
 
     ``follow``: on a hand replacement or truncation of the journal's path, go on with the new
     content (True) or stop there (False; :attr:`replaced` tells it happened and the reader reads
-    nothing more).
+    nothing more). ``interest``: decode only the lines it admits (module docstring).
     """
 
     def __init__(
@@ -47,6 +54,7 @@ class SegmentReader:
         max_line_bytes: int,
         on_notice: NoticeCallback | None,
         follow: bool,
+        interest: Interest | None = None,
     ) -> None:
         if start == START:
             start = layout.oldest()  # "from the start": from the oldest entry still kept
@@ -56,6 +64,7 @@ class SegmentReader:
         self._max_line_bytes = max_line_bytes
         self._on_notice = on_notice
         self._follow = follow
+        self._interest = interest
         self._fd: int | None = None
         self._identity: tuple[int, int] | None = None
         self._sealed = False
@@ -122,11 +131,25 @@ class SegmentReader:
         splitter = self._splitter
         segment = self.segment
         while True:
-            chunk = os.pread(fd, READ_CHUNK, splitter.offset)
+            offset = splitter.offset
+            chunk = os.pread(fd, READ_CHUNK, offset)
             if not chunk:
                 return
-            items: list[JournalItem] = []
+            whole = chunk.rfind(NEWLINE) + 1 if self._interest is not None and not splitter.pending_bytes else 0
+            if whole:
+                items = self._sift(chunk, whole, offset, segment)
+                splitter.reset(offset + whole)
+                if len(chunk) < READ_CHUNK:
+                    splitter.feed(chunk[whole:])  # the file's partial last line: kept (it completes no line)
+                if items:
+                    yield items
+                if len(chunk) < READ_CHUNK:
+                    return
+                continue  # the next read starts with the line this chunk cut
+            items = []
             for line in splitter.feed(chunk):
+                if self._interest is not None and not line.too_long and not self._interest.admits(line.data):
+                    continue  # (a line longer than a read, or the rest of one cut by the previous read)
                 if line.start == 0:
                     if segment > 0 and not line.too_long and is_header(line.data):
                         continue
@@ -145,6 +168,28 @@ class SegmentReader:
                 yield items
             if len(chunk) < READ_CHUNK:
                 return
+
+    def _sift(self, chunk: bytes, whole: int, offset: int, segment: int) -> list[JournalItem]:
+        """The items of the lines of ``chunk[:whole]`` (whole lines, read at ``offset``) that the
+        interest admits; the others are passed over undecoded."""
+        assert self._interest is not None
+        if offset == 0 and self.file is None:
+            self.file = fingerprint(chunk)
+        items: list[JournalItem] = []
+        for start in self._interest.line_starts(chunk, whole):
+            stop = chunk.find(NEWLINE, start, whole)
+            data = chunk[start:stop]
+            if offset + start == 0 and segment > 0 and is_header(data):
+                continue
+            items.append(
+                decode_line(
+                    data,
+                    Position(segment, offset + start),
+                    Position(segment, offset + stop + 1),
+                    max_line_bytes=self._max_line_bytes,
+                )
+            )
+        return items
 
     def _drop_partial(self, why: str) -> None:
         pending = self._splitter.pending_bytes

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from coven_codex.agent.ingress import CURSOR_NAME, Ingress
+from coven_codex.agent.ingress import CURSOR_NAME, Backlog, Ingress
 from coven_codex.agent.limits import MAX_CONVERSATION_CHARS, MAX_ID_CHARS, MAX_THOUGHT_CHARS
 from coven_codex.entries import (
     ApprovalEntry,
@@ -160,3 +160,31 @@ async def test_a_replay_ahead_of_the_reader_does_not_move_it_past_items_it_has_n
     assert ingress.cursor.read_end == START and ingress.cursor.position == START
     ingress.finish(adopted.start)
     assert ingress.cursor.position == START
+
+
+async def test_a_backlog_is_routed_first_then_the_tail_starts_at_its_end() -> None:
+    """What start-up read is routed (as written before this run), and only what follows its end is
+    read by the tail: an item between the backlog's items that start-up passed over is never read."""
+    journal = MemoryJournal()
+    first = await journal.append(ThoughtEntry(conversation="a", text="in the backlog"))
+    passed_over = await journal.append(ThoughtEntry(conversation="a", text="start-up passed it over"))
+    cancel = await journal.append(CancelEntry(conversation="a"))
+    end = await journal.end_position()
+    await journal.append(ThoughtEntry(conversation="b", text="after the start"))
+    router = Recorder()
+    backlog = Backlog(items=[first, cancel], end=end)
+    ingress = Ingress(journal, router, start=START, live_from=end, known_ids=set(), backlog=backlog)
+    task = asyncio.create_task(ingress.run())
+    await settle(journal, ingress)
+    assert [t for t, _ in router.thoughts] == ["in the backlog", "after the start"]
+    assert router.cancels == [("a", False)]
+    assert passed_over.start < end
+    for _text, position in list(router.thoughts):
+        ingress.finish(position)
+    for _ in range(100):
+        if await journal.load_cursor(CURSOR_NAME) == await journal.end_position():
+            break
+        await asyncio.sleep(0.005)
+    assert await journal.load_cursor(CURSOR_NAME) == await journal.end_position()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)

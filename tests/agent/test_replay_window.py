@@ -122,8 +122,9 @@ async def test_start_up_reads_the_journal_only_from_the_cursor_and_the_open_wind
         codex_home=tmp_path,
         conversations=tmp_path / "state",
     )
-    known = await daemon._known_ids(states, cursor)
+    end = await journal.end_position()
+    known, _backlog = await daemon._read_backlog(states, cursor, end)
     assert known == {"busy-thread:9:0", "later:1:0", "busy:turn-1:end"}
     assert old.entry.id not in known  # the idle conversation pulled nothing back
     del states["busy"]
-    assert await daemon._known_ids(states, cursor) == {"later:1:0"}
+    assert (await daemon._read_backlog(states, cursor, end))[0] == {"later:1:0"}

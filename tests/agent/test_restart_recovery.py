@@ -22,7 +22,7 @@ from agent_harness import AgentHarness, make_responder, replies
 
 from coven_codex.agent.ingress import CURSOR_NAME
 from coven_codex.agent.state import state_file_name
-from coven_codex.entries import BaseEntry, ResponseEntry
+from coven_codex.entries import BaseEntry, GenericEntry, ResponseEntry, ThoughtEntry
 from coven_codex.journal import JournalRecord, Position
 from coven_codex.testing.model_server import ScriptedModelServer
 from coven_codex.testing.steps import Reply, Stall
@@ -175,3 +175,77 @@ async def test_a_turn_cut_by_kill9_is_replayed_from_its_window_which_then_closes
         start, found = await recovery_of(h)
         assert (start, found) == (str(end), 0)
         assert await h.stop(daemon) == 0
+
+
+def peak_rss(pid: int) -> int:
+    """The process's resident high-water mark (``VmHWM``), in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM in /proc/<pid>/status")
+
+
+BACKLOG_RSS_LIMIT = 100_000_000
+"""Issue 26 item 9's bound on the daemon's memory after a backlog (the daemon alone takes about 50 MB)."""
+
+
+def write_backlog(h: AgentHarness) -> int:
+    """Other programs' traffic appended while the daemon is stopped, its cursor left before it:
+    :data:`TRAFFIC_BYTES` of chat messages and another bot's replies (nothing for Codex), with two
+    thoughts for Codex in the middle, one as coven-codex writes entries and one as another program
+    might (spaces, its kind spelled with a ``\\u`` escape). The bytes written."""
+    message = GenericEntry(id="M" * 16, kind="message", conversation="C" * 10, sender="slack:U1", text="m" * 90)
+    answer = ResponseEntry(id="A" * 16, conversation="C" * 10, sender="other-bot", text="a" * 90, in_reply_to="M" * 16)
+    templates = [message.to_json().encode() + b"\n", answer.to_json().encode() + b"\n"]
+    count = TRAFFIC_BYTES // sum(len(t) for t in templates)
+    lines = [
+        t.replace(b"M" * 16, b"msg-%012d" % n)
+        .replace(b"A" * 16, b"ans-%012d" % n)
+        .replace(b"C" * 10, b"room-%05d" % (n % 500))
+        for n in range(count)
+        for t in templates
+    ]
+    plain = ThoughtEntry(id="backlog-a", conversation="queued-a", sender="web", text="first").to_json().encode()
+    odd = b'{"id": "backlog-b", "kind": "\\u0074hought", "conversation": "queued-b", "text": "second"}'
+    lines.insert(len(lines) // 3, plain + b"\n")
+    lines.insert(2 * len(lines) // 3, odd + b"\n")
+    data = b"".join(lines)
+    with h.journal_path.open("ab") as journal:
+        journal.write(data)
+    return len(data)
+
+
+async def test_a_backlog_written_while_stopped_is_read_once_and_not_held(
+    codex_bin_169: Path, model_server: ScriptedModelServer, harness_factory: Factory
+) -> None:
+    h = harness_factory(codex_bin_169, model_server)
+    daemon = await h.start()
+    await h.think("idle", "hello")
+    await h.wait_for(lambda es: replies(es, "idle") == ["echo: hello"], what="the first reply")
+    assert await h.stop(daemon) == 0
+    cursor = await h.journal.load_cursor(CURSOR_NAME)
+    end = await h.journal.end_position()
+    written = write_backlog(h)
+
+    daemon = await h.start()
+    await h.think("new", "after the backlog")
+    await reply_after(h, end, "new", "echo: after the backlog")
+    await reply_after(h, end, "queued-a", "echo: first")
+    await reply_after(h, end, "queued-b", "echo: second")
+    # One pass: start-up and ingress together read the backlog once (today's code read it twice).
+    read = bytes_read(daemon.pid)
+    assert read < 1.5 * written, f"the daemon read {read:,} bytes for a backlog of {written:,}"
+    # Memory bounded by a window of the file, not by the backlog (today's held every line decoded).
+    peak = peak_rss(daemon.pid)
+    assert peak < BACKLOG_RSS_LIMIT, f"peak RSS {peak:,} bytes after a backlog of {written:,}"
+    start, _ours = await recovery_of(h)
+    assert start == str(cursor)
+    assert await h.stop(daemon) == 0
+    entries = [item.entry for item in await h.journal.read() if isinstance(item, JournalRecord)]
+    assert_each_id_once(entries)
+    for conversation, text in (
+        ("queued-a", "echo: first"),
+        ("queued-b", "echo: second"),
+        ("new", "echo: after the backlog"),
+    ):
+        assert replies(entries, conversation) == [text], conversation

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from coven_codex.entries import ThoughtEntry
+from coven_codex.agent.ingress import STARTUP_INTEREST
+from coven_codex.entries import GenericEntry, ThoughtEntry
 from coven_codex.journal import BadLine, JournalError, JournalItem, JournalRecord
 from coven_codex.journal.protocol import START
 from coven_codex.journal.redis import (
@@ -28,6 +29,7 @@ from coven_codex.journal.redis import (
     parse_redis_name,
     scripts,
 )
+from coven_codex.journal.redis.journal import BATCH
 from coven_codex.testing.redis_server import RedisServer
 
 
@@ -304,3 +306,23 @@ async def test_an_outage_longer_than_the_limit_fails_clearly(own_server: RedisSe
     with pytest.raises(JournalUnavailable, match="could not be reached for 1 s"):
         await journal.append(thought("down"))
     await journal.aclose()
+
+
+async def test_a_read_with_an_interest_gives_the_admitted_entries_across_batches(name: str) -> None:
+    """Entries the interest does not admit are passed over, also in batches that hold none it admits."""
+    journal = RedisJournal.from_url(name)
+    try:
+        chat = GenericEntry(kind="message", text="chat").to_json().encode()
+        for n in range(2 * BATCH + 10):
+            if n % 700 == 0:
+                await journal.append(thought(f"t{n}", id=f"t{n}"))
+            await journal.append_raw({b"entry": chat.replace(b'"id":null', b'"id":"m%d"' % n)})
+        await journal.append_raw({b"other": b"no entry field"})
+        everything = await journal.read()
+        admitted = await journal.read(interest=STARTUP_INTEREST)
+    finally:
+        await journal.aclose()
+    assert len(everything) == 2 * BATCH + 10 + 3 + 1
+    assert texts(admitted) == ["t0", "t700", "t1400"]
+    assert isinstance(admitted[-1], BadLine)  # (not an entry line: reported as ever)
+    assert admitted == [i for i in everything if isinstance(i, BadLine) or i.entry.kind == "thought"]

@@ -21,6 +21,7 @@ from redis.retry import Retry
 from coven_codex.entries import BaseEntry
 from coven_codex.journal.decoding import decode_line
 from coven_codex.journal.file import encode_entry, with_id
+from coven_codex.journal.interest import Interest
 from coven_codex.journal.protocol import (
     START,
     BadLine,
@@ -324,7 +325,7 @@ class RedisJournal:
 
     # -- reading ---------------------------------------------------------------------------
 
-    def _items(self, after: Position, entries: Sequence[Any]) -> list[JournalItem]:
+    def _items(self, after: Position, entries: Sequence[Any], interest: Interest | None = None) -> list[JournalItem]:
         items: list[JournalItem] = []
         start = after
         for raw_id, fields in entries:
@@ -332,6 +333,8 @@ class RedisJournal:
             payload, reason = _payload(fields)
             if payload is None:
                 items.append(BadLine(start, end, reason))
+            elif interest is not None and not interest.admits(payload):
+                pass  # passed over undecoded
             else:
                 items.append(decode_line(payload, start, end, max_line_bytes=self.max_line_bytes))
             start = end
@@ -347,8 +350,12 @@ class RedisJournal:
             trimmed=trimmed,
         )
 
-    async def _batch(self, client: Redis, after: Position, last: Position | None) -> tuple[Position, list[JournalItem]]:
-        """Up to :data:`BATCH` items after ``after`` (up to ``last`` inclusive); the position they follow."""
+    async def _batch(
+        self, client: Redis, after: Position, last: Position | None, interest: Interest | None = None
+    ) -> tuple[Position, list[JournalItem], Position | None]:
+        """Up to :data:`BATCH` stream entries after ``after`` (up to ``last`` inclusive): the position
+        they follow, their items (those ``interest`` admits) and, when the batch was full, the last
+        entry's position (where the next batch follows)."""
         keys = [self.location.stream, self.location.trimmed]
         args: list[str | int] = [stream_id(after), "+" if last is None else stream_id(last), BATCH]
 
@@ -359,7 +366,9 @@ class RedisJournal:
         if reply[0] == b"trimmed":
             raise self._trimmed(after, position_of(reply[1]))
         begin = position_of(reply[1])
-        return begin, self._items(begin, reply[2])
+        entries = reply[2]
+        full = position_of(entries[-1][0]) if len(entries) >= BATCH else None
+        return begin, self._items(begin, entries, interest), full
 
     async def tail(self, start: Position = START) -> AsyncGenerator[JournalItem, None]:
         """Every item from ``start`` on, live, on a connection of its own; never ends by itself.
@@ -396,19 +405,22 @@ class RedisJournal:
             with contextlib.suppress(Exception):
                 await client.aclose()
 
-    async def read(self, start: Position = START, end: Position | None = None) -> list[JournalItem]:
-        """The items lying between ``start`` and ``end`` (the current end when None)."""
+    async def read(
+        self, start: Position = START, end: Position | None = None, *, interest: Interest | None = None
+    ) -> list[JournalItem]:
+        """The items lying between ``start`` and ``end`` (the current end when None); with
+        ``interest``, only the entries it admits are decoded and returned."""
         check_position(start)
         if end is not None and check_position(end) < start:
             raise JournalError(f"invalid range {start}..{end}")
         items: list[JournalItem] = []
         after = start
         while True:
-            after, batch = await self._batch(self._client, after, end)
+            _begin, batch, full = await self._batch(self._client, after, end, interest)
             items.extend(batch)
-            if len(batch) < BATCH:
+            if full is None:
                 return items
-            after = batch[-1].end
+            after = full
 
     async def end_position(self) -> Position:
         """The id of the last entry (:data:`START` for an empty journal)."""
