@@ -45,7 +45,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
     sub = action("submit", "queue a job; prints its id (or, with --wait, its record once it is over)")
     sub.add_argument("--prompt", required=True, help="what Codex is asked to do")
-    sub.add_argument("--cwd", help="the directory Codex works in (inside the daemon's workspace_roots)")
+    sub.add_argument("--cwd", help="the directory Codex works in (inside the daemon's workspace or workspace_roots)")
     sub.add_argument("--model", help="the model (default: Codex's configured one)")
     group = sub.add_mutually_exclusive_group()
     group.add_argument("--resume", metavar="THREAD_ID", help="continue this Codex thread's history")

@@ -37,7 +37,8 @@ def job_tools(journal: Journal) -> SpellRegistry:
         prompt: Annotated[str, Field(min_length=1, description="What Codex is asked to do.")],
         *,
         cwd: Annotated[
-            str | None, Field(description="Absolute directory Codex works in (inside the daemon's workspace_roots).")
+            str | None,
+            Field(description="Absolute directory Codex works in (inside the daemon's workspace or workspace_roots)."),
         ] = None,
         model: Annotated[str | None, Field(description="The model (default: Codex's configured one).")] = None,
         resume_session_id: Annotated[

@@ -142,9 +142,28 @@ async def test_a_jobs_cwd_inside_the_roots_is_where_codex_works_and_one_outside_
     code, out, err = await job(h, "submit", "--prompt", "escape", "--cwd", str(root / "escape"), "--wait", "--json")
     refused = JobRecord.model_validate_json(out)
     assert code == 1 and refused.state == "failed" and refused.error is not None
-    assert refused.error.code == "REFUSED" and "outside every workspace root" in refused.error.message
-    assert "workspace_roots" in refused.error.hint
+    assert refused.error.code == "REFUSED" and "outside the workspace and every root" in refused.error.message
+    assert "--workspace-root DIR" in refused.error.hint
     assert not requests_with(model_server, "escape")
+    assert await h.stop(daemon) == 0
+
+
+async def test_a_job_in_the_daemons_workspace_runs_without_workspace_roots(
+    codex_bin_169: Path, model_server: ScriptedModelServer, harness_factory: Factory, tmp_path: Path
+) -> None:
+    h = harness_factory(codex_bin_169, model_server)
+    project = h.workspace / "project"
+    project.mkdir()
+    daemon = await started(h)  # no --workspace-root
+    code, out, err = await job(h, "submit", "--prompt", "in the workspace", "--cwd", str(project), "--wait", "--json")
+    assert code == 0, err
+    assert JobRecord.model_validate_json(out).state == "succeeded"
+    (request,) = requests_with(model_server, "in the workspace")
+    assert f"<cwd>{project.resolve()}</cwd>" in json.dumps(request.input_items())
+    code, out, err = await job(h, "submit", "--prompt", "outside", "--cwd", str(tmp_path), "--wait", "--json")
+    refused = JobRecord.model_validate_json(out)
+    assert code == 1 and refused.error is not None and refused.error.code == "REFUSED"
+    assert "--workspace-root DIR" in refused.error.hint
     assert await h.stop(daemon) == 0
 
 
