@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from coven_codex.entries import CancelEntry, ThoughtEntry
-from coven_codex.jobs.records import JobFolder, JobRecord, JobState, job_conversation, read_jobs
+from coven_codex.jobs.records import CONTINUE_FIELD, JobFolder, JobRecord, JobState, job_conversation, read_jobs
 from coven_codex.journal import FileJournal, Journal, JournalRecord
 
 JOB_SENDER = "jobs"
@@ -69,6 +69,8 @@ class JobRequest:
     resume_thread: str | None = None
     continue_latest: bool = False
     timeout: float | None = None
+    continue_after_restart: bool = True
+    """A turn cut short by a daemon or Codex death is continued once in the job's thread (else: it fails)."""
 
 
 def new_job_id() -> str:
@@ -103,17 +105,18 @@ async def submit(journal: Journal, request: JobRequest, wording: Wording = CLI_W
     if request.continue_latest:
         resume = await latest_thread(journal, cwd, wording)
     job_id = new_job_id()
-    await journal.append(
-        ThoughtEntry(
-            conversation=job_conversation(job_id),
-            sender=JOB_SENDER,
-            text=request.prompt,
-            cwd=cwd,
-            model=request.model,
-            resume_thread=resume,
-            timeout=request.timeout,
-        )
+    entry = ThoughtEntry(
+        conversation=job_conversation(job_id),
+        sender=JOB_SENDER,
+        text=request.prompt,
+        cwd=cwd,
+        model=request.model,
+        resume_thread=resume,
+        timeout=request.timeout,
     )
+    if not request.continue_after_restart:
+        setattr(entry, CONTINUE_FIELD, False)  # a field of jobs, not of every thought (an extra of the entry)
+    await journal.append(entry)
     return job_id
 
 
