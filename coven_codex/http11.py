@@ -1,18 +1,14 @@
 """Just enough HTTP/1.1 for the package's small loopback servers (the scripted model server, the
 OTLP trace receiver): keep-alive, Content-Length and chunked request bodies with a size limit,
-gzip/deflate request encodings, chunked streaming responses; and for its one client, the webhook
-sender (:func:`send_request`: one request per connection, ``http`` or ``https``, the response's
-head and at most a bounded part of its body)."""
+gzip/deflate request encodings, chunked streaming responses. (The webhook sender, the package's
+one client to the internet, uses ``httpx``: :mod:`coven_codex.webhooks.http`.)"""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ssl
 import zlib
 from dataclasses import dataclass
 from http import HTTPStatus
-from urllib.parse import SplitResult
 
 MAX_HEADER_LINES = 200
 MAX_BODY_BYTES = 256 * 2**20
@@ -192,69 +188,3 @@ def chunk(data: bytes) -> bytes:
 
 
 LAST_CHUNK = b"0\r\n\r\n"
-
-
-MAX_RESPONSE_BODY = 64 * 1024
-"""The most of a response body :func:`send_request` keeps (the rest is not read)."""
-
-
-@dataclass(frozen=True, slots=True)
-class HttpResponse:
-    """A response to :func:`send_request`: status, headers (names lower-cased), the body's first bytes."""
-
-    status: int
-    headers: dict[str, str]
-    body: bytes
-
-
-async def send_request(
-    url: SplitResult,
-    method: str,
-    body: bytes,
-    headers: list[tuple[str, str]],
-    *,
-    ssl_context: ssl.SSLContext | None = None,
-) -> HttpResponse:
-    """Send one request to ``url`` (``http`` or ``https``) on a connection of its own and read the response.
-
-    The caller bounds the time (``asyncio.timeout``). Raises :class:`OSError` for connection
-    failures (TLS ones included), :class:`HttpProtocolError` for a peer that does not answer HTTP,
-    :class:`asyncio.IncompleteReadError` when it closes the connection mid-response."""
-    secure = url.scheme == "https"
-    host = url.hostname or ""
-    port = url.port or (443 if secure else 80)
-    context = (ssl_context or ssl.create_default_context()) if secure else None
-    reader, writer = await asyncio.open_connection(host, port, ssl=context, server_hostname=host if secure else None)
-    try:
-        target = (url.path or "/") + (f"?{url.query}" if url.query else "")
-        authority = url.netloc.rpartition("@")[2]
-        head = [f"{method} {target} HTTP/1.1", f"host: {authority}", f"content-length: {len(body)}"]
-        head += ["connection: close", *(f"{name}: {value}" for name, value in headers)]
-        writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
-        await writer.drain()
-        while True:
-            status_line = await reader.readline()
-            parts = status_line.decode("latin-1").split(None, 2)
-            if len(parts) < 2 or not parts[0].startswith("HTTP/") or not parts[1].isdigit():
-                raise HttpProtocolError(f"bad status line {status_line[:80]!r}")
-            status = int(parts[1])
-            response_headers = await _read_headers(reader)
-            if not 100 <= status < 200:  # an interim response (100 Continue) is followed by the real one
-                break
-        return HttpResponse(status, response_headers, await _read_response_body(reader, status, response_headers))
-    finally:
-        writer.close()
-        with contextlib.suppress(OSError, ssl.SSLError):
-            await writer.wait_closed()
-
-
-async def _read_response_body(reader: asyncio.StreamReader, status: int, headers: dict[str, str]) -> bytes:
-    """The body, at most :data:`MAX_RESPONSE_BODY` bytes of it (a longer one is left unread: empty)."""
-    if status in (204, 304):
-        return b""
-    if "chunked" in headers.get("transfer-encoding", "").lower() or "content-length" in headers:
-        try:
-            return await _read_body(reader, headers, MAX_RESPONSE_BODY)
-        except BodyTooLargeError:
-            return b""
-    return await reader.read(MAX_RESPONSE_BODY)

@@ -98,7 +98,9 @@ class Settings(BaseModel):
     )
     workspace_roots: list[Path] = Field(
         default_factory=list,
-        description="Directories inside which a conversation may name its own working directory (`cwd`).",
+        description=(
+            "Directories, besides the workspace, inside which a conversation may name its working directory (`cwd`)."
+        ),
     )
     app_servers: int = Field(
         default=1, ge=1, le=16, description="Shared `codex app-server` processes (app-server driver)."
@@ -194,6 +196,11 @@ class Settings(BaseModel):
     def resolved_codex_home(self) -> Path:
         """The isolated ``CODEX_HOME``: ``codex_home``, else ``codex-home`` in the state directory."""
         return (self.codex_home or self.resolved_state_dir / CODEX_HOME_DIR).resolve()
+
+    @property
+    def cwd_roots(self) -> list[Path]:
+        """Where a conversation's ``cwd`` may lie: the daemon's ``workspace``, then every ``workspace_roots``."""
+        return [self.workspace, *self.workspace_roots]
 
     @property
     def resolved_state_dir(self) -> Path:

@@ -416,7 +416,7 @@ class Session:
                 options = await asyncio.to_thread(
                     thought_options,
                     requested,
-                    self._settings.workspace_roots,
+                    self._settings.cwd_roots,
                     turn_timeout=self._settings.turn_timeout,
                     forks_threads=self._svc.make_driver.forks_threads,
                 )
@@ -475,7 +475,7 @@ class Session:
         if reset.cwd is None:
             return True
         try:
-            await asyncio.to_thread(reset_workspace, ResetEntry(cwd=reset.cwd), self._settings.workspace_roots)
+            await asyncio.to_thread(reset_workspace, ResetEntry(cwd=reset.cwd), self._settings.cwd_roots)
         except OptionsRefused as exc:
             self._queued_ids.pop(reset.entry_id, None)
             log.warning("conversation %r: reset at journal position %s refused: %s", self._name, reset.position, exc)
@@ -1169,7 +1169,7 @@ class Session:
         if reset.cwd is not None:
             try:
                 workspace = await asyncio.to_thread(
-                    reset_workspace, ResetEntry(cwd=reset.cwd), self._settings.workspace_roots
+                    reset_workspace, ResetEntry(cwd=reset.cwd), self._settings.cwd_roots
                 )
             except OptionsRefused as exc:  # (checked on arrival; it changed since)
                 log.warning("conversation %r: the reset's cwd is no longer usable (%s)", self._name, exc)

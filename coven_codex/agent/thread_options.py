@@ -1,6 +1,7 @@
 """The options a thought may give the Codex thread it starts (docs/journal-protocol.md, *Thread options*).
 
-``cwd`` is accepted only inside one of the operator's ``workspace_roots``, checked on the real
+``cwd`` is accepted only inside the daemon's ``workspace`` or one of the operator's ``workspace_roots``
+(:attr:`Settings.cwd_roots`), checked on the real
 path (symbolic links resolved first, so a link inside a root cannot lead out of it); ``timeout``
 is bounded by ``turn_timeout``; ``resume_thread`` needs a driver that forks threads. A thought
 whose options are refused is not handed to Codex: the session writes one ``REFUSED`` error.
@@ -24,8 +25,10 @@ MIN_TIMEOUT = 1.0
 MAX_MODEL_CHARS = 200
 """The longest ``model`` name accepted."""
 REFUSED_HINT = (
-    "Name a directory inside one of the daemon's workspace_roots (or leave cwd out to work in its "
-    "workspace), a timeout in seconds, a model name and a resume_thread the driver can fork, and send it again."
+    "Name a directory inside the daemon's workspace or one of its workspace_roots (the daemon's operator adds a "
+    'root with `coven-codex run --workspace-root DIR`, repeatable, or `workspace_roots = ["DIR"]` in coven.toml), '
+    "or leave cwd out to work in the workspace; a timeout in seconds, a model name and a resume_thread the driver "
+    "can use; and send it again."
 )
 
 
@@ -34,10 +37,9 @@ class OptionsRefused(ValueError):
 
 
 def check_cwd(cwd: str, roots: Sequence[Path]) -> str:
-    """The real path of ``cwd`` if it is a directory inside one of ``roots``; else :class:`OptionsRefused`."""
+    """The real path of ``cwd`` if it is a directory inside one of ``roots`` (the daemon's workspace first,
+    then its ``workspace_roots``); else :class:`OptionsRefused` (the refusal's hint says how to add a root)."""
     shown = cut(cwd, 120)
-    if not roots:
-        raise OptionsRefused(f"cwd {shown!r} was given but this daemon has no workspace_roots configured")
     path = Path(cwd)
     if not path.is_absolute():
         raise OptionsRefused(f"cwd {shown!r} is not an absolute path")
@@ -54,7 +56,7 @@ def check_cwd(cwd: str, roots: Sequence[Path]) -> str:
             continue
         if real.is_relative_to(real_root):
             return str(real)
-    raise OptionsRefused(f"cwd {shown!r} is outside every workspace root (symbolic links resolved)")
+    raise OptionsRefused(f"cwd {cut(cwd, 80)!r} is outside the workspace and every root (links resolved)")
 
 
 def thought_options(

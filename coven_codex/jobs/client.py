@@ -12,13 +12,14 @@ import asyncio
 import contextlib
 import os
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from coven_codex.agent.limits import cut, over_limit
 from coven_codex.agent.thread_options import MAX_MODEL_CHARS
 from coven_codex.entries import CancelEntry, ThoughtEntry
-from coven_codex.jobs.records import JobFolder, JobRecord, job_conversation, read_jobs
+from coven_codex.jobs.records import CONTINUE_FIELD, JobFolder, JobRecord, JobState, job_conversation, read_jobs
 from coven_codex.journal import FileJournal, Journal, JournalRecord
 
 JOB_SENDER = "jobs"
@@ -34,6 +35,33 @@ class JobUsageError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class Wording:
+    """How a client names a job's options in the messages it shows (CLI flags or MCP arguments)."""
+
+    prompt: str
+    resume: str
+    continue_latest: str
+    timeout: str
+    list_jobs: str
+
+
+CLI_WORDING = Wording(
+    prompt="--prompt TEXT",
+    resume="--resume THREAD_ID",
+    continue_latest="--continue-latest",
+    timeout="--timeout",
+    list_jobs="`coven-codex job list`",
+)
+MCP_WORDING = Wording(
+    prompt="prompt",
+    resume="resume_session_id",
+    continue_latest="continue_latest",
+    timeout="timeout",
+    list_jobs="call_jobs",
+)
+
+
+@dataclass(frozen=True, slots=True)
 class JobRequest:
     """What to run: the prompt and the options of the job's thread."""
 
@@ -43,6 +71,8 @@ class JobRequest:
     resume_thread: str | None = None
     continue_latest: bool = False
     timeout: float | None = None
+    continue_after_restart: bool = True
+    """A turn cut short by a daemon or Codex death is continued once in the job's thread (else: it fails)."""
 
 
 def new_job_id() -> str:
@@ -63,31 +93,33 @@ def check_journal(where: Path) -> None:
         )
 
 
-async def submit(journal: Journal, request: JobRequest) -> str:
-    """Queue a job; returns its id at once (the daemon runs it when a job slot is free)."""
+async def submit(journal: Journal, request: JobRequest, wording: Wording = CLI_WORDING) -> str:
+    """Queue a job; returns its id at once (the daemon runs it when a job slot is free). Refusals name
+    the options as ``wording`` does."""
     if not request.prompt.strip():
-        raise JobUsageError("the prompt is empty; pass --prompt TEXT")
+        raise JobUsageError(f"the prompt is empty; pass {wording.prompt}")
     if request.resume_thread is not None and request.continue_latest:
-        raise JobUsageError("give --resume THREAD_ID or --continue-latest, not both")
+        raise JobUsageError(f"give {wording.resume} or {wording.continue_latest}, not both")
     if request.timeout is not None and not request.timeout > 0:
-        raise JobUsageError("--timeout must be a positive number of seconds")
+        raise JobUsageError(f"{wording.timeout} must be a positive number of seconds")
     job_id = new_job_id()
     check_limits(request, job_conversation(job_id))
     cwd = _absolute(request.cwd)
     resume = request.resume_thread
     if request.continue_latest:
-        resume = await latest_thread(journal, cwd)
-    await journal.append(
-        ThoughtEntry(
-            conversation=job_conversation(job_id),
-            sender=JOB_SENDER,
-            text=request.prompt,
-            cwd=cwd,
-            model=request.model,
-            resume_thread=resume,
-            timeout=request.timeout,
-        )
+        resume = await latest_thread(journal, cwd, wording)
+    entry = ThoughtEntry(
+        conversation=job_conversation(job_id),
+        sender=JOB_SENDER,
+        text=request.prompt,
+        cwd=cwd,
+        model=request.model,
+        resume_thread=resume,
+        timeout=request.timeout,
     )
+    if not request.continue_after_restart:
+        setattr(entry, CONTINUE_FIELD, False)  # a field of jobs, not of every thought (an extra of the entry)
+    await journal.append(entry)
     return job_id
 
 
@@ -115,30 +147,32 @@ def _absolute(cwd: str | None) -> str | None:
     return os.path.abspath(cwd) if cwd is not None else None
 
 
-async def latest_thread(journal: Journal, cwd: str | None) -> str:
+async def latest_thread(journal: Journal, cwd: str | None, wording: Wording = CLI_WORDING) -> str:
     """The Codex thread of the newest job (in ``cwd``) that has one: what ``--continue-latest`` continues."""
     jobs = (await read_jobs(journal)).jobs.values()
     for job in reversed(list(jobs)):
         if job.thread_id is not None and job.cwd == cwd:
             return job.thread_id
     where = f" in {cwd}" if cwd is not None else ""
-    raise JobUsageError(f"no earlier job{where} has a Codex thread to continue; submit one without --continue-latest")
+    raise JobUsageError(
+        f"no earlier job{where} has a Codex thread to continue; submit one without {wording.continue_latest}"
+    )
 
 
-async def find(journal: Journal, job_id: str, *, events: bool = False) -> JobRecord:
+async def find(journal: Journal, job_id: str, *, events: bool = False, wording: Wording = CLI_WORDING) -> JobRecord:
     """The record of job ``job_id``; :class:`JobUsageError` if the journal holds no such job."""
     job = (await read_jobs(journal, events=events, only=job_id)).jobs.get(job_id)
     if job is None:
-        raise JobUsageError(f"no job {job_id[:40]!r} in this journal; `coven-codex job list` shows the jobs")
+        raise JobUsageError(f"no job {job_id[:40]!r} in this journal; {wording.list_jobs} shows the jobs")
     return job
 
 
-async def cancel(journal: Journal, job_id: str) -> JobRecord:
+async def cancel(journal: Journal, job_id: str, wording: Wording = CLI_WORDING) -> JobRecord:
     """Ask the daemon to cancel a job (a running turn is interrupted, a queued one never starts).
 
     Returns the record as it was; a job already over is left alone.
     """
-    job = await find(journal, job_id)
+    job = await find(journal, job_id, wording=wording)
     if not job.done:
         await journal.append(CancelEntry(conversation=job_conversation(job_id), sender=JOB_SENDER, queued=True))
     return job
@@ -149,19 +183,34 @@ def wait_limit(job: JobRecord) -> float:
     return job.timeout + WAIT_SLACK if job.timeout is not None else DEFAULT_WAIT
 
 
-async def wait(journal: Journal, job_id: str, *, limit: float | None = None, events: bool = False) -> JobRecord:
+async def wait(
+    journal: Journal,
+    job_id: str,
+    *,
+    limit: float | None = None,
+    events: bool = False,
+    on_state: Callable[[JobRecord], None] | None = None,
+    wording: Wording = CLI_WORDING,
+) -> JobRecord:
     """Follow the journal until job ``job_id`` is over, at most ``limit`` seconds (default
-    :func:`wait_limit`); returns the record then, terminal or not (the caller says which)."""
-    job = await find(journal, job_id)
+    :func:`wait_limit`); returns the record then, terminal or not (the caller says which).
+    ``on_state`` is told the record each time its state changes (first: the state it has now)."""
+    job = await find(journal, job_id, wording=wording)
     if job.done and not events:
         return job
     folder = JobFolder(events=events, only=job_id)
+    seen: JobState | None = None
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(wait_limit(job) if limit is None else limit):
             async for item in journal.tail():  # from the start: what is there, then what comes
                 if isinstance(item, JournalRecord):
                     folder.feed(item.entry)
                     current = folder.jobs.get(job_id)
-                    if current is not None and current.done:
+                    if current is None:
+                        continue
+                    if on_state is not None and current.state != seen:
+                        seen = current.state
+                        on_state(current)
+                    if current.done:
                         return current
     return folder.jobs.get(job_id) or job

@@ -9,18 +9,60 @@ runs the jobs.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated
 
 from pydantic import BaseModel, Field
 
-from coven_codex.jobs.client import DEFAULT_WAIT, WAIT_SLACK, JobRequest, JobUsageError, cancel, find, submit, wait
+from coven_codex.jobs.client import (
+    DEFAULT_WAIT,
+    MCP_WORDING,
+    WAIT_SLACK,
+    JobRequest,
+    JobUsageError,
+    cancel,
+    find,
+    submit,
+    wait,
+)
 from coven_codex.jobs.records import JobRecord, JobState, read_jobs
 from coven_codex.journal import Journal
+from coven_codex.mcp.context import SpellContext
 from coven_codex.mcp.invoke import SpellError
 from coven_codex.mcp.registry import SpellRegistry
 
 TOOL_TIMEOUT = DEFAULT_WAIT + 2 * WAIT_SLACK
 """The longest a tool call may take (``call_codex`` with ``wait``)."""
+PROGRESS_EVERY = 10.0
+"""While ``call_codex`` waits, a progress notification at least this often (seconds), when the client
+sent a progress token: clients that reset their request timeout on progress (the TypeScript SDK's
+default is 60 s) never give up on a long job."""
+
+
+async def wait_reporting(journal: Journal, job_id: str, context: SpellContext) -> JobRecord:
+    """:func:`wait` for the job, telling the client its state as it changes and every
+    :data:`PROGRESS_EVERY` seconds (progress: seconds waited; nothing is sent without a token)."""
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    state = ["queued"]
+
+    def report(record: JobRecord | None = None) -> None:
+        if record is not None:
+            state[0] = record.state
+        elapsed = loop.time() - began
+        context.report_progress(round(elapsed, 3), None, f"job {job_id} {state[0]} ({elapsed:.0f} s)")
+
+    async def beat() -> None:
+        while True:
+            await asyncio.sleep(PROGRESS_EVERY)
+            report()
+
+    async with asyncio.TaskGroup() as group:
+        heart = group.create_task(beat())
+        try:
+            return await wait(journal, job_id, on_state=report, wording=MCP_WORDING)
+        finally:
+            heart.cancel()
 
 
 class JobList(BaseModel):
@@ -31,13 +73,14 @@ class JobList(BaseModel):
 
 def job_tools(journal: Journal) -> SpellRegistry:
     """The four job tools, talking to the daemon through ``journal``."""
-    registry = SpellRegistry(default_timeout=TOOL_TIMEOUT)
+    registry = SpellRegistry(default_timeout=TOOL_TIMEOUT, noun="tool")
 
     async def call_codex(
         prompt: Annotated[str, Field(min_length=1, description="What Codex is asked to do.")],
         *,
         cwd: Annotated[
-            str | None, Field(description="Absolute directory Codex works in (inside the daemon's workspace_roots).")
+            str | None,
+            Field(description="Absolute directory Codex works in (inside the daemon's workspace or workspace_roots)."),
         ] = None,
         model: Annotated[str | None, Field(description="The model (default: Codex's configured one).")] = None,
         resume_session_id: Annotated[
@@ -47,11 +90,26 @@ def job_tools(journal: Journal) -> SpellRegistry:
             bool, Field(description="Continue the thread of the newest job in the same cwd.")
         ] = False,
         timeout: Annotated[  # noqa: ASYNC109 (the job's timeout, an argument of the tool; not this call's)
-            float | None, Field(gt=0, description="Seconds the job may run (at most the daemon's turn_timeout).")
-        ] = None,
+            float,
+            Field(
+                ge=0, description="Seconds the job may run (at most the daemon's turn_timeout); 0: no limit of its own."
+            ),
+        ] = 0,
         wait_for_result: Annotated[
-            bool, Field(description="Wait until the job is over and return its record (else return at once).")
+            bool,
+            Field(
+                description="Wait until the job is over and return its record (else return at once); with a "
+                "progressToken, progress is notified while it waits."
+            ),
         ] = False,
+        continue_after_restart: Annotated[
+            bool,
+            Field(
+                description="Continue the job once in its thread if a daemon or Codex death cuts its turn short "
+                "(false: it fails instead)."
+            ),
+        ] = True,
+        context: SpellContext | None = None,
     ) -> JobRecord:
         """Start a Codex job; returns its record at once (state queued) with the job id, or the finished
         record when wait_for_result is true. Poll it with call_status."""
@@ -61,11 +119,14 @@ def job_tools(journal: Journal) -> SpellRegistry:
             model=model,
             resume_thread=resume_session_id,
             continue_latest=continue_latest,
-            timeout=timeout,
+            timeout=timeout or None,
+            continue_after_restart=continue_after_restart,
         )
         try:
-            job_id = await submit(journal, request)
-            return await (wait(journal, job_id) if wait_for_result else find(journal, job_id))
+            job_id = await submit(journal, request, MCP_WORDING)
+            if wait_for_result and context is not None:
+                return await wait_reporting(journal, job_id, context)
+            return await find(journal, job_id, wording=MCP_WORDING)
         except JobUsageError as exc:
             raise SpellError(str(exc)) from None
 
@@ -75,7 +136,7 @@ def job_tools(journal: Journal) -> SpellRegistry:
         """A job's record: state (queued, running, succeeded, failed, cancelled, timed_out), thread id,
         final message, error with hint, duration, token usage."""
         try:
-            return await find(journal, job_id)
+            return await find(journal, job_id, wording=MCP_WORDING)
         except JobUsageError as exc:
             raise SpellError(str(exc)) from None
 
@@ -92,7 +153,7 @@ def job_tools(journal: Journal) -> SpellRegistry:
         """Cancel a job: a running one is interrupted (its Codex stopped), a queued one never starts.
         Returns the record as it was when the cancel was asked."""
         try:
-            return await cancel(journal, job_id)
+            return await cancel(journal, job_id, MCP_WORDING)
         except JobUsageError as exc:
             raise SpellError(str(exc)) from None
 

@@ -45,7 +45,7 @@ async def call_spell(
     try:
         args, kwargs = spell.arguments.bind(arguments)
     except ArgumentError as exc:
-        return error_result(f"invalid arguments for spell {spell.name!r}: {exc}")
+        return error_result(f"invalid arguments for {spell.noun} {spell.name!r}: {exc}")
     if spell.arguments.context_parameter is not None:
         kwargs[spell.arguments.context_parameter] = context
     deadline = asyncio.timeout(spell.timeout)
@@ -56,11 +56,11 @@ async def call_spell(
     except TimeoutError as exc:
         if not deadline.expired():  # the spell's own TimeoutError, not our deadline
             log.exception("spell %s raised", spell.name)
-            return error_result(_clip(f"spell {spell.name!r} failed: {type(exc).__name__}: {exc}"))
+            return error_result(_clip(f"{spell.noun} {spell.name!r} failed: {type(exc).__name__}: {exc}"))
         context.mark_cancelled()
         _abandon(executor, running, spell)
-        log.warning("spell %s timed out after %gs", spell.name, spell.timeout)
-        return error_result(f"spell {spell.name!r} timed out after {spell.timeout:g} seconds")
+        log.warning("%s %s timed out after %gs", spell.noun, spell.name, spell.timeout)
+        return error_result(f"{spell.noun} {spell.name!r} timed out after {spell.timeout:g} seconds")
     except asyncio.CancelledError as exc:
         if _cancelling():
             context.mark_cancelled()
@@ -68,13 +68,13 @@ async def call_spell(
             raise
         return _base_exception_result(spell, exc)
     except SpellThreadsExhausted as exc:  # logged once by the pool, not once per call
-        return error_result(f"spell {spell.name!r} cannot run now: {exc}")
+        return error_result(f"{spell.noun} {spell.name!r} cannot run now: {exc}")
     except SpellError as exc:
         log.info("spell %s refused: %s", spell.name, exc)
         return error_result(_clip(str(exc)))
     except Exception as exc:
         log.exception("spell %s raised", spell.name)
-        return error_result(_clip(f"spell {spell.name!r} failed: {type(exc).__name__}: {exc}"))
+        return error_result(_clip(f"{spell.noun} {spell.name!r} failed: {type(exc).__name__}: {exc}"))
     except BaseException as exc:  # SystemExit, KeyboardInterrupt, GeneratorExit...: the spell's, not ours
         return _base_exception_result(spell, exc)
     try:
@@ -82,10 +82,12 @@ async def call_spell(
         return CallToolResult(content=content, structuredContent=structured)
     except ResultError as exc:
         log.error("spell %s returned a value not matching its return type: %s", spell.name, exc)
-        return error_result(f"spell {spell.name!r} returned a value that does not match its declared return type")
+        return error_result(
+            f"{spell.noun} {spell.name!r} returned a value that does not match its declared return type"
+        )
     except Exception:
         log.exception("spell %s returned a value that cannot be serialised", spell.name)
-        return error_result(f"spell {spell.name!r} returned a value that cannot be turned into JSON")
+        return error_result(f"{spell.noun} {spell.name!r} returned a value that cannot be turned into JSON")
 
 
 async def _run(
@@ -126,7 +128,7 @@ def _base_exception_result(spell: Spell, exc: BaseException) -> CallToolResult:
         exc_info=exc,
     )
     return error_result(
-        f"spell {spell.name!r} failed: it raised {type(exc).__name__} (a spell cannot exit or "
+        f"{spell.noun} {spell.name!r} failed: it raised {type(exc).__name__} (a spell cannot exit or "
         "interrupt the daemon; raise an ordinary exception or SpellError to fail a call)"
     )
 

@@ -42,13 +42,17 @@ class Spell:
     result: ResultPlan
     annotations: Mapping[str, Any] | None = None
     definition: dict[str, Any] = field(default_factory=dict)
+    noun: str = "spell"
+    """What its messages call it (``spell``; the job tools are ``tool``)."""
 
     def tool_definition(self) -> dict[str, Any]:
         """The MCP ``Tool`` object for ``tools/list``."""
         return self.definition
 
 
-def _build_spell(function: Callable[..., Any], options: SpellOptions, default_timeout: float) -> Spell:
+def _build_spell(
+    function: Callable[..., Any], options: SpellOptions, default_timeout: float, noun: str = "spell"
+) -> Spell:
     if not callable(function):
         raise SpellDefinitionError(f"{function!r} is not callable, so it cannot be a spell")
     name = check_tool_name(options.name or str(getattr(function, "__name__", "")))
@@ -81,6 +85,7 @@ def _build_spell(function: Callable[..., Any], options: SpellOptions, default_ti
         result=result,
         annotations=options.annotations,
         definition=definition,
+        noun=noun,
     )
 
 
@@ -91,10 +96,12 @@ class SpellRegistry:
     :class:`SpellDefinitionError`.
     """
 
-    def __init__(self, *, default_timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(self, *, default_timeout: float = DEFAULT_TIMEOUT, noun: str = "spell") -> None:
+        """``noun``: what the calls' messages name a function (``spell``, or ``tool`` for the job tools)."""
         if not default_timeout > 0:
             raise SpellDefinitionError("default_timeout must be a positive number of seconds")
         self.default_timeout = default_timeout
+        self.noun = noun
         self._spells: dict[str, Spell] = {}
 
     def register(
@@ -116,7 +123,7 @@ class SpellRegistry:
             timeout=timeout if timeout is not None else marked.timeout,
             annotations=annotations if annotations is not None else marked.annotations,
         )
-        spell = _build_spell(function, options, self.default_timeout)
+        spell = _build_spell(function, options, self.default_timeout, self.noun)
         self._add(spell)
         return spell
 

@@ -87,6 +87,10 @@ class WebhookTarget(BaseModel):
     format: Literal["json", "cloudevents"] = Field(
         default="json", description="json: the payload itself; cloudevents: it as a CloudEvent (structured mode)."
     )
+    standard_webhooks: bool = Field(
+        default=False,
+        description="Also sign in the Standard Webhooks form (webhook-id, webhook-timestamp, webhook-signature).",
+    )
     timeout: float = Field(default=10.0, ge=0.1, le=300.0, description="Seconds one attempt may take.")
     max_delay: float = Field(default=300.0, ge=1.0, le=3600.0, description="Longest wait between two attempts.")
     start: Literal["end", "beginning"] = Field(

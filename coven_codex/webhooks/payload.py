@@ -8,6 +8,7 @@ serialised once per turn end; the signature is the HMAC-SHA256 of exactly those 
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
@@ -31,6 +32,16 @@ SIGNATURE_HEADER = "X-Coven-Signature-256"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 """The turn end's entry id: the same on every attempt and after a restart."""
 EVENT_HEADER = "X-Coven-Event"
+TIMESTAMP_HEADER = "X-Coven-Timestamp"
+"""When this attempt was signed: Unix seconds (a retry is signed anew)."""
+TIMED_SIGNATURE_HEADER = "X-Coven-Signature-Timed"
+"""``sha256=<hex HMAC-SHA256 of "<timestamp>." followed by the body>``: the timestamp is signed, so a
+receiver that refuses old timestamps refuses replays."""
+STANDARD_ID_HEADER = "webhook-id"
+STANDARD_TIMESTAMP_HEADER = "webhook-timestamp"
+STANDARD_SIGNATURE_HEADER = "webhook-signature"
+"""Standard Webhooks (standardwebhooks.com): ``v1,<base64 HMAC-SHA256 of "<id>.<timestamp>.<body>">``,
+keyed with the shared secret's UTF-8 bytes; on when the target sets ``standard_webhooks``."""
 ATTEMPT_HEADER = "X-Coven-Attempt"
 """1 for a turn's first attempt by this sender process, then 2, 3, ... (not part of the signed body)."""
 JSON_TYPE = "application/json"
@@ -140,13 +151,48 @@ def header_key(key: str) -> str:
     return key if _HEADER_SAFE.fullmatch(key) else quote(key, safe="")[:4096]
 
 
-def request_headers(secret: Secret, body: bytes, content_type: str, key: str, attempt: int) -> list[tuple[str, str]]:
-    """The headers of one attempt: content type, signature, idempotency key, event, attempt, user agent."""
-    return [
+def timed_signature(secret: Secret, body: bytes, timestamp: int) -> str:
+    """:data:`TIMED_SIGNATURE_HEADER`'s value: ``sha256=`` and the hex HMAC-SHA256 of ``"<timestamp>." + body``."""
+    signed = f"{timestamp}.".encode("ascii") + body
+    return "sha256=" + hmac.new(secret.reveal().encode("utf-8"), signed, hashlib.sha256).hexdigest()
+
+
+def standard_signature(secret: Secret, message_id: str, body: bytes, timestamp: int) -> str:
+    """:data:`STANDARD_SIGNATURE_HEADER`'s value: ``v1,`` and the base64 HMAC-SHA256 of
+    ``"<id>.<timestamp>.<body>"``."""
+    signed = f"{message_id}.{timestamp}.".encode() + body
+    digest = hmac.new(secret.reveal().encode("utf-8"), signed, hashlib.sha256).digest()
+    return "v1," + base64.b64encode(digest).decode("ascii")
+
+
+def request_headers(
+    secret: Secret,
+    body: bytes,
+    content_type: str,
+    key: str,
+    attempt: int,
+    *,
+    timestamp: int,
+    standard: bool = False,
+) -> list[tuple[str, str]]:
+    """The headers of one attempt signed at ``timestamp`` (Unix seconds): content type, the signatures
+    (the body's, the timed one, with ``standard`` the Standard Webhooks ones), idempotency key, event,
+    attempt, user agent."""
+    message_id = header_key(key)
+    headers = [
         ("Content-Type", content_type),
         (SIGNATURE_HEADER, signature(secret, body)),
-        (IDEMPOTENCY_HEADER, header_key(key)),
+        (TIMESTAMP_HEADER, str(timestamp)),
+        (TIMED_SIGNATURE_HEADER, timed_signature(secret, body, timestamp)),
+        (IDEMPOTENCY_HEADER, message_id),
         (EVENT_HEADER, EVENT_TYPE),
         (ATTEMPT_HEADER, str(attempt)),
         ("User-Agent", f"coven-codex/{__version__}"),
     ]
+    if standard:
+        headers += [
+            (STANDARD_ID_HEADER, message_id),
+            (STANDARD_TIMESTAMP_HEADER, str(timestamp)),
+            (STANDARD_SIGNATURE_HEADER, standard_signature(secret, message_id, body, timestamp)),
+        ]
+    return headers

@@ -29,16 +29,18 @@ import asyncio
 import logging
 import ssl
 import time
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+
+import httpx
 
 from coven_codex.agent.backoff import RepeatFilter, backoff, full_jitter
 from coven_codex.agent.limits import cut
 from coven_codex.agent.statelock import DaemonLock
 from coven_codex.codex.errors import shorten
 from coven_codex.entries import ErrorEntry
-from coven_codex.http11 import HttpProtocolError, HttpResponse, send_request
 from coven_codex.journal import (
     BadLine,
     CursorMismatch,
@@ -50,6 +52,7 @@ from coven_codex.journal import (
 )
 from coven_codex.journal.redis.errors import JournalLost, RedisMisconfigured
 from coven_codex.webhooks.config import ReadyTarget
+from coven_codex.webhooks.http import DeliveryError, HttpResponse, open_client, post
 from coven_codex.webhooks.payload import TurnCompletePayload, encode, request_headers
 from coven_codex.webhooks.turns import WEBHOOK_CODE_PREFIX, TurnTracker
 
@@ -159,6 +162,7 @@ class TargetSender:
         self._rejected_log = RepeatFilter()
         self._known_reports: set[str] = set()
         self._saved_context: Position | None = None
+        self._client: httpx.AsyncClient | None = None
 
     # -- the loop ---------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -188,6 +192,12 @@ class TargetSender:
                 await asyncio.sleep(backoff(RESTART_BASE, failures))
 
     async def _run_once(self) -> None:
+        async with AsyncExitStack() as stack:
+            self._client = open_client(timeout=self.target.target.timeout, ssl_context=self.ssl_context)
+            stack.push_async_callback(self._client.aclose)
+            await self._run_with_client()
+
+    async def _run_with_client(self) -> None:
         delivered, context_from = await self._load_cursors()
         if delivered is not None:
             self._known_reports = await self._reports_after(delivered)
@@ -279,16 +289,31 @@ class TargetSender:
 
     async def _attempt(self, delivery: Delivery, attempt: int) -> Rejected | Failure | None:
         key = delivery.payload.idempotency_key
-        headers = request_headers(self.target.secret, delivery.body, delivery.content_type, key, attempt)
+        headers = request_headers(
+            self.target.secret,
+            delivery.body,
+            delivery.content_type,
+            key,
+            attempt,
+            timestamp=int(time.time()),
+            standard=self.target.target.standard_webhooks,
+        )
+        client = self._client
+        if client is None:  # (deliver() called outside run(): a client for this one delivery)
+            async with open_client(timeout=self.target.target.timeout, ssl_context=self.ssl_context) as own:
+                return await self._post(own, delivery, headers)
+        return await self._post(client, delivery, headers)
+
+    async def _post(
+        self, client: httpx.AsyncClient, delivery: Delivery, headers: list[tuple[str, str]]
+    ) -> Rejected | Failure | None:
         timeout = self.target.target.timeout
         try:
             async with asyncio.timeout(timeout):
-                response = await send_request(
-                    self.target.url, "POST", delivery.body, headers, ssl_context=self.ssl_context
-                )
-        except TimeoutError:
+                response = await post(client, self.target.url.geturl(), delivery.body, headers)
+        except (TimeoutError, httpx.TimeoutException):
             return Failure(f"no answer within {timeout:g} s", None)
-        except (OSError, HttpProtocolError, asyncio.IncompleteReadError) as exc:
+        except (DeliveryError, OSError) as exc:
             return Failure(f"{type(exc).__name__}: {shorten(str(exc) or 'connection failed', 120)}", None)
         return self._judge(response)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -24,6 +25,8 @@ from agent_harness import AgentHarness, make_responder
 from mcp import Client, StdioServerParameters
 
 from coven_codex.agent.limits import MAX_THOUGHT_CHARS
+from coven_codex.jobs.mcp_tools import PROGRESS_EVERY, job_tools
+from coven_codex.journal import MemoryJournal
 from coven_codex.testing.model_server import ScriptedModelServer
 from coven_codex.testing.steps import Reply, Stall
 
@@ -98,14 +101,19 @@ async def test_the_python_sdk_drives_mcp_serve(
         assert not cancel.is_error and cancel.structured_content["state"] == "running"
         assert (await poll(client, slow, "cancelled", "failed", "succeeded"))["state"] == "cancelled"
         for name, arguments, says in [
-            ("call_codex", {}, "invalid arguments for spell 'call_codex'"),
+            ("call_codex", {}, "invalid arguments for tool 'call_codex'"),
             ("call_codex", {"prompt": "x", "timeout": -1}, "invalid arguments"),
             ("call_codex", {"prompt": "x", "bogus": 1}, "invalid arguments"),
             ("call_status", {"job_id": 5}, "invalid arguments"),
             ("call_status", {"job_id": "nope"}, "no job 'nope'"),
             ("call_jobs", {"state": "sleeping"}, "invalid arguments"),
             ("call_cancel", {"job_id": "nope"}, "no job 'nope'"),
-            ("call_codex", {"prompt": "x", "resume_session_id": "t", "continue_latest": True}, "not both"),
+            (
+                "call_codex",
+                {"prompt": "x", "resume_session_id": "t", "continue_latest": True},
+                "give resume_session_id or continue_latest, not both",
+            ),
+            ("call_codex", {"prompt": " "}, "the prompt is empty; pass prompt"),
         ]:
             refused = await client.call_tool(name, arguments)
             assert refused.is_error and says in text(refused), (name, arguments, text(refused))
@@ -299,3 +307,126 @@ async def test_mcp_serve_without_a_stdout_says_so(tmp_path: Path) -> None:
     assert done.stderr.decode().strip() == (
         "coven-codex mcp-serve: stdout is closed; give this command a stdout to answer on (a pipe or a file)"
     )
+
+
+LONG_JOB = 90.0
+"""The model stalls this long before it answers a prompt starting with ``long``: past the
+TypeScript SDK's default request timeout (60 s)."""
+
+
+@pytest.fixture
+async def long_server() -> ScriptedModelServer:
+    responder = make_responder({"long": lambda r: (Stall(LONG_JOB), Reply("finished at last"))})
+    async with ScriptedModelServer(responder=responder) as server:
+        yield server  # type: ignore[misc]
+
+
+@pytest.fixture(scope="module")
+def inspector() -> Path:
+    """The pinned MCP Inspector's CLI (installed on first use)."""
+    assert shutil.which("node"), "Node.js is required (scripts/setup.sh checks for it)"
+    done = subprocess.run(
+        [str(ROOT / "scripts" / "install-mcp-inspector.sh")], capture_output=True, text=True, timeout=300, check=True
+    )
+    return Path(done.stdout.strip()) / "node_modules" / ".bin" / "mcp-inspector"
+
+
+def exit_recording_server(h: AgentHarness, name: str) -> tuple[Path, Path]:
+    """A script that runs ``mcp-serve`` (with the harness's environment) and writes its exit code to a
+    file when it ends: (the script, the file). Every client starts the server as this one command."""
+    script, code = h.tmp / f"serve-{name}.sh", h.tmp / f"serve-{name}.exit"
+    exports = "".join(f"export {key}={shlex.quote(value)}\n" for key, value in h.env.items())
+    serve = shlex.join([sys.executable, "-m", "coven_codex", "mcp-serve", "--journal", str(h.journal_path)])
+    script.write_text(f"#!/bin/sh\n{exports}{serve}\necho $? > {shlex.quote(str(code))}\n")
+    script.chmod(0o755)
+    return script, code
+
+
+async def python_sdk_long_call(h: AgentHarness) -> tuple[dict[str, Any], int, Path]:
+    script, code = exit_recording_server(h, "python")
+    notes: list[float] = []
+
+    async def progress(value: float, total: float | None, message: str | None) -> None:
+        notes.append(value)
+
+    async with Client(StdioServerParameters(command=str(script)), mode="legacy") as client:
+        result = await client.call_tool(
+            "call_codex", {"prompt": "long python", "wait_for_result": True}, progress_callback=progress
+        )
+        assert not result.is_error, text(result)
+    return result.structured_content, len(notes), code
+
+
+async def ts_sdk_long_call(h: AgentHarness, sdk: Path) -> tuple[dict[str, Any], int, Path]:
+    script, code = exit_recording_server(h, "ts")
+    launch = json.dumps({"command": str(script), "args": [], "env": h.env})
+    driver = Path(__file__).with_name("ts_long_job_client.mjs")
+    process = await asyncio.create_subprocess_exec(
+        "node", str(driver), str(sdk), launch, "long ts", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    stdout, stderr = await asyncio.wait_for(process.communicate(), LONG_JOB + 120)
+    assert process.returncode == 0, stderr.decode()[-2000:]
+    seen = json.loads(stdout.decode().strip().splitlines()[-1])
+    assert "error" not in seen, seen["error"]
+    return seen["record"], len(seen["progress"]), code
+
+
+async def inspector_call(h: AgentHarness, inspector: Path) -> tuple[dict[str, Any], int, Path]:
+    """The Inspector CLI (2.12.0) has a fixed 60 s request timeout and sends no progress token, so
+    no server can keep its call alive longer (docs/jobs.md): it waits for a short job, its
+    ``timeout`` argument filled from a ``--tool-arg`` string by the schema's number type."""
+    script, code = exit_recording_server(h, "inspector")
+    process = await asyncio.create_subprocess_exec(
+        str(inspector),
+        "--cli",
+        str(script),
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "call_codex",
+        "--tool-arg",
+        "prompt=hello inspector",
+        "wait_for_result=true",
+        "timeout=300",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=h.env,
+    )
+    stdout, stderr = await asyncio.wait_for(process.communicate(), LONG_JOB + 120)
+    assert process.returncode == 0, (stdout.decode()[-2000:], stderr.decode()[-2000:])
+    result = json.loads(stdout.decode())
+    assert not result.get("isError"), result
+    return result["structuredContent"], -1, code
+
+
+async def test_a_90_s_call_codex_waits_to_its_end_in_the_sdks_and_mcp_serve_exits_0_for_every_client(
+    codex_bin_169: Path, long_server: ScriptedModelServer, harness_factory: Factory, ts_sdk: Path, inspector: Path
+) -> None:
+    """The Python SDK and the TypeScript SDK (default 60 s request timeout, reset by progress) each
+    wait for a 90 s job to its end, the Inspector CLI for a short one (its timeout cannot be
+    raised); mcp-serve exits 0 when each disconnects."""
+    h = harness_factory(codex_bin_169, long_server)
+    await running_daemon(h)
+    async with asyncio.timeout(LONG_JOB + 180):
+        done = await asyncio.gather(python_sdk_long_call(h), ts_sdk_long_call(h, ts_sdk), inspector_call(h, inspector))
+    for (record, progress, code), client in zip(done, ["python", "ts", "inspector"], strict=True):
+        assert record["state"] == "succeeded", (client, record)
+        if client == "inspector":
+            assert record["final_message"] == "echo: hello inspector" and record["timeout"] == 300, record
+        else:
+            assert record["final_message"] == "finished at last" and record["duration"] >= LONG_JOB, (client, record)
+        if progress >= 0:  # the clients that sent a progress token were told at least every PROGRESS_EVERY s
+            assert progress >= LONG_JOB // PROGRESS_EVERY - 1, (client, progress)
+        assert code.read_text().strip() == "0", client
+    assert long_server.requests.responses_requests()
+
+
+def test_call_codex_arguments_are_plain_types_every_client_can_fill() -> None:
+    """No ``anyOf`` with null for a number or a boolean: the Inspector CLI converts a ``--tool-arg``
+    by the property's ``type``, so an ``anyOf[number, null]`` timeout would be sent as a string."""
+    schema = job_tools(MemoryJournal()).get("call_codex")
+    assert schema is not None
+    properties = schema.tool_definition()["inputSchema"]["properties"]
+    assert properties["timeout"]["type"] == "number" and properties["timeout"]["default"] == 0
+    assert properties["wait_for_result"]["type"] == "boolean"
+    assert properties["continue_latest"]["type"] == "boolean"

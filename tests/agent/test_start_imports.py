@@ -34,6 +34,8 @@ NOT_ON_THE_START_PATH = (
     # [webhooks] in_daemon only
     "coven_codex.webhooks.service",
     "coven_codex.webhooks.sender",
+    "coven_codex.webhooks.http",
+    "httpx",
     # a Redis journal / cluster = true only
     "coven_codex.journal.redis.journal",
     "coven_codex.cluster.ownership",

@@ -31,7 +31,9 @@ async def roots(tmp_path: Path) -> tuple[Path, Path]:
 
 @pytest.fixture
 async def rig(tmp_path: Path, roots: tuple[Path, Path]) -> AsyncIterator[Rig]:
-    made = make_rig(tmp_path, workspace_roots=[roots[0]], turn_timeout=60)
+    workspace = tmp_path / "workspace"  # (the daemon's workspace is always allowed: away from the roots)
+    workspace.mkdir()
+    made = make_rig(tmp_path, workspace=workspace, workspace_roots=[roots[0]], turn_timeout=60)
     yield made
     await stop(made)
 
@@ -95,13 +97,22 @@ async def test_a_cwd_outside_every_root_is_refused_with_an_error(
     assert rig.codex.options == [ThreadOptions()]
 
 
-async def test_no_cwd_is_accepted_without_workspace_roots(tmp_path: Path) -> None:
-    rig = make_rig(tmp_path)
+async def test_the_daemons_workspace_is_always_allowed_and_a_refusal_says_how_to_add_a_root(tmp_path: Path) -> None:
+    rig = make_rig(tmp_path)  # no workspace_roots: the workspace (tmp_path) alone is allowed
+    (tmp_path / "sub").mkdir()
+    outside = tmp_path.parent / f"{tmp_path.name}-outside"
+    outside.mkdir()
     try:
         session = rig.session()
-        think(rig, session, "hello", cwd=str(tmp_path))
-        entries = await rig.wait(lambda es: bool(refused(es)), "the refusal")
-        assert "no workspace_roots" in refused(entries)[0]
+        think(rig, session, "hello", cwd=str(tmp_path / "sub"))
+        await rig.wait(lambda es: "echo: hello" in replies(es), "the reply")
+        assert rig.codex.options == [ThreadOptions(workspace=str((tmp_path / "sub").resolve()))]
+        other = rig.session("d")
+        think(rig, other, "out", cwd=str(outside))
+        entries = await rig.wait(lambda es: bool(refused(es)), "the refusal", conversation="d")
+        (error,) = [e for e in errors(entries) if e.code == "REFUSED"]
+        assert "outside the workspace and every root" in error.text
+        assert "--workspace-root DIR" in error.hint and "workspace_roots" in error.hint
     finally:
         await stop(rig)
 

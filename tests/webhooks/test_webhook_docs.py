@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import subprocess
+import time
 import tomllib
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
+
 from coven_codex.adapters.kit.config import Secret
 from coven_codex.settings import Settings
 from coven_codex.webhooks.config import DEFAULT_SECRET_ENV, WebhooksSettings, WebhookTarget
-from coven_codex.webhooks.payload import TurnCompletePayload, request_headers, signature
+from coven_codex.webhooks.payload import JSON_TYPE, TurnCompletePayload, request_headers
 from coven_codex.webhooks.turns import MAX_CONVERSATIONS, MAX_INPUT_MESSAGES, MAX_MESSAGE_CHARS, STALE_AFTER
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "webhooks.md").read_text(encoding="utf-8")
@@ -47,7 +52,10 @@ def test_the_payload_table_lists_every_field_as_sent() -> None:
 
 
 def test_the_header_table_lists_every_header_sent() -> None:
-    sent = {name for name, _ in request_headers(Secret("s" * 16), b"{}", "application/json", "k", 1)}
+    sent = {
+        name
+        for name, _ in request_headers(Secret("s" * 16), b"{}", "application/json", "k", 1, timestamp=1, standard=True)
+    }
     assert set(table_after("| header | value |")) == sent - {"User-Agent"}
 
 
@@ -58,20 +66,37 @@ def test_the_memory_table_is_the_code() -> None:
     assert timedelta(hours=int(values[3])) == STALE_AFTER
 
 
-def test_the_verification_snippet_and_the_shell_command_check_real_signatures() -> None:
-    snippet = DOC.split("```python\n", 1)[1].split("```", 1)[0]
+def test_the_verification_snippets_and_the_shell_command_check_real_signatures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = DOC.split("```python\n")[1:3]
     namespace: dict[str, object] = {}
-    exec(snippet, namespace)
+    exec(first.split("```", 1)[0], namespace)
     verify = namespace["verify"]
     secret, body = "the-shared-secret-0123456789", b'{"type":"agent-turn-complete","turn-id":"3"}'
-    header = signature(Secret(secret), body)
-    assert verify(secret.encode(), body, header)  # type: ignore[operator]
-    assert not verify(secret.encode(), body + b"\n", header)  # type: ignore[operator]
-    shell = subprocess.run(
-        ["sh", "-c", 'printf \'%s\' "$BODY" | openssl dgst -sha256 -hmac "$COVEN_WEBHOOK_SECRET"'],
-        env={"BODY": body.decode(), "COVEN_WEBHOOK_SECRET": secret, "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert shell.stdout.strip().split()[-1] == header.removeprefix("sha256=")
+    now = int(time.time())
+    headers = dict(request_headers(Secret(secret), body, JSON_TYPE, "k:turn-3:end", 1, timestamp=now, standard=True))
+    stamp, timed = headers["X-Coven-Timestamp"], headers["X-Coven-Signature-Timed"]
+    assert verify(secret.encode(), body, stamp, timed)  # type: ignore[operator]
+    assert not verify(secret.encode(), body + b"\n", stamp, timed)  # type: ignore[operator]
+    old = dict(request_headers(Secret(secret), body, JSON_TYPE, "k", 1, timestamp=now - 600))
+    replayed = (old["X-Coven-Timestamp"], old["X-Coven-Signature-Timed"])
+    assert not verify(secret.encode(), body, *replayed)  # type: ignore[operator]
+    # The standardwebhooks snippet, on the same request.
+    library = {"body": body, "headers": headers, "os": os}
+    monkeypatch.setenv("COVEN_WEBHOOK_SECRET", secret)
+    exec(second.split("```", 1)[0], library)
+    assert library["payload"] == json.loads(body)
+    # The shell check.
+    command = DOC.split("`$SIG` (`X-Coven-Signature-Timed`):\n\n```\n", 1)[1].split("```", 1)[0]
+    (tmp_path / "body.json").write_bytes(body)
+    for ts, sig, valid in [(stamp, timed, True), (*replayed, False)]:
+        shell = subprocess.run(
+            ["sh", "-c", command],
+            check=False,
+            env={"TS": ts, "SIG": sig, "COVEN_WEBHOOK_SECRET": secret, "PATH": "/usr/bin:/bin"},
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+        )
+        assert (shell.stdout.strip() == "valid") is valid, (shell.stdout, shell.stderr)

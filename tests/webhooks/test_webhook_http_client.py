@@ -1,4 +1,6 @@
-"""The small HTTP/1.1 client the webhook sender posts with (``coven_codex.http11.send_request``)."""
+"""The webhook sender's HTTP client (``coven_codex.webhooks.http``, on ``httpx``) against raw loopback
+servers: every response framing, bounded bodies, TLS with the certificate checked, a proxy from the
+environment, connections kept for the next delivery."""
 
 from __future__ import annotations
 
@@ -7,13 +9,21 @@ import ssl
 import subprocess
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from urllib.parse import urlsplit
 
+import httpx
 import pytest
 
-from coven_codex.http11 import MAX_RESPONSE_BODY, HttpProtocolError, read_request, send_request
+from coven_codex.http11 import read_request
+from coven_codex.webhooks.http import MAX_RESPONSE_BODY, DeliveryError, HttpResponse, open_client, post
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def send(
+    url: str, body: bytes, headers: list[tuple[str, str]] | None = None, ssl_context: ssl.SSLContext | None = None
+) -> HttpResponse:
+    async with asyncio.timeout(10), open_client(timeout=5, ssl_context=ssl_context) as client:
+        return await post(client, url, body, headers or [])
 
 
 async def serve(handler: Handler, ssl_context: ssl.SSLContext | None = None) -> asyncio.Server:
@@ -53,9 +63,8 @@ async def test_responses_of_every_framing(raw: bytes, status: int, body: bytes) 
     handler, bodies = await answer(raw)
     server = await serve(handler)
     async with server:
-        url = urlsplit(f"http://127.0.0.1:{port(server)}/hook?x=1")
-        async with asyncio.timeout(10):
-            response = await send_request(url, "POST", b'{"a":1}', [("Content-Type", "application/json")])
+        url = f"http://127.0.0.1:{port(server)}/hook?x=1"
+        response = await send(url, b'{"a":1}', [("Content-Type", "application/json")])
     assert (response.status, response.body) == (status, body)
     assert bodies == [b'{"a":1}']
 
@@ -64,24 +73,22 @@ async def test_a_204_from_a_server_that_keeps_the_connection_open_is_not_waited_
     handler, _ = await answer(b"HTTP/1.1 204 No Content\r\n\r\n", keep_open=True)
     server = await serve(handler)
     async with server:
-        async with asyncio.timeout(10):
-            response = await send_request(urlsplit(f"http://127.0.0.1:{port(server)}/"), "POST", b"x", [])
+        response = await send(f"http://127.0.0.1:{port(server)}/", b"x")
     assert response.status == 204
 
 
-async def test_a_huge_body_is_not_read_and_a_non_http_peer_is_an_error() -> None:
-    handler, _ = await answer(f"HTTP/1.1 200 OK\r\nContent-Length: {MAX_RESPONSE_BODY + 1}\r\n\r\n".encode())
+async def test_a_huge_body_is_cut_and_a_non_http_peer_is_an_error() -> None:
+    big = b"x" * (4 * MAX_RESPONSE_BODY)
+    handler, _ = await answer(b"HTTP/1.1 400 Bad\r\nContent-Length: %d\r\n\r\n%s" % (len(big), big))
     server = await serve(handler)
     async with server:
-        async with asyncio.timeout(10):
-            response = await send_request(urlsplit(f"http://127.0.0.1:{port(server)}/"), "POST", b"x", [])
-    assert response.status == 200 and response.body == b""
+        response = await send(f"http://127.0.0.1:{port(server)}/", b"x")
+    assert response.status == 400 and response.body == big[:MAX_RESPONSE_BODY]
     handler, _ = await answer(b"SSH-2.0-OpenSSH_9.6\r\n")
     server = await serve(handler)
     async with server:
-        with pytest.raises(HttpProtocolError):
-            async with asyncio.timeout(10):
-                await send_request(urlsplit(f"http://127.0.0.1:{port(server)}/"), "POST", b"x", [])
+        with pytest.raises(DeliveryError):
+            await send(f"http://127.0.0.1:{port(server)}/", b"x")
 
 
 async def test_https_with_the_servers_certificate_checked(tmp_path: Path) -> None:
@@ -97,11 +104,49 @@ async def test_https_with_the_servers_certificate_checked(tmp_path: Path) -> Non
     handler, bodies = await answer(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
     server = await serve(handler, server_context)
     async with server:
-        url = urlsplit(f"https://localhost:{port(server)}/hook")
+        url = f"https://localhost:{port(server)}/hook"
         trusting = ssl.create_default_context(cafile=str(cert))
-        async with asyncio.timeout(10):
-            response = await send_request(url, "POST", b"signed", [], ssl_context=trusting)
+        response = await send(url, b"signed", ssl_context=trusting)
         assert response.status == 200 and bodies == [b"signed"]
-        with pytest.raises(ssl.SSLError):  # the default trust store does not know this certificate
-            async with asyncio.timeout(10):
-                await send_request(url, "POST", b"signed", [])
+        with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):  # not in the default store
+            await send(url, b"signed")
+
+
+async def test_a_proxy_from_the_environment_carries_the_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``HTTP_PROXY`` is honoured: the request goes to the proxy, in absolute form, for a host that
+    does not even resolve."""
+    targets: list[str] = []
+
+    async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        request = await read_request(reader, writer)
+        assert request is not None
+        targets.append(f"{request.method} {request.target}")
+        writer.write(b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await serve(proxy)
+    async with server:
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port(server)}")
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        response = await send("http://receiver.invalid/hook", b"via the proxy")
+    assert response.status == 202 and targets == ["POST http://receiver.invalid/hook"]
+
+
+async def test_one_connection_serves_several_deliveries() -> None:
+    peers: list[object] = []
+
+    async def keep_alive(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peers.append(writer.get_extra_info("peername"))
+        while (request := await read_request(reader, writer)) is not None:
+            assert request.body.startswith(b"n")
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+            await writer.drain()
+        writer.close()
+
+    server = await serve(keep_alive)
+    async with server, asyncio.timeout(10), open_client(timeout=5) as client:
+        for n in range(3):
+            assert (await post(client, f"http://127.0.0.1:{port(server)}/", b"n%d" % n, [])).status == 200
+    assert len(peers) == 1
