@@ -55,3 +55,4 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
 fi
 scripts/install-codex.sh >/dev/null  # its errors still reach stderr; the paths it prints are not news
 scripts/install-mcp-sdk-js.sh >/dev/null
+scripts/install-mcp-inspector.sh >/dev/null  # the MCP Inspector CLI, for the mcp-serve conformance tests
