@@ -14,7 +14,6 @@
 'use strict';
 
 const $ = (id) => document.getElementById(id);
-const RECENT_REPLIES = 8;
 const state = {
   conversation: null,  // shown conversation
   after: null,         // journal position after the last entry of it this tab has
@@ -23,9 +22,7 @@ const state = {
   sender: '',
   names: [],
   running: false,
-  streams: new Map(),  // item_id -> {el, text}
-  doneItems: new Set(),
-  recent: [],          // recent complete replies, to drop deltas that come after their reply
+  streams: new Map(),  // stream key (its first delta's id) -> {node, body, text, ids}
   pending: [],         // uploaded images waiting to be sent: {name, url}
   token: null,         // the access token of the printed address, until a device key is kept
   session: null,       // the live channel's session value (uploads, images)
@@ -202,8 +199,6 @@ function subscribe(fresh) {
     state.after = null;
     state.running = false;
     state.streams.clear();
-    state.doneItems.clear();
-    state.recent = [];
     $('messages').replaceChildren();
     updateTurn();
   }
@@ -273,8 +268,12 @@ function who(entry) {
 
 function add(entry) {
   if (document.getElementById(`m-${entry.id}`)) return;  // already on the page
+  // How deltas, replies and turn ends fold together is decided on the server by the adapter
+  // kit's stream logic (the same as every chat's): a delta names its stream, a reply the stream it
+  // replaces, a turn's end the streams it closes. The page only applies that.
   if (entry.kind === 'delta') { streamDelta(entry); return; }
-  if (entry.kind === 'response') finishStreams(entry);
+  if (entry.replaces) dropStream(entry.replaces);
+  for (const key of entry.closes || []) endStream(key);
   if (entry.kind === 'status') trackTurn(entry.state);
   if (entry.kind === 'approval') markAnswered(entry);
   const node = build(entry);
@@ -353,17 +352,15 @@ function markAnswered(entry) {
 }
 
 function streamDelta(entry) {
-  const item = entry.item_id || '';
-  if (state.doneItems.has(item)) return;
-  let stream = state.streams.get(item);
+  let stream = state.streams.get(entry.stream);
   if (!stream) {
-    if (state.recent.some((reply) => reply.startsWith(entry.text))) { state.doneItems.add(item); return; }
     const node = el('div', 'msg response stream');
+    node.dataset.stream = entry.stream;
     node.append(el('div', 'who', 'codex · writing…'));
     const body = el('div', 'body');
     node.append(body);
     stream = {node, body, text: '', ids: new Set()};
-    state.streams.set(item, stream);
+    state.streams.set(entry.stream, stream);
     $('messages').append(node);
   }
   if (stream.ids.has(entry.id)) return;
@@ -373,14 +370,21 @@ function streamDelta(entry) {
   scrollDown();
 }
 
-function finishStreams(entry) {
-  state.recent.push(entry.text);
-  if (state.recent.length > RECENT_REPLIES) state.recent.shift();
-  for (const [item, stream] of state.streams) {
-    stream.node.remove();
-    state.streams.delete(item);
-    state.doneItems.add(item);
-  }
+function dropStream(key) {
+  // the complete reply, just added, shows it
+  const stream = state.streams.get(key);
+  if (stream) stream.node.remove();
+  state.streams.delete(key);
+}
+
+function endStream(key) {
+  // the turn ended before a reply completed it: shown as it is, no longer "writing…"
+  const stream = state.streams.get(key);
+  if (!stream) return;
+  stream.node.classList.remove('stream');
+  stream.node.classList.add('ended');
+  stream.node.querySelector('.who').textContent = 'codex · unfinished (the turn ended)';
+  state.streams.delete(key);
 }
 
 function trackTurn(turnState) {
