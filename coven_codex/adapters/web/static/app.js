@@ -146,7 +146,8 @@ function notice(text) {
 }
 
 function connect() {
-  const socket = new WebSocket(`ws://${location.host}/live`);
+  // wss: when the page came over https (behind a TLS-terminating reverse proxy), else ws:
+  const socket = new WebSocket(`${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/live`);
   let loggedIn = false;
   socket.onmessage = (event) => {
     const message = JSON.parse(event.data);
