@@ -248,7 +248,13 @@ function showConversations(names) {
   }
 }
 
+function showMenu(shown) {
+  document.body.classList.toggle('menu-open', shown);
+  $('menu').setAttribute('aria-expanded', String(shown));
+}
+
 function open(name) {
+  showMenu(false);
   if (name === state.conversation) return;
   state.conversation = name;
   history.replaceState(null, '', `#c=${encodeURIComponent(name)}`);
@@ -447,6 +453,10 @@ document.addEventListener('DOMContentLoaded', () => {
   $('file').addEventListener('change', (event) => {
     for (const file of event.target.files) upload(file);
     event.target.value = '';
+  });
+  $('menu').addEventListener('click', () => showMenu(!document.body.classList.contains('menu-open')));
+  document.querySelector('main').addEventListener('click', (event) => {
+    if (event.target !== $('menu') && document.body.classList.contains('menu-open')) showMenu(false);
   });
   $('stop').addEventListener('click', () => send({type: 'cancel', conversation: state.conversation}));
   $('reset').addEventListener('click', () => send({type: 'reset', conversation: state.conversation}));
