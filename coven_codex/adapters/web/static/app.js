@@ -22,6 +22,8 @@ const state = {
   sender: '',
   names: [],
   running: false,
+  turnStarted: null,   // when the running turn started (ms since the epoch, from its journal entry)
+  ticker: null,        // the once-a-second timer of the elapsed time while a turn runs
   streams: new Map(),  // stream key (its first delta's id) -> {node, body, text, ids}
   pending: [],         // uploaded images waiting to be sent: {name, url}
   token: null,         // the access token of the printed address, until a device key is kept
@@ -281,7 +283,7 @@ function add(entry) {
   if (entry.kind === 'delta') { streamDelta(entry); return; }
   if (entry.replaces) dropStream(entry.replaces);
   for (const key of entry.closes || []) endStream(key);
-  if (entry.kind === 'status') trackTurn(entry.state);
+  if (entry.kind === 'status') trackTurn(entry.state, entry.ts);
   if (entry.kind === 'approval') markAnswered(entry);
   const node = build(entry);
   node.id = `m-${entry.id}`;
@@ -394,15 +396,30 @@ function endStream(key) {
   state.streams.delete(key);
 }
 
-function trackTurn(turnState) {
-  if (turnState === 'turn_started') state.running = true;
-  else if (turnState.startsWith('turn_') || turnState === 'session_ended') state.running = false;
+function trackTurn(turnState, ts) {
+  if (turnState === 'turn_started') {
+    state.running = true;
+    state.turnStarted = Date.parse(ts);
+  } else if (turnState.startsWith('turn_') || turnState === 'session_ended') {
+    state.running = false;
+  }
   updateTurn();
 }
 
+function elapsed(ms) {
+  const total = Math.max(0, Math.floor(ms / 1000));
+  const [h, m, sec] = [Math.floor(total / 3600), Math.floor(total / 60) % 60, total % 60];
+  const two = (n) => String(n).padStart(2, '0');
+  return h ? `${h}:${two(m)}:${two(sec)}` : `${m}:${two(sec)}`;
+}
+
 function updateTurn() {
+  // A sign of life while a turn runs: the time since it started, once a second.
   $('stop').disabled = !state.running;
-  $('turn').textContent = state.running ? 'Codex is working…' : '';
+  const since = state.running && Number.isFinite(state.turnStarted) ? ` ${elapsed(Date.now() - state.turnStarted)}` : '';
+  $('turn').textContent = state.running ? `Codex is working…${since}` : '';
+  if (state.running && state.ticker === null) state.ticker = setInterval(updateTurn, 1000);
+  if (!state.running && state.ticker !== null) { clearInterval(state.ticker); state.ticker = null; }
 }
 
 async function upload(file) {
