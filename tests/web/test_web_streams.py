@@ -26,6 +26,19 @@ async def streamed_bubbles(page: Page) -> list[str]:
     return texts
 
 
+def reply_then_all_its_deltas(conversation: str) -> list[BaseEntry]:
+    """A turn whose every delta reaches the journal after its complete reply (a late echo)."""
+    return [
+        ThoughtEntry(conversation=conversation, sender="ada", text="and the question?"),
+        StatusEntry(conversation=conversation, state="turn_started"),
+        ResponseEntry(conversation=conversation, text="Six by nine."),
+        DeltaEntry(conversation=conversation, item_id="msg_2", text="Six "),
+        DeltaEntry(conversation=conversation, item_id="msg_2", text="by "),
+        DeltaEntry(conversation=conversation, item_id="msg_2", text="nine."),
+        StatusEntry(conversation=conversation, state="turn_completed"),
+    ]
+
+
 def reply_with_late_deltas(conversation: str) -> list[BaseEntry]:
     """A turn whose last deltas reach the journal after its complete reply (Codex's live
     notifications and its rollout are read separately, so this happens)."""
@@ -46,6 +59,8 @@ async def test_deltas_that_reach_the_journal_after_their_reply_leave_no_writing_
     journal = FileJournal(web_server.journal, durability="never")
     for entry in reply_with_late_deltas("before"):
         await journal.append(entry)  # already in the journal when the page opens
+    for entry in reply_then_all_its_deltas("echo"):
+        await journal.append(entry)
     url = await web_server.start()
     errors: list[str] = []
     async with chromium(tmp_path / "profile") as browser:
@@ -64,6 +79,11 @@ async def test_deltas_that_reach_the_journal_after_their_reply_leave_no_writing_
         await page.wait_for_function(SHOWN_ALL.format("turn completed"))
         assert await streamed_bubbles(page) == []
         assert await message_texts(page, "response") == ["The answer is 42."]
+        # every delta after the reply: a late echo, never shown (not even as an unfinished bubble)
+        await page.click("#conversations button[data-conversation='echo']")
+        await page.wait_for_function(SHOWN_ALL.format("turn completed"))
+        assert await page.locator("#messages .msg.stream, #messages .msg.ended").count() == 0
+        assert await message_texts(page, "response") == ["Six by nine."]
         assert errors == []
     await journal.aclose()
 

@@ -104,6 +104,8 @@ class Hub:
         """Set once the hub has read what the journal held when it started."""
         self.streams = Streams()
         """The kit's stream logic: which deltas are shown, which reply or turn end closes them."""
+        self._sent: dict[str, int] = {}
+        """Per open stream (its key), how much of its text the kept deltas carry."""
         self._changed = asyncio.Event()
 
     async def run(self) -> None:
@@ -142,12 +144,18 @@ class Hub:
             stream = self.streams.delta(entry.conversation, entry.item_id, wire.id, item.start, entry.text)
             if stream is None:
                 return False
-            wire.stream = stream.key_entry
+            sent = self._sent.get(stream.key_entry, 0)
+            wire.stream, wire.text = stream.key_entry, stream.text[sent:]  # what the page has not been sent
+            self._sent[stream.key_entry] = len(stream.text)
         elif isinstance(entry, ResponseEntry):
             completed = self.streams.response(entry.conversation, entry.text)
-            wire.replaces = completed.key_entry if completed is not None else None
+            if completed is not None:
+                wire.replaces = completed.key_entry
+                self._sent.pop(completed.key_entry, None)
         if (isinstance(entry, StatusEntry) and entry.state in TURN_ENDS) or isinstance(entry, ErrorEntry):
             wire.closes = [stream.key_entry for stream in self.streams.end_turn(entry.conversation)]
+            for key in wire.closes:
+                self._sent.pop(key, None)
         return True
 
     @property
