@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from types import FrameType
 
-from coven_codex.adapters.web.auth import TOKEN_ENV, TokenError, is_loopback, load_token
+from coven_codex.adapters.web.auth import TOKEN_ENV, ProxyError, TokenError, TrustedProxies, is_loopback, load_token
 from coven_codex.cli.options import JOURNAL_METAVAR, journal_argument
 from coven_codex.journal.opening import JournalName
 
@@ -44,6 +44,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="another host name the page may be opened by (for a --host that is not loopback: "
         "the machine's name or address); repeatable",
     )
+    parser.add_argument(
+        "--trusted-proxy",
+        action="append",
+        default=[],
+        metavar="ADDR",
+        help="a reverse proxy's address or network (e.g. 127.0.0.1): its Forwarded / X-Forwarded-Proto / "
+        "X-Forwarded-Host headers say how the browser reached the page (https); off by default; repeatable",
+    )
     parser.add_argument("--sender", default=None, help="your name in the journal (default: your login name)")
 
 
@@ -73,6 +81,11 @@ def execute(args: argparse.Namespace) -> int:
     except TokenError as exc:
         print(f"coven-codex web: {exc}", file=sys.stderr)
         return 2
+    try:
+        proxies = TrustedProxies.parse(args.trusted_proxy)
+    except ProxyError as exc:
+        print(f"coven-codex web: {exc}", file=sys.stderr)
+        return 2
     if not is_loopback(args.host):
         print(
             f"coven-codex web: warning: listening on {args.host}, not loopback: anyone who can reach it and "
@@ -100,7 +113,13 @@ def execute(args: argparse.Namespace) -> int:
     try:
         asyncio.run(
             serve(
-                journal_path, sock, token=token, sender=sender, announce=announce, extra_hosts=tuple(args.allowed_host)
+                journal_path,
+                sock,
+                token=token,
+                sender=sender,
+                announce=announce,
+                extra_hosts=tuple(args.allowed_host),
+                proxies=proxies,
             )
         )
     except (_Stopped, KeyboardInterrupt):

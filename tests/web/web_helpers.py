@@ -11,7 +11,9 @@ import os
 import re
 import resource
 import signal
+import ssl
 import struct
+import subprocess
 import sys
 import zlib
 from collections.abc import AsyncIterator
@@ -267,3 +269,125 @@ class OtherLocalServer:
             pass
         finally:
             writer.close()
+
+
+def self_signed_cert(folder: Path, name: str = "localhost") -> tuple[Path, Path]:
+    """A self-signed certificate and key for ``name`` (made with Debian's openssl); (cert, key)."""
+    cert, key = folder / "proxy-cert.pem", folder / "proxy-key.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            f"/CN={name}",
+            "-addext",
+            f"subjectAltName=DNS:{name}",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=30,
+    )
+    return cert, key
+
+
+FORWARDED_HEADERS = ("forwarded", "x-forwarded-proto", "x-forwarded-host", "x-forwarded-for")
+
+
+@dataclass
+class TlsProxy:
+    """A TLS-terminating reverse proxy on 127.0.0.1 in front of the page server, as nginx would be:
+    it drops the client's own forwarding headers and adds its own (``style``: ``x-forwarded`` for
+    ``X-Forwarded-Proto``/``X-Forwarded-Host``, ``forwarded`` for RFC 7239 ``Forwarded``). Each
+    HTTP request gets ``Connection: close`` (one request per connection, so every request passes
+    through the rewrite); a WebSocket upgrade is piped both ways until either side closes."""
+
+    upstream_port: int
+    cert: Path
+    key: Path
+    style: str = "x-forwarded"
+    port: int = 0
+    upgrades: list[str] = field(default_factory=list)
+    """The request lines of the WebSocket upgrades it carried (over TLS)."""
+    _server: asyncio.Server | None = None
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+    async def __aenter__(self) -> TlsProxy:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(self.cert, self.key)
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=context)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._server.wait_closed()
+
+    def _rewrite(self, head: bytes) -> tuple[bytes, bool]:
+        line, *fields = head.decode("latin-1").split("\r\n")
+        headers = [(k.strip(), v.strip()) for k, _, v in (f.partition(":") for f in fields if f)]
+        upgrade = any(k.lower() == "upgrade" and v.lower() == "websocket" for k, v in headers)
+        host = next((v for k, v in headers if k.lower() == "host"), "")
+        kept = [(k, v) for k, v in headers if k.lower() not in FORWARDED_HEADERS]
+        if not upgrade:
+            kept = [(k, v) for k, v in kept if k.lower() not in ("connection", "keep-alive")]
+            kept.append(("Connection", "close"))
+        else:
+            self.upgrades.append(line)
+        if self.style == "forwarded":
+            kept.append(("Forwarded", f'for=127.0.0.1;proto=https;host="{host}"'))
+        else:
+            kept += [("X-Forwarded-Proto", "https"), ("X-Forwarded-Host", host), ("X-Forwarded-For", "127.0.0.1")]
+        kept = [(k, v) for k, v in kept if k.lower() != "host"]
+        kept.insert(0, ("Host", f"127.0.0.1:{self.upstream_port}"))
+        text = line + "\r\n" + "".join(f"{k}: {v}\r\n" for k, v in kept) + "\r\n"
+        return text.encode("latin-1"), upgrade
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        upstream: asyncio.StreamWriter | None = None
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 30)
+            rewritten, _upgrade = self._rewrite(head)
+            up_reader, upstream = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+            upstream.write(rewritten)
+            await upstream.drain()
+            pipes = [asyncio.create_task(_pipe(reader, upstream)), asyncio.create_task(_pipe(up_reader, writer))]
+            try:
+                await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)  # either side ended: close both
+            finally:
+                for pipe in pipes:
+                    pipe.cancel()
+                await asyncio.gather(*pipes, return_exceptions=True)
+        except (asyncio.IncompleteReadError, TimeoutError, ConnectionError, ssl.SSLError):
+            pass
+        finally:
+            for end in (upstream, writer):
+                if end is not None:
+                    end.close()
+            self._tasks.discard(task)
+
+
+async def _pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+    """Copy ``source`` to ``sink`` until ``source`` ends (or either side fails)."""
+    with contextlib.suppress(ConnectionError, ssl.SSLError, OSError):
+        while data := await source.read(65536):
+            sink.write(data)
+            await sink.drain()

@@ -22,6 +22,11 @@ server on 127.0.0.1 would receive one.
   need it as ``Authorization: Bearer``. It is valid while that channel is open.
 - The live channel and every request that changes something (``POST``) must come from the
   page's own origin (``Origin`` header). Tokens and proofs are compared in constant time.
+- Behind a reverse proxy (HTTPS): only a request whose peer is a *trusted proxy*
+  (``--trusted-proxy``, off by default) may say through ``Forwarded`` (its last element) or
+  ``X-Forwarded-Proto`` / ``X-Forwarded-Host`` (their last values) which scheme and host the
+  browser used; that host must be one the page may be opened by (any port), and the page's own
+  origin is then ``https://`` + that host. From any other peer these headers are ignored.
 - Every answer carries a Content-Security-Policy without inline scripts, forbids framing and
   MIME sniffing, and is not cached.
 """
@@ -37,6 +42,7 @@ import re
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from ipaddress import IPv4Network, IPv6Network
 from pathlib import Path
 from urllib.parse import parse_qs
 
@@ -131,6 +137,92 @@ def device_proof(secret: bytes, nonce: str) -> str:
     return _b64(hmac.new(secret, _PROOF_LABEL + nonce.encode(), hashlib.sha256).digest())
 
 
+_FORWARDED_HOST = re.compile(r"^(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?$")
+
+
+class ProxyError(ValueError):
+    """A ``--trusted-proxy`` value that is not an address or a network."""
+
+
+@dataclass(frozen=True, slots=True)
+class TrustedProxies:
+    """The peers whose ``Forwarded`` / ``X-Forwarded-*`` headers are believed (none by default)."""
+
+    networks: tuple[IPv4Network | IPv6Network, ...] = ()
+
+    @classmethod
+    def parse(cls, values: Iterable[str]) -> TrustedProxies:
+        """From addresses or networks (``127.0.0.1``, ``10.0.0.0/8``, ``::1``). Raises ProxyError."""
+        networks: list[IPv4Network | IPv6Network] = []
+        for value in values:
+            try:
+                networks.append(ipaddress.ip_network(value.strip().strip("[]"), strict=False))
+            except ValueError:
+                raise ProxyError(
+                    f"--trusted-proxy {value!r} is not an IP address or network; give the address the "
+                    "reverse proxy connects from, e.g. 127.0.0.1 or 10.0.0.0/8"
+                ) from None
+        return cls(tuple(networks))
+
+    def trusts(self, peer: str | None) -> bool:
+        """True when ``peer`` (the connection's IP address) is a trusted proxy."""
+        if not self.networks or not peer:
+            return False
+        try:
+            address = ipaddress.ip_address(peer)
+        except ValueError:
+            return False
+        return any(address in network for network in self.networks)
+
+
+NO_PROXIES = TrustedProxies()
+"""The default: no peer's forwarding headers are believed."""
+
+
+@dataclass(frozen=True, slots=True)
+class PageAddress:
+    """How the browser reached the page: its scheme and host (``host[:port]``); its origin."""
+
+    scheme: str
+    host: str
+
+    @property
+    def origin(self) -> str:
+        """The page's own origin, as the browser sends it in ``Origin``."""
+        return f"{self.scheme}://{self.host}"
+
+
+def forwarded(headers: Headers) -> tuple[str | None, str | None]:
+    """The scheme and host a proxy forwards: from the last element of ``Forwarded`` (RFC 7239),
+    else the last values of ``X-Forwarded-Proto`` and ``X-Forwarded-Host``; None for what is absent."""
+    scheme: str | None = None
+    host: str | None = None
+    header = headers.get("forwarded")
+    if header:
+        last = header.split(",")[-1]
+        for pair in last.split(";"):
+            name, _, value = pair.strip().partition("=")
+            value = value.strip().strip('"')
+            if name.lower() == "proto":
+                scheme = value.lower()
+            elif name.lower() == "host":
+                host = value
+        return scheme, host
+    proto = headers.get("x-forwarded-proto")
+    forwarded_host = headers.get("x-forwarded-host")
+    return (
+        proto.split(",")[-1].strip().lower() if proto else None,
+        forwarded_host.split(",")[-1].strip() if forwarded_host else None,
+    )
+
+
+def _host_name(host: str) -> str:
+    """``host`` without its port (``[::1]:443`` → ``::1``)."""
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    return host.rpartition(":")[0] if host.count(":") == 1 else host
+
+
 @dataclass(frozen=True, slots=True)
 class Access:
     """The token and the hosts the page may be reached by."""
@@ -138,14 +230,43 @@ class Access:
     token: str
     hosts: frozenset[str]
     """Accepted ``Host`` header values (``host:port``)."""
+    names: frozenset[str] = frozenset()
+    """Host names (no port) a trusted proxy may forward: the bound host and ``--allowed-host``."""
+    proxies: TrustedProxies = NO_PROXIES
 
     @classmethod
-    def for_bind(cls, token: str, host: str, port: int, extra_hosts: Iterable[str] = ()) -> Access:
+    def for_bind(
+        cls,
+        token: str,
+        host: str,
+        port: int,
+        extra_hosts: Iterable[str] = (),
+        proxies: TrustedProxies = NO_PROXIES,
+    ) -> Access:
         """Access for a server bound to ``host:port`` (loopback also accepts its other names)."""
         names = {host, *extra_hosts}
         if is_loopback(host):
             names |= {"127.0.0.1", "localhost", "::1"}
-        return cls(token, frozenset(_host_port(name, port) for name in names))
+        hosts = frozenset(_host_port(name, port) for name in names)
+        return cls(token, hosts, frozenset(name.strip("[]").lower() for name in names), proxies)
+
+    def address(self, headers: Headers, peer: str | None) -> PageAddress | None:
+        """How the browser reached the page (forwarded by a trusted proxy, else this server's
+        ``http://`` + ``Host``); None when that host is not one the page answers for."""
+        if self.proxies.trusts(peer):
+            scheme, host = forwarded(headers)
+            if scheme is not None or host is not None:
+                host = host if host is not None else headers.get("host")
+                if (
+                    scheme not in (None, "http", "https")
+                    or host is None
+                    or not _FORWARDED_HOST.match(host)
+                    or _host_name(host).lower() not in self.names
+                ):
+                    return None
+                return PageAddress(scheme or "http", host.lower())
+        host = headers.get("host")
+        return PageAddress("http", host) if host in self.hosts else None
 
     def url(self, host: str, port: int) -> str:
         """The address to open: the page with its token."""
@@ -157,9 +278,10 @@ class Access:
             return False
         return hmac.compare_digest(candidate.encode("utf-8", "replace"), self.token.encode())
 
-    def origin_ok(self, origin: str | None) -> bool:
-        """True when ``origin`` is this page's own (``http://`` + an accepted host)."""
-        return origin is not None and origin.startswith("http://") and origin[len("http://") :] in self.hosts
+    @staticmethod
+    def origin_ok(origin: str | None, page: PageAddress) -> bool:
+        """True when ``origin`` is the page's own (where the browser reached it, see :meth:`address`)."""
+        return origin is not None and hmac.compare_digest(origin.lower().encode(), page.origin.lower().encode())
 
     def new_device(self) -> tuple[str, bytes]:
         """A new device id and its secret (derived from the token: no state, valid while the token is)."""
@@ -225,7 +347,9 @@ class Guard:
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
-        if headers.get("host") not in self.access.hosts:
+        client = scope.get("client")
+        page = self.access.address(headers, client[0] if client else None)
+        if page is None:
             await self._refuse(
                 scope,
                 send,
@@ -235,7 +359,7 @@ class Guard:
             return
         if scope["type"] == "websocket":
             # The live channel logs in with its first message (app.py); only its origin is checked here.
-            if not self.access.origin_ok(headers.get("origin")):
+            if not self.access.origin_ok(headers.get("origin"), page):
                 await self._refuse(scope, send, 403, "cross-origin connection refused\n")
             else:
                 await self.app(scope, receive, send)
@@ -247,7 +371,7 @@ class Guard:
         if scope["path"] not in PUBLIC_PATHS and not self.sessions.valid(bearer(headers)):
             await self._refuse(scope, send, 401, NEEDS_SESSION)
             return
-        if scope["method"] not in ("GET", "HEAD") and not self.access.origin_ok(headers.get("origin")):
+        if scope["method"] not in ("GET", "HEAD") and not self.access.origin_ok(headers.get("origin"), page):
             await self._refuse(scope, send, 403, "cross-origin request refused\n")
             return
 

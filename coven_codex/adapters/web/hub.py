@@ -4,9 +4,18 @@ The hub reads the journal from its start and keeps, per conversation, the last
 :data:`KEPT_PER_CONVERSATION` entries in their wire form. A tab asks for the entries of one
 conversation *after a position* (the ``end`` of the last entry it has); the journal's positions
 are stable across restarts of the page server, so a tab that reconnects to a new server resumes
-exactly where it was. Streaming ``delta`` entries are kept only until the reply they stream is
-complete. The hub also knows the stored images every thought attaches (:attr:`Hub.attached`),
-once it has read up to where the journal ended when it started (:attr:`Hub.caught_up`).
+exactly where it was.
+
+Streaming ``delta`` entries are folded by the adapter kit's stream logic
+(:class:`~coven_codex.adapters.kit.streaming.Streams`, the same as every chat adapter's): a delta
+the kit ignores (a late echo of a reply already complete) is neither kept nor sent; a kept delta
+names its stream (``stream``: the id of the stream's first delta); the ``response`` that completes
+a stream names it (``replaces``) and the stream's deltas are dropped from the kept entries; a
+turn's end (or an error) names the streams it closes as they are (``closes``). The page only
+applies what these fields say, so a streamed bubble cannot outlive its reply or its turn.
+
+The hub also knows the stored images every thought attaches (:attr:`Hub.attached`), once it
+has read up to where the journal ended when it started (:attr:`Hub.caught_up`).
 """
 
 from __future__ import annotations
@@ -18,9 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from coven_codex.adapters.kit.commands import ConversationState
+from coven_codex.adapters.kit.runner import TURN_ENDS
+from coven_codex.adapters.kit.streaming import Streams
 from coven_codex.adapters.web.render import WireEntry, wire_entry
-from coven_codex.entries import ThoughtEntry
-from coven_codex.journal import START, BadLine, Journal
+from coven_codex.entries import DeltaEntry, ErrorEntry, ResponseEntry, StatusEntry, ThoughtEntry
+from coven_codex.journal import START, BadLine, Journal, JournalRecord
 
 log = logging.getLogger(__name__)
 
@@ -36,27 +47,23 @@ class ConversationLog:
     name: str
     entries: list[WireEntry] = field(default_factory=list)
     starts: list[int] = field(default_factory=list)
-    open_deltas: int = 0
     last_ts: str = ""
     count: int = 0
     state: ConversationState = field(default_factory=ConversationState)
     """Running or idle, queued thoughts, open approval requests (for ``/status`` and ``/approve``)."""
 
     def add(self, wire: WireEntry) -> None:
-        """Append ``wire``; a complete reply drops the deltas that streamed it."""
+        """Append ``wire``; a complete reply drops the deltas of the stream it replaces."""
         self._track(wire)
-        if wire.kind == "response" and self.open_deltas:
-            kept = [entry for entry in self.entries if entry.kind != "delta"]
-            self.entries, self.starts, self.open_deltas = kept, [entry.start for entry in kept], 0
-        elif wire.kind == "delta":
-            self.open_deltas += 1
+        if wire.replaces is not None:
+            kept = [entry for entry in self.entries if entry.stream != wire.replaces]
+            self.entries, self.starts = kept, [entry.start for entry in kept]
         self.entries.append(wire)
         self.starts.append(wire.start)
         self.count += 1
         self.last_ts = wire.ts
         if len(self.entries) > KEPT_PER_CONVERSATION:
             cut = len(self.entries) - KEPT_PER_CONVERSATION
-            self.open_deltas -= sum(1 for entry in self.entries[:cut] if entry.kind == "delta")
             del self.entries[:cut], self.starts[:cut]
 
     def _track(self, wire: WireEntry) -> None:
@@ -95,6 +102,10 @@ class Hub:
         """The names of the stored images that thoughts in the journal attach."""
         self.caught_up = asyncio.Event()
         """Set once the hub has read what the journal held when it started."""
+        self.streams = Streams()
+        """The kit's stream logic: which deltas are shown, which reply or turn end closes them."""
+        self._sent: dict[str, int] = {}
+        """Per open stream (its key), how much of its text the kept deltas carry."""
         self._changed = asyncio.Event()
 
     async def run(self) -> None:
@@ -115,6 +126,8 @@ class Hub:
                     name for a in item.entry.attachments for name in (a.name, a.url.rsplit("/", 1)[-1]) if name
                 )
             wire = wire_entry(item.entry, ordinal - 1, ordinal, self.uploads)
+            if not self._fold(item, wire):
+                continue
             log_ = self.conversations.get(wire.conversation)
             if log_ is None:
                 log_ = self.conversations[wire.conversation] = ConversationLog(wire.conversation)
@@ -123,6 +136,27 @@ class Hub:
             self.version += 1
             self._changed.set()
             self._changed = asyncio.Event()
+
+    def _fold(self, item: JournalRecord, wire: WireEntry) -> bool:
+        """Apply the kit's stream logic to ``wire``; False for a delta that is not to be shown."""
+        entry = item.entry
+        if isinstance(entry, DeltaEntry):
+            stream = self.streams.delta(entry.conversation, entry.item_id, wire.id, item.start, entry.text)
+            if stream is None:
+                return False
+            sent = self._sent.get(stream.key_entry, 0)
+            wire.stream, wire.text = stream.key_entry, stream.text[sent:]  # what the page has not been sent
+            self._sent[stream.key_entry] = len(stream.text)
+        elif isinstance(entry, ResponseEntry):
+            completed = self.streams.response(entry.conversation, entry.text)
+            if completed is not None:
+                wire.replaces = completed.key_entry
+                self._sent.pop(completed.key_entry, None)
+        if (isinstance(entry, StatusEntry) and entry.state in TURN_ENDS) or isinstance(entry, ErrorEntry):
+            wire.closes = [stream.key_entry for stream in self.streams.end_turn(entry.conversation)]
+            for key in wire.closes:
+                self._sent.pop(key, None)
+        return True
 
     @property
     def event(self) -> asyncio.Event:

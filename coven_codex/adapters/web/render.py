@@ -71,6 +71,12 @@ class WireEntry(BaseModel):
     request_id: str | None = None
     decision: str | None = None
     item_id: str | None = None
+    stream: str | None = None
+    """A delta: the stream it grows (the id of the stream's first delta; the kit's stream logic)."""
+    replaces: str | None = None
+    """A reply: the stream it completes (the page replaces that stream's bubble with it)."""
+    closes: list[str] = []
+    """A turn's end or an error: the streams it closes as they are (no reply completed them)."""
     images: list[str] = []
     """URLs (on this server) of the images a thought carries."""
 
@@ -91,8 +97,6 @@ def wire_entry(entry: BaseEntry, start: int, end: int, uploads: Path | None = No
     )
     if entry.kind in MARKDOWN_KINDS:
         wire.html = markdown_html(entry.text)
-        if entry.kind == "response":
-            wire.text = entry.text[:MARKDOWN_LIMIT]  # the page compares it with streamed text
     elif isinstance(entry, DeltaEntry):
         wire.text = entry.text
         wire.item_id = entry.item_id

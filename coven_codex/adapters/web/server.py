@@ -8,7 +8,7 @@ from collections.abc import Callable
 import uvicorn
 
 from coven_codex.adapters.web.app import create_app
-from coven_codex.adapters.web.auth import Access
+from coven_codex.adapters.web.auth import NO_PROXIES, Access, TrustedProxies
 from coven_codex.adapters.web.connections import ConnectionLimits, guarded_protocol
 from coven_codex.adapters.web.uploads import ImageStore, uploads_dir
 from coven_codex.journal.opening import JournalName, local_base, open_journal
@@ -41,10 +41,12 @@ async def serve(
     sender: str,
     announce: Callable[[str], None],
     extra_hosts: tuple[str, ...] = (),
+    proxies: TrustedProxies = NO_PROXIES,
 ) -> None:
-    """Serve the page for ``journal_path`` on ``sock`` until SIGINT/SIGTERM; ``announce`` gets its URL."""
+    """Serve the page for ``journal_path`` on ``sock`` until SIGINT/SIGTERM; ``announce`` gets its URL
+    (and, behind a trusted proxy, the address through it for each ``extra_hosts`` name)."""
     host, port = sock.getsockname()[:2]
-    access = Access.for_bind(token, host, port, extra_hosts)
+    access = Access.for_bind(token, host, port, extra_hosts, proxies)
     journal = open_journal(journal_path)
     try:
         app = create_app(journal, ImageStore(uploads_dir(local_base(journal_path, state_root()))), access, sender)
@@ -64,6 +66,9 @@ async def serve(
         server = uvicorn.Server(config)
         shown = extra_hosts[0] if extra_hosts and host in ("0.0.0.0", "::") else host
         announce(access.url(shown, port))
+        if proxies.networks:
+            for name in extra_hosts:
+                announce(f"https://{name}/?token={token} (through your HTTPS reverse proxy)")
         await server.serve(sockets=[sock])
     finally:
         await journal.aclose()

@@ -14,7 +14,6 @@
 'use strict';
 
 const $ = (id) => document.getElementById(id);
-const RECENT_REPLIES = 8;
 const state = {
   conversation: null,  // shown conversation
   after: null,         // journal position after the last entry of it this tab has
@@ -23,9 +22,9 @@ const state = {
   sender: '',
   names: [],
   running: false,
-  streams: new Map(),  // item_id -> {el, text}
-  doneItems: new Set(),
-  recent: [],          // recent complete replies, to drop deltas that come after their reply
+  turnStarted: null,   // when the running turn started (ms since the epoch, from its journal entry)
+  ticker: null,        // the once-a-second timer of the elapsed time while a turn runs
+  streams: new Map(),  // stream key (its first delta's id) -> {node, body, text, ids}
   pending: [],         // uploaded images waiting to be sent: {name, url}
   token: null,         // the access token of the printed address, until a device key is kept
   session: null,       // the live channel's session value (uploads, images)
@@ -149,7 +148,8 @@ function notice(text) {
 }
 
 function connect() {
-  const socket = new WebSocket(`ws://${location.host}/live`);
+  // wss: when the page came over https (behind a TLS-terminating reverse proxy), else ws:
+  const socket = new WebSocket(`${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/live`);
   let loggedIn = false;
   socket.onmessage = (event) => {
     const message = JSON.parse(event.data);
@@ -202,8 +202,6 @@ function subscribe(fresh) {
     state.after = null;
     state.running = false;
     state.streams.clear();
-    state.doneItems.clear();
-    state.recent = [];
     $('messages').replaceChildren();
     updateTurn();
   }
@@ -252,7 +250,13 @@ function showConversations(names) {
   }
 }
 
+function showMenu(shown) {
+  document.body.classList.toggle('menu-open', shown);
+  $('menu').setAttribute('aria-expanded', String(shown));
+}
+
 function open(name) {
+  showMenu(false);
   if (name === state.conversation) return;
   state.conversation = name;
   history.replaceState(null, '', `#c=${encodeURIComponent(name)}`);
@@ -273,9 +277,13 @@ function who(entry) {
 
 function add(entry) {
   if (document.getElementById(`m-${entry.id}`)) return;  // already on the page
+  // How deltas, replies and turn ends fold together is decided on the server by the adapter
+  // kit's stream logic (the same as every chat's): a delta names its stream, a reply the stream it
+  // replaces, a turn's end the streams it closes. The page only applies that.
   if (entry.kind === 'delta') { streamDelta(entry); return; }
-  if (entry.kind === 'response') finishStreams(entry);
-  if (entry.kind === 'status') trackTurn(entry.state);
+  if (entry.replaces) dropStream(entry.replaces);
+  for (const key of entry.closes || []) endStream(key);
+  if (entry.kind === 'status') trackTurn(entry.state, entry.ts);
   if (entry.kind === 'approval') markAnswered(entry);
   const node = build(entry);
   node.id = `m-${entry.id}`;
@@ -353,17 +361,15 @@ function markAnswered(entry) {
 }
 
 function streamDelta(entry) {
-  const item = entry.item_id || '';
-  if (state.doneItems.has(item)) return;
-  let stream = state.streams.get(item);
+  let stream = state.streams.get(entry.stream);
   if (!stream) {
-    if (state.recent.some((reply) => reply.startsWith(entry.text))) { state.doneItems.add(item); return; }
     const node = el('div', 'msg response stream');
+    node.dataset.stream = entry.stream;
     node.append(el('div', 'who', 'codex · writing…'));
     const body = el('div', 'body');
     node.append(body);
     stream = {node, body, text: '', ids: new Set()};
-    state.streams.set(item, stream);
+    state.streams.set(entry.stream, stream);
     $('messages').append(node);
   }
   if (stream.ids.has(entry.id)) return;
@@ -373,25 +379,47 @@ function streamDelta(entry) {
   scrollDown();
 }
 
-function finishStreams(entry) {
-  state.recent.push(entry.text);
-  if (state.recent.length > RECENT_REPLIES) state.recent.shift();
-  for (const [item, stream] of state.streams) {
-    stream.node.remove();
-    state.streams.delete(item);
-    state.doneItems.add(item);
-  }
+function dropStream(key) {
+  // the complete reply, just added, shows it
+  const stream = state.streams.get(key);
+  if (stream) stream.node.remove();
+  state.streams.delete(key);
 }
 
-function trackTurn(turnState) {
-  if (turnState === 'turn_started') state.running = true;
-  else if (turnState.startsWith('turn_') || turnState === 'session_ended') state.running = false;
+function endStream(key) {
+  // the turn ended before a reply completed it: shown as it is, no longer "writing…"
+  const stream = state.streams.get(key);
+  if (!stream) return;
+  stream.node.classList.remove('stream');
+  stream.node.classList.add('ended');
+  stream.node.querySelector('.who').textContent = 'codex · unfinished (the turn ended)';
+  state.streams.delete(key);
+}
+
+function trackTurn(turnState, ts) {
+  if (turnState === 'turn_started') {
+    state.running = true;
+    state.turnStarted = Date.parse(ts);
+  } else if (turnState.startsWith('turn_') || turnState === 'session_ended') {
+    state.running = false;
+  }
   updateTurn();
 }
 
+function elapsed(ms) {
+  const total = Math.max(0, Math.floor(ms / 1000));
+  const [h, m, sec] = [Math.floor(total / 3600), Math.floor(total / 60) % 60, total % 60];
+  const two = (n) => String(n).padStart(2, '0');
+  return h ? `${h}:${two(m)}:${two(sec)}` : `${m}:${two(sec)}`;
+}
+
 function updateTurn() {
+  // A sign of life while a turn runs: the time since it started, once a second.
   $('stop').disabled = !state.running;
-  $('turn').textContent = state.running ? 'Codex is working…' : '';
+  const since = state.running && Number.isFinite(state.turnStarted) ? ` ${elapsed(Date.now() - state.turnStarted)}` : '';
+  $('turn').textContent = state.running ? `Codex is working…${since}` : '';
+  if (state.running && state.ticker === null) state.ticker = setInterval(updateTurn, 1000);
+  if (!state.running && state.ticker !== null) { clearInterval(state.ticker); state.ticker = null; }
 }
 
 async function upload(file) {
@@ -442,6 +470,10 @@ document.addEventListener('DOMContentLoaded', () => {
   $('file').addEventListener('change', (event) => {
     for (const file of event.target.files) upload(file);
     event.target.value = '';
+  });
+  $('menu').addEventListener('click', () => showMenu(!document.body.classList.contains('menu-open')));
+  document.querySelector('main').addEventListener('click', (event) => {
+    if (event.target !== $('menu') && document.body.classList.contains('menu-open')) showMenu(false);
   });
   $('stop').addEventListener('click', () => send({type: 'cancel', conversation: state.conversation}));
   $('reset').addEventListener('click', () => send({type: 'reset', conversation: state.conversation}));
