@@ -69,6 +69,7 @@ class Tracked:
     phase: Phase = Phase.WAITING
 
     def closed(self) -> bool:
+        """Whether the connection is closed or closing (it no longer counts against a bound)."""
         return self.transport.is_closing()
 
 
