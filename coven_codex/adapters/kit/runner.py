@@ -433,6 +433,10 @@ class AdapterRunner:
             if lane.items:
                 item = lane.items.popleft()
                 lane.phase = LanePhase.DELIVERING
+                hold = self._streams.hold(lane.conversation)
+                if isinstance(item, _Entry) and hold is not None:
+                    # A stream this entry closes stops holding the cursor only once the entry is delivered.
+                    self._outstanding[item.seq] = min(hold, item.record.start)
                 try:
                     await self._work(lane, item)
                 finally:
@@ -584,6 +588,8 @@ class AdapterRunner:
         if self.ledger.get(delivery_key(stream.key_entry, "end")) is not None:
             self._streams.close(stream)  # delivered whole before a restart
             return
+        if self.ledger.get(delivery_key(stream.key_entry, 0)) is None and self._streams.echo(stream) != "no":
+            return  # perhaps a late echo of a reply already shown: more text (or its end) decides
         source = stream.text
         stream.message_id = await self._post(
             address,
