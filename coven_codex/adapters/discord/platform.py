@@ -14,6 +14,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
+import aiohttp
 import discord
 
 from coven_codex.adapters.discord.gateway import DiscordGateway
@@ -70,7 +71,7 @@ class DiscordPlatform:
         if answer is not None:
             try:
                 return await answer.say(message.text)
-            except discord.HTTPException as exc:
+            except (discord.HTTPException, aiohttp.ClientError, TimeoutError) as exc:
                 log.info("discord: a slash command's response went to the channel instead: %s", clip(str(exc), 200))
         return await self.rest.post(address, message, key)
 
