@@ -250,9 +250,8 @@ class DiscordGateway(discord.Client):
                 address.channel, message_id, name=name, auto_archive_duration=THREAD_ARCHIVE_MINUTES
             )
         except NETWORK_ERRORS as exc:
-            if (
-                isinstance(exc, discord.HTTPException) and exc.code == THREAD_EXISTS
-            ):  # delivered again: Discord gives a message's thread the message's id
+            # Delivered again: Discord gives a message's thread the message's id.
+            if isinstance(exc, discord.HTTPException) and exc.code == THREAD_EXISTS:
                 return Address(channel=address.channel, workspace=address.workspace, thread=message_id)
             if address.channel not in self._thread_refused:
                 self._thread_refused.add(address.channel)
