@@ -584,8 +584,15 @@ async def _connect_socket_mode(
         opened = await client.apps_connections_open(app_token=app_token.reveal())
         handler.client.wss_uri = str(opened["url"])
     except SlackApiError as exc:
-        error = str(exc.response.get("error") or "refused")
-        if error != "ratelimited":
+        response = exc.response
+        status = int(getattr(response, "status_code", None) or getattr(response, "status", 0) or 0)
+        data = response.data if isinstance(response, AsyncSlackResponse) else None
+        error = str((data.get("error") if isinstance(data, dict) else None) or "refused")
+        if isinstance(classify("apps.connections.open", status, error, 0.0), (RateLimited, Unavailable)):
+            log.warning(
+                "slack: Slack failed apps.connections.open (HTTP %d, %s); Socket Mode keeps trying", status, error
+            )
+        else:
             raise PlatformError(
                 f"Slack refused Socket Mode ({clip(error, 80)}): check SLACK_APP_TOKEN (Basic Information >"
                 " App-Level Tokens, scope connections:write) and that Socket Mode is enabled for the app"
