@@ -462,6 +462,7 @@ async def test_kill_9_and_a_bad_day_never_lose_or_duplicate_and_refusals_are_one
         await feeder
         await _until("the last message", lambda: _restarted_until(adapter, markers[-1]), timeout=180)
         await _until("every marker", lambda: _all_shown(adapter, markers), timeout=120)
+        await _until("every refusal's notice", lambda: _notices_shown(adapter, len(refused)), timeout=120)
         assert not exited_by_itself(), "the adapter exited on a bad answer"
     finally:
         await _close(adapter)
@@ -475,6 +476,12 @@ async def test_kill_9_and_a_bad_day_never_lose_or_duplicate_and_refusals_are_one
     assert len(notices) == len(refused) and not [m for m in refused if m in screen], (len(notices), refused)
     hits = sum(f.hits for f in faults.active if f.text == "")
     assert kills >= 8 and hits >= 20, (kills, hits)
+
+
+async def _notices_shown(adapter: AdapterUnderTest, count: int) -> bool:
+    if not adapter.alive():
+        await adapter.start()
+    return sum("refused to show a message here" in m.text for m in await adapter.messages()) >= count
 
 
 async def _all_shown(adapter: AdapterUnderTest, markers: list[str]) -> bool:
