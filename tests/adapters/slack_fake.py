@@ -79,6 +79,10 @@ class FakeSlack:
     """Bad answers (5xx, errors, cut connections, slow answers, per-channel 429s), see ``bad_day.py``."""
     fetched: dict[str, int] = field(default_factory=dict)
     """How many times each file was downloaded (its id → count)."""
+    tiers: dict[str, float] = field(default_factory=dict)
+    """Calls per minute the fake enforces per method, as Slack's tiers (a leaky bucket holding that
+    many calls, draining at that rate); a call over it is answered 429 and counted in ``tier_limited``."""
+    tier_limited: int = 0
     url: str = ""
 
     def __post_init__(self) -> None:
@@ -89,6 +93,7 @@ class FakeSlack:
         self._runner: web.AppRunner | None = None
         self._resender: asyncio.Task[None] | None = None
         self._connected = asyncio.Event()
+        self._levels: dict[str, tuple[float, float]] = {}
         self.changed = asyncio.Condition()
         """Notified whenever the bot's messages change (:meth:`wait_for`)."""
 
@@ -138,6 +143,12 @@ class FakeSlack:
         expected = APP_TOKEN if method == "apps.connections.open" else BOT_TOKEN
         if token != expected:
             return web.json_response({"ok": False, "error": "invalid_auth"})
+        over = self._over_tier(method)
+        if over is not None:
+            self.tier_limited += 1
+            return web.json_response(
+                {"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": str(max(1, round(over)))}
+            )
         faulty = await self.faults.answer(
             request,
             method,
@@ -150,6 +161,20 @@ class FakeSlack:
             async with self.changed:
                 self.changed.notify_all()
         return answer
+
+    def _over_tier(self, method: str) -> float | None:
+        """None when ``method`` may be called now (and count the call), else the seconds to wait."""
+        rate = self.tiers.get(method)
+        if rate is None:
+            return None
+        now = time.monotonic()
+        level, at = self._levels.get(method, (0.0, now))
+        level = max(0.0, level - (now - at) * rate / 60.0)
+        if level + 1 > rate:
+            self._levels[method] = (level, now)
+            return (level + 1 - rate) * 60.0 / rate
+        self._levels[method] = (level + 1, now)
+        return None
 
     async def _answer(self, request: web.Request, method: str, arguments: dict[str, Any]) -> web.StreamResponse:
         if method in WRITE_METHODS:

@@ -43,6 +43,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from coven_codex.adapters.kit.access import AccessPolicy
+from coven_codex.adapters.kit.budget import Budgets
 from coven_codex.adapters.kit.config import Secret, SlackSection
 from coven_codex.adapters.kit.downloads import Downloader, DownloadRefused
 from coven_codex.adapters.kit.ledger import DeliveryLedger, ledger_path
@@ -95,6 +96,17 @@ REQUIRED_SCOPES: dict[str, str] = {
     "users:read": "users.info (names as thoughts' senders)",
 }
 """The bot token scopes the adapter uses, and what for (examples/slack-manifest.json asks for exactly these)."""
+TIERS: dict[str, float] = {
+    "chat.update": 50,
+    "chat.delete": 50,
+    "conversations.replies": 50,
+    "conversations.history": 50,
+    "users.info": 100,
+    "usergroups.users.list": 50,
+}
+"""Calls per minute per workspace Slack documents for the methods the adapter calls (Tier 3: 50+,
+Tier 4: 100+), which its budgets keep under. ``chat.postMessage`` has no tier ("about one message a
+second per channel, short bursts allowed"): its 429s are waited out by that conversation alone."""
 BOT_EVENTS = ("app_mention", "message.im")
 """The events the app subscribes to."""
 
@@ -185,6 +197,7 @@ class SlackPlatform:
         self._cache = _Cache()
         self._last_thread: dict[tuple[str, str], str] = {}
         self._unreachable = False
+        self.budgets = Budgets(TIERS)
         api_host = urlsplit(client.base_url).hostname or ""
         self._files = Downloader(FILE_HOSTS | {api_host}, MAX_IMAGE_BYTES)
 
@@ -193,10 +206,11 @@ class SlackPlatform:
     async def _api(self, method: str, *, get: bool = False, **arguments: Any) -> AsyncSlackResponse:
         """Call ``method``; Slack's refusals and failures as the kit classifies them (:func:`classify`)."""
         try:
-            if get:
-                answer = await self.client.api_call(method, http_verb="GET", params=arguments)
-            else:
-                answer = await self.client.api_call(method, json=arguments)
+            async with self.budgets.take(method, self.identity.team_id):
+                if get:
+                    answer = await self.client.api_call(method, http_verb="GET", params=arguments)
+                else:
+                    answer = await self.client.api_call(method, json=arguments)
             if self._unreachable:
                 self._unreachable = False
                 log.warning("slack: reachable again")
