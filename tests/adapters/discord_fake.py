@@ -84,6 +84,8 @@ class FakeDiscord:
     rate_limit_every: int = 0
     retry_after: float = 0.05
     nonce_window: float = 120.0
+    clock: float = 0.0
+    """Seconds added to the fake's clock (its snowflakes, message times, the nonce window): time passing."""
     messages: dict[str, FakeMessage] = field(default_factory=dict)
     deleted: list[str] = field(default_factory=list)
     typing: list[str] = field(default_factory=list)
@@ -113,8 +115,12 @@ class FakeDiscord:
 
     def snowflake(self) -> str:
         """A new id in Discord's snowflake format (milliseconds since 2015 << 22, then a counter)."""
-        ms = int(time.time() * 1000) - DISCORD_EPOCH_MS
+        ms = int(self.now() * 1000) - DISCORD_EPOCH_MS
         return str((ms << 22) | (next(self._counter) & 0xFFF))
+
+    def now(self) -> float:
+        """The fake's clock: the machine's, moved on by :attr:`clock`."""
+        return time.time() + self.clock
 
     def payload(self, message: FakeMessage) -> dict[str, Any]:
         """The message in Discord's JSON shape."""
@@ -135,7 +141,7 @@ class FakeDiscord:
             "edited_timestamp": None,
             "components": message.components,
         }
-        if message.nonce is not None and time.time() - message.created < self.nonce_window:
+        if message.nonce is not None and self.now() - message.created < self.nonce_window:
             data["nonce"] = message.nonce
         return data
 
@@ -207,7 +213,7 @@ class FakeDiscord:
         nonce = body.get("nonce")
         if nonce is not None and body.get("enforce_nonce"):
             for message in self.in_channel(channel):
-                if message.nonce == nonce and time.time() - message.created < self.nonce_window:
+                if message.nonce == nonce and self.now() - message.created < self.nonce_window:
                     return _json(self.payload(message))
         message = self._new_message(
             channel,
@@ -219,7 +225,9 @@ class FakeDiscord:
 
     async def _list(self, request: web.Request) -> web.Response:
         limit = min(100, int(request.query.get("limit", "50")))
-        newest_first = list(reversed(self.in_channel(request.match_info["cid"])))[:limit]
+        after = int(request.query.get("after", "0"))
+        later = [m for m in self.in_channel(request.match_info["cid"]) if int(m.id) > after]
+        newest_first = list(reversed(later))[:limit]
         return _json([self.payload(m) for m in newest_first])
 
     async def _edit(self, request: web.Request) -> web.Response:
@@ -485,7 +493,7 @@ class FakeDiscord:
             content=content,
             components=components or [],
             nonce=nonce,
-            created=time.time(),
+            created=self.now(),
             interaction=interaction,
         )
         self.messages[message.id] = message

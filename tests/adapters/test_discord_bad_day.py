@@ -144,3 +144,18 @@ async def test_a_small_attachment_that_is_60_mb_is_not_read_whole(discord: Disco
     assert journal_entries(discord.journal, "thought")[0]["attachments"] == []
     await until(lambda: _count(discord, "larger than 10 MiB") == 1)
     assert discord.fake.sent["huge.png"] < 30 * 1024 * 1024, discord.fake.sent
+
+
+async def test_a_restart_after_the_nonce_window_posts_nothing_twice(discord: DiscordAdapter) -> None:
+    answer_lost = Fault(status=500, route=POSTS, text="across the window", cut="after")
+    slow_look_up = Fault(status=500, route=f"GET /api/v10/channels/{CHANNEL_ID}/messages", delay=60, times=None)
+    discord.fake.faults.add(answer_lost, slow_look_up)
+    await _append(discord.journal, ResponseEntry(text="a reply across the window.", conversation=CONVERSATION))
+    await until(lambda: answer_lost.hits == 1 and slow_look_up.hits == 1)  # posted; the bot never heard so
+    await discord.kill()
+    discord.fake.faults.clear()
+    discord.fake.clock += 600  # ten minutes on: Discord no longer returns (nor dedups by) the nonce
+    await discord.start()
+    await _append(discord.journal, ResponseEntry(text="a marker after.", conversation=CONVERSATION))
+    await until(lambda: _count(discord, "a marker after.") == 1)
+    assert _count(discord, "a reply across the window.") == 1

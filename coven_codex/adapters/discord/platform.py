@@ -91,6 +91,10 @@ class DiscordPlatform:
         """A recent message posted with ``key``'s nonce."""
         return await self.rest.find(address, key)
 
+    async def find_by_content(self, address: Address, since: float, digest: str) -> list[str]:
+        """The bot's later messages with that text (past the nonce's window)."""
+        return await self.rest.find_by_content(address, since, digest)
+
     def incoming(self) -> AsyncIterator[Incoming]:
         """The Gateway's events for the bot."""
         return self.gateway.events()

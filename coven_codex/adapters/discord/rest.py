@@ -29,6 +29,7 @@ import discord.http
 import yarl
 
 from coven_codex.adapters.kit.config import Secret
+from coven_codex.adapters.kit.ledger import content_digest
 from coven_codex.adapters.kit.platform import (
     Address,
     Outgoing,
@@ -46,6 +47,12 @@ NONCE_LENGTH = 25
 """Discord accepts a nonce of at most 25 characters."""
 FIND_WINDOW = 50
 """How many of a channel's most recent messages :meth:`DiscordRest.find` searches for a nonce."""
+DISCORD_EPOCH_MS = 1420070400000
+"""Discord's snowflakes count milliseconds from here (2015-01-01)."""
+CLOCK_SKEW_MS = 10_000
+"""How far this machine's clock may be ahead of Discord's, in milliseconds, when bounding a search by time."""
+CONTENT_WINDOW = 100
+"""How many of the bot's later messages :meth:`DiscordRest.find_by_content` reads (Discord's most per request)."""
 
 
 UNKNOWN_CHANNEL = 10003
@@ -112,6 +119,7 @@ class DiscordRest:
         self._token = token
         self._max_wait = max_wait
         self._http: discord.http.HTTPClient | None = None
+        self._me = ""
 
     async def start(self) -> str:
         """Log in with the bot token; return the bot's user id.
@@ -128,7 +136,8 @@ class DiscordRest:
                 "(Developer Portal > your application > Bot > Reset Token)"
             ) from exc
         self._http = http
-        return str(me["id"])
+        self._me = str(me["id"])
+        return self._me
 
     async def close(self) -> None:
         """Close the HTTP session."""
@@ -191,3 +200,19 @@ class DiscordRest:
             if str(data.get("nonce", "")) == nonce:
                 return str(data["id"])
         return None
+
+    async def find_by_content(self, address: Address, since: float, digest: str) -> list[str]:
+        """The bot's messages created after ``since`` (a snowflake bound) whose content has ``digest``, oldest first.
+
+        How a post is found once Discord no longer returns its nonce (a restart minutes after a
+        crash during the post).
+        """
+        bound = max(0, int(since * 1000) - DISCORD_EPOCH_MS - CLOCK_SKEW_MS) << 22
+        messages = await self._call(self._client().logs_from(_channel(address), CONTENT_WINDOW, after=bound))
+        mine = [
+            data
+            for data in messages
+            if str((data.get("author") or {}).get("id", "")) == self._me
+            and content_digest(str(data.get("content") or "")) == digest
+        ]
+        return [str(data["id"]) for data in sorted(mine, key=lambda data: int(data["id"]))]

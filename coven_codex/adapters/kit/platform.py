@@ -222,3 +222,18 @@ class Platform(Protocol):
     def incoming(self) -> AsyncIterator[Incoming]:
         """What users do, as it happens; ends when the platform closes."""
         ...
+
+
+@runtime_checkable
+class FindsByContent(Protocol):
+    """A platform whose :meth:`Platform.find` answers only for a while (Discord's nonce: minutes).
+
+    After :meth:`Platform.find` found nothing, the runner asks this for an intent-only key: the ids
+    of the bot's own messages at ``address`` created after ``since`` (Unix time, the intent's)
+    whose text has ``digest`` (:func:`~coven_codex.adapters.kit.ledger.content_digest`), oldest
+    first; the first one no other key owns is taken as the message.
+    """
+
+    async def find_by_content(self, address: Address, since: float, digest: str) -> list[str]:
+        """See the class docstring."""
+        ...

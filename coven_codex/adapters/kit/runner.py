@@ -39,12 +39,13 @@ from typing import Literal, ParamSpec, TypeVar
 
 from coven_codex.adapters.kit.access import AccessPolicy
 from coven_codex.adapters.kit.commands import HELP, Command, ConversationState, parse_command
-from coven_codex.adapters.kit.ledger import DeliveryLedger, delivery_key
+from coven_codex.adapters.kit.ledger import DeliveryLedger, content_digest, delivery_key
 from coven_codex.adapters.kit.mapping import ConversationMap
 from coven_codex.adapters.kit.platform import (
     Address,
     Button,
     ButtonPress,
+    FindsByContent,
     Incoming,
     IncomingMessage,
     Outgoing,
@@ -720,10 +721,20 @@ class AdapterRunner:
                 return known.message_id
             if known is not None and self.platform.capabilities.can_find:
                 found = await self._call(self.platform.find, address, key)
+                if (
+                    found is None
+                    and known.at is not None
+                    and known.digest
+                    and isinstance(self.platform, FindsByContent)
+                ):
+                    # Past the platform's window for ``find`` (Discord's nonce): the bot's own messages
+                    # since the intent with the same text, not already another key's.
+                    candidates = await self._call(self.platform.find_by_content, address, known.at, known.digest)
+                    found = next((c for c in candidates if not self.ledger.taken(c)), None)
                 if found is not None:
                     await self.ledger.done(key, found)
                     return found
-            await self.ledger.intend(key)
+            await self.ledger.intend(key, content_digest(message.text))
             try:
                 message_id = await self._attempt(self.platform.post, address, message, key)
             except Unavailable as failed:
