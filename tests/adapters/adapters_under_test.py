@@ -96,7 +96,9 @@ class FakeAdapter:
         return f"fake:/{channel}/"
 
     async def start(self) -> None:
+        """Start the process; returns once its runner follows the journal (or it killed itself meanwhile)."""
         self.inbox.touch()
+        offset = self.stderr.stat().st_size if self.stderr.exists() else 0
         with self.stderr.open("ab") as log:
             self.process = await asyncio.create_subprocess_exec(
                 sys.executable,
@@ -126,6 +128,12 @@ class FakeAdapter:
                 stderr=log,
                 cwd=ROOT,
             )
+        async with asyncio.timeout(60):
+            while "follows the journal" not in self.stderr.read_bytes()[offset:].decode(errors="replace"):
+                if self.process.returncode is not None:
+                    assert self.process.returncode == -signal.SIGKILL, self.stderr.read_text()
+                    return  # killed by its own chaos while starting; the test starts it again
+                await asyncio.sleep(0.05)
 
     async def kill(self) -> None:
         await _end(self.process, signal.SIGKILL)

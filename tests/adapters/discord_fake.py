@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from aiohttp import web
+from bad_day import Faults
 
 DISCORD_EPOCH_MS = 1420070400000
 
@@ -83,6 +84,8 @@ class FakeDiscord:
     rate_limit_every: int = 0
     retry_after: float = 0.05
     nonce_window: float = 120.0
+    clock: float = 0.0
+    """Seconds added to the fake's clock (its snowflakes, message times, the nonce window): time passing."""
     messages: dict[str, FakeMessage] = field(default_factory=dict)
     deleted: list[str] = field(default_factory=list)
     typing: list[str] = field(default_factory=list)
@@ -97,6 +100,12 @@ class FakeDiscord:
     """Interaction tokens whose callback answers 404 Unknown interaction (acknowledged too late)."""
     thread_starts: int = 0
     """How many times a thread start was asked for (a refused second start included)."""
+    faults: Faults = field(default_factory=Faults)
+    """Bad answers (5xx, 400, 403, cut connections, slow answers, per-route 429s), see ``bad_day.py``."""
+    declared: dict[str, int] = field(default_factory=dict)
+    """Attachment sizes the fake declares instead of the real ones (a "small" file that is not)."""
+    sent: dict[str, int] = field(default_factory=dict)
+    """Bytes of each CDN file written before the client stopped reading (or all of it)."""
     _interaction_channels: dict[str, str] = field(default_factory=dict)
     _originals: dict[str, str] = field(default_factory=dict)
     identified: asyncio.Event = field(default_factory=asyncio.Event)
@@ -106,8 +115,12 @@ class FakeDiscord:
 
     def snowflake(self) -> str:
         """A new id in Discord's snowflake format (milliseconds since 2015 << 22, then a counter)."""
-        ms = int(time.time() * 1000) - DISCORD_EPOCH_MS
+        ms = int(self.now() * 1000) - DISCORD_EPOCH_MS
         return str((ms << 22) | (next(self._counter) & 0xFFF))
+
+    def now(self) -> float:
+        """The fake's clock: the machine's, moved on by :attr:`clock`."""
+        return time.time() + self.clock
 
     def payload(self, message: FakeMessage) -> dict[str, Any]:
         """The message in Discord's JSON shape."""
@@ -128,7 +141,7 @@ class FakeDiscord:
             "edited_timestamp": None,
             "components": message.components,
         }
-        if message.nonce is not None and time.time() - message.created < self.nonce_window:
+        if message.nonce is not None and self.now() - message.created < self.nonce_window:
             data["nonce"] = message.nonce
         return data
 
@@ -142,6 +155,16 @@ class FakeDiscord:
             response: web.StreamResponse = await handler(request)
             return response
         self.requests += 1
+        body = (await request.text()) if request.can_read_body else ""
+        faulty = await self.faults.answer(
+            request,
+            f"{request.method} {request.path}",
+            request.match_info.get("cid", ""),
+            body,
+            lambda: handler(request),
+        )
+        if faulty is not None:
+            return faulty
         if self.rate_limit_every and self.requests % self.rate_limit_every == 0:
             self.rate_limited += 1
             return _json(
@@ -190,7 +213,7 @@ class FakeDiscord:
         nonce = body.get("nonce")
         if nonce is not None and body.get("enforce_nonce"):
             for message in self.in_channel(channel):
-                if message.nonce == nonce and time.time() - message.created < self.nonce_window:
+                if message.nonce == nonce and self.now() - message.created < self.nonce_window:
                     return _json(self.payload(message))
         message = self._new_message(
             channel,
@@ -202,7 +225,9 @@ class FakeDiscord:
 
     async def _list(self, request: web.Request) -> web.Response:
         limit = min(100, int(request.query.get("limit", "50")))
-        newest_first = list(reversed(self.in_channel(request.match_info["cid"])))[:limit]
+        after = int(request.query.get("after", "0"))
+        later = [m for m in self.in_channel(request.match_info["cid"]) if int(m.id) > after]
+        newest_first = list(reversed(later))[:limit]
         return _json([self.payload(m) for m in newest_first])
 
     async def _edit(self, request: web.Request) -> web.Response:
@@ -332,12 +357,23 @@ class FakeDiscord:
             "presences": [],
         }
 
-    async def _cdn(self, request: web.Request) -> web.Response:
-        data = self.files.get(request.match_info["name"])
-        self.fetched[request.match_info["name"]] = self.fetched.get(request.match_info["name"], 0) + 1
+    async def _cdn(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        data = self.files.get(name)
+        self.fetched[name] = self.fetched.get(name, 0) + 1
         if data is None:
             return web.Response(status=404)
-        return web.Response(body=data, content_type="image/png")
+        response = web.StreamResponse(headers={"Content-Type": "image/png"})
+        await response.prepare(request)
+        self.sent[name] = 0
+        try:
+            for start in range(0, len(data), 256 * 1024):
+                await response.write(data[start : start + 256 * 1024])
+                self.sent[name] += len(data[start : start + 256 * 1024])
+            await response.write_eof()
+        except (ConnectionError, RuntimeError):
+            pass  # the client stopped reading (a file past its limit)
+        return response
 
     def attachment(self, base: str, name: str, data: bytes, content_type: str = "image/png") -> dict[str, Any]:
         """An attachment object for a message, served by the fake CDN at ``base``."""
@@ -347,7 +383,7 @@ class FakeDiscord:
         return {
             "id": self.snowflake(),
             "filename": name,
-            "size": len(data),
+            "size": self.declared.get(name, len(data)),
             "url": url,
             "proxy_url": url,
             "content_type": content_type,
@@ -457,7 +493,7 @@ class FakeDiscord:
             content=content,
             components=components or [],
             nonce=nonce,
-            created=time.time(),
+            created=self.now(),
             interaction=interaction,
         )
         self.messages[message.id] = message

@@ -26,6 +26,8 @@ from coven_codex.adapters.kit.runner import CANCEL_BUTTONS
 
 USERS = {"ann": "5000000000000000001", "bob": "5000000000000000002", "stranger": "5000000000000000009"}
 """The suite's users as Discord user ids."""
+CHANNELS = {"general": CHANNEL_ID, "random": "2000000000000000101", "ops": "2000000000000000102"}
+"""The suite's conversations: the channel itself, and two threads in it (threads are channels of their own)."""
 
 
 class DiscordAdapter:
@@ -47,8 +49,8 @@ class DiscordAdapter:
         self._port = 0
 
     def conversation(self, channel: str, user: str) -> str:
-        assert channel == "general"
-        return f"discord:{GUILD_ID}/{CHANNEL_ID}/"
+        thread = "" if channel == "general" else CHANNELS[channel]
+        return f"discord:{GUILD_ID}/{CHANNEL_ID}/{thread}"
 
     async def start(self) -> None:
         if self._server is None:
@@ -116,9 +118,10 @@ class DiscordAdapter:
     async def messages(self) -> list[Shown]:
         cancel = CANCEL_BUTTONS[0].action
         shown = []
-        for message in self.fake.in_channel(CHANNEL_ID):
-            actions = _actions(message.components)
-            shown.append(Shown("general", message.content, actions, cancel not in actions))
+        for name, channel in CHANNELS.items():
+            for message in self.fake.in_channel(channel):
+                actions = _actions(message.components)
+                shown.append(Shown(name, message.content, actions, cancel not in actions))
         return shown
 
 

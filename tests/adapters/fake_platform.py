@@ -52,6 +52,8 @@ from coven_codex.journal import FileJournal
 from coven_codex.tailing import tail_lines
 
 PLATFORM = "fake"
+FOLLOWING = "the fake platform's runner follows the journal"
+"""Logged once the runner follows the journal: the tests start streaming only then."""
 
 
 class RecordingPlatform:
@@ -168,9 +170,16 @@ async def main(args: argparse.Namespace) -> None:
         name=PLATFORM,
         options=RunnerOptions(render=RenderOptions(show_reasoning=True), start="beginning"),
     )
+
+    async def announce() -> None:
+        await runner.ready.wait()
+        logging.getLogger(PLATFORM).info("%s", FOLLOWING)
+
+    announcer = asyncio.create_task(announce())
     try:
         await runner.run()
     finally:
+        announcer.cancel()
         ledger.close()
         await journal.aclose()
 

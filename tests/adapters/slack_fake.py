@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import WSMsgType, web
+from bad_day import Faults
 
 BOT_TOKEN = "xoxb-1111111111-2222222222-FakeFakeFakeFake00"
 APP_TOKEN = "xapp-1-AFAKE-3333333333-fakefakefakefakefake00"
@@ -74,6 +75,14 @@ class FakeSlack:
     limited: int = 0
     drop_answers: int = 0
     """The next ``drop_answers`` posts are recorded, then their connection is cut before the answer."""
+    faults: Faults = field(default_factory=Faults)
+    """Bad answers (5xx, errors, cut connections, slow answers, per-channel 429s), see ``bad_day.py``."""
+    fetched: dict[str, int] = field(default_factory=dict)
+    """How many times each file was downloaded (its id → count)."""
+    tiers: dict[str, float] = field(default_factory=dict)
+    """Calls per minute the fake enforces per method, as Slack's tiers (a leaky bucket holding that
+    many calls, draining at that rate); a call over it is answered 429 and counted in ``tier_limited``."""
+    tier_limited: int = 0
     url: str = ""
 
     def __post_init__(self) -> None:
@@ -84,6 +93,9 @@ class FakeSlack:
         self._runner: web.AppRunner | None = None
         self._resender: asyncio.Task[None] | None = None
         self._connected = asyncio.Event()
+        self._levels: dict[str, tuple[float, float]] = {}
+        self.changed = asyncio.Condition()
+        """Notified whenever the bot's messages change (:meth:`wait_for`)."""
 
     # ------------------------------------------------------------------ server
 
@@ -131,6 +143,40 @@ class FakeSlack:
         expected = APP_TOKEN if method == "apps.connections.open" else BOT_TOKEN
         if token != expected:
             return web.json_response({"ok": False, "error": "invalid_auth"})
+        over = self._over_tier(method)
+        if over is not None:
+            self.tier_limited += 1
+            return web.json_response(
+                {"ok": False, "error": "ratelimited"}, status=429, headers={"Retry-After": str(max(1, round(over)))}
+            )
+        faulty = await self.faults.answer(
+            request,
+            method,
+            str(arguments.get("channel") or ""),
+            json.dumps(arguments),
+            lambda: self._answer(request, method, arguments),
+        )
+        answer = faulty if faulty is not None else await self._answer(request, method, arguments)
+        if method in WRITE_METHODS:
+            async with self.changed:
+                self.changed.notify_all()
+        return answer
+
+    def _over_tier(self, method: str) -> float | None:
+        """None when ``method`` may be called now (and count the call), else the seconds to wait."""
+        rate = self.tiers.get(method)
+        if rate is None:
+            return None
+        now = time.monotonic()
+        level, at = self._levels.get(method, (0.0, now))
+        level = max(0.0, level - (now - at) * rate / 60.0)
+        if level + 1 > rate:
+            self._levels[method] = (level, now)
+            return (level + 1 - rate) * 60.0 / rate
+        self._levels[method] = (level + 1, now)
+        return None
+
+    async def _answer(self, request: web.Request, method: str, arguments: dict[str, Any]) -> web.StreamResponse:
         if method in WRITE_METHODS:
             self._writes += 1
             if self.burst > 0 or (self.rate_limit_every and self._writes % self.rate_limit_every == 0):
@@ -149,6 +195,11 @@ class FakeSlack:
             self.drop_answers -= 1
             request.transport.abort()  # the post is made; the bot never hears so
         return web.json_response(answer)
+
+    async def wait_for(self, check: Callable[[], bool], timeout: float = 20) -> None:
+        """Wait until ``check()`` holds (tested after every write call, answered or not), at most ``timeout`` s."""
+        async with asyncio.timeout(timeout), self.changed:
+            await self.changed.wait_for(check)
 
     def _auth_test(self, _: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -282,7 +333,16 @@ class FakeSlack:
         stored = self.files.get(request.match_info["id"])
         if stored is None:
             return web.Response(status=404)
-        return web.Response(body=stored[0], content_type=stored[1])
+        self.fetched[request.match_info["id"]] = self.fetched.get(request.match_info["id"], 0) + 1
+        # Sent in pieces, as a real server does: a client reads what has arrived, not the whole body.
+        response = web.StreamResponse(headers={"Content-Type": stored[1]})
+        response.content_length = len(stored[0])
+        await response.prepare(request)
+        for start in range(0, len(stored[0]), 256 * 1024):
+            await response.write(stored[0][start : start + 256 * 1024])
+            await asyncio.sleep(0)
+        await response.write_eof()
+        return response
 
     # ------------------------------------------------------------------ Socket Mode
 

@@ -20,7 +20,7 @@ from typing import Any
 from adapters_under_test import ROOT, Shown
 from slack_fake import APP_TOKEN, BOT_TOKEN, TEAM, FakeSlack, actions_of, text_of
 
-CHANNELS = {"general": "CGENERAL", "random": "CRANDOM"}
+CHANNELS = {"general": "CGENERAL", "random": "CRANDOM", "ops": "COPS"}
 USERS = {"ann": "UANN", "bob": "UBOB", "stranger": "USTRANGER"}
 
 
@@ -58,6 +58,7 @@ class SlackAdapter:
         self._started = False
 
     async def _start_fake(self) -> None:
+        self.fake.channels.add("COPS")
         api = await self.fake.start()
         for name, channel in CHANNELS.items():
             self.roots[name] = str(self.fake.user_message(channel, "UANN", "a thread for Codex")["ts"])

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import random
+import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
 from adapters_under_test import AdapterUnderTest, ConsoleAdapter, FakeAdapter, Shown
+from bad_day import HTML_502, Fault, Faults
 from discord_under_test import DiscordAdapter
 from slack_under_test import SlackAdapter
 from web_under_test import WebAdapter
@@ -357,3 +359,133 @@ async def test_kill_9_at_random_points_never_duplicates_or_loses_a_message(kind:
     missing = [marker for marker, count in counts.items() if count == 0]
     assert not duplicated and not missing, (kills, duplicated, missing)
     assert kills >= 12
+
+
+BAD_DAY: dict[str, tuple[Callable[[Path], AdapterUnderTest], str, Callable[[float, str], Fault]]] = {
+    # Adapters whose fake platform answers like a bad day: (factory, the route faults apply to, a refusal for the text)
+    "slack": (
+        lambda folder: SlackAdapter(folder, chaos=0.02),
+        "",
+        lambda _, text: Fault(status=200, body={"ok": False, "error": "invalid_blocks"}, text=text, times=None),
+    ),
+    "discord": (
+        DiscordAdapter,
+        "/channels/",
+        lambda _, text: Fault(status=400, body={"message": "Invalid Form Body", "code": 50035}, text=text, times=None),
+    ),
+}
+
+
+def _random_fault(rng: random.Random, route: str, slack: bool) -> Fault:
+    """One bad answer: a 5xx (JSON or an HTML page), a cut connection, a slow answer or a burst of 429s."""
+    writes = ("chat.postMessage", "chat.update", "conversations.") if slack else (route,)
+    where = rng.choice(writes)
+    roll = rng.random()
+    if roll < 0.25:
+        return Fault(status=503, body={"ok": False, "error": "service_unavailable", "message": "down"}, route=where)
+    if roll < 0.4:
+        return Fault(status=502 if slack else 503, body=HTML_502, route=where)
+    if roll < 0.6:
+        return Fault(route=where, cut=rng.choice(("before", "after")))
+    if roll < 0.75:
+        return Fault(route=where, cut="", status=503, delay=rng.uniform(0.5, 2.0))
+    retry = {"Retry-After": "1"}
+    body = (
+        {"ok": False, "error": "ratelimited"}
+        if slack
+        else {"message": "slow down", "retry_after": 0.5, "global": False}
+    )
+    return Fault(status=429, body=body, headers=retry, route=where, times=rng.randrange(2, 5))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", list(BAD_DAY))
+async def test_kill_9_and_a_bad_day_never_lose_or_duplicate_and_refusals_are_one_notice_each(
+    kind: str, tmp_path: Path
+) -> None:
+    """200 entries across 3 conversations while the adapter is killed and its platform answers badly at random."""
+    factory, route, refusal = BAD_DAY[kind]
+    adapter = factory(tmp_path)
+    rng = random.Random(20261127)
+    channels = ("general", "random", "ops")
+    markers: list[str] = []
+    refused: list[str] = []
+    entries: list[BaseEntry] = []
+    while len(entries) < 200:
+        n = len(entries)
+        conversation = adapter.conversation(rng.choice(channels), "ann")
+        roll = rng.random()
+        if roll < 0.12:
+            text = f"streamed reply {n:03}. " + "x" * rng.randrange(0, 40)
+            pieces = [text[i : i + 7] for i in range(0, len(text), 7)]
+            entries += [DeltaEntry(text=p, item_id=f"item-{n}", conversation=conversation) for p in pieces]
+            entries.append(ResponseEntry(text=text, conversation=conversation))
+            markers.append(f"streamed reply {n:03}.")
+        elif roll < 0.17:
+            refused.append(f"REFUSED{n:03}")
+            entries.append(ResponseEntry(text=f"a reply the platform refuses REFUSED{n:03}", conversation=conversation))
+        elif roll < 0.27:
+            words = [f"w{n:03}.{i:03}" for i in range(120)]
+            entries.append(ResponseEntry(text=f"long reply {n:03}. " + " ".join(words), conversation=conversation))
+            markers += [f"long reply {n:03}.", *words]
+        else:
+            entries.append(ResponseEntry(text=f"plain reply {n:03}.", conversation=conversation))
+            markers.append(f"plain reply {n:03}.")
+    faults: Faults = adapter.fake.faults  # type: ignore[attr-defined]
+    faults.add(*(refusal(0, marker) for marker in refused))
+
+    async def feed() -> None:
+        journal = FileJournal(adapter.journal, durability="never")
+        try:
+            for entry in entries:
+                await journal.append(entry)
+                await asyncio.sleep(rng.uniform(0, 0.04))
+        finally:
+            await journal.aclose()
+
+    def exited_by_itself() -> bool:
+        process = adapter.process  # type: ignore[attr-defined]
+        return process is not None and process.returncode not in (None, -signal.SIGKILL)
+
+    await adapter.start()
+    feeder = asyncio.create_task(feed())
+    kills = 0
+    try:
+        while not feeder.done() or kills < 8:
+            for _ in range(rng.randrange(1, 4)):
+                faults.add(_random_fault(rng, route, kind == "slack"))
+            await asyncio.sleep(rng.uniform(0.2, 0.8))
+            assert not exited_by_itself(), "the adapter exited on a bad answer"
+            await adapter.kill()
+            kills += 1
+            await adapter.start()
+        await feeder
+        await _until("the last message", lambda: _restarted_until(adapter, markers[-1]), timeout=180)
+        await _until("every marker", lambda: _all_shown(adapter, markers), timeout=120)
+        await _until("every refusal's notice", lambda: _notices_shown(adapter, len(refused)), timeout=120)
+        assert not exited_by_itself(), "the adapter exited on a bad answer"
+    finally:
+        await _close(adapter)
+    shown = await adapter.messages()
+    screen = "\n".join(message.text for message in shown)
+    counts = {marker: screen.count(marker) for marker in markers}
+    duplicated = {marker: count for marker, count in counts.items() if count > 1}
+    missing = [marker for marker, count in counts.items() if count == 0]
+    assert not duplicated and not missing, (kills, duplicated, missing)
+    notices = [m for m in shown if "refused to show a message here" in m.text]
+    assert len(notices) == len(refused) and not [m for m in refused if m in screen], (len(notices), refused)
+    hits = sum(f.hits for f in faults.active if f.text == "")
+    assert kills >= 8 and hits >= 20, (kills, hits)
+
+
+async def _notices_shown(adapter: AdapterUnderTest, count: int) -> bool:
+    if not adapter.alive():
+        await adapter.start()
+    return sum("refused to show a message here" in m.text for m in await adapter.messages()) >= count
+
+
+async def _all_shown(adapter: AdapterUnderTest, markers: list[str]) -> bool:
+    if not adapter.alive():
+        await adapter.start()
+    screen = "\n".join(message.text for message in await adapter.messages())
+    return all(marker in screen for marker in markers)

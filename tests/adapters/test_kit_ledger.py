@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 
 from coven_codex.adapters.kit import ledger as ledger_module
-from coven_codex.adapters.kit.ledger import Delivery, DeliveryLedger, LedgerError, delivery_key, ledger_path
+from coven_codex.adapters.kit.ledger import (
+    Delivery,
+    DeliveryLedger,
+    LedgerError,
+    content_digest,
+    delivery_key,
+    ledger_path,
+)
 
 
 async def test_intents_and_results_survive_a_reopen(tmp_path: Path) -> None:
@@ -21,7 +28,9 @@ async def test_intents_and_results_survive_a_reopen(tmp_path: Path) -> None:
     with path.open("ab") as handle:
         handle.write(b'{"key": "k3", "mess')  # a crash in the middle of a write
     again = DeliveryLedger.open(path)
-    assert again.get("k1") == Delivery("m1") and again.get("k2") == Delivery(None) and again.get("k3") is None
+    intent = again.get("k2")
+    assert again.get("k1") == Delivery("m1") and again.get("k3") is None
+    assert intent is not None and intent.message_id is None and intent.at is not None
     await again.done("k2", "m2")
     again.close()
     assert DeliveryLedger.open(path).get("k2") == Delivery("m2")
@@ -50,3 +59,20 @@ def test_an_unwritable_folder_says_what_to_do(tmp_path: Path) -> None:
     blocker.write_text("")
     with pytest.raises(LedgerError, match=r"cannot open the delivery ledger .* writable"):
         DeliveryLedger.open(blocker / "sub" / "l.jsonl")
+
+
+async def test_an_intent_keeps_its_time_and_text_digest_across_a_reopen_and_a_compaction(tmp_path: Path) -> None:
+    path = tmp_path / "l.jsonl"
+    ledger = DeliveryLedger.open(path)
+    await ledger.intend("k1", content_digest("the reply"))
+    await ledger.intend("k2")
+    await ledger.done("k2", "m2")
+    ledger.close()
+    with path.open("ab") as torn:
+        torn.write(b'{"key": "k3"')  # a torn last line: the ledger is rewritten on open
+    again = DeliveryLedger.open(path)
+    again.close()
+    intent = DeliveryLedger.open(path).get("k1")
+    assert intent is not None and intent.message_id is None
+    assert intent.digest == content_digest("the reply") and intent.at is not None
+    assert DeliveryLedger.open(path).taken("m2") and not DeliveryLedger.open(path).taken("m1")

@@ -84,7 +84,7 @@ async def test_a_long_streamed_reply_keeps_the_limit_while_streaming(tmp_path: P
     assert all(screen.count(word) == 1 for word in words)
 
 
-async def test_a_message_the_platform_refuses_is_skipped_and_said(tmp_path: Path) -> None:
+async def test_a_message_the_platform_refuses_is_replaced_by_one_notice_and_the_next_goes_on(tmp_path: Path) -> None:
     adapter = FakeAdapter(tmp_path)
     await adapter.start()
     journal = FileJournal(adapter.journal, durability="never")
@@ -93,11 +93,18 @@ async def test_a_message_the_platform_refuses_is_skipped_and_said(tmp_path: Path
         await journal.append(ResponseEntry(text="a FORBIDDEN reply", conversation=conversation))
         await journal.append(ResponseEntry(text="the next reply", conversation=conversation))
         await _wait_shown(adapter, "the next reply")
+        await adapter.stop()
+        await adapter.start()  # a restart shows neither the refused reply nor its notice again
+        await journal.append(ResponseEntry(text="after the restart", conversation=conversation))
+        await _wait_shown(adapter, "after the restart")
     finally:
         await journal.aclose()
         await adapter.stop()
-    log = adapter.stderr.read_text()
-    assert log.count("refused to show entry") == 1 and "forbidden word" in log
+    texts = [m.text for m in await adapter.messages()]
+    notices = [text for text in texts if "refused to show a message here" in text]
+    assert len(notices) == 1 and "forbidden word" in notices[0]
+    assert texts.index(notices[0]) < texts.index(next(t for t in texts if "the next reply" in t))
+    assert not [text for text in texts if "FORBIDDEN" in text]
 
 
 async def test_a_message_the_platform_delivers_twice_becomes_one_thought(tmp_path: Path) -> None:

@@ -15,12 +15,23 @@ def test_deltas_grow_one_stream_that_the_response_completes() -> None:
     assert streams.delta("c", "m1", "e3", 30, " more") is None  # that item is done
 
 
-def test_late_deltas_of_a_reply_already_shown_are_ignored() -> None:
+def test_late_deltas_of_a_reply_already_shown_are_held_back_then_dropped() -> None:
     streams = Streams()
     assert streams.response("c", "Hello there") is None
-    assert streams.delta("c", "m1", "e1", 10, "Hello") is None
-    assert streams.delta("c", "m1", "e2", 20, " there") is None
-    assert streams.hold() is None
+    stream = streams.delta("c", "m1", "e1", 10, "Hello")
+    assert stream is not None and streams.echo(stream) == "maybe"  # not shown yet
+    assert streams.delta("c", "m1", "e2", 20, " there") is stream
+    assert streams.echo(stream) == "whole"
+    assert streams.hold() is None and streams.delta("c", "m1", "e3", 30, "!") is None
+
+
+def test_a_reply_that_starts_like_an_earlier_one_is_shown_once_it_differs() -> None:
+    streams = Streams()
+    streams.response("c", "streamed reply 095. xxx")
+    stream = streams.delta("c", "m2", "e1", 10, "streame")
+    assert stream is not None and streams.echo(stream) == "maybe"
+    streams.delta("c", "m2", "e2", 20, "d reply 102.")
+    assert streams.echo(stream) == "no" and streams.hold() == 10
 
 
 def test_a_response_completes_the_stream_it_starts_with_else_the_oldest() -> None:

@@ -29,13 +29,16 @@ import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
+import aiohttp
 import discord
 import discord.http
 from discord import app_commands
 
 from coven_codex.adapters.discord.rest import MESSAGE_LIMIT
 from coven_codex.adapters.kit.access import AccessPolicy
+from coven_codex.adapters.kit.downloads import Downloader, DownloadRefused
 from coven_codex.adapters.kit.platform import Address, ButtonPress, Incoming, IncomingMessage, User
 from coven_codex.adapters.kit.render import clip
 from coven_codex.adapters.web.uploads import MAX_IMAGE_BYTES, ImageStore, UploadError
@@ -51,6 +54,10 @@ THREAD_EXISTS = 160004
 """Discord's error code for "a thread has already been created for this message"."""
 THREAD_ARCHIVE_MINUTES: Literal[1440] = 1440
 """A request's thread is archived after a day without messages (it reopens when someone writes)."""
+CDN_HOSTS = frozenset({"cdn.discordapp.com", "media.discordapp.net"})
+"""Discord's own hosts for attachments (besides the REST API's host): nothing is fetched elsewhere."""
+NETWORK_ERRORS = (discord.HTTPException, aiohttp.ClientError, TimeoutError)
+"""What a Discord call the gateway makes itself may raise: answered by a log line, never by a crash."""
 
 
 def intents() -> discord.Intents:
@@ -161,6 +168,8 @@ class DiscordGateway(discord.Client):
         self.access = access
         """Who may start a thread (the runner's policy; a stranger's refusal goes to the channel)."""
         self.images = images
+        api_host = urlsplit(discord.http.Route.BASE).hostname or ""
+        self.downloads = Downloader(CDN_HOSTS | {api_host}, MAX_IMAGE_BYTES)
         self.tree: app_commands.CommandTree[DiscordGateway] = app_commands.CommandTree(self)
         for command in SLASH_COMMANDS:
             self.tree.add_command(command)
@@ -200,7 +209,7 @@ class DiscordGateway(discord.Client):
         """
         try:
             deferred = await interaction.response.defer(thinking=True)
-        except discord.HTTPException as exc:  # too late (3 s) or gone: still handled, answers go to the channel
+        except NETWORK_ERRORS as exc:  # too late (3 s) or gone: still handled, answers go to the channel
             log.warning("discord: a slash command could not be acknowledged: %s", clip(str(exc), 200))
             deferred = None
         address, user = _address(interaction.channel, interaction.guild), _user(interaction.user)
@@ -240,8 +249,9 @@ class DiscordGateway(discord.Client):
             thread = await self.http.start_thread_with_message(
                 address.channel, message_id, name=name, auto_archive_duration=THREAD_ARCHIVE_MINUTES
             )
-        except discord.HTTPException as exc:
-            if exc.code == THREAD_EXISTS:  # delivered again: Discord gives a message's thread the message's id
+        except NETWORK_ERRORS as exc:
+            # Delivered again: Discord gives a message's thread the message's id.
+            if isinstance(exc, discord.HTTPException) and exc.code == THREAD_EXISTS:
                 return Address(channel=address.channel, workspace=address.workspace, thread=message_id)
             if address.channel not in self._thread_refused:
                 self._thread_refused.add(address.channel)
@@ -275,8 +285,10 @@ class DiscordGateway(discord.Client):
     async def _images(self, files: Sequence[discord.Attachment], address: Address) -> tuple[Attachment, ...]:
         """The image ``files`` (a message's or a slash command's), downloaded into the attachments folder.
 
-        Files that are not PNG, JPEG, GIF or WebP, or larger than the web page's limit, are left
-        out, and the user is told which (one notice per message, in the conversation).
+        Only from Discord's own hosts, read whole up to the web page's limit and refused past it
+        (the declared size is not trusted). Files that are not PNG, JPEG, GIF or WebP, too large
+        or elsewhere are left out, and the user is told which (one notice per message, in the
+        conversation).
         """
         if self.images is None:
             return ()
@@ -287,12 +299,12 @@ class DiscordGateway(discord.Client):
                 left_out.append(f"{clip(attachment.filename, 64)} (larger than {MAX_IMAGE_BYTES // 2**20} MiB)")
                 continue
             try:
-                data = await attachment.read()
+                data = await self.downloads.fetch(attachment.url)
                 stored.append((await self.images.save(data)).attachment())
             except UploadError as exc:
                 left_out.append(f"{clip(attachment.filename, 64)} ({clip(str(exc), 120)})")
-            except discord.HTTPException as exc:
-                left_out.append(f"{clip(attachment.filename, 64)} (could not be downloaded: {clip(str(exc), 120)})")
+            except DownloadRefused as exc:
+                left_out.append(f"{clip(attachment.filename, 64)} (not downloaded: {clip(str(exc), 120)})")
         if left_out:
             await self._notice(
                 address, "left out, only PNG, JPEG, GIF and WebP images go to Codex: " + "; ".join(left_out)
@@ -307,7 +319,7 @@ class DiscordGateway(discord.Client):
         try:
             with params:
                 await self.http.send_message(address.thread or address.channel, params=params)
-        except discord.HTTPException as exc:
+        except NETWORK_ERRORS as exc:
             log.warning("discord: a notice could not be posted: %s", clip(str(exc), 200))
 
     async def on_interaction(self, interaction: discord.Interaction) -> None:
@@ -315,7 +327,10 @@ class DiscordGateway(discord.Client):
         if interaction.type is not discord.InteractionType.component or interaction.data is None:
             return
         action = str(interaction.data.get("custom_id", ""))
-        await interaction.response.defer()
+        try:
+            await interaction.response.defer()
+        except NETWORK_ERRORS as exc:  # the press is still handled; Discord shows "interaction failed"
+            log.warning("discord: a button press could not be acknowledged: %s", clip(str(exc), 200))
         message_id = "" if interaction.message is None else str(interaction.message.id)
         press = ButtonPress(
             _address(interaction.channel, interaction.guild), _user(interaction.user), action, message_id
@@ -352,12 +367,13 @@ class DiscordGateway(discord.Client):
         """Replace the "thinking" of a slash command the runner said nothing about."""
         try:
             await answer.say(answer.fallback)
-        except discord.HTTPException as exc:
+        except NETWORK_ERRORS as exc:
             log.warning("discord: a slash command's response could not be shown: %s", clip(str(exc), 200))
 
     async def close(self) -> None:
         """Close the connection; :meth:`events` then ends."""
         try:
             await super().close()
+            await self.downloads.aclose()
         finally:
             self._closed.set()

@@ -14,6 +14,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
+import aiohttp
 import discord
 
 from coven_codex.adapters.discord.gateway import DiscordGateway
@@ -70,7 +71,7 @@ class DiscordPlatform:
         if answer is not None:
             try:
                 return await answer.say(message.text)
-            except discord.HTTPException as exc:
+            except (discord.HTTPException, aiohttp.ClientError, TimeoutError) as exc:
                 log.info("discord: a slash command's response went to the channel instead: %s", clip(str(exc), 200))
         return await self.rest.post(address, message, key)
 
@@ -89,6 +90,10 @@ class DiscordPlatform:
     async def find(self, address: Address, key: str) -> str | None:
         """A recent message posted with ``key``'s nonce."""
         return await self.rest.find(address, key)
+
+    async def find_by_content(self, address: Address, since: float, digest: str) -> list[str]:
+        """The bot's later messages with that text (past the nonce's window)."""
+        return await self.rest.find_by_content(address, since, digest)
 
     def incoming(self) -> AsyncIterator[Incoming]:
         """The Gateway's events for the bot."""

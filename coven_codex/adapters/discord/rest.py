@@ -10,7 +10,10 @@ anything older.
 A 429 is either waited out by discord.py itself (short waits) or, when the wait is longer than
 ``max_wait`` (discord.py's floor is 30 s), raised as the kit's
 :class:`~coven_codex.adapters.kit.platform.RateLimited`, so the runner waits and tries again:
-nothing is dropped.
+nothing is dropped. Every other answer is mapped onto the kit's classification
+(:func:`classify`): a 5xx past discord.py's own retries and any network failure are
+:class:`~coven_codex.adapters.kit.platform.Unavailable`; 401 is fatal; 403 and an unknown channel
+refuse the channel; 400 (Invalid Form Body …) and an unknown message refuse that message.
 """
 
 from __future__ import annotations
@@ -19,13 +22,24 @@ import asyncio
 import hashlib
 from typing import Any
 
+import aiohttp
 import discord
 import discord.gateway
 import discord.http
 import yarl
 
 from coven_codex.adapters.kit.config import Secret
-from coven_codex.adapters.kit.platform import Address, Outgoing, PlatformError, RateLimited
+from coven_codex.adapters.kit.ledger import content_digest
+from coven_codex.adapters.kit.platform import (
+    Address,
+    Outgoing,
+    PlatformError,
+    RateLimited,
+    Refusal,
+    Unavailable,
+    classify_http,
+)
+from coven_codex.adapters.kit.render import clip
 
 MESSAGE_LIMIT = 2000
 """Discord's most characters in one message's ``content``."""
@@ -33,6 +47,31 @@ NONCE_LENGTH = 25
 """Discord accepts a nonce of at most 25 characters."""
 FIND_WINDOW = 50
 """How many of a channel's most recent messages :meth:`DiscordRest.find` searches for a nonce."""
+DISCORD_EPOCH_MS = 1420070400000
+"""Discord's snowflakes count milliseconds from here (2015-01-01)."""
+CLOCK_SKEW_MS = 10_000
+"""How far this machine's clock may be ahead of Discord's, in milliseconds, when bounding a search by time."""
+CONTENT_WINDOW = 100
+"""How many of the bot's later messages :meth:`DiscordRest.find_by_content` reads (Discord's most per request)."""
+
+
+UNKNOWN_CHANNEL = 10003
+UNKNOWN_MESSAGE = 10008
+MISSING_ACCESS = 50001
+MISSING_PERMISSIONS = 50013
+CHANNEL_HINT = "; give the bot View Channel, Send Messages and Read Message History there (see docs/adapters.md)"
+
+
+def classify(exc: discord.HTTPException) -> Exception:
+    """The kit's exception for a refusal or failure discord.py raised (its HTTP status and Discord's code)."""
+    detail = f"Discord answered {exc.status} ({exc.code}): {clip(exc.text or 'no text', 200)}"
+    if isinstance(exc, discord.DiscordServerError) or exc.status >= 500:
+        return Unavailable(detail)
+    if exc.code == UNKNOWN_MESSAGE:
+        return PlatformError(detail, Refusal.ENTRY)  # an edit of a message someone deleted
+    if exc.code in (UNKNOWN_CHANNEL, MISSING_ACCESS, MISSING_PERMISSIONS) or exc.status == 403:
+        return PlatformError(detail + CHANNEL_HINT, Refusal.CHANNEL)
+    return classify_http(exc.status, detail)
 
 
 def nonce_for(key: str) -> str:
@@ -80,6 +119,7 @@ class DiscordRest:
         self._token = token
         self._max_wait = max_wait
         self._http: discord.http.HTTPClient | None = None
+        self._me = ""
 
     async def start(self) -> str:
         """Log in with the bot token; return the bot's user id.
@@ -96,7 +136,8 @@ class DiscordRest:
                 "(Developer Portal > your application > Bot > Reset Token)"
             ) from exc
         self._http = http
-        return str(me["id"])
+        self._me = str(me["id"])
+        return self._me
 
     async def close(self) -> None:
         """Close the HTTP session."""
@@ -115,13 +156,10 @@ class DiscordRest:
             return await coro
         except discord.RateLimited as exc:
             raise RateLimited(exc.retry_after) from exc
-        except discord.Forbidden as exc:
-            raise PlatformError(
-                "Discord refused the bot access to this channel: give it View Channel, Send "
-                "Messages and Read Message History there (see docs/adapters.md)"
-            ) from exc
-        except discord.NotFound as exc:
-            raise PlatformError("the Discord channel or message no longer exists") from exc
+        except discord.HTTPException as exc:
+            raise classify(exc) from exc
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise Unavailable(f"Discord could not be reached ({type(exc).__name__})") from exc
 
     async def post(self, address: Address, message: Outgoing, key: str | None) -> str:
         """Post ``message``; with a ``key``, exactly once through ``nonce`` + ``enforce_nonce``."""
@@ -162,3 +200,19 @@ class DiscordRest:
             if str(data.get("nonce", "")) == nonce:
                 return str(data["id"])
         return None
+
+    async def find_by_content(self, address: Address, since: float, digest: str) -> list[str]:
+        """The bot's messages created after ``since`` (a snowflake bound) whose content has ``digest``, oldest first.
+
+        How a post is found once Discord no longer returns its nonce (a restart minutes after a
+        crash during the post).
+        """
+        bound = max(0, int(since * 1000) - DISCORD_EPOCH_MS - CLOCK_SKEW_MS) << 22
+        messages = await self._call(self._client().logs_from(_channel(address), CONTENT_WINDOW, after=bound))
+        mine = [
+            data
+            for data in messages
+            if str((data.get("author") or {}).get("id", "")) == self._me
+            and content_digest(str(data.get("content") or "")) == digest
+        ]
+        return [str(data["id"]) for data in sorted(mine, key=lambda data: int(data["id"]))]

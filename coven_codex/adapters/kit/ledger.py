@@ -34,6 +34,7 @@ import hashlib
 import json
 import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -55,6 +56,11 @@ def delivery_key(entry_id: str, part: int | str) -> str:
     return hashlib.sha256(f"{entry_id}\x00{part}".encode()).hexdigest()[:32]
 
 
+def content_digest(text: str) -> str:
+    """A digest of a message's text, kept with its intent: how a platform without an id for the key finds it."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
 def ledger_path(journal_path: Path, name: str) -> Path:
     """Where the adapter ``name`` on the file journal ``journal_path`` keeps its ledger."""
     return journal_path.with_name(journal_path.name + ".adapters") / f"{quote(name, safe='')}.ledger.jsonl"
@@ -62,9 +68,16 @@ def ledger_path(journal_path: Path, name: str) -> Path:
 
 @dataclass(frozen=True, slots=True)
 class Delivery:
-    """What the ledger knows about a key: posted (``message_id``) or only intended (None)."""
+    """What the ledger knows about a key: posted (``message_id``) or only intended (None).
+
+    An intent also says when it was written (``at``, Unix time) and a digest of the text about to
+    be posted (:func:`content_digest`), for platforms that find a message by them
+    (:class:`~coven_codex.adapters.kit.platform.FindsByContent`).
+    """
 
     message_id: str | None
+    at: float | None = None
+    digest: str = ""
 
 
 class DeliveryLedger:
@@ -73,6 +86,7 @@ class DeliveryLedger:
     def __init__(self, path: Path | None, records: dict[str, Delivery], fd: int) -> None:
         self.path = path
         self._records = records
+        self._ids = {d.message_id for d in records.values() if d.message_id}
         self._fd = fd
         self._lock = asyncio.Lock()
 
@@ -89,9 +103,14 @@ class DeliveryLedger:
             for line in raw.split(b"\n"):
                 record = _decode(line)
                 if record is not None:
-                    key, message_id = record
-                    earlier = records.pop(key, None)
-                    records[key] = Delivery(message_id or (earlier.message_id if earlier else None))
+                    key, found = record
+                    earlier = records.pop(key, None) or Delivery(None)
+                    message_id = found.message_id or earlier.message_id
+                    records[key] = (
+                        Delivery(message_id)
+                        if message_id
+                        else Delivery(None, found.at or earlier.at, found.digest or earlier.digest)
+                    )
             if len(records) > KEEP_KEYS or (raw and not raw.endswith(b"\n")):
                 records = dict(list(records.items())[-KEEP_KEYS:])
                 _rewrite(path, records)
@@ -113,16 +132,23 @@ class DeliveryLedger:
         """What is known about ``key``: None when it was never intended."""
         return self._records.get(key)
 
-    async def intend(self, key: str) -> None:
-        """Record, durably, that the message ``key`` is about to be posted."""
+    def taken(self, message_id: str) -> bool:
+        """Whether ``message_id`` is already recorded as some key's message."""
+        return message_id in self._ids
+
+    async def intend(self, key: str, digest: str = "") -> None:
+        """Record, durably, that the message ``key`` (whose text has ``digest``) is about to be posted."""
         if key not in self._records:
-            self._records[key] = Delivery(None)
-            await self._write({"key": key})
+            at = round(time.time(), 3)
+            self._records[key] = Delivery(None, at, digest)
+            await self._write({"key": key, "at": at, "digest": digest} if digest else {"key": key, "at": at})
 
     async def done(self, key: str, message_id: str) -> None:
         """Record, durably, that the message ``key`` was posted as ``message_id``."""
-        if self._records.get(key) != Delivery(message_id):
+        known = self._records.get(key)
+        if known is None or known.message_id != message_id:
             self._records[key] = Delivery(message_id)
+            self._ids.add(message_id)
             await self._write({"key": key, "message": message_id})
 
     def close(self) -> None:
@@ -131,7 +157,7 @@ class DeliveryLedger:
             os.close(self._fd)
             self._fd = -1
 
-    async def _write(self, record: dict[str, str]) -> None:
+    async def _write(self, record: dict[str, str | float]) -> None:
         if self._fd < 0:
             return
         line = json.dumps(record, separators=(",", ":")).encode() + b"\n"
@@ -150,7 +176,7 @@ def _append(fd: int, line: bytes) -> None:
     os.fsync(fd)
 
 
-def _decode(line: bytes) -> tuple[str, str | None] | None:
+def _decode(line: bytes) -> tuple[str, Delivery] | None:
     if not line.strip():
         return None
     try:
@@ -159,14 +185,24 @@ def _decode(line: bytes) -> tuple[str, str | None] | None:
         return None
     if not isinstance(value, dict) or not isinstance(value.get("key"), str):
         return None
-    message = value.get("message")
-    return value["key"], message if isinstance(message, str) else None
+    message, at, digest = value.get("message"), value.get("at"), value.get("digest")
+    return value["key"], Delivery(
+        message if isinstance(message, str) else None,
+        float(at) if isinstance(at, int | float) else None,
+        digest if isinstance(digest, str) else "",
+    )
 
 
 def _rewrite(path: Path, records: dict[str, Delivery]) -> None:
     temporary = path.with_name(path.name + ".tmp")
     lines = [
-        json.dumps({"key": key} | ({"message": d.message_id} if d.message_id else {}), separators=(",", ":"))
+        json.dumps(
+            {"key": key}
+            | ({"message": d.message_id} if d.message_id else {})
+            | ({"at": d.at} if d.at is not None and not d.message_id else {})
+            | ({"digest": d.digest} if d.digest and not d.message_id else {}),
+            separators=(",", ":"),
+        )
         for key, d in records.items()
     ]
     data = "".join(line + "\n" for line in lines).encode()

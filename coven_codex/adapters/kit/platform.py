@@ -2,23 +2,55 @@
 
 A platform is the chat service's side: it posts, edits and deletes messages, shows a typing
 indicator, answers "did you already post the message with this key?" (:meth:`Platform.find`) and
-yields what users do (:class:`IncomingMessage`, :class:`ButtonPress`). Every method that talks
-to the service may raise :class:`RateLimited`; the runner waits the given time and tries again
-(it never drops the message).
+yields what users do (:class:`IncomingMessage`, :class:`ButtonPress`).
+
+**What a platform answered, in one classification** (each adapter maps its library's errors onto
+it; :func:`classify_http` does it for an HTTP status):
+
+- :class:`Unavailable`: a 5xx, a network failure, a timeout. Whether the call took effect is
+  unknown; the runner looks a post up (:meth:`Platform.find`) and tries again with backoff, for
+  ever: nothing is skipped;
+- :class:`RateLimited`: wait ``retry_after`` seconds; only that conversation waits;
+- :class:`PlatformError` with :attr:`Refusal.ENTRY`: this message is refused (400, too long,
+  malformed): the runner tries the fallback (plain text, then smaller parts), then shows one
+  notice in the conversation and moves on;
+- :attr:`Refusal.CHANNEL`: the bot may not post there (403, archived, not in the channel): a
+  notice where one can be posted, else a log line; the adapter lives on;
+- :attr:`Refusal.FATAL`: the bot's token is refused or revoked: the adapter stops with the message.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
 from coven_codex.adapters.kit.render import Dialect
 from coven_codex.entries import Attachment
 
 
+class Refusal(StrEnum):
+    """What a platform's refusal covers: this message, the whole channel, or the adapter itself."""
+
+    ENTRY = "entry"
+    """This message (400, too long, malformed): fall back, then one notice, then move on."""
+    CHANNEL = "channel"
+    """Every message at this address (403, archived, not in the channel): a notice if possible, else a log line."""
+    FATAL = "fatal"
+    """The adapter cannot work at all (token revoked): it stops with the message."""
+
+
 class PlatformError(Exception):
-    """The platform refused an operation for good; the message says what and what to do."""
+    """The platform refused an operation for good; the message says what and what to do.
+
+    ``refusal`` says what the refusal covers (:class:`Refusal`); a plain ``PlatformError`` is a
+    refusal of this message only.
+    """
+
+    def __init__(self, message: str, refusal: Refusal = Refusal.ENTRY) -> None:
+        super().__init__(message)
+        self.refusal = refusal
 
 
 class RateLimited(Exception):
@@ -27,6 +59,30 @@ class RateLimited(Exception):
     def __init__(self, retry_after: float) -> None:
         super().__init__(f"rate limited: retry after {retry_after:g} s")
         self.retry_after = max(0.0, retry_after)
+
+
+class Unavailable(Exception):
+    """The platform could not be reached or failed (5xx, network, timeout): try again; nothing is lost.
+
+    Whether the call took effect is unknown: a post is looked up before it is made again.
+    """
+
+
+def classify_http(status: int, detail: str, retry_after: float | None = None) -> Exception:
+    """The kit's exception for an HTTP ``status`` a platform answered (``detail`` says what it said).
+
+    429 → :class:`RateLimited`; 5xx (and 408) → :class:`Unavailable`; 401 → fatal; 403 and 404 →
+    the channel; any other 4xx → this entry.
+    """
+    if status == 429:
+        return RateLimited(1.0 if retry_after is None else retry_after)
+    if status >= 500 or status == 408 or status < 400:
+        return Unavailable(f"HTTP {status}: {detail}")
+    if status == 401:
+        return PlatformError(f"the platform refused the bot's token (HTTP 401: {detail})", Refusal.FATAL)
+    if status in (403, 404):
+        return PlatformError(detail, Refusal.CHANNEL)
+    return PlatformError(detail, Refusal.ENTRY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +180,11 @@ class Capabilities:
 
 @runtime_checkable
 class Platform(Protocol):
-    """A chat service as the kit sees it. Every call may raise :class:`RateLimited`."""
+    """A chat service as the kit sees it.
+
+    Every call may raise :class:`RateLimited`, :class:`Unavailable` or :class:`PlatformError`
+    (see the module docstring); any other exception is a bug of the adapter.
+    """
 
     name: str
     """Short, stable, used in conversation names and cursor names (``web``, ``slack``)."""
@@ -161,4 +221,19 @@ class Platform(Protocol):
 
     def incoming(self) -> AsyncIterator[Incoming]:
         """What users do, as it happens; ends when the platform closes."""
+        ...
+
+
+@runtime_checkable
+class FindsByContent(Protocol):
+    """A platform whose :meth:`Platform.find` answers only for a while (Discord's nonce: minutes).
+
+    After :meth:`Platform.find` found nothing, the runner asks this for an intent-only key: the ids
+    of the bot's own messages at ``address`` created after ``since`` (Unix time, the intent's)
+    whose text has ``digest`` (:func:`~coven_codex.adapters.kit.ledger.content_digest`), oldest
+    first; the first one no other key owns is taken as the message.
+    """
+
+    async def find_by_content(self, address: Address, since: float, digest: str) -> list[str]:
+        """See the class docstring."""
         ...

@@ -1,48 +1,63 @@
 """The adapter loop: tail the journal for the adapter's conversations and drive a :class:`Platform`.
 
-:class:`AdapterRunner` runs three tasks under one task group:
+:class:`AdapterRunner` runs, under one task group:
 
-- **egress** follows the journal from the adapter's saved cursor (``adapter <name>``), renders
-  every entry of its conversations (:mod:`~coven_codex.adapters.kit.render`), splits it at the
-  dialect's limit and posts it through the :mod:`~coven_codex.adapters.kit.ledger` (exactly once);
-  ``delta`` entries grow one streamed message per reply (:mod:`~coven_codex.adapters.kit.streaming`)
-  that the final ``response`` replaces; ``turn_started``/turn ends switch the typing indicator.
-  The cursor is saved after each entry, but never past the first delta of a stream still open;
-- **flusher** edits streamed messages when they have new text, at most once per
-  ``capabilities.edit_interval`` each;
+- **the reader** follows the journal from the adapter's saved cursor (``adapter <name>``) and
+  hands every entry of its conversations to that conversation's **lane**;
+- **a lane per conversation** renders its entries (:mod:`~coven_codex.adapters.kit.render`),
+  splits them at the dialect's limit and posts them through the
+  :mod:`~coven_codex.adapters.kit.ledger` (exactly once), in order; ``delta`` entries grow one
+  streamed message per reply (:mod:`~coven_codex.adapters.kit.streaming`), edited at most once
+  per ``capabilities.edit_interval``, that the final ``response`` replaces;
+  ``turn_started``/turn ends switch the typing indicator. Lanes are independent: a rate limit
+  or an outage one conversation waits out never holds another;
+- **the saver** saves the cursor: never past an entry some lane has not delivered yet, nor past
+  the first delta of a stream still open;
 - **ingress** takes what users do (:meth:`Platform.incoming`), checks access, runs commands and
   appends ``thought`` entries. When the platform's incoming stream ends, the runner stops.
 
-Every platform call that raises :class:`RateLimited` is retried after the time it asks for (at
-most :data:`MAX_RETRY_AFTER` per wait); nothing is dropped, and the wait is logged once.
+What a platform answers is classified once (:mod:`~coven_codex.adapters.kit.platform`):
+:class:`RateLimited` is waited out (at most :data:`MAX_RETRY_AFTER` per wait) by its lane only;
+:class:`Unavailable` is retried with backoff (:data:`BACKOFF`), a post looked up first; a
+refusal of one message falls back to plain text, then to smaller parts, then shows one notice;
+a refusal of the channel is a notice where one can be posted, else a log line; a fatal refusal
+stops the runner with its message. Nothing a platform answers ends the runner otherwise.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Literal, ParamSpec, TypeVar
 
 from coven_codex.adapters.kit.access import AccessPolicy
 from coven_codex.adapters.kit.commands import HELP, Command, ConversationState, parse_command
-from coven_codex.adapters.kit.ledger import DeliveryLedger, delivery_key
+from coven_codex.adapters.kit.ledger import DeliveryLedger, content_digest, delivery_key
 from coven_codex.adapters.kit.mapping import ConversationMap
 from coven_codex.adapters.kit.platform import (
     Address,
     Button,
     ButtonPress,
+    FindsByContent,
     Incoming,
     IncomingMessage,
     Outgoing,
     Platform,
     PlatformError,
     RateLimited,
+    Refusal,
+    Unavailable,
     User,
 )
 from coven_codex.adapters.kit.render import Block, RenderOptions, clip, format_block, render_entry
+from coven_codex.adapters.kit.split import split_message
 from coven_codex.adapters.kit.streaming import Stream, Streams
 from coven_codex.entries import (
     ApprovalEntry,
@@ -62,6 +77,12 @@ log = logging.getLogger(__name__)
 
 MAX_RETRY_AFTER = 300.0
 """The longest single wait for a platform's rate limit; longer requests wait this long, then retry."""
+BACKOFF = (0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0)
+"""Waits between tries of a call the platform failed (:class:`Unavailable`); the last repeats for ever."""
+MAX_AHEAD = 1000
+"""Entries read from the journal but not yet delivered, at most (the reader waits beyond)."""
+SMALL_PART = 500
+"""The size of the smaller parts a refused message is tried in (the last fallback before a notice)."""
 TURN_ENDS = frozenset({"turn_completed", "turn_aborted", "turn_failed"})
 SESSION_RESET = "session_reset"
 """The daemon's answer to a ``reset``: the thread it names has ended."""
@@ -73,6 +94,12 @@ CANCEL_BUTTONS = (Button("Cancel", "cancel"),)
 
 T = TypeVar("T")
 P = ParamSpec("P")
+
+
+def _only_entry(refused: PlatformError) -> None:
+    """Let a refusal of this message be handled where it was caught; any wider one propagates."""
+    if refused.refusal is not Refusal.ENTRY:
+        raise refused
 
 
 def cursor_name(name: str) -> str:
@@ -92,6 +119,46 @@ class RunnerOptions:
     """Save a cursor and resume from it after a restart; False starts at ``start`` every run (the console)."""
     history: int = 0
     """On a run without a saved cursor, first show up to this many earlier entries of its conversations."""
+
+
+class LanePhase(StrEnum):
+    """Where a conversation's lane is: nothing to do, delivering, or waiting out the platform."""
+
+    IDLE = "idle"
+    DELIVERING = "delivering"
+    WAITING = "waiting"
+    """A rate limit or an outage: this lane waits; the others go on."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """A journal record for a lane to show; ``seq`` orders the reader's outstanding entries."""
+
+    seq: int
+    record: JournalRecord
+    address: Address
+
+
+@dataclass(frozen=True, slots=True)
+class _Notice:
+    """A notice (not tied to an entry) a lane posts, e.g. a reply the platform did not take at once."""
+
+    address: Address
+    message: Outgoing
+
+
+@dataclass
+class Lane:
+    """One conversation's queue of things to show, worked through in order by its own task."""
+
+    conversation: str
+    items: deque[_Entry | _Notice] = field(default_factory=deque)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    phase: LanePhase = LanePhase.IDLE
+
+
+_LANE: contextvars.ContextVar[Lane | None] = contextvars.ContextVar("lane", default=None)
+"""The lane the running task works for (a wait marks it waiting)."""
 
 
 class AdapterRunner:
@@ -117,10 +184,18 @@ class AdapterRunner:
         self.options = options
         self.states: dict[str, ConversationState] = {}
         self._streams = Streams()
-        self._dirty = asyncio.Event()
-        self._lock = asyncio.Lock()
+        self._lanes: dict[str, Lane] = {}
+        self._group: asyncio.TaskGroup | None = None
+        self._outstanding: dict[int, Position] = {}
+        self._seq = 0
+        self._read_end: Position | None = None
+        self._progress = asyncio.Event()
+        self._room = asyncio.Event()
         self._saved: Position | None = None
         self._waiting = False
+        self._unavailable = False
+        self._refused_channels: set[str] = set()
+        self._lane_tasks: list[asyncio.Task[None]] = []
         self.ready = asyncio.Event()
         """Set once the runner follows the journal (history, if any, shown)."""
 
@@ -128,20 +203,39 @@ class AdapterRunner:
         """Follow the journal and the platform until the platform's incoming stream ends."""
         described = self.access.describe()
         log.log(logging.WARNING if self.access.allows_nobody else logging.INFO, "adapter %s: %s", self.name, described)
-        async with asyncio.TaskGroup() as group:
-            egress = group.create_task(self._egress())
-            flusher = group.create_task(self._flusher())
-            try:
-                async for event in self.platform.incoming():
-                    await self.handle(event)
-            finally:
-                egress.cancel()
-                flusher.cancel()
+        try:
+            async with asyncio.TaskGroup() as group:
+                self._group = group
+                egress = group.create_task(self._egress())
+                saver = group.create_task(self._saver())
+                try:
+                    async for event in self.platform.incoming():
+                        await self.handle(event)
+                finally:
+                    self._group = None
+                    egress.cancel()
+                    saver.cancel()
+                    for task in self._lane_tasks:
+                        task.cancel()
+        except* PlatformError as failed:
+            # Only a fatal refusal leaves a lane or ingress (the token revoked): said once, clearly.
+            raise failed.exceptions[0] from None
 
     # ----------------------------------------------------------------- ingress
 
     async def handle(self, event: Incoming) -> None:
-        """Act on one thing a user did: refuse it, run a command, or append a thought."""
+        """Act on one thing a user did: refuse it, run a command, or append a thought.
+
+        Nothing the platform answers while doing so ends the runner, except a fatal refusal.
+        """
+        try:
+            await self._handle(event)
+        except PlatformError as refused:
+            if refused.refusal is Refusal.FATAL:
+                raise
+            self._log_refusal(event.address, refused, "an answer to a user")
+
+    async def _handle(self, event: Incoming) -> None:
         if isinstance(event, ButtonPress):
             command = parse_command(event.action, prefix="")
             text = event.action
@@ -192,9 +286,45 @@ class AdapterRunner:
         return await self.journal.append(entry.model_copy(update={ORIGIN_FIELD: self.name}))
 
     async def reply(self, address: Address, text: str) -> None:
-        """Post a short notice (not tied to a journal entry) at ``address``."""
+        """Post a short notice (not tied to a journal entry) at ``address``.
+
+        Tried once at once (a slash command's answer must come while it is handled); when the
+        platform asks to wait or fails, the notice goes to the conversation's lane, which retries
+        it without holding anything else. A refusal is logged (a channel's, once).
+        """
         for part in format_block(Block("notice", text), self.platform.dialect):
-            await self._call(self.platform.post, address, Outgoing(part, style="notice"), None)
+            message = Outgoing(part, style="notice")
+            try:
+                await self.platform.post(address, message, None)
+            except (RateLimited, Unavailable):
+                self._enqueue(self._conversation_of(address), _Notice(address, message))
+            except PlatformError as refused:
+                if refused.refusal is Refusal.FATAL:
+                    raise
+                self._log_refusal(address, refused, "a notice")
+                return
+
+    def _conversation_of(self, address: Address) -> str:
+        """The lane a notice at ``address`` queues in (a user-independent name is enough to order it)."""
+        return self.mapping.conversation(address, User(id=""))
+
+    def _log_refusal(self, address: Address, refused: PlatformError, what: str) -> None:
+        """Log a refusal: a channel's once per channel (at warning), a message's each time."""
+        if refused.refusal is Refusal.CHANNEL:
+            where = f"{address.workspace}/{address.channel}/{address.thread}"
+            level = logging.DEBUG if where in self._refused_channels else logging.WARNING
+            self._refused_channels.add(where)
+            log.log(
+                level,
+                "adapter %s: %s refuses the bot at %s (%s); %s was not shown. The adapter goes on",
+                self.name,
+                self.platform.name,
+                clip(where, 120),
+                clip(str(refused), 300),
+                what,
+            )
+        else:
+            log.warning("adapter %s: %s refused %s: %s", self.name, self.platform.name, what, clip(str(refused), 300))
 
     def state(self, conversation: str) -> ConversationState:
         """What this runner has seen of ``conversation``."""
@@ -247,31 +377,123 @@ class AdapterRunner:
             if self.options.resume:
                 # Saved at once: an adapter killed before its first entry resumes here, not at a later end.
                 await self.journal.save_cursor(name, start)
-        self._saved = start
+        self._saved = self._read_end = start
         self.ready.set()
         async for item in self.journal.tail(start):
             if isinstance(item, JournalRecord):
                 address = self.mapping.address(item.entry.conversation)
                 if address is not None:
                     self._track(item.entry)
-                    try:
-                        await self._deliver(item, address)
-                    except PlatformError as refused:
-                        log.error(
-                            "adapter %s: %s refused to show entry %s (%s): %s; it is skipped",
-                            self.name,
-                            self.platform.name,
-                            clip(item.entry.id or "", 40),
-                            item.entry.kind,
-                            clip(str(refused), 300),
-                        )
+                    while len(self._outstanding) >= MAX_AHEAD:
+                        self._room.clear()
+                        await self._room.wait()
+                    self._seq += 1
+                    self._outstanding[self._seq] = item.start
+                    self._enqueue(item.entry.conversation, _Entry(self._seq, item, address))
             elif isinstance(item, BadLine):
                 log.debug("adapter %s: skipped bad journal line at %s", self.name, item.start)
+            self._read_end = item.end
+            self._progress.set()
+
+    def _enqueue(self, conversation: str, item: _Entry | _Notice) -> None:
+        """Queue ``item`` in ``conversation``'s lane, starting the lane's task when it has none."""
+        lane = self._lanes.get(conversation)
+        if lane is None:
+            lane = self._lanes[conversation] = Lane(conversation)
+            if self._group is not None:
+                self._lane_tasks.append(self._group.create_task(self._lane(lane)))
+        lane.items.append(item)
+        lane.wake.set()
+
+    async def _saver(self) -> None:
+        """Save the cursor as far as every lane has delivered (and no open stream holds it back)."""
+        name = cursor_name(self.name)
+        while True:
+            await self._progress.wait()
+            self._progress.clear()
+            if self._read_end is None or not self.options.resume:
+                continue
+            position = min(self._outstanding.values()) if self._outstanding else self._read_end
             hold = self._streams.hold()
-            position = item.end if hold is None else min(hold, item.end)
-            if position != self._saved and self.options.resume:
+            if hold is not None:
+                position = min(hold, position)
+            if position != self._saved:
                 await self.journal.save_cursor(name, position)
                 self._saved = position
+
+    async def _lane(self, lane: Lane) -> None:
+        """Work through ``lane``: its entries in order, its streams' edits when due."""
+        interval = self.platform.capabilities.edit_interval
+        _LANE.set(lane)
+        while True:
+            due = self._next_edit(lane.conversation)
+            now = time.monotonic()
+            if due is not None and due.wait(now, interval) == 0:
+                await self._flush(due)
+                continue
+            if lane.items:
+                item = lane.items.popleft()
+                lane.phase = LanePhase.DELIVERING
+                hold = self._streams.hold(lane.conversation)
+                if isinstance(item, _Entry) and hold is not None:
+                    # A stream this entry closes stops holding the cursor only once the entry is delivered.
+                    self._outstanding[item.seq] = min(hold, item.record.start)
+                try:
+                    await self._work(lane, item)
+                finally:
+                    if isinstance(item, _Entry):
+                        self._outstanding.pop(item.seq, None)
+                        self._room.set()
+                        self._progress.set()
+                continue
+            lane.phase = LanePhase.IDLE
+            lane.wake.clear()
+            timeout = None if due is None else due.wait(now, interval)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await lane.wake.wait()
+
+    async def _work(self, lane: Lane, item: _Entry | _Notice) -> None:
+        if isinstance(item, _Notice):
+            try:
+                await self._call(self.platform.post, item.address, item.message, None)
+            except PlatformError as refused:
+                if refused.refusal is Refusal.FATAL:
+                    raise
+                self._log_refusal(item.address, refused, "a notice")
+            return
+        entry = item.record.entry
+        try:
+            await self._deliver(item.record, item.address)
+        except PlatformError as refused:
+            if refused.refusal is Refusal.FATAL:
+                raise
+            self._log_refusal(item.address, refused, f"entry {clip(entry.id or '', 40)} ({entry.kind})")
+
+    def _next_edit(self, conversation: str) -> Stream | None:
+        """The open stream of ``conversation`` whose message has new text and may be edited soonest."""
+        interval = self.platform.capabilities.edit_interval
+        now = time.monotonic()
+        pending = [
+            s
+            for s in self._streams.open
+            if s.conversation == conversation and s.message_id is not None and s.text != s.shown
+        ]
+        return min(pending, key=lambda s: s.wait(now, interval), default=None)
+
+    async def _flush(self, stream: Stream) -> None:
+        """Edit ``stream``'s message to its text so far (a refusal is logged; the final reply follows)."""
+        assert stream.message_id is not None
+        source, message_id = stream.text, stream.message_id
+        message = Outgoing(self._stream_text(source), final=False, buttons=CANCEL_BUTTONS)
+        address = self._address_of(stream)
+        try:
+            await self._call(self.platform.edit, address, message_id, message)
+        except PlatformError as refused:
+            if refused.refusal is Refusal.FATAL:
+                raise
+            self._log_refusal(address, refused, "an edit of a streamed reply")
+        stream.shown, stream.last_edit = source, time.monotonic()
 
     async def show_history(self, end: Position) -> None:
         """Show the last ``options.history`` entries before ``end`` of this adapter's conversations.
@@ -294,7 +516,11 @@ class AdapterRunner:
                 shown.append((block, address))
         for block, address in shown[-self.options.history :]:
             for text in format_block(block, self.platform.dialect):
-                await self._call(self.platform.post, address, Outgoing(text, style=block.style), None)
+                try:
+                    await self._call(self.platform.post, address, Outgoing(text, style=block.style), None)
+                except PlatformError as refused:
+                    _only_entry(refused)
+                    self._log_refusal(address, refused, "an entry of the history")
 
     def _track(self, entry: BaseEntry) -> None:
         state = self.state(entry.conversation)
@@ -329,40 +555,49 @@ class AdapterRunner:
             await self._delta(record, entry, address)
             return
         if isinstance(entry, StatusEntry) and entry.state == "turn_started":
-            await self._call(self.platform.typing, address, True)
+            await self._typing(address, True)
         if getattr(entry, ORIGIN_FIELD, None) == self.name and self.platform.capabilities.echoes_own_messages:
             return  # the platform already shows what its user typed
         if isinstance(entry, ResponseEntry):
-            async with self._lock:
-                stream = self._streams.response(entry.conversation, entry.text)
-                await self._post_entry(entry, address, stream)
+            stream = self._streams.response(entry.conversation, entry.text)
+            await self._post_entry(entry, address, stream)
         else:
             block = render_entry(entry, self.options.render)
             if block is not None:
                 await self._post_block(entry.id, block, address)
         if (isinstance(entry, StatusEntry) and entry.state in TURN_ENDS) or isinstance(entry, ErrorEntry):
-            async with self._lock:
-                for stream in self._streams.end_turn(entry.conversation):
-                    await self._finish_stream(stream, address, stream.text)
-            await self._call(self.platform.typing, address, False)
+            for stream in self._streams.end_turn(entry.conversation):
+                await self._finish_stream(stream, address, stream.text)
+            await self._typing(address, False)
+
+    async def _typing(self, address: Address, active: bool) -> None:
+        """The typing indicator: shown when the platform takes it, never waited for or retried."""
+        try:
+            await self.platform.typing(address, active)
+        except (RateLimited, Unavailable) as failed:
+            log.debug("adapter %s: the typing indicator was not shown: %s", self.name, failed)
+        except PlatformError as refused:
+            if refused.refusal is Refusal.FATAL:
+                raise
+            log.debug("adapter %s: the typing indicator was refused: %s", self.name, refused)
 
     async def _delta(self, record: JournalRecord, entry: DeltaEntry, address: Address) -> None:
         assert entry.id is not None
-        async with self._lock:
-            stream = self._streams.delta(entry.conversation, entry.item_id, entry.id, record.start, entry.text)
-            if stream is None or stream.message_id is not None:
-                self._dirty.set()
-                return
-            if self.ledger.get(delivery_key(stream.key_entry, "end")) is not None:
-                self._streams.close(stream)  # delivered whole before a restart
-                return
-            source = stream.text
-            stream.message_id = await self._post(
-                address,
-                delivery_key(stream.key_entry, 0),
-                Outgoing(self._stream_text(source), final=False, buttons=CANCEL_BUTTONS),
-            )
-            stream.shown, stream.last_edit = source, time.monotonic()
+        stream = self._streams.delta(entry.conversation, entry.item_id, entry.id, record.start, entry.text)
+        if stream is None or stream.message_id is not None:
+            return
+        if self.ledger.get(delivery_key(stream.key_entry, "end")) is not None:
+            self._streams.close(stream)  # delivered whole before a restart
+            return
+        if self.ledger.get(delivery_key(stream.key_entry, 0)) is None and self._streams.echo(stream) != "no":
+            return  # perhaps a late echo of a reply already shown: more text (or its end) decides
+        source = stream.text
+        stream.message_id = await self._post(
+            address,
+            delivery_key(stream.key_entry, 0),
+            Outgoing(self._stream_text(source), final=False, buttons=CANCEL_BUTTONS),
+        )
+        stream.shown, stream.last_edit = source, time.monotonic()
 
     def _stream_text(self, text: str) -> str:
         limit = self.platform.dialect.limit
@@ -371,25 +606,6 @@ class AdapterRunner:
         if limit is None or len(texts) == 1:
             return shown
         return shown[: max(0, limit - 2)] + " …"  # the rest follows in more messages with the final reply
-
-    async def _flusher(self) -> None:
-        interval = self.platform.capabilities.edit_interval
-        while True:
-            await self._dirty.wait()
-            self._dirty.clear()
-            while True:
-                now = time.monotonic()
-                pending = [s for s in self._streams.open if s.message_id is not None and s.text != s.shown]
-                if not pending:
-                    break
-                stream = min(pending, key=lambda s: s.wait(now, interval))
-                await asyncio.sleep(stream.wait(now, interval))
-                async with self._lock:
-                    if stream in self._streams.open and stream.message_id is not None and stream.text != stream.shown:
-                        source, message_id = stream.text, stream.message_id
-                        message = Outgoing(self._stream_text(source), final=False, buttons=CANCEL_BUTTONS)
-                        await self._call(self.platform.edit, self._address_of(stream), message_id, message)
-                        stream.shown, stream.last_edit = source, time.monotonic()
 
     def _address_of(self, stream: Stream) -> Address:
         address = self.mapping.address(stream.conversation)
@@ -414,7 +630,12 @@ class AdapterRunner:
         if wait and text != stream.shown:
             await asyncio.sleep(wait)
         message_id = stream.message_id
-        await self._call(self.platform.edit, address, message_id, Outgoing(texts[0]))
+        try:
+            await self._call(self.platform.edit, address, message_id, Outgoing(texts[0]))
+        except PlatformError as refused:
+            if refused.refusal is not Refusal.ENTRY:
+                raise
+            await self._fall_back(address, delivery_key(stream.key_entry, "final"), Outgoing(texts[0]), refused)
         stream.shown, stream.last_edit = text, time.monotonic()
         parts_of = entry_id or stream.key_entry
         if entry_id is not None:
@@ -434,22 +655,121 @@ class AdapterRunner:
                 Outgoing(text, style=block.style, buttons=buttons if last else ()),
             )
 
-    async def _post(self, address: Address, key: str, message: Outgoing) -> str:
-        """Post ``message`` under ``key`` exactly once (see :mod:`~coven_codex.adapters.kit.ledger`)."""
-        known = self.ledger.get(key)
-        if known is not None and known.message_id is not None:
-            return known.message_id
-        if known is not None and self.platform.capabilities.can_find:
-            found = await self._call(self.platform.find, address, key)
-            if found is not None:
-                await self.ledger.done(key, found)
-                return found
-        await self.ledger.intend(key)
-        message_id = await self._call(self.platform.post, address, message, key)
-        await self.ledger.done(key, message_id)
-        return message_id
+    async def _post(self, address: Address, key: str, message: Outgoing) -> str | None:
+        """Post ``message`` under ``key`` exactly once; its message id, None when it was refused.
+
+        A refused message (:attr:`Refusal.ENTRY`) is tried as plain text, then in smaller parts,
+        then replaced by one notice saying so (:meth:`_fall_back`); other refusals propagate.
+        """
+        try:
+            return await self._post_once(address, key, message)
+        except PlatformError as refused:
+            if refused.refusal is not Refusal.ENTRY:
+                raise
+            return await self._fall_back(address, key, message, refused)
+
+    async def _fall_back(self, address: Address, key: str, message: Outgoing, refused: PlatformError) -> str | None:
+        """The documented fallback for a refused message: plain text, smaller parts, then one notice.
+
+        Each try has a key of its own derived from ``key``, so a restart repeats none of them.
+        """
+        dialect = self.platform.dialect
+        plain = Outgoing(dialect.plain(message.text), style=message.style, buttons=message.buttons, final=message.final)
+        if plain.text != message.text:
+            try:
+                return await self._post_once(address, delivery_key(key, "plain"), plain)
+            except PlatformError as again:
+                _only_entry(again)
+        limit = min(SMALL_PART, dialect.limit or SMALL_PART)
+        parts = [part.text for part in split_message(message.text, limit)]
+        if len(parts) > 1:
+            try:
+                first: str | None = None
+                for index, part in enumerate(parts):
+                    last = index == len(parts) - 1
+                    small = Outgoing(dialect.plain(part), style=message.style, buttons=message.buttons if last else ())
+                    posted = await self._post_once(address, delivery_key(key, f"small {index}"), small)
+                    first = first or posted
+                return first
+            except PlatformError as again:
+                _only_entry(again)
+        log.warning(
+            "adapter %s: %s refused a message, also as plain text and in smaller parts: %s; a notice says so",
+            self.name,
+            self.platform.name,
+            clip(str(refused), 300),
+        )
+        text = f"{self.platform.name} refused to show a message here ({clip(str(refused), 200)}); it is left out"
+        notice = Outgoing(format_block(Block("notice", text), dialect)[0], style="notice")
+        try:
+            await self._post_once(address, delivery_key(key, "refused"), notice)
+        except PlatformError as again:
+            _only_entry(again)
+            log.warning("adapter %s: the notice was refused too: %s", self.name, clip(str(again), 300))
+        return None
+
+    async def _post_once(self, address: Address, key: str, message: Outgoing) -> str:
+        """Post ``message`` under ``key`` exactly once (see :mod:`~coven_codex.adapters.kit.ledger`).
+
+        When the platform fails (:class:`Unavailable`) the post may have landed: it is looked up
+        (:meth:`Platform.find`) before every new try, and tried again with backoff, never skipped.
+        """
+        tries = 0
+        while True:
+            known = self.ledger.get(key)
+            if known is not None and known.message_id is not None:
+                return known.message_id
+            if known is not None and self.platform.capabilities.can_find:
+                found = await self._call(self.platform.find, address, key)
+                if (
+                    found is None
+                    and known.at is not None
+                    and known.digest
+                    and isinstance(self.platform, FindsByContent)
+                ):
+                    # Past the platform's window for ``find`` (Discord's nonce): the bot's own messages
+                    # since the intent with the same text, not already another key's.
+                    candidates = await self._call(self.platform.find_by_content, address, known.at, known.digest)
+                    found = next((c for c in candidates if not self.ledger.taken(c)), None)
+                if found is not None:
+                    await self.ledger.done(key, found)
+                    return found
+            await self.ledger.intend(key, content_digest(message.text))
+            try:
+                message_id = await self._attempt(self.platform.post, address, message, key)
+            except Unavailable as failed:
+                await self._back_off(failed, tries)
+                tries += 1
+                continue
+            await self.ledger.done(key, message_id)
+            return message_id
 
     async def _call(self, operation: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run a platform call until it answers: rate limits waited out, failures retried with backoff."""
+        tries = 0
+        while True:
+            try:
+                return await self._attempt(operation, *args, **kwargs)
+            except Unavailable as failed:
+                await self._back_off(failed, tries)
+                tries += 1
+
+    async def _back_off(self, failed: Unavailable, tries: int) -> None:
+        """Wait before the next try of a call the platform failed (this conversation only)."""
+        wait = BACKOFF[min(tries, len(BACKOFF) - 1)]
+        log.log(
+            logging.DEBUG if self._unavailable else logging.WARNING,
+            "adapter %s: %s failed (%s); trying again in %.1f s (nothing is skipped; further failures"
+            " are logged at debug level)",
+            self.name,
+            self.platform.name,
+            clip(str(failed), 200),
+            wait,
+        )
+        self._unavailable = True
+        await self._wait(wait)
+
+    async def _attempt(self, operation: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run a platform call, waiting out rate limits (the first wait is reported, the rest logged at debug)."""
         while True:
             try:
@@ -466,6 +786,17 @@ class AdapterRunner:
                     wait,
                 )
                 self._waiting = True
-                await asyncio.sleep(wait)
+                await self._wait(wait)
                 continue
             return result
+
+    async def _wait(self, seconds: float) -> None:
+        """Sleep ``seconds`` in the calling lane (marked as waiting meanwhile)."""
+        lane = _LANE.get()
+        if lane is not None:
+            lane.phase = LanePhase.WAITING
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            if lane is not None:
+                lane.phase = LanePhase.DELIVERING

@@ -7,8 +7,11 @@ new post): the reply appears once, never twice.
 
 Deltas come from Codex's live notifications and responses from its rollout, so they can arrive in
 either order and interleave: a response completes the open stream of its conversation whose text
-it starts with (else the oldest open one); a stream whose first text is already the beginning of a
-recent response is a late echo and is ignored; a turn's end closes what is still open as it is.
+it starts with (else the oldest open one); a stream whose text so far is the beginning of a recent
+response may be a late echo: it is not shown until its text differs from every recent response
+(:meth:`Streams.echo`; a reply that merely starts like an earlier one, "Sure, ...", is shown as soon
+as it differs, so a restart, which forgets recent responses, shows the same message under the same
+key), and is dropped once it is a recent response whole; a turn's end closes what is still open as it is.
 
 The runner must not save its journal cursor past the first delta of a stream still open
 (:meth:`Streams.hold`): after a crash the deltas are read again, the text rebuilt and the same
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
+from typing import Literal
 
 from coven_codex.journal import Position
 
@@ -66,12 +70,18 @@ class Streams:
             if stream.conversation == conversation and stream.item_id == item_id:
                 stream.text += text
                 return stream
-        if any(response.startswith(text) for response in self._recent.get(conversation, ())):
-            self._finish(key)  # the reply is already shown whole
-            return None
         stream = Stream(conversation, item_id, entry_id, position, text)
         self.open.append(stream)
         return stream
+
+    def echo(self, stream: Stream) -> Literal["no", "maybe", "whole"]:
+        """Whether ``stream`` repeats a reply already shown: ``maybe`` while its text so far begins
+        one (not shown yet: more text decides), ``whole`` once it is all of one (then closed)."""
+        recent = self._recent.get(stream.conversation, ())
+        if any(response == stream.text for response in recent):
+            self._close(stream)
+            return "whole"
+        return "maybe" if any(response.startswith(stream.text) for response in recent) else "no"
 
     def response(self, conversation: str, text: str) -> Stream | None:
         """A final reply arrived: the open stream it completes (now closed), or None."""
@@ -90,9 +100,10 @@ class Streams:
             self._close(stream)
         return ended
 
-    def hold(self) -> Position | None:
-        """The earliest first-delta position of the open streams (None when none is open)."""
-        return min((stream.position for stream in self.open), default=None)
+    def hold(self, conversation: str | None = None) -> Position | None:
+        """The earliest first-delta position of the open streams (of ``conversation``; None when none is open)."""
+        mine = (s.position for s in self.open if conversation is None or s.conversation == conversation)
+        return min(mine, default=None)
 
     def close(self, stream: Stream) -> None:
         """Close ``stream``: its item's later deltas are ignored."""

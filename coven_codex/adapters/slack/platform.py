@@ -5,7 +5,12 @@
   {"key": <ledger key>}}``; ``chat.update`` for streamed replies; :meth:`SlackPlatform.find` reads
   the thread (``conversations.replies``) or the channel (``conversations.history``) with
   ``include_all_metadata`` for a message of this bot carrying the key: exactly once across restarts.
-  HTTP 429 becomes :class:`~coven_codex.adapters.kit.platform.RateLimited` with Slack's ``Retry-After``.
+  Slack's answers are mapped onto the kit's classification (:func:`classify`): HTTP 429 is
+  :class:`~coven_codex.adapters.kit.platform.RateLimited` with Slack's ``Retry-After``; a 5xx, a
+  network failure, ``internal_error``/``fatal_error``/``service_unavailable`` are
+  :class:`~coven_codex.adapters.kit.platform.Unavailable` (retried, the post looked up first);
+  the token's refusals are fatal; ``is_archived``, ``not_in_channel``, ``channel_not_found`` … refuse
+  the channel; any other error refuses that message (the kit falls back, then shows a notice).
 - **In** (a ``slack_bolt`` :class:`AsyncApp`, Socket Mode or HTTP): ``app_mention`` anywhere (a
   top-level mention starts a thread: the thread is the conversation), ``message`` in DMs, button
   presses (``block_actions`` whose ``value`` is the kit's command line) and the slash command
@@ -13,8 +18,10 @@
   Slack's acknowledgement is sent once the runner has appended the thought (at most
   :data:`ACK_WAIT` seconds later), so an adapter killed before that gets the event again, and
   the kit's ledger makes it one thought (its id comes from the message's channel and ``ts``).
-- Images shared with a message are downloaded with the bot token (only from Slack's own hosts)
-  into the attachments folder the web page uses and sent as the thought's attachments.
+- Images shared with a message by a sender the access policy lets in are downloaded with the bot
+  token (only from Slack's own hosts, whole and at most 10 MiB, :mod:`~coven_codex.adapters.kit.downloads`)
+  into the attachments folder the web page uses and sent as the thought's attachments; a stranger's
+  files are never fetched.
 """
 
 from __future__ import annotations
@@ -35,7 +42,10 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
+from coven_codex.adapters.kit.access import AccessPolicy
+from coven_codex.adapters.kit.budget import Budgets
 from coven_codex.adapters.kit.config import Secret, SlackSection
+from coven_codex.adapters.kit.downloads import Downloader, DownloadRefused
 from coven_codex.adapters.kit.ledger import DeliveryLedger, ledger_path
 from coven_codex.adapters.kit.platform import (
     Address,
@@ -46,6 +56,8 @@ from coven_codex.adapters.kit.platform import (
     Outgoing,
     PlatformError,
     RateLimited,
+    Refusal,
+    Unavailable,
     User,
 )
 from coven_codex.adapters.kit.render import Dialect, clip
@@ -84,14 +96,60 @@ REQUIRED_SCOPES: dict[str, str] = {
     "users:read": "users.info (names as thoughts' senders)",
 }
 """The bot token scopes the adapter uses, and what for (examples/slack-manifest.json asks for exactly these)."""
+TIERS: dict[str, float] = {
+    "chat.update": 50,
+    "chat.delete": 50,
+    "conversations.replies": 50,
+    "conversations.history": 50,
+    "users.info": 100,
+    "usergroups.users.list": 50,
+}
+"""Calls per minute per workspace Slack documents for the methods the adapter calls (Tier 3: 50+,
+Tier 4: 100+), which its budgets keep under. ``chat.postMessage`` has no tier ("about one message a
+second per channel, short bursts allowed"): its 429s are waited out by that conversation alone."""
 BOT_EVENTS = ("app_mention", "message.im")
 """The events the app subscribes to."""
 
 _MENTION = re.compile(r"^\s*<@[A-Z0-9]+(?:\|[^>]*)?>[\s:,]*")
 
 
-class NetworkFailure(RateLimited):
-    """Slack could not be reached or did not answer: whether the call took effect is unknown; try again."""
+RETRY_ERRORS = frozenset({"internal_error", "fatal_error", "service_unavailable", "request_timeout"})
+"""Slack's error codes for a failure on its side ("it's possible some aspect of the operation succeeded")."""
+FATAL_ERRORS = frozenset(
+    {"invalid_auth", "not_authed", "token_revoked", "token_expired", "account_inactive", "org_login_required"}
+)
+"""The bot token is refused: nothing can work until it is replaced."""
+CHANNEL_ERRORS = frozenset(
+    {
+        "channel_not_found",
+        "not_in_channel",
+        "is_archived",
+        "thread_not_found",
+        "restricted_action",
+        "restricted_action_read_only_channel",
+        "restricted_action_thread_only_channel",
+        "restricted_action_non_threadable_channel",
+        "access_denied",
+        "ekm_access_denied",
+        "team_access_not_granted",
+        "missing_scope",
+    }
+)
+"""The bot may not post at that address (every message there would be refused)."""
+
+
+def classify(method: str, status: int, error: str, retry_after: float) -> Exception:
+    """The kit's exception for Slack's answer to ``method`` (HTTP ``status``, ``error`` code)."""
+    if status == 429 or error == "ratelimited":
+        return RateLimited(retry_after)
+    if status >= 500 or error in RETRY_ERRORS:
+        return Unavailable(f"Slack failed {method} (HTTP {status}{', ' + error if error else ''})")
+    detail = f"Slack refused {method}: {clip(error or f'HTTP {status}', 100)}{_hint(error)}"
+    if error in FATAL_ERRORS or status == 401:
+        return PlatformError(detail, Refusal.FATAL)
+    if error in CHANNEL_ERRORS or status == 403:
+        return PlatformError(detail, Refusal.CHANNEL)
+    return PlatformError(detail, Refusal.ENTRY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,66 +182,77 @@ class SlackPlatform:
         *,
         edit_interval: float = 1.2,
         groups: frozenset[str] = frozenset(),
+        access: AccessPolicy | None = None,
     ) -> None:
         self.dialect: Dialect = SlackDialect()
         self.capabilities = Capabilities(edit_interval=edit_interval, can_find=True, echoes_own_messages=True)
         self.client = client
         self.images = images
         self.groups = groups
+        self.access = access
+        """Whose files are downloaded (the runner's policy: a stranger's are never fetched)."""
         self.identity = SlackIdentity("", "", "")
         self._token = token
         self._queue: asyncio.Queue[tuple[Incoming, asyncio.Future[None]] | None] = asyncio.Queue()
         self._cache = _Cache()
         self._last_thread: dict[tuple[str, str], str] = {}
-        self._http: aiohttp.ClientSession | None = None
         self._unreachable = False
+        self.budgets = Budgets(TIERS)
         api_host = urlsplit(client.base_url).hostname or ""
-        self._file_hosts = FILE_HOSTS | {api_host}
+        self._files = Downloader(FILE_HOSTS | {api_host}, MAX_IMAGE_BYTES)
 
     # ------------------------------------------------------------------ Web API
 
     async def _api(self, method: str, *, get: bool = False, **arguments: Any) -> AsyncSlackResponse:
-        """Call ``method``; 429 → :class:`RateLimited`, any other refusal → :class:`PlatformError`."""
+        """Call ``method``; Slack's refusals and failures as the kit classifies them (:func:`classify`)."""
         try:
-            if get:
-                answer = await self.client.api_call(method, http_verb="GET", params=arguments)
-            else:
-                answer = await self.client.api_call(method, json=arguments)
+            async with self.budgets.take(method, self.identity.team_id):
+                if get:
+                    answer = await self.client.api_call(method, http_verb="GET", params=arguments)
+                else:
+                    answer = await self.client.api_call(method, json=arguments)
             if self._unreachable:
                 self._unreachable = False
                 log.warning("slack: reachable again")
             return answer
         except SlackApiError as exc:
+            # A body that is not JSON (a proxy's HTML error page) leaves slack_sdk's own response out.
             response = exc.response
-            if response.status_code == 429 or response.get("error") == "ratelimited":
-                raise RateLimited(_retry_after(response.headers)) from None
-            error = str(response.get("error") or f"HTTP {response.status_code}")
-            raise PlatformError(f"Slack refused {method}: {clip(error, 100)}{_hint(error)}") from None
+            status = int(getattr(response, "status_code", None) or getattr(response, "status", 0) or 0)
+            error = ""
+            if isinstance(response, AsyncSlackResponse) and isinstance(response.data, dict):
+                error = str(response.data.get("error") or "")
+            raise classify(method, status, error, _retry_after(getattr(response, "headers", None))) from None
         except (aiohttp.ClientError, TimeoutError) as exc:
-            # A network failure: the kit retries a RateLimited call, so a dropped connection loses nothing.
+            # A network failure: the kit looks a post up and retries with backoff, so nothing is lost.
             level = logging.DEBUG if self._unreachable else logging.WARNING
-            log.log(level, "slack: %s failed (%s); trying again every 2 s", method, type(exc).__name__)
+            log.log(level, "slack: %s failed (%s); it is tried again", method, type(exc).__name__)
             self._unreachable = True
-            raise NetworkFailure(2.0) from None
+            raise Unavailable(f"Slack could not be reached for {method} ({type(exc).__name__})") from None
 
     async def start(self) -> SlackIdentity:
         """Ask Slack who the bot is (``auth.test``); :class:`PlatformError` when it refuses the token."""
-        try:
-            answer = await self._api("auth.test")
-        except RateLimited as limited:
-            await asyncio.sleep(limited.retry_after)
-            answer = await self._api("auth.test")
+        for wait in (1.0, 2.0, 4.0, 8.0, 0.0):
+            try:
+                answer = await self._api("auth.test")
+                break
+            except RateLimited as limited:
+                await asyncio.sleep(min(limited.retry_after, 60.0))
+            except Unavailable as failed:
+                if not wait:
+                    raise PlatformError(f"{failed}; check the network and api_url, then start again") from None
+                await asyncio.sleep(wait)
+        else:
+            raise PlatformError("Slack kept rate-limiting auth.test; start again in a minute")
         self.identity = SlackIdentity(
             str(answer.get("team_id") or ""), str(answer.get("user_id") or ""), str(answer.get("bot_id") or "")
         )
-        self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))
         return self.identity
 
     async def aclose(self) -> None:
         """End the incoming stream and close the download session."""
         self._queue.put_nowait(None)
-        if self._http is not None:
-            await self._http.close()
+        await self._files.aclose()
 
     async def post(self, address: Address, message: Outgoing, key: str | None) -> str:
         """``chat.postMessage`` in the thread, carrying ``key`` in its metadata; the message's ``ts``."""
@@ -198,14 +267,7 @@ class SlackPlatform:
             arguments["thread_ts"] = address.thread
         if key is not None:
             arguments["metadata"] = {"event_type": METADATA_EVENT, "event_payload": {"key": key}}
-        try:
-            answer = await self._api("chat.postMessage", **arguments)
-        except NetworkFailure:
-            # The post may have landed before the connection failed: look before posting again.
-            found = await self.find(address, key) if key is not None else None
-            if found is not None:
-                return found
-            raise
+        answer = await self._api("chat.postMessage", **arguments)
         return str(answer["ts"])
 
     async def edit(self, address: Address, message_id: str, message: Outgoing) -> None:
@@ -304,7 +366,10 @@ class SlackPlatform:
         self._last_thread[(channel, user_id)] = thread
         text = _MENTION.sub("", str(event.get("text") or ""), count=1).strip()
         user = await self._user(user_id)
-        attachments = await self._images(address, event.get("files") or [])
+        allowed = self.access is None or self.access.refusal(user, address) is None
+        attachments = (
+            await self._images(address, event.get("files") or []) if allowed else ()
+        )  # a stranger's: not fetched
         message_id = f"{channel}:{event.get('ts') or ''}"
         await self._submit(IncomingMessage(address, user, _unescape(text), attachments, message_id))
 
@@ -371,7 +436,7 @@ class SlackPlatform:
             info = answer.get("user") or {}
             profile = info.get("profile") or {}
             name = str(profile.get("display_name") or info.get("real_name") or info.get("name") or "")
-        except (PlatformError, RateLimited) as exc:
+        except (PlatformError, RateLimited, Unavailable) as exc:
             self._warn_once("users.info", f"user names are not shown ({exc}); the thoughts carry user ids")
         self._cache.names[user_id] = (now, clip(name, 80))
         return clip(name, 80)
@@ -386,7 +451,7 @@ class SlackPlatform:
                 try:
                     answer = await self._api("usergroups.users.list", get=True, usergroup=group)
                     members[group] = frozenset(str(u) for u in answer.get("users") or [])
-                except (PlatformError, RateLimited) as exc:
+                except (PlatformError, RateLimited, Unavailable) as exc:
                     self._warn_once(
                         "usergroups", f"user group members cannot be read ({exc}); add the usergroups:read scope"
                     )
@@ -407,30 +472,16 @@ class SlackPlatform:
             if not str(shared.get("mimetype") or "").startswith("image/"):
                 await self._notice(address, f"{name} is not an image; only images are passed to Codex")
                 continue
+            url = str(shared.get("url_private_download") or shared.get("url_private") or "")
             try:
-                data = await self._download(str(shared.get("url_private_download") or shared.get("url_private") or ""))
+                data = await self._files.fetch(url, {"Authorization": f"Bearer {self._token.reveal()}"})
                 stored.append((await self.images.save(data)).attachment())
-            except (UploadError, PlatformError) as exc:
+            except (UploadError, DownloadRefused) as exc:
                 await self._notice(address, f"the image {name} was not passed to Codex: {exc}")
         return tuple(stored)
 
-    async def _download(self, url: str) -> bytes:
-        host = urlsplit(url).hostname or ""
-        if not url or host not in self._file_hosts:
-            raise PlatformError(f"Slack gave no download address on its own hosts ({clip(host, 60) or 'none'})")
-        assert self._http is not None, "start() first"
-        headers = {"Authorization": f"Bearer {self._token.reveal()}"}
-        try:
-            async with self._http.get(url, headers=headers, allow_redirects=False) as response:
-                if response.status != 200:
-                    raise PlatformError(f"the download answered HTTP {response.status}; check the files:read scope")
-                data = await response.content.read(MAX_IMAGE_BYTES + 1)
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise PlatformError(f"the download failed ({type(exc).__name__})") from None
-        return data
-
     async def _notice(self, address: Address, text: str) -> None:
-        with contextlib.suppress(PlatformError, RateLimited):
+        with contextlib.suppress(PlatformError, RateLimited, Unavailable):
             await self.post(address, Outgoing(self.dialect.plain(text), style="notice"), None)
 
 
@@ -486,6 +537,7 @@ async def run_slack(settings: SlackRun, started: Callable[[SlackIdentity], Await
         ImageStore(uploads_dir(local_base(settings.journal, state_root()))),
         edit_interval=section.edit_interval,
         groups=frozenset(section.allow_groups),
+        access=section.access_policy(),
     )
     identity = await platform.start()
     http = section.mode == "http"
@@ -546,8 +598,15 @@ async def _connect_socket_mode(
         opened = await client.apps_connections_open(app_token=app_token.reveal())
         handler.client.wss_uri = str(opened["url"])
     except SlackApiError as exc:
-        error = str(exc.response.get("error") or "refused")
-        if error != "ratelimited":
+        response = exc.response
+        status = int(getattr(response, "status_code", None) or getattr(response, "status", 0) or 0)
+        data = response.data if isinstance(response, AsyncSlackResponse) else None
+        error = str((data.get("error") if isinstance(data, dict) else None) or "refused")
+        if isinstance(classify("apps.connections.open", status, error, 0.0), (RateLimited, Unavailable)):
+            log.warning(
+                "slack: Slack failed apps.connections.open (HTTP %d, %s); Socket Mode keeps trying", status, error
+            )
+        else:
             raise PlatformError(
                 f"Slack refused Socket Mode ({clip(error, 80)}): check SLACK_APP_TOKEN (Basic Information >"
                 " App-Level Tokens, scope connections:write) and that Socket Mode is enabled for the app"
