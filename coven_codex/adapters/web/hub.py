@@ -142,8 +142,8 @@ class Hub:
         entry = item.entry
         if isinstance(entry, DeltaEntry):
             stream = self.streams.delta(entry.conversation, entry.item_id, wire.id, item.start, entry.text)
-            if stream is None:
-                return False
+            if stream is None or self.streams.echo(stream) != "no":
+                return False  # ignored, or (yet) a late echo of a reply already shown
             sent = self._sent.get(stream.key_entry, 0)
             wire.stream, wire.text = stream.key_entry, stream.text[sent:]  # what the page has not been sent
             self._sent[stream.key_entry] = len(stream.text)
