@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import ipaddress
 import logging
 import os
 import re
@@ -17,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from coven_codex.adapters.kit.config import AdaptersSettings, resolve_paths
 from coven_codex.journal.opening import JournalNameSetting, is_redis_name
@@ -161,6 +162,18 @@ class Settings(BaseModel):
         description="Seconds a daemon's lease on a conversation lasts without renewal (several daemons on "
         "one Redis journal; docs/distributed.md).",
     )
+    metrics_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="Serve Prometheus /metrics, /healthz and /readyz on this port (0: any free port; "
+        "docs/operations.md).",
+    )
+    metrics_host: str = Field(default="127.0.0.1", min_length=1, description="The address the metrics port listens on.")
+    metrics_allow: list[str] = Field(
+        default_factory=list,
+        description="Networks (CIDR) besides loopback whose clients may use the metrics port.",
+    )
     adapters: AdaptersSettings = Field(
         default_factory=AdaptersSettings,
         description="The chat adapters' sections ([adapters.slack], [adapters.discord]; docs/adapters.md).",
@@ -169,6 +182,24 @@ class Settings(BaseModel):
         default_factory=WebhooksSettings,
         description="Turn-complete webhooks ([webhooks], [[webhooks.targets]]; docs/webhooks.md).",
     )
+
+    @field_validator("metrics_allow")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for text in value:
+            try:
+                ipaddress.ip_network(text, strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"metrics_allow: {text!r} is not a network; write one as an address with a prefix "
+                    "length, e.g. 10.0.0.0/8 or 192.168.1.5/32"
+                ) from None
+        return value
+
+    @property
+    def metrics_networks(self) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+        """``metrics_allow`` as networks."""
+        return [ipaddress.ip_network(text, strict=False) for text in self.metrics_allow]
 
     @model_validator(mode="after")
     def _clamp_timeouts(self) -> Settings:

@@ -27,7 +27,7 @@ import contextlib
 import dataclasses
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -67,6 +67,9 @@ from coven_codex.mcp import (
     load_configured_spells,
     write_toolbelt,
 )
+from coven_codex.metrics.checks import journal_reachable
+from coven_codex.metrics.instruments import Instruments
+from coven_codex.metrics.server import MetricsServer, ReadinessCheck
 from coven_codex.rollout.locator import locate_rollout
 from coven_codex.settings import Settings, state_root
 from coven_codex.traces.otel_config import export_notice, otel_tables
@@ -376,12 +379,18 @@ async def run_daemon(
         except (StateError, OSError) as exc:
             raise BootstrapError(str(exc)) from None
         scope = await _open_scope(journal, settings)
+        metrics = await _serve_metrics(stack, settings, journal, found.path)
+        instruments = metrics.instruments if metrics is not None else None
         owned: dict[tuple[str, ...], dict[str, object]] = {}
         if settings.spells:
             try:
                 # Never from the workspace: Codex writes there, and a module it wrote must not run here.
                 registry = await asyncio.to_thread(load_configured_spells, settings.spells, workspace=workspace)
-                server = SpellServer(registry, label=str(workspace))
+                server = SpellServer(
+                    registry,
+                    label=str(workspace),
+                    on_call=instruments.spell_called if instruments is not None else None,
+                )
                 await stack.enter_async_context(server)
             except (SpellLoadError, SpellServerError) as exc:
                 raise BootstrapError(str(exc)) from None
@@ -456,7 +465,11 @@ async def run_daemon(
             on_append=hooks.on_append,
             ownership=ownership,
             prestart=maker.prestart,
+            instruments=instruments,
+            codex_pids=_pid_counter(maker.pool),
         )
+        if metrics is not None:
+            metrics.checks["daemon"] = daemon_serving(daemon)
         try:
             await daemon.run(stop, ready)
         except (StateError, JournalError, StorageFailed) as exc:
@@ -480,3 +493,49 @@ async def _start_webhooks(
     except StateError as exc:
         raise BootstrapError(str(exc)) from None
     log.info("sending turn-complete webhooks to %d target(s)", len(targets))
+
+
+async def _serve_metrics(
+    stack: contextlib.AsyncExitStack, settings: Settings, journal: Journal, codex: Path
+) -> MetricsServer | None:
+    """Start the ``metrics_port`` server (docs/operations.md) with the journal and Codex checks, if configured."""
+    if settings.metrics_port is None:
+        return None
+    instruments = Instruments()
+    server = MetricsServer(
+        instruments,
+        host=settings.metrics_host,
+        port=settings.metrics_port,
+        allow=settings.metrics_networks,
+        checks={"journal": journal_reachable(journal, instruments), "codex": codex_found(codex)},
+    )
+    try:
+        return await stack.enter_async_context(server)
+    except OSError as exc:
+        raise BootstrapError(str(exc)) from None
+
+
+def daemon_serving(daemon: Daemon) -> ReadinessCheck:
+    """Ready once recovery is done and the sessions and ingress run, until shutdown begins."""
+
+    async def check() -> str | None:
+        return None if daemon.serving else "the daemon is starting or stopping"
+
+    return check
+
+
+def codex_found(path: Path) -> ReadinessCheck:
+    """Ready while the Codex executable found at start is still there and executable."""
+
+    async def check() -> str | None:
+        usable = await asyncio.to_thread(os.access, path, os.X_OK)
+        return None if usable else f"the Codex executable {path} is gone or not executable"
+
+    return check
+
+
+def _pid_counter(pool: AppServerPool | None) -> Callable[[], int] | None:
+    """Counts the shared app-servers running now (app-server driver); ``None`` for exec."""
+    if pool is None:
+        return None
+    return lambda: len(pool.pids)
