@@ -4,7 +4,7 @@ A small HTTP/1.1 server on the process's own event loop (:mod:`coven_codex.http1
 
 - clients from loopback only, unless their address is in ``metrics_allow`` (CIDR networks); any
   other client is answered ``403`` and disconnected (the listening address is ``metrics_host``);
-- at most :data:`MAX_CONNECTIONS` connections at once (another is answered ``503`` and closed),
+- at most :data:`MAX_CONNECTIONS` connections at once (another is closed at once, unanswered),
   one request per connection, read within :data:`REQUEST_TIMEOUT` seconds, no body;
 - ``/metrics``: the process's :class:`~coven_codex.metrics.instruments.Instruments` in the
   Prometheus text format, after its scrape-time refreshers ran (each within :data:`CHECK_TIMEOUT`);
@@ -76,7 +76,11 @@ class MetricsServer:
         port: int = 0,
         allow: Sequence[Network] = (),
         checks: dict[str, ReadinessCheck] | None = None,
+        request_timeout: float = REQUEST_TIMEOUT,
+        check_timeout: float = CHECK_TIMEOUT,
     ) -> None:
+        self.request_timeout = request_timeout
+        self.check_timeout = check_timeout
         self.instruments = instruments
         self.host = host
         self.allow = tuple(allow)
@@ -139,22 +143,21 @@ class MetricsServer:
         peer = writer.get_extra_info("peername")
         host = str(peer[0]) if isinstance(peer, tuple) and peer else ""
         try:
-            if not allowed_peer(host, self.allow):
-                self._note_refusal("peer", f"a client at {host} (not loopback, not in metrics_allow)")
-                await self._send(writer, 403, b"forbidden: this address is not in metrics_allow\n")
-                return
             if len(self._connections) >= MAX_CONNECTIONS:
-                self._note_refusal("busy", f"a connection over the {MAX_CONNECTIONS} served at once")
-                await self._send(writer, 503, b"busy: too many connections\n")
+                self._note_refusal("busy", f"a connection over the {MAX_CONNECTIONS} served at once (closed)")
                 return
             self._connections[task] = writer
             try:
                 request = await asyncio.wait_for(
-                    http11.read_request(reader, writer, max_body=MAX_REQUEST_BODY), REQUEST_TIMEOUT
+                    http11.read_request(reader, writer, max_body=MAX_REQUEST_BODY), self.request_timeout
                 )
             except (TimeoutError, http11.HttpProtocolError, asyncio.IncompleteReadError, ValueError):
                 return
             if request is None:
+                return
+            if not allowed_peer(host, self.allow):
+                self._note_refusal("peer", f"a client at {host} (not loopback, not in metrics_allow)")
+                await self._send(writer, 403, b"forbidden: this address is not in metrics_allow\n")
                 return
             status, body, content_type = await self._answer(request)
             await self._send(writer, status, body, content_type)
@@ -197,16 +200,16 @@ class MetricsServer:
 
     async def _check(self, check: ReadinessCheck) -> str | None:
         try:
-            return await asyncio.wait_for(check(), CHECK_TIMEOUT)
+            return await asyncio.wait_for(check(), self.check_timeout)
         except TimeoutError:
-            return f"no answer within {CHECK_TIMEOUT:g}s"
+            return f"no answer within {self.check_timeout:g}s"
         except Exception as exc:
             return f"{type(exc).__name__}: {str(exc)[:200]}"
 
     async def _refresh(self) -> None:
         for refresh in self.instruments.refreshers:
             try:
-                await asyncio.wait_for(refresh(), CHECK_TIMEOUT)
+                await asyncio.wait_for(refresh(), self.check_timeout)
             except Exception as exc:  # a gauge that cannot be read now keeps its last value
                 self._note_refusal(f"refresh:{id(refresh)}", f"a metric could not be read ({type(exc).__name__})")
 
