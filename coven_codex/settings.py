@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import ipaddress
 import logging
 import os
 import re
@@ -22,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from coven_codex.adapters.kit.config import AdaptersSettings, resolve_paths
 from coven_codex.journal.opening import JournalNameSetting, is_redis_name
+from coven_codex.metrics.options import MetricsOptions, parse_networks
 from coven_codex.webhooks.config import WebhooksSettings
 from coven_codex.webhooks.config import resolve_paths as resolve_webhook_paths
 
@@ -186,20 +186,15 @@ class Settings(BaseModel):
     @field_validator("metrics_allow")
     @classmethod
     def _networks(cls, value: list[str]) -> list[str]:
-        for text in value:
-            try:
-                ipaddress.ip_network(text, strict=False)
-            except ValueError:
-                raise ValueError(
-                    f"metrics_allow: {text!r} is not a network; write one as an address with a prefix "
-                    "length, e.g. 10.0.0.0/8 or 192.168.1.5/32"
-                ) from None
+        parse_networks(value)
         return value
 
     @property
-    def metrics_networks(self) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
-        """``metrics_allow`` as networks."""
-        return [ipaddress.ip_network(text, strict=False) for text in self.metrics_allow]
+    def metrics(self) -> MetricsOptions | None:
+        """The metrics port's options; ``None`` when ``metrics_port`` is not set."""
+        if self.metrics_port is None:
+            return None
+        return MetricsOptions(self.metrics_port, self.metrics_host, tuple(parse_networks(self.metrics_allow)))
 
     @model_validator(mode="after")
     def _clamp_timeouts(self) -> Settings:

@@ -499,15 +499,12 @@ async def _serve_metrics(
     stack: contextlib.AsyncExitStack, settings: Settings, journal: Journal, codex: Path
 ) -> MetricsServer | None:
     """Start the ``metrics_port`` server (docs/operations.md) with the journal and Codex checks, if configured."""
-    if settings.metrics_port is None:
+    options = settings.metrics
+    if options is None:
         return None
     instruments = Instruments()
-    server = MetricsServer(
-        instruments,
-        host=settings.metrics_host,
-        port=settings.metrics_port,
-        allow=settings.metrics_networks,
-        checks={"journal": journal_reachable(journal, instruments), "codex": codex_found(codex)},
+    server = MetricsServer.of(
+        options, instruments, {"journal": journal_reachable(journal, instruments), "codex": codex_found(codex)}
     )
     try:
         return await stack.enter_async_context(server)

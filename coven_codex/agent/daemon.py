@@ -48,7 +48,6 @@ import faulthandler
 import logging
 import sys
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -76,6 +75,7 @@ from coven_codex.journal import (
     Position,
     SegmentRemoved,
 )
+from coven_codex.metrics.checks import report_lag
 from coven_codex.metrics.instruments import Instruments
 from coven_codex.rollout.locator import find_rollout
 from coven_codex.settings import Settings
@@ -470,12 +470,3 @@ def ours(items: list[JournalItem]) -> set[str]:
         for item in items
         if isinstance(item, JournalRecord) and item.entry.sender == CODEX_SENDER and item.entry.id
     }
-
-
-async def report_lag(journal: Journal, metrics: Instruments, reader: str, position: Position) -> None:
-    """Set ``reader``'s journal lag: the entries after ``position`` (its oldest unfinished one) and the
-    age of the oldest of them."""
-    records = [item for item in await journal.read(position) if isinstance(item, JournalRecord)]
-    metrics.journal_lag_entries.labels(reader=reader).set(len(records))
-    age = (datetime.now(UTC) - records[0].entry.ts).total_seconds() if records else 0.0
-    metrics.journal_lag_seconds.labels(reader=reader).set(max(0.0, age))

@@ -1,10 +1,12 @@
-"""Readiness checks shared by the daemon and the adapters (``/readyz``, :mod:`coven_codex.metrics.server`)."""
+"""What the daemon and the adapters both measure of their journal: is it reachable (``/readyz``,
+:mod:`coven_codex.metrics.server`), and how far behind its end a reader is."""
 
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 
-from coven_codex.journal import Journal
+from coven_codex.journal import Journal, JournalRecord, Position
 from coven_codex.metrics.instruments import Instruments
 from coven_codex.metrics.server import CHECK_TIMEOUT, ReadinessCheck
 
@@ -29,3 +31,12 @@ def journal_reachable(journal: Journal, instruments: Instruments) -> ReadinessCh
         return None
 
     return check
+
+
+async def report_lag(journal: Journal, metrics: Instruments, reader: str, position: Position) -> None:
+    """Set ``reader``'s journal lag: the entries after ``position`` (its oldest unfinished one) and the
+    age of the oldest of them."""
+    records = [item for item in await journal.read(position) if isinstance(item, JournalRecord)]
+    metrics.journal_lag_entries.labels(reader=reader).set(len(records))
+    age = (datetime.now(UTC) - records[0].entry.ts).total_seconds() if records else 0.0
+    metrics.journal_lag_seconds.labels(reader=reader).set(max(0.0, age))

@@ -28,6 +28,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from coven_codex import http11
 from coven_codex.metrics.instruments import Instruments
+from coven_codex.metrics.options import MetricsOptions, Network
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,6 @@ MAX_REQUEST_BODY = 1024
 
 ReadinessCheck = Callable[[], Awaitable[str | None]]
 """``None`` when ready, else why not (one line, e.g. ``the journal's Redis does not answer``)."""
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 async def loop_lag() -> float:
@@ -89,6 +89,11 @@ class MetricsServer:
         self._server: asyncio.Server | None = None
         self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self._refused_once: set[str] = set()
+
+    @classmethod
+    def of(cls, options: MetricsOptions, instruments: Instruments, checks: dict[str, ReadinessCheck]) -> MetricsServer:
+        """The server the settings ask for."""
+        return cls(instruments, host=options.host, port=options.port, allow=options.allow, checks=checks)
 
     @property
     def port(self) -> int:
