@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from coven_codex.entries import BaseEntry, DeltaEntry, ErrorEntry, ResponseEntry, StatusEntry
+from coven_codex.rollout.translator import TURN_END_STATES  # (another ``turn_*`` state is counted as ``other``)
 
 NAMESPACE = "coven"
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
@@ -26,8 +27,6 @@ LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0,
 SPELL_BUCKETS = (0.005, 0.025, 0.1, 0.5, 1.0, 5.0, 30.0, 120.0, 600.0)
 MAX_TRACKED_THOUGHTS = 10_000
 """Thoughts whose arrival time is kept until their turn starts and first replies (oldest forgotten first)."""
-TURN_END_STATES = frozenset({"turn_completed", "turn_aborted"})
-"""The turn-end states the journal protocol names; another ``turn_*`` state is counted as ``other``."""
 MAX_ERROR_CODES = 64
 """Distinct ``code`` label values at most; later new codes are counted as ``OTHER`` (a bounded label)."""
 _CODE = re.compile(r"^[A-Z][A-Z0-9_]{0,39}$")

@@ -11,7 +11,6 @@ from coven_codex.metrics.instruments import Instruments
 ROOT = Path(__file__).resolve().parent.parent.parent
 
 
-
 def test_every_query_names_exported_metrics_and_every_metric_is_shown() -> None:
     dashboard = json.loads((ROOT / "examples" / "grafana-dashboard.json").read_text())
     used: set[str] = set()
