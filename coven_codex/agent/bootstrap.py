@@ -48,7 +48,7 @@ from coven_codex.codex.drivers import CodexDriver, DriverSettings, EventSink, cr
 from coven_codex.codex.home import CodexHomeError, DriverKind, prepare_codex_home
 from coven_codex.codex.launch import relative_path_entries, resolve_launch
 from coven_codex.codex.version import CodexVersion, VersionError, detect_version
-from coven_codex.journal import FileJournal, Journal, JournalError
+from coven_codex.journal import START, FileJournal, Journal, JournalError
 from coven_codex.journal.file import DAEMON_LOCK_NAME, FILE_MODE
 from coven_codex.journal.opening import (
     JournalName,
@@ -67,8 +67,8 @@ from coven_codex.mcp import (
     load_configured_spells,
     write_toolbelt,
 )
-from coven_codex.metrics.checks import journal_reachable
-from coven_codex.metrics.instruments import Instruments
+from coven_codex.metrics.checks import journal_reachable, report_lag
+from coven_codex.metrics.instruments import Instruments, Refresh
 from coven_codex.metrics.server import MetricsServer, ReadinessCheck
 from coven_codex.rollout.locator import locate_rollout
 from coven_codex.settings import Settings, state_root
@@ -454,6 +454,8 @@ async def run_daemon(
 
         if webhooks:
             await _start_webhooks(stack, settings, settings.journal, workspace, webhooks)
+            if instruments is not None:
+                instruments.refreshers.append(_webhook_lag(journal, instruments, webhooks))
         ownership = await _join_cluster(stack, journal, settings, codex_home)
         daemon = Daemon(
             settings,
@@ -536,3 +538,19 @@ def _pid_counter(pool: AppServerPool | None) -> Callable[[], int] | None:
     if pool is None:
         return None
     return lambda: len(pool.pids)
+
+
+def _webhook_lag(journal: Journal, instruments: Instruments, targets: list[ReadyTarget]) -> Refresh:
+    """Each webhook target's journal lag (reader ``webhook <name>``: target names are the operator's), from
+    its delivered-through cursor."""
+    from coven_codex.webhooks.sender import cursor_names  # noqa: PLC0415 (only with [webhooks] in_daemon)
+
+    async def refresh() -> None:
+        for target in targets:
+            delivered = await journal.load_cursor(cursor_names(target.name)[0])
+            if delivered is None and target.target.start == "beginning":
+                delivered = START  # (nothing delivered yet: every entry is still ahead of it)
+            if delivered is not None:
+                await report_lag(journal, instruments, f"webhook {target.name}", delivered)
+
+    return refresh

@@ -18,6 +18,7 @@ from coven_codex.testing.model_server import ScriptedModelServer
 from coven_codex.testing.redis_server import RedisServer
 from coven_codex.testing.responders import echo_responder
 from coven_codex.testing.steps import CallTool, HttpError, Reply
+from coven_codex.testing.webhook_receiver import WebhookReceiver
 
 pytestmark = [pytest.mark.codex, pytest.mark.timeout(240)]
 
@@ -134,4 +135,39 @@ async def test_readyz_follows_the_journals_redis(
         assert value(page, "coven_journal_reachable") == 1
         await h.think("c", "after the outage")
         await h.wait_for(lambda es: "echo: after the outage" in replies(es, "c"), what="a reply after the outage")
+        assert await h.stop(daemon) == 0
+
+
+async def test_a_webhook_targets_journal_lag_grows_while_it_refuses_and_ends_when_it_accepts(
+    codex_bin_169: Path,
+    model_server: ScriptedModelServer,
+    harness_factory: Factory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    secret = "metrics-webhook-secret-0123456789abcdef"
+    monkeypatch.setenv("TEST_WEBHOOK_SECRET", secret)
+    async with WebhookReceiver(secret.encode(), default=500) as receiver:
+        config = tmp_path / "coven.toml"
+        config.write_text(
+            "[webhooks]\nin_daemon = true\n[[webhooks.targets]]\n"
+            f'url = "{receiver.url}"\nname = "ops"\nsecret_env = "TEST_WEBHOOK_SECRET"\n'
+            'timeout = 1\nmax_delay = 1\nstart = "beginning"\n'
+        )
+        h = harness_factory(codex_bin_169, model_server)
+        daemon = await h.start("--config", str(config), "--metrics-port", "0")
+        url = await metrics_url(h)
+        await h.until_logged("ready (pid")
+        await h.think("c", "hello")
+        await h.wait_for(lambda es: kinds(es, "status", "turn_completed") >= 1, what="the turn's end")
+        await receiver.wait_until(lambda r: len(r.received) >= 2, timeout=60)  # refused, and tried again
+        lagging = await scrape(url)
+        assert value(lagging, "coven_journal_lag_entries", reader="webhook ops") >= 1
+        assert value(lagging, "coven_journal_lag_seconds", reader="webhook ops") > 0
+        receiver.default = 200
+        await receiver.wait_until(lambda r: len(r.acknowledged) >= 1, timeout=60)
+        deadline = time.monotonic() + 30
+        while value(await scrape(url), "coven_journal_lag_entries", reader="webhook ops") != 0:
+            assert time.monotonic() < deadline, "the webhook target's lag never came back to 0"
+            await asyncio.sleep(0.2)  # (its cursor is saved by the sender, after the acknowledgement)
         assert await h.stop(daemon) == 0
