@@ -151,12 +151,6 @@ class Instruments:
         self.leases_held = Gauge(
             "leases_held", "Conversation leases this daemon holds (cluster).", namespace=NAMESPACE, registry=r
         )
-        self.leases_moved = Counter(
-            "leases_moved",
-            "Conversation leases taken over from another daemon (cluster).",
-            namespace=NAMESPACE,
-            registry=r,
-        )
         # the process
         self.event_loop_lag = Gauge(
             "event_loop_lag_seconds",
