@@ -8,7 +8,7 @@ the static render the issue allows: the daemon (``python -m coven_codex run --me
 a process of its own) serves N conversations with the real Codex CLI 0.169.0 against the
 scripted model server for the given time, each sending a thought every 4-12 s (one in 8 asks
 for the spell ``shout``, one in 15 is refused by the model as unauthorised: an ``AUTH`` error);
-``/metrics`` is scraped every 2 s, and each panel of ``examples/grafana-dashboard.json`` is drawn
+``/readyz`` is probed and ``/metrics`` scraped every 2 s, and each panel of ``examples/grafana-dashboard.json`` is drawn
 from those scrapes by the same arithmetic as its PromQL (``rate`` over 30 s, ``histogram_quantile``
 by linear interpolation within a bucket). Panels of what the run has not (adapters, a cluster)
 show their zero lines.
@@ -107,6 +107,7 @@ async def run(conversations: int, seconds: float, folder: Path) -> list[tuple[fl
 
             async def scrape_loop() -> None:
                 while time.monotonic() - start < seconds + 20:
+                    await get(url, "/readyz")  # (what a readiness probe does; it sets coven_journal_reachable)
                     status, text = await get(url, "/metrics")
                     if status == 200:
                         scrapes.append((time.monotonic() - start, samples(text)))
