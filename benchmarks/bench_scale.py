@@ -73,6 +73,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CODEX = ROOT / ".codex-cli" / "0.169.0" / "node_modules" / ".bin" / "codex"
 IDLE_WINDOW = 10.0
 REPLY_TIMEOUT = 600.0
+MAX_SESSIONS = 256  # (settings.py: the bound of max_sessions)
+"""The largest ``max_sessions``. Beyond it, conversations wait for a slot, and an idle one gives its slot (and
+thread) to a waiter without a ``status: session_ended``: the release phase is measured only up to it."""
 RELEASE_DEFAULT = Settings.model_fields["release_thread_after"].default
 """The daemon's ``release_thread_after`` (unless ``--release-thread-after``)."""
 NEXT_THOUGHTS = 3
@@ -210,7 +213,7 @@ async def measure(
             "--codex-path",
             str(CODEX),
             "--max-sessions",
-            str(min(n, 256)),
+            str(min(n, MAX_SESSIONS)),
             *extra,
         ]
         if fd_limit is not None:
@@ -246,7 +249,12 @@ async def measure(
             after = processes_started()
             rate = (after - starts) / IDLE_WINDOW if starts is not None and after is not None else None
             released = None
-            if release_after is not None:
+            print(
+                f"  {design}, N={n}: RSS {memory:.0f} MB, {len(processes)} processes, all replied {all_replied:.1f} s,"
+                f" p50 reply {p50:.2f} s, CPU {busy:.1f} % 0-10 s after, {idle:.1f} % 10-20 s after, {fds} fds",
+                flush=True,
+            )
+            if release_after is not None and n <= MAX_SESSIONS:
                 released = await after_release(journal, list(appended), daemon, log_path, position)
             return Result(
                 design, n, memory, len(processes), all_replied, p50, busy, idle, idle_daemon, rate, fds, released

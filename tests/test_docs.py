@@ -295,3 +295,25 @@ def test_the_dependency_table_is_the_design_cards_packages_as_pyproject_declares
         elif name != "pytest-asyncio":
             assert "dependencies" in places[name], name
     assert "dev" in places["pytest-asyncio"]
+
+
+def test_the_metrics_table_names_every_metric_of_the_registry() -> None:
+    """docs/operations.md, Metrics and health: one row per metric family, with its type and labels."""
+    from coven_codex.metrics.instruments import Instruments
+
+    doc = (ROOT / "docs" / "operations.md").read_text()
+    table = doc[doc.index("| metric | type | labels |") : doc.index("`examples/grafana-dashboard.json`")]
+    documented = {
+        name: (kind, tuple(re.findall(r"`([a-z_]+)`", labels)))
+        for name, kind, labels in re.findall(r"^\| `(coven_[a-z_]+)` \| (\w+) \|([^|]*)\|", table, re.M)
+    }
+    registry = Instruments().registry
+    families = {}
+    for metric in registry.collect():
+        name = metric.name + ("_total" if metric.type == "counter" else "")
+        labels: tuple[str, ...] = ()
+        collector = registry._names_to_collectors.get(name) or registry._names_to_collectors.get(metric.name)
+        if collector is not None:
+            labels = tuple(getattr(collector, "_labelnames", ()))
+        families[name] = (metric.type, labels)
+    assert documented == families

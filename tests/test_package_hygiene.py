@@ -17,6 +17,7 @@ IMPORT_NAMES = {
     "watchfiles": "watchfiles",
     "psutil": "psutil",
     "opentelemetry-proto": "opentelemetry.proto",
+    "prometheus-client": "prometheus_client",
 }
 
 

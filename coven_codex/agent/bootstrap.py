@@ -27,7 +27,7 @@ import contextlib
 import dataclasses
 import logging
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -49,7 +49,7 @@ from coven_codex.codex.home import CodexHomeError, DriverKind, prepare_codex_hom
 from coven_codex.codex.launch import relative_path_entries, resolve_launch
 from coven_codex.codex.version import CodexVersion, VersionError, detect_version
 from coven_codex.jobs.supervisor import continue_cut_short_jobs
-from coven_codex.journal import FileJournal, Journal, JournalError, StorageError
+from coven_codex.journal import START, FileJournal, Journal, JournalError, StorageError
 from coven_codex.journal.file import FILE_MODE
 from coven_codex.journal.opening import (
     JournalName,
@@ -68,6 +68,9 @@ from coven_codex.mcp import (
     load_configured_spells,
     write_toolbelt,
 )
+from coven_codex.metrics.checks import journal_reachable, report_lag
+from coven_codex.metrics.instruments import Instruments, Refresh
+from coven_codex.metrics.server import MetricsServer, ReadinessCheck
 from coven_codex.rollout.locator import locate_rollout
 from coven_codex.settings import Settings
 from coven_codex.traces.otel_config import export_notice, otel_tables
@@ -424,12 +427,18 @@ async def run_daemon(
             except JournalError as exc:
                 raise BootstrapError(str(exc)) from None
         scope = await _open_scope(journal, settings)
+        metrics = await _serve_metrics(stack, settings, journal, found.path)
+        instruments = metrics.instruments if metrics is not None else None
         owned: dict[tuple[str, ...], dict[str, object]] = {}
         if settings.spells:
             try:
                 # Never from the workspace: Codex writes there, and a module it wrote must not run here.
                 registry = await asyncio.to_thread(load_configured_spells, settings.spells, workspace=workspace)
-                server = SpellServer(registry, label=str(workspace))
+                server = SpellServer(
+                    registry,
+                    label=str(workspace),
+                    on_call=instruments.spell_called if instruments is not None else None,
+                )
                 await stack.enter_async_context(server)
             except (SpellLoadError, SpellServerError) as exc:
                 raise BootstrapError(str(exc)) from None
@@ -493,6 +502,8 @@ async def run_daemon(
 
         if webhooks:
             await _start_webhooks(stack, settings, settings.journal, workspace, webhooks)
+            if instruments is not None:
+                instruments.refreshers.append(_webhook_lag(journal, instruments, webhooks))
         ownership = await _join_cluster(stack, journal, settings, codex_home)
         if ownership is None:  # (in a cluster every daemon would write the continuations)
             _start_job_supervisor(stack, settings, settings.journal)
@@ -506,7 +517,11 @@ async def run_daemon(
             on_append=hooks.on_append,
             ownership=ownership,
             prestart=maker.prestart,
+            instruments=instruments,
+            codex_pids=_pid_counter(maker.pool),
         )
+        if metrics is not None:
+            metrics.checks["daemon"] = daemon_serving(daemon)
         try:
             async with _kept(journal_hold, describe_journal(settings.journal), daemon):
                 await daemon.run(stop, ready)
@@ -585,3 +600,62 @@ async def _start_webhooks(
     except StateError as exc:
         raise BootstrapError(str(exc)) from None
     log.info("sending turn-complete webhooks to %d target(s)", len(targets))
+
+
+async def _serve_metrics(
+    stack: contextlib.AsyncExitStack, settings: Settings, journal: Journal, codex: Path
+) -> MetricsServer | None:
+    """Start the ``metrics_port`` server (docs/operations.md) with the journal and Codex checks, if configured."""
+    options = settings.metrics
+    if options is None:
+        return None
+    instruments = Instruments()
+    server = MetricsServer.of(
+        options, instruments, {"journal": journal_reachable(journal, instruments), "codex": codex_found(codex)}
+    )
+    try:
+        return await stack.enter_async_context(server)
+    except OSError as exc:
+        raise BootstrapError(str(exc)) from None
+
+
+def daemon_serving(daemon: Daemon) -> ReadinessCheck:
+    """Ready once recovery is done and the sessions and ingress run, until shutdown begins."""
+
+    async def check() -> str | None:
+        return None if daemon.serving else "the daemon is starting or stopping"
+
+    return check
+
+
+def codex_found(path: Path) -> ReadinessCheck:
+    """Ready while the Codex executable found at start is still there and executable."""
+
+    async def check() -> str | None:
+        usable = await asyncio.to_thread(os.access, path, os.X_OK)
+        return None if usable else f"the Codex executable {path} is gone or not executable"
+
+    return check
+
+
+def _pid_counter(pool: AppServerPool | None) -> Callable[[], int] | None:
+    """Counts the shared app-servers running now (app-server driver); ``None`` for exec."""
+    if pool is None:
+        return None
+    return lambda: len(pool.pids)
+
+
+def _webhook_lag(journal: Journal, instruments: Instruments, targets: list[ReadyTarget]) -> Refresh:
+    """Each webhook target's journal lag (reader ``webhook <name>``: target names are the operator's), from
+    its delivered-through cursor."""
+    from coven_codex.webhooks.sender import cursor_names  # noqa: PLC0415 (only with [webhooks] in_daemon)
+
+    async def refresh() -> None:
+        for target in targets:
+            delivered = await journal.load_cursor(cursor_names(target.name)[0])
+            if delivered is None and target.target.start == "beginning":
+                delivered = START  # (nothing delivered yet: every entry is still ahead of it)
+            if delivered is not None:
+                await report_lag(journal, instruments, f"webhook {target.name}", delivered)
+
+    return refresh

@@ -74,6 +74,8 @@ from coven_codex.journal import (
     Position,
     SegmentRemoved,
 )
+from coven_codex.metrics.checks import report_lag
+from coven_codex.metrics.instruments import Instruments
 from coven_codex.rollout.locator import find_rollout
 from coven_codex.settings import Settings
 
@@ -108,11 +110,18 @@ class Daemon:
         on_append: AppendHook | None = None,
         ownership: Ownership | None = None,
         prestart: Callable[[], None] | None = None,
+        instruments: Instruments | None = None,
+        codex_pids: Callable[[], int] | None = None,
     ) -> None:
         """``conversations``: the folder of this journal's conversation state (its
         :class:`~coven_codex.agent.scope.Scope`); ``prestart`` starts the Codex the first thought will
-        use, without waiting (start-up step 2)."""
+        use, without waiting (start-up step 2). ``instruments``: the process's metrics
+        (``metrics_port``), with ``codex_pids`` counting the Codex processes running now."""
         self.settings = settings
+        self.instruments = instruments
+        self.codex_pids = codex_pids
+        self.serving = False
+        """Recovery is done and the sessions and ingress run (``/readyz``)."""
         self.prestart = prestart
         self.journal = journal
         self.ownership = ownership
@@ -296,11 +305,16 @@ class Daemon:
                 locate_rollout=self.locate_rollout,
                 finish_thought=finish_thought,
                 saved_cursor=saved_cursor,
-                writer=DaemonWriter(self.ownership.fenced(self.journal) if self.ownership else self.journal, known_ids),
+                writer=DaemonWriter(
+                    self.ownership.fenced(self.journal) if self.ownership else self.journal,
+                    known_ids,
+                    on_written=self.instruments.entry_appended if self.instruments is not None else None,
+                ),
                 on_append=self.on_append,
                 on_storage_failure=self._storage_failed,
                 cluster=self.ownership,
                 on_lease_lost=self.ownership.dropper(group) if self.ownership else None,
+                instruments=self.instruments,
             )
             self.services = services
             manager = SessionManager(services, group)
@@ -324,12 +338,16 @@ class Daemon:
             ingress_task = group.create_task(self._run_ingress(ingress), name="ingress")
             cluster_task = self.ownership.start(self, cursor, group) if self.ownership is not None else None
             log.info("daemon running: %d conversation(s) restored, journal read from %s", len(states), cursor)
+            self.serving = True
+            if self.instruments is not None:
+                self.instruments.refreshers.append(self._refresh_metrics)
             if ready is not None:
                 ready()
             stop_task = group.create_task(stop.wait(), name="stop")
             failed_task = group.create_task(self._failed.wait(), name="storage-failed")
             await asyncio.wait([ingress_task, stop_task, failed_task], return_when=asyncio.FIRST_COMPLETED)
             log.info("shutting down: no new thoughts; stopping turns and Codex processes")
+            self.serving = False
             loop = asyncio.get_running_loop()
             shutdown_by = loop.time() + self.settings.kill_grace + SHUTDOWN_SLACK
             if self.ownership is not None:
@@ -362,6 +380,23 @@ class Daemon:
                 " once more; the next start reads from the one saved before (nothing is answered twice)",
                 within,
             )
+
+    async def _refresh_metrics(self) -> None:
+        """Bring the daemon's scrape-time gauges up to date (:mod:`coven_codex.metrics.instruments`)."""
+        metrics, manager, services, ingress = self.instruments, self.manager, self.services, self.ingress
+        if metrics is None or manager is None or services is None or ingress is None:
+            return
+        sessions = list(manager.sessions.values())
+        metrics.conversations_live.set(len(sessions))
+        metrics.threads_loaded.set(sum(1 for session in sessions if session.live))
+        metrics.turns_running.set(sum(1 for session in sessions if session.turn_running))
+        pools = {id(pool): pool for pool in (services.slots, services.job_slots) if pool is not None}
+        metrics.conversations_waiting.set(sum(pool.waiting for pool in pools.values()))
+        if self.codex_pids is not None:
+            metrics.codex_processes.set(self.codex_pids())
+        if self.ownership is not None:
+            metrics.leases_held.set(len(sessions))
+        await report_lag(self.journal, metrics, "ingress", ingress.cursor.position)
 
     async def _run_ingress(self, ingress: Ingress) -> None:
         try:

@@ -16,6 +16,7 @@ from coven_codex.codex.drivers.base import CodexDriver, EventSink, ImageInput
 from coven_codex.entries import Attachment
 from coven_codex.jobs.names import JOB_PREFIX
 from coven_codex.journal import Journal, Position
+from coven_codex.metrics.instruments import Instruments
 from coven_codex.settings import Settings
 
 
@@ -136,3 +137,5 @@ class SessionServices:
     """Several daemons share the journal: mirror state and rollout (docs/distributed.md)."""
     on_lease_lost: Callable[[str], None] | None = None
     """A session's write was refused for lack of the conversation's lease: the daemon drops it."""
+    instruments: Instruments | None = None
+    """The process's metrics (``metrics_port``, :mod:`coven_codex.metrics`), told of thoughts and Codex failures."""

@@ -274,6 +274,8 @@ class Session:
         if entry.cwd is not None or entry.model is not None or entry.resume_thread is not None or entry.timeout:
             self._requested[entry.id] = entry
         self._inbox.put_nowait(PendingThought(entry.id, entry.text, position, tuple(entry.attachments)))
+        if self._svc.instruments is not None:
+            self._svc.instruments.thought_received(entry.id)
         return True
 
     def offer_reset(self, entry: ResetEntry, position: Position) -> bool:
@@ -327,6 +329,11 @@ class Session:
     def live(self) -> bool:
         """A CODEX driver is open."""
         return self._codex is not None
+
+    @property
+    def turn_running(self) -> bool:
+        """A Codex turn is running."""
+        return self._turn is not None
 
     # -- the task ------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -763,6 +770,8 @@ class Session:
             # nothing is said in the chat; the thread is resumed on the next thought.
             log.info("conversation %r: Codex exited while idle; its thread resumes on the next thought", self._name)
             return
+        if self._svc.instruments is not None:
+            self._svc.instruments.codex_failed()
         delay = self._restart_later()
         where = " during a turn" if turn is not None else ""
         if event.returncode is not None and event.returncode < 0:
@@ -1065,6 +1074,8 @@ class Session:
             self._unconfirmed = None
             await self._delivery_failed(thought, exc)
             return
+        if self._svc.instruments is not None:
+            self._svc.instruments.thought_handed_over()
         if steer:
             # Accepted into the turn ("steered"), or the turn had just ended and the driver started
             # it as a new turn or queued it as the next one. Either way it stays in flight until

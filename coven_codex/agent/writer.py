@@ -17,6 +17,7 @@ bound (two writers of one id race within seconds, not after tens of thousands of
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 
 from coven_codex.entries import BaseEntry
 from coven_codex.journal import Journal, JournalRecord
@@ -28,8 +29,17 @@ RECENT_IDS = 65_536
 class DaemonWriter:
     """Appends daemon entries to ``journal``, dropping any whose id is known (see the module docstring)."""
 
-    def __init__(self, journal: Journal, known_ids: set[str], *, recent: int = RECENT_IDS) -> None:
+    def __init__(
+        self,
+        journal: Journal,
+        known_ids: set[str],
+        *,
+        recent: int = RECENT_IDS,
+        on_written: Callable[[BaseEntry], None] | None = None,
+    ) -> None:
+        """``on_written`` is told of every entry appended (the metrics, :mod:`coven_codex.metrics`)."""
         self.journal = journal
+        self.on_written = on_written
         self.known_ids = known_ids
         self._recent: OrderedDict[str, None] = OrderedDict()
         self._limit = recent
@@ -52,8 +62,11 @@ class DaemonWriter:
             if len(self._recent) > self._limit:
                 self._recent.popitem(last=False)
         try:
-            return await self.journal.append(entry)
+            record = await self.journal.append(entry)
         except BaseException:
             if entry_id is not None:
                 self._recent.pop(entry_id, None)
             raise
+        if self.on_written is not None:
+            self.on_written(entry)
+        return record

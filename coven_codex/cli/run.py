@@ -195,6 +195,24 @@ _FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
         },
     ),
     (
+        "--metrics-port",
+        {
+            "type": int,
+            "dest": "metrics_port",
+            "help": "serve Prometheus /metrics, /healthz and /readyz on this port (0: any free port); off by default",
+        },
+    ),
+    ("--metrics-host", {"dest": "metrics_host", "help": "the address the metrics port listens on"}),
+    (
+        "--metrics-allow",
+        {
+            "action": "append",
+            "dest": "metrics_allow",
+            "metavar": "CIDR",
+            "help": "a network besides loopback whose clients may use the metrics port (repeatable)",
+        },
+    ),
+    (
         "--agents-template",
         {"type": Path, "dest": "agents_template", "help": "template for AGENTS.md with $VARNAME substitution"},
     ),

@@ -23,7 +23,7 @@ from types import TracebackType
 
 from coven_codex.mcp.connection import Connection, ConnectionLimits
 from coven_codex.mcp.registry import SpellRegistry
-from coven_codex.mcp.session import McpSession
+from coven_codex.mcp.session import McpSession, SpellCallHook
 from coven_codex.mcp.threads import SpellThreads
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,9 @@ class SpellServer:
         spell_threads: int = 8,
         spell_thread_cap: int | None = None,
         page_size: int = 100,
+        on_call: SpellCallHook | None = None,
     ) -> None:
+        """``on_call``: told of the end of every spell call (:class:`~coven_codex.mcp.session.McpSession`)."""
         if secret is not None and len(secret) < 16:
             raise SpellServerError("the session secret must be at least 16 characters")
         self.registry = registry
@@ -82,6 +84,7 @@ class SpellServer:
         self._spell_threads = spell_threads
         self._spell_thread_cap = spell_thread_cap
         self._page_size = page_size
+        self._on_call = on_call
         self._socket_dir: Path | None = None
         self._created_dir = False
         self._server_bound = False
@@ -177,6 +180,7 @@ class SpellServer:
                 label=self.label,
                 page_size=self._page_size,
                 instructions=self._instructions,
+                on_call=self._on_call,
             )
             await Connection(reader, writer, session, self.secret, self._limits).run()
         except asyncio.CancelledError:

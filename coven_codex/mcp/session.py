@@ -14,6 +14,7 @@ import asyncio
 import base64
 import binascii
 import logging
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Executor
 from typing import TypeVar
@@ -43,6 +44,9 @@ from coven_codex.mcp.registry import SpellRegistry
 from coven_codex.mcp.schema import describe_validation_error
 
 log = logging.getLogger(__name__)
+
+SpellCallHook = Callable[[str, bool, float], None]
+"""Called when a spell call ends: its name, whether its result is an error, its seconds."""
 
 Notify = Callable[[str, Mapping[str, JsonValue]], None]
 """Queues a notification to the client (progress while a call runs)."""
@@ -74,11 +78,14 @@ class McpSession:
         page_size: int = 100,
         instructions: str | None = None,
         outcomes: SpellOutcomes | None = None,
+        on_call: SpellCallHook | None = None,
     ) -> None:
         """``label`` names the session to spells (:attr:`SpellContext.session`); ``page_size``:
         tools per ``tools/list`` page; ``instructions``: told to the client at ``initialize``."""
         self.registry = registry
         self.outcomes = outcomes if outcomes is not None else recent_outcomes
+        self.on_call = on_call
+        """Told of each spell call's end: the spell, whether it failed, its seconds (the metrics)."""
         self.executor = executor
         self.server_name = server_name
         self.label = label
@@ -197,7 +204,10 @@ class McpSession:
             progress_sink=sink,
             loop=asyncio.get_running_loop(),
         )
+        started = time.perf_counter()
         result = await call_spell(spell, params.arguments, context, self.executor)
+        if self.on_call is not None:
+            self.on_call(params.name, result.isError, time.perf_counter() - started)
         self.outcomes.record(params.name, params.arguments, result)
         return wire(result)
 

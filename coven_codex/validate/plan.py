@@ -6,6 +6,7 @@ from coven_codex.codex.capabilities import SCHEMA_TIMEOUT
 from coven_codex.settings import Settings
 from coven_codex.validate import codex_probes as codex
 from coven_codex.validate import filesystem_probes as fs
+from coven_codex.validate import metrics_probes as metrics
 from coven_codex.validate import redis_probes as redis
 from coven_codex.validate import scope_probes as scope
 from coven_codex.validate import spell_probes as spells
@@ -53,6 +54,7 @@ PLAN: tuple[Probe, ...] = (
         scope.probe_conversation_state,
         timeout=10,
     ),
+    Probe("metrics_port", "the metrics port can be listened on", metrics.probe_metrics_port, timeout=5),
     Probe("spells", "spells import with valid schemas", spells.probe_spells, timeout=30),
     Probe("shim_version", "the MCP shim starts within 1 s", spells.probe_shim_version, timeout=3),
     Probe("shim_handshake", "socket handshake round trip through a live shim", spells.probe_shim_handshake, timeout=15),
@@ -65,7 +67,7 @@ PLAN: tuple[Probe, ...] = (
     ),
 )
 
-RUN_GATES: frozenset[str] = frozenset({"workspace", "codex_home", "state_dir", "journal", "redis"})
+RUN_GATES: frozenset[str] = frozenset({"workspace", "codex_home", "state_dir", "journal", "redis", "metrics_port"})
 """The checks ``coven-codex run`` makes before it starts: ``run`` refuses what ``validate`` refuses."""
 
 

@@ -157,6 +157,7 @@ async def run_discord(settings: DiscordSettings, started: Callable[[str], None] 
             access,
             ledger,
             name=NAME,
+            metrics=section.metrics,
         )
         connection = asyncio.create_task(_connect(gateway))
         following = asyncio.create_task(runner.run())

@@ -128,6 +128,11 @@ class DeliveryLedger:
         """A ledger kept in memory only: for adapters that start afresh each run (the console)."""
         return cls(None, {}, -1)
 
+    @property
+    def pending(self) -> int:
+        """Deliveries intended and not yet recorded as done."""
+        return sum(1 for delivery in self._records.values() if delivery.message_id is None)
+
     def get(self, key: str) -> Delivery | None:
         """What is known about ``key``: None when it was never intended."""
         return self._records.get(key)

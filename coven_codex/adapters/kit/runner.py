@@ -72,6 +72,10 @@ from coven_codex.entries import (
     ThoughtEntry,
 )
 from coven_codex.journal import START, BadLine, Journal, JournalError, JournalRecord, Position
+from coven_codex.metrics.checks import journal_reachable, report_lag
+from coven_codex.metrics.instruments import Instruments
+from coven_codex.metrics.options import MetricsOptions
+from coven_codex.metrics.server import MetricsServer
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +178,9 @@ class AdapterRunner:
         *,
         name: str,
         options: RunnerOptions = RunnerOptions(),
+        metrics: MetricsOptions | None = None,
     ) -> None:
+        """``metrics``: serve ``/metrics``, ``/healthz``, ``/readyz`` while running (docs/operations.md)."""
         self.journal = journal
         self.platform = platform
         self.mapping = mapping
@@ -198,20 +204,26 @@ class AdapterRunner:
         self._lane_tasks: list[asyncio.Task[None]] = []
         self.ready = asyncio.Event()
         """Set once the runner follows the journal (history, if any, shown)."""
+        self.metrics = metrics
+        self.instruments = Instruments() if metrics is not None else None
+        self._reading_platform = False
 
     async def run(self) -> None:
         """Follow the journal and the platform until the platform's incoming stream ends."""
         described = self.access.describe()
         log.log(logging.WARNING if self.access.allows_nobody else logging.INFO, "adapter %s: %s", self.name, described)
         try:
-            async with asyncio.TaskGroup() as group:
+            async with contextlib.AsyncExitStack() as stack, asyncio.TaskGroup() as group:
+                await self._serve_metrics(stack)
                 self._group = group
                 egress = group.create_task(self._egress())
                 saver = group.create_task(self._saver())
                 try:
+                    self._reading_platform = True
                     async for event in self.platform.incoming():
                         await self.handle(event)
                 finally:
+                    self._reading_platform = False
                     self._group = None
                     egress.cancel()
                     saver.cancel()
@@ -220,6 +232,30 @@ class AdapterRunner:
         except* PlatformError as failed:
             # Only a fatal refusal leaves a lane or ingress (the token revoked): said once, clearly.
             raise failed.exceptions[0] from None
+
+    async def _serve_metrics(self, stack: contextlib.AsyncExitStack) -> None:
+        """Start the metrics port, if asked for: checks ``journal`` and ``platform``."""
+        if self.metrics is None or self.instruments is None:
+            return
+        instruments = self.instruments
+
+        async def platform() -> str | None:
+            if not self._reading_platform or not self.ready.is_set():
+                return f"not yet following the journal and reading {self.platform.name}"
+            return None
+
+        async def refresh() -> None:
+            instruments.ledger_intents_pending.set(self.ledger.pending)
+            instruments.platform_connected.set(1 if self._reading_platform else 0)
+            if self._saved is not None:
+                await report_lag(self.journal, instruments, "adapter", self._saved)
+
+        instruments.refreshers.append(refresh)
+        checks = {"journal": journal_reachable(self.journal, instruments), "platform": platform}
+        try:
+            await stack.enter_async_context(MetricsServer.of(self.metrics, instruments, checks))
+        except OSError as exc:
+            raise PlatformError(str(exc)) from None
 
     # ----------------------------------------------------------------- ingress
 
@@ -771,10 +807,16 @@ class AdapterRunner:
 
     async def _attempt(self, operation: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
         """Run a platform call, waiting out rate limits (the first wait is reported, the rest logged at debug)."""
+        limited_before = False
         while True:
             try:
                 result = await operation(*args, **kwargs)
+            except PlatformError:
+                self._answered("refused")
+                raise
             except RateLimited as limited:
+                self._answered("rate_limited")
+                limited_before = True
                 wait = min(limited.retry_after, MAX_RETRY_AFTER)
                 level = logging.DEBUG if self._waiting else logging.WARNING
                 log.log(
@@ -788,6 +830,7 @@ class AdapterRunner:
                 self._waiting = True
                 await self._wait(wait)
                 continue
+            self._answered("retried" if limited_before else "ok")
             return result
 
     async def _wait(self, seconds: float) -> None:
@@ -800,3 +843,7 @@ class AdapterRunner:
         finally:
             if lane is not None:
                 lane.phase = LanePhase.DELIVERING
+
+    def _answered(self, answer_class: str) -> None:
+        if self.instruments is not None:
+            self.instruments.platform_answers.labels(answer_class=answer_class).inc()

@@ -552,7 +552,9 @@ async def run_slack(settings: SlackRun, started: Callable[[SlackIdentity], Await
     platform.register(app)
     journal = open_journal(settings.journal)
     ledger = DeliveryLedger.open(ledger_path(local_base(settings.journal, state_root()), NAME))
-    runner = AdapterRunner(journal, platform, section.channel_map(), section.access_policy(), ledger, name=NAME)
+    runner = AdapterRunner(
+        journal, platform, section.channel_map(), section.access_policy(), ledger, name=NAME, metrics=section.metrics
+    )
     try:
         async with contextlib.AsyncExitStack() as stack:
             if http:
