@@ -48,7 +48,6 @@ from coven_codex.codex.drivers import CodexDriver, DriverSettings, EventSink, cr
 from coven_codex.codex.home import CodexHomeError, DriverKind, prepare_codex_home
 from coven_codex.codex.launch import relative_path_entries, resolve_launch
 from coven_codex.codex.version import CodexVersion, VersionError, detect_version
-from coven_codex.jobs.supervisor import continue_cut_short_jobs
 from coven_codex.journal import START, FileJournal, Journal, JournalError, StorageError
 from coven_codex.journal.file import FILE_MODE
 from coven_codex.journal.opening import (
@@ -505,8 +504,6 @@ async def run_daemon(
             if instruments is not None:
                 instruments.refreshers.append(_webhook_lag(journal, instruments, webhooks))
         ownership = await _join_cluster(stack, journal, settings, codex_home)
-        if ownership is None:  # (in a cluster every daemon would write the continuations)
-            _start_job_supervisor(stack, settings, settings.journal)
         daemon = Daemon(
             settings,
             journal,
@@ -551,27 +548,6 @@ async def _kept(hold: RedisHold | None, journal: str, daemon: Daemon) -> AsyncIt
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-
-
-def _start_job_supervisor(stack: contextlib.AsyncExitStack, settings: Settings, journal_path: JournalName) -> None:
-    """The job supervisor (a job cut short by a death is continued once: docs/jobs.md) on a journal
-    handle of its own; stopped before the rest. A failure of it is logged; jobs then end ``failed``."""
-    journal = open_journal(journal_path, JournalOptions(durability=settings.durability, follow_replacement=False))
-    stack.push_async_callback(journal.aclose)
-    task = asyncio.create_task(_supervise_jobs(journal), name="job supervisor")
-
-    async def stop() -> None:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-
-    stack.push_async_callback(stop)
-
-
-async def _supervise_jobs(journal: Journal) -> None:
-    try:
-        await continue_cut_short_jobs(journal)
-    except (JournalError, OSError) as exc:
-        log.error("the job supervisor stopped (%s); jobs cut short from now on end failed until a restart", exc)
 
 
 async def _start_webhooks(

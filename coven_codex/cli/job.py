@@ -53,11 +53,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--continue-latest", action="store_true", help="continue the thread of the newest job (in the same --cwd)"
     )
     sub.add_argument("--timeout", type=float, help="seconds the job may run (at most the daemon's turn_timeout)")
-    sub.add_argument(
-        "--no-continue",
-        action="store_true",
-        help="never continue this job after a daemon or Codex death cut its turn short (it fails instead)",
-    )
     sub.add_argument("--wait", action="store_true", help="wait until the job is over")
     sub.add_argument("--json", action="store_true", help="print JSON (with --wait: the whole record)")
     sub = action("status", "show a job's state")
@@ -86,8 +81,6 @@ def execute(args: argparse.Namespace) -> int:
 
 def _line(job: JobRecord) -> str:
     extra = f" thread {job.thread_id}" if job.thread_id else ""
-    if job.attempts > 1:
-        extra += f" attempts {job.attempts}"
     if job.error is not None and job.done:
         extra += f" ({job.error.code}: {job.error.message})"
     return f"{job.id} {job.state}{extra}"
@@ -112,7 +105,6 @@ async def _run(args: argparse.Namespace) -> int:
                 resume_thread=args.resume,
                 continue_latest=args.continue_latest,
                 timeout=args.timeout,
-                continue_after_restart=not args.no_continue,
             )
             job_id = await submit(journal, request)
             if not args.wait:

@@ -19,7 +19,7 @@ from pathlib import Path
 from coven_codex.agent.limits import cut, over_limit
 from coven_codex.agent.thread_options import MAX_MODEL_CHARS
 from coven_codex.entries import CancelEntry, ThoughtEntry
-from coven_codex.jobs.records import CONTINUE_FIELD, JobFolder, JobRecord, JobState, job_conversation, read_jobs
+from coven_codex.jobs.records import JobFolder, JobRecord, JobState, job_conversation, read_jobs
 from coven_codex.journal import FileJournal, Journal, JournalRecord
 
 JOB_SENDER = "jobs"
@@ -71,8 +71,6 @@ class JobRequest:
     resume_thread: str | None = None
     continue_latest: bool = False
     timeout: float | None = None
-    continue_after_restart: bool = True
-    """A turn cut short by a daemon or Codex death is continued once in the job's thread (else: it fails)."""
 
 
 def new_job_id() -> str:
@@ -108,18 +106,17 @@ async def submit(journal: Journal, request: JobRequest, wording: Wording = CLI_W
     resume = request.resume_thread
     if request.continue_latest:
         resume = await latest_thread(journal, cwd, wording)
-    entry = ThoughtEntry(
-        conversation=job_conversation(job_id),
-        sender=JOB_SENDER,
-        text=request.prompt,
-        cwd=cwd,
-        model=request.model,
-        resume_thread=resume,
-        timeout=request.timeout,
+    await journal.append(
+        ThoughtEntry(
+            conversation=job_conversation(job_id),
+            sender=JOB_SENDER,
+            text=request.prompt,
+            cwd=cwd,
+            model=request.model,
+            resume_thread=resume,
+            timeout=request.timeout,
+        )
     )
-    if not request.continue_after_restart:
-        setattr(entry, CONTINUE_FIELD, False)  # a field of jobs, not of every thought (an extra of the entry)
-    await journal.append(entry)
     return job_id
 
 

@@ -102,13 +102,6 @@ def job_tools(journal: Journal) -> SpellRegistry:
                 "progressToken, progress is notified while it waits."
             ),
         ] = False,
-        continue_after_restart: Annotated[
-            bool,
-            Field(
-                description="Continue the job once in its thread if a daemon or Codex death cuts its turn short "
-                "(false: it fails instead)."
-            ),
-        ] = True,
         context: SpellContext | None = None,
     ) -> JobRecord:
         """Start a Codex job; returns its record at once (state queued) with the job id, or the finished
@@ -120,7 +113,6 @@ def job_tools(journal: Journal) -> SpellRegistry:
             resume_thread=resume_session_id,
             continue_latest=continue_latest,
             timeout=timeout or None,
-            continue_after_restart=continue_after_restart,
         )
         try:
             job_id = await submit(journal, request, MCP_WORDING)

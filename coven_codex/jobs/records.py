@@ -42,22 +42,6 @@ THOUGHT_CANCELLED = "thought_cancelled"
 """The daemon's answer to a thought a ``cancel`` dropped before it reached Codex."""
 MAX_EVENTS = 1000
 """At most this many of a job's entries are kept for ``--events`` (the newest ones)."""
-MAX_ATTEMPTS = 2
-"""A job cut short (the daemon or Codex died mid-turn) is continued once: two attempts at most."""
-CONTINUE_FIELD = "continue_after_restart"
-"""The submitting thought's field (``false``: never continue the job after a cut-short turn)."""
-CONTINUATION_PREFIX = "job-continue:"
-"""The id of a continuation thought: ``job-continue:<job id>:<attempt>`` (written once)."""
-CONTINUATION_TEXT = (
-    "Your previous turn on this task was cut short: the service running you (or Codex itself) stopped "
-    "mid-turn. Continue the task from where it stopped; check what was already done before doing it again."
-)
-"""What the continuation thought asks."""
-
-
-def continuation_id(job_id: str, attempt: int) -> str:
-    """The id of the thought that starts attempt ``attempt`` (2, ...) of job ``job_id``."""
-    return f"{CONTINUATION_PREFIX}{job_id}:{attempt}"
 
 
 def job_conversation(job_id: str) -> str:
@@ -105,14 +89,6 @@ class JobRecord(BaseModel):
     """Seconds from the start of the turn (or the submission, if it never started) to the end."""
     usage: TokenUsage | None = None
     cancel_requested: bool = False
-    continue_after_restart: bool = True
-    """A turn cut short by a daemon or Codex death is continued once (``false``: it fails instead)."""
-    attempts: int = 1
-    """How many times the job was handed to Codex: 1, then 2 once it was continued after a cut-short turn."""
-    interruptions: list[JobError] = Field(default_factory=list)
-    """Why each cut-short attempt ended (the job continued after it)."""
-    awaiting_continuation: bool = False
-    """Its turn was cut short and a continuation will be (or was just) written; not final."""
     events: list[JobEvent] | None = Field(default=None)
     """The job's entries, on request only."""
 
@@ -150,20 +126,7 @@ class JobFolder:
                     timeout=entry.timeout,
                     resume_thread=entry.resume_thread,
                     submitted_at=entry.ts,
-                    continue_after_restart=(entry.model_extra or {}).get(CONTINUE_FIELD) is not False,
                 )
-                self._thoughts[job_id] = entry.id
-            elif (
-                isinstance(entry, ThoughtEntry)
-                and job is not None
-                and job.awaiting_continuation
-                and entry.id == continuation_id(job_id, job.attempts + 1)
-            ):
-                job.attempts += 1
-                job.awaiting_continuation = False
-                job.state = "queued"
-                job.error = None
-                job.final_message = None
                 self._thoughts[job_id] = entry.id
             elif isinstance(entry, CancelEntry) and job is not None and not job.done:
                 job.cancel_requested = True
@@ -197,10 +160,7 @@ class JobFolder:
         elif entry.state == TURN_FAILED:
             job.usage = entry.usage
             timed_out = job.error is not None and job.error.code in TIMEOUT_CODES
-            if job.error is not None and job.error.code == ErrorCode.PROCESS_EXITED.value and not job.cancel_requested:
-                self._cut_short(job, entry.ts)  # Codex died mid-turn
-            else:
-                self._end(job, "timed_out" if timed_out else "failed", entry.ts)
+            self._end(job, "timed_out" if timed_out else "failed", entry.ts)
         elif entry.state == TURN_ABORTED:
             job.usage = entry.usage
             if job.cancel_requested:
@@ -215,24 +175,9 @@ class JobFolder:
                         hint="The daemon or Codex stopped during the job; submit it again (with --resume "
                         "THREAD_ID to continue where it was).",
                     )
-                self._cut_short(job, entry.ts)
+                self._end(job, "failed", entry.ts)
         elif entry.state == THOUGHT_CANCELLED:
             self._end(job, "cancelled", entry.ts)
-
-    def _cut_short(self, job: JobRecord, at: datetime) -> None:
-        """The turn ended without finishing (a daemon or Codex death): the job waits for its one
-        continuation when it may be continued, else it failed."""
-        if job.continue_after_restart and job.attempts < MAX_ATTEMPTS and job.error is not None:
-            job.interruptions.append(job.error)
-            job.awaiting_continuation = True
-            job.state = "queued"
-            return
-        self._end(job, "failed", at)
-
-    @property
-    def awaiting_continuation(self) -> list[JobRecord]:
-        """The jobs whose turn was cut short and whose continuation is not in the journal (yet)."""
-        return [job for job in self.jobs.values() if job.awaiting_continuation]
 
     @staticmethod
     def _end(job: JobRecord, state: JobState, at: datetime) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from coven_codex.agent.ingress import refuse_thought
@@ -20,9 +18,8 @@ from coven_codex.entries import (
     TokenUsage,
 )
 from coven_codex.jobs.client import JobRequest, JobUsageError, cancel, find, latest_thread, submit
-from coven_codex.jobs.records import CONTINUATION_TEXT, JobFolder, read_jobs
-from coven_codex.jobs.supervisor import continue_cut_short_jobs, continue_due_jobs
-from coven_codex.journal import JournalRecord, MemoryJournal
+from coven_codex.jobs.records import JobFolder, read_jobs
+from coven_codex.journal import MemoryJournal
 
 C = "job:j1"
 
@@ -76,7 +73,7 @@ def test_a_job_goes_queued_running_succeeded() -> None:
     ],
 )
 def test_every_way_a_job_ends(entries: list[BaseEntry], state: str, code: str | None) -> None:
-    job = fold(submitted(continue_after_restart=False), *entries).jobs["j1"]
+    job = fold(submitted(), *entries).jobs["j1"]
     assert job.state == state and job.done
     assert (job.error.code if job.error is not None else None) == code
 
@@ -144,63 +141,3 @@ async def test_submit_checks_the_documented_limits_before_it_writes(request_: Jo
     assert await journal.read() == []
     await submit(journal, JobRequest(prompt="x" * MAX_THOUGHT_CHARS))  # the limit itself is fine
     assert len(await journal.read()) == 1
-
-
-def continuation(attempt: int = 2) -> ThoughtEntry:
-    return ThoughtEntry(id=f"job-continue:j1:{attempt}", conversation=C, sender="jobs", text=CONTINUATION_TEXT)
-
-
-@pytest.mark.parametrize(
-    "death",
-    [
-        [status("turn_aborted", text="turn aborted")],  # the daemon died: its restart ends the turn
-        [error("PROCESS_EXITED"), status("turn_failed")],  # Codex died under a running daemon
-    ],
-)
-def test_a_job_cut_short_waits_for_one_continuation_then_ends_with_it(death: list[BaseEntry]) -> None:
-    folder = fold(submitted(), status("turn_started"), *death)
-    job = folder.jobs["j1"]
-    assert job.state == "queued" and not job.done and job.awaiting_continuation
-    assert folder.awaiting_continuation == [job] and [e.code for e in job.interruptions] == ["PROCESS_EXITED"]
-    folder.feed(continuation())
-    assert job.attempts == 2 and not job.awaiting_continuation and job.error is None
-    folder.feed(StatusEntry(conversation=C, state="turn_started", in_reply_to="job-continue:j1:2"))
-    folder.feed(ResponseEntry(conversation=C, text="done now", in_reply_to="job-continue:j1:2"))
-    folder.feed(StatusEntry(conversation=C, state="turn_completed", in_reply_to="job-continue:j1:2"))
-    assert job.state == "succeeded" and job.final_message == "done now" and job.attempts == 2
-
-
-def test_a_second_cut_short_fails_the_job() -> None:
-    folder = fold(submitted(), status("turn_started"), status("turn_aborted", text="x"), continuation())
-    folder.feed(StatusEntry(conversation=C, state="turn_aborted", in_reply_to="job-continue:j1:2", text="again"))
-    job = folder.jobs["j1"]
-    assert job.state == "failed" and job.attempts == 2 and job.error is not None
-    assert job.error.code == "PROCESS_EXITED" and not folder.awaiting_continuation
-
-
-async def test_the_supervisor_writes_each_continuation_once_across_restarts() -> None:
-    journal = MemoryJournal()
-    for entry in (submitted(), status("turn_started"), status("turn_aborted", text="turn aborted")):
-        await journal.append(entry)
-    _, _, written = await continue_due_jobs(journal)  # the daemon's start
-    assert written == {"job-continue:j1:2"}
-    _, _, written = await continue_due_jobs(journal)  # a restart: it is in the journal already
-    assert written == set()
-    (job,) = (await read_jobs(journal)).jobs.values()
-    assert job.attempts == 2 and job.state == "queued"
-
-
-async def test_the_supervisor_continues_a_job_cut_short_while_it_follows() -> None:
-    journal = MemoryJournal()
-    await journal.append(submitted())
-    task = asyncio.create_task(continue_cut_short_jobs(journal))
-    try:
-        await journal.append(status("turn_started"))
-        await journal.append(status("turn_aborted", text="turn aborted"))
-        async with asyncio.timeout(10):
-            async for item in journal.tail():
-                if isinstance(item, JournalRecord) and item.entry.id == "job-continue:j1:2":
-                    break
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
