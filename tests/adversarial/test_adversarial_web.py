@@ -88,6 +88,11 @@ async def test_no_data_is_served_without_a_login(web_server: WebServer) -> None:
         assert (await asyncio.to_thread(request, web_server.port, "POST", "/upload", headers=good, body=png()))[
             0
         ] == 200
+    # The server learns of the close a moment after the client sent it: the session ends then (bounded).
+    deadline = asyncio.get_running_loop().time() + 10
+    while (await asyncio.to_thread(request, web_server.port, "GET", "/attachments/x.png", headers=good))[0] != 401:
+        assert asyncio.get_running_loop().time() < deadline, "the session outlived its live channel"
+        await asyncio.sleep(0.05)
     gone = await asyncio.to_thread(request, web_server.port, "POST", "/upload", headers=good, body=png())
     assert gone[0] == 401
 
