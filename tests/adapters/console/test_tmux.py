@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 import sys
@@ -9,6 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from coven_codex.entries import (
@@ -54,7 +56,26 @@ def terminal(tmp_path: Path) -> Iterator[Terminal]:
         raise RuntimeError("tmux is not installed; scripts/setup.sh installs it (apt-get install tmux)")
     term = Terminal(tmp_path / "tmux.sock")
     yield term
+    # `kill-server` returns once the server was told, not once it and its panes' processes are gone:
+    # wait for those exits (bounded), so no process of this test outlives it.
+    found = subprocess.run(
+        ["tmux", "-S", str(term.socket), "display-message", "-p", "#{pid}"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=10,
+    )
+    processes: list[psutil.Process] = []
+    if found.returncode == 0 and found.stdout.strip().isdigit():
+        with contextlib.suppress(psutil.Error):
+            server = psutil.Process(int(found.stdout.strip()))
+            processes = [server, *server.children(recursive=True)]
     subprocess.run(["tmux", "-S", str(term.socket), "kill-server"], check=False, capture_output=True, timeout=10)
+    _gone, alive = psutil.wait_procs(processes, timeout=10)
+    for process in alive:  # (a pane's process that ignored its hang-up)
+        with contextlib.suppress(psutil.Error):
+            process.kill()
+    psutil.wait_procs(alive, timeout=10)
 
 
 def _append(journal: Path, *entries: BaseEntry) -> None:
