@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 import sys
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from coven_codex.adapters.kit.config import AdapterConfigError, DiscordSection
 from coven_codex.adapters.kit.platform import PlatformError
 from coven_codex.adapters.kit.runner import cursor_name
 from coven_codex.cli.options import JOURNAL_METAVAR, journal_argument, load_adapter_start
+from coven_codex.cli.stopping import signals_cancel
 
 HELP = "the Discord chat adapter on a journal ([adapters.discord] in coven.toml; the daemon must be running)"
 
@@ -76,10 +76,8 @@ def execute(args: argparse.Namespace) -> int:
     async def main() -> None:
         task = asyncio.current_task()
         assert task is not None
-        loop = asyncio.get_running_loop()
-        for number in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(number, task.cancel)
-        await run_discord(DiscordSettings(journal=journal, token=token, section=section), started)
+        async with signals_cancel(task):
+            await run_discord(DiscordSettings(journal=journal, token=token, section=section), started)
 
     try:
         asyncio.run(main())

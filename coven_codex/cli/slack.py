@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 import sys
 from pathlib import Path
 
@@ -12,6 +11,7 @@ from coven_codex.adapters.kit.config import AdapterConfigError, SlackSection
 from coven_codex.adapters.kit.platform import PlatformError
 from coven_codex.adapters.kit.runner import cursor_name
 from coven_codex.cli.options import JOURNAL_METAVAR, journal_argument, load_adapter_start
+from coven_codex.cli.stopping import signals_cancel
 
 HELP = "the Slack chat adapter on a journal ([adapters.slack] in coven.toml; the daemon must be running)"
 
@@ -63,10 +63,8 @@ def execute(args: argparse.Namespace) -> int:
         """Run the adapter; SIGINT and SIGTERM cancel it (a clean exit)."""
         task = asyncio.current_task()
         assert task is not None
-        loop = asyncio.get_running_loop()
-        for number in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(number, task.cancel)
-        await run_slack(SlackRun(section, secrets, journal), started)
+        async with signals_cancel(task):
+            await run_slack(SlackRun(section, secrets, journal), started)
 
     try:
         asyncio.run(main())

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # (asyncio is imported by the daemon anyway; not before the handler is in place)
     import asyncio
+    from collections.abc import AsyncIterator
 
 log = logging.getLogger(__name__)
 
@@ -142,3 +143,26 @@ class StopSignals:
 
 STOP = StopSignals()
 """The one instance: signal handlers belong to the process."""
+
+
+@contextlib.asynccontextmanager
+async def signals_cancel(task: asyncio.Task[None]) -> AsyncIterator[None]:
+    """While inside, SIGINT and SIGTERM cancel ``task`` (the adapters' clean exit), through
+    :data:`STOP`'s own wake-up socket: ``loop.add_signal_handler`` would lose a signal whose byte
+    found the loop's self-pipe full (see the module docstring)."""
+    import asyncio  # noqa: PLC0415 (not at import: the handler goes in before anything heavy)
+
+    stop = asyncio.Event()
+    STOP.bind(stop, asyncio.get_running_loop())
+
+    async def cancel_on_stop() -> None:
+        await stop.wait()
+        task.cancel()
+
+    watcher = asyncio.create_task(cancel_on_stop(), name="stop signals")
+    try:
+        yield
+    finally:
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
+        STOP.unbind()
