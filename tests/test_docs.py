@@ -30,7 +30,7 @@ def test_the_example_coven_toml_is_valid() -> None:
 
 
 def test_the_thought_limits_table_matches_the_code() -> None:
-    from coven_codex.agent.limits import MAX_CONVERSATION_CHARS, MAX_ID_CHARS, MAX_THOUGHT_CHARS
+    from coven_codex.support.limits import MAX_CONVERSATION_CHARS, MAX_ID_CHARS, MAX_THOUGHT_CHARS
 
     doc = (ROOT / "docs" / "journal-protocol.md").read_text()
     table = doc[doc.index("## Limits") : doc.index("## Positions")]

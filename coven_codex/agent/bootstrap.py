@@ -38,8 +38,6 @@ from coven_codex.agent.egress import AppendHook
 from coven_codex.agent.layout import LayoutError, migrate_legacy_layout
 from coven_codex.agent.scope import Scope, ScopeError, open_scope
 from coven_codex.agent.services import ThreadOptions
-from coven_codex.agent.state import StateError
-from coven_codex.agent.statelock import JournalLock, StateLock
 from coven_codex.agent.storage import StorageFailed
 from coven_codex.codex.appserver.pool import AppServerPool, raise_fd_limit
 from coven_codex.codex.capabilities import CapabilityError, DriverPlan, detect_capabilities, plan_driver
@@ -72,6 +70,7 @@ from coven_codex.metrics.instruments import Instruments, Refresh
 from coven_codex.metrics.server import MetricsServer, ReadinessCheck
 from coven_codex.rollout.locator import locate_rollout
 from coven_codex.settings import Settings
+from coven_codex.support.statelock import JournalLock, StateError, StateLock
 from coven_codex.traces.otel_config import export_notice, otel_tables
 from coven_codex.webhooks.config import ReadyTarget, WebhookConfigError, ready_targets
 

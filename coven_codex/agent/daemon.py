@@ -1,6 +1,6 @@
 """The daemon: start-up recovery, the task group that runs everything, clean shutdown.
 
-The caller holds the state directory's lock (:class:`~coven_codex.agent.statelock.StateLock`,
+The caller holds the state directory's lock (:class:`~coven_codex.support.statelock.StateLock`,
 one daemon per state directory) and gives the folder of this journal's conversation state
 (:mod:`~coven_codex.agent.scope`: a journal the daemon never served has none of another's).
 Start-up, in this order (each step relies on the ones before):
@@ -51,7 +51,6 @@ from typing import TYPE_CHECKING, Protocol
 
 from coven_codex.agent.egress import AppendHook
 from coven_codex.agent.ingress import CURSOR_NAME, STARTUP_INTEREST, Backlog, Ingress
-from coven_codex.agent.limits import cut
 from coven_codex.agent.manager import EGRESS_DRAIN, SHUTDOWN_SLACK, SessionManager
 from coven_codex.agent.processes import ProcessRegistry, end_stale_processes
 from coven_codex.agent.recovery import codex_received, find_unclaimed_rollout
@@ -78,6 +77,7 @@ from coven_codex.metrics.checks import report_lag
 from coven_codex.metrics.instruments import Instruments
 from coven_codex.rollout.locator import find_rollout
 from coven_codex.settings import Settings
+from coven_codex.support.limits import cut
 
 if TYPE_CHECKING:
     from coven_codex.cluster.ownership import Ownership

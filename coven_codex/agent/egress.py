@@ -28,13 +28,13 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from coven_codex.agent.limits import cut
 from coven_codex.agent.replay import ReplayWindow
 from coven_codex.agent.state import SessionState
 from coven_codex.agent.writer import DaemonWriter
 from coven_codex.entries import BaseEntry, DeltaEntry, ErrorEntry, StatusEntry
 from coven_codex.mcp.outcomes import SpellCalls
 from coven_codex.rollout import TURN_END_STATES, TURN_STARTED, RolloutTranslator
+from coven_codex.support.limits import cut
 from coven_codex.tailing import Line, TailNotice, tail_lines
 
 log = logging.getLogger(__name__)

@@ -9,13 +9,13 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from coven_codex.agent.backoff import RepeatFilter
 from coven_codex.agent.egress import Egress, complete_length
-from coven_codex.agent.limits import cut
 from coven_codex.agent.replay import ReplayWindow
 from coven_codex.agent.saver import StateSaver
 from coven_codex.agent.services import SessionServices
 from coven_codex.agent.state import SessionState
+from coven_codex.support.backoff import RepeatFilter
+from coven_codex.support.limits import cut
 from coven_codex.tailing import Line
 
 log = logging.getLogger(__name__)

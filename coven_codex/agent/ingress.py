@@ -6,7 +6,7 @@ The reader starts at the saved ingress cursor and follows the journal live. For 
   position, so a re-read after a restart does not report it twice);
 - entries written by the daemon itself (``sender == "codex"``) are passed over;
 - a thought that can never be answered (conversation name, id or text beyond the limits of
-  :mod:`coven_codex.agent.limits`) is refused with one ``error`` entry (id ``refused@<position>``);
+  :mod:`coven_codex.support.limits`) is refused with one ``error`` entry (id ``refused@<position>``);
 - ``thought``, ``reset``, ``cancel`` and ``approval`` entries go to the :class:`Router` (a
   ``reset`` is pending, like a thought, until its session has acted on it);
 - every other kind is passed over.
@@ -40,7 +40,6 @@ from dataclasses import dataclass
 from typing import Final, Protocol
 
 from coven_codex.agent.cursor import LowWaterCursor
-from coven_codex.agent.limits import MAX_CONVERSATION_CHARS, REFUSED_CODE, over_limit
 from coven_codex.agent.writer import DaemonWriter
 from coven_codex.entries import (
     CODEX_SENDER,
@@ -61,6 +60,7 @@ from coven_codex.journal import (
     JournalReplaced,
     Position,
 )
+from coven_codex.support.limits import MAX_CONVERSATION_CHARS, REFUSED_CODE, over_limit
 
 log = logging.getLogger(__name__)
 
@@ -296,9 +296,9 @@ def refuse_thought(entry: BaseEntry, position: Position) -> ErrorEntry | None:
     """The ``error`` entry refusing a thought that can never be answered, or ``None`` if it is fine.
 
     A conversation name too long for the daemon's entries, an id too long to keep, or a text
-    over Codex's input limit (:func:`~coven_codex.agent.limits.over_limit`) would only fail again
+    over Codex's input limit (:func:`~coven_codex.support.limits.over_limit`) would only fail again
     at every try. The error goes to the thought's conversation, or, when the name itself is too
-    long, to the name cut to :data:`~coven_codex.agent.limits.MAX_CONVERSATION_CHARS` characters
+    long, to the name cut to :data:`~coven_codex.support.limits.MAX_CONVERSATION_CHARS` characters
     (the last one ``…``). It names the thought it refuses (``in_reply_to`` its id) unless that id
     is the field over its limit: a job waiting for its thought's answer ends on it.
     """

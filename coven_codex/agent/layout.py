@@ -24,10 +24,10 @@ import logging
 import shutil
 from pathlib import Path
 
-from coven_codex.agent.state import StateError, StateStore
-from coven_codex.agent.statelock import StateLock
+from coven_codex.agent.state import StateStore
 from coven_codex.codex.home import is_coven_codex_home
 from coven_codex.settings import Settings
+from coven_codex.support.statelock import StateError, StateLock
 
 log = logging.getLogger(__name__)
 

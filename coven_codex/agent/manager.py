@@ -12,8 +12,6 @@ import contextlib
 import logging
 import time
 
-from coven_codex.agent.backoff import MAX_BACKOFF, backoff
-from coven_codex.agent.limits import cut
 from coven_codex.agent.services import SessionServices
 from coven_codex.agent.session import Session
 from coven_codex.agent.state import SessionState
@@ -22,6 +20,8 @@ from coven_codex.cluster.errors import lease_lost
 from coven_codex.codex.process import KILL_WAIT, PIPE_WAIT, end_all_trees
 from coven_codex.entries import ApprovalEntry, CancelEntry, ResetEntry, ThoughtEntry
 from coven_codex.journal import Position
+from coven_codex.support.backoff import MAX_BACKOFF, backoff
+from coven_codex.support.limits import cut
 
 log = logging.getLogger(__name__)
 

@@ -35,12 +35,12 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 
 from coven_codex.agent.ingress import CURSOR_NAME
-from coven_codex.agent.limits import cut
 from coven_codex.agent.state import SESSIONS_DIR, STATE_SUFFIX, SessionState, StateStore
 from coven_codex.journal import START, CursorError, CursorMismatch, FileJournal, Journal, JournalError, JournalRecord
 from coven_codex.journal.atomic import atomic_write, fsync_directory
 from coven_codex.journal.identity import JournalIdentity, find_identity, journal_identity
 from coven_codex.journal.opening import CursorListing
+from coven_codex.support.limits import cut
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ before ingress re-reads the journal.
 
 A failed hand-over counts against that thought (:data:`DELIVERY_ATTEMPTS` hand-overs, then it
 is dropped with an ``error`` entry); a Codex that fails to start or exits counts against the
-restart backoff. Every retry waits :func:`~coven_codex.agent.backoff.backoff`.
+restart backoff. Every retry waits :func:`~coven_codex.support.backoff.backoff`.
 
 Every turn that started ends with exactly one turn-end ``status`` (and a failed one with one
 ``error``): written by egress from the rollout, or by the session when the driver reports the
@@ -47,10 +47,8 @@ from pathlib import Path
 from typing import assert_never
 
 from coven_codex.agent.attachments import AttachmentRefused, check_images, uploads_dir
-from coven_codex.agent.backoff import RepeatFilter, backoff
 from coven_codex.agent.egress import Egress
 from coven_codex.agent.egress_runner import EgressRunner
-from coven_codex.agent.limits import MAX_ID_CHARS, REFUSED_CODE, cut
 from coven_codex.agent.recovery import codex_received, recorded_client_id
 from coven_codex.agent.replay import ReplayWindow
 from coven_codex.agent.saver import StateSaver
@@ -89,6 +87,8 @@ from coven_codex.journal import Position
 from coven_codex.journal.opening import local_base
 from coven_codex.rollout import TURN_ABORTED, TURN_COMPLETED, TURN_FAILED, turn_entry_id
 from coven_codex.settings import state_root
+from coven_codex.support.backoff import RepeatFilter, backoff
+from coven_codex.support.limits import MAX_ID_CHARS, REFUSED_CODE, cut
 from coven_codex.tailing import Line
 
 log = logging.getLogger(__name__)

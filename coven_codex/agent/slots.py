@@ -15,7 +15,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 
-from coven_codex.agent.limits import cut
+from coven_codex.support.limits import cut
 
 log = logging.getLogger(__name__)
 

@@ -37,11 +37,11 @@ from coven_codex.journal import START, Durability, Position
 from coven_codex.journal.atomic import atomic_write, fsync_directory, write_all
 from coven_codex.journal.group_commit import GroupCommit
 from coven_codex.journal.protocol import StoredPosition
+from coven_codex.support.statelock import StateError
 
 __all__ = [
     "InFlight",
     "SessionState",
-    "StateError",
     "StateStorageError",
     "StateStore",
     "atomic_write",
@@ -182,10 +182,6 @@ class SessionState(BaseModel):
         stale = [key for key, pos in self.delivered.items() if pos < position]
         for key in stale:
             del self.delivered[key]
-
-
-class StateError(RuntimeError):
-    """The state directory cannot be used; the message says what to do."""
 
 
 def state_file_name(conversation: str) -> str:

@@ -16,9 +16,9 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from coven_codex.agent.limits import cut
 from coven_codex.agent.services import ThreadOptions
 from coven_codex.entries import ResetEntry, ThoughtEntry
+from coven_codex.support.limits import cut
 
 MIN_TIMEOUT = 1.0
 """The shortest ``timeout`` a thought may give (seconds); the longest is ``turn_timeout``."""

@@ -16,7 +16,7 @@ from coven_codex.jobs.client import JobUsageError, check_journal, open_journal
 from coven_codex.jobs.mcp_tools import job_tools
 from coven_codex.mcp.connection import Connection, ConnectionLimits
 from coven_codex.mcp.session import McpSession
-from coven_codex.stdio import StdioError, stdio_streams
+from coven_codex.support.stdio import StdioError, stdio_streams
 
 HELP = "serve the job tools (call_codex, call_status, call_jobs, call_cancel) to an MCP client on stdio"
 

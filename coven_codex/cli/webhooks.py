@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from coven_codex.agent.state import StateError
 from coven_codex.journal import JournalError
 from coven_codex.journal.opening import (
     JournalName,
@@ -28,6 +27,7 @@ from coven_codex.journal.opening import (
     open_journal,
 )
 from coven_codex.settings import SettingsError, load_settings
+from coven_codex.support.statelock import StateError
 from coven_codex.webhooks.config import WebhookConfigError, WebhookTarget, ready_targets
 from coven_codex.webhooks.service import webhook_senders
 

@@ -32,12 +32,12 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 
-from coven_codex.agent.backoff import RepeatFilter
 from coven_codex.cluster.keys import ClusterKeys
 from coven_codex.cluster.leases import Claimed, Fence, LeaseLost, Leases
 from coven_codex.cluster.mirror import Mirror
 from coven_codex.cluster.registry import Registry
 from coven_codex.journal.redis.outage import Reachability
+from coven_codex.support.backoff import RepeatFilter
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,6 @@ from redis.exceptions import RedisError
 
 from coven_codex.agent.daemon import Daemon
 from coven_codex.agent.egress import complete_length
-from coven_codex.agent.limits import cut
 from coven_codex.agent.state import SessionState, StateStore
 from coven_codex.agent.storage import storage_failure
 from coven_codex.cluster.fenced import FenceableJournal, FencedJournal
@@ -45,6 +44,7 @@ from coven_codex.cluster.node import ClusterNode
 from coven_codex.entries import CODEX_SENDER, ResetEntry, ThoughtEntry
 from coven_codex.journal import Journal, JournalError, JournalItem, JournalRecord, Position
 from coven_codex.rollout.locator import find_rollout
+from coven_codex.support.limits import cut
 
 log = logging.getLogger(__name__)
 

@@ -16,11 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from coven_codex.agent.limits import cut, over_limit
 from coven_codex.agent.thread_options import MAX_MODEL_CHARS
 from coven_codex.entries import CancelEntry, ThoughtEntry
 from coven_codex.jobs.records import JobFolder, JobRecord, JobState, job_conversation, read_jobs
 from coven_codex.journal import FileJournal, Journal, JournalRecord
+from coven_codex.support.limits import cut, over_limit
 
 JOB_SENDER = "jobs"
 """The ``sender`` of the entries jobs clients write."""

@@ -15,7 +15,6 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from coven_codex.agent.limits import REFUSED_CODE
 from coven_codex.codex.errors import ErrorCode
 from coven_codex.entries import (
     CODEX_SENDER,
@@ -30,6 +29,7 @@ from coven_codex.entries import (
 )
 from coven_codex.jobs.names import JOB_PREFIX, TURN_ABORTED, TURN_COMPLETED, TURN_FAILED, TURN_STARTED
 from coven_codex.journal import Journal, JournalRecord
+from coven_codex.support.limits import REFUSED_CODE
 
 JobState = Literal["queued", "running", "succeeded", "failed", "cancelled", "timed_out"]
 JOB_STATES: tuple[JobState, ...] = ("queued", "running", "succeeded", "failed", "cancelled", "timed_out")

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 
 from pydantic import JsonValue
 
-from coven_codex.agent.limits import cut
 from coven_codex.jsonrpc.messages import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
@@ -41,6 +40,7 @@ from coven_codex.jsonrpc.messages import (
     encode,
     parse,
 )
+from coven_codex.support.limits import cut
 
 log = logging.getLogger(__name__)
 

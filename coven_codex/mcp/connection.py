@@ -30,7 +30,6 @@ from dataclasses import dataclass
 
 from pydantic import JsonValue, ValidationError
 
-from coven_codex.agent.limits import cut
 from coven_codex.jsonrpc import (
     INVALID_REQUEST,
     OVERSIZED,
@@ -41,6 +40,7 @@ from coven_codex.jsonrpc import (
 )
 from coven_codex.mcp.messages import CancelledParams
 from coven_codex.mcp.session import McpSession
+from coven_codex.support.limits import cut
 from mcp_shim import wire
 
 log = logging.getLogger(__name__)

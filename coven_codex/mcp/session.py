@@ -22,7 +22,6 @@ from typing import TypeVar
 from pydantic import BaseModel, JsonValue, ValidationError
 
 from coven_codex import __version__
-from coven_codex.agent.limits import cut
 from coven_codex.jsonrpc import INVALID_PARAMS, INVALID_REQUEST, RpcError, ServedRequest
 from coven_codex.jsonrpc.peer import Handler
 from coven_codex.mcp.context import SpellContext
@@ -42,6 +41,7 @@ from coven_codex.mcp.messages import (
 from coven_codex.mcp.outcomes import SpellOutcomes, recent_outcomes
 from coven_codex.mcp.registry import SpellRegistry
 from coven_codex.mcp.schema import describe_validation_error
+from coven_codex.support.limits import cut
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """``/metrics``, ``/healthz`` and ``/readyz`` on the opt-in ``metrics_port`` (docs/operations.md).
 
-A small HTTP/1.1 server on the process's own event loop (:mod:`coven_codex.http11`), bounded:
+A small HTTP/1.1 server on the process's own event loop (:mod:`coven_codex.support.http11`), bounded:
 
 - clients from loopback only, unless their address is in ``metrics_allow`` (CIDR networks); any
   other client is answered ``403`` and disconnected (the listening address is ``metrics_host``);
@@ -26,9 +26,9 @@ from typing import Self
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from coven_codex import http11
 from coven_codex.metrics.instruments import Instruments
 from coven_codex.metrics.options import MetricsOptions, Network
+from coven_codex.support import http11
 
 log = logging.getLogger(__name__)
 

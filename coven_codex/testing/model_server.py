@@ -50,7 +50,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 
-from coven_codex import http11
+from coven_codex.support import http11
 from coven_codex.testing import responses_sse as sse
 from coven_codex.testing.request_log import RecordedRequest, RequestLog
 from coven_codex.testing.responders import Responder

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from coven_codex.http11 import HttpProtocolError, full_response, read_request
+from coven_codex.support.http11 import HttpProtocolError, full_response, read_request
 from coven_codex.webhooks.payload import IDEMPOTENCY_HEADER, SIGNATURE_HEADER, verify
 
 HANG: Literal["hang"] = "hang"

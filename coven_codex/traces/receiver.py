@@ -37,7 +37,7 @@ from typing import Self
 
 from pydantic import JsonValue
 
-from coven_codex import http11
+from coven_codex.support import http11
 from coven_codex.traces.otel_config import SECRET_HEADER, OtlpTarget
 from coven_codex.traces.records import (
     SIGNALS,

@@ -36,9 +36,6 @@ from email.utils import parsedate_to_datetime
 
 import httpx
 
-from coven_codex.agent.backoff import RepeatFilter, backoff, full_jitter
-from coven_codex.agent.limits import cut
-from coven_codex.agent.statelock import DaemonLock
 from coven_codex.codex.errors import shorten
 from coven_codex.entries import ErrorEntry
 from coven_codex.journal import (
@@ -51,6 +48,9 @@ from coven_codex.journal import (
     Position,
 )
 from coven_codex.journal.redis.errors import JournalLost, RedisMisconfigured
+from coven_codex.support.backoff import RepeatFilter, backoff, full_jitter
+from coven_codex.support.limits import cut
+from coven_codex.support.statelock import DaemonLock
 from coven_codex.webhooks.config import ReadyTarget
 from coven_codex.webhooks.http import DeliveryError, HttpResponse, open_client, post
 from coven_codex.webhooks.payload import TurnCompletePayload, encode, request_headers

@@ -20,9 +20,9 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Final
 
-from coven_codex.agent.state import StateError
 from coven_codex.journal import Journal, StorageError
 from coven_codex.journal.redis.holds import RENEWALS_PER_TTL, Holder
+from coven_codex.support.statelock import StateError
 from coven_codex.webhooks.config import ReadyTarget
 from coven_codex.webhooks.sender import FATAL, TargetSender, target_lock
 
@@ -96,7 +96,7 @@ async def webhook_senders(
     hold_ttl: float = HOLD_TTL,
     on_fatal: Callable[[BaseException], None] | None = None,
 ) -> AsyncIterator[list[TargetSender]]:
-    """Take each target's lock or hold (:class:`~coven_codex.agent.state.StateError` names the process that
+    """Take each target's lock or hold (:class:`~coven_codex.support.statelock.StateError` names the process that
     has one), start a sender per target, and on exit stop them (a delivery under way is sent again next
     time, with the same idempotency key) and give the holds back. ``standby`` (a cluster's daemons): a
     target held by another process is not refused; this one sends once it can take the hold. A sender that

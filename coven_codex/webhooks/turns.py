@@ -25,9 +25,9 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from coven_codex.agent.limits import REFUSED_CODE
 from coven_codex.entries import CODEX_SENDER, BaseEntry, ErrorEntry, ResponseEntry, StatusEntry, ThoughtEntry
 from coven_codex.journal import JournalRecord, Position
+from coven_codex.support.limits import REFUSED_CODE
 from coven_codex.webhooks.payload import TurnCompletePayload, TurnError, TurnStatus
 
 MAX_INPUT_MESSAGES = 8

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 from coven_codex.agent.ingress import CURSOR_NAME, Backlog, Ingress
-from coven_codex.agent.limits import MAX_CONVERSATION_CHARS, MAX_ID_CHARS, MAX_THOUGHT_CHARS
 from coven_codex.entries import (
     ApprovalEntry,
     CancelEntry,
@@ -14,6 +13,7 @@ from coven_codex.entries import (
     ThoughtEntry,
 )
 from coven_codex.journal import START, JournalRecord, MemoryJournal
+from coven_codex.support.limits import MAX_CONVERSATION_CHARS, MAX_ID_CHARS, MAX_THOUGHT_CHARS
 
 
 class Recorder:

@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from agent_harness import AgentHarness, Daemon, codex_processes, make_responder, user_prompts
 
-from coven_codex.agent.limits import MAX_THOUGHT_CHARS
 from coven_codex.entries import ThoughtEntry
 from coven_codex.jobs.client import JOB_SENDER, new_job_id, wait
 from coven_codex.jobs.records import JobRecord, job_conversation, read_jobs
+from coven_codex.support.limits import MAX_THOUGHT_CHARS
 from coven_codex.testing.model_server import ScriptedModelServer
 from coven_codex.testing.request_log import RecordedRequest
 from coven_codex.testing.responders import command_responder

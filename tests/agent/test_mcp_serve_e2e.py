@@ -24,9 +24,9 @@ import pytest
 from agent_harness import AgentHarness, make_responder
 from mcp import Client, StdioServerParameters
 
-from coven_codex.agent.limits import MAX_THOUGHT_CHARS
 from coven_codex.jobs.mcp_tools import PROGRESS_EVERY, job_tools
 from coven_codex.journal import MemoryJournal
+from coven_codex.support.limits import MAX_THOUGHT_CHARS
 from coven_codex.testing.model_server import ScriptedModelServer
 from coven_codex.testing.steps import Reply, Stall
 

@@ -21,7 +21,6 @@ from typing import Any, ClassVar
 
 import pytest
 
-from coven_codex.agent.backoff import MAX_BACKOFF, RepeatFilter, backoff
 from coven_codex.agent.manager import SessionManager
 from coven_codex.agent.processes import ProcessRegistry
 from coven_codex.agent.services import SessionServices, ThreadOptions
@@ -49,6 +48,7 @@ from coven_codex.entries import ApprovalEntry, BaseEntry, ErrorEntry, StatusEntr
 from coven_codex.journal import JournalRecord, MemoryJournal
 from coven_codex.rollout import TURN_END_STATES
 from coven_codex.settings import Settings
+from coven_codex.support.backoff import MAX_BACKOFF, RepeatFilter, backoff
 
 pytestmark = pytest.mark.timeout(60)
 

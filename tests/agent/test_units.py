@@ -13,9 +13,9 @@ import pytest
 from coven_codex.agent.cursor import LowWaterCursor
 from coven_codex.agent.recovery import codex_received, find_unclaimed_rollout, recorded_client_id, user_messages
 from coven_codex.agent.slots import SlotPool
-from coven_codex.agent.state import MAX_OPEN_LOGS, InFlight, SessionState, StateError, StateStore, state_file_name
-from coven_codex.agent.statelock import StateLock
+from coven_codex.agent.state import MAX_OPEN_LOGS, InFlight, SessionState, StateStore, state_file_name
 from coven_codex.journal import Position
+from coven_codex.support.statelock import StateError, StateLock
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "rollouts"
 RECOVERY_FIXTURES = FIXTURES.parent / "recovery"

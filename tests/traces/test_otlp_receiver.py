@@ -17,7 +17,7 @@ from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord, ResourceLogs, ScopeL
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 from otlp_client import PROTOBUF, post, read_response, secret_line
 
-from coven_codex import http11
+from coven_codex.support import http11
 from coven_codex.traces.receiver import OtlpReceiver
 from coven_codex.traces.records import MAX_DEPTH, PayloadError, TraceRecord, decode_payload, json_depth, make_record
 from coven_codex.traces.writer import JsonlWriter

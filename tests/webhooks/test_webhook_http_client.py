@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from coven_codex.http11 import read_request
+from coven_codex.support.http11 import read_request
 from coven_codex.webhooks.http import MAX_RESPONSE_BODY, DeliveryError, HttpResponse, open_client, post
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]

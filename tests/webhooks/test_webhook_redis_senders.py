@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator
 import pytest
 from webhook_journal import ENV, SECRET, target, turn, until_saved
 
-from coven_codex.agent.state import StateError
 from coven_codex.journal.redis import RedisJournal
+from coven_codex.support.statelock import StateError
 from coven_codex.testing.redis_server import RedisServer
 from coven_codex.testing.webhook_receiver import WebhookReceiver
 from coven_codex.webhooks.config import ready_targets

@@ -39,7 +39,7 @@ it within ``keep_idle`` seconds, it is ended (one mechanism for both). Should it
 that is logged once and the next :meth:`connect` starts one as it would have without the prestart.
 
 A process that died (or was killed because it stopped answering) is replaced lazily, by the
-next :meth:`connect`, after the restart backoff (:func:`~coven_codex.agent.backoff.backoff` of
+next :meth:`connect`, after the restart backoff (:func:`~coven_codex.support.backoff.backoff` of
 ``restart_backoff``, doubling for each failure in a row; a process that completed a turn, or
 ran longer than the backoff limit, starts the count over).
 """
@@ -55,11 +55,11 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from coven_codex.agent.backoff import MAX_BACKOFF, backoff
 from coven_codex.codex.appserver.connection import AppServerConnection, RpcError
 from coven_codex.codex.appserver.messages import LoadedThreads
 from coven_codex.codex.drivers.base import DriverError, DriverSettings
 from coven_codex.codex.errors import HINTS, ClassifiedError, ErrorCode, classify
+from coven_codex.support.backoff import MAX_BACKOFF, backoff
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 Every operation of a :class:`~coven_codex.journal.redis.journal.RedisJournal` goes through
 :meth:`Reachability.call`. While Redis cannot be reached (refused, reset, timed out, loading
 its data after a restart, a read-only replica during a failover), the operation is tried
-again after :func:`~coven_codex.agent.backoff.backoff`; the first failure of an outage is
+again after :func:`~coven_codex.support.backoff.backoff`; the first failure of an outage is
 logged once for the whole journal (every tail and append share it), and so is its end. An
 outage longer than ``limit`` seconds ends the operation with :class:`JournalUnavailable`.
 
@@ -27,8 +27,8 @@ from redis.exceptions import AuthenticationError, BusyLoadingError, ReadOnlyErro
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from coven_codex.agent.backoff import backoff
 from coven_codex.journal.redis.errors import JournalLost, JournalUnavailable, RedisMisconfigured
+from coven_codex.support.backoff import backoff
 
 log = logging.getLogger("coven_codex.journal.redis")
 

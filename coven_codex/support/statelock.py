@@ -19,9 +19,11 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
-from coven_codex.agent.state import StateError
-
 LOCK_NAME = "daemon.lock"
+
+
+class StateError(RuntimeError):
+    """The state directory (or a lock file in it) cannot be used; the message says what to do."""
 
 
 class DaemonLock:
