@@ -46,7 +46,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import assert_never
 
-from coven_codex.agent.attachments import AttachmentRefused, check_images, uploads_dir
 from coven_codex.agent.egress import Egress
 from coven_codex.agent.egress_runner import EgressRunner
 from coven_codex.agent.recovery import codex_received, recorded_client_id
@@ -55,6 +54,7 @@ from coven_codex.agent.saver import StateSaver
 from coven_codex.agent.services import PendingThought, SessionServices, ThreadOptions
 from coven_codex.agent.state import InFlight, SessionState
 from coven_codex.agent.thread_options import REFUSED_HINT, OptionsRefused, reset_workspace, thought_options
+from coven_codex.attachments import AttachmentRefused, check_images, uploads_dir
 from coven_codex.codex.drivers import (
     AgentMessageCompleted,
     ApprovalRequested,

@@ -35,7 +35,7 @@ from web_helpers import (
 from coven_codex.adapters.web.app import LOGIN_TIMEOUT, MAX_PENDING_LOGINS
 from coven_codex.adapters.web.auth import Access, device_proof
 from coven_codex.adapters.web.connections import HEADER_TIMEOUT
-from coven_codex.adapters.web.uploads import MAX_IMAGE_BYTES, MAX_UNSENT_BYTES, MAX_UNSENT_IMAGES, ImageStore
+from coven_codex.attachments.store import MAX_IMAGE_BYTES, MAX_UNSENT_BYTES, MAX_UNSENT_IMAGES, ImageStore
 from coven_codex.entries import (
     ApprovalEntry,
     ApprovalRequestEntry,

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from test_session_units import Rig, errors, make_rig, replies, stop, turn_ends
 
-from coven_codex.agent.attachments import AttachmentRefused, check_images
 from coven_codex.agent.session import Session
 from coven_codex.agent.state import SessionState
+from coven_codex.attachments import AttachmentRefused, check_images
 from coven_codex.codex.drivers import ImageInput
 from coven_codex.codex.drivers.app_server import input_items
 from coven_codex.codex.drivers.base import TurnInput

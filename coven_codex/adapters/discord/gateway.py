@@ -41,7 +41,7 @@ from coven_codex.adapters.kit.access import AccessPolicy
 from coven_codex.adapters.kit.downloads import Downloader, DownloadRefused
 from coven_codex.adapters.kit.platform import Address, ButtonPress, Incoming, IncomingMessage, User
 from coven_codex.adapters.kit.render import clip
-from coven_codex.adapters.web.uploads import MAX_IMAGE_BYTES, ImageStore, UploadError
+from coven_codex.attachments import MAX_IMAGE_BYTES, ImageStore, UploadError
 from coven_codex.entries import Attachment
 
 log = logging.getLogger(__name__)

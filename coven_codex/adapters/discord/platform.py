@@ -24,7 +24,7 @@ from coven_codex.adapters.kit.ledger import DeliveryLedger, ledger_path
 from coven_codex.adapters.kit.platform import Address, Capabilities, Incoming, Outgoing, PlatformError
 from coven_codex.adapters.kit.render import Dialect, PlainDialect, clip
 from coven_codex.adapters.kit.runner import AdapterRunner
-from coven_codex.adapters.web.uploads import ImageStore, uploads_dir
+from coven_codex.attachments import ImageStore, uploads_dir
 from coven_codex.journal.opening import JournalName, local_base, open_journal
 from coven_codex.settings import state_root
 

@@ -63,7 +63,7 @@ from coven_codex.adapters.kit.platform import (
 from coven_codex.adapters.kit.render import Dialect, clip
 from coven_codex.adapters.kit.runner import AdapterRunner
 from coven_codex.adapters.slack.dialect import BUTTON_PREFIX, THREAD_MARK, SlackDialect, blocks, fallback_text, menu
-from coven_codex.adapters.web.uploads import MAX_IMAGE_BYTES, ImageStore, UploadError, uploads_dir
+from coven_codex.attachments import MAX_IMAGE_BYTES, ImageStore, UploadError, uploads_dir
 from coven_codex.entries import Attachment
 from coven_codex.journal.opening import JournalName, local_base, open_journal
 from coven_codex.settings import state_root

@@ -51,7 +51,7 @@ from coven_codex.adapters.web.protocol import (
     Subscribe,
 )
 from coven_codex.adapters.web.render import WireEntry, clip
-from coven_codex.adapters.web.uploads import MAX_IMAGE_BYTES, ImageStore, UnsentUploads, UploadError
+from coven_codex.attachments import MAX_IMAGE_BYTES, ImageStore, UnsentUploads, UploadError
 from coven_codex.entries import ApprovalEntry, BaseEntry, CancelEntry, ResetEntry, ThoughtEntry
 from coven_codex.journal import Journal, JournalError
 

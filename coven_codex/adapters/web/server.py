@@ -10,7 +10,7 @@ import uvicorn
 from coven_codex.adapters.web.app import create_app
 from coven_codex.adapters.web.auth import NO_PROXIES, Access, TrustedProxies
 from coven_codex.adapters.web.connections import ConnectionLimits, guarded_protocol
-from coven_codex.adapters.web.uploads import ImageStore, uploads_dir
+from coven_codex.attachments import ImageStore, uploads_dir
 from coven_codex.journal.opening import JournalName, local_base, open_journal
 from coven_codex.settings import state_root
 

@@ -3,7 +3,7 @@
 An attachment is accepted when it is
 
 - a ``file://`` URL of a regular file inside the journal's attachments folder
-  (``<journal>.attachments/``, :func:`~coven_codex.adapters.web.uploads.uploads_dir`, where
+  (``<journal>.attachments/``, :func:`~coven_codex.attachments.store.uploads_dir`, where
   adapters store what users paste; symbolic links are
   resolved first). Files anywhere else are refused: Codex (and every command it runs) can write
   in the workspace and elsewhere, so a path outside that folder could name a file Codex planted,
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from coven_codex.adapters.web.uploads import sniff, uploads_dir
+from coven_codex.attachments.store import sniff, uploads_dir
 from coven_codex.codex.drivers import ImageInput
 from coven_codex.entries import Attachment
 
