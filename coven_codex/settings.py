@@ -19,8 +19,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from coven_codex.adapters.kit.config import AdaptersSettings, resolve_paths
-from coven_codex.journal.opening import JournalNameSetting, is_redis_name
+from coven_codex.adapters.kit.config import (
+    AdapterConfigError,
+    AdapterSection,
+    AdaptersSettings,
+    parse_section,
+    resolve_paths,
+)
+from coven_codex.journal.opening import JournalName, JournalNameSetting, is_redis_name, journal_name
 from coven_codex.metrics.options import MetricsOptions, parse_networks
 from coven_codex.webhooks.config import WebhooksSettings
 from coven_codex.webhooks.config import resolve_paths as resolve_webhook_paths
@@ -302,3 +308,23 @@ def load_settings(config_file: Path | None = None, overrides: dict[str, Any] | N
             setattr(settings, name, value.expanduser())
     settings.workspace_roots = [root.expanduser() for root in settings.workspace_roots]
     return settings
+
+
+def load_adapter_section(name: str, config_file: Path) -> tuple[AdapterSection, JournalName | None]:
+    """``[adapters.<name>]`` of ``config_file``, and the journal it names (its own, else the top-level one).
+
+    :class:`AdapterConfigError` when the file cannot be read, has no such section, or the section is invalid.
+    """
+    try:
+        raw = read_settings_file(config_file)
+    except SettingsError as exc:
+        raise AdapterConfigError(str(exc)) from None
+    adapters = raw.get("adapters")
+    if not isinstance(adapters, dict) or name not in adapters:
+        raise AdapterConfigError(
+            f"{config_file} has no [adapters.{name}] section; add one (docs/adapters.md shows an example)"
+        )
+    section = parse_section(name, adapters[name], str(config_file))
+    top = raw.get("journal")
+    journal = section.journal or (journal_name(top) if isinstance(top, str) else None)
+    return section, journal

@@ -6,8 +6,10 @@ import argparse
 import os
 from pathlib import Path
 
-from coven_codex.adapters.kit.config import AdapterConfigError, AdapterSection, Secret, load_section
+from coven_codex.adapters.kit.config import AdapterConfigError, AdapterSection
 from coven_codex.journal.opening import JournalName, is_redis_name, journal_name
+from coven_codex.settings import load_adapter_section
+from coven_codex.support.secret import Secret
 
 SPELLS_HELP = "spell source MODULE:OBJECT (repeatable; replaces the `spells` list of coven.toml)"
 
@@ -32,7 +34,7 @@ def load_adapter_start(
     the journal (``journal`` wins over the file's), and its secrets from the environment or files.
     Raises :class:`AdapterConfigError` saying what to fix (``ids_hint``: where the platform shows
     the ids an empty or wrong allow-list needs)."""
-    section, configured = load_section(name, config)
+    section, configured = load_adapter_section(name, config)
     journal = journal or configured
     if journal is None:
         raise AdapterConfigError(

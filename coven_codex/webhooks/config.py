@@ -25,7 +25,7 @@ from urllib.parse import SplitResult, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from coven_codex.adapters.kit.config import Secret
+from coven_codex.support.secret import Secret
 
 DEFAULT_SECRET_ENV = "COVEN_WEBHOOK_SECRET"
 MIN_SECRET_CHARS = 16

@@ -20,8 +20,8 @@ from urllib.parse import quote
 from pydantic import AliasChoices, AliasGenerator, BaseModel, ConfigDict
 
 from coven_codex import __version__
-from coven_codex.adapters.kit.config import Secret
 from coven_codex.entries import TokenUsage
+from coven_codex.support.secret import Secret
 
 EVENT_TYPE = "agent-turn-complete"
 CLIENT = "coven-codex"

@@ -10,13 +10,12 @@ import pytest
 from coven_codex.adapters.kit.config import (
     AdapterConfigError,
     DiscordSection,
-    Secret,
     SlackSection,
-    load_section,
     parse_section,
 )
 from coven_codex.adapters.kit.platform import Address, User
-from coven_codex.settings import SettingsError, load_settings
+from coven_codex.settings import SettingsError, load_adapter_section, load_settings
+from coven_codex.support.secret import Secret
 from coven_codex.validate.adapter_probes import adapter_plan
 from coven_codex.validate.framework import ProbeContext, Status, run_plan
 
@@ -66,7 +65,7 @@ def test_a_secret_never_shows_its_value(caplog: pytest.LogCaptureFixture) -> Non
 def test_a_token_written_into_coven_toml_is_refused_without_echoing_it(tmp_path: Path, line: str) -> None:
     config = write(tmp_path, f'[adapters.slack]\nallow_users = ["U1"]\n{line}\n')
     with pytest.raises(AdapterConfigError) as refused:
-        load_section("slack", config)
+        load_adapter_section("slack", config)
     message = str(refused.value)
     assert "never written in coven.toml" in message and "_env =" in message
     assert BOT not in message and APP not in message
@@ -92,18 +91,18 @@ def test_the_daemon_settings_accept_the_adapters_table(tmp_path: Path) -> None:
     assert settings.adapters.slack is not None and settings.adapters.discord is not None
     assert settings.adapters.slack.token_file == tmp_path / "secrets" / "bot"
     assert [s.PLATFORM for s in settings.adapters.configured()] == ["slack", "discord"]
-    section, journal = load_section("slack", config)
+    section, journal = load_adapter_section("slack", config)
     assert journal == tmp_path / "chat" / "journal.jsonl"
     assert isinstance(section, SlackSection) and section.token_file == tmp_path / "secrets" / "bot"
 
 
 def test_unknown_keys_and_a_missing_section_are_named(tmp_path: Path) -> None:
     with pytest.raises(AdapterConfigError, match="allow_user"):
-        load_section("slack", write(tmp_path, '[adapters.slack]\nallow_user = ["U1"]\n'))
+        load_adapter_section("slack", write(tmp_path, '[adapters.slack]\nallow_user = ["U1"]\n'))
     with pytest.raises(AdapterConfigError, match=r"has no \[adapters.slack\] section"):
-        load_section("slack", write(tmp_path, 'journal = "j.jsonl"\n'))
+        load_adapter_section("slack", write(tmp_path, 'journal = "j.jsonl"\n'))
     with pytest.raises(AdapterConfigError, match="edit_interval"):
-        load_section("slack", write(tmp_path, "[adapters.slack]\nedit_interval = 0.01\n"))
+        load_adapter_section("slack", write(tmp_path, "[adapters.slack]\nedit_interval = 0.01\n"))
 
 
 def test_tokens_come_from_the_environment_or_a_file(tmp_path: Path) -> None:

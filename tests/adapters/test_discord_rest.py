@@ -11,7 +11,6 @@ from discord_fake import CHANNEL_ID, GUILD_ID, ROLE_ID, FakeDiscord
 
 from coven_codex.adapters.discord.gateway import DiscordGateway
 from coven_codex.adapters.discord.rest import DiscordRest, nonce_for, set_api_base, set_gateway_url
-from coven_codex.adapters.kit.config import Secret
 from coven_codex.adapters.kit.platform import (
     Address,
     Button,
@@ -21,6 +20,7 @@ from coven_codex.adapters.kit.platform import (
     PlatformError,
     RateLimited,
 )
+from coven_codex.support.secret import Secret
 
 CHANNEL = Address(channel=CHANNEL_ID, workspace=GUILD_ID)
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from coven_codex.adapters.kit.config import Secret
 from coven_codex.settings import Settings
+from coven_codex.support.secret import Secret
 from coven_codex.webhooks.config import DEFAULT_SECRET_ENV, WebhooksSettings, WebhookTarget
 from coven_codex.webhooks.payload import JSON_TYPE, TurnCompletePayload, request_headers
 from coven_codex.webhooks.turns import MAX_CONVERSATIONS, MAX_INPUT_MESSAGES, MAX_MESSAGE_CHARS, STALE_AFTER

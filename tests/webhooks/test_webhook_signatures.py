@@ -14,8 +14,8 @@ from standardwebhooks import Webhook
 from standardwebhooks.webhooks import WebhookVerificationError
 from webhook_journal import SECRET, sending, target, turn, until_saved
 
-from coven_codex.adapters.kit.config import Secret
 from coven_codex.journal import FileJournal
+from coven_codex.support.secret import Secret
 from coven_codex.testing.webhook_receiver import Received, WebhookReceiver
 from coven_codex.webhooks.payload import JSON_TYPE, request_headers
 

@@ -19,7 +19,7 @@ import discord
 
 from coven_codex.adapters.discord.gateway import DiscordGateway
 from coven_codex.adapters.discord.rest import MESSAGE_LIMIT, DiscordRest
-from coven_codex.adapters.kit.config import DiscordSection, Secret
+from coven_codex.adapters.kit.config import DiscordSection
 from coven_codex.adapters.kit.ledger import DeliveryLedger, ledger_path
 from coven_codex.adapters.kit.platform import Address, Capabilities, Incoming, Outgoing, PlatformError
 from coven_codex.adapters.kit.render import Dialect, PlainDialect, clip
@@ -27,6 +27,7 @@ from coven_codex.adapters.kit.runner import AdapterRunner
 from coven_codex.attachments import ImageStore, uploads_dir
 from coven_codex.journal.opening import JournalName, local_base, open_journal
 from coven_codex.settings import state_root
+from coven_codex.support.secret import Secret
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,6 @@ import discord.gateway
 import discord.http
 import yarl
 
-from coven_codex.adapters.kit.config import Secret
 from coven_codex.adapters.kit.ledger import content_digest
 from coven_codex.adapters.kit.platform import (
     Address,
@@ -40,6 +39,7 @@ from coven_codex.adapters.kit.platform import (
     classify_http,
 )
 from coven_codex.adapters.kit.render import clip
+from coven_codex.support.secret import Secret
 
 MESSAGE_LIMIT = 2000
 """Discord's most characters in one message's ``content``."""

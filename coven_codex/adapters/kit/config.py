@@ -31,42 +31,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from coven_codex.adapters.kit.access import ADMIN_COMMANDS, AccessPolicy
 from coven_codex.adapters.kit.mapping import ChannelMap, SessionScope
-from coven_codex.journal.opening import JournalName, JournalNameSetting, is_redis_name, journal_name
+from coven_codex.journal.opening import JournalNameSetting, is_redis_name
 from coven_codex.metrics.options import MetricsOptions, parse_networks
+from coven_codex.support.secret import Secret
 
 
 class AdapterConfigError(ValueError):
     """An adapter's configuration or token the user must fix; the message says how."""
-
-
-class Secret:
-    """A token held in memory: :meth:`reveal` gives it; ``repr``/``str``/formatting never show it."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def reveal(self) -> str:
-        """The token itself: pass it to the platform's client, nowhere else."""
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret('********')"
-
-    __str__ = __repr__
-
-    def __format__(self, spec: str) -> str:
-        return repr(self)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Secret) and other._value == self._value
-
-    def __hash__(self) -> int:
-        return hash(self._value)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        raise TypeError("a Secret is not pickled (it would carry the token)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,25 +354,3 @@ def parse_section(name: str, data: Any, origin: str = "coven.toml") -> AdapterSe
             where = ".".join(str(part) for part in error["loc"])
             problems.append(f"{where}: {error['msg']}" if where else error["msg"])
         raise AdapterConfigError(f"invalid [adapters.{name}] in {origin}: {'; '.join(problems)}") from None
-
-
-def load_section(name: str, config_file: Path) -> tuple[AdapterSection, JournalName | None]:
-    """``[adapters.<name>]`` of ``config_file``, and the journal it names (its own, else the top-level one).
-
-    :class:`AdapterConfigError` when the file cannot be read, has no such section, or the section is invalid.
-    """
-    from coven_codex.settings import SettingsError, read_settings_file  # noqa: PLC0415 (settings imports this module)
-
-    try:
-        raw = read_settings_file(config_file)
-    except SettingsError as exc:
-        raise AdapterConfigError(str(exc)) from None
-    adapters = raw.get("adapters")
-    if not isinstance(adapters, dict) or name not in adapters:
-        raise AdapterConfigError(
-            f"{config_file} has no [adapters.{name}] section; add one (docs/adapters.md shows an example)"
-        )
-    section = parse_section(name, adapters[name], str(config_file))
-    top = raw.get("journal")
-    journal = section.journal or (journal_name(top) if isinstance(top, str) else None)
-    return section, journal

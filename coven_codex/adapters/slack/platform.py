@@ -44,7 +44,7 @@ from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from coven_codex.adapters.kit.access import AccessPolicy
 from coven_codex.adapters.kit.budget import Budgets
-from coven_codex.adapters.kit.config import Secret, SlackSection
+from coven_codex.adapters.kit.config import SlackSection
 from coven_codex.adapters.kit.downloads import Downloader, DownloadRefused
 from coven_codex.adapters.kit.ledger import DeliveryLedger, ledger_path
 from coven_codex.adapters.kit.platform import (
@@ -67,6 +67,7 @@ from coven_codex.attachments import MAX_IMAGE_BYTES, ImageStore, UploadError, up
 from coven_codex.entries import Attachment
 from coven_codex.journal.opening import JournalName, local_base, open_journal
 from coven_codex.settings import state_root
+from coven_codex.support.secret import Secret
 
 log = logging.getLogger(__name__)
 
