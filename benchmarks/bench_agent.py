@@ -35,12 +35,12 @@ from pathlib import Path
 
 import tomlkit
 
-from coven_codex.agent.bootstrap import Hooks, run_daemon
 from coven_codex.agent.egress import AppendHook, Egress
 from coven_codex.agent.replay import ReplayWindow
 from coven_codex.agent.saver import StateSaver
 from coven_codex.agent.state import SessionState, StateStore
 from coven_codex.agent.writer import DaemonWriter
+from coven_codex.daemon.bootstrap import Hooks, run_daemon
 from coven_codex.entries import BaseEntry, ThoughtEntry
 from coven_codex.journal import FileJournal, JournalRecord
 from coven_codex.settings import Settings

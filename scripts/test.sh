@@ -8,6 +8,7 @@ scripts/setup.sh
 echo "== ruff" && .venv/bin/ruff check coven_codex mcp_shim tests benchmarks examples
 echo "== ruff format" && .venv/bin/ruff format --check coven_codex mcp_shim tests benchmarks examples
 echo "== mypy --strict" && .venv/bin/mypy
+echo "== import-linter (the layers of docs/architecture.md)" && .venv/bin/lint-imports --no-cache
 if [ $# -gt 0 ]; then
   echo "== pytest" && exec .venv/bin/python -m pytest "$@"
 fi

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from coven_codex.agent.watchdog import WATCHDOG_RECORD_PREFIX
+from coven_codex.daemon.watchdog import WATCHDOG_RECORD_PREFIX
 from coven_codex.testing.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -109,7 +109,7 @@ def _shutdown_watchdog_never_fires(request: pytest.FixtureRequest, _private_stat
     """A daemon's shutdown watchdog firing is a bug (a shutdown overran its bound: a blocked event
     loop or an unbounded wait), never a hang to hide: the test fails when a state directory it
     used (``$XDG_STATE_HOME``, or one under its ``tmp_path``) holds the watchdog's record
-    (:mod:`coven_codex.agent.watchdog`), and shows the stacks it kept."""
+    (:mod:`coven_codex.daemon.watchdog`), and shows the stacks it kept."""
     roots = [Path(os.environ["XDG_STATE_HOME"])]
     if "tmp_path" in request.fixturenames:  # (asked for now: torn down after this check)
         roots.append(request.getfixturevalue("tmp_path"))

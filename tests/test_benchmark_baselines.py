@@ -19,7 +19,8 @@ from bench_scale import BASELINE_REV as SCALE_BASELINE_REV
 pytestmark = pytest.mark.timeout(600)
 
 DAEMON_IMPORTS = "import coven_codex.agent.bootstrap, coven_codex.mcp; print(coven_codex.__file__)"
-"""What ``coven-codex run`` imports before it serves (the old revisions' ``coven_codex.mcp`` needs
+"""What ``coven-codex run`` imports before it serves, in the baselines' revisions (before issue 29 moved it to
+``coven_codex.daemon.bootstrap``; their ``coven_codex.mcp`` needs
 ``jsonrpcserver``)."""
 
 

@@ -217,7 +217,7 @@ def test_the_jobs_doc_lists_every_record_field_state_and_tool() -> None:
 
 
 def test_the_job_turn_states_are_the_translators() -> None:
-    from coven_codex.jobs import names
+    from coven_codex.agent import job_names as names
     from coven_codex.rollout import translator
 
     assert (names.TURN_COMPLETED, names.TURN_FAILED, names.TURN_ABORTED) == (

@@ -44,12 +44,12 @@ def test_every_module_names_its_logger_log() -> None:
     assert other == []
 
 
-DRIVER_EVENTS_MODULE = "coven_codex.codex.drivers.base"
+DRIVER_EVENTS_MODULE = "coven_codex.codex.drivers.events"
 
 
 def _driver_event_names() -> set[str]:
-    """The classes of the ``DriverEvent`` union of ``coven_codex/codex/drivers/base.py``."""
-    tree = ast.parse((ROOT / "coven_codex" / "codex" / "drivers" / "base.py").read_text(encoding="utf-8"))
+    """The classes of the ``DriverEvent`` union of ``coven_codex/codex/drivers/events.py``."""
+    tree = ast.parse((ROOT / "coven_codex" / "codex" / "drivers" / "events.py").read_text(encoding="utf-8"))
     union = next(
         node.value
         for node in tree.body
@@ -59,8 +59,8 @@ def _driver_event_names() -> set[str]:
 
 
 def _driver_event_fields() -> dict[str, list[tuple[str, ast.expr | None]]]:
-    """Each driver event class of ``coven_codex/codex/drivers/base.py``: its fields, each with its default (or None)."""
-    tree = ast.parse((ROOT / "coven_codex" / "codex" / "drivers" / "base.py").read_text(encoding="utf-8"))
+    """Each driver event class of ``coven_codex/codex/drivers/events.py``: its fields, each with its default."""
+    tree = ast.parse((ROOT / "coven_codex" / "codex" / "drivers" / "events.py").read_text(encoding="utf-8"))
     names = _driver_event_names()
     fields: dict[str, list[tuple[str, ast.expr | None]]] = {}
     for node in tree.body:

@@ -12,11 +12,11 @@ import contextlib
 import logging
 import time
 
+from coven_codex.agent.lease_lost import lease_lost
 from coven_codex.agent.services import SessionServices
 from coven_codex.agent.session import Session
 from coven_codex.agent.state import SessionState
 from coven_codex.agent.storage import storage_failure
-from coven_codex.cluster.errors import lease_lost
 from coven_codex.codex.process import KILL_WAIT, PIPE_WAIT, end_all_trees
 from coven_codex.entries import ApprovalEntry, CancelEntry, ResetEntry, ThoughtEntry
 from coven_codex.journal import Position

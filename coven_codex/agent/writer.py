@@ -9,7 +9,7 @@ journal line's ``bad-line@<start>``), and every daemon writer appends through on
 
 The ids known at start-up are the ones the daemon found in the journal after the oldest open
 replay window or the ingress cursor, and the ids the session states keep (see
-:mod:`coven_codex.agent.daemon` and :mod:`coven_codex.agent.replay`); of the ids written since,
+:mod:`coven_codex.daemon.daemon` and :mod:`coven_codex.agent.replay`); of the ids written since,
 the newest :data:`RECENT_IDS` are kept, so a daemon that runs for months does not grow without
 bound (two writers of one id race within seconds, not after tens of thousands of entries).
 """

@@ -19,9 +19,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from coven_codex.agent.bootstrap import BootstrapError, run_daemon
 from coven_codex.cli.options import JOURNAL_METAVAR, add_spells_option, journal_argument
 from coven_codex.cli.stopping import STOP
+from coven_codex.daemon.bootstrap import BootstrapError, run_daemon
 from coven_codex.settings import Settings, SettingsError, load_settings
 from coven_codex.validate.plan import run_refusals
 

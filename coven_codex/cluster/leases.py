@@ -18,8 +18,8 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from coven_codex.agent.lease_lost import LeaseLost
 from coven_codex.cluster import scripts
-from coven_codex.cluster.errors import LeaseLost
 from coven_codex.cluster.keys import ClusterKeys
 from coven_codex.journal.redis.outage import Reachability
 

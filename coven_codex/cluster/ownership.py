@@ -32,12 +32,10 @@ from typing import Protocol, cast
 
 from redis.exceptions import RedisError
 
-from coven_codex.agent.daemon import Daemon
 from coven_codex.agent.egress import complete_length
 from coven_codex.agent.state import SessionState, StateStore
 from coven_codex.agent.storage import storage_failure
 from coven_codex.cluster.fenced import FenceableJournal, FencedJournal
-from coven_codex.cluster.host import DaemonHost
 from coven_codex.cluster.leases import LeaseLost
 from coven_codex.cluster.mirror import MirroredRollout, rehydrate, relative_rollout_path
 from coven_codex.cluster.node import ClusterNode
@@ -440,10 +438,6 @@ class Ownership:
         )
 
     # -- running ------------------------------------------------------------------------------------
-    def start(self, daemon: Daemon, start: Position, group: asyncio.TaskGroup) -> asyncio.Task[None]:
-        """Serve in ``daemon`` (its reader starts at ``start``): renewals, sweeps and adoption, as a task."""
-        return self.serve(DaemonHost(daemon, start), group)
-
     def serve(self, host: SessionHost, group: asyncio.TaskGroup) -> asyncio.Task[None]:
         """Serve in ``host``: renewals, sweeps and adoption as a task of ``group`` (adoptions and drops too)."""
         self.host = host

@@ -2,13 +2,24 @@
 
 First match wins; exit codes are looked at before text. Each code carries a hint
 that tells the user what to do.
+
+How a Codex process ended is classified here too, once, for the drivers and the app-server layer
+alike (:func:`process_error`, :func:`killed_from_outside`, :func:`collect_stderr`, :class:`DriverError`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import re
+import signal
+from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+
+log = logging.getLogger(__name__)
 
 MESSAGE_LIMIT = 200
 
@@ -142,3 +153,71 @@ def shorten(message: str, limit: int = MESSAGE_LIMIT) -> str:
     if len(flat) <= limit:
         return flat
     return flat[: limit - 1] + "…"
+
+
+# -- process exits: how a Codex process ended, for the drivers and the app-server layer alike -------
+STDERR_LINES = 20
+"""How many of a Codex process's last stderr lines are kept to explain its end."""
+ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+class DriverError(RuntimeError):
+    """A driver call that cannot be served (not started, dead, unknown approval, ...)."""
+
+    def __init__(self, message: str, *, returncode: int | None = None) -> None:
+        super().__init__(message)
+        self.returncode = returncode
+        """The Codex process's exit status when its end is why (see :func:`killed_from_outside`)."""
+
+
+def describe_exit(returncode: int | None) -> str:
+    """A process's end for messages: ``exit N``, ``killed by signal N`` or ``still running``."""
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        return f"killed by signal {-returncode}"
+    return f"exit {returncode}"
+
+
+OUTSIDE_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP})
+"""Signals that end Codex from outside (an operator, the OOM killer), unlike a crash (SIGSEGV, SIGABRT)."""
+
+
+def killed_from_outside(returncode: int | None) -> bool:
+    """Codex ended by one of :data:`OUTSIDE_SIGNALS`: a thought being handed over is not to blame."""
+    return returncode is not None and returncode < 0 and -returncode in OUTSIDE_SIGNALS
+
+
+def process_error(returncode: int | None, stderr_lines: Sequence[str], *, what: str = "Codex") -> ClassifiedError:
+    """Classify an unexpected process end.
+
+    A process killed by a signal is ``PROCESS_EXITED``. Otherwise its last *error* lines on
+    stderr (Codex logs warnings there too, e.g. about the sandbox, which must not decide the
+    code) are classified; when they say nothing known, it is ``PROCESS_EXITED`` as well.
+    """
+    detail = f"{what} exited unexpectedly ({describe_exit(returncode)})"
+    errors = [line for line in stderr_lines if _ERROR_LINE.search(line) and not _WARNING_LINE.search(line)]
+    tail = " | ".join(errors[-2:])
+    if tail and (returncode is None or returncode > 0):
+        by_text = classify(tail)
+        if by_text.code is not ErrorCode.UNKNOWN:
+            return by_text
+    if tail:
+        detail = f"{detail}: {tail}"
+    return ClassifiedError(ErrorCode.PROCESS_EXITED, shorten(detail), HINTS[ErrorCode.PROCESS_EXITED])
+
+
+_ERROR_LINE = re.compile(r"\berror\b|\bfatal\b|panicked", re.I)
+_WARNING_LINE = re.compile(r"^\s*(?:WARNING|WARN)\b|\sWARN\s", re.I)
+
+
+async def collect_stderr(stream: asyncio.StreamReader | None, into: deque[str], label: str) -> None:
+    """Keep the last lines a Codex process writes on stderr in ``into`` (they explain its end); log them."""
+    if stream is None:
+        return
+    with contextlib.suppress(ConnectionError, ValueError):
+        while line := await stream.readline():
+            text = ANSI.sub("", line.decode("utf-8", "replace")).strip()
+            if text:
+                into.append(text[:400])
+                log.debug("%s stderr: %s", label, text[:400])

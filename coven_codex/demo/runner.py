@@ -22,8 +22,8 @@ from typing import TextIO
 
 from coven_codex.adapters.console import ConsoleChat, stdin_lines
 from coven_codex.adapters.kit.render import PlainDialect, RenderOptions, format_block, render_entry
-from coven_codex.agent.bootstrap import BootstrapError, run_daemon
 from coven_codex.codex.installed import project_codex
+from coven_codex.daemon.bootstrap import BootstrapError, run_daemon
 from coven_codex.demo.model import demo_responder
 from coven_codex.entries import BaseEntry, ErrorEntry, ResponseEntry, StatusEntry, ThoughtEntry, ToolResultEntry
 from coven_codex.journal import FileJournal, JournalRecord

@@ -15,6 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from coven_codex.agent.job_names import JOB_PREFIX, TURN_ABORTED, TURN_COMPLETED, TURN_FAILED, TURN_STARTED
 from coven_codex.codex.errors import ErrorCode
 from coven_codex.entries import (
     CODEX_SENDER,
@@ -27,7 +28,6 @@ from coven_codex.entries import (
     ThoughtEntry,
     TokenUsage,
 )
-from coven_codex.jobs.names import JOB_PREFIX, TURN_ABORTED, TURN_COMPLETED, TURN_FAILED, TURN_STARTED
 from coven_codex.journal import Journal, JournalRecord
 from coven_codex.support.limits import REFUSED_CODE
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from coven_codex.agent.layout import LayoutError, migrate_legacy_layout
 from coven_codex.agent.state import SessionState, StateStore
 from coven_codex.codex.home import MARKER_FILE, is_coven_codex_home, prepare_codex_home
+from coven_codex.daemon.layout import LayoutError, migrate_legacy_layout
 from coven_codex.settings import Settings, state_root
 from coven_codex.support.statelock import StateLock
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from test_session_units import FakeCodex
 
-from coven_codex.agent.daemon import Daemon
 from coven_codex.agent.replay import ReplayWindow
 from coven_codex.agent.saver import StateSaver
 from coven_codex.agent.state import OWN_IDS_KEPT, SessionState, StateStore
+from coven_codex.daemon.daemon import Daemon
 from coven_codex.entries import ResponseEntry
 from coven_codex.journal import START, MemoryJournal
 from coven_codex.settings import Settings

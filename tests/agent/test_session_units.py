@@ -41,8 +41,9 @@ from coven_codex.codex.drivers import (
     TurnFinished,
     TurnStarted,
 )
-from coven_codex.codex.drivers.base import TurnInput, TurnStatus, process_error
-from coven_codex.codex.errors import ClassifiedError, classify
+from coven_codex.codex.drivers.base import TurnInput
+from coven_codex.codex.drivers.events import TurnStatus
+from coven_codex.codex.errors import ClassifiedError, classify, process_error
 from coven_codex.codex.version import CodexVersion
 from coven_codex.entries import ApprovalEntry, BaseEntry, ErrorEntry, StatusEntry, ThoughtEntry
 from coven_codex.journal import JournalRecord, MemoryJournal

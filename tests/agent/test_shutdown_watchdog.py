@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from coven_codex.agent.watchdog import (
+from coven_codex.daemon.watchdog import (
     WATCHDOG_RECORD,
     WATCHDOG_RECORD_SEEN,
     ShutdownWatchdog,
@@ -23,7 +23,7 @@ from coven_codex.agent.watchdog import (
 BLOCKED = """
 import sys, time
 from pathlib import Path
-from coven_codex.agent import watchdog
+from coven_codex.daemon import watchdog
 
 watchdog.SHUTDOWN_WATCHDOG_MARGIN = 0.0
 def a_shutdown_step_that_never_returns() -> None:
@@ -48,7 +48,7 @@ def test_a_shutdown_past_its_bound_is_ended_with_its_stacks_kept_and_reported_at
     assert "a_shutdown_step_that_never_returns" in done.stderr  # the stacks, in the log
     record = (state / WATCHDOG_RECORD).read_text()
     assert "a_shutdown_step_that_never_returns" in record and "exiting with status 1" in record
-    with caplog.at_level(logging.WARNING, logger="coven_codex.agent.watchdog"):
+    with caplog.at_level(logging.WARNING, logger="coven_codex.daemon.watchdog"):
         report_previous_overrun(state)
         report_previous_overrun(state)  # once
     assert [r.getMessage().count("ended by the shutdown watchdog") for r in caplog.records] == [1]

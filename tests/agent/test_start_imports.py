@@ -51,7 +51,7 @@ PROBE = """
 import json, sys
 from coven_codex.cli.main import build_parser
 build_parser(only="run")  # what `coven-codex run ...` imports before it runs
-import coven_codex.agent.bootstrap
+import coven_codex.daemon.bootstrap
 print(json.dumps(sorted(sys.modules)))
 """
 
@@ -59,7 +59,7 @@ print(json.dumps(sorted(sys.modules)))
 def test_run_start_path_imports_no_optional_module() -> None:
     done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=120, check=True)
     loaded: list[str] = json.loads(done.stdout)
-    assert "coven_codex.agent.bootstrap" in loaded and "coven_codex.cli.run" in loaded  # the probe did import it
+    assert "coven_codex.daemon.bootstrap" in loaded and "coven_codex.cli.run" in loaded  # the probe did import it
     unexpected = sorted(
         name for name in loaded for banned in NOT_ON_THE_START_PATH if name == banned or name.startswith(banned + ".")
     )

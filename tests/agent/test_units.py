@@ -240,8 +240,8 @@ async def test_an_awaited_state_save_is_on_disk_before_it_returns(
 ) -> None:
     """docs/operations.md promises power-cut safety with "batched": the write-ahead record a hand-over
     waits for must be fsynced before the hand-over starts, with either setting (not only "always")."""
-    from coven_codex.agent.daemon import Daemon
     from coven_codex.agent.saver import StateSaver
+    from coven_codex.daemon.daemon import Daemon
     from coven_codex.journal import MemoryJournal
     from coven_codex.settings import Settings
 

@@ -10,15 +10,16 @@ import pytest
 from coven_codex.codex.capabilities import AppServerProtocol, CodexCapabilities, plan_driver
 from coven_codex.codex.drivers import (
     AppServerDriver,
-    DriverSettings,
     ExecDriver,
     TurnFinished,
     create_driver,
     queue_sink,
 )
-from coven_codex.codex.drivers.base import DriverEvent, EventDispatcher, TurnClock, process_error
-from coven_codex.codex.errors import ErrorCode
+from coven_codex.codex.drivers.clock import TurnClock
+from coven_codex.codex.drivers.events import DriverEvent, EventDispatcher
+from coven_codex.codex.errors import ErrorCode, process_error
 from coven_codex.codex.version import CodexVersion
+from coven_codex.daemon.bootstrap import driver_settings
 from coven_codex.settings import Settings
 
 NEW, OLD = CodexVersion(0, 169, 0), CodexVersion(0, 47, 0)
@@ -79,7 +80,7 @@ FULL = AppServerProtocol(
 
 async def test_create_driver_and_settings(tmp_path: Path) -> None:
     queue: asyncio.Queue[DriverEvent] = asyncio.Queue()
-    settings = DriverSettings.from_settings(Settings(workspace=tmp_path, mid_turn="steer", approval_policy="deny"))
+    settings = driver_settings(Settings(workspace=tmp_path, mid_turn="steer", approval_policy="deny"))
     assert (settings.mid_turn, settings.approval_policy, settings.turn_timeout) == ("steer", "deny", 600.0)
     app = plan_driver(CodexCapabilities(version="0.169.0", app_server=FULL))
     no_steer = plan_driver(

@@ -5,10 +5,11 @@ CODEX_HOME; :mod:`~coven_codex.codex.appserver.connection` is one of them: the p
 JSON-RPC wire and the routing of messages by thread. A conversation lives elsewhere: in its
 session (:mod:`coven_codex.agent.session`) and its thread's driver
 (:mod:`coven_codex.codex.drivers.app_server`), which attaches to a connection while it is open.
+This package imports nothing of the drivers: what both use (settings, process exits, the task runner)
+is in :mod:`coven_codex.codex.driver_settings`, :mod:`coven_codex.codex.errors` and
+:mod:`coven_codex.codex.tasks`.
 """
 
-# The drivers first: connection and pool build on drivers.base, whose package imports them.
-import coven_codex.codex.drivers  # noqa: F401  (isort: skip)
 from coven_codex.codex.appserver.connection import AppServerConnection, ThreadClient
 from coven_codex.codex.appserver.pool import AppServerPool
 from coven_codex.jsonrpc import RpcError

@@ -40,9 +40,10 @@ from pydantic import JsonValue, ValidationError
 
 from coven_codex import __version__
 from coven_codex.codex.appserver.messages import ThreadUnsubscribed
-from coven_codex.codex.drivers.base import STDERR_LINES, DriverError, DriverSettings, collect_stderr, process_error
-from coven_codex.codex.errors import ClassifiedError, classify
+from coven_codex.codex.driver_settings import DriverSettings
+from coven_codex.codex.errors import STDERR_LINES, ClassifiedError, DriverError, classify, collect_stderr, process_error
 from coven_codex.codex.process import STREAM_LIMIT, ChildProcess, spawn, terminate_tree
+from coven_codex.codex.tasks import TaskRunner
 from coven_codex.jsonrpc import JsonRpcPeer, RequestId, RequestTimeout, RpcError
 from coven_codex.jsonrpc.messages import METHOD_NOT_FOUND
 
@@ -140,9 +141,7 @@ class AppServerConnection:
         )
         self._threads: dict[str, ThreadClient] = {}
         self._stderr: deque[str] = deque(maxlen=STDERR_LINES)
-        self._runner: asyncio.Task[None] | None = None
-        self._tg: asyncio.TaskGroup | None = None
-        self._tg_ready = asyncio.Event()
+        self._tasks = TaskRunner("codex-app-server", self._on_task_failure)
         self._closing = False
         self._closed = False
         self.lost: ClassifiedError | None = None
@@ -203,17 +202,11 @@ class AppServerConnection:
             raise DriverError(f"cannot start {argv[0]} app-server: {exc.strerror or exc}") from None
         self.started_at = loop.time()
         child = self._child
-        self._runner = asyncio.create_task(
-            self._run(
-                (
-                    ("app-server-stdout", self._read_stdout(child)),
-                    ("app-server-stderr", collect_stderr(child.stderr, self._stderr, LABEL)),
-                    ("app-server-exit", self._watch_exit(child)),
-                )
-            ),
-            name="codex-app-server",
+        await self._tasks.start(
+            ("app-server-stdout", self._read_stdout(child)),
+            ("app-server-stderr", collect_stderr(child.stderr, self._stderr, LABEL)),
+            ("app-server-exit", self._watch_exit(child)),
         )
-        await self._tg_ready.wait()
         try:
             await self.request(
                 "initialize", {"clientInfo": {"name": "coven-codex", "title": "coven-codex", "version": __version__}}
@@ -226,30 +219,15 @@ class AppServerConnection:
             await self.aclose()
             raise
 
-    async def _run(self, jobs: tuple[tuple[str, Coroutine[Any, Any, None]], ...]) -> None:
-        try:
-            async with asyncio.TaskGroup() as tg:
-                self._tg = tg
-                self._tg_ready.set()
-                for name, job in jobs:
-                    tg.create_task(job, name=name)
-        except* Exception as group:
-            for exc in group.exceptions:
-                log.error("app-server connection task failed", exc_info=exc)
-            self._lose(classify(f"internal error in the app-server connection: {group.exceptions[0]!r}"), None)
-            if self._child is not None:
-                await terminate_tree(self._child, 0.0)
-        finally:
-            self._tg = None
-            self._tg_ready.set()
-            for _, coro in jobs:
-                coro.close()
+    async def _on_task_failure(self, group: BaseExceptionGroup[Exception]) -> None:
+        for exc in group.exceptions:
+            log.error("app-server connection task failed", exc_info=exc)
+        self._lose(classify(f"internal error in the app-server connection: {group.exceptions[0]!r}"), None)
+        if self._child is not None:
+            await terminate_tree(self._child, 0.0)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        if self._tg is None:
-            coro.close()
-            return
-        self._tg.create_task(coro)
+        self._tasks.spawn(coro)
 
     async def kill(self, error: ClassifiedError, *, blameless: bool = False) -> None:
         """Kill the process's tree at once (it stopped answering, or the pool ends it); every
@@ -281,10 +259,7 @@ class AppServerConnection:
                     child.stdin.close()
             grace = self.settings.kill_grace
             await terminate_tree(child, grace, patience=grace / 2)
-        if self._runner is not None:
-            self._runner.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._runner
+        await self._tasks.stop()
 
     # -- threads -----------------------------------------------------------------------------------
     def has_thread(self, thread_id: str) -> bool:

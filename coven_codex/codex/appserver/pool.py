@@ -57,8 +57,8 @@ from pydantic import ValidationError
 
 from coven_codex.codex.appserver.connection import AppServerConnection, RpcError
 from coven_codex.codex.appserver.messages import LoadedThreads
-from coven_codex.codex.drivers.base import DriverError, DriverSettings
-from coven_codex.codex.errors import HINTS, ClassifiedError, ErrorCode, classify
+from coven_codex.codex.driver_settings import DriverSettings
+from coven_codex.codex.errors import HINTS, ClassifiedError, DriverError, ErrorCode, classify
 from coven_codex.support.backoff import MAX_BACKOFF, backoff
 
 log = logging.getLogger(__name__)

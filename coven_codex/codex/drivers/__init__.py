@@ -13,28 +13,26 @@ from typing import Literal
 
 from coven_codex.codex.appserver.pool import AppServerPool
 from coven_codex.codex.capabilities import DriverPlan
+from coven_codex.codex.driver_settings import DriverSettings
 from coven_codex.codex.drivers.app_server import AppServerDriver, unrelayed_approvals
-from coven_codex.codex.drivers.base import (
+from coven_codex.codex.drivers.base import CodexDriver, ImageInput
+from coven_codex.codex.drivers.events import (
     AgentMessageCompleted,
     ApprovalRequested,
     ApprovalResolved,
-    CodexDriver,
     Delta,
-    DriverError,
     DriverEvent,
     DriverFailed,
-    DriverSettings,
     EventSink,
-    ImageInput,
     Submission,
     ThreadStarted,
     TurnExpired,
     TurnFinished,
     TurnStarted,
-    killed_from_outside,
     queue_sink,
 )
 from coven_codex.codex.drivers.exec import ExecDriver
+from coven_codex.codex.errors import DriverError, killed_from_outside
 from coven_codex.codex.version import CodexVersion
 
 DriverChoice = Literal["auto", "app-server", "exec"]

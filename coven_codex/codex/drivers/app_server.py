@@ -57,28 +57,25 @@ from coven_codex.codex.appserver.messages import (
 )
 from coven_codex.codex.appserver.pool import AppServerPool
 from coven_codex.codex.capabilities import DriverPlan
-from coven_codex.codex.drivers.base import (
+from coven_codex.codex.driver_settings import DriverSettings
+from coven_codex.codex.drivers.base import CodexDriver, ImageInput, TurnInput
+from coven_codex.codex.drivers.clock import TurnClock
+from coven_codex.codex.drivers.events import (
     AgentMessageCompleted,
     ApprovalRequested,
     ApprovalResolved,
-    CodexDriver,
     Delta,
-    DriverError,
     DriverFailed,
-    DriverSettings,
     EventSink,
-    ImageInput,
     ResolvedBy,
     Submission,
     ThreadStarted,
-    TurnClock,
     TurnExpired,
     TurnFinished,
-    TurnInput,
     TurnStarted,
     TurnStatus,
 )
-from coven_codex.codex.errors import HINTS, ClassifiedError, ErrorCode, classify, shorten
+from coven_codex.codex.errors import HINTS, ClassifiedError, DriverError, ErrorCode, classify, shorten
 from coven_codex.codex.version import CodexVersion
 from coven_codex.jsonrpc import RpcError
 
@@ -177,7 +174,7 @@ class AppServerDriver(CodexDriver):
     # -- start -----------------------------------------------------------------------------------
     async def start(self, resume_thread_id: str | None) -> None:
         """Attach to a shared app-server and open the thread (resumed, or a new one); :class:`DriverError` if not."""
-        if self._conn is not None or self._runner is not None:
+        if self._conn is not None or self._tasks.started:
             raise DriverError("the app-server driver was already started")
         await self._start_runner()
         try:

@@ -35,26 +35,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from coven_codex.codex.drivers.base import (
-    STDERR_LINES,
+from coven_codex.codex.driver_settings import DriverSettings
+from coven_codex.codex.drivers.base import CodexDriver, ImageInput, TurnInput
+from coven_codex.codex.drivers.clock import TurnClock
+from coven_codex.codex.drivers.events import (
     AgentMessageCompleted,
-    CodexDriver,
-    DriverError,
     DriverFailed,
-    DriverSettings,
     EventSink,
-    ImageInput,
     Submission,
     ThreadStarted,
-    TurnClock,
     TurnExpired,
     TurnFinished,
-    TurnInput,
     TurnStarted,
     TurnStatus,
-    process_error,
 )
-from coven_codex.codex.errors import ClassifiedError, classify, shorten
+from coven_codex.codex.errors import STDERR_LINES, ClassifiedError, DriverError, classify, process_error, shorten
 from coven_codex.codex.process import STREAM_LIMIT, ChildProcess, signal_group, spawn, terminate_tree
 from coven_codex.codex.version import CodexVersion
 from coven_codex.entries import TokenUsage
@@ -145,7 +140,7 @@ class ExecDriver(CodexDriver):
         return [*argv, "-"]
 
     async def _start_turn(self, thought: TurnInput) -> None:
-        if self._tg is None:
+        if not self._tasks.running:
             raise DriverError("the exec driver is not started")
         try:
             child = await spawn(self._argv(thought), env=self.env, cwd=self.workspace)

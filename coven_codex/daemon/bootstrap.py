@@ -2,7 +2,7 @@
 
 1. find the Codex executable (refusing one inside the workspace), decide how to start it (its
    native binary, :mod:`coven_codex.codex.launch`) and read its version, move the
-   folders older versions kept inside the workspace (:mod:`coven_codex.agent.layout`), then
+   folders older versions kept inside the workspace (:mod:`coven_codex.daemon.layout`), then
    open the journal and take the locks (one daemon per journal, per state directory and per
    ``CODEX_HOME``), then find the folder of this journal's conversation state by its identity
    (:mod:`coven_codex.agent.scope`; an older version's state moves there the first time);
@@ -14,7 +14,7 @@
 4. prepare the isolated ``CODEX_HOME`` (base config + coven's keys + the MCP entry);
 5. start the webhook senders when ``[webhooks] in_daemon`` is on (:mod:`coven_codex.webhooks`, a
    task and a journal handle of their own);
-6. run the :class:`~coven_codex.agent.daemon.Daemon` on the journal until ``stop`` (it starts the
+6. run the :class:`~coven_codex.daemon.daemon.Daemon` on the journal until ``stop`` (it starts the
    shared app-server ahead of the first thought, :meth:`DriverMaker.prestart`, while it recovers).
 
 Every failure a user can cause raises :class:`BootstrapError` with what to do.
@@ -33,9 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from coven_codex import __version__
-from coven_codex.agent.daemon import Daemon, Ready
 from coven_codex.agent.egress import AppendHook
-from coven_codex.agent.layout import LayoutError, migrate_legacy_layout
 from coven_codex.agent.scope import Scope, ScopeError, open_scope
 from coven_codex.agent.services import ThreadOptions
 from coven_codex.agent.storage import StorageFailed
@@ -46,6 +44,8 @@ from coven_codex.codex.drivers import CodexDriver, DriverSettings, EventSink, cr
 from coven_codex.codex.home import CodexHomeError, DriverKind, prepare_codex_home
 from coven_codex.codex.launch import relative_path_entries, resolve_launch
 from coven_codex.codex.version import CodexVersion, VersionError, detect_version
+from coven_codex.daemon.daemon import Daemon, Ready
+from coven_codex.daemon.layout import LayoutError, migrate_legacy_layout
 from coven_codex.journal import START, FileJournal, Journal, JournalError, StorageError
 from coven_codex.journal.file import FILE_MODE
 from coven_codex.journal.opening import (
@@ -97,6 +97,19 @@ class Hooks:
     on_append: AppendHook | None = None
 
 
+def driver_settings(settings: Settings) -> DriverSettings:
+    """The drivers' and the app-servers' part of the daemon's settings."""
+    return DriverSettings(
+        turn_timeout=settings.turn_timeout,
+        stream_idle_timeout=settings.stream_idle_timeout,
+        kill_grace=settings.kill_grace,
+        mid_turn=settings.mid_turn,
+        approval_policy=settings.approval_policy,
+        approval_timeout=settings.approval_timeout,
+        stream_deltas=settings.stream_deltas,
+    )
+
+
 @dataclass(slots=True)
 class DriverMaker:
     """Makes a conversation's CODEX driver (app-server or exec; the session consumes its events)."""
@@ -125,7 +138,7 @@ class DriverMaker:
                 self.command,
                 env=self.env,
                 cwd=self.cwd,
-                settings=DriverSettings.from_settings(self.settings),
+                settings=driver_settings(self.settings),
                 size=self.settings.app_servers,
                 restart_backoff=self.settings.restart_backoff,
                 keep_idle=self.settings.idle_reap,
@@ -171,7 +184,7 @@ class DriverMaker:
 
     def __call__(self, conversation: str, options: ThreadOptions, sink: EventSink) -> CodexDriver:
         """The driver of ``conversation``'s thread, opened with ``options`` (not started yet)."""
-        settings = DriverSettings.from_settings(self.settings)
+        settings = driver_settings(self.settings)
         timeout = options.turn_timeout
         if timeout is not None:
             timeout = min(timeout, settings.turn_timeout)

@@ -1,4 +1,4 @@
-"""What names a job in the journal (kept light: ``mcp-serve`` imports it at start-up)."""
+"""What names a job in the journal (the sessions bound jobs by their own pool; kept light, no imports)."""
 
 JOB_PREFIX = "job:"
 """Conversations named ``job:<id>`` are jobs (docs/jobs.md): bounded by ``max_jobs``, not ``max_sessions``."""

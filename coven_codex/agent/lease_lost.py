@@ -1,4 +1,5 @@
-"""The cluster's exceptions, importable without the ``redis`` package (the daemon's modules use them)."""
+"""A write refused because this daemon no longer holds the conversation's lease (raised by the cluster's fenced
+journal, caught by the sessions); importable without the ``redis`` package."""
 
 from __future__ import annotations
 

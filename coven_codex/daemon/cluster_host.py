@@ -1,22 +1,48 @@
-"""The running daemon as the cluster's ownership sees it (:class:`~coven_codex.cluster.ownership.SessionHost`)."""
+"""The running daemon as the cluster's ownership sees it (:class:`~coven_codex.cluster.ownership.SessionHost`).
+
+The cluster knows the daemon only through that Protocol; :class:`DaemonHost` implements it over the
+public parts of the running daemon (:class:`HostedDaemon`, which :class:`~coven_codex.daemon.daemon.Daemon`
+is), so neither the cluster nor this module imports the daemon.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Protocol
 
-from coven_codex.agent.daemon import Daemon
+from coven_codex.agent.ingress import Ingress
+from coven_codex.agent.manager import SessionManager
 from coven_codex.agent.recovery import codex_received
+from coven_codex.agent.services import DriverFactory, SessionServices
 from coven_codex.agent.state import SessionState, StateStore
 from coven_codex.cluster.turns import abandoned_turn_end, unfinished_turn
 from coven_codex.codex.appserver.pool import AppServerPool
 from coven_codex.journal import JournalItem, JournalRecord, Position
 
 
-class DaemonHost:
-    """Adopting and dropping conversations in a running :class:`~coven_codex.agent.daemon.Daemon`."""
+class HostedDaemon(Protocol):
+    """What :class:`DaemonHost` uses of the running daemon."""
 
-    def __init__(self, daemon: Daemon, start: Position) -> None:
+    manager: SessionManager | None
+    ingress: Ingress | None
+    services: SessionServices | None
+    make_driver: DriverFactory
+    store: StateStore
+
+    async def recover_in_flight(self, state: SessionState, states: dict[str, SessionState]) -> None:
+        """Resolve ``state``'s in-flight thought as start-up recovery does (``states``: every known one)."""
+        ...
+
+    def storage_failed(self, failure: BaseException) -> None:
+        """Stop the daemon in order because its storage failed, saying so once."""
+        ...
+
+
+class DaemonHost:
+    """Adopting and dropping conversations in a running daemon."""
+
+    def __init__(self, daemon: HostedDaemon, start: Position) -> None:
         self._daemon = daemon
         self._start = start
 
@@ -25,7 +51,7 @@ class DaemonHost:
         manager = self._daemon.manager
         states = {c: s.state for c, s in manager.sessions.items()} if manager is not None else {}
         states[state.conversation] = state
-        await self._daemon._recover_in_flight(state, states)
+        await self._daemon.recover_in_flight(state, states)
 
     async def end_lost_turn(self, state: SessionState) -> None:
         """A turn the previous owner started and never ended (it was lost with it) ends here."""
@@ -79,7 +105,7 @@ class DaemonHost:
 
     def storage_failed(self, failure: BaseException) -> None:
         """The journal (Redis) failed for good: the daemon stops in order (as when its reader fails)."""
-        self._daemon._storage_failed(failure)
+        self._daemon.storage_failed(failure)
 
     def read_position(self) -> Position:
         """Where the journal reader is (before it starts: where it will start)."""

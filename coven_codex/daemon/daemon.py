@@ -58,9 +58,10 @@ from coven_codex.agent.services import DriverFactory, RolloutLocator, SessionSer
 from coven_codex.agent.slots import SlotPool
 from coven_codex.agent.state import SessionState, StateStore
 from coven_codex.agent.storage import StorageFailed, failure_message, storage_failure
-from coven_codex.agent.watchdog import ShutdownWatchdog, report_previous_overrun
 from coven_codex.agent.writer import DaemonWriter
 from coven_codex.codex.process import become_subreaper
+from coven_codex.daemon.cluster_host import DaemonHost
+from coven_codex.daemon.watchdog import ShutdownWatchdog, report_previous_overrun
 from coven_codex.entries import CODEX_SENDER
 from coven_codex.journal import (
     START,
@@ -155,7 +156,7 @@ class Daemon:
             if self.ownership is not None:
                 states = await self.ownership.take_back(states)
             for state in states.values():
-                await self._recover_in_flight(state, states)
+                await self.recover_in_flight(state, states)
             previous: list[JournalItem] | None = None
             try:
                 cursor = await self.journal.load_cursor(self.cursor_name) or START
@@ -184,7 +185,7 @@ class Daemon:
                 failure = storage_failure(exc)
                 if failure is None:
                     raise
-                self._storage_failed(failure)
+                self.storage_failed(failure)
         if self._failure is not None:
             raise StorageFailed(failure_message(self._failure))
 
@@ -311,7 +312,7 @@ class Daemon:
                     on_written=self.instruments.entry_appended if self.instruments is not None else None,
                 ),
                 on_append=self.on_append,
-                on_storage_failure=self._storage_failed,
+                on_storage_failure=self.storage_failed,
                 cluster=self.ownership,
                 on_lease_lost=self.ownership.dropper(group) if self.ownership else None,
                 instruments=self.instruments,
@@ -336,7 +337,7 @@ class Daemon:
             ingress_box.append(ingress)
             self.ingress = ingress
             ingress_task = group.create_task(self._run_ingress(ingress), name="ingress")
-            cluster_task = self.ownership.start(self, cursor, group) if self.ownership is not None else None
+            cluster_task = self.ownership.serve(DaemonHost(self, cursor), group) if self.ownership is not None else None
             log.info("daemon running: %d conversation(s) restored, journal read from %s", len(states), cursor)
             self.serving = True
             if self.instruments is not None:
@@ -405,20 +406,21 @@ class Daemon:
             failure = storage_failure(exc)
             if failure is None:
                 raise
-            self._storage_failed(failure)
+            self.storage_failed(failure)
 
     def fail(self, failure: BaseException) -> None:
         """Stop the daemon in order because of ``failure`` (a :class:`StorageError`-like one that says what to do)."""
-        self._storage_failed(failure)
+        self.storage_failed(failure)
 
-    def _storage_failed(self, failure: BaseException) -> None:
+    def storage_failed(self, failure: BaseException) -> None:
         """The first storage failure stops the daemon (see :mod:`coven_codex.agent.storage`)."""
         if self._failure is None:
             self._failure = failure
             log.error("storage failed, stopping: %s", failure)
             self._failed.set()
 
-    async def _recover_in_flight(self, state: SessionState, states: dict[str, SessionState]) -> None:
+    async def recover_in_flight(self, state: SessionState, states: dict[str, SessionState]) -> None:
+        """Did ``state``'s in-flight thought reach Codex (then it counts as delivered) or not (it is sent again)?"""
         in_flight = state.in_flight
         if in_flight is None:
             return
