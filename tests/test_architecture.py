@@ -7,6 +7,7 @@ one package, and the docs' table of layers equal to those contracts.
 
 from __future__ import annotations
 
+import ast
 import re
 import tomllib
 from pathlib import Path
@@ -86,3 +87,29 @@ def test_every_package_and_top_level_module_of_coven_codex_is_in_a_layer() -> No
     packages = {p.name for p in source.iterdir() if (p / "__init__.py").exists()}
     modules = {p.stem for p in source.glob("*.py") if p.stem != "__init__"}
     assert packages | modules == set().union(*_contract_layers())
+
+
+SIZED = [
+    "coven_codex/daemon",
+    "coven_codex/codex/appserver",
+    "coven_codex/codex/drivers/base.py",
+    "coven_codex/codex/tasks.py",
+]
+"""The composition root, the daemon and the driver base: no function over 60 lines, no class over 400."""
+
+
+def _oversized(path: Path) -> list[str]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        lines = (node.end_lineno or node.lineno) - node.lineno + 1 if isinstance(node, ast.stmt) else 0
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and lines > 60:
+            found.append(f"{path.relative_to(ROOT)}: {node.name} has {lines} lines")
+        elif isinstance(node, ast.ClassDef) and lines > 400:
+            found.append(f"{path.relative_to(ROOT)}: class {node.name} has {lines} lines")
+    return found
+
+
+def test_no_function_over_60_lines_and_no_class_over_400_in_the_daemon_and_the_driver_base() -> None:
+    paths = [p for name in SIZED for p in ([ROOT / name] if name.endswith(".py") else (ROOT / name).glob("*.py"))]
+    assert len(paths) > 5
+    assert [line for path in paths for line in _oversized(path)] == []

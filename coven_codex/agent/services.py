@@ -13,8 +13,7 @@ from coven_codex.agent.processes import ProcessRegistry
 from coven_codex.agent.slots import SlotPool
 from coven_codex.agent.state import StateStore
 from coven_codex.agent.writer import DaemonWriter
-from coven_codex.codex.drivers.base import CodexDriver, ImageInput
-from coven_codex.codex.drivers.events import EventSink
+from coven_codex.codex.drivers import CodexDriver, EventSink, ImageInput
 from coven_codex.entries import Attachment
 from coven_codex.journal import Journal, Position
 from coven_codex.metrics.instruments import Instruments

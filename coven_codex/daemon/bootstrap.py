@@ -37,12 +37,12 @@ from coven_codex.agent.egress import AppendHook
 from coven_codex.agent.scope import Scope, ScopeError, open_scope
 from coven_codex.agent.services import ThreadOptions
 from coven_codex.agent.storage import StorageFailed
-from coven_codex.codex.appserver.pool import AppServerPool, raise_fd_limit
+from coven_codex.codex.appserver import AppServerPool, raise_fd_limit
 from coven_codex.codex.capabilities import CapabilityError, DriverPlan, detect_capabilities, plan_driver
-from coven_codex.codex.discovery import DiscoveryError, find_codex
+from coven_codex.codex.discovery import DiscoveryError, FoundExecutable, find_codex
 from coven_codex.codex.drivers import CodexDriver, DriverSettings, EventSink, create_driver, unrelayed_approvals
-from coven_codex.codex.home import CodexHomeError, DriverKind, prepare_codex_home
-from coven_codex.codex.launch import relative_path_entries, resolve_launch
+from coven_codex.codex.home import CodexHome, CodexHomeError, DriverKind, prepare_codex_home
+from coven_codex.codex.launch import CodexLaunch, relative_path_entries, resolve_launch
 from coven_codex.codex.version import CodexVersion, VersionError, detect_version
 from coven_codex.daemon.daemon import Daemon, Ready
 from coven_codex.daemon.layout import LayoutError, migrate_legacy_layout
@@ -349,6 +349,16 @@ def choose(
         raise BootstrapError(str(exc)) from None
 
 
+@dataclass(frozen=True, slots=True)
+class FoundCodex:
+    """The Codex the daemon runs: where it was found, how it is started, its version and its driver."""
+
+    found: FoundExecutable
+    launch: CodexLaunch
+    version: CodexVersion
+    plan: DriverPlan
+
+
 async def run_daemon(
     settings: Settings,
     stop: asyncio.Event,
@@ -357,27 +367,87 @@ async def run_daemon(
     hooks: Hooks | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> None:
-    """Set everything up and serve until ``stop`` is set; raises :class:`BootstrapError`."""
+    """Set everything up and serve until ``stop`` is set; raises :class:`BootstrapError`.
+
+    The steps, in order (the module docstring says why): check the settings, move an old state
+    layout, read the webhook targets, find Codex; then, under one exit stack, open the journal and
+    take the locks, open this journal's state scope, serve metrics, spells and traces, prepare
+    ``CODEX_HOME``, start the webhook senders, join a cluster, and run the daemon.
+    """
     log.info("coven-codex %s starting (pid %d)", __version__, os.getpid())
     hooks = hooks or Hooks()
     env_in = dict(os.environ if environ is None else environ)
+    journal_name, workspace = _checked_start(settings)
+    await _migrate_layout(settings, workspace)
+    webhooks = _webhook_targets(settings, env_in)
+    codex = await _find_codex(settings, workspace, env_in)
+    if stop.is_set():  # stopped while Codex was looked at: nothing is taken or started yet
+        log.info("stopped during start-up, before taking the locks: exiting")
+        return
+    async with contextlib.AsyncExitStack() as stack:
+        journal, journal_hold = await _take_journal(stack, journal_name, settings)
+        scope = await _open_scope(journal, settings)
+        metrics = await _serve_metrics(stack, settings, journal, codex.found.path)
+        instruments = metrics.instruments if metrics is not None else None
+        owned: dict[tuple[str, ...], dict[str, object]] = {}
+        await _serve_spells(
+            stack, settings, workspace=workspace, version=codex.version, instruments=instruments, owned=owned
+        )
+        await _collect_traces(stack, settings, codex.version, owned)
+        home = await _prepare_home(settings, workspace, codex.plan.driver, owned, env_in)
+        maker = _driver_maker(codex, home, workspace, settings)
+        stack.push_async_callback(maker.aclose)  # (shutdown closes it first; this covers a failed start)
+        if webhooks:
+            await _start_webhooks(stack, settings, journal_name, workspace, webhooks)
+            if instruments is not None:
+                instruments.refreshers.append(_webhook_lag(journal, instruments, webhooks))
+        ownership = await _join_cluster(stack, journal, settings, home.path)
+        daemon = _daemon(
+            settings,
+            journal,
+            maker,
+            codex_home=home.path,
+            scope=scope,
+            hooks=hooks,
+            ownership=ownership,
+            instruments=instruments,
+        )
+        if metrics is not None:
+            metrics.checks["daemon"] = daemon_serving(daemon)
+        await _run(daemon, journal_hold, journal_name, stop, ready)
+
+
+def _checked_start(settings: Settings) -> tuple[JournalName, Path]:
+    """The journal and the workspace (resolved), or :class:`BootstrapError` saying what to give."""
     if settings.journal is None:
         raise BootstrapError("no journal given: pass --journal PATH or set journal in coven.toml")
     workspace = settings.workspace.expanduser().resolve()
     if not workspace.is_dir():
         raise BootstrapError(f"the workspace {workspace} is not a directory; create it or fix --workspace")
-    # Before anything writes to the state directory (the capability cache does): an old state
-    # folder inside the workspace moves there first.
+    return settings.journal, workspace
+
+
+async def _migrate_layout(settings: Settings, workspace: Path) -> None:
+    """Before anything writes to the state directory (the capability cache does): an old state
+    folder inside the workspace moves there first."""
     try:
         await asyncio.to_thread(migrate_legacy_layout, settings, workspace)
     except LayoutError as exc:
         raise BootstrapError(str(exc)) from None
-    webhooks: list[ReadyTarget] = []
-    if settings.webhooks.in_daemon:
-        try:  # before anything starts: a missing secret stops `run` at once
-            webhooks = ready_targets(settings.webhooks.targets, env_in)
-        except WebhookConfigError as exc:
-            raise BootstrapError(str(exc)) from None
+
+
+def _webhook_targets(settings: Settings, env_in: dict[str, str]) -> list[ReadyTarget]:
+    """The in-daemon webhook targets, read before anything starts: a missing secret stops `run` at once."""
+    if not settings.webhooks.in_daemon:
+        return []
+    try:
+        return ready_targets(settings.webhooks.targets, env_in)
+    except WebhookConfigError as exc:
+        raise BootstrapError(str(exc)) from None
+
+
+async def _find_codex(settings: Settings, workspace: Path, env_in: Mapping[str, str]) -> FoundCodex:
+    """Find Codex, how to start it, its version and its driver (by capability); log what was found."""
     try:
         found = await asyncio.to_thread(find_codex, settings.codex_path, workspace, env=env_in)
         launch = await asyncio.to_thread(resolve_launch, found, env_in)
@@ -389,7 +459,6 @@ async def run_daemon(
         )
     except (DiscoveryError, VersionError, OSError) as exc:
         raise BootstrapError(str(exc)) from None
-    driver = plan.driver
     log.info(
         "Codex %s at %s (%s), started as the %s; driver %s",
         version,
@@ -398,146 +467,190 @@ async def run_daemon(
         launch.describe(),
         plan.reason,
     )
-    if driver == "app-server" and (unrelayed := unrelayed_approvals(plan)):
+    if plan.driver == "app-server" and (unrelayed := unrelayed_approvals(plan)):
         log.info("this Codex may also ask %s, which coven-codex refuses", ", ".join(unrelayed))
     if relative := relative_path_entries(env_in):
         log.warning(
             "PATH has relative or empty entries (%s); they are left out of the PATH given to Codex",
             ", ".join(repr(entry) for entry in relative[:5]),
         )
-    if stop.is_set():  # stopped while Codex was looked at: nothing is taken or started yet
-        log.info("stopped during start-up, before taking the locks: exiting")
+    return FoundCodex(found, launch, version, plan)
+
+
+async def _take_journal(
+    stack: contextlib.AsyncExitStack, name: JournalName, settings: Settings
+) -> tuple[Journal, RedisHold | None]:
+    """Open the journal and take the locks, first: a second daemon must not even rewrite the shared
+    CODEX_HOME. One daemon per journal (two would answer every thought twice), per state directory, and
+    per CODEX_HOME (the processes a daemon finds there at start are its own strays). A Redis journal is
+    held instead of locked (returned); daemons in a cluster divide it by leases (docs/distributed.md)."""
+    try:
+        journal, lock_path = await _open_daemon_journal(name, settings)
+    except OSError as exc:
+        raise BootstrapError(
+            f"cannot create the journal {name} ({exc.strerror}); check --journal and its folder's permissions"
+        ) from None
+    except JournalError as exc:
+        raise BootstrapError(str(exc)) from None
+    stack.push_async_callback(journal.aclose)
+    try:
+        if lock_path is not None:
+            stack.enter_context(JournalLock(describe_journal(name), lock_path))
+        for directory in (settings.resolved_state_dir, settings.resolved_codex_home):
+            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            stack.enter_context(StateLock(directory))
+    except (StateError, OSError) as exc:
+        raise BootstrapError(str(exc)) from None
+    if lock_path is not None:
+        return journal, None
+    try:
+        return journal, await _hold_redis_journal(stack, journal, settings)
+    except JournalError as exc:
+        raise BootstrapError(str(exc)) from None
+
+
+async def _serve_spells(
+    stack: contextlib.AsyncExitStack,
+    settings: Settings,
+    *,
+    workspace: Path,
+    version: CodexVersion,
+    instruments: Instruments | None,
+    owned: dict[tuple[str, ...], dict[str, object]],
+) -> None:
+    """Load the spells and serve them on a private socket; their entry goes into Codex's config (``owned``)."""
+    if not settings.spells:
         return
-    async with contextlib.AsyncExitStack() as stack:
-        # The locks come first: a second daemon must not even rewrite the shared CODEX_HOME.
-        # One daemon per journal (two would answer every thought twice), per state directory, and
-        # per CODEX_HOME (the processes a daemon finds there at start are its own strays).
-        try:
-            journal, lock_path = await _open_daemon_journal(settings.journal, settings)
-        except OSError as exc:
-            raise BootstrapError(
-                f"cannot create the journal {settings.journal} ({exc.strerror}); "
-                "check --journal and its folder's permissions"
-            ) from None
-        except JournalError as exc:
-            raise BootstrapError(str(exc)) from None
-        stack.push_async_callback(journal.aclose)
-        try:
-            if lock_path is not None:
-                stack.enter_context(JournalLock(describe_journal(settings.journal), lock_path))
-            for directory in (settings.resolved_state_dir, settings.resolved_codex_home):
-                directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-                stack.enter_context(StateLock(directory))
-        except (StateError, OSError) as exc:
-            raise BootstrapError(str(exc)) from None
-        journal_hold: RedisHold | None = None
-        if lock_path is None:
-            # (Daemons in a cluster divide the journal's conversations by leases: docs/distributed.md.)
-            try:
-                journal_hold = await _hold_redis_journal(stack, journal, settings)
-            except JournalError as exc:
-                raise BootstrapError(str(exc)) from None
-        scope = await _open_scope(journal, settings)
-        metrics = await _serve_metrics(stack, settings, journal, found.path)
-        instruments = metrics.instruments if metrics is not None else None
-        owned: dict[tuple[str, ...], dict[str, object]] = {}
-        if settings.spells:
-            try:
-                # Never from the workspace: Codex writes there, and a module it wrote must not run here.
-                registry = await asyncio.to_thread(load_configured_spells, settings.spells, workspace=workspace)
-                server = SpellServer(
-                    registry,
-                    label=str(workspace),
-                    on_call=instruments.spell_called if instruments is not None else None,
-                )
-                await stack.enter_async_context(server)
-            except (SpellLoadError, SpellServerError) as exc:
-                raise BootstrapError(str(exc)) from None
-            toolbelt_path = await asyncio.to_thread(
-                write_toolbelt, registry, settings.resolved_state_dir / TOOLBELT_FILENAME
-            )
-            log.info("%d spell(s) served; their tool definitions are in %s", len(registry), toolbelt_path)
-            owned[("mcp_servers", "coven")] = codex_mcp_entry(
-                server.socket_path, server.secret, str(version), tool_timeout=registry.longest_timeout
-            )
-        if settings.collect_traces:
-            # Before Codex starts, and closed after every Codex process is gone (the stack unwinds last-in first-out).
-            traces_dir = settings.resolved_state_dir / TRACES_DIR
-            # (imported here: the OTLP/protobuf decoding is needed only by this setting)
-            from coven_codex.traces.receiver import OtlpReceiver  # noqa: PLC0415
-            from coven_codex.traces.routing import ThreadRouter  # noqa: PLC0415
-
-            try:
-                receiver = await stack.enter_async_context(OtlpReceiver(ThreadRouter(traces_dir)))
-            except OSError as exc:
-                raise BootstrapError(str(exc)) from None
-            owned.update(otel_tables(receiver.target))
-            if notice := export_notice(version):
-                log.warning("%s", notice)
-            log.info("collecting Codex's OpenTelemetry export at %s into %s", receiver.base_url, traces_dir)
-        try:
-            home = await asyncio.to_thread(
-                prepare_codex_home,
-                settings.resolved_codex_home,
-                workspace,
-                driver=driver,
-                base_config=settings.codex_config,
-                inline_config=settings.codex,
-                owned_tables=owned,
-                agents_template=settings.agents_template,
-                agents_vars=settings.agents_vars,
-                environ=env_in,
-            )
-        except CodexHomeError as exc:
-            raise BootstrapError(str(exc)) from None
-        if not home.has_credentials:
-            log.warning(
-                "no Codex credentials found (no auth.json, no API key variable, no model provider "
-                "env_key set); Codex will fail with AUTH errors until you run `codex login` or set "
-                "an API key"
-            )
-        maker = DriverMaker(
-            plan=plan,
-            executable=launch.program,
-            command=launch.command,
-            version=version,
-            env=launch.environment(home.env),
-            cwd=workspace,
-            settings=settings,
+    try:
+        # Never from the workspace: Codex writes there, and a module it wrote must not run here.
+        registry = await asyncio.to_thread(load_configured_spells, settings.spells, workspace=workspace)
+        server = SpellServer(
+            registry,
+            label=str(workspace),
+            on_call=instruments.spell_called if instruments is not None else None,
         )
-        stack.push_async_callback(maker.aclose)  # (shutdown closes it first; this covers a failed start)
-        codex_home = home.path
+        await stack.enter_async_context(server)
+    except (SpellLoadError, SpellServerError) as exc:
+        raise BootstrapError(str(exc)) from None
+    toolbelt_path = await asyncio.to_thread(write_toolbelt, registry, settings.resolved_state_dir / TOOLBELT_FILENAME)
+    log.info("%d spell(s) served; their tool definitions are in %s", len(registry), toolbelt_path)
+    owned[("mcp_servers", "coven")] = codex_mcp_entry(
+        server.socket_path, server.secret, str(version), tool_timeout=registry.longest_timeout
+    )
 
-        async def locate(thread_id: str) -> Path:
-            return await locate_rollout(codex_home, thread_id=thread_id, cwd=None, timeout=ROLLOUT_LOCATE_TIMEOUT)
 
-        if webhooks:
-            await _start_webhooks(stack, settings, settings.journal, workspace, webhooks)
-            if instruments is not None:
-                instruments.refreshers.append(_webhook_lag(journal, instruments, webhooks))
-        ownership = await _join_cluster(stack, journal, settings, codex_home)
-        daemon = Daemon(
-            settings,
-            journal,
-            maker,
-            locate_rollout=locate,
-            codex_home=codex_home,
-            conversations=scope.directory,
-            on_append=hooks.on_append,
-            ownership=ownership,
-            prestart=maker.prestart,
-            instruments=instruments,
-            codex_pids=_pid_counter(maker.pool),
+async def _collect_traces(
+    stack: contextlib.AsyncExitStack,
+    settings: Settings,
+    version: CodexVersion,
+    owned: dict[tuple[str, ...], dict[str, object]],
+) -> None:
+    """With ``collect_traces``: receive Codex's OpenTelemetry export (its tables go into ``owned``).
+    Started before Codex, and closed after every Codex process is gone (the stack unwinds last-in first-out)."""
+    if not settings.collect_traces:
+        return
+    traces_dir = settings.resolved_state_dir / TRACES_DIR
+    # (imported here: the OTLP/protobuf decoding is needed only by this setting)
+    from coven_codex.traces.receiver import OtlpReceiver  # noqa: PLC0415
+    from coven_codex.traces.routing import ThreadRouter  # noqa: PLC0415
+
+    try:
+        receiver = await stack.enter_async_context(OtlpReceiver(ThreadRouter(traces_dir)))
+    except OSError as exc:
+        raise BootstrapError(str(exc)) from None
+    owned.update(otel_tables(receiver.target))
+    if notice := export_notice(version):
+        log.warning("%s", notice)
+    log.info("collecting Codex's OpenTelemetry export at %s into %s", receiver.base_url, traces_dir)
+
+
+async def _prepare_home(
+    settings: Settings,
+    workspace: Path,
+    driver: DriverKind,
+    owned: dict[tuple[str, ...], dict[str, object]],
+    env_in: Mapping[str, str],
+) -> CodexHome:
+    """The isolated ``CODEX_HOME``: the base config, coven's keys and ``owned`` tables; warns without credentials."""
+    try:
+        home = await asyncio.to_thread(
+            prepare_codex_home,
+            settings.resolved_codex_home,
+            workspace,
+            driver=driver,
+            base_config=settings.codex_config,
+            inline_config=settings.codex,
+            owned_tables=owned,
+            agents_template=settings.agents_template,
+            agents_vars=settings.agents_vars,
+            environ=env_in,
         )
-        if metrics is not None:
-            metrics.checks["daemon"] = daemon_serving(daemon)
-        try:
-            async with _kept(journal_hold, describe_journal(settings.journal), daemon):
-                await daemon.run(stop, ready)
-        except (StateError, JournalError, StorageFailed) as exc:
-            raise BootstrapError(str(exc)) from None
-        except SingleDaemonServes as exc:  # (joined while starting: the hold was taken after our first heartbeat)
-            raise BootstrapError(cluster_refusal(describe_journal(settings.journal), exc.holder)) from None
+    except CodexHomeError as exc:
+        raise BootstrapError(str(exc)) from None
+    if not home.has_credentials:
+        log.warning(
+            "no Codex credentials found (no auth.json, no API key variable, no model provider "
+            "env_key set); Codex will fail with AUTH errors until you run `codex login` or set "
+            "an API key"
+        )
+    return home
+
+
+def _driver_maker(codex: FoundCodex, home: CodexHome, workspace: Path, settings: Settings) -> DriverMaker:
+    """What makes each conversation's driver: Codex as found, started with ``home``'s environment."""
+    return DriverMaker(
+        plan=codex.plan,
+        executable=codex.launch.program,
+        command=codex.launch.command,
+        version=codex.version,
+        env=codex.launch.environment(home.env),
+        cwd=workspace,
+        settings=settings,
+    )
+
+
+def _daemon(
+    settings: Settings,
+    journal: Journal,
+    maker: DriverMaker,
+    *,
+    codex_home: Path,
+    scope: Scope,
+    hooks: Hooks,
+    ownership: Ownership | None,
+    instruments: Instruments | None,
+) -> Daemon:
+    """The daemon over everything set up."""
+
+    async def locate(thread_id: str) -> Path:
+        return await locate_rollout(codex_home, thread_id=thread_id, cwd=None, timeout=ROLLOUT_LOCATE_TIMEOUT)
+
+    return Daemon(
+        settings,
+        journal,
+        maker,
+        locate_rollout=locate,
+        codex_home=codex_home,
+        conversations=scope.directory,
+        on_append=hooks.on_append,
+        ownership=ownership,
+        prestart=maker.prestart,
+        instruments=instruments,
+        codex_pids=_pid_counter(maker.pool),
+    )
+
+
+async def _run(
+    daemon: Daemon, hold: RedisHold | None, journal: JournalName, stop: asyncio.Event, ready: Ready | None
+) -> None:
+    """Run ``daemon`` until ``stop`` (keeping the journal's hold); its failures as :class:`BootstrapError`."""
+    try:
+        async with _kept(hold, describe_journal(journal), daemon):
+            await daemon.run(stop, ready)
+    except (StateError, JournalError, StorageFailed) as exc:
+        raise BootstrapError(str(exc)) from None
+    except SingleDaemonServes as exc:  # (joined while starting: the hold was taken after our first heartbeat)
+        raise BootstrapError(cluster_refusal(describe_journal(journal), exc.holder)) from None
 
 
 @contextlib.asynccontextmanager

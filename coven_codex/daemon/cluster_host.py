@@ -17,7 +17,7 @@ from coven_codex.agent.recovery import codex_received
 from coven_codex.agent.services import DriverFactory, SessionServices
 from coven_codex.agent.state import SessionState, StateStore
 from coven_codex.cluster.turns import abandoned_turn_end, unfinished_turn
-from coven_codex.codex.appserver.pool import AppServerPool
+from coven_codex.codex.appserver import AppServerPool
 from coven_codex.journal import JournalItem, JournalRecord, Position
 
 

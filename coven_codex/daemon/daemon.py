@@ -50,10 +50,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 from coven_codex.agent.egress import AppendHook
-from coven_codex.agent.ingress import CURSOR_NAME, STARTUP_INTEREST, Backlog, Ingress
+from coven_codex.agent.ingress import CURSOR_NAME, Ingress
 from coven_codex.agent.manager import EGRESS_DRAIN, SHUTDOWN_SLACK, SessionManager
 from coven_codex.agent.processes import ProcessRegistry, end_stale_processes
-from coven_codex.agent.recovery import codex_received, find_unclaimed_rollout
 from coven_codex.agent.services import DriverFactory, RolloutLocator, SessionServices
 from coven_codex.agent.slots import SlotPool
 from coven_codex.agent.state import SessionState, StateStore
@@ -61,24 +60,16 @@ from coven_codex.agent.storage import StorageFailed, failure_message, storage_fa
 from coven_codex.agent.writer import DaemonWriter
 from coven_codex.codex.process import become_subreaper
 from coven_codex.daemon.cluster_host import DaemonHost
+from coven_codex.daemon.startup import Recovery, StartPoint
 from coven_codex.daemon.watchdog import ShutdownWatchdog, report_previous_overrun
-from coven_codex.entries import CODEX_SENDER
 from coven_codex.journal import (
     START,
-    CursorMismatch,
-    FileJournal,
     Journal,
-    JournalError,
-    JournalItem,
-    JournalRecord,
     Position,
-    SegmentRemoved,
 )
 from coven_codex.metrics.checks import report_lag
 from coven_codex.metrics.instruments import Instruments
-from coven_codex.rollout.locator import find_rollout
 from coven_codex.settings import Settings
-from coven_codex.support.limits import cut
 
 if TYPE_CHECKING:
     from coven_codex.cluster.ownership import Ownership
@@ -137,7 +128,7 @@ class Daemon:
         self.on_append = on_append
         self.manager: SessionManager | None = None
         self.ingress: Ingress | None = None
-        self._previous_path: Path | None = None
+        self.recovery = Recovery(journal, self.store, codex_home, make_driver, self.cursor_name)
         self._failure: BaseException | None = None
         self._failed = asyncio.Event()
 
@@ -157,30 +148,9 @@ class Daemon:
                 states = await self.ownership.take_back(states)
             for state in states.values():
                 await self.recover_in_flight(state, states)
-            previous: list[JournalItem] | None = None
+            start = await self.recovery.start_point(states)
             try:
-                cursor = await self.journal.load_cursor(self.cursor_name) or START
-            except CursorMismatch as exc:
-                cursor = exc.position
-                previous = await self._previous_file(exc)
-            live_from = await self.journal.end_position()
-            if previous is None and cursor > live_from:
-                raise JournalError(
-                    f"the saved ingress cursor ({cursor}) is past the end of the journal ({live_from}):"
-                    " the journal was truncated or replaced while the daemon was stopped, and this cursor, saved"
-                    " by an older coven-codex, does not say which file it belongs to. Delete the cursor"
-                    f" {CURSOR_NAME!r} (for a file journal, <journal>.cursors/{CURSOR_NAME}.json) to read the"
-                    " journal from its beginning"
-                )
-            known_ids, backlog = await self._read_backlog(states, cursor if previous is None else START, live_from)
-            if previous is not None:
-                known_ids |= await self._previous_known_ids(states, cursor)
-            for state in states.values():
-                state.forget_delivered_before(cursor)
-            try:
-                await self._serve(
-                    states, cursor, live_from, known_ids, previous, backlog=backlog, stop=stop, ready=ready
-                )
+                await self._serve(start, stop, ready)
             except Exception as exc:  # a storage failure while shutting down ends it here
                 failure = storage_failure(exc)
                 if failure is None:
@@ -193,41 +163,6 @@ class Daemon:
     def cursor_name(self) -> str:
         """The ingress cursor's name: each daemon of a cluster has its own."""
         return self.ownership.cursor_name if self.ownership is not None else CURSOR_NAME
-
-    async def _previous_file(self, mismatch: CursorMismatch) -> list[JournalItem]:
-        """The items after the saved cursor in the file it belongs to; refuses when it is gone."""
-        if mismatch.previous is None:
-            raise JournalError(
-                f"{mismatch} (thoughts of that file that were never answered are then skipped), or put that"
-                " file back beside the journal, under any name, and start again: the daemon finishes it,"
-                " then reads the new one (docs/operations.md, 'Rotating the journal')"
-            ) from None
-        self._previous_path = mismatch.previous
-        old = FileJournal(mismatch.previous, durability="never")
-        try:
-            items = await old.read(mismatch.position)
-        finally:
-            await old.aclose()
-        log.warning(
-            "the journal was rotated while the daemon was stopped: finishing %d entr%s of %s after"
-            " %s, then reading %s from its start",
-            len(items),
-            "y" if len(items) == 1 else "ies",
-            mismatch.previous,
-            mismatch.position,
-            getattr(self.journal, "path", "the new journal"),
-        )
-        return items
-
-    async def _previous_known_ids(self, states: dict[str, SessionState], cursor: Position) -> set[str]:
-        """Ids of our entries in the previous file after its saved cursor or the sessions' open replay windows."""
-        assert self._previous_path is not None
-        start = min([cursor, *(state.replay_from for state in states.values() if state.replay_from is not None)])
-        old = FileJournal(self._previous_path, durability="never")
-        try:
-            return ours(await old.read(start, interest=STARTUP_INTEREST))
-        finally:
-            await old.aclose()
 
     async def _switch_file(self) -> None:
         """Ingress moves to a new journal file: move every session's positions there too.
@@ -244,130 +179,113 @@ class Daemon:
             await session.save_state()
         log.info("ingress moved to the new journal file; %d conversation(s) follow", len(self.manager.sessions))
 
-    async def _serve(
-        self,
-        states: dict[str, SessionState],
-        cursor: Position,
-        live_from: Position,
-        known_ids: set[str],
-        previous: list[JournalItem] | None,
-        *,
-        backlog: Backlog,
-        stop: asyncio.Event,
-        ready: Ready | None,
-    ) -> None:
+    async def _serve(self, start: StartPoint, stop: asyncio.Event, ready: Ready | None) -> None:
+        """Step 5 and the shutdown: run the sessions and the ingress until ``stop`` (or a storage failure)."""
         watchdog = ShutdownWatchdog(self.state_dir, self.settings.kill_grace + SHUTDOWN_SLACK)
         try:
-            await self._serve_until_stopped(
-                states,
-                cursor,
-                live_from,
-                known_ids,
-                previous,
-                backlog=backlog,
-                stop=stop,
-                ready=ready,
-                watchdog=watchdog,
-            )
+            async with asyncio.TaskGroup() as group:
+                manager, ingress = self._start_serving(group, start)
+                ingress_task = group.create_task(self._run_ingress(ingress), name="ingress")
+                cluster_task = (
+                    self.ownership.serve(DaemonHost(self, start.cursor), group) if self.ownership is not None else None
+                )
+                log.info(
+                    "daemon running: %d conversation(s) restored, journal read from %s", len(start.states), start.cursor
+                )
+                self.serving = True
+                if self.instruments is not None:
+                    self.instruments.refreshers.append(self._refresh_metrics)
+                if ready is not None:
+                    ready()
+                stop_task = group.create_task(stop.wait(), name="stop")
+                failed_task = group.create_task(self._failed.wait(), name="storage-failed")
+                await asyncio.wait([ingress_task, stop_task, failed_task], return_when=asyncio.FIRST_COMPLETED)
+                await self._shut_down(manager, ingress, ingress_task, cluster_task, watchdog)
+                stop_task.cancel()
+                failed_task.cancel()
         finally:
             watchdog.disarm()
         log.info("daemon stopped cleanly")
 
-    async def _serve_until_stopped(
+    def _start_serving(self, group: asyncio.TaskGroup, start: StartPoint) -> tuple[SessionManager, Ingress]:
+        """The sessions' services, the manager with every state restored, and the ingress (not started)."""
+        ingress_box: list[Ingress] = []
+
+        def finish_thought(position: Position) -> None:
+            ingress_box[0].finish(position)
+
+        def saved_cursor() -> Position:
+            return ingress_box[0].saved_position if ingress_box else start.cursor
+
+        services = SessionServices(
+            settings=self.settings,
+            journal=self.journal,
+            store=self.store,
+            slots=SlotPool(self.settings.max_sessions),
+            job_slots=SlotPool(self.settings.max_jobs),
+            processes=self.processes,
+            make_driver=self.make_driver,
+            locate_rollout=self.locate_rollout,
+            finish_thought=finish_thought,
+            saved_cursor=saved_cursor,
+            writer=DaemonWriter(
+                self.ownership.fenced(self.journal) if self.ownership else self.journal,
+                start.known_ids,
+                on_written=self.instruments.entry_appended if self.instruments is not None else None,
+            ),
+            on_append=self.on_append,
+            on_storage_failure=self.storage_failed,
+            cluster=self.ownership,
+            on_lease_lost=self.ownership.dropper(group) if self.ownership else None,
+            instruments=self.instruments,
+        )
+        self.services = services
+        manager = self.manager = SessionManager(services, group)
+        for state in start.states.values():
+            manager.restore(state)
+        ingress = self.ingress = Ingress(
+            self.journal,
+            manager,
+            start=start.cursor,
+            live_from=start.live_from,
+            known_ids=start.known_ids,
+            previous=start.previous,
+            on_switch=self._switch_file,
+            cursor_name=self.cursor_name,
+            gate=self.ownership,
+            backlog=start.backlog,
+        )
+        ingress_box.append(ingress)
+        return manager, ingress
+
+    async def _shut_down(
         self,
-        states: dict[str, SessionState],
-        cursor: Position,
-        live_from: Position,
-        known_ids: set[str],
-        previous: list[JournalItem] | None,
-        *,
-        backlog: Backlog,
-        stop: asyncio.Event,
-        ready: Ready | None,
+        manager: SessionManager,
+        ingress: Ingress,
+        ingress_task: asyncio.Task[None],
+        cluster_task: asyncio.Task[None] | None,
         watchdog: ShutdownWatchdog,
     ) -> None:
-        async with asyncio.TaskGroup() as group:
-            ingress_box: list[Ingress] = []
-
-            def finish_thought(position: Position) -> None:
-                ingress_box[0].finish(position)
-
-            def saved_cursor() -> Position:
-                return ingress_box[0].saved_position if ingress_box else cursor
-
-            services = SessionServices(
-                settings=self.settings,
-                journal=self.journal,
-                store=self.store,
-                slots=SlotPool(self.settings.max_sessions),
-                job_slots=SlotPool(self.settings.max_jobs),
-                processes=self.processes,
-                make_driver=self.make_driver,
-                locate_rollout=self.locate_rollout,
-                finish_thought=finish_thought,
-                saved_cursor=saved_cursor,
-                writer=DaemonWriter(
-                    self.ownership.fenced(self.journal) if self.ownership else self.journal,
-                    known_ids,
-                    on_written=self.instruments.entry_appended if self.instruments is not None else None,
-                ),
-                on_append=self.on_append,
-                on_storage_failure=self.storage_failed,
-                cluster=self.ownership,
-                on_lease_lost=self.ownership.dropper(group) if self.ownership else None,
-                instruments=self.instruments,
+        """No new thoughts; stop the turns and Codex, hand a cluster's conversations over, save the cursor."""
+        log.info("shutting down: no new thoughts; stopping turns and Codex processes")
+        self.serving = False
+        loop = asyncio.get_running_loop()
+        shutdown_by = loop.time() + self.settings.kill_grace + SHUTDOWN_SLACK
+        if self.ownership is not None:
+            self.ownership.closing()
+        watchdog.arm()  # (the bound made hard from outside the event loop: daemon/watchdog.py)
+        ingress_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await ingress_task
+        await manager.shutdown(grace=self.settings.kill_grace, drain=EGRESS_DRAIN)
+        if self.ownership is not None:
+            await self.ownership.final_mirror(
+                ((s.state, s.pending_positions) for s in manager.sessions.values()),
+                within=max(FINAL_STEP_MIN, shutdown_by - loop.time() - FINAL_STEP_MIN),
             )
-            self.services = services
-            manager = SessionManager(services, group)
-            self.manager = manager
-            for state in states.values():
-                manager.restore(state)
-            ingress = Ingress(
-                self.journal,
-                manager,
-                start=cursor,
-                live_from=live_from,
-                known_ids=known_ids,
-                previous=previous,
-                on_switch=self._switch_file,
-                cursor_name=self.cursor_name,
-                gate=self.ownership,
-                backlog=backlog,
-            )
-            ingress_box.append(ingress)
-            self.ingress = ingress
-            ingress_task = group.create_task(self._run_ingress(ingress), name="ingress")
-            cluster_task = self.ownership.serve(DaemonHost(self, cursor), group) if self.ownership is not None else None
-            log.info("daemon running: %d conversation(s) restored, journal read from %s", len(states), cursor)
-            self.serving = True
-            if self.instruments is not None:
-                self.instruments.refreshers.append(self._refresh_metrics)
-            if ready is not None:
-                ready()
-            stop_task = group.create_task(stop.wait(), name="stop")
-            failed_task = group.create_task(self._failed.wait(), name="storage-failed")
-            await asyncio.wait([ingress_task, stop_task, failed_task], return_when=asyncio.FIRST_COMPLETED)
-            log.info("shutting down: no new thoughts; stopping turns and Codex processes")
-            self.serving = False
-            loop = asyncio.get_running_loop()
-            shutdown_by = loop.time() + self.settings.kill_grace + SHUTDOWN_SLACK
-            if self.ownership is not None:
-                self.ownership.closing()
-            watchdog.arm()  # (the bound made hard from outside the event loop: agent/watchdog.py)
-            ingress_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await ingress_task
-            await manager.shutdown(grace=self.settings.kill_grace, drain=EGRESS_DRAIN)
-            if self.ownership is not None:
-                await self.ownership.final_mirror(
-                    ((s.state, s.pending_positions) for s in manager.sessions.values()),
-                    within=max(FINAL_STEP_MIN, shutdown_by - loop.time() - FINAL_STEP_MIN),
-                )
-            if cluster_task is not None:
-                cluster_task.cancel()
-            await self._last_cursor_save(ingress, max(FINAL_STEP_MIN, shutdown_by - loop.time()))
-            stop_task.cancel()
-            failed_task.cancel()
+        if cluster_task is not None:
+            cluster_task.cancel()
+        await self._last_cursor_save(ingress, max(FINAL_STEP_MIN, shutdown_by - loop.time()))
 
     async def _last_cursor_save(self, ingress: Ingress, within: float) -> None:
         """Shutdown: save the ingress cursor once more, within ``within`` seconds (a Redis journal
@@ -420,95 +338,5 @@ class Daemon:
             self._failed.set()
 
     async def recover_in_flight(self, state: SessionState, states: dict[str, SessionState]) -> None:
-        """Did ``state``'s in-flight thought reach Codex (then it counts as delivered) or not (it is sent again)?"""
-        in_flight = state.in_flight
-        if in_flight is None:
-            return
-        rollout: Path | None = Path(state.rollout_path) if state.rollout_path else None
-        if state.thread_id is None:
-            claimed = {s.thread_id for s in states.values() if s.thread_id}
-            found = await asyncio.to_thread(find_unclaimed_rollout, self.codex_home, in_flight.text, claimed)
-            if found is not None:
-                state.thread_id, rollout = found
-                state.rollout_path = str(rollout)
-                state.egress_offset = 0
-                state.user_messages = 0
-        elif rollout is None:
-            # No Codex of the previous run is alive, so the file exists now or never will.
-            rollout = await asyncio.to_thread(find_rollout, self.codex_home, state.thread_id)
-            if rollout is not None:
-                state.rollout_path = str(rollout)
-        received = (
-            rollout is not None
-            and rollout.exists()
-            and await asyncio.to_thread(
-                codex_received, rollout, in_flight, by_client_id=self.make_driver.records_client_id
-            )
-        )
-        if received:
-            log.info(
-                "conversation %r: thought %s reached Codex before the restart; not sending it again",
-                cut(state.conversation),
-                cut(in_flight.thought_id),
-            )
-            state.delivered[in_flight.thought_id] = in_flight.position
-            state.user_messages = max(state.user_messages, in_flight.user_messages_before + 1)
-        else:
-            log.info(
-                "conversation %r: thought %s had not reached Codex; it will be sent",
-                cut(state.conversation),
-                cut(in_flight.thought_id),
-            )
-        state.in_flight = None
-        self.store.save(state)
-
-    async def _read_backlog(
-        self, states: dict[str, SessionState], cursor: Position, end: Position
-    ) -> tuple[set[str], Backlog]:
-        """Start-up step 4 and ingress's first read, in one pass over the journal up to ``end``: the
-        ids of entries the daemon wrote that it may produce again, and the items from ``cursor`` on
-        for ingress. Only the lines :data:`~coven_codex.agent.ingress.STARTUP_INTEREST` admits are
-        decoded and kept, so a backlog of other traffic costs a search of its bytes, not memory."""
-        start = min([cursor, *(state.replay_from for state in states.values() if state.replay_from is not None)])
-        try:
-            items = await self.journal.read(start, end, interest=STARTUP_INTEREST)
-        except SegmentRemoved as exc:
-            # A replay window lies in a segment compaction removed (behind the ingress cursor,
-            # which load_cursor checked); every cursor read its entries. Read what is left
-            # (docs/journal-protocol.md, Segments: what retention assumes).
-            log.info("journal segments before %s were compacted away; reading from there", exc.oldest)
-            start = exc.oldest
-            items = await self.journal.read(start, end, interest=STARTUP_INTEREST)
-        ids: set[str] = set()
-        routed: list[JournalItem] = []
-        for item in items:
-            if isinstance(item, JournalRecord) and item.entry.sender == CODEX_SENDER:
-                if item.entry.id:
-                    ids.add(item.entry.id)
-            elif item.start >= cursor:
-                routed.append(item)
-        del items
-        found = len(ids)
-        for state in states.values():
-            ids.update(state.own_ids)
-        log.info(
-            "recovery: read the journal from %s (%d entr%s of ours, %d for ingress) up to %s, %d id(s) kept by"
-            " %d conversation(s)",
-            start,
-            found,
-            "y" if found == 1 else "ies",
-            len(routed),
-            end,
-            len(ids) - found,
-            len(states),
-        )
-        return ids, Backlog(routed, end)
-
-
-def ours(items: list[JournalItem]) -> set[str]:
-    """The ids of the entries the daemon wrote among ``items``."""
-    return {
-        item.entry.id
-        for item in items
-        if isinstance(item, JournalRecord) and item.entry.sender == CODEX_SENDER and item.entry.id
-    }
+        """Resolve ``state``'s in-flight thought as start-up does (:meth:`Recovery.recover_in_flight`)."""
+        await self.recovery.recover_in_flight(state, states)

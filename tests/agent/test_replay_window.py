@@ -123,8 +123,8 @@ async def test_start_up_reads_the_journal_only_from_the_cursor_and_the_open_wind
         conversations=tmp_path / "state",
     )
     end = await journal.end_position()
-    known, _backlog = await daemon._read_backlog(states, cursor, end)
+    known, _backlog = await daemon.recovery.read_backlog(states, cursor, end)
     assert known == {"busy-thread:9:0", "later:1:0", "busy:turn-1:end"}
     assert old.entry.id not in known  # the idle conversation pulled nothing back
     del states["busy"]
-    assert (await daemon._read_backlog(states, cursor, end))[0] == {"later:1:0"}
+    assert (await daemon.recovery.read_backlog(states, cursor, end))[0] == {"later:1:0"}

@@ -11,7 +11,7 @@ is in :mod:`coven_codex.codex.driver_settings`, :mod:`coven_codex.codex.errors` 
 """
 
 from coven_codex.codex.appserver.connection import AppServerConnection, ThreadClient
-from coven_codex.codex.appserver.pool import AppServerPool
+from coven_codex.codex.appserver.pool import AppServerPool, raise_fd_limit
 from coven_codex.jsonrpc import RpcError
 
-__all__ = ["AppServerConnection", "AppServerPool", "RpcError", "ThreadClient"]
+__all__ = ["AppServerConnection", "AppServerPool", "RpcError", "ThreadClient", "raise_fd_limit"]
