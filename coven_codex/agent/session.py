@@ -51,11 +51,11 @@ from coven_codex.agent.backoff import RepeatFilter, backoff
 from coven_codex.agent.egress import Egress
 from coven_codex.agent.egress_runner import EgressRunner
 from coven_codex.agent.limits import MAX_ID_CHARS, REFUSED_CODE, cut
-from coven_codex.agent.recovery import codex_received, recorded_client_id
+from coven_codex.agent.recovery import codex_received, last_turn, recorded_client_id
 from coven_codex.agent.replay import ReplayWindow
 from coven_codex.agent.saver import StateSaver
 from coven_codex.agent.services import PendingThought, SessionServices, ThreadOptions
-from coven_codex.agent.state import InFlight, SessionState
+from coven_codex.agent.state import InFlight, OpenTurn, SessionState
 from coven_codex.agent.thread_options import REFUSED_HINT, OptionsRefused, reset_workspace, thought_options
 from coven_codex.codex.drivers import (
     AgentMessageCompleted,
@@ -102,6 +102,9 @@ SESSION_RESET = "session_reset"
 """The status a ``reset`` is answered with."""
 THOUGHT_CANCELLED = "thought_cancelled"
 """The status a thought dropped by a ``cancel`` with ``queued`` is answered with (it never reached Codex)."""
+THREAD_LOST = "thread_lost"
+"""The status saying the conversation's thread could not be resumed and a new one started (the model
+no longer sees the earlier turns)."""
 PRUNE_DELIVERED_AT = 256
 CONFIRM_LOCATE = 5.0
 STOP_GRACE_FACTOR = 2.0
@@ -342,6 +345,7 @@ class Session:
             self._group = group
             group.create_task(self._saver.run(), name=f"state-saver:{self.conversation}")
             self._start_egress()
+            await self._end_turn_cut_by_restart()
             if self._queue and not self._stopping:
                 await self._advance()  # restarted after a crash: the queued thoughts go on
             elif not self.busy:
@@ -721,13 +725,49 @@ class Session:
             turn_id = key if turn.keyed_by_turn_id or key != turn.key else None
             await self._write_turn_end(state, key, turn_id, f"{state.replace('_', ' ')}: {why}")
 
+    async def _end_turn_cut_by_restart(self) -> None:
+        """A turn the previous run left running (the daemon was killed) ends now, ``turn_aborted``
+        "interrupted by a restart", with its deterministic id, unless the rollout (final: no Codex
+        of that run is alive) records its end. A turn named by a thought that goes to Codex again
+        is not ended: the thought's new turn has that name."""
+        cut_short = self.state.open_turn
+        if cut_short is None or self._turn is not None:
+            return
+        self.state.open_turn = None
+        key, turn_id = cut_short.key, cut_short.turn_id
+        thread_id, rollout = self.state.thread_id, self.state.rollout_path
+        last = None
+        if thread_id is not None and rollout is not None:
+            last = await asyncio.to_thread(last_turn, Path(rollout), self.conversation, thread_id)
+        if last is not None and last.turn_id is not None:
+            if last.ended:
+                await self._save_now()
+                return
+            key = turn_id = last.turn_id
+        elif turn_id is None and key not in self.state.delivered:
+            await self._save_now()
+            return
+        log.info("conversation %r: its turn %s was cut short by a restart", self._name, cut(key))
+        await self._write_turn_end(TURN_ABORTED, key, turn_id, "turn aborted: interrupted by a restart")
+        await self._save_now()
+
     async def _thread_ready(self, thread_id: str) -> None:
         """Codex told the thread id: a new one replaces the old thread (its egress, its state)."""
-        changed = thread_id != self.state.thread_id
+        old = self.state.thread_id
+        changed = thread_id != old
         if changed:
-            if self.state.thread_id is not None:
-                old = self.state.thread_id
+            if old is not None:
+                # Only a failed resume replaces a thread (a reset forgets it first): say so in the chat.
                 log.warning("conversation %r: Codex thread %s replaced by %s", self._name, old, thread_id)
+                await self._emit(
+                    StatusEntry(
+                        id=f"thread-lost@{old}",
+                        state=THREAD_LOST,
+                        thread_id=thread_id,
+                        text=f"Codex could not resume thread {old} and started thread {thread_id}: "
+                        "the model no longer sees the earlier turns of this conversation",
+                    )
+                )
             await self._egress.stop()
             self.state.forget_thread()
             self._window.thread_ended()
@@ -826,17 +866,25 @@ class Session:
             return
         if turn_id is not None and not turn.keyed_by_turn_id:
             turn.key, turn.keyed_by_turn_id = turn_id, True
+            if self.state.open_turn is not None:
+                self.state.open_turn.turn_id = turn_id
+                self._saver.request()
 
     def _begin_turn(self, key: str, *, keyed_by_turn_id: bool) -> None:
         egress = self._egress.egress
         self._turn = _Turn(
             key, keyed_by_turn_id, egress, egress.errors_seen, egress.turn_ends_seen, egress.turn_starts_seen
         )
+        self.state.open_turn = OpenTurn(key=key, turn_id=key if keyed_by_turn_id else None)
+        self._saver.request()
         self._no_turn.clear()
 
     def _turn_finished(self) -> _Turn | None:
         """No turn runs any more; returns the one that ran, if any."""
         turn, self._turn = self._turn, None
+        if self.state.open_turn is not None:
+            self.state.open_turn = None
+            self._saver.request()
         self._no_turn.set()
         return turn
 
