@@ -317,3 +317,11 @@ def test_the_metrics_table_names_every_metric_of_the_registry() -> None:
             labels = tuple(getattr(collector, "_labelnames", ()))
         families[name] = (metric.type, labels)
     assert documented == families
+
+
+def test_the_architecture_holds_the_conversations_state_diagram_drawn_from_the_table() -> None:
+    from coven_codex.conversation.phases import state_diagram
+
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    block = doc[doc.index("<!-- phases:begin -->") : doc.index("<!-- phases:end -->")]
+    assert block == "<!-- phases:begin -->\n```mermaid\n" + state_diagram() + "```\n"

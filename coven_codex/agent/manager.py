@@ -213,11 +213,9 @@ class SessionManager:
             await session.final_save()
 
     async def _stop_politely(self, sessions: list[Session], deadline: float) -> None:
-        """Interrupt running turns, let them end until ``deadline``, then close every Codex
-        (every driver, then the processes they share)."""
+        """Ask every session to stop (a message to its task: interrupt its running turn, let it end
+        until ``deadline``, close its Codex), then close the processes they share."""
         make_driver = self._services.make_driver
-        loop = asyncio.get_running_loop()
-        await asyncio.gather(*(s.stop_turn() for s in sessions))
-        await asyncio.gather(*(s.wait_turn_over(max(0.0, deadline - loop.time())) for s in sessions))
-        await asyncio.gather(*(s.close() for s in sessions))
+        limit = max(0.0, deadline - asyncio.get_running_loop().time())
+        await asyncio.gather(*(s.stop(limit) for s in sessions))
         await make_driver.aclose()

@@ -37,26 +37,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import hashlib
 import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import assert_never
 
-from coven_codex.agent.attachments import AttachmentRefused, check_images, uploads_dir
 from coven_codex.agent.backoff import RepeatFilter, backoff
-from coven_codex.agent.egress import Egress
 from coven_codex.agent.egress_runner import EgressRunner
-from coven_codex.agent.limits import MAX_ID_CHARS, REFUSED_CODE, cut
-from coven_codex.agent.recovery import codex_received, last_turn, recorded_client_id
+from coven_codex.agent.limits import cut
+from coven_codex.agent.recovery import recorded_client_id
 from coven_codex.agent.replay import ReplayWindow
 from coven_codex.agent.saver import StateSaver
 from coven_codex.agent.services import PendingThought, SessionServices, ThreadOptions
-from coven_codex.agent.state import InFlight, OpenTurn, SessionState
-from coven_codex.agent.thread_options import REFUSED_HINT, OptionsRefused, reset_workspace, thought_options
+from coven_codex.agent.state import SessionState
+from coven_codex.agent.thread_options import OptionsRefused, reset_workspace
 from coven_codex.codex.drivers import (
     AgentMessageCompleted,
     ApprovalRequested,
@@ -73,31 +68,40 @@ from coven_codex.codex.drivers import (
     killed_from_outside,
 )
 from coven_codex.codex.errors import ErrorCode, classify, shorten
+from coven_codex.conversation.admission import Admission
+from coven_codex.conversation.handover import HandOver, HandOverResult, Outcome
+from coven_codex.conversation.ledger import ERROR_DRAIN, Turn, TurnLedger
+from coven_codex.conversation.messages import (
+    CodexFailed,
+    CodexOpened,
+    DriverMessage,
+    DropQueued,
+    Duplicate,
+    Evict,
+    LinkMessage,
+    Message,
+    Recorded,
+    ResetRequest,
+    SlotGranted,
+    Stop,
+)
+from coven_codex.conversation.outbox import Outbox
+from coven_codex.conversation.phases import Phase, PhaseMachine
 from coven_codex.entries import (
     ApprovalEntry,
     ApprovalRequestEntry,
-    BaseEntry,
     CancelEntry,
     DeltaEntry,
-    ErrorEntry,
     ResetEntry,
     StatusEntry,
     ThoughtEntry,
-    TokenUsage,
 )
 from coven_codex.journal import Position
-from coven_codex.journal.opening import local_base
-from coven_codex.rollout import TURN_ABORTED, TURN_COMPLETED, TURN_FAILED, turn_entry_id
-from coven_codex.settings import state_root
+from coven_codex.rollout import TURN_ABORTED, TURN_FAILED
 from coven_codex.tailing import Line
 
 log = logging.getLogger(__name__)
 
-DELIVERY_ATTEMPTS = 3
-"""Hand-overs of one thought before it is dropped with an ``error`` entry."""
-ERROR_DRAIN = 1.0
-TURN_END_STATE_OF = {"completed": TURN_COMPLETED, "failed": TURN_FAILED, "interrupted": TURN_ABORTED}
-"""The status a driver's turn outcome becomes when the rollout does not record the turn's end."""
 SESSION_RESET = "session_reset"
 """The status a ``reset`` is answered with."""
 THOUGHT_CANCELLED = "thought_cancelled"
@@ -105,81 +109,21 @@ THOUGHT_CANCELLED = "thought_cancelled"
 THREAD_LOST = "thread_lost"
 """The status saying the conversation's thread could not be resumed and a new one started (the model
 no longer sees the earlier turns)."""
-PRUNE_DELIVERED_AT = 256
-CONFIRM_LOCATE = 5.0
 STOP_GRACE_FACTOR = 2.0
 """After an interrupt, the driver ends a stuck turn within ``kill_grace``; we close the driver after twice that."""
 
 
-@dataclass(frozen=True, slots=True)
-class _DriverMessage:
-    """An event of a driver (handled only if that driver is still the session's open one)."""
+@dataclass(slots=True)
+class _Starting:
+    """A driver being started by a child task, and its events that came before the start's report."""
 
     driver: CodexDriver
-    event: DriverEvent
-
-
-@dataclass(frozen=True, slots=True)
-class _Evict:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class _Recorded:
-    """Egress saw Codex record a user message carrying this client id."""
-
-    client_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class _Duplicate:
-    """A thought reused the id of an earlier, different thought (at another journal position)."""
-
-    entry_id: str
-    position: Position
-
-
-@dataclass(frozen=True, slots=True)
-class _Reset:
-    """A ``reset`` entry routed to this session: end the thread once what came before it is done."""
-
-    entry_id: str
-    position: Position
-    cwd: str | None = None
-    """The next thread's working directory as the reset names it (checked when the reset arrives)."""
-
-
-@dataclass(frozen=True, slots=True)
-class _DropQueued:
-    """A ``cancel`` with ``queued`` written before this run: drop the thoughts queued before it (no interrupt)."""
-
-
-@dataclass(frozen=True, slots=True)
-class _SlotGranted:
-    """The slot this session waited for is its own now."""
+    task: asyncio.Task[None]
+    early: list[DriverEvent] = field(default_factory=list)
 
 
 RESET_DRAIN = 5.0
 """After the thread's last turn, how long a reset waits for egress to bring the rest of its rollout."""
-
-
-@dataclass(slots=True)
-class _Turn:
-    """The turn running in Codex, as far as this session knows."""
-
-    key: str
-    """Names the turn in its entry ids: the driver's turn id, else the thought that started it."""
-    keyed_by_turn_id: bool
-    egress: Egress
-    """The egress that was running when the turn started, and what it had produced by then."""
-    errors_before: int
-    ends_before: int
-    starts_before: int
-    interrupt_sent_at: float | None = None
-    """When the session asked the driver to interrupt the turn (it closes the driver if the turn
-    has not ended :data:`STOP_GRACE_FACTOR` ``* kill_grace`` later)."""
-    steer_refused: bool = False
-    """A thought meant to join the turn came too late: the driver holds it as its next turn."""
 
 
 @dataclass(slots=True)
@@ -190,8 +134,6 @@ class _Retries:
     """Nothing is handed over and no Codex started before this: the restart or a hand-over's backoff."""
     codex_failures: int = 0
     """Consecutive failures of Codex itself (failed starts, unexpected exits): the restart backoff."""
-    hand_overs: dict[str, int] = field(default_factory=dict)
-    """Failed hand-overs per queued thought id (:data:`DELIVERY_ATTEMPTS`, then the thought is dropped)."""
     resume: bool = False
     """Codex died: start it again (resuming the thread) once the backoff is over, even with no thought waiting."""
     last_start_error: str | None = None
@@ -209,20 +151,6 @@ class _Codex:
     """Since when no turn ran and no thought waited (a persistent driver: idle release, eviction)."""
 
 
-_Message = (
-    PendingThought
-    | _Reset
-    | CancelEntry
-    | ApprovalEntry
-    | _DriverMessage
-    | _Evict
-    | _Recorded
-    | _Duplicate
-    | _SlotGranted
-    | _DropQueued
-)
-
-
 class Session:
     """One conversation: its queue of thoughts, its Codex driver, its egress (module docstring)."""
 
@@ -237,26 +165,36 @@ class Session:
         """The slot pool bounding this conversation (``max_jobs`` for a job, else ``max_sessions``)."""
         self._slot_wait: asyncio.Task[None] | None = None
         """Waiting for a slot (the session keeps reading its inbox meanwhile: a cancel can drop the thought)."""
-        self._requested: dict[str, ThoughtEntry] = {}
-        """Queued thoughts that give thread options, by id (checked when the session takes them)."""
-        self._inbox: asyncio.Queue[_Message] = asyncio.Queue()
-        self._queue: deque[PendingThought | _Reset] = deque()
-        self._queued_ids: dict[str, Position] = {}
-        """Ids of the thoughts in the inbox or the queue, with their journal positions."""
+        self._inbox: asyncio.Queue[Message] = asyncio.Queue()
+        self._queue: deque[PendingThought | ResetRequest] = deque()
         self._codex: _Codex | None = None
         """The open CODEX driver, while the conversation has one."""
-        self._turn: _Turn | None = None
         self._retries = _Retries()
         self._crashes = RepeatFilter()
-        self._stopping = False
         self._saver = StateSaver(state, services.store, mirror=self._mirror if services.cluster is not None else None)
         self._group: asyncio.TaskGroup | None = None
-        self._told_waiting = False
-        self._unconfirmed: PendingThought | None = None
-        self._no_turn = asyncio.Event()
-        self._no_turn.set()
+        self._phases = PhaseMachine(self._name)
+        self._starting: _Starting | None = None
+        """The driver being started, while its start runs."""
+        self._stop_by: float | None = None
+        """When stopping: when Codex is closed even if the turn has not ended."""
+        self._stopped = asyncio.Event()
+        self._running = False
         self._window = ReplayWindow(state, self._saver, services.journal)
         self._egress = EgressRunner(state, services, self._saver, self._window, on_line=self._on_rollout_line)
+        self._outbox = Outbox(state, services.writer, self._window, self._name)
+        self._admission = Admission(state, services, self._outbox, self._inbox.put_nowait)
+        self._handover = HandOver(
+            state, services, self._saver, admission=self._admission, outbox=self._outbox, queue=self._queue
+        )
+        self._ledger = TurnLedger(
+            state,
+            self._egress,
+            self._outbox,
+            self._saver,
+            records_turn_end=services.make_driver.records_turn_end,
+            name=self._name,
+        )
 
     # -- routing (called synchronously by ingress) -------------------------------------------
     def offer_thought(self, entry: ThoughtEntry, position: Position) -> bool:
@@ -265,21 +203,7 @@ class Session:
         The same thought read again (after a restart) is passed over; a *different* thought (at
         another journal position) reusing an earlier one's id is reported once and dropped.
         """
-        assert entry.id is not None
-        earlier = self.state.delivered.get(entry.id)
-        if earlier is None:
-            earlier = self._queued_ids.get(entry.id)
-        if earlier is not None:
-            if earlier != position:
-                self._inbox.put_nowait(_Duplicate(entry.id, position))
-            return False
-        self._queued_ids[entry.id] = position
-        if entry.cwd is not None or entry.model is not None or entry.resume_thread is not None or entry.timeout:
-            self._requested[entry.id] = entry
-        self._inbox.put_nowait(PendingThought(entry.id, entry.text, position, tuple(entry.attachments)))
-        if self._svc.instruments is not None:
-            self._svc.instruments.thought_received(entry.id)
-        return True
+        return self._admission.offer_thought(entry, position)
 
     def offer_reset(self, entry: ResetEntry, position: Position) -> bool:
         """Queue a ``reset`` unless it was acted on before; ``True`` if it is now pending.
@@ -288,17 +212,7 @@ class Session:
         then the thread ends (a running turn is interrupted as soon as the reset arrives) and the
         next thought starts a new one.
         """
-        assert entry.id is not None
-        earlier = self.state.delivered.get(entry.id)
-        if earlier is None:
-            earlier = self._queued_ids.get(entry.id)
-        if earlier is not None:
-            if earlier != position:
-                self._inbox.put_nowait(_Duplicate(entry.id, position))
-            return False
-        self._queued_ids[entry.id] = position
-        self._inbox.put_nowait(_Reset(entry.id, position, entry.cwd))
-        return True
+        return self._admission.offer_reset(entry, position)
 
     def offer_cancel(self, entry: CancelEntry) -> None:
         """Pass a ``cancel`` on (the running turn is interrupted; with ``queued``, queued thoughts are dropped)."""
@@ -307,7 +221,7 @@ class Session:
     def offer_drop_queued(self) -> None:
         """Drop the thoughts queued so far without interrupting anything (a ``cancel`` with ``queued``
         from before this run: the turn it meant did not survive the restart)."""
-        self._inbox.put_nowait(_DropQueued())
+        self._inbox.put_nowait(DropQueued())
 
     def offer_approval(self, entry: ApprovalEntry) -> None:
         """Pass an ``approval`` on to the request it answers."""
@@ -316,17 +230,17 @@ class Session:
     @property
     def pending_positions(self) -> list[Position]:
         """Journal positions of the thoughts and resets routed here and not finished yet."""
-        return list(self._queued_ids.values())
+        return list(self._admission.positions)
 
     async def _mirror(self, data: bytes) -> None:
         """The cluster's copy of a state just saved (with what is still pending: the conversation's floor)."""
         assert self._svc.cluster is not None
-        await self._svc.cluster.save_state(self.conversation, data, self._queued_ids.values())
+        await self._svc.cluster.save_state(self.conversation, data, self._admission.positions)
 
     @property
     def busy(self) -> bool:
         """A turn is running or thoughts are waiting."""
-        return self._turn is not None or bool(self._queue)
+        return self._ledger.turn is not None or bool(self._queue)
 
     @property
     def live(self) -> bool:
@@ -336,29 +250,33 @@ class Session:
     @property
     def turn_running(self) -> bool:
         """A Codex turn is running."""
-        return self._turn is not None
+        return self._ledger.turn is not None
 
     # -- the task ------------------------------------------------------------------------------
     async def run(self) -> None:
-        """Serve the conversation until cancelled (:meth:`shutdown` ends processes first)."""
-        async with asyncio.TaskGroup() as group:
-            self._group = group
-            group.create_task(self._saver.run(), name=f"state-saver:{self.conversation}")
-            self._start_egress()
-            await self._end_turn_cut_by_restart()
-            if self._queue and not self._stopping:
-                await self._advance()  # restarted after a crash: the queued thoughts go on
-            elif not self.busy:
-                self._window.idle()  # (a window left open by a killed run: once egress is past it)
-            while True:
-                message = await self._next_message()
-                if message is not None:
-                    await self._handle(message)
-                await self._check_timers()
-                if not self._stopping:
+        """Serve the conversation until cancelled (:meth:`stop` ends its Codex first)."""
+        self._running = True
+        try:
+            async with asyncio.TaskGroup() as group:
+                self._group = group
+                group.create_task(self._saver.run(), name=f"state-saver:{self.conversation}")
+                self._start_egress()
+                if await self._ledger.end_cut_by_restart():
+                    await self._save_now()
+                if self._queue:
+                    await self._advance()  # restarted after a crash: the queued thoughts go on
+                elif not self.busy:
+                    self._window.idle()  # (a window left open by a killed run: once egress is past it)
+                while True:
+                    message = await self._next_message()
+                    if message is not None:
+                        await self._handle(message)
+                    await self._check_timers()
                     await self._advance()
+        finally:
+            self._running = False
 
-    async def _next_message(self) -> _Message | None:
+    async def _next_message(self) -> Message | None:
         timeout = self._next_timeout()
         if timeout is None:
             return await self._inbox.get()
@@ -380,127 +298,60 @@ class Session:
             deadlines.append(self._codex.idle_since + self._settings.release_thread_after)
         if self._retries.not_before is not None:
             deadlines.append(self._retries.not_before)
+        if self._stop_by is not None and self._phases.is_in(Phase.STOPPING):
+            deadlines.append(self._stop_by)
         return min(deadlines) - now if deadlines else None
 
     # -- messages ------------------------------------------------------------------------------
-    async def _handle(self, message: _Message) -> None:
+    async def _handle(self, message: Message) -> None:
         if isinstance(message, PendingThought):
             await self._take_thought(message)
-        elif isinstance(message, _Reset):
-            if not await self._reset_accepted(message):
+        elif isinstance(message, ResetRequest):
+            if not await self._admission.take_reset(message):
                 return
             self._queue.append(message)
-            if self._turn is not None and self._codex is not None and self._turn.interrupt_sent_at is None:
+            if self._phases.is_in(Phase.IN_TURN):
                 await self._cancel()
         elif isinstance(message, CancelEntry):
             if message.queued:
                 await self._drop_queued()
             await self._cancel()
-        elif isinstance(message, _DropQueued):
+        elif isinstance(message, DropQueued):
             await self._drop_queued()
-        elif isinstance(message, _SlotGranted):
-            self._slot_wait = None
-            if not self._queue:  # the thoughts it was for were cancelled meanwhile
-                self._slots.release(self.conversation)
         elif isinstance(message, ApprovalEntry):
             await self._approval(message)
-        elif isinstance(message, _Evict):
-            if self._codex is not None and not self.busy:
+        elif isinstance(message, Recorded):
+            self._after(await self._handover.recorded(message.client_id))
+        elif isinstance(message, Duplicate):
+            await self._admission.report_duplicate(message)
+        else:
+            await self._link_message(message)
+
+    async def _link_message(self, message: LinkMessage) -> None:
+        """A message about the link to Codex: a slot, a start's outcome, an eviction, a stop, a driver's event."""
+        if isinstance(message, SlotGranted):
+            await self._slot_granted()
+        elif isinstance(message, CodexOpened):
+            await self._codex_opened(message.driver)
+        elif isinstance(message, CodexFailed):
+            await self._codex_failed(message.driver, message.error)
+        elif isinstance(message, Evict):
+            if self._phases.is_in(Phase.READY) and not self.busy:
                 log.info("conversation %r: ending its idle Codex process for another conversation", self._name)
                 await self._end_codex(reason="slot needed by another conversation")
-        elif isinstance(message, _Recorded):
-            thought = self._unconfirmed
-            if thought is not None and thought.entry_id == message.client_id:
-                self._unconfirmed = None
-                await self._delivered(thought, steer=False, start_turn=False)
-        elif isinstance(message, _Duplicate):
-            await self._duplicate(message)
+        elif isinstance(message, Stop):
+            await self._stop(message.by)
         elif self._codex is not None and message.driver is self._codex.driver:
             await self._driver_event(self._codex, message.event)
+        elif self._starting is not None and message.driver is self._starting.driver:
+            self._starting.early.append(message.event)  # handled once the start is reported
 
     async def _take_thought(self, thought: PendingThought) -> None:
-        """Queue ``thought``, its thread options and attachments checked first: one that cannot go to
-        Codex refuses it."""
-        requested = self._requested.pop(thought.entry_id, None)
-        if requested is not None:
-            try:
-                options = await asyncio.to_thread(
-                    thought_options,
-                    requested,
-                    self._settings.cwd_roots,
-                    turn_timeout=self._settings.turn_timeout,
-                    forks_threads=self._svc.make_driver.forks_threads,
-                )
-            except OptionsRefused as exc:
-                await self._refuse(thought, str(exc), REFUSED_HINT)
-                return
-            thought = dataclasses.replace(thought, options=options)
-        if thought.attachments and not self._svc.make_driver.takes_images:
-            await self._refuse_attachments(
-                thought,
-                # (Codex 0.47's `exec --image ... resume <thread> -` sent the image without the text)
-                "images need the app-server driver, which this Codex does not offer (docs/rollout.md); it runs on exec",
-            )
-            return
-        if thought.attachments:
-            journal = self._settings.journal
-            try:
-                images = await asyncio.to_thread(
-                    check_images,
-                    thought.attachments,
-                    folder=uploads_dir(local_base(journal, state_root())) if journal is not None else None,
-                    max_bytes=self._settings.max_attachment_bytes,
-                    urls=self._svc.make_driver.image_urls,
-                )
-            except AttachmentRefused as exc:
-                await self._refuse_attachments(thought, str(exc))
-                return
-            thought = dataclasses.replace(thought, images=images)
-        self._queue.append(thought)
-
-    async def _refuse_attachments(self, thought: PendingThought, why: str) -> None:
-        await self._refuse(
-            thought,
-            why,
-            "Attach PNG, JPEG, GIF or WebP images stored by the adapter in the journal's attachments "
-            "folder (within max_attachment_bytes), and send it again.",
-        )
-
-    async def _refuse(self, thought: PendingThought, why: str, hint: str) -> None:
-        """``thought`` is not handed to Codex: one ``REFUSED`` error (its id from the position), and it is settled."""
-        self._queued_ids.pop(thought.entry_id, None)
-        log.warning("conversation %r: thought at journal position %s refused: %s", self._name, thought.position, why)
-        await self._emit(
-            ErrorEntry(
-                id=f"refused@{thought.position}",
-                code=REFUSED_CODE,
-                text=shorten(f"The thought at journal position {thought.position} was not handed to Codex: {why}."),
-                hint=hint,
-                in_reply_to=thought.entry_id,
-            )
-        )
-        self._svc.finish_thought(thought.position)
-
-    async def _reset_accepted(self, reset: _Reset) -> bool:
-        """A reset naming a ``cwd`` outside the workspace roots is refused (one error; nothing changes)."""
-        if reset.cwd is None:
-            return True
-        try:
-            await asyncio.to_thread(reset_workspace, ResetEntry(cwd=reset.cwd), self._settings.cwd_roots)
-        except OptionsRefused as exc:
-            self._queued_ids.pop(reset.entry_id, None)
-            log.warning("conversation %r: reset at journal position %s refused: %s", self._name, reset.position, exc)
-            await self._emit(
-                ErrorEntry(
-                    id=f"refused@{reset.position}",
-                    code=REFUSED_CODE,
-                    text=shorten(f"The reset at journal position {reset.position} was not acted on: {exc}."),
-                    hint=REFUSED_HINT,
-                )
-            )
-            self._svc.finish_thought(reset.position)
-            return False
-        return True
+        """Queue ``thought``, its thread options and attachments checked first (one that cannot go to
+        Codex is refused)."""
+        taken = await self._admission.take_thought(thought)
+        if taken is not None:
+            self._queue.append(taken)
 
     async def _drop_queued(self) -> None:
         """A ``cancel`` with ``queued``: the thoughts not yet handed to Codex are dropped, each answered
@@ -509,18 +360,18 @@ class Session:
             t
             for t in self._queue
             if isinstance(t, PendingThought)
-            and t is not self._unconfirmed
+            and t is not self._handover.unconfirmed
             and (self._codex is None or t.entry_id not in self._codex.driver.queued)
         ]
         if not dropped:
             return
         for thought in dropped:
-            self._forget_thought(thought)
+            self._handover.forget(thought)
             self.state.delivered[thought.entry_id] = thought.position
         await self._save_now()
         for thought in dropped:
             log.info("conversation %r: queued thought %s cancelled", self._name, cut(thought.entry_id))
-            await self._emit(
+            await self._outbox.emit(
                 StatusEntry(
                     id=f"cancelled@{thought.position}",
                     state=THOUGHT_CANCELLED,
@@ -532,31 +383,12 @@ class Session:
         if not any(isinstance(t, PendingThought) for t in self._queue) and self._slot_wait is not None:
             self._slot_wait.cancel()
             self._slot_wait = None
-
-    async def _duplicate(self, message: _Duplicate) -> None:
-        shown = cut(message.entry_id, MAX_ID_CHARS)
-        log.warning(
-            "conversation %r: thought at journal position %s reuses the id %s of an earlier thought; dropped",
-            self._name,
-            message.position,
-            cut(message.entry_id),
-        )
-        await self._emit(
-            ErrorEntry(
-                id=f"duplicate-id@{message.position}",
-                code=REFUSED_CODE,
-                text=shorten(
-                    f"The thought at journal position {message.position} was dropped: its id {shown!r} "
-                    "is the id of an earlier thought."
-                ),
-                hint="Give every thought its own id (or none: the journal assigns one) and send it again.",
-            )
-        )
+            self._phases.move(Phase.IDLE)
 
     async def _cancel(self) -> None:
-        turn = self._turn
+        turn = self._ledger.turn
         if self._codex is None or turn is None:
-            await self._emit(StatusEntry(state="cancel_ignored", text="nothing is running to cancel"))
+            await self._outbox.emit(StatusEntry(state="cancel_ignored", text="nothing is running to cancel"))
             return
         log.info("conversation %r: interrupting the running turn", self._name)
         try:
@@ -565,12 +397,14 @@ class Session:
             log.warning("conversation %r: interrupt failed: %s", self._name, exc)
             return
         turn.interrupt_sent_at = time.monotonic()
+        if self._phases.is_in(Phase.IN_TURN):
+            self._phases.move(Phase.INTERRUPTING)
 
     def _interrupted_at(self) -> float | None:
         """When the running turn was asked to stop, if it was (and a driver is open to stop it)."""
-        if self._turn is None or self._codex is None:
+        if self._ledger.turn is None or self._codex is None:
             return None
-        return self._turn.interrupt_sent_at
+        return self._ledger.turn.interrupt_sent_at
 
     async def _approval(self, entry: ApprovalEntry) -> None:
         codex = self._codex
@@ -583,7 +417,7 @@ class Session:
         try:
             await codex.driver.answer_approval(entry.request_id, entry.decision == "approve")
         except DriverError as exc:
-            await self._error(
+            await self._outbox.error(
                 classify(str(exc)).code,
                 f"could not pass the approval on to Codex: {exc}",
                 "The Codex process may have ended; the session will be resumed.",
@@ -600,156 +434,33 @@ class Session:
         elif isinstance(event, TurnFinished):
             turn = self._turn_finished()
             codex.approvals.clear()  # (the driver drops a turn's unanswered requests with it)
-            if self._unconfirmed is not None and not self._waiting_in_driver(self._unconfirmed):
-                await self._confirm_unconfirmed()
-            await self._turn_over(event, turn)
+            if self._handover.unconfirmed is not None and not self._waiting_in_driver(self._handover.unconfirmed):
+                self._after(await self._handover.confirm())
+            await self._ledger.over(event, turn)
+            if self._phases.is_in(Phase.STOPPING):
+                await self._finish_stop()
         elif isinstance(event, TurnExpired):
-            # Written now, before the turn's end (which the rollout may bring first): a reader
-            # stopping at the end knows why. _turn_over writes it with the same id: once.
-            turn = self._turn
-            if turn is not None:  # (else the turn's end writes it, once)
-                c = event.error
-                await self._error(
-                    c.code,
-                    c.message,
-                    c.hint,
-                    entry_id=self._turn_entry_id(turn.key, "error"),
-                    in_reply_to=self.state.reply_to,
-                )
+            await self._ledger.expired(event)
         elif isinstance(event, Delta):
             if self._settings.stream_deltas and event.text:
-                await self._emit(DeltaEntry(item_id=event.item_id, text=event.text, in_reply_to=self.state.reply_to))
+                await self._outbox.emit(
+                    DeltaEntry(item_id=event.item_id, text=event.text, in_reply_to=self.state.reply_to)
+                )
         elif isinstance(event, ApprovalRequested):
             await self._approval_asked(codex, event)
         elif isinstance(event, ApprovalResolved):
             codex.approvals.discard(event.request_id)
             if event.by == "timeout":
                 text = f"no answer to approval {event.request_id} within {self._settings.approval_timeout:.0f}s; denied"
-                await self._emit(StatusEntry(state="approval_timeout", text=text, in_reply_to=self.state.reply_to))
+                await self._outbox.emit(
+                    StatusEntry(state="approval_timeout", text=text, in_reply_to=self.state.reply_to)
+                )
         elif isinstance(event, DriverFailed):
             await self._driver_failed(event)
         elif isinstance(event, AgentMessageCompleted):
             pass  # the rollout is the record of replies: egress writes them
         else:
             assert_never(event)
-
-    async def _turn_over(self, event: TurnFinished, turn: _Turn | None) -> None:
-        """Tell the conversation that the turn is over, and why it failed, unless the rollout did.
-
-        Codex 0.169 records a turn's end (and a failed turn's error) in the rollout, which egress
-        writes; 0.47 records neither, and a dying process records nothing. A failed turn's error
-        is written here if egress, once caught up, produced none during this turn. A turn's end is
-        written here unless the driver's plan says the rollout records every turn's end with the
-        driver's turn id (the app-server plan), again if egress produced none. Either entry
-        carries the turn's deterministic id (:meth:`_turn_key`: for exec on 0.104 and later, the
-        id the rollout gave the turn), so if egress writes it too (its rollout line came after the
-        drain), the journal gets it once.
-        """
-        failed = event.status == "failed" and event.error is not None and bool(event.error.message)
-        wants_end = not self._svc.make_driver.records_turn_end
-
-        def missing() -> tuple[bool, bool]:
-            errors, ends = self._seen_since(turn)
-            return failed and errors == 0, wants_end and ends == 0
-
-        if any(missing()):
-            await self.drain_egress(ERROR_DRAIN)  # only when the rollout may still bring it
-        error_missing, end_missing = missing()
-        key = event.turn_id or self._turn_key(turn)
-        if error_missing:
-            c = event.error
-            assert c is not None  # (failed says so)
-            await self._error(
-                c.code, c.message, c.hint, entry_id=self._turn_entry_id(key, "error"), in_reply_to=self.state.reply_to
-            )
-        if end_missing:
-            turn_id = event.turn_id or (key if turn is not None and key != turn.key else None)
-            await self._write_turn_end(TURN_END_STATE_OF[event.status], key, turn_id, usage=event.usage)
-
-    def _turn_key(self, turn: _Turn | None) -> str | None:
-        """The name of ``turn`` in its entry ids: the driver's turn id; else, when the rollout
-        records turn starts (exec on 0.104 and later), the id it gave the turn, which is the id
-        egress uses when it closes a turn the rollout never ended; else the thought that started it."""
-        if turn is None:
-            return None
-        if turn.keyed_by_turn_id:
-            return turn.key
-        egress = self._egress.egress
-        started_since = egress.turn_starts_seen > (turn.starts_before if turn.egress is egress else 0)
-        if started_since and egress.last_turn_id is not None:
-            return egress.last_turn_id
-        return turn.key
-
-    def _seen_since(self, turn: _Turn | None) -> tuple[int, int]:
-        """(errors, turn ends) egress produced from the rollout since ``turn`` started."""
-        egress = self._egress.egress
-        if turn is None:
-            return 0, 0
-        if turn.egress is not egress:  # egress was replaced: everything it produced is since then
-            return egress.errors_seen, egress.turn_ends_seen
-        return egress.errors_seen - turn.errors_before, egress.turn_ends_seen - turn.ends_before
-
-    def _turn_entry_id(self, key: str | None, what: str) -> str | None:
-        """The deterministic id of this conversation's turn ``key``'s error or end (``None``: unknown turn)."""
-        if key is None:
-            return None
-        scope = self.state.thread_id
-        if scope is None:
-            scope = "conversation-" + hashlib.sha256(self.conversation.encode()).hexdigest()[:16]
-        return turn_entry_id(scope, key, what)
-
-    async def _write_turn_end(
-        self, state: str, key: str | None, turn_id: str | None, text: str | None = None, usage: TokenUsage | None = None
-    ) -> None:
-        await self._emit(
-            StatusEntry(
-                id=self._turn_entry_id(key, "end"),
-                state=state,
-                text=text or state.replace("_", " "),
-                thread_id=self.state.thread_id,
-                turn_id=turn_id,
-                usage=usage,
-                in_reply_to=self.state.reply_to,
-            )
-        )
-
-    async def _turn_cut_short(self, turn: _Turn | None, state: str, why: str) -> None:
-        """The turn ended without the driver reporting it (Codex died, the driver or the session was closed):
-        write its end unless egress, once caught up, brought one."""
-        if turn is None:
-            return
-        if self._seen_since(turn)[1] == 0:
-            await self.drain_egress(ERROR_DRAIN)
-        if self._seen_since(turn)[1] == 0:
-            key = self._turn_key(turn)
-            turn_id = key if turn.keyed_by_turn_id or key != turn.key else None
-            await self._write_turn_end(state, key, turn_id, f"{state.replace('_', ' ')}: {why}")
-
-    async def _end_turn_cut_by_restart(self) -> None:
-        """A turn the previous run left running (the daemon was killed) ends now, ``turn_aborted``
-        "interrupted by a restart", with its deterministic id, unless the rollout (final: no Codex
-        of that run is alive) records its end. A turn named by a thought that goes to Codex again
-        is not ended: the thought's new turn has that name."""
-        cut_short = self.state.open_turn
-        if cut_short is None or self._turn is not None:
-            return
-        self.state.open_turn = None
-        key, turn_id = cut_short.key, cut_short.turn_id
-        thread_id, rollout = self.state.thread_id, self.state.rollout_path
-        last = None
-        if thread_id is not None and rollout is not None:
-            last = await asyncio.to_thread(last_turn, Path(rollout), self.conversation, thread_id)
-        if last is not None and last.turn_id is not None:
-            if last.ended:
-                await self._save_now()
-                return
-            key = turn_id = last.turn_id
-        elif turn_id is None and key not in self.state.delivered:
-            await self._save_now()
-            return
-        log.info("conversation %r: its turn %s was cut short by a restart", self._name, cut(key))
-        await self._write_turn_end(TURN_ABORTED, key, turn_id, "turn aborted: interrupted by a restart")
-        await self._save_now()
 
     async def _thread_ready(self, thread_id: str) -> None:
         """Codex told the thread id: a new one replaces the old thread (its egress, its state)."""
@@ -759,7 +470,7 @@ class Session:
             if old is not None:
                 # Only a failed resume replaces a thread (a reset forgets it first): say so in the chat.
                 log.warning("conversation %r: Codex thread %s replaced by %s", self._name, old, thread_id)
-                await self._emit(
+                await self._outbox.emit(
                     StatusEntry(
                         id=f"thread-lost@{old}",
                         state=THREAD_LOST,
@@ -786,7 +497,7 @@ class Session:
             text = event.action
         else:
             text = f"{event.action} (answered by approval_policy = {policy!r}; nothing to do)"
-        await self._emit(
+        await self._outbox.emit(
             ApprovalRequestEntry(
                 request_id=event.request_id,
                 action=event.action,
@@ -799,20 +510,30 @@ class Session:
     async def _driver_failed(self, event: DriverFailed) -> None:
         """The driver died (its Codex process ended or stopped answering): close it, end the turn, resume later."""
         codex = await self._close_codex()
-        if self._unconfirmed is not None:
-            await self._confirm_unconfirmed(counts=not killed_from_outside(event.returncode))
-        turn = self._turn_finished()
-        if self._stopping:
-            await self._turn_cut_short(turn, TURN_ABORTED, "Codex stopped")
+        if self._handover.unconfirmed is not None:
+            self._after(await self._handover.confirm(counts=not killed_from_outside(event.returncode)))
+        if self._phases.is_in(Phase.STOPPING):
+            await self._ledger.cut_short(self._turn_finished(), TURN_ABORTED, "Codex stopped")
+            await self._finish_stop()
             return
-        if turn is None and codex is not None and codex.driver.persistent:
+        if self._ledger.turn is None and codex is not None and codex.driver.persistent:
             # The shared app-server died while no turn of ours ran on it: nothing was lost, and
             # nothing is said in the chat; the thread is resumed on the next thought.
             log.info("conversation %r: Codex exited while idle; its thread resumes on the next thought", self._name)
+            self._phases.move(Phase.IDLE)
             return
         if self._svc.instruments is not None:
             self._svc.instruments.codex_failed()
         delay = self._restart_later()
+        self._phases.move(Phase.BACKING_OFF)
+        turn = self._turn_finished()
+        await self._report_exit(event, turn)
+        await self._ledger.cut_short(turn, TURN_FAILED, "Codex ended")
+        log.warning("conversation %r: Codex exited (%s); resuming in %.1fs", self._name, event.returncode, delay)
+        self._retries.resume = True
+
+    async def _report_exit(self, event: DriverFailed, turn: Turn | None) -> None:
+        """One ``error`` saying how Codex ended (for the running turn, with its deterministic id)."""
         where = " during a turn" if turn is not None else ""
         if event.returncode is not None and event.returncode < 0:
             # Killed by a signal: whatever it last wrote on stderr is not the reason.
@@ -824,20 +545,15 @@ class Session:
             # Nothing on stderr said why (its lines are warnings, or about something else).
             code = ErrorCode.PROCESS_EXITED
             message = f"Codex exited{where} (exit {event.returncode})"
-        if turn is not None and self._seen_since(turn)[1] == 0:
+        if turn is not None and self._ledger.seen_since(turn)[1] == 0:
             await self.drain_egress(ERROR_DRAIN)  # the rollout's name for the turn, for the ids
-        key = self._turn_key(turn)
-        await self._error(
+        await self._ledger.turn_error(
+            turn,
             code,
             shorten(message),
             "The session will be resumed in a moment; send the thought again if its reply is "
             "missing. Run `coven-codex validate` if this repeats.",
-            entry_id=self._turn_entry_id(key, "error"),
-            in_reply_to=self.state.reply_to if turn is not None else None,
         )
-        await self._turn_cut_short(turn, TURN_FAILED, "Codex ended")
-        log.warning("conversation %r: Codex exited (%s); resuming in %.1fs", self._name, event.returncode, delay)
-        self._retries.resume = True
 
     def _restart_later(self) -> float:
         """Codex failed (again): the next start waits the restart backoff; returns the delay."""
@@ -851,47 +567,37 @@ class Session:
         retries = self._retries
         retries.not_before = at if retries.not_before is None else max(retries.not_before, at)
 
-    def _start_turn(self, thought_id: str) -> None:
-        """We handed ``thought_id`` to Codex as a new turn."""
-        self._begin_turn(thought_id, keyed_by_turn_id=False)
-
     def _turn_started(self, turn_id: str | None) -> None:
         """The driver says a turn started (ours, or one it started from its own queue)."""
-        turn = self._turn
-        if turn is None:
-            thought = self._unconfirmed
-            key = turn_id or (thought.entry_id if thought is not None else None)
-            if key is not None:
-                self._begin_turn(key, keyed_by_turn_id=turn_id is not None)
+        if self._ledger.turn is not None:
+            if turn_id is not None:
+                self._ledger.named(turn_id)
             return
-        if turn_id is not None and not turn.keyed_by_turn_id:
-            turn.key, turn.keyed_by_turn_id = turn_id, True
-            if self.state.open_turn is not None:
-                self.state.open_turn.turn_id = turn_id
-                self._saver.request()
+        thought = self._handover.unconfirmed
+        key = turn_id or (thought.entry_id if thought is not None else None)
+        if key is not None:
+            self._begin_turn(key, keyed_by_turn_id=turn_id is not None)
 
     def _begin_turn(self, key: str, *, keyed_by_turn_id: bool) -> None:
-        egress = self._egress.egress
-        self._turn = _Turn(
-            key, keyed_by_turn_id, egress, egress.errors_seen, egress.turn_ends_seen, egress.turn_starts_seen
-        )
-        self.state.open_turn = OpenTurn(key=key, turn_id=key if keyed_by_turn_id else None)
-        self._saver.request()
-        self._no_turn.clear()
+        self._ledger.begin(key, keyed_by_turn_id=keyed_by_turn_id)
+        if self._phases.is_in(Phase.READY):
+            self._phases.move(Phase.IN_TURN)
 
-    def _turn_finished(self) -> _Turn | None:
+    def _turn_finished(self) -> Turn | None:
         """No turn runs any more; returns the one that ran, if any."""
-        turn, self._turn = self._turn, None
-        if self.state.open_turn is not None:
-            self.state.open_turn = None
-            self._saver.request()
-        self._no_turn.set()
+        turn = self._ledger.finished()
+        if self._codex is not None and self._phases.is_in(Phase.IN_TURN, Phase.INTERRUPTING):
+            self._phases.move(Phase.READY)  # (whoever closes Codex moves the phase itself)
         return turn
 
     # -- timers ------------------------------------------------------------------------------------
     async def _check_timers(self) -> None:
         """Turn and stream-idle timeouts, approval timeouts and policy are the driver's; these are ours."""
         now = time.monotonic()
+        if self._phases.is_in(Phase.STOPPING):
+            if self._stop_by is not None and now >= self._stop_by:
+                await self._finish_stop()
+            return
         interrupted = self._interrupted_at()
         if interrupted is not None and now >= interrupted + STOP_GRACE_FACTOR * self._settings.kill_grace:
             log.warning("conversation %r: the turn did not stop after interrupt; ending Codex", self._name)
@@ -910,7 +616,7 @@ class Session:
             and not self.busy
             and not codex.approvals
             and not codex.driver.busy
-            and self._unconfirmed is None
+            and self._handover.unconfirmed is None
             and now >= codex.idle_since + self._settings.release_thread_after
         ):
             log.info(
@@ -919,7 +625,7 @@ class Session:
                 self._settings.release_thread_after,
             )
             await self._end_codex(reason="idle")
-            await self._emit(
+            await self._outbox.emit(
                 StatusEntry(
                     state="session_ended",
                     thread_id=self.state.thread_id,
@@ -929,44 +635,62 @@ class Session:
 
     # -- progress ----------------------------------------------------------------------------------
     async def _advance(self) -> None:
+        """One step of the phase the conversation is in (after every message and timer)."""
+        phase = self._phases.phase
+        if phase in (Phase.WAITING_FOR_SLOT, Phase.STARTING, Phase.RESETTING, Phase.STOPPING, Phase.STOPPED):
+            return  # (each waits for its message)
         if self._retries.not_before is not None:
             if time.monotonic() < self._retries.not_before:
                 return
             self._retries.not_before = None
-        if self._turn is not None:
-            waiting = [t for t in self._queue if t is not self._unconfirmed]
+        if phase is Phase.BACKING_OFF:
+            self._phases.move(Phase.IDLE)
+        if phase in (Phase.IN_TURN, Phase.INTERRUPTING):
+            waiting = [t for t in self._queue if t is not self._handover.unconfirmed]
             if waiting and isinstance(waiting[0], PendingThought) and self._can_steer():
                 await self._deliver(waiting[0], steer=True)
             return
         if self._queue:
-            self._mark_busy()
-            if self._unconfirmed is not None:
-                return  # the driver is starting it as its next turn
-            head = self._queue[0]
-            if isinstance(head, _Reset):
-                await self._reset(head)
+            await self._next_in_queue()
+        elif self._phases.is_in(Phase.IDLE):
+            if self._retries.resume:
+                self._retries.resume = False
+                await self._open_codex()
                 return
-            if self._codex is None and self.state.thread_id is None and self._slot_wait is None:
-                await self._take_options(head)
-            if self._codex is None and not await self._open_codex():
-                return
+            # Idle: nothing of this conversation needs replaying after a restart once egress is between lines.
+            self._window.idle()
+        else:
+            await self._ready_and_idle()
+
+    async def _next_in_queue(self) -> None:
+        """IDLE or READY with something queued: a reset ends the thread; a thought opens Codex or goes to it."""
+        self._mark_busy()
+        if self._handover.unconfirmed is not None:
+            return  # the driver is starting it as its next turn
+        head = self._queue[0]
+        if isinstance(head, ResetRequest):
+            await self._reset(head)
+        elif self._phases.is_in(Phase.READY):
             await self._deliver(head)
-            return
-        if self._retries.resume and self._codex is None:
-            self._retries.resume = False
+        else:
+            if self.state.thread_id is None:
+                await self._take_options(head)
             await self._open_codex()
-        # Idle: nothing of this conversation needs replaying after a restart once egress is between lines.
+
+    async def _ready_and_idle(self) -> None:
+        """READY with nothing to do: a persistent driver waits for the idle release; exec's ends."""
         self._window.idle()
         codex = self._codex
-        if codex is not None and codex.driver.persistent and codex.idle_since is None:
+        assert codex is not None
+        if codex.driver.persistent and codex.idle_since is None:
             codex.idle_since = time.monotonic()
             self._slots.mark_idle(self.conversation, self._request_evict)
-        elif codex is not None and not codex.driver.persistent:
+        elif not codex.driver.persistent:
             await self._end_codex(reason="turn over")
 
     def _can_steer(self) -> bool:
         # One thought in flight at a time: steer only once the running turn's thought is recorded.
-        turn = self._turn
+        turn = self._ledger.turn
         return (
             self._settings.mid_turn == "steer"
             and self._codex is not None
@@ -974,7 +698,7 @@ class Session:
             and turn is not None
             and turn.interrupt_sent_at is None
             and not turn.steer_refused
-            and self._unconfirmed is None
+            and self._handover.unconfirmed is None
         )
 
     def _waiting_in_driver(self, thought: PendingThought) -> bool:
@@ -989,71 +713,100 @@ class Session:
         self._slots.mark_busy(self.conversation)
 
     def _request_evict(self) -> None:
-        self._inbox.put_nowait(_Evict())
+        self._inbox.put_nowait(Evict())
 
-    async def _open_codex(self) -> bool:
-        """Start a driver for the conversation's thread (a slot first); ``False`` if there is none yet."""
+    async def _open_codex(self) -> None:
+        """Start a driver for the conversation's thread once it has a slot (both reported back as messages)."""
         slots = self._slots
-        if not slots.try_acquire(self.conversation):
-            # Wait in a task of our own: the inbox is still read meanwhile (a cancel may drop the thought).
-            if not self._told_waiting:
-                self._told_waiting = True
-                bound = "max_jobs" if slots is self._svc.job_slots else "max_sessions"
-                await self._emit(
-                    StatusEntry(
-                        state="session_waiting",
-                        text=f"waiting for a free turn slot ({bound} = {slots.size}, all in use); your thought is "
-                        "queued and will be delivered in order",
-                    )
-                )
-            if self._slot_wait is None and self._group is not None:
-                self._slot_wait = self._group.create_task(self._wait_for_slot(), name=f"slot:{self.conversation}")
-            return False
-        self._told_waiting = False
+        if slots.try_acquire(self.conversation):
+            self._start_codex()
+            return
+        # Wait in a task of our own: the inbox is still read meanwhile (a cancel may drop the thought).
+        self._phases.move(Phase.WAITING_FOR_SLOT)
+        bound = "max_jobs" if slots is self._svc.job_slots else "max_sessions"
+        await self._outbox.emit(
+            StatusEntry(
+                state="session_waiting",
+                text=f"waiting for a free turn slot ({bound} = {slots.size}, all in use); your thought is "
+                "queued and will be delivered in order",
+            )
+        )
+        if self._slot_wait is None and self._group is not None:
+            self._slot_wait = self._group.create_task(self._wait_for_slot(), name=f"slot:{self.conversation}")
+
+    async def _slot_granted(self) -> None:
+        self._slot_wait = None
+        if not self._phases.is_in(Phase.WAITING_FOR_SLOT) or not self._queue:
+            self._slots.release(self.conversation)  # the thoughts it was for were cancelled meanwhile
+            return
+        self._start_codex()
+
+    def _start_codex(self) -> None:
+        """The slot is ours: start Codex in a child task, which reports :class:`CodexOpened` or
+        :class:`CodexFailed` (a cancel of the session does not wait for the start)."""
+        assert self._group is not None
+        self._phases.move(Phase.STARTING)
         driver = self._new_driver()
-        resume = self.state.thread_id
+        task = self._group.create_task(self._run_start(driver, self.state.thread_id), name=f"start:{self.conversation}")
+        self._starting = _Starting(driver, task)
+
+    async def _run_start(self, driver: CodexDriver, resume: str | None) -> None:
         try:
             await driver.start(resume)
         except DriverError as exc:
-            await driver.aclose()
-            slots.release(self.conversation)
-            if self._stopping:
-                # Shutdown ended the Codex that was starting: not a failure the chat needs to see.
-                log.debug("conversation %r: Codex start cut short by shutdown (%s)", self._name, exc)
-                return False
-            delay = self._restart_later()
-            c = classify(str(exc))
-            if str(exc) != self._retries.last_start_error:
-                # Retries that fail the same way are logged, not written to the chat each time.
-                self._retries.last_start_error = str(exc)
-                await self._error(c.code, f"could not start Codex: {c.message}", c.hint)
-            else:
-                log.warning(
-                    "conversation %r: Codex still fails to start (%s); next try in %.1fs", self._name, c.message, delay
-                )
-            return False
+            self._inbox.put_nowait(CodexFailed(driver, exc))
+            return
         except BaseException:
             await driver.aclose()  # shutdown (or a bug) while Codex was starting: do not leave it running
-            slots.release(self.conversation)
+            self._slots.release(self.conversation)
             raise
-        self._retries.last_start_error = None
-        if self._stopping:
+        self._inbox.put_nowait(CodexOpened(driver))
+
+    async def _codex_failed(self, driver: CodexDriver, exc: DriverError) -> None:
+        self._starting = None
+        await driver.aclose()
+        self._slots.release(self.conversation)
+        if not self._phases.is_in(Phase.STARTING):
+            # Shutdown ended the Codex that was starting: not a failure the chat needs to see.
+            log.debug("conversation %r: Codex start cut short by shutdown (%s)", self._name, exc)
+            return
+        delay = self._restart_later()
+        self._phases.move(Phase.BACKING_OFF)
+        c = classify(str(exc))
+        if str(exc) != self._retries.last_start_error:
+            # Retries that fail the same way are logged, not written to the chat each time.
+            self._retries.last_start_error = str(exc)
+            await self._outbox.error(c.code, f"could not start Codex: {c.message}", c.hint)
+        else:
+            log.warning(
+                "conversation %r: Codex still fails to start (%s); next try in %.1fs", self._name, c.message, delay
+            )
+
+    async def _codex_opened(self, driver: CodexDriver) -> None:
+        starting, self._starting = self._starting, None
+        if not self._phases.is_in(Phase.STARTING):
             # Shutdown began while Codex was starting: end it here, it will never get a turn.
             await driver.aclose()
-            slots.release(self.conversation)
-            return False
+            self._slots.release(self.conversation)
+            return
+        self._retries.last_start_error = None
+        resume = self.state.thread_id
         self._codex = _Codex(driver)
+        self._phases.move(Phase.READY)
         self._svc.processes.record(self.conversation, driver.pids)
         if driver.persistent:
             resumed = resume is not None and driver.thread_id == resume
             thread = driver.thread_id or resume
             text = f"Codex session resumed (thread {thread})" if resumed else f"Codex session started (thread {thread})"
-            await self._emit(
+            await self._outbox.emit(
                 StatusEntry(state="session_resumed" if resumed else "session_started", thread_id=thread, text=text)
             )
         if driver.thread_id is not None and driver.thread_id != self.state.thread_id:
             await self._thread_ready(driver.thread_id)
-        return True
+        for event in starting.early if starting is not None else ():
+            if self._codex is None or self._codex.driver is not driver:
+                break
+            await self._driver_event(self._codex, event)
 
     def _new_driver(self) -> CodexDriver:
         """A driver for this conversation's thread whose events come to the inbox (not started yet)."""
@@ -1061,7 +814,7 @@ class Session:
 
         async def sink(event: DriverEvent) -> None:
             # Called by the driver's dispatcher task, one event at a time and in order.
-            self._inbox.put_nowait(_DriverMessage(driver, event))
+            self._inbox.put_nowait(DriverMessage(driver, event))
             # The persistent driver's processes (exec: recorded when a turn's process starts).
             started = isinstance(event, ThreadStarted | TurnStarted)
             codex = self._codex
@@ -1073,7 +826,7 @@ class Session:
 
     async def _wait_for_slot(self) -> None:
         await self._slots.acquire(self.conversation)
-        self._inbox.put_nowait(_SlotGranted())
+        self._inbox.put_nowait(SlotGranted())
 
     def _thread_options(self) -> ThreadOptions:
         """How this conversation's thread is opened (its saved options; a fork only for a new thread)."""
@@ -1105,103 +858,42 @@ class Session:
         codex = self._codex
         assert codex is not None
         driver = codex.driver
-        self.state.in_flight = InFlight(
-            thought_id=thought.entry_id,
-            position=thought.position,
-            text=thought.text,
-            thread_id=self.state.thread_id,
-            user_messages_before=self.state.user_messages,
-        )
-        self.state.expect_reply(thought.entry_id, thought.text, self.state.user_messages)
-        await self._save_now()
-        # Set before sending: egress may see the thought recorded before the call returns.
-        self._unconfirmed = thought
-        try:
-            how = await driver.submit(thought.text, thought.entry_id, thought.images)
-        except DriverError as exc:
-            self._unconfirmed = None
-            await self._delivery_failed(thought, exc)
+        result = await self._handover.submit(driver, thought)
+        if isinstance(result, DriverError):
+            shown = cut(thought.entry_id)
+            log.warning("conversation %r: handing thought %s to Codex failed: %s", self._name, shown, result)
+            await self._end_codex(reason="delivery failed", expected=False)
+            self._after(await self._handover.failed(thought, result))
             return
-        if self._svc.instruments is not None:
-            self._svc.instruments.thought_handed_over()
         if steer:
             # Accepted into the turn ("steered"), or the turn had just ended and the driver started
             # it as a new turn or queued it as the next one. Either way it stays in flight until
             # Codex records it (the UserMessage line with its client id): accepted pending input
             # can still be dropped when the turn is cut short.
-            if how != "steered":
+            if result.how != "steered":
                 shown = cut(thought.entry_id)
-                log.info("conversation %r: thought %s did not join a running turn: %s", self._name, shown, how)
-            if how == "queued" and self._turn is not None:
-                self._turn.steer_refused = True
+                log.info("conversation %r: thought %s did not join a running turn: %s", self._name, shown, result.how)
+            if result.how == "queued" and self._ledger.turn is not None:
+                self._ledger.turn.steer_refused = True
             return
         # Codex has the bytes, but only its rollout proves it recorded them (a process may die
         # first). The thought stays in flight until egress sees it recorded (app-server: the
         # UserMessage with client_id = thought id) or, when the turn is over, the rollout says so.
         if not driver.persistent:
             self._svc.processes.record(self.conversation, driver.pids)
-        if self._turn is None:  # (the driver may have said so already)
-            self._start_turn(thought.entry_id)
+        if self._ledger.turn is None:  # (the driver may have said so already)
+            self._begin_turn(thought.entry_id, keyed_by_turn_id=False)
 
-    async def _confirm_unconfirmed(self, *, counts: bool = True) -> None:
-        """The turn is over (or its process gone) and egress did not see the thought recorded: ask the
-        rollout. ``counts=False``: Codex was killed from outside, a failure not counted against the thought."""
-        thought, self._unconfirmed = self._unconfirmed, None
-        in_flight = self.state.in_flight
-        if thought is None or in_flight is None:
+    def _after(self, result: HandOverResult | None) -> None:
+        """What a hand-over's outcome means for the link: a delivery clears Codex's failures; a retry waits."""
+        if result is None:
             return
-        by_client_id = self._svc.make_driver.records_client_id
-        rollout: Path | None = Path(self.state.rollout_path) if self.state.rollout_path else None
-        if rollout is None and self.state.thread_id is not None:
-            with contextlib.suppress(LookupError, OSError, TimeoutError):
-                rollout = await asyncio.wait_for(self._svc.locate_rollout(self.state.thread_id), CONFIRM_LOCATE)
-        received = rollout is not None and await asyncio.to_thread(
-            codex_received, rollout, in_flight, by_client_id=by_client_id
-        )
-        if received:
-            await self._delivered(thought, steer=False, start_turn=False)
-            return
-        self.state.in_flight = None
-        await self._save_now()
-        await self._count_failure(thought, "Codex ended before it took the thought", counts=counts)
+        if result.outcome is Outcome.DELIVERED:
+            self._retries.codex_failures = 0
+        elif result.outcome is Outcome.RETRY_AFTER:
+            self._retry_at(result.retry_in)
 
-    async def _count_failure(self, thought: PendingThought, reason: str, *, counts: bool = True) -> None:
-        """One more failed hand-over of ``thought``: back off, and give up after :data:`DELIVERY_ATTEMPTS`.
-
-        ``counts=False`` (Codex was killed from outside, e.g. ``kill -9`` of the shared app-server):
-        the thought is sent again after the backoff without coming closer to being dropped.
-        """
-        attempts = self._retries.hand_overs.get(thought.entry_id, 0) + (1 if counts else 0)
-        if attempts >= DELIVERY_ATTEMPTS:
-            log.warning(
-                "conversation %r: thought %s failed %d hand-overs (%s); dropping it",
-                self._name,
-                cut(thought.entry_id),
-                attempts,
-                cut(reason),
-            )
-            self._forget_thought(thought)
-            c = classify(reason)
-            await self._error(
-                c.code,
-                f"the thought could not be handed to Codex ({attempts} tries): {c.message}",
-                "Send it again once `coven-codex validate` passes.",
-            )
-            self._svc.finish_thought(thought.position)
-            return
-        self._retries.hand_overs[thought.entry_id] = attempts
-        delay = backoff(self._settings.restart_backoff, max(attempts, 1))
-        log.warning(
-            "conversation %r: hand-over %d of thought %s failed (%s); it will be sent again in %.1fs",
-            self._name,
-            attempts,
-            cut(thought.entry_id),
-            cut(reason),
-            delay,
-        )
-        self._retry_at(delay)
-
-    async def _reset(self, reset: _Reset) -> None:
+    async def _reset(self, reset: ResetRequest) -> None:
         """End the thread (everything before the reset is done): the next thought starts a new one.
 
         Its status has an id of the reset's journal position and is written before the state
@@ -1211,71 +903,37 @@ class Session:
         old = self.state.thread_id
         log.info("conversation %r: reset; thread %s ends", self._name, old)
         await self._end_codex(reason="reset")
+        self._phases.move(Phase.RESETTING)
         await self.drain_egress(RESET_DRAIN)  # the old thread's last entries first
         await self._egress.stop()
         if old is None:
             text = "no Codex thread was open; a new thread starts with the next thought"
         else:
             text = f"Codex thread {old} ended; a new thread starts with the next thought"
-        await self._emit(StatusEntry(id=f"reset@{reset.position}", state=SESSION_RESET, thread_id=old, text=text))
+        await self._outbox.emit(
+            StatusEntry(id=f"reset@{reset.position}", state=SESSION_RESET, thread_id=old, text=text)
+        )
         self._queue.remove(reset)
-        self._queued_ids.pop(reset.entry_id, None)
+        self._admission.forget(reset.entry_id)
         self.state.forget_thread()
         self._window.thread_ended()
         self.state.reply_to = None
-        # The thread's options end with it; the reset may name the next thread's directory.
-        workspace = None
-        if reset.cwd is not None:
-            try:
-                workspace = await asyncio.to_thread(
-                    reset_workspace, ResetEntry(cwd=reset.cwd), self._settings.cwd_roots
-                )
-            except OptionsRefused as exc:  # (checked on arrival; it changed since)
-                log.warning("conversation %r: the reset's cwd is no longer usable (%s)", self._name, exc)
-        self.state.workspace = workspace
+        self.state.workspace = await self._reset_workspace(reset)
         self.state.model = self.state.turn_timeout = self.state.fork_from = None
         self.state.delivered[reset.entry_id] = reset.position
         await self._save_now()
         self._svc.finish_thought(reset.position)
+        self._phases.move(Phase.IDLE)
 
-    def _forget_thought(self, thought: PendingThought) -> None:
-        self._queue.remove(thought)
-        self._queued_ids.pop(thought.entry_id, None)
-        self._retries.hand_overs.pop(thought.entry_id, None)
-
-    async def _delivered(self, thought: PendingThought, *, steer: bool, start_turn: bool = True) -> None:
-        self._forget_thought(thought)
-        self.state.in_flight = None
-        self.state.delivered[thought.entry_id] = thought.position
-        if len(self.state.delivered) > PRUNE_DELIVERED_AT:
-            # Thoughts before the saved ingress cursor are never read again: forget their ids.
-            self.state.forget_delivered_before(self._svc.saved_cursor())
-        self.state.user_messages += 1
-        self._retries.codex_failures = 0
-        if start_turn and not steer and self._turn is None:
-            self._start_turn(thought.entry_id)
-        await self._save_now()
-        self._svc.finish_thought(thought.position)
-
-    async def _delivery_failed(self, thought: PendingThought, exc: DriverError) -> None:
-        """The driver refused ``thought`` or died handing it over: close it, and count the failure
-        unless the final rollout shows Codex had the thought after all."""
-        log.warning("conversation %r: handing thought %s to Codex failed: %s", self._name, cut(thought.entry_id), exc)
-        await self._end_codex(reason="delivery failed", expected=False)
-        in_flight = self.state.in_flight
-        if in_flight is not None and self.state.rollout_path:
-            # The driver may have written the thought before it failed, and the process died after
-            # the bytes left: its rollout (final now) says whether it had them.
-            rollout = Path(self.state.rollout_path)
-            by_client_id = self._svc.make_driver.records_client_id
-            if await asyncio.to_thread(codex_received, rollout, in_flight, by_client_id=by_client_id):
-                await self._delivered(thought, steer=False, start_turn=False)
-                return
-        self.state.in_flight = None
-        await self._save_now()
-        # Codex killed from outside (the shared app-server lost to SIGKILL, ...): not the thought's fault.
-        killed = killed_from_outside(exc.returncode)
-        await self._count_failure(thought, str(exc), counts=not killed)
+    async def _reset_workspace(self, reset: ResetRequest) -> str | None:
+        """The next thread's directory, as the reset names it (``None``: the daemon's)."""
+        if reset.cwd is None:
+            return None
+        try:
+            return await asyncio.to_thread(reset_workspace, ResetEntry(cwd=reset.cwd), self._settings.cwd_roots)
+        except OptionsRefused as exc:  # (checked on arrival; it changed since)
+            log.warning("conversation %r: the reset's cwd is no longer usable (%s)", self._name, exc)
+            return None
 
     async def _close_codex(self) -> _Codex | None:
         """Close the open driver (its every process tree) and give the slot back; returns what was open."""
@@ -1295,21 +953,23 @@ class Session:
             return
         log.debug("conversation %r: closing its Codex driver (%s)", self._name, reason)
         await self._close_codex()
-        if self._unconfirmed is not None:
-            await self._confirm_unconfirmed()
-        turn = self._turn_finished()
+        if self._handover.unconfirmed is not None:
+            self._after(await self._handover.confirm())
         if not expected:
             self._restart_later()
-        await self._turn_cut_short(turn, TURN_ABORTED if expected else TURN_FAILED, reason)
+        if self._phases.is_in(Phase.READY, Phase.IN_TURN, Phase.INTERRUPTING):  # (stopping, resetting: theirs)
+            self._phases.move(Phase.IDLE if expected else Phase.BACKING_OFF)
+        turn = self._turn_finished()
+        await self._ledger.cut_short(turn, TURN_ABORTED if expected else TURN_FAILED, reason)
 
     # -- egress ------------------------------------------------------------------------------------
     def _on_rollout_line(self, line: Line) -> None:
-        thought = self._unconfirmed
+        thought = self._handover.unconfirmed
         if thought is None or b'"client_id"' not in line.data or thought.entry_id.encode() not in line.data:
             return
         client_id = recorded_client_id(line.data)
         if client_id is not None:
-            self._inbox.put_nowait(_Recorded(client_id))
+            self._inbox.put_nowait(Recorded(client_id))
 
     def _start_egress(self) -> None:
         if self._group is not None:
@@ -1327,43 +987,31 @@ class Session:
         await self._saver.save_now()
 
     # -- output ------------------------------------------------------------------------------------
-    async def _emit(self, entry: BaseEntry) -> bool:
-        """Append ``entry`` to this conversation; ``False`` if its id was written before."""
-        entry.conversation = self.conversation
-        if entry.id is None:
-            return await self._svc.writer.append(entry) is not None
-        async with self._window.writing():  # egress may produce this id again from the rollout
-            if await self._svc.writer.append(entry) is None:
-                return False
-            self.state.wrote(entry.id)
-        return True
-
-    async def _error(
-        self, code: str, message: str, hint: str, *, entry_id: str | None = None, in_reply_to: str | None = None
-    ) -> None:
-        entry = ErrorEntry(id=entry_id, code=str(code), text=shorten(message), hint=hint, in_reply_to=in_reply_to)
-        if await self._emit(entry):
-            log.warning("conversation %r: %s: %s", self._name, code, shorten(message))
-
     async def report_crash(self, exc: BaseException) -> None:
         """After :meth:`run` failed with a bug: end the process, reset, tell the conversation.
 
         The running turn ends (``turn_failed``). A crash like the previous one is not written
-        again; a summary of the repeats follows every few minutes.
+        again; a summary of the repeats follows every few minutes. The conversation starts over
+        in ``idle`` (or stays stopped), as a new session would.
         """
         self._egress.forget()
         self._slot_wait = None  # (cancelled with the task group; a waiter's slot is passed on)
+        self._starting = None  # (its task cancelled with the group closed its driver)
         self._group = None
         with contextlib.suppress(Exception):
             await self._end_codex(reason="session failed", expected=False)
         turn = self._turn_finished()
+        stopping = self._phases.is_in(Phase.STOPPING, Phase.STOPPED)
+        self._phases = PhaseMachine(self._name, Phase.STOPPED if stopping else Phase.IDLE)
+        if stopping:
+            self._stopped.set()
         with contextlib.suppress(Exception):
-            await self._turn_cut_short(turn, TURN_FAILED, "the session failed")
+            await self._ledger.cut_short(turn, TURN_FAILED, "the session failed")
         summary = self._crashes.note(repr(exc)[:500])  # (a task group's error shows what failed inside)
         if summary is None:
             return
         with contextlib.suppress(Exception):
-            await self._error(
+            await self._outbox.error(
                 ErrorCode.UNKNOWN,
                 f"internal error in the session: {exc!r} {summary}",
                 "The session restarts by itself; please report this with the daemon log.",
@@ -1373,37 +1021,53 @@ class Session:
         """The session ran long enough after a crash: a new crash is reported at once."""
         self._crashes.clear()
 
-    # -- shutdown ----------------------------------------------------------------------------------
-    async def stop_turn(self) -> None:
-        """Shutdown step 1: no new turns; interrupt a running one."""
-        self._stopping = True
-        if self._codex is not None and self._turn is not None:
+    async def stop(self, limit: float) -> None:
+        """Shutdown: no new turns; the running one is interrupted and given ``limit`` seconds; then
+        Codex is closed. Asked of the session's own task (a message); returns once it is done."""
+        if not self._running:  # (between runs after a crash: nothing else changes the state now)
+            await self._stop(time.monotonic() + limit)
+            return
+        self._inbox.put_nowait(Stop(time.monotonic() + limit))
+        await self._stopped.wait()
+
+    async def _stop(self, by: float) -> None:
+        if self._phases.is_in(Phase.STOPPING, Phase.STOPPED):
+            return
+        self._phases.move(Phase.STOPPING)
+        self._stop_by = by
+        if self._slot_wait is not None:
+            self._slot_wait.cancel()
+            self._slot_wait = None
+        starting, self._starting = self._starting, None
+        if starting is not None:
+            starting.task.cancel()
+            await asyncio.wait({starting.task}, timeout=max(0.0, by - time.monotonic()))
+            await starting.driver.aclose()  # (also when it had started: its report comes too late)
+            self._slots.release(self.conversation)
+        if self._codex is not None and self._ledger.turn is not None:
             with contextlib.suppress(DriverError):
                 await self._codex.driver.cancel()
+            return  # the turn's end (or the deadline) finishes the stop
+        await self._finish_stop()
 
-    async def wait_turn_over(self, limit: float) -> None:
-        """Shutdown: wait up to ``limit`` seconds for the running turn, if any, to end."""
-        if self._codex is None:
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._no_turn.wait(), limit)
-
-    async def close(self) -> None:
-        """Shutdown step 2: end the Codex process tree."""
-        self._stopping = True
+    async def _finish_stop(self) -> None:
+        """The turn is over, or the stop's deadline passed: close Codex; stopped."""
         await self._end_codex(reason="shutdown")
+        self._phases.move(Phase.STOPPED)
+        self._stopped.set()
 
     async def abandon(self) -> None:
         """Another daemon serves the conversation now (this one lost its lease): let its Codex thread
         go and give back its pending journal positions, writing nothing (its writes would be refused).
         The session's task is cancelled before."""
-        self._stopping = True
+        if not self._phases.is_in(Phase.STOPPING, Phase.STOPPED):
+            self._phases.move(Phase.STOPPING)
         with contextlib.suppress(Exception):
             await self._close_codex()
         self._turn_finished()
-        for position in self._queued_ids.values():
-            self._svc.finish_thought(position)
-        self._queued_ids.clear()
+        self._phases.move(Phase.STOPPED)
+        self._stopped.set()
+        self._admission.give_back()
         self._queue.clear()
 
     async def final_save(self) -> None:

@@ -1,0 +1,1 @@
+"""The conversation core: one conversation's state machine and the parts its task owns."""
