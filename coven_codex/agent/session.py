@@ -1,34 +1,29 @@
-"""One conversation's session: its queue of thoughts, its Codex driver, its egress.
+"""One conversation's session: the task that owns everything of its conversation.
 
-A :class:`Session` is one task that owns everything of its conversation, so there are no
-locks between conversations. It reacts to one inbox of messages (thoughts, cancels and
-approvals from ingress; the events of its CODEX driver (:mod:`coven_codex.codex.drivers`), put
-there by the driver's event sink as they are emitted; eviction requests from the slot pool;
-"recorded" notes from its egress) and to its own timers (interrupt grace, idle release of the
-thread, restart backoff), which are the timeout of that one wait. The turn deadline, the stream-idle
-bound and the approval timeout are the drivers' (:mod:`coven_codex.codex.drivers`).
+A :class:`Session` is one task per conversation, so there are no locks between conversations.
+It is in exactly one phase (:mod:`coven_codex.conversation.phases`; every move checked against
+the transition table) and reacts to one inbox of messages (:mod:`coven_codex.conversation.messages`:
+thoughts, resets, cancels and approvals from ingress; the events of its CODEX driver
+(:mod:`coven_codex.codex.drivers`), put there by the driver's event sink as they are emitted;
+the slot pool's grant and eviction requests; the outcome of starting Codex, which runs in a child
+task; "recorded" notes from its egress; the manager's stop) and to its own timers (interrupt
+grace, idle release of the thread, restart backoff, the stop's deadline), which are the timeout
+of that one wait. The turn deadline, the stream-idle bound and the approval timeout are the
+drivers' (:mod:`coven_codex.codex.drivers`).
 
-Delivering a thought (ingress exactly-once):
-
-1. the thought is written ahead as ``in_flight`` into the session's state log;
-2. it is handed to Codex (app-server ``turn/start`` with ``clientUserMessageId = thought id``,
-   or the stdin of a ``codex exec`` process);
-3. it becomes ``delivered`` (state saved again; only then is the ingress cursor told) once Codex
-   has *recorded* it: egress sees the ``UserMessage`` line with its ``client_id`` (0.169), or,
-   when the turn or the process ends first, the final rollout says so
-   (:func:`~coven_codex.agent.recovery.codex_received`); otherwise it is sent again.
-
-After a crash between 1 and 3 the daemon resolves the in-flight thought against the rollout
-before ingress re-reads the journal.
-
-A failed hand-over counts against that thought (:data:`DELIVERY_ATTEMPTS` hand-overs, then it
-is dropped with an ``error`` entry); a Codex that fails to start or exits counts against the
-restart backoff. Every retry waits :func:`~coven_codex.agent.backoff.backoff`.
+Delivering a thought (ingress exactly-once) is the hand-over's
+(:mod:`coven_codex.conversation.handover`): written ahead as in flight, handed to Codex, delivered
+once Codex recorded it, else sent again after a backoff, dropped after
+:data:`~coven_codex.conversation.handover.DELIVERY_ATTEMPTS` hand-overs. After a crash the daemon
+resolves the in-flight thought against the rollout before ingress re-reads the journal. A Codex
+that fails to start or exits counts against the restart backoff (:mod:`coven_codex.conversation.link`).
+Every retry waits :func:`~coven_codex.agent.backoff.backoff`.
 
 Every turn that started ends with exactly one turn-end ``status`` (and a failed one with one
-``error``): written by egress from the rollout, or by the session when the driver reports the
-end and the rollout holds none, when Codex dies, when the driver is closed mid-turn, or when the
-session crashes. Both writers use the turn's deterministic id
+``error``), by the turn ledger's rules (:mod:`coven_codex.conversation.ledger`): written by egress
+from the rollout, or by the session when the driver reports the end and the rollout holds none,
+when Codex dies, when the driver is closed mid-turn, when the session crashes, or after a restart
+that found the turn cut short. Both writers use the turn's deterministic id
 (:func:`~coven_codex.rollout.turn_entry_id`) through the daemon's one
 :class:`~coven_codex.agent.writer.DaemonWriter`, so whichever comes first is the one written.
 """
@@ -40,16 +35,15 @@ import contextlib
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from typing import assert_never
 
-from coven_codex.agent.backoff import RepeatFilter, backoff
+from coven_codex.agent.backoff import RepeatFilter
 from coven_codex.agent.egress_runner import EgressRunner
 from coven_codex.agent.limits import cut
 from coven_codex.agent.recovery import recorded_client_id
 from coven_codex.agent.replay import ReplayWindow
 from coven_codex.agent.saver import StateSaver
-from coven_codex.agent.services import PendingThought, SessionServices, ThreadOptions
+from coven_codex.agent.services import PendingThought, SessionServices
 from coven_codex.agent.state import SessionState
 from coven_codex.agent.thread_options import OptionsRefused, reset_workspace
 from coven_codex.codex.drivers import (
@@ -71,10 +65,10 @@ from coven_codex.codex.errors import ErrorCode, classify, shorten
 from coven_codex.conversation.admission import Admission
 from coven_codex.conversation.handover import HandOver, HandOverResult, Outcome
 from coven_codex.conversation.ledger import ERROR_DRAIN, Turn, TurnLedger
+from coven_codex.conversation.link import CodexLink, OpenCodex
 from coven_codex.conversation.messages import (
     CodexFailed,
     CodexOpened,
-    DriverMessage,
     DropQueued,
     Duplicate,
     Evict,
@@ -113,42 +107,8 @@ STOP_GRACE_FACTOR = 2.0
 """After an interrupt, the driver ends a stuck turn within ``kill_grace``; we close the driver after twice that."""
 
 
-@dataclass(slots=True)
-class _Starting:
-    """A driver being started by a child task, and its events that came before the start's report."""
-
-    driver: CodexDriver
-    task: asyncio.Task[None]
-    early: list[DriverEvent] = field(default_factory=list)
-
-
 RESET_DRAIN = 5.0
 """After the thread's last turn, how long a reset waits for egress to bring the rest of its rollout."""
-
-
-@dataclass(slots=True)
-class _Retries:
-    """What the session remembers of failures: when it may try again, and how often each thing failed."""
-
-    not_before: float | None = None
-    """Nothing is handed over and no Codex started before this: the restart or a hand-over's backoff."""
-    codex_failures: int = 0
-    """Consecutive failures of Codex itself (failed starts, unexpected exits): the restart backoff."""
-    resume: bool = False
-    """Codex died: start it again (resuming the thread) once the backoff is over, even with no thought waiting."""
-    last_start_error: str | None = None
-    """How the last start of Codex failed (a start failing the same way again is logged, not written to the chat)."""
-
-
-@dataclass(eq=False, slots=True)
-class _Codex:
-    """The CODEX driver the session has open, and what lasts exactly as long as it does."""
-
-    driver: CodexDriver
-    approvals: set[str] = field(default_factory=set)
-    """Approval requests asked in the chat and not answered yet."""
-    idle_since: float | None = None
-    """Since when no turn ran and no thought waited (a persistent driver: idle release, eviction)."""
 
 
 class Session:
@@ -161,21 +121,13 @@ class Session:
         """The conversation's name as log lines show it (cut)."""
         self._svc = services
         self._settings = services.settings
-        self._slots = services.slots_of(state.conversation)
-        """The slot pool bounding this conversation (``max_jobs`` for a job, else ``max_sessions``)."""
-        self._slot_wait: asyncio.Task[None] | None = None
-        """Waiting for a slot (the session keeps reading its inbox meanwhile: a cancel can drop the thought)."""
         self._inbox: asyncio.Queue[Message] = asyncio.Queue()
+        self._link = CodexLink(state, services, self._inbox.put_nowait)
         self._queue: deque[PendingThought | ResetRequest] = deque()
-        self._codex: _Codex | None = None
-        """The open CODEX driver, while the conversation has one."""
-        self._retries = _Retries()
         self._crashes = RepeatFilter()
         self._saver = StateSaver(state, services.store, mirror=self._mirror if services.cluster is not None else None)
         self._group: asyncio.TaskGroup | None = None
         self._phases = PhaseMachine(self._name)
-        self._starting: _Starting | None = None
-        """The driver being started, while its start runs."""
         self._stop_by: float | None = None
         """When stopping: when Codex is closed even if the turn has not ended."""
         self._stopped = asyncio.Event()
@@ -245,7 +197,7 @@ class Session:
     @property
     def live(self) -> bool:
         """A CODEX driver is open."""
-        return self._codex is not None
+        return self._link.codex is not None
 
     @property
     def turn_running(self) -> bool:
@@ -294,10 +246,10 @@ class Session:
         interrupted = self._interrupted_at()
         if interrupted is not None:
             deadlines.append(interrupted + STOP_GRACE_FACTOR * self._settings.kill_grace)
-        if self._codex is not None and self._codex.idle_since is not None:
-            deadlines.append(self._codex.idle_since + self._settings.release_thread_after)
-        if self._retries.not_before is not None:
-            deadlines.append(self._retries.not_before)
+        if self._link.codex is not None and self._link.codex.idle_since is not None:
+            deadlines.append(self._link.codex.idle_since + self._settings.release_thread_after)
+        if self._link.retries.not_before is not None:
+            deadlines.append(self._link.retries.not_before)
         if self._stop_by is not None and self._phases.is_in(Phase.STOPPING):
             deadlines.append(self._stop_by)
         return min(deadlines) - now if deadlines else None
@@ -341,10 +293,10 @@ class Session:
                 await self._end_codex(reason="slot needed by another conversation")
         elif isinstance(message, Stop):
             await self._stop(message.by)
-        elif self._codex is not None and message.driver is self._codex.driver:
-            await self._driver_event(self._codex, message.event)
-        elif self._starting is not None and message.driver is self._starting.driver:
-            self._starting.early.append(message.event)  # handled once the start is reported
+        elif self._link.codex is not None and message.driver is self._link.codex.driver:
+            await self._driver_event(self._link.codex, message.event)
+        elif self._link.starting is not None and message.driver is self._link.starting.driver:
+            self._link.starting.early.append(message.event)  # handled once the start is reported
 
     async def _take_thought(self, thought: PendingThought) -> None:
         """Queue ``thought``, its thread options and attachments checked first (one that cannot go to
@@ -361,7 +313,7 @@ class Session:
             for t in self._queue
             if isinstance(t, PendingThought)
             and t is not self._handover.unconfirmed
-            and (self._codex is None or t.entry_id not in self._codex.driver.queued)
+            and (self._link.codex is None or t.entry_id not in self._link.codex.driver.queued)
         ]
         if not dropped:
             return
@@ -380,19 +332,18 @@ class Session:
                 )
             )
             self._svc.finish_thought(thought.position)
-        if not any(isinstance(t, PendingThought) for t in self._queue) and self._slot_wait is not None:
-            self._slot_wait.cancel()
-            self._slot_wait = None
+        if not any(isinstance(t, PendingThought) for t in self._queue) and self._link.slot_wait is not None:
+            self._link.stop_waiting()
             self._phases.move(Phase.IDLE)
 
     async def _cancel(self) -> None:
         turn = self._ledger.turn
-        if self._codex is None or turn is None:
+        if self._link.codex is None or turn is None:
             await self._outbox.emit(StatusEntry(state="cancel_ignored", text="nothing is running to cancel"))
             return
         log.info("conversation %r: interrupting the running turn", self._name)
         try:
-            await self._codex.driver.cancel()
+            await self._link.codex.driver.cancel()
         except DriverError as exc:
             log.warning("conversation %r: interrupt failed: %s", self._name, exc)
             return
@@ -402,12 +353,12 @@ class Session:
 
     def _interrupted_at(self) -> float | None:
         """When the running turn was asked to stop, if it was (and a driver is open to stop it)."""
-        if self._ledger.turn is None or self._codex is None:
+        if self._ledger.turn is None or self._link.codex is None:
             return None
         return self._ledger.turn.interrupt_sent_at
 
     async def _approval(self, entry: ApprovalEntry) -> None:
-        codex = self._codex
+        codex = self._link.codex
         if codex is None or entry.request_id not in codex.approvals:
             log.info(
                 "conversation %r: approval for unknown or expired request %s ignored", self._name, cut(entry.request_id)
@@ -423,7 +374,7 @@ class Session:
                 "The Codex process may have ended; the session will be resumed.",
             )
 
-    async def _driver_event(self, codex: _Codex, event: DriverEvent) -> None:
+    async def _driver_event(self, codex: OpenCodex, event: DriverEvent) -> None:
         """Act on an event of the open driver ``codex`` (see :mod:`coven_codex.codex.drivers.base`)."""
         if isinstance(event, ThreadStarted):
             if event.note:
@@ -490,7 +441,7 @@ class Session:
             await self._save_now()
         self._start_egress()
 
-    async def _approval_asked(self, codex: _Codex, event: ApprovalRequested) -> None:
+    async def _approval_asked(self, codex: OpenCodex, event: ApprovalRequested) -> None:
         policy = self._settings.approval_policy
         if policy == "ask":
             codex.approvals.add(event.request_id)
@@ -509,7 +460,7 @@ class Session:
 
     async def _driver_failed(self, event: DriverFailed) -> None:
         """The driver died (its Codex process ended or stopped answering): close it, end the turn, resume later."""
-        codex = await self._close_codex()
+        codex = await self._link.close()
         if self._handover.unconfirmed is not None:
             self._after(await self._handover.confirm(counts=not killed_from_outside(event.returncode)))
         if self._phases.is_in(Phase.STOPPING):
@@ -524,13 +475,13 @@ class Session:
             return
         if self._svc.instruments is not None:
             self._svc.instruments.codex_failed()
-        delay = self._restart_later()
+        delay = self._link.restart_later()
         self._phases.move(Phase.BACKING_OFF)
         turn = self._turn_finished()
         await self._report_exit(event, turn)
         await self._ledger.cut_short(turn, TURN_FAILED, "Codex ended")
         log.warning("conversation %r: Codex exited (%s); resuming in %.1fs", self._name, event.returncode, delay)
-        self._retries.resume = True
+        self._link.retries.resume = True
 
     async def _report_exit(self, event: DriverFailed, turn: Turn | None) -> None:
         """One ``error`` saying how Codex ended (for the running turn, with its deterministic id)."""
@@ -555,18 +506,6 @@ class Session:
             "missing. Run `coven-codex validate` if this repeats.",
         )
 
-    def _restart_later(self) -> float:
-        """Codex failed (again): the next start waits the restart backoff; returns the delay."""
-        self._retries.codex_failures += 1
-        delay = backoff(self._settings.restart_backoff, self._retries.codex_failures)
-        self._retry_at(delay)
-        return delay
-
-    def _retry_at(self, delay: float) -> None:
-        at = time.monotonic() + delay
-        retries = self._retries
-        retries.not_before = at if retries.not_before is None else max(retries.not_before, at)
-
     def _turn_started(self, turn_id: str | None) -> None:
         """The driver says a turn started (ours, or one it started from its own queue)."""
         if self._ledger.turn is not None:
@@ -586,7 +525,7 @@ class Session:
     def _turn_finished(self) -> Turn | None:
         """No turn runs any more; returns the one that ran, if any."""
         turn = self._ledger.finished()
-        if self._codex is not None and self._phases.is_in(Phase.IN_TURN, Phase.INTERRUPTING):
+        if self._link.codex is not None and self._phases.is_in(Phase.IN_TURN, Phase.INTERRUPTING):
             self._phases.move(Phase.READY)  # (whoever closes Codex moves the phase itself)
         return turn
 
@@ -609,7 +548,7 @@ class Session:
         turn running, nothing queued, no approval pending. Its state (thread id, rollout, cursor)
         stays; the next thought resumes the thread (``thread/resume``), on the Codex process the
         pool keeps warm when it is still running (docs/architecture.md, "Timeouts and limits")."""
-        codex = self._codex
+        codex = self._link.codex
         if (
             codex is not None
             and codex.idle_since is not None
@@ -639,10 +578,10 @@ class Session:
         phase = self._phases.phase
         if phase in (Phase.WAITING_FOR_SLOT, Phase.STARTING, Phase.RESETTING, Phase.STOPPING, Phase.STOPPED):
             return  # (each waits for its message)
-        if self._retries.not_before is not None:
-            if time.monotonic() < self._retries.not_before:
+        if self._link.retries.not_before is not None:
+            if time.monotonic() < self._link.retries.not_before:
                 return
-            self._retries.not_before = None
+            self._link.retries.not_before = None
         if phase is Phase.BACKING_OFF:
             self._phases.move(Phase.IDLE)
         if phase in (Phase.IN_TURN, Phase.INTERRUPTING):
@@ -653,8 +592,8 @@ class Session:
         if self._queue:
             await self._next_in_queue()
         elif self._phases.is_in(Phase.IDLE):
-            if self._retries.resume:
-                self._retries.resume = False
+            if self._link.retries.resume:
+                self._link.retries.resume = False
                 await self._open_codex()
                 return
             # Idle: nothing of this conversation needs replaying after a restart once egress is between lines.
@@ -680,12 +619,11 @@ class Session:
     async def _ready_and_idle(self) -> None:
         """READY with nothing to do: a persistent driver waits for the idle release; exec's ends."""
         self._window.idle()
-        codex = self._codex
+        codex = self._link.codex
         assert codex is not None
-        if codex.driver.persistent and codex.idle_since is None:
-            codex.idle_since = time.monotonic()
-            self._slots.mark_idle(self.conversation, self._request_evict)
-        elif not codex.driver.persistent:
+        if codex.driver.persistent:
+            self._link.mark_idle()
+        else:
             await self._end_codex(reason="turn over")
 
     def _can_steer(self) -> bool:
@@ -693,8 +631,8 @@ class Session:
         turn = self._ledger.turn
         return (
             self._settings.mid_turn == "steer"
-            and self._codex is not None
-            and self._codex.driver.supports_steer
+            and self._link.codex is not None
+            and self._link.codex.driver.supports_steer
             and turn is not None
             and turn.interrupt_sent_at is None
             and not turn.steer_refused
@@ -703,41 +641,33 @@ class Session:
 
     def _waiting_in_driver(self, thought: PendingThought) -> bool:
         """The driver still has ``thought``: queued as its next turn, or already running it."""
-        codex = self._codex
-        return codex is not None and (thought.entry_id in codex.driver.queued or codex.driver.busy)
+        return self._link.holds(thought.entry_id)
 
     def _mark_busy(self) -> None:
-        if self._codex is not None:
-            self._codex.idle_since = None
+        self._link.mark_busy()
         self._window.busy()
-        self._slots.mark_busy(self.conversation)
-
-    def _request_evict(self) -> None:
-        self._inbox.put_nowait(Evict())
 
     async def _open_codex(self) -> None:
         """Start a driver for the conversation's thread once it has a slot (both reported back as messages)."""
-        slots = self._slots
-        if slots.try_acquire(self.conversation):
+        if self._link.try_slot():
             self._start_codex()
             return
         # Wait in a task of our own: the inbox is still read meanwhile (a cancel may drop the thought).
         self._phases.move(Phase.WAITING_FOR_SLOT)
-        bound = "max_jobs" if slots is self._svc.job_slots else "max_sessions"
         await self._outbox.emit(
             StatusEntry(
                 state="session_waiting",
-                text=f"waiting for a free turn slot ({bound} = {slots.size}, all in use); your thought is "
+                text=f"waiting for a free turn slot ({self._link.slot_bound()}, all in use); your thought is "
                 "queued and will be delivered in order",
             )
         )
-        if self._slot_wait is None and self._group is not None:
-            self._slot_wait = self._group.create_task(self._wait_for_slot(), name=f"slot:{self.conversation}")
+        if self._group is not None:
+            self._link.wait_for_slot(self._group)
 
     async def _slot_granted(self) -> None:
-        self._slot_wait = None
+        self._link.slot_wait = None
         if not self._phases.is_in(Phase.WAITING_FOR_SLOT) or not self._queue:
-            self._slots.release(self.conversation)  # the thoughts it was for were cancelled meanwhile
+            self._link.release_slot()  # the thoughts it was for were cancelled meanwhile
             return
         self._start_codex()
 
@@ -746,36 +676,21 @@ class Session:
         :class:`CodexFailed` (a cancel of the session does not wait for the start)."""
         assert self._group is not None
         self._phases.move(Phase.STARTING)
-        driver = self._new_driver()
-        task = self._group.create_task(self._run_start(driver, self.state.thread_id), name=f"start:{self.conversation}")
-        self._starting = _Starting(driver, task)
-
-    async def _run_start(self, driver: CodexDriver, resume: str | None) -> None:
-        try:
-            await driver.start(resume)
-        except DriverError as exc:
-            self._inbox.put_nowait(CodexFailed(driver, exc))
-            return
-        except BaseException:
-            await driver.aclose()  # shutdown (or a bug) while Codex was starting: do not leave it running
-            self._slots.release(self.conversation)
-            raise
-        self._inbox.put_nowait(CodexOpened(driver))
+        self._link.start(self._group)
 
     async def _codex_failed(self, driver: CodexDriver, exc: DriverError) -> None:
-        self._starting = None
-        await driver.aclose()
-        self._slots.release(self.conversation)
+        await self._link.start_failed(driver)
         if not self._phases.is_in(Phase.STARTING):
             # Shutdown ended the Codex that was starting: not a failure the chat needs to see.
             log.debug("conversation %r: Codex start cut short by shutdown (%s)", self._name, exc)
             return
-        delay = self._restart_later()
+        delay = self._link.restart_later()
         self._phases.move(Phase.BACKING_OFF)
         c = classify(str(exc))
-        if str(exc) != self._retries.last_start_error:
+        retries = self._link.retries
+        if str(exc) != retries.last_start_error:
             # Retries that fail the same way are logged, not written to the chat each time.
-            self._retries.last_start_error = str(exc)
+            retries.last_start_error = str(exc)
             await self._outbox.error(c.code, f"could not start Codex: {c.message}", c.hint)
         else:
             log.warning(
@@ -783,17 +698,13 @@ class Session:
             )
 
     async def _codex_opened(self, driver: CodexDriver) -> None:
-        starting, self._starting = self._starting, None
         if not self._phases.is_in(Phase.STARTING):
             # Shutdown began while Codex was starting: end it here, it will never get a turn.
-            await driver.aclose()
-            self._slots.release(self.conversation)
+            await self._link.start_failed(driver)
             return
-        self._retries.last_start_error = None
         resume = self.state.thread_id
-        self._codex = _Codex(driver)
+        early = self._link.opened(driver)
         self._phases.move(Phase.READY)
-        self._svc.processes.record(self.conversation, driver.pids)
         if driver.persistent:
             resumed = resume is not None and driver.thread_id == resume
             thread = driver.thread_id or resume
@@ -803,40 +714,11 @@ class Session:
             )
         if driver.thread_id is not None and driver.thread_id != self.state.thread_id:
             await self._thread_ready(driver.thread_id)
-        for event in starting.early if starting is not None else ():
-            if self._codex is None or self._codex.driver is not driver:
+        for event in early:
+            codex = self._link.codex
+            if codex is None or codex.driver is not driver:
                 break
-            await self._driver_event(self._codex, event)
-
-    def _new_driver(self) -> CodexDriver:
-        """A driver for this conversation's thread whose events come to the inbox (not started yet)."""
-        driver: CodexDriver
-
-        async def sink(event: DriverEvent) -> None:
-            # Called by the driver's dispatcher task, one event at a time and in order.
-            self._inbox.put_nowait(DriverMessage(driver, event))
-            # The persistent driver's processes (exec: recorded when a turn's process starts).
-            started = isinstance(event, ThreadStarted | TurnStarted)
-            codex = self._codex
-            if started and driver.persistent and codex is not None and codex.driver is driver:
-                self._svc.processes.record(self.conversation, driver.pids)
-
-        driver = self._svc.make_driver(self.conversation, self._thread_options(), sink)
-        return driver
-
-    async def _wait_for_slot(self) -> None:
-        await self._slots.acquire(self.conversation)
-        self._inbox.put_nowait(SlotGranted())
-
-    def _thread_options(self) -> ThreadOptions:
-        """How this conversation's thread is opened (its saved options; a fork only for a new thread)."""
-        state = self.state
-        return ThreadOptions(
-            workspace=state.workspace,
-            model=state.model,
-            turn_timeout=state.turn_timeout,
-            fork_from=state.fork_from if state.thread_id is None else None,
-        )
+            await self._driver_event(codex, event)
 
     async def _take_options(self, thought: PendingThought) -> None:
         """``thought`` starts a new thread: its options become the thread's (saved before Codex starts)."""
@@ -855,7 +737,7 @@ class Session:
     async def _deliver(self, thought: PendingThought, *, steer: bool = False) -> None:
         """Hand ``thought`` to the open driver (written ahead as in flight): a new turn, or with
         ``steer`` into the running one."""
-        codex = self._codex
+        codex = self._link.codex
         assert codex is not None
         driver = codex.driver
         result = await self._handover.submit(driver, thought)
@@ -889,9 +771,9 @@ class Session:
         if result is None:
             return
         if result.outcome is Outcome.DELIVERED:
-            self._retries.codex_failures = 0
+            self._link.retries.codex_failures = 0
         elif result.outcome is Outcome.RETRY_AFTER:
-            self._retry_at(result.retry_in)
+            self._link.retry_at(result.retry_in)
 
     async def _reset(self, reset: ResetRequest) -> None:
         """End the thread (everything before the reset is done): the next thought starts a new one.
@@ -935,28 +817,16 @@ class Session:
             log.warning("conversation %r: the reset's cwd is no longer usable (%s)", self._name, exc)
             return None
 
-    async def _close_codex(self) -> _Codex | None:
-        """Close the open driver (its every process tree) and give the slot back; returns what was open."""
-        codex, self._codex = self._codex, None
-        try:
-            if codex is not None:
-                await codex.driver.aclose()
-        finally:
-            if codex is not None:
-                self._svc.processes.forget(self.conversation)
-            self._slots.release(self.conversation)
-        return codex
-
     async def _end_codex(self, *, reason: str, expected: bool = True) -> None:
         """Close the open driver, if any, and end its turn (``expected=False``: a failure; resumed after a backoff)."""
-        if self._codex is None:
+        if self._link.codex is None:
             return
         log.debug("conversation %r: closing its Codex driver (%s)", self._name, reason)
-        await self._close_codex()
+        await self._link.close()
         if self._handover.unconfirmed is not None:
             self._after(await self._handover.confirm())
         if not expected:
-            self._restart_later()
+            self._link.restart_later()
         if self._phases.is_in(Phase.READY, Phase.IN_TURN, Phase.INTERRUPTING):  # (stopping, resetting: theirs)
             self._phases.move(Phase.IDLE if expected else Phase.BACKING_OFF)
         turn = self._turn_finished()
@@ -995,8 +865,8 @@ class Session:
         in ``idle`` (or stays stopped), as a new session would.
         """
         self._egress.forget()
-        self._slot_wait = None  # (cancelled with the task group; a waiter's slot is passed on)
-        self._starting = None  # (its task cancelled with the group closed its driver)
+        self._link.slot_wait = None  # (cancelled with the task group; a waiter's slot is passed on)
+        self._link.starting = None  # (its task cancelled with the group closed its driver)
         self._group = None
         with contextlib.suppress(Exception):
             await self._end_codex(reason="session failed", expected=False)
@@ -1035,18 +905,11 @@ class Session:
             return
         self._phases.move(Phase.STOPPING)
         self._stop_by = by
-        if self._slot_wait is not None:
-            self._slot_wait.cancel()
-            self._slot_wait = None
-        starting, self._starting = self._starting, None
-        if starting is not None:
-            starting.task.cancel()
-            await asyncio.wait({starting.task}, timeout=max(0.0, by - time.monotonic()))
-            await starting.driver.aclose()  # (also when it had started: its report comes too late)
-            self._slots.release(self.conversation)
-        if self._codex is not None and self._ledger.turn is not None:
+        self._link.stop_waiting()
+        await self._link.abort_start(by)
+        if self._link.codex is not None and self._ledger.turn is not None:
             with contextlib.suppress(DriverError):
-                await self._codex.driver.cancel()
+                await self._link.codex.driver.cancel()
             return  # the turn's end (or the deadline) finishes the stop
         await self._finish_stop()
 
@@ -1063,7 +926,7 @@ class Session:
         if not self._phases.is_in(Phase.STOPPING, Phase.STOPPED):
             self._phases.move(Phase.STOPPING)
         with contextlib.suppress(Exception):
-            await self._close_codex()
+            await self._link.close()
         self._turn_finished()
         self._phases.move(Phase.STOPPED)
         self._stopped.set()
