@@ -190,7 +190,7 @@ class ToolResultEntry(DaemonEntry):
 
 StatusState = str
 """Known states: session_started, session_resumed, session_waiting, session_ended,
-turn_started, turn_completed, turn_aborted, session_reset. Others may appear."""
+turn_started, turn_completed, turn_aborted, session_reset, thread_lost. Others may appear."""
 
 
 class StatusEntry(DaemonEntry):

@@ -60,7 +60,10 @@ def test_every_setting_is_a_run_flag_whose_help_shows_its_default() -> None:
 def test_every_status_state_the_daemon_writes_is_in_the_protocol_table() -> None:
     doc = (ROOT / "docs" / "journal-protocol.md").read_text()
     row = next(line for line in doc.splitlines() if line.startswith("| `status` |"))
-    sources = [ROOT / "coven_codex" / "agent" / "session.py", ROOT / "coven_codex" / "rollout" / "translator.py"]
+    sources = [
+        *(ROOT / "coven_codex" / "conversation").glob("*.py"),
+        ROOT / "coven_codex" / "rollout" / "translator.py",
+    ]
     written = {
         state
         for path in sources
@@ -164,16 +167,17 @@ def timed_by(setting: str, code: str) -> bool:
 
 def test_the_session_docstring_names_its_own_timers_and_the_drivers() -> None:
     """Issue 10 item 7: the ``session.py`` docstring listed timers that had moved to the drivers."""
-    session = (ROOT / "coven_codex" / "agent" / "session.py").read_text()
+    session = (ROOT / "coven_codex" / "conversation" / "session.py").read_text()
+    core = "\n".join(path.read_text() for path in (ROOT / "coven_codex" / "conversation").glob("*.py"))
     drivers = "\n".join(path.read_text() for path in (ROOT / "coven_codex" / "codex" / "drivers").glob("*.py"))
     docstring = " ".join((ast.get_docstring(ast.parse(session)) or "").split())
     own = docstring[docstring.index("its own timers") : docstring.index("Delivering a thought")]
     mine, theirs = own.split("drivers'", 1)[0].split("The turn deadline", 1)
     theirs = "The turn deadline" + theirs
     for setting, words in SESSION_TIMERS:
-        assert timed_by(setting, session) and words in mine, setting
+        assert timed_by(setting, session + core) and words in mine, setting
     for setting, words in DRIVER_TIMERS:
-        assert not timed_by(setting, session) and timed_by(setting, drivers), setting
+        assert not timed_by(setting, session + core) and timed_by(setting, drivers), setting
         assert words in theirs and words not in mine, setting
 
 
@@ -317,3 +321,11 @@ def test_the_metrics_table_names_every_metric_of_the_registry() -> None:
             labels = tuple(getattr(collector, "_labelnames", ()))
         families[name] = (metric.type, labels)
     assert documented == families
+
+
+def test_the_architecture_holds_the_conversations_state_diagram_drawn_from_the_table() -> None:
+    from coven_codex.conversation.phases import state_diagram
+
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    block = doc[doc.index("<!-- phases:begin -->") : doc.index("<!-- phases:end -->")]
+    assert block == "<!-- phases:begin -->\n```mermaid\n" + state_diagram() + "```\n"

@@ -110,8 +110,8 @@ def test_the_session_consumes_every_driver_event_as_the_driver_emits_it() -> Non
     """Issue 12 item 5: no layer renames the drivers' events for the session. The session handles
     each class of the ``DriverEvent`` union itself, and no other module of the agent names them."""
     events = _driver_event_names()
-    agent = ROOT / "coven_codex" / "agent"
-    session = ast.parse((agent / "session.py").read_text(encoding="utf-8"))
+    core = ROOT / "coven_codex" / "conversation"
+    session = ast.parse((core / "session.py").read_text(encoding="utf-8"))
     handled = {
         node.args[1].id
         for node in ast.walk(session)
@@ -124,14 +124,15 @@ def test_the_session_consumes_every_driver_event_as_the_driver_emits_it() -> Non
     assert sorted(events - handled) == []
     others = {
         str(path.relative_to(ROOT))
-        for path in agent.rglob("*.py")
+        for folder in (core, ROOT / "coven_codex" / "agent")
+        for path in folder.rglob("*.py")
         if path.name not in ("session.py",)
         and any(
             isinstance(node, ast.ClassDef) and node.name in events
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
         )
     }
-    assert sorted(others) == [], "a module of the agent declares its own version of a driver event"
+    assert sorted(others) == [], "a module of the core declares its own version of a driver event"
 
 
 def test_pending_thought_names_one_thing() -> None:

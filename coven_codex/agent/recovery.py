@@ -32,8 +32,11 @@ from pathlib import Path
 from typing import Any
 
 from coven_codex.agent.state import InFlight
+from coven_codex.entries import StatusEntry
+from coven_codex.rollout import TURN_END_STATES, TURN_STARTED, RolloutTranslator
 from coven_codex.rollout.injected import is_injected
 from coven_codex.rollout.locator import thread_id_from_path
+from coven_codex.tailing import LineSplitter
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +156,35 @@ def codex_received(rollout: Path, in_flight: InFlight, *, by_client_id: bool) ->
         torn = len(messages.history) > len(messages.texts)
         return torn and messages.history[-1] == in_flight.text
     return messages.count > in_flight.user_messages_before
+
+
+@dataclass(frozen=True, slots=True)
+class LastTurn:
+    """The newest turn a rollout records."""
+
+    turn_id: str | None
+    """Codex's id of it (``None``: the version names no turns, e.g. 0.47)."""
+    ended: bool
+    """Whether the rollout records its end."""
+
+
+def last_turn(rollout: Path, conversation: str, thread_id: str) -> LastTurn | None:
+    """The newest turn ``rollout`` records (read through the translator egress uses), ``None`` if none."""
+    translator = RolloutTranslator(conversation, thread_id)
+    last: LastTurn | None = None
+    try:
+        data = rollout.read_bytes()
+    except OSError:
+        return None
+    for line in LineSplitter(0).feed(data):
+        for entry in translator.feed(line):
+            if not isinstance(entry, StatusEntry):
+                continue
+            if entry.state == TURN_STARTED:
+                last = LastTurn(entry.turn_id, ended=False)
+            elif entry.state in TURN_END_STATES and last is not None and entry.turn_id == last.turn_id:
+                last = LastTurn(last.turn_id, ended=True)
+    return last
 
 
 def find_unclaimed_rollout(codex_home: Path, text: str, claimed: set[str]) -> tuple[str, Path] | None:

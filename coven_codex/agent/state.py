@@ -41,6 +41,7 @@ from coven_codex.support.statelock import StateError
 
 __all__ = [
     "InFlight",
+    "OpenTurn",
     "SessionState",
     "StateStorageError",
     "StateStore",
@@ -72,6 +73,15 @@ class InFlight(BaseModel):
     thread_id: str | None = None
     user_messages_before: int = 0
     """How many of our thoughts the thread had received before this one (exec resolution)."""
+
+
+class OpenTurn(BaseModel):
+    """The turn running in Codex, recorded so that a restart can end it if a kill cut it short."""
+
+    key: str
+    """The turn's name in its entry ids when Codex gives it no id: the thought that started it."""
+    turn_id: str | None = None
+    """Codex's id of the turn, once the driver told it."""
 
 
 REPLY_TARGETS_KEPT = 8
@@ -113,6 +123,9 @@ class SessionState(BaseModel):
     ``in_flight``): egress puts it on the entries of that message's turn as ``in_reply_to``."""
     reply_to: str | None = None
     """The newest thought handed to Codex: what the session's own entries of a turn answer."""
+    open_turn: OpenTurn | None = None
+    """The turn running in Codex (``None`` once it ended): a restart finding one ends it, unless the
+    rollout recorded its end (``turn_aborted``, "interrupted by a restart")."""
     workspace: str | None = None
     """The thread's working directory (a ``cwd`` checked against ``workspace_roots``); ``None``: the daemon's."""
     model: str | None = None
@@ -176,6 +189,7 @@ class SessionState(BaseModel):
         self.egress_offset = 0
         self.user_messages = 0
         self.reply_targets = {}
+        self.open_turn = None
 
     def forget_delivered_before(self, position: Position) -> None:
         """Drop delivered ids the ingress cursor has moved past: they will never be re-read."""

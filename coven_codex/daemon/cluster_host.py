@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Protocol
 
 from coven_codex.agent.ingress import Ingress
-from coven_codex.agent.manager import SessionManager
 from coven_codex.agent.recovery import codex_received
 from coven_codex.agent.services import DriverFactory, SessionServices
 from coven_codex.agent.state import SessionState, StateStore
 from coven_codex.cluster.turns import abandoned_turn_end, unfinished_turn
 from coven_codex.codex.appserver import AppServerPool
+from coven_codex.conversation.manager import SessionManager
 from coven_codex.journal import JournalItem, JournalRecord, Position
 
 

@@ -35,7 +35,7 @@ Shutdown (``stop`` set, e.g. by SIGINT/SIGTERM): stop reading the journal, inter
 turns and close every Codex within ``kill_grace`` seconds, then kill whatever is left (every
 Codex descendant: the daemon is their subreaper), let egress take the last rollout lines,
 cancel the tasks, save every state and the ingress cursor; all within ``kill_grace`` +
-:data:`~coven_codex.agent.manager.SHUTDOWN_SLACK` seconds.
+:data:`~coven_codex.conversation.manager.SHUTDOWN_SLACK` seconds.
 A storage failure (disk full) anywhere shuts down the same way and then raises
 :class:`~coven_codex.agent.storage.StorageFailed` with one paragraph saying what to do.
 """
@@ -51,7 +51,6 @@ from typing import TYPE_CHECKING, Protocol
 
 from coven_codex.agent.egress import AppendHook
 from coven_codex.agent.ingress import CURSOR_NAME, Ingress
-from coven_codex.agent.manager import EGRESS_DRAIN, SHUTDOWN_SLACK, SessionManager
 from coven_codex.agent.processes import ProcessRegistry, end_stale_processes
 from coven_codex.agent.services import DriverFactory, RolloutLocator, SessionServices
 from coven_codex.agent.slots import SlotPool
@@ -59,6 +58,7 @@ from coven_codex.agent.state import SessionState, StateStore
 from coven_codex.agent.storage import StorageFailed, failure_message, storage_failure
 from coven_codex.agent.writer import DaemonWriter
 from coven_codex.codex.process import become_subreaper
+from coven_codex.conversation.manager import EGRESS_DRAIN, SHUTDOWN_SLACK, SessionManager
 from coven_codex.daemon.cluster_host import DaemonHost
 from coven_codex.daemon.startup import Recovery, StartPoint
 from coven_codex.daemon.watchdog import ShutdownWatchdog, report_previous_overrun

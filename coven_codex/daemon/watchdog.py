@@ -1,7 +1,7 @@
 """The shutdown watchdog: a shutdown's bound made hard from outside the event loop (docs/operations.md).
 
 Every step of a shutdown has its own timeout, so the whole ends within ``kill_grace`` +
-:data:`~coven_codex.agent.manager.SHUTDOWN_SLACK`; only a blocked event loop or a bug can
+:data:`~coven_codex.conversation.manager.SHUTDOWN_SLACK`; only a blocked event loop or a bug can
 overrun it. Should it be overrun by :data:`SHUTDOWN_WATCHDOG_MARGIN` more, a thread of the
 watchdog logs one line saying so, writes every thread's stack to the log (stderr) and to
 ``<state_dir>/`` :data:`WATCHDOG_RECORD`, and the process exits with status 1; the next start

@@ -4,7 +4,7 @@ waiting for an approval, a loaded machine, and descendants that try to outlive t
 Every test runs the real Codex CLI (0.169.0 app-server, 0.47.0 exec) against the scripted model
 server; the daemon tests run the real daemon (``python -m coven_codex run``) and measure how long
 it takes to exit after SIGTERM against the bound ``docs/operations.md`` states: ``kill_grace``
-plus :data:`~coven_codex.agent.manager.SHUTDOWN_SLACK`. The margin on top is a constant
+plus :data:`~coven_codex.conversation.manager.SHUTDOWN_SLACK`. The margin on top is a constant
 (:data:`MARGIN`, for Python's own exit and a loaded machine), never a multiple of the bound.
 """
 
@@ -25,9 +25,9 @@ import pytest
 from agent_harness import AgentHarness, codex_processes, make_responder, replies
 from codex_driver_helpers import Recorder, make_setup
 
-from coven_codex.agent.manager import SHUTDOWN_SLACK
 from coven_codex.codex.drivers import DriverFailed, TurnFinished, TurnStarted
 from coven_codex.codex.errors import ErrorCode
+from coven_codex.conversation.manager import SHUTDOWN_SLACK
 from coven_codex.entries import ApprovalRequestEntry
 from coven_codex.testing import CallTool, Reply, ScriptedModelServer, Stall
 

@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 from test_session_units import Rig, errors, make_rig, replies, stop, turn_ends
 
-from coven_codex.agent.session import Session
 from coven_codex.agent.state import SessionState
 from coven_codex.attachments import AttachmentRefused, check_images
 from coven_codex.codex.drivers import ImageInput
 from coven_codex.codex.drivers.app_server import input_items
 from coven_codex.codex.drivers.base import TurnInput
 from coven_codex.codex.drivers.exec import exec_usage, image_args
+from coven_codex.conversation.session import Session
 from coven_codex.entries import (
     Attachment,
     BaseEntry,

@@ -21,10 +21,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from coven_codex.agent.manager import SessionManager
 from coven_codex.agent.processes import ProcessRegistry
 from coven_codex.agent.services import SessionServices, ThreadOptions
-from coven_codex.agent.session import DELIVERY_ATTEMPTS, Session
 from coven_codex.agent.slots import SlotPool
 from coven_codex.agent.state import SessionState, StateStore
 from coven_codex.agent.writer import DaemonWriter
@@ -45,6 +43,9 @@ from coven_codex.codex.drivers.base import TurnInput
 from coven_codex.codex.drivers.events import TurnStatus
 from coven_codex.codex.errors import ClassifiedError, classify, process_error
 from coven_codex.codex.version import CodexVersion
+from coven_codex.conversation.handover import DELIVERY_ATTEMPTS
+from coven_codex.conversation.manager import SessionManager
+from coven_codex.conversation.session import Session
 from coven_codex.entries import ApprovalEntry, BaseEntry, ErrorEntry, StatusEntry, ThoughtEntry
 from coven_codex.journal import JournalRecord, MemoryJournal
 from coven_codex.rollout import TURN_END_STATES
@@ -455,12 +456,12 @@ async def test_codex_dying_while_idle_writes_nothing_and_resumes_on_the_next_tho
     assert rig.codex.drivers[1].thread_id == rig.codex.drivers[0].thread_id
 
 
-async def test_closing_the_session_mid_turn_ends_the_turn(rig: Rig) -> None:
+async def test_stopping_the_session_mid_turn_ends_the_turn_once(rig: Rig) -> None:
     session = rig.session()
     rig.offer(session, "hang on")
     await rig.wait(lambda es: any(getattr(e, "state", "") == "turn_started" for e in es), "the turn start")
     await rig.wait(lambda es: bool(rig.finished), "the delivery", timeout=5)
-    await session.close()
+    await session.stop(0.0)
     entries = await rig.wait(lambda es: bool(turn_ends(es)), "the turn end")
     assert [e.state for e in turn_ends(entries)] == ["turn_aborted"]
 

@@ -15,8 +15,8 @@ import pytest
 from cluster_harness import ClusterHarness, user_prompts
 from redis.asyncio import Redis
 
-from coven_codex.agent.manager import SHUTDOWN_SLACK
 from coven_codex.cluster.keys import ClusterKeys
+from coven_codex.conversation.manager import SHUTDOWN_SLACK
 from coven_codex.daemon.watchdog import SHUTDOWN_WATCHDOG_MARGIN
 from coven_codex.entries import BaseEntry, ThoughtEntry
 from coven_codex.journal.redis import RedisJournal

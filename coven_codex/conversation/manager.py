@@ -14,10 +14,10 @@ import time
 
 from coven_codex.agent.lease_lost import lease_lost
 from coven_codex.agent.services import SessionServices
-from coven_codex.agent.session import Session
 from coven_codex.agent.state import SessionState
 from coven_codex.agent.storage import storage_failure
 from coven_codex.codex.process import KILL_WAIT, PIPE_WAIT, end_all_trees
+from coven_codex.conversation.session import Session
 from coven_codex.entries import ApprovalEntry, CancelEntry, ResetEntry, ThoughtEntry
 from coven_codex.journal import Position
 from coven_codex.support.backoff import MAX_BACKOFF, backoff
@@ -213,11 +213,9 @@ class SessionManager:
             await session.final_save()
 
     async def _stop_politely(self, sessions: list[Session], deadline: float) -> None:
-        """Interrupt running turns, let them end until ``deadline``, then close every Codex
-        (every driver, then the processes they share)."""
+        """Ask every session to stop (a message to its task: interrupt its running turn, let it end
+        until ``deadline``, close its Codex), then close the processes they share."""
         make_driver = self._services.make_driver
-        loop = asyncio.get_running_loop()
-        await asyncio.gather(*(s.stop_turn() for s in sessions))
-        await asyncio.gather(*(s.wait_turn_over(max(0.0, deadline - loop.time())) for s in sessions))
-        await asyncio.gather(*(s.close() for s in sessions))
+        limit = max(0.0, deadline - asyncio.get_running_loop().time())
+        await asyncio.gather(*(s.stop(limit) for s in sessions))
         await make_driver.aclose()

@@ -1,0 +1,198 @@
+"""A conversation's admission of thoughts and resets: what is taken, what is refused, what is pending.
+
+Ingress offers entries synchronously (:meth:`Admission.offer_thought`, :meth:`Admission.offer_reset`):
+a thought delivered before is passed over, one reusing another's id is reported, anything else
+goes to the conversation's inbox and its journal position stays pending until the conversation
+settles it. On the conversation's task, :meth:`Admission.take_thought` checks a thought's thread
+options and attachments and returns it ready for the queue, or refuses it (one ``REFUSED`` error).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Callable, Collection
+
+from coven_codex.agent.services import PendingThought, SessionServices
+from coven_codex.agent.state import SessionState
+from coven_codex.agent.thread_options import REFUSED_HINT, OptionsRefused, reset_workspace, thought_options
+from coven_codex.attachments.checks import AttachmentRefused, check_images, uploads_dir
+from coven_codex.codex.errors import shorten
+from coven_codex.conversation.messages import Duplicate, Message, ResetRequest
+from coven_codex.conversation.outbox import Outbox
+from coven_codex.entries import ErrorEntry, ResetEntry, ThoughtEntry
+from coven_codex.journal import Position
+from coven_codex.journal.opening import local_base
+from coven_codex.settings import state_root
+from coven_codex.support.limits import MAX_ID_CHARS, REFUSED_CODE, cut
+
+log = logging.getLogger(__name__)
+
+ATTACHMENTS_HINT = (
+    "Attach PNG, JPEG, GIF or WebP images stored by the adapter in the journal's attachments "
+    "folder (within max_attachment_bytes), and send it again."
+)
+
+
+class Admission:
+    """The thoughts and resets routed to one conversation and not settled yet (module docstring)."""
+
+    def __init__(
+        self, state: SessionState, services: SessionServices, outbox: Outbox, post: Callable[[Message], None]
+    ) -> None:
+        self._state = state
+        self._svc = services
+        self._outbox = outbox
+        self._post = post
+        self._name = cut(state.conversation)
+        self._pending: dict[str, Position] = {}
+        """Ids of the thoughts and resets in the inbox or the queue, with their journal positions."""
+        self._requested: dict[str, ThoughtEntry] = {}
+        """Pending thoughts that give thread options, by id (checked when the conversation takes them)."""
+
+    @property
+    def positions(self) -> Collection[Position]:
+        """Journal positions of the thoughts and resets not settled yet."""
+        return self._pending.values()
+
+    def _known(self, entry_id: str, position: Position) -> bool:
+        """Whether ``entry_id`` was seen before (a different entry reusing it is reported)."""
+        earlier = self._state.delivered.get(entry_id)
+        if earlier is None:
+            earlier = self._pending.get(entry_id)
+        if earlier is not None and earlier != position:
+            self._post(Duplicate(entry_id, position))
+        return earlier is not None
+
+    def offer_thought(self, entry: ThoughtEntry, position: Position) -> bool:
+        """Pend a thought unless it was delivered before; ``True`` if it is now pending."""
+        assert entry.id is not None
+        if self._known(entry.id, position):
+            return False
+        self._pending[entry.id] = position
+        if entry.cwd is not None or entry.model is not None or entry.resume_thread is not None or entry.timeout:
+            self._requested[entry.id] = entry
+        self._post(PendingThought(entry.id, entry.text, position, tuple(entry.attachments)))
+        if self._svc.instruments is not None:
+            self._svc.instruments.thought_received(entry.id)
+        return True
+
+    def offer_reset(self, entry: ResetEntry, position: Position) -> bool:
+        """Pend a ``reset`` unless it was acted on before; ``True`` if it is now pending."""
+        assert entry.id is not None
+        if self._known(entry.id, position):
+            return False
+        self._pending[entry.id] = position
+        self._post(ResetRequest(entry.id, position, entry.cwd))
+        return True
+
+    def settle(self, entry_id: str, position: Position) -> None:
+        """The thought or reset is done with (delivered, dropped, refused, acted on): its position is finished."""
+        self._pending.pop(entry_id, None)
+        self._svc.finish_thought(position)
+
+    def forget(self, entry_id: str) -> None:
+        """The entry is no longer pending here (its position is settled by whoever finishes it)."""
+        self._pending.pop(entry_id, None)
+
+    def give_back(self) -> None:
+        """Another daemon serves the conversation: every pending position is finished here, unsettled."""
+        for position in self._pending.values():
+            self._svc.finish_thought(position)
+        self._pending.clear()
+
+    async def take_thought(self, thought: PendingThought) -> PendingThought | None:
+        """``thought`` with its thread options and images checked, or ``None``: refused (and settled)."""
+        settings, caps = self._svc.settings, self._svc.make_driver
+        requested = self._requested.pop(thought.entry_id, None)
+        if requested is not None:
+            try:
+                options = await asyncio.to_thread(
+                    thought_options,
+                    requested,
+                    settings.cwd_roots,
+                    turn_timeout=settings.turn_timeout,
+                    forks_threads=caps.forks_threads,
+                )
+            except OptionsRefused as exc:
+                await self._refuse(thought, str(exc), REFUSED_HINT)
+                return None
+            thought = dataclasses.replace(thought, options=options)
+        if thought.attachments and not caps.takes_images:
+            # (Codex 0.47's `exec --image ... resume <thread> -` sent the image without the text)
+            why = (
+                "images need the app-server driver, which this Codex does not offer (docs/rollout.md); it runs on exec"
+            )
+            await self._refuse(thought, why, ATTACHMENTS_HINT)
+            return None
+        if thought.attachments:
+            journal = settings.journal
+            try:
+                images = await asyncio.to_thread(
+                    check_images,
+                    thought.attachments,
+                    folder=uploads_dir(local_base(journal, state_root())) if journal is not None else None,
+                    max_bytes=settings.max_attachment_bytes,
+                    urls=caps.image_urls,
+                )
+            except AttachmentRefused as exc:
+                await self._refuse(thought, str(exc), ATTACHMENTS_HINT)
+                return None
+            thought = dataclasses.replace(thought, images=images)
+        return thought
+
+    async def _refuse(self, thought: PendingThought, why: str, hint: str) -> None:
+        """``thought`` is not handed to Codex: one ``REFUSED`` error (its id from the position), and it is settled."""
+        log.warning("conversation %r: thought at journal position %s refused: %s", self._name, thought.position, why)
+        await self._outbox.emit(
+            ErrorEntry(
+                id=f"refused@{thought.position}",
+                code=REFUSED_CODE,
+                text=shorten(f"The thought at journal position {thought.position} was not handed to Codex: {why}."),
+                hint=hint,
+                in_reply_to=thought.entry_id,
+            )
+        )
+        self.settle(thought.entry_id, thought.position)
+
+    async def take_reset(self, reset: ResetRequest) -> bool:
+        """A reset naming a ``cwd`` outside the workspace roots is refused (one error; nothing changes)."""
+        if reset.cwd is None:
+            return True
+        try:
+            await asyncio.to_thread(reset_workspace, ResetEntry(cwd=reset.cwd), self._svc.settings.cwd_roots)
+        except OptionsRefused as exc:
+            log.warning("conversation %r: reset at journal position %s refused: %s", self._name, reset.position, exc)
+            await self._outbox.emit(
+                ErrorEntry(
+                    id=f"refused@{reset.position}",
+                    code=REFUSED_CODE,
+                    text=shorten(f"The reset at journal position {reset.position} was not acted on: {exc}."),
+                    hint=REFUSED_HINT,
+                )
+            )
+            self.settle(reset.entry_id, reset.position)
+            return False
+        return True
+
+    async def report_duplicate(self, message: Duplicate) -> None:
+        """A thought reused an earlier thought's id: one ``REFUSED`` error (it is dropped)."""
+        shown = cut(message.entry_id, MAX_ID_CHARS)
+        log.warning(
+            "conversation %r: thought at journal position %s reuses the id %s of an earlier thought; dropped",
+            self._name,
+            message.position,
+            cut(message.entry_id),
+        )
+        await self._outbox.emit(
+            ErrorEntry(
+                id=f"duplicate-id@{message.position}",
+                code=REFUSED_CODE,
+                text=shorten(
+                    f"The thought at journal position {message.position} was dropped: its id {shown!r} "
+                    "is the id of an earlier thought."
+                ),
+                hint="Give every thought its own id (or none: the journal assigns one) and send it again.",
+            )
+        )

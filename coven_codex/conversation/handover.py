@@ -1,0 +1,216 @@
+"""The hand-over of a thought to Codex, and its outcome: delivered, pending, retry after, gave up.
+
+1. the thought is written ahead as ``in_flight`` into the conversation's state log;
+2. it is handed to the driver (app-server ``turn/start`` with ``clientUserMessageId = thought
+   id``, or the stdin of a ``codex exec`` process): now it is *pending*;
+3. it is *delivered* (state saved again; only then is the ingress cursor told) once Codex has
+   recorded it: egress sees the ``UserMessage`` line with its ``client_id`` (0.169), or, when the
+   turn or the process ends first, the final rollout says so
+   (:func:`~coven_codex.agent.recovery.codex_received`); otherwise it is sent again after a
+   backoff (*retry after*), and after :data:`DELIVERY_ATTEMPTS` failed hand-overs it is dropped
+   with an ``error`` entry (*gave up*).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+from coven_codex.agent.recovery import codex_received
+from coven_codex.agent.saver import StateSaver
+from coven_codex.agent.services import PendingThought, SessionServices
+from coven_codex.agent.state import InFlight, SessionState
+from coven_codex.codex.drivers import CodexDriver, DriverError, Submission, killed_from_outside
+from coven_codex.codex.errors import classify
+from coven_codex.conversation.admission import Admission
+from coven_codex.conversation.messages import ResetRequest
+from coven_codex.conversation.outbox import Outbox
+from coven_codex.support.backoff import backoff
+from coven_codex.support.limits import cut
+
+log = logging.getLogger(__name__)
+
+DELIVERY_ATTEMPTS = 3
+"""Hand-overs of one thought before it is dropped with an ``error`` entry."""
+PRUNE_DELIVERED_AT = 256
+CONFIRM_LOCATE = 5.0
+
+
+class Outcome(enum.Enum):
+    """Where a hand-over left the thought."""
+
+    DELIVERED = "delivered"
+    """Codex recorded it: settled."""
+    PENDING = "pending"
+    """Codex has it; its rollout has not recorded it yet."""
+    RETRY_AFTER = "retry_after"
+    """Codex did not take it: it is sent again after :attr:`HandOverResult.retry_in` seconds."""
+    GAVE_UP = "gave_up"
+    """It failed :data:`DELIVERY_ATTEMPTS` hand-overs: dropped with one ``error`` entry."""
+
+
+@dataclass(frozen=True, slots=True)
+class HandOverResult:
+    """The outcome of a hand-over (and, to retry, after how long)."""
+
+    outcome: Outcome
+    retry_in: float = 0.0
+    how: Submission | None = None
+    """Pending: how the driver took it (a new turn, steered into the running one, queued)."""
+
+
+DELIVERED = HandOverResult(Outcome.DELIVERED)
+GAVE_UP = HandOverResult(Outcome.GAVE_UP)
+
+
+class HandOver:
+    """Hands the conversation's thoughts to Codex one at a time and says what became of each."""
+
+    def __init__(
+        self,
+        state: SessionState,
+        services: SessionServices,
+        saver: StateSaver,
+        *,
+        admission: Admission,
+        outbox: Outbox,
+        queue: deque[PendingThought | ResetRequest],
+    ) -> None:
+        self._state = state
+        self._svc = services
+        self._saver = saver
+        self._admission = admission
+        self._outbox = outbox
+        self._queue = queue
+        self._name = cut(state.conversation)
+        self.unconfirmed: PendingThought | None = None
+        """The thought handed over and not yet recorded by Codex (one at a time)."""
+        self._attempts: dict[str, int] = {}
+        """Failed hand-overs per queued thought id."""
+
+    async def submit(self, driver: CodexDriver, thought: PendingThought) -> HandOverResult | DriverError:
+        """Write ``thought`` ahead as in flight, then hand it to ``driver``: pending (and how the driver
+        took it), or the driver's error (the caller closes the driver, then asks :meth:`failed`)."""
+        state = self._state
+        state.in_flight = InFlight(
+            thought_id=thought.entry_id,
+            position=thought.position,
+            text=thought.text,
+            thread_id=state.thread_id,
+            user_messages_before=state.user_messages,
+        )
+        state.expect_reply(thought.entry_id, thought.text, state.user_messages)
+        await self._saver.save_now()
+        # Set before sending: egress may see the thought recorded before the call returns.
+        self.unconfirmed = thought
+        try:
+            how = await driver.submit(thought.text, thought.entry_id, thought.images)
+        except DriverError as exc:
+            self.unconfirmed = None
+            return exc
+        if self._svc.instruments is not None:
+            self._svc.instruments.thought_handed_over()
+        return HandOverResult(Outcome.PENDING, how=how)
+
+    async def recorded(self, client_id: str) -> HandOverResult | None:
+        """Egress saw Codex record the user message ``client_id``: the pending thought is delivered."""
+        thought = self.unconfirmed
+        if thought is None or thought.entry_id != client_id:
+            return None
+        self.unconfirmed = None
+        return await self._delivered(thought)
+
+    async def confirm(self, *, counts: bool = True) -> HandOverResult | None:
+        """The turn is over (or its process gone) and egress did not see the pending thought recorded:
+        ask the rollout. ``counts=False``: Codex was killed from outside, not the thought's fault."""
+        thought, self.unconfirmed = self.unconfirmed, None
+        in_flight = self._state.in_flight
+        if thought is None or in_flight is None:
+            return None
+        rollout: Path | None = Path(self._state.rollout_path) if self._state.rollout_path else None
+        if rollout is None and self._state.thread_id is not None:
+            with contextlib.suppress(LookupError, OSError, TimeoutError):
+                rollout = await asyncio.wait_for(self._svc.locate_rollout(self._state.thread_id), CONFIRM_LOCATE)
+        if rollout is not None and await self._received(rollout, in_flight):
+            return await self._delivered(thought)
+        self._state.in_flight = None
+        await self._saver.save_now()
+        return await self._count_failure(thought, "Codex ended before it took the thought", counts=counts)
+
+    async def failed(self, thought: PendingThought, exc: DriverError) -> HandOverResult:
+        """The driver refused ``thought`` or died handing it over (and is closed now): count the failure
+        unless the final rollout shows Codex had the thought after all."""
+        in_flight, rollout = self._state.in_flight, self._state.rollout_path
+        # The driver may have written the thought before it failed, and the process died after
+        # the bytes left: its rollout (final now) says whether it had them.
+        if in_flight is not None and rollout and await self._received(Path(rollout), in_flight):
+            return await self._delivered(thought)
+        self._state.in_flight = None
+        await self._saver.save_now()
+        # Codex killed from outside (the shared app-server lost to SIGKILL, ...): not the thought's fault.
+        return await self._count_failure(thought, str(exc), counts=not killed_from_outside(exc.returncode))
+
+    async def _received(self, rollout: Path, in_flight: InFlight) -> bool:
+        by_client_id = self._svc.make_driver.records_client_id
+        return await asyncio.to_thread(codex_received, rollout, in_flight, by_client_id=by_client_id)
+
+    async def _count_failure(self, thought: PendingThought, reason: str, *, counts: bool) -> HandOverResult:
+        """One more failed hand-over of ``thought``: back off, and give up after :data:`DELIVERY_ATTEMPTS`.
+
+        ``counts=False`` (Codex was killed from outside, e.g. ``kill -9`` of the shared app-server):
+        the thought is sent again after the backoff without coming closer to being dropped.
+        """
+        attempts = self._attempts.get(thought.entry_id, 0) + (1 if counts else 0)
+        shown = cut(thought.entry_id)
+        if attempts >= DELIVERY_ATTEMPTS:
+            log.warning(
+                "conversation %r: thought %s failed %d hand-overs (%s); dropping it",
+                self._name,
+                shown,
+                attempts,
+                cut(reason),
+            )
+            self.forget(thought)
+            c = classify(reason)
+            await self._outbox.error(
+                c.code,
+                f"the thought could not be handed to Codex ({attempts} tries): {c.message}",
+                "Send it again once `coven-codex validate` passes.",
+            )
+            self._svc.finish_thought(thought.position)
+            return GAVE_UP
+        self._attempts[thought.entry_id] = attempts
+        delay = backoff(self._svc.settings.restart_backoff, max(attempts, 1))
+        log.warning(
+            "conversation %r: hand-over %d of thought %s failed (%s); it will be sent again in %.1fs",
+            self._name,
+            attempts,
+            shown,
+            cut(reason),
+            delay,
+        )
+        return HandOverResult(Outcome.RETRY_AFTER, delay)
+
+    def forget(self, thought: PendingThought) -> None:
+        """``thought`` leaves the queue (delivered, dropped, given up)."""
+        self._queue.remove(thought)
+        self._admission.forget(thought.entry_id)
+        self._attempts.pop(thought.entry_id, None)
+
+    async def _delivered(self, thought: PendingThought) -> HandOverResult:
+        self.forget(thought)
+        state = self._state
+        state.in_flight = None
+        state.delivered[thought.entry_id] = thought.position
+        if len(state.delivered) > PRUNE_DELIVERED_AT:
+            # Thoughts before the saved ingress cursor are never read again: forget their ids.
+            state.forget_delivered_before(self._svc.saved_cursor())
+        state.user_messages += 1
+        await self._saver.save_now()
+        self._svc.finish_thought(thought.position)
+        return DELIVERED
