@@ -41,7 +41,7 @@ class SlackAdapter:
         burst: int = 0,
         extra_config: str = "",
         seed: int = 7,
-        post_rate: float = 50.0,
+        post_rate: float = 100.0,
     ) -> None:
         self.folder = folder
         self.journal = folder / "journal.jsonl"

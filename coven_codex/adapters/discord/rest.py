@@ -4,10 +4,13 @@ Posting is exactly once with Discord's message ``nonce`` and ``enforce_nonce``: 
 key, hashed to Discord's 25-character nonce limit, goes with every post, and Discord answers a
 repeated nonce (within a few minutes of the first post) with the message it already created
 instead of a second one. :meth:`DiscordRest.find` searches the channel's most recent messages for
-that nonce (Discord returns ``nonce`` only on recently created messages); the kit's ledger covers
-anything older.
+that nonce (Discord returns ``nonce`` only on recently created messages); past that window,
+:meth:`DiscordRest.find_by_content` matches the bot's later messages by a digest of the text.
 
-A 429 is either waited out by discord.py itself (short waits) or, when the wait is longer than
+Every request takes a token of Discord's documented global limit first (:data:`RATES`, the kit's
+:class:`~coven_codex.adapters.kit.budget.Budgets`); each route's own bucket, which Discord
+announces only in its answers' ``X-RateLimit-*`` headers, is followed by discord.py's buckets.
+A 429 all the same is either waited out by discord.py itself (short waits) or, when the wait is longer than
 ``max_wait`` (discord.py's floor is 30 s), raised as the kit's
 :class:`~coven_codex.adapters.kit.platform.RateLimited`, so the runner waits and tries again:
 nothing is dropped. Every other answer is mapped onto the kit's classification
