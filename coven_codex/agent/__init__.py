@@ -13,6 +13,7 @@ Its face, what the packages above it (the daemon, the cluster, jobs) use:
   :mod:`~coven_codex.agent.thread_options` (``MAX_MODEL_CHARS``).
 
 The parts a session uses (``cursor``, ``saver``, ``egress_runner``, ``replay``) are the core's own
-(this package's and :mod:`coven_codex.conversation`'s): an import-linter contract keeps them so. The face is the modules, not re-exports here:
-importing this package loads nothing (``jobs`` and ``mcp-serve`` import ``job_names`` at start-up).
+(this package's and :mod:`coven_codex.conversation`'s): an import-linter contract keeps them so. The
+face is the modules, not re-exports here: importing this package loads nothing (``jobs`` and
+``mcp-serve`` import ``job_names`` at start-up).
 """

@@ -176,16 +176,22 @@ class FakeAdapter:
                 shown[str(op["id"])] = Shown(
                     str(op["channel"]),
                     str(op["text"]),
-                    tuple(str(b[1]) for b in op["buttons"]),  # type: ignore[attr-defined]
+                    _actions(op["buttons"]),
                     bool(op["final"]),
                 )
             elif op["op"] == "edit":
                 old = shown[str(op["id"])]
-                actions = tuple(str(b[1]) for b in op["buttons"])  # type: ignore[attr-defined]
+                actions = _actions(op["buttons"])
                 shown[str(op["id"])] = Shown(old.channel, str(op["text"]), actions, bool(op["final"]))
             elif op["op"] == "delete":
                 shown.pop(str(op["id"]), None)
         return list(shown.values())
+
+
+def _actions(buttons: object) -> tuple[str, ...]:
+    """The actions of the fake platform's recorded buttons (``[label, action]`` pairs)."""
+    assert isinstance(buttons, list)
+    return tuple(str(button[1]) for button in buttons)
 
 
 class ConsoleAdapter:

@@ -14,6 +14,16 @@
 - ``POST /channels/{id}/messages/{mid}/threads`` starts a thread on a message (its id is the
   message's, as on Discord; a second start answers 400 with code 160004) and dispatches
   ``THREAD_CREATE`` to the connected Gateway clients.
+- Rate limits as Discord documents them (https://discord.com/developers/docs/topics/rate-limits):
+  every REST answer carries its route's bucket in ``X-RateLimit-Limit``, ``-Remaining``,
+  ``-Reset`` (epoch seconds), ``-Reset-After`` (seconds) and ``-Bucket`` (the same hash for every
+  top-level resource: a bucket is counted per route and channel, or webhook); a request over its
+  bucket, or over the global limit (:data:`GLOBAL_LIMIT` requests a second), is answered 429 with
+  ``retry_after`` and ``global`` in its body, ``Retry-After``, ``X-RateLimit-Scope`` (``user``,
+  ``global``) and ``X-RateLimit-Global`` on a global one, and counted in ``limited_by_bucket``.
+  Discord publishes no per-route numbers (clients must read the headers): ``route_limits`` holds
+  the fake's, :data:`OBSERVED_LIMITS` the ones commonly seen (5 messages per 5 s per channel);
+  routes not in it get ``default_limit``, generous so that the suite's bursts stay fast.
 - ``rate_limit_every=N``: every N-th request is answered 429 with Discord's body
   (``message``, ``retry_after``, ``global``) and headers (``Retry-After``,
   ``X-RateLimit-Limit``/``Remaining``/``Reset-After``/``Bucket``/``Scope``).
@@ -23,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import json
 import os
@@ -38,6 +49,26 @@ from aiohttp import web
 from bad_day import Faults
 
 DISCORD_EPOCH_MS = 1420070400000
+GLOBAL_LIMIT = 50
+"""Requests a second Discord allows a bot across all routes (interaction callbacks aside)."""
+
+
+@dataclass(frozen=True)
+class RouteLimit:
+    """A route's bucket: ``limit`` requests per ``per`` seconds, for each channel (or webhook) apart."""
+
+    limit: int
+    per: float
+
+
+OBSERVED_LIMITS: dict[str, RouteLimit] = {
+    "POST /channels/{cid}/messages": RouteLimit(5, 5.0),
+    "PATCH /channels/{cid}/messages/{mid}": RouteLimit(5, 5.0),
+    "DELETE /channels/{cid}/messages/{mid}": RouteLimit(5, 5.0),
+    "GET /channels/{cid}/messages": RouteLimit(5, 5.0),
+    "POST /channels/{cid}/typing": RouteLimit(5, 5.0),
+}
+"""The per-route limits commonly seen from Discord (it documents the headers, not the numbers)."""
 
 
 def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
@@ -102,6 +133,17 @@ class FakeDiscord:
     """How many times a thread start was asked for (a refused second start included)."""
     faults: Faults = field(default_factory=Faults)
     """Bad answers (5xx, 400, 403, cut connections, slow answers, per-route 429s), see ``bad_day.py``."""
+    route_limits: dict[str, RouteLimit] = field(default_factory=dict)
+    """Buckets by route (``"POST /channels/{cid}/messages"``); see the module docstring."""
+    default_limit: RouteLimit = field(default_factory=lambda: RouteLimit(50, 1.0))
+    """The bucket of a route not in :attr:`route_limits`."""
+    global_limit: int = GLOBAL_LIMIT
+    limited_by_bucket: int = 0
+    """Requests answered 429 because they exceeded a bucket or the global limit."""
+    emptied: dict[str, int] = field(default_factory=dict)
+    """How many times each route's bucket was used up (a request took its last one): the limit bound."""
+    _windows: dict[tuple[str, str], tuple[int, float]] = field(default_factory=dict)
+    _global_window: tuple[int, float] = (0, 0.0)
     declared: dict[str, int] = field(default_factory=dict)
     """Attachment sizes the fake declares instead of the real ones (a "small" file that is not)."""
     sent: dict[str, int] = field(default_factory=dict)
@@ -179,8 +221,67 @@ class FakeDiscord:
                     "X-RateLimit-Scope": "user",
                 },
             )
-        limited: web.StreamResponse = await handler(request)
-        return limited
+        route = request.match_info.route.resource
+        key = f"{request.method} {route.canonical.removeprefix('/api/v10') if route is not None else request.path}"
+        major = "/".join(request.match_info.get(name, "") for name in ("cid", "app", "iid", "token"))
+        refused = self._over_limit(key, major, global_=not key.startswith("POST /interactions/"))
+        if refused is not None:
+            return refused
+        answer: web.StreamResponse = await handler(request)
+        answer.headers.update(self._bucket_headers(key, major))
+        return answer
+
+    def _limit(self, key: str) -> RouteLimit:
+        return self.route_limits.get(key, self.default_limit)
+
+    def _window(self, key: str, major: str) -> tuple[int, float]:
+        """The requests counted in ``key``'s bucket for ``major`` and when it resets (monotonic), now."""
+        count, reset = self._windows.get((key, major), (0, 0.0))
+        now = time.monotonic()
+        if now >= reset:
+            count, reset = 0, now + self._limit(key).per
+        return count, reset
+
+    def _over_limit(self, key: str, major: str, global_: bool) -> web.Response | None:
+        """A 429 when this request exceeds its bucket or the global limit; else count it and answer None."""
+        now = time.monotonic()
+        if global_:
+            used, reset = self._global_window
+            if now >= reset:
+                used, reset = 0, now + 1.0
+            if used >= self.global_limit:
+                self.limited_by_bucket += 1
+                wait = reset - now
+                body = {"message": "You are being rate limited.", "retry_after": round(wait, 3), "global": True}
+                headers = {"Retry-After": str(max(1, round(wait))), "X-RateLimit-Global": "true"}
+                return _json(body, 429, {**headers, "X-RateLimit-Scope": "global"})
+        count, window_reset = self._window(key, major)
+        if count >= self._limit(key).limit:
+            self.limited_by_bucket += 1
+            wait = window_reset - now
+            self._windows[(key, major)] = (count, window_reset)
+            body = {"message": "You are being rate limited.", "retry_after": round(wait, 3), "global": False}
+            headers = {"Retry-After": str(max(1, round(wait))), "X-RateLimit-Scope": "user"}
+            return _json(body, 429, {**headers, **self._bucket_headers(key, major)})
+        if global_:
+            self._global_window = (used + 1, reset)
+        self._windows[(key, major)] = (count + 1, window_reset)
+        if count + 1 == self._limit(key).limit:
+            self.emptied[key] = self.emptied.get(key, 0) + 1
+        return None
+
+    def _bucket_headers(self, key: str, major: str) -> dict[str, str]:
+        """The ``X-RateLimit-*`` headers of ``key``'s bucket for ``major``, as they stand now."""
+        limit = self._limit(key)
+        count, reset = self._window(key, major)
+        after = max(0.0, reset - time.monotonic())
+        return {
+            "X-RateLimit-Limit": str(limit.limit),
+            "X-RateLimit-Remaining": str(max(0, limit.limit - count)),
+            "X-RateLimit-Reset": f"{time.time() + after:.3f}",
+            "X-RateLimit-Reset-After": f"{after:.3f}",
+            "X-RateLimit-Bucket": hashlib.sha256(key.encode()).hexdigest()[:32],
+        }
 
     def app(self) -> web.Application:
         """The aiohttp application serving the fake API under ``/api/v10``."""

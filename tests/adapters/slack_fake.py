@@ -82,6 +82,10 @@ class FakeSlack:
     tiers: dict[str, float] = field(default_factory=dict)
     """Calls per minute the fake enforces per method, as Slack's tiers (a leaky bucket holding that
     many calls, draining at that rate); a call over it is answered 429 and counted in ``tier_limited``."""
+    per_channel: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """Limits the fake enforces per method and channel: ``(burst, per_second)``, a leaky bucket holding
+    ``burst`` calls draining at ``per_second`` (``chat.postMessage``: about 1 a second, short bursts);
+    a call over it is answered 429 and counted in ``tier_limited`` too."""
     tier_limited: int = 0
     url: str = ""
 
@@ -143,7 +147,7 @@ class FakeSlack:
         expected = APP_TOKEN if method == "apps.connections.open" else BOT_TOKEN
         if token != expected:
             return web.json_response({"ok": False, "error": "invalid_auth"})
-        over = self._over_tier(method)
+        over = self._over_tier(method, str(arguments.get("channel") or ""))
         if over is not None:
             self.tier_limited += 1
             return web.json_response(
@@ -162,18 +166,25 @@ class FakeSlack:
                 self.changed.notify_all()
         return answer
 
-    def _over_tier(self, method: str) -> float | None:
-        """None when ``method`` may be called now (and count the call), else the seconds to wait."""
-        rate = self.tiers.get(method)
-        if rate is None:
-            return None
+    def _over_tier(self, method: str, channel: str) -> float | None:
+        """None when ``method`` may be called now in ``channel`` (and count the call), else the seconds to wait."""
+        limits: list[tuple[str, float, float]] = []
+        if method in self.tiers:
+            limits.append((method, self.tiers[method], self.tiers[method] / 60.0))
+        if method in self.per_channel:
+            burst, per_second = self.per_channel[method]
+            limits.append((f"{method} {channel}", burst, per_second))
         now = time.monotonic()
-        level, at = self._levels.get(method, (0.0, now))
-        level = max(0.0, level - (now - at) * rate / 60.0)
-        if level + 1 > rate:
-            self._levels[method] = (level, now)
-            return (level + 1 - rate) * 60.0 / rate
-        self._levels[method] = (level + 1, now)
+        drained: list[tuple[str, float]] = []
+        for key, capacity, per_second in limits:
+            level, at = self._levels.get(key, (0.0, now))
+            level = max(0.0, level - (now - at) * per_second)
+            if level + 1 > capacity:
+                self._levels[key] = (level, now)
+                return (level + 1 - capacity) / per_second
+            drained.append((key, level))
+        for key, level in drained:
+            self._levels[key] = (level + 1, now)
         return None
 
     async def _answer(self, request: web.Request, method: str, arguments: dict[str, Any]) -> web.StreamResponse:

@@ -41,6 +41,7 @@ class SlackAdapter:
         burst: int = 0,
         extra_config: str = "",
         seed: int = 7,
+        post_rate: float = 100.0,
     ) -> None:
         self.folder = folder
         self.journal = folder / "journal.jsonl"
@@ -51,6 +52,9 @@ class SlackAdapter:
         )
         self.chaos = chaos
         self.extra_config = extra_config
+        self.post_rate = post_rate
+        """``chat.postMessage`` calls a second per channel the adapter allows itself (Slack: 1; the
+        suite's bursts of replies would otherwise take minutes)."""
         self.rng = random.Random(seed)
         self.process: asyncio.subprocess.Process | None = None
         self.roots: dict[str, str] = {}
@@ -68,7 +72,8 @@ class SlackAdapter:
             f'api_url = "{api}"\n'
             'allow_users = ["UANN", "UBOB"]\n'
             'admins = ["UANN"]\n'
-            "edit_interval = 0.2\n" + self.extra_config
+            "edit_interval = 0.2\n"
+            f"post_rate = {self.post_rate}\n" + self.extra_config
         )
         self.fake.after_write = self._maybe_die
         self._started = True

@@ -11,12 +11,14 @@ import asyncio
 import random
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from adapters_under_test import AdapterUnderTest, ConsoleAdapter, FakeAdapter, Shown
 from bad_day import HTML_502, Fault, Faults
 from discord_under_test import DiscordAdapter
+from running import append, close, running
 from slack_under_test import SlackAdapter
 from web_under_test import WebAdapter
 
@@ -63,48 +65,27 @@ RATE_LIMITED: dict[str, Callable[[Path], AdapterUnderTest]] = {
 }
 
 
-async def _close(adapter: AdapterUnderTest) -> None:
-    """Stop the adapter, and the platform it runs against when the test owns one (the fake Slack)."""
-    await adapter.stop()
-    closing = getattr(adapter, "close", None)
-    if closing is not None:
-        await closing()
-
-
 async def _running(kind: str, tmp_path: Path) -> AsyncIterator[AdapterUnderTest]:
-    adapter = ADAPTERS[kind](tmp_path)
-    await adapter.start()
-    try:
+    async with running(ADAPTERS[kind](tmp_path)) as adapter:
         yield adapter
-    finally:
-        await _close(adapter)
 
 
 @pytest.fixture(params=list(ADAPTERS))
 async def adapter(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[AdapterUnderTest]:
-    async for running in _running(request.param, tmp_path):
-        yield running
+    async for started in _running(request.param, tmp_path):
+        yield started
 
 
 @pytest.fixture(params=NETWORK)
 async def network_adapter(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[AdapterUnderTest]:
-    async for running in _running(request.param, tmp_path):
-        yield running
+    async for started in _running(request.param, tmp_path):
+        yield started
 
 
 async def _journal_entries(path: Path) -> list[BaseEntry]:
     journal = FileJournal(path)
     try:
         return [item.entry for item in await journal.read() if isinstance(item, JournalRecord)]
-    finally:
-        await journal.aclose()
-
-
-async def _append(path: Path, *entries: BaseEntry) -> None:
-    journal = FileJournal(path, durability="never")
-    try:
-        for entry in entries:
-            await journal.append(entry)
     finally:
         await journal.aclose()
 
@@ -130,13 +111,13 @@ async def test_mapping_routes_both_ways_and_is_stable_across_restarts(adapter: A
     conversation = adapter.conversation("general", "ann")
     await adapter.say("general", "ann", "hello codex")
     await _until("the thought in the journal", lambda: _has_thought(adapter, "hello codex", conversation))
-    await _append(
+    await append(
         adapter.journal,
         ResponseEntry(text="reply for general", conversation=conversation),
         ResponseEntry(text="reply for elsewhere", conversation="someone-else"),
     )
     await _until("the reply shown", lambda: _visible(adapter, "reply for general"))
-    await _append(adapter.journal, ResponseEntry(text="marker after", conversation=conversation))
+    await append(adapter.journal, ResponseEntry(text="marker after", conversation=conversation))
     await _until("the marker shown", lambda: _visible(adapter, "marker after"))
     assert not await _shown(adapter, "reply for elsewhere")
     assert all(m.channel == "general" for m in await _shown(adapter, "reply for general"))
@@ -174,7 +155,7 @@ async def test_a_long_reply_is_split_without_losing_or_repeating_a_line(adapter:
     conversation = adapter.conversation("general", "ann")
     code = "\n".join(f"code line {n:03}" for n in range(80))
     text = "Here is the code:\n\n```python\n" + code + "\n```\n\n" + " ".join(f"word{n:03}" for n in range(150))
-    await _append(
+    await append(
         adapter.journal,
         ResponseEntry(text=text, conversation=conversation),
         ResponseEntry(text="the end marker", conversation=conversation),
@@ -194,19 +175,19 @@ async def test_a_long_reply_is_split_without_losing_or_repeating_a_line(adapter:
 
 async def test_a_streamed_reply_shows_its_text_once(adapter: AdapterUnderTest) -> None:
     conversation = adapter.conversation("general", "ann")
-    await _append(adapter.journal, StatusEntry(state="turn_started", conversation=conversation))
+    await append(adapter.journal, StatusEntry(state="turn_started", conversation=conversation))
     for chunk in ("The ans", "wer is ", "forty-"):
-        await _append(adapter.journal, DeltaEntry(text=chunk, item_id="item-1", conversation=conversation))
+        await append(adapter.journal, DeltaEntry(text=chunk, item_id="item-1", conversation=conversation))
         await asyncio.sleep(0.1)
     await _until("the streamed text", lambda: _visible(adapter, "The ans"))
-    await _append(
+    await append(
         adapter.journal,
         DeltaEntry(text="two.", item_id="item-1", conversation=conversation),
         ResponseEntry(text="The answer is forty-two.", conversation=conversation),
         StatusEntry(state="turn_completed", conversation=conversation),
     )
     await _until("the final reply", lambda: _final_visible(adapter, "The answer is forty-two."))
-    await _append(adapter.journal, ResponseEntry(text="after the stream", conversation=conversation))
+    await append(adapter.journal, ResponseEntry(text="after the stream", conversation=conversation))
     await _until("the marker", lambda: _visible(adapter, "after the stream"))
     assert len(await _shown(adapter, "forty-two")) == 1
     assert len(await _shown(adapter, "The ans")) == 1
@@ -225,7 +206,7 @@ async def _final_visible(adapter: AdapterUnderTest, text: str) -> bool:
 
 async def test_tools_errors_and_approvals_are_shown_and_answered(adapter: AdapterUnderTest) -> None:
     conversation = adapter.conversation("general", "ann")
-    await _append(
+    await append(
         adapter.journal,
         ToolCallEntry(tool="coven.add", arguments={"a": 2, "b": 3}, call_id="c1", conversation=conversation),
         ToolResultEntry(text="5", tool="coven.add", call_id="c1", conversation=conversation),
@@ -288,12 +269,12 @@ async def test_a_burst_of_429s_drops_nothing(kind: str, tmp_path: Path) -> None:
     conversation = adapter.conversation("general", "ann")
     await adapter.start()
     try:
-        await _append(
+        await append(
             adapter.journal, *(ResponseEntry(text=f"burst reply {n:02}.", conversation=conversation) for n in range(30))
         )
         await _until("the last reply", lambda: _visible(adapter, "burst reply 29."), timeout=60)
     finally:
-        await _close(adapter)
+        await close(adapter)
     screen = "\n".join(message.text for message in await adapter.messages())
     assert [screen.count(f"burst reply {n:02}.") for n in range(30)] == [1] * 30
     assert [screen.index(f"burst reply {n:02}.") for n in range(30)] == sorted(
@@ -352,7 +333,7 @@ async def test_kill_9_at_random_points_never_duplicates_or_loses_a_message(kind:
         await _until("the last message", lambda: _restarted_until(adapter, markers[-1]), timeout=90)
         await asyncio.sleep(1)
     finally:
-        await _close(adapter)
+        await close(adapter)
     screen = "\n".join(message.text for message in await adapter.messages())
     counts = {marker: screen.count(marker) for marker in markers}
     duplicated = {marker: count for marker, count in counts.items() if count > 1}
@@ -361,18 +342,81 @@ async def test_kill_9_at_random_points_never_duplicates_or_loses_a_message(kind:
     assert kills >= 12
 
 
-BAD_DAY: dict[str, tuple[Callable[[Path], AdapterUnderTest], str, Callable[[float, str], Fault]]] = {
-    # Adapters whose fake platform answers like a bad day: (factory, the route faults apply to, a refusal for the text)
-    "slack": (
-        lambda folder: SlackAdapter(folder, chaos=0.02),
-        "",
-        lambda _, text: Fault(status=200, body={"ok": False, "error": "invalid_blocks"}, text=text, times=None),
-    ),
-    "discord": (
-        DiscordAdapter,
-        "/channels/",
-        lambda _, text: Fault(status=400, body={"message": "Invalid Form Body", "code": 50035}, text=text, times=None),
-    ),
+@dataclass(frozen=True)
+class BadDay:
+    """An adapter under the bad-day contract, and how its platform (or the browser) answers badly."""
+
+    adapter: AdapterUnderTest
+    process: Callable[[], asyncio.subprocess.Process | None]
+    misbehave: Callable[[random.Random], Awaitable[None]]
+    """Make one bad answer (or moment) happen from now on."""
+    bad_answers: Callable[[], int]
+    """How many bad answers (or moments) there have been."""
+    pending: Callable[[], bool]
+    """Whether a bad answer made has yet to meet a request (a moment, to happen)."""
+    refusal: Callable[[str], Fault] | None = None
+    """A refusal of every entry carrying a text; None: the platform never refuses an entry (the page)."""
+    faults: Faults | None = None
+    per_round: int = 1
+    """Bad answers (moments) made per round of the test's loop: 1 to 3 times this."""
+
+
+def _faulty(
+    adapter: SlackAdapter | DiscordAdapter, faults: Faults, route: str, refusal: Callable[[str], Fault]
+) -> BadDay:
+    """A fake platform answering badly at random (``_random_fault``) on ``route`` (Slack: its write methods)."""
+    slack = isinstance(adapter, SlackAdapter)
+
+    async def misbehave(rng: random.Random) -> None:
+        faults.add(_random_fault(rng, route, slack))
+
+    def random_faults() -> list[Fault]:
+        return [f for f in faults.active if f.text == ""]
+
+    def bad_answers() -> int:
+        return sum(f.hits for f in random_faults())
+
+    def pending() -> bool:
+        return any(f.times is None or f.hits < f.times for f in random_faults())
+
+    return BadDay(adapter, lambda: adapter.process, misbehave, bad_answers, pending, refusal, faults)
+
+
+def _slack_bad_day(folder: Path) -> BadDay:
+    adapter = SlackAdapter(folder, chaos=0.02)
+
+    def refusal(text: str) -> Fault:
+        return Fault(status=200, body={"ok": False, "error": "invalid_blocks"}, text=text, times=None)
+
+    return _faulty(adapter, adapter.fake.faults, "", refusal)
+
+
+def _discord_bad_day(folder: Path) -> BadDay:
+    adapter = DiscordAdapter(folder)
+
+    def refusal(text: str) -> Fault:
+        return Fault(status=400, body={"message": "Invalid Form Body", "code": 50035}, text=text, times=None)
+
+    return _faulty(adapter, adapter.fake.faults, "/channels/", refusal)
+
+
+def _web_bad_day(folder: Path) -> BadDay:
+    # A tab per conversation; the live channel cut mid-stream, a slow reader, a reconnect with a stale cursor
+    adapter = WebAdapter(folder, ("general", "random", "ops"), flaky=True)
+    return BadDay(
+        adapter,
+        lambda: adapter.process,
+        adapter.misbehave,
+        lambda: adapter.bad_moments,
+        adapter.moments_pending,
+        per_round=2,
+    )
+
+
+BAD_DAY: dict[str, Callable[[Path], BadDay]] = {
+    "slack": _slack_bad_day,
+    "discord": _discord_bad_day,
+    "web": _web_bad_day,
 }
 
 
@@ -404,8 +448,8 @@ async def test_kill_9_and_a_bad_day_never_lose_or_duplicate_and_refusals_are_one
     kind: str, tmp_path: Path
 ) -> None:
     """200 entries across 3 conversations while the adapter is killed and its platform answers badly at random."""
-    factory, route, refusal = BAD_DAY[kind]
-    adapter = factory(tmp_path)
+    case = BAD_DAY[kind](tmp_path)
+    adapter = case.adapter
     rng = random.Random(20261127)
     channels = ("general", "random", "ops")
     markers: list[str] = []
@@ -422,7 +466,7 @@ async def test_kill_9_and_a_bad_day_never_lose_or_duplicate_and_refusals_are_one
             entries.append(ResponseEntry(text=text, conversation=conversation))
             markers.append(f"streamed reply {n:03}.")
         elif roll < 0.17:
-            refused.append(f"REFUSED{n:03}")
+            (refused if case.refusal is not None else markers).append(f"REFUSED{n:03}")
             entries.append(ResponseEntry(text=f"a reply the platform refuses REFUSED{n:03}", conversation=conversation))
         elif roll < 0.27:
             words = [f"w{n:03}.{i:03}" for i in range(120)]
@@ -431,11 +475,11 @@ async def test_kill_9_and_a_bad_day_never_lose_or_duplicate_and_refusals_are_one
         else:
             entries.append(ResponseEntry(text=f"plain reply {n:03}.", conversation=conversation))
             markers.append(f"plain reply {n:03}.")
-    faults: Faults = adapter.fake.faults  # type: ignore[attr-defined]
-    faults.add(*(refusal(0, marker) for marker in refused))
-
-    def bad_answers() -> int:
-        return sum(f.hits for f in faults.active if f.text == "")
+    if case.refusal is not None and case.faults is not None:
+        case.faults.add(*(case.refusal(marker) for marker in refused))
+    bad_answers = case.bad_answers
+    made = asyncio.Event()
+    """Set when a round has made bad answers."""
 
     async def feed() -> None:
         journal = FileJournal(adapter.journal, durability="never")
@@ -445,10 +489,17 @@ async def test_kill_9_and_a_bad_day_never_lose_or_duplicate_and_refusals_are_one
                 await asyncio.sleep(rng.uniform(0, 0.04))
             # A fast machine can deliver all 200 before the platform has answered badly 20 times:
             # more replies, streamed ones among them (every write route then gets calls), keep it
-            # busy (and the kills going) until it has, bounded.
+            # busy (and the kills going) until it has, bounded. A reply is added only while a bad
+            # answer made waits for a request to meet it; else the next round makes more (a slow,
+            # loaded machine's rounds are slow: replies alone would not bring bad answers sooner).
             extra = 0
             while bad_answers() < 20:
                 assert extra < 400, f"only {bad_answers()} bad answers after {extra} more replies"
+                if not case.pending():
+                    made.clear()
+                    async with asyncio.timeout(60):
+                        await made.wait()
+                    continue
                 conversation = adapter.conversation(channels[extra % 3], "ann")
                 marker = f"extra reply {extra:03}."
                 markers.append(marker)
@@ -466,7 +517,7 @@ async def test_kill_9_and_a_bad_day_never_lose_or_duplicate_and_refusals_are_one
             await journal.aclose()
 
     def exited_by_itself() -> bool:
-        process = adapter.process  # type: ignore[attr-defined]
+        process = case.process()
         return process is not None and process.returncode not in (None, -signal.SIGKILL)
 
     await adapter.start()
@@ -474,8 +525,9 @@ async def test_kill_9_and_a_bad_day_never_lose_or_duplicate_and_refusals_are_one
     kills = 0
     try:
         while not feeder.done() or kills < 8:
-            for _ in range(rng.randrange(1, 4)):
-                faults.add(_random_fault(rng, route, kind == "slack"))
+            for _ in range(rng.randrange(1, 4) * case.per_round):
+                await case.misbehave(rng)
+            made.set()
             await asyncio.sleep(rng.uniform(0.2, 0.8))
             assert not exited_by_itself(), "the adapter exited on a bad answer"
             await adapter.kill()
@@ -487,7 +539,7 @@ async def test_kill_9_and_a_bad_day_never_lose_or_duplicate_and_refusals_are_one
         await _until("every refusal's notice", lambda: _notices_shown(adapter, len(refused)), timeout=120)
         assert not exited_by_itself(), "the adapter exited on a bad answer"
     finally:
-        await _close(adapter)
+        await close(adapter)
     shown = await adapter.messages()
     screen = "\n".join(message.text for message in shown)
     counts = {marker: screen.count(marker) for marker in markers}
@@ -497,6 +549,7 @@ async def test_kill_9_and_a_bad_day_never_lose_or_duplicate_and_refusals_are_one
     notices = [m for m in shown if "refused to show a message here" in m.text]
     assert len(notices) == len(refused) and not [m for m in refused if m in screen], (len(notices), refused)
     hits = bad_answers()
+    print(f"{kind}: {len(markers)} markers, {len(refused)} refused, {kills} kills, {hits} bad answers")
     assert kills >= 8 and hits >= 20, (kills, hits)
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from running import append, running
 from slack_fake import APP_TOKEN, BOT_TOKEN, SIGNING_SECRET, TEAM, actions_of, text_of
 from slack_under_test import ROOT, SlackAdapter
 
@@ -31,26 +32,14 @@ async def slack(tmp_path: Path) -> AsyncIterator[SlackAdapter]:
     adapter = SlackAdapter(tmp_path, extra_config='allow_groups = ["SDEVS"]\n')
     adapter.fake.usergroups["SDEVS"] = ["UCAROL"]
     adapter.fake.users["UCAROL"] = "carol"
-    await adapter.start()
-    try:
+    async with running(adapter):
         yield adapter
-    finally:
-        await adapter.close()
 
 
 async def _entries(path: Path) -> list[BaseEntry]:
     journal = FileJournal(path)
     try:
         return [item.entry for item in await journal.read() if isinstance(item, JournalRecord)]
-    finally:
-        await journal.aclose()
-
-
-async def _append(path: Path, *entries: BaseEntry) -> None:
-    journal = FileJournal(path, durability="never")
-    try:
-        for entry in entries:
-            await journal.append(entry)
     finally:
         await journal.aclose()
 
@@ -79,7 +68,7 @@ async def test_a_long_reply_is_split_within_slack_s_limits_and_escaped(slack: Sl
     conversation = slack.conversation("general", "ann")
     words = [f"w{n:04}" for n in range(1800)]  # about 10,800 characters
     text = "**Results** <b> & co:\n\n" + " ".join(words)
-    await _append(slack.journal, ResponseEntry(text=text, conversation=conversation))
+    await append(slack.journal, ResponseEntry(text=text, conversation=conversation))
     await _until("the last word", lambda: bool(_shown(slack, words[-1])))
     messages = slack.fake.bot_messages("CGENERAL")
     screen = "\n".join(text_of(m) for m in messages)
@@ -93,7 +82,7 @@ async def test_a_long_reply_is_split_within_slack_s_limits_and_escaped(slack: Sl
 async def test_a_burst_of_429s_is_waited_out_and_nothing_is_dropped(slack: SlackAdapter) -> None:
     conversation = slack.conversation("general", "ann")
     slack.fake.burst = 4
-    await _append(slack.journal, *(ResponseEntry(text=f"reply {n:02}.", conversation=conversation) for n in range(20)))
+    await append(slack.journal, *(ResponseEntry(text=f"reply {n:02}.", conversation=conversation) for n in range(20)))
     await _until("the last reply", lambda: bool(_shown(slack, "reply 19.")), timeout=40)
     screen = "\n".join(text_of(m) for m in slack.fake.bot_messages())
     assert all(screen.count(f"reply {n:02}.") == 1 for n in range(20))
@@ -105,9 +94,7 @@ async def test_a_burst_of_429s_is_waited_out_and_nothing_is_dropped(slack: Slack
 async def test_a_post_whose_answer_is_lost_is_found_not_posted_twice(slack: SlackAdapter) -> None:
     conversation = slack.conversation("general", "ann")
     slack.fake.drop_answers = 3
-    await _append(
-        slack.journal, *(ResponseEntry(text=f"lost answer {n}.", conversation=conversation) for n in range(5))
-    )
+    await append(slack.journal, *(ResponseEntry(text=f"lost answer {n}.", conversation=conversation) for n in range(5)))
     await _until("the last reply", lambda: bool(_shown(slack, "lost answer 4.")), timeout=40)
     screen = "\n".join(text_of(m) for m in slack.fake.bot_messages())
     assert [screen.count(f"lost answer {n}.") for n in range(5)] == [1] * 5
@@ -119,7 +106,7 @@ async def test_a_top_level_mention_starts_a_thread_and_the_reply_goes_there(slac
     await _until("the thought", lambda: _has_thought(slack, "hello from the top"))
     thought = (await _thoughts(slack))[-1]
     assert thought.conversation == f"slack:{TEAM}/CRANDOM/{ts}" and thought.sender == "ann (UANN)"
-    await _append(slack.journal, ResponseEntry(text="hi ann", conversation=thought.conversation))
+    await append(slack.journal, ResponseEntry(text="hi ann", conversation=thought.conversation))
     await _until("the reply", lambda: bool(_shown(slack, "hi ann")))
     assert _shown(slack, "hi ann")[0]["thread_ts"] == ts
 
@@ -133,7 +120,7 @@ async def test_a_direct_message_is_a_conversation_answered_in_the_dm(slack: Slac
     await _until("the thought", lambda: _has_thought(slack, "a private question"))
     thought = (await _thoughts(slack))[-1]
     assert thought.conversation == f"slack:{TEAM}/DANN/"
-    await _append(slack.journal, ResponseEntry(text="a private answer", conversation=thought.conversation))
+    await append(slack.journal, ResponseEntry(text="a private answer", conversation=thought.conversation))
     await _until("the reply", lambda: bool(_shown(slack, "a private answer", "DANN")))
     assert "thread_ts" not in _shown(slack, "a private answer")[0]
 
@@ -240,7 +227,7 @@ async def test_a_streamed_reply_carries_a_cancel_button_that_cancels(slack: Slac
     from coven_codex.entries import DeltaEntry, StatusEntry
 
     conversation = slack.conversation("general", "ann")
-    await _append(
+    await append(
         slack.journal,
         StatusEntry(state="turn_started", conversation=conversation),
         DeltaEntry(text="working on it", item_id="i1", conversation=conversation),

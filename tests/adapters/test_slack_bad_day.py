@@ -15,30 +15,18 @@ from pathlib import Path
 
 import pytest
 from bad_day import HTML_502, Fault
+from running import append, running
 from slack_fake import text_of
 from slack_under_test import SlackAdapter
 
-from coven_codex.entries import BaseEntry, ResponseEntry, ThoughtEntry
+from coven_codex.entries import ResponseEntry, ThoughtEntry
 from coven_codex.journal import FileJournal, JournalRecord
 
 
 @pytest.fixture
 async def slack(tmp_path: Path) -> AsyncIterator[SlackAdapter]:
-    adapter = SlackAdapter(tmp_path, extra_config='allow_channels = ["CGENERAL", "CRANDOM"]\n')
-    await adapter.start()
-    try:
+    async with running(SlackAdapter(tmp_path, extra_config='allow_channels = ["CGENERAL", "CRANDOM"]\n')) as adapter:
         yield adapter
-    finally:
-        await adapter.close()
-
-
-async def _append(path: Path, *entries: BaseEntry) -> None:
-    journal = FileJournal(path, durability="never")
-    try:
-        for entry in entries:
-            await journal.append(entry)
-    finally:
-        await journal.aclose()
 
 
 async def _thoughts(path: Path) -> list[ThoughtEntry]:
@@ -71,7 +59,7 @@ async def test_a_5xx_on_a_post_is_retried_and_the_reply_shown_once(slack: SlackA
         Fault(status=503, body="", route="chat.postMessage", text="first reply", cut="after"),
     )
     conversation = slack.conversation("general", "ann")
-    await _append(
+    await append(
         slack.journal,
         ResponseEntry(text="first reply.", conversation=conversation),
         ResponseEntry(text="second reply.", conversation=conversation),
@@ -92,7 +80,7 @@ async def test_a_refusal_that_cannot_be_posted_to_a_stranger_does_not_stop_the_a
     await slack.fake.wait_for(lambda: slack.fake.faults.active[0].hits == 1)
     await slack.fake.mention("CGENERAL", "UANN", "still there?", slack.roots["general"])
     thought = await _until_thought(slack, "still there?")
-    await _append(slack.journal, ResponseEntry(text="yes, still here.", conversation=thought.conversation))
+    await append(slack.journal, ResponseEntry(text="yes, still here.", conversation=thought.conversation))
     await slack.fake.wait_for(lambda: _count(slack, "yes, still here.") == 1)
     assert slack.alive()
     log = slack.stderr.read_text()
@@ -101,7 +89,7 @@ async def test_a_refusal_that_cannot_be_posted_to_a_stranger_does_not_stop_the_a
 
 async def _latency(adapter: SlackAdapter, conversation: str, text: str) -> float:
     began = time.monotonic()
-    await _append(adapter.journal, ResponseEntry(text=text, conversation=conversation))
+    await append(adapter.journal, ResponseEntry(text=text, conversation=conversation))
     await adapter.fake.wait_for(lambda: _count(adapter, text) == 1, timeout=60)
     return time.monotonic() - began
 
@@ -116,7 +104,7 @@ async def test_a_channel_s_long_rate_limit_does_not_delay_another_channel(slack:
             channel="CRANDOM",
         )
     )
-    await _append(slack.journal, ResponseEntry(text="held reply.", conversation=slack.conversation("random", "ann")))
+    await append(slack.journal, ResponseEntry(text="held reply.", conversation=slack.conversation("random", "ann")))
     await slack.fake.wait_for(lambda: slack.fake.faults.active[0].hits == 1)
     other = await _latency(slack, slack.conversation("general", "ann"), "unrelated reply.")
     assert other < 5.0, other  # was 19.5 s: one egress loop for all
@@ -136,9 +124,7 @@ async def test_a_120_s_rate_limit_leaves_another_channel_s_latency_as_it_was(sla
             times=None,
         )
     )
-    await _append(
-        slack.journal, ResponseEntry(text="held for 120 s.", conversation=slack.conversation("random", "ann"))
-    )
+    await append(slack.journal, ResponseEntry(text="held for 120 s.", conversation=slack.conversation("random", "ann")))
     await slack.fake.wait_for(lambda: slack.fake.faults.active[0].hits == 1)
     during = sorted([await _latency(slack, general, f"busy reply {n}.") for n in range(7)])
     p50_before, p50_during = before[3], during[3]

@@ -4,10 +4,13 @@ Posting is exactly once with Discord's message ``nonce`` and ``enforce_nonce``: 
 key, hashed to Discord's 25-character nonce limit, goes with every post, and Discord answers a
 repeated nonce (within a few minutes of the first post) with the message it already created
 instead of a second one. :meth:`DiscordRest.find` searches the channel's most recent messages for
-that nonce (Discord returns ``nonce`` only on recently created messages); the kit's ledger covers
-anything older.
+that nonce (Discord returns ``nonce`` only on recently created messages); past that window,
+:meth:`DiscordRest.find_by_content` matches the bot's later messages by a digest of the text.
 
-A 429 is either waited out by discord.py itself (short waits) or, when the wait is longer than
+Every request takes a token of Discord's documented global limit first (:data:`RATES`, the kit's
+:class:`~coven_codex.adapters.kit.budget.Budgets`); each route's own bucket, which Discord
+announces only in its answers' ``X-RateLimit-*`` headers, is followed by discord.py's buckets.
+A 429 all the same is either waited out by discord.py itself (short waits) or, when the wait is longer than
 ``max_wait`` (discord.py's floor is 30 s), raised as the kit's
 :class:`~coven_codex.adapters.kit.platform.RateLimited`, so the runner waits and tries again:
 nothing is dropped. Every other answer is mapped onto the kit's classification
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -28,6 +32,7 @@ import discord.gateway
 import discord.http
 import yarl
 
+from coven_codex.adapters.kit.budget import Budgets, Rate, Scope
 from coven_codex.adapters.kit.ledger import content_digest
 from coven_codex.adapters.kit.platform import (
     Address,
@@ -54,6 +59,13 @@ CLOCK_SKEW_MS = 10_000
 CONTENT_WINDOW = 100
 """How many of the bot's later messages :meth:`DiscordRest.find_by_content` reads (Discord's most per request)."""
 
+RATE_LIMITS_DOC = "https://discord.com/developers/docs/topics/rate-limits"
+REQUEST = "request"
+"""The budget every REST request of the adapter takes (Discord's global limit counts them all)."""
+RATES: dict[str, Rate] = {REQUEST: Rate(50, 1.0, Scope.APP, f"{RATE_LIMITS_DOC}#global-rate-limit")}
+"""Discord's documented static limit: 50 requests a second per bot. Its per-route limits are not
+published: each answer announces its bucket in ``X-RateLimit-*`` headers, which discord.py's own
+buckets follow (a request waits while its bucket is empty)."""
 
 UNKNOWN_CHANNEL = 10003
 UNKNOWN_MESSAGE = 10008
@@ -118,6 +130,7 @@ class DiscordRest:
     def __init__(self, token: Secret, *, max_wait: float = 30.0) -> None:
         self._token = token
         self._max_wait = max_wait
+        self.budgets = Budgets(RATES)
         self._http: discord.http.HTTPClient | None = None
         self._me = ""
 
@@ -150,10 +163,11 @@ class DiscordRest:
             raise RuntimeError("DiscordRest.start() has not been called")
         return self._http
 
-    async def _call(self, coro: Any) -> Any:
-        """Await a discord.py request, turning its failures into the kit's exceptions."""
+    async def _call(self, request: Callable[[], Awaitable[Any]]) -> Any:
+        """Make a discord.py request within Discord's global limit, turning its failures into the kit's exceptions."""
         try:
-            return await coro
+            async with self.budgets.take(REQUEST):
+                return await request()
         except discord.RateLimited as exc:
             raise RateLimited(exc.retry_after) from exc
         except discord.HTTPException as exc:
@@ -170,7 +184,7 @@ class DiscordRest:
             allowed_mentions=discord.AllowedMentions.none(),
         )
         with params:
-            data = await self._call(self._client().send_message(_channel(address), params=params))
+            data = await self._call(lambda: self._client().send_message(_channel(address), params=params))
         return str(data["id"])
 
     async def edit(self, address: Address, message_id: str, message: Outgoing) -> None:
@@ -181,21 +195,21 @@ class DiscordRest:
             allowed_mentions=discord.AllowedMentions.none(),
         )
         with params:
-            await self._call(self._client().edit_message(_channel(address), message_id, params=params))
+            await self._call(lambda: self._client().edit_message(_channel(address), message_id, params=params))
 
     async def delete(self, address: Address, message_id: str) -> None:
         """Delete message ``message_id``."""
-        await self._call(self._client().delete_message(_channel(address), message_id))
+        await self._call(lambda: self._client().delete_message(_channel(address), message_id))
 
     async def typing(self, address: Address, active: bool) -> None:
         """Trigger Discord's typing indicator (it lasts about ten seconds; there is no stop call)."""
         if active:
-            await self._call(self._client().send_typing(_channel(address)))
+            await self._call(lambda: self._client().send_typing(_channel(address)))
 
     async def find(self, address: Address, key: str) -> str | None:
         """The id of a recent message posted with ``key``'s nonce, or None."""
         nonce = nonce_for(key)
-        messages = await self._call(self._client().logs_from(_channel(address), FIND_WINDOW))
+        messages = await self._call(lambda: self._client().logs_from(_channel(address), FIND_WINDOW))
         for data in messages:
             if str(data.get("nonce", "")) == nonce:
                 return str(data["id"])
@@ -208,7 +222,7 @@ class DiscordRest:
         crash during the post).
         """
         bound = max(0, int(since * 1000) - DISCORD_EPOCH_MS - CLOCK_SKEW_MS) << 22
-        messages = await self._call(self._client().logs_from(_channel(address), CONTENT_WINDOW, after=bound))
+        messages = await self._call(lambda: self._client().logs_from(_channel(address), CONTENT_WINDOW, after=bound))
         mine = [
             data
             for data in messages

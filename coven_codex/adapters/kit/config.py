@@ -267,6 +267,12 @@ class SlackSection(AdapterSection):
         default=None, description="Slack's Web API base URL (default https://slack.com/api/; GovSlack differs)."
     )
     edit_interval: float = Field(default=1.2, ge=0.2, le=60.0, description="Least seconds between edits.")
+    post_rate: float = Field(
+        default=1.0,
+        gt=0.0,
+        le=100.0,
+        description="chat.postMessage calls a second per channel (Slack documents about 1, short bursts allowed).",
+    )
 
     def needed_secrets(self) -> dict[str, SecretKind]:
         """The bot token, and the app-level token (Socket Mode) or the signing secret (HTTP)."""

@@ -43,7 +43,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
 from coven_codex.adapters.kit.access import AccessPolicy
-from coven_codex.adapters.kit.budget import Budgets
+from coven_codex.adapters.kit.budget import Budgets, Rate, Scope
 from coven_codex.adapters.kit.config import SlackSection
 from coven_codex.adapters.kit.downloads import Downloader, DownloadRefused
 from coven_codex.adapters.kit.ledger import DeliveryLedger, ledger_path
@@ -97,17 +97,29 @@ REQUIRED_SCOPES: dict[str, str] = {
     "users:read": "users.info (names as thoughts' senders)",
 }
 """The bot token scopes the adapter uses, and what for (examples/slack-manifest.json asks for exactly these)."""
-TIERS: dict[str, float] = {
-    "chat.update": 50,
-    "chat.delete": 50,
-    "conversations.replies": 50,
-    "conversations.history": 50,
-    "users.info": 100,
-    "usergroups.users.list": 50,
-}
-"""Calls per minute per workspace Slack documents for the methods the adapter calls (Tier 3: 50+,
-Tier 4: 100+), which its budgets keep under. ``chat.postMessage`` has no tier ("about one message a
-second per channel, short bursts allowed"): its 429s are waited out by that conversation alone."""
+RATE_LIMITS_DOC = "https://docs.slack.dev/apis/web-api/rate-limits"
+POST_BURST = 3
+"""Posts to one channel the budget lets through at once (Slack: "short bursts >1 allowed")."""
+
+
+def rates(post_rate: float = 1.0) -> dict[str, Rate]:
+    """Slack's documented limits for the methods the adapter calls, which its budgets keep under.
+
+    Tier 3 (50+ a minute) and Tier 4 (100+) per method and workspace; ``chat.postMessage`` is
+    "special": about ``post_rate`` (Slack: 1) messages a second per channel, short bursts allowed.
+    """
+    tier3 = Rate(50, 60.0, Scope.WORKSPACE, f"{RATE_LIMITS_DOC} (Tier 3)")
+    return {
+        "chat.postMessage": Rate(POST_BURST, POST_BURST / post_rate, Scope.CHANNEL, f"{RATE_LIMITS_DOC} (Special)"),
+        "chat.update": tier3,
+        "chat.delete": tier3,
+        "conversations.replies": tier3,
+        "conversations.history": tier3,
+        "users.info": Rate(100, 60.0, Scope.WORKSPACE, f"{RATE_LIMITS_DOC} (Tier 4)"),
+        "usergroups.users.list": Rate(20, 60.0, Scope.WORKSPACE, f"{RATE_LIMITS_DOC} (Tier 2)"),
+    }
+
+
 BOT_EVENTS = ("app_mention", "message.im")
 """The events the app subscribes to."""
 
@@ -184,6 +196,7 @@ class SlackPlatform:
         edit_interval: float = 1.2,
         groups: frozenset[str] = frozenset(),
         access: AccessPolicy | None = None,
+        post_rate: float = 1.0,
     ) -> None:
         self.dialect: Dialect = SlackDialect()
         self.capabilities = Capabilities(edit_interval=edit_interval, can_find=True, echoes_own_messages=True)
@@ -198,16 +211,16 @@ class SlackPlatform:
         self._cache = _Cache()
         self._last_thread: dict[tuple[str, str], str] = {}
         self._unreachable = False
-        self.budgets = Budgets(TIERS)
+        self.budgets = Budgets(rates(post_rate))
         api_host = urlsplit(client.base_url).hostname or ""
         self._files = Downloader(FILE_HOSTS | {api_host}, MAX_IMAGE_BYTES)
 
     # ------------------------------------------------------------------ Web API
 
     async def _api(self, method: str, *, get: bool = False, **arguments: Any) -> AsyncSlackResponse:
-        """Call ``method``; Slack's refusals and failures as the kit classifies them (:func:`classify`)."""
+        """Call ``method`` within its budget; Slack's refusals and failures as classified by :func:`classify`."""
         try:
-            async with self.budgets.take(method, self.identity.team_id):
+            async with self.budgets.take(method, self.identity.team_id, str(arguments.get("channel") or "")):
                 if get:
                     answer = await self.client.api_call(method, http_verb="GET", params=arguments)
                 else:
@@ -539,6 +552,7 @@ async def run_slack(settings: SlackRun, started: Callable[[SlackIdentity], Await
         edit_interval=section.edit_interval,
         groups=frozenset(section.allow_groups),
         access=section.access_policy(),
+        post_rate=section.post_rate,
     )
     identity = await platform.start()
     http = section.mode == "http"
