@@ -62,7 +62,8 @@ from coven_codex.agent.storage import StorageFailed, failure_message, storage_fa
 from coven_codex.agent.watchdog import ShutdownWatchdog, report_previous_overrun
 from coven_codex.agent.writer import DaemonWriter
 from coven_codex.codex.process import become_subreaper
-from coven_codex.entries import CODEX_SENDER
+from coven_codex.entries import CODEX_SENDER, BaseEntry
+from coven_codex.jobs.runner import JOBS_DIR, JobRunner
 from coven_codex.journal import (
     START,
     CursorMismatch,
@@ -136,6 +137,8 @@ class Daemon:
         self.on_append = on_append
         self.manager: SessionManager | None = None
         self.ingress: Ingress | None = None
+        self.jobs: JobRunner | None = None
+        """The job runner (docs/jobs.md), fed by ingress's routing and the writer."""
         self._previous_path: Path | None = None
         self._failure: BaseException | None = None
         self._failed = asyncio.Event()
@@ -294,6 +297,16 @@ class Daemon:
             def saved_cursor() -> Position:
                 return ingress_box[0].saved_position if ingress_box else cursor
 
+            writer = DaemonWriter(
+                self.ownership.fenced(self.journal) if self.ownership else self.journal,
+                known_ids,
+                on_written=self._on_written,
+            )
+            jobs = JobRunner(
+                self.journal, self.store.root / JOBS_DIR, roots=self.settings.cwd_roots, write=writer.append
+            )
+            self.jobs = jobs
+            jobs.load()
             services = SessionServices(
                 settings=self.settings,
                 journal=self.journal,
@@ -305,11 +318,7 @@ class Daemon:
                 locate_rollout=self.locate_rollout,
                 finish_thought=finish_thought,
                 saved_cursor=saved_cursor,
-                writer=DaemonWriter(
-                    self.ownership.fenced(self.journal) if self.ownership else self.journal,
-                    known_ids,
-                    on_written=self.instruments.entry_appended if self.instruments is not None else None,
-                ),
+                writer=writer,
                 on_append=self.on_append,
                 on_storage_failure=self._storage_failed,
                 cluster=self.ownership,
@@ -323,7 +332,7 @@ class Daemon:
                 manager.restore(state)
             ingress = Ingress(
                 self.journal,
-                manager,
+                jobs.routing(manager),
                 start=cursor,
                 live_from=live_from,
                 known_ids=known_ids,
@@ -336,6 +345,7 @@ class Daemon:
             ingress_box.append(ingress)
             self.ingress = ingress
             ingress_task = group.create_task(self._run_ingress(ingress), name="ingress")
+            jobs_task = group.create_task(jobs.run(), name="jobs")
             cluster_task = self.ownership.start(self, cursor, group) if self.ownership is not None else None
             log.info("daemon running: %d conversation(s) restored, journal read from %s", len(states), cursor)
             self.serving = True
@@ -365,8 +375,16 @@ class Daemon:
             if cluster_task is not None:
                 cluster_task.cancel()
             await self._last_cursor_save(ingress, max(FINAL_STEP_MIN, shutdown_by - loop.time()))
+            jobs_task.cancel()
             stop_task.cancel()
             failed_task.cancel()
+
+    def _on_written(self, entry: BaseEntry) -> None:
+        """Every entry the daemon's writer appended: the metrics and the job runner are told."""
+        if self.instruments is not None:
+            self.instruments.entry_appended(entry)
+        if self.jobs is not None:
+            self.jobs.observe(entry)
 
     async def _last_cursor_save(self, ingress: Ingress, within: float) -> None:
         """Shutdown: save the ingress cursor once more, within ``within`` seconds (a Redis journal

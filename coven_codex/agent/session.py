@@ -273,7 +273,9 @@ class Session:
         self._queued_ids[entry.id] = position
         if entry.cwd is not None or entry.model is not None or entry.resume_thread is not None or entry.timeout:
             self._requested[entry.id] = entry
-        self._inbox.put_nowait(PendingThought(entry.id, entry.text, position, tuple(entry.attachments)))
+        self._inbox.put_nowait(
+            PendingThought(entry.id, entry.text, position, tuple(entry.attachments), output_schema=entry.output_schema)
+        )
         if self._svc.instruments is not None:
             self._svc.instruments.thought_received(entry.id)
         return True
@@ -1069,7 +1071,7 @@ class Session:
         # Set before sending: egress may see the thought recorded before the call returns.
         self._unconfirmed = thought
         try:
-            how = await driver.submit(thought.text, thought.entry_id, thought.images)
+            how = await driver.submit(thought.text, thought.entry_id, thought.images, thought.output_schema)
         except DriverError as exc:
             self._unconfirmed = None
             await self._delivery_failed(thought, exc)
