@@ -369,13 +369,14 @@ async def test_a_check_that_fails_once_gets_a_second_attempt_in_the_same_thread(
 ) -> None:
     """``job submit --cwd <workspace> --check CMD --max-attempts 3 --wait --json`` where CMD fails
     once, then passes: two attempts in the job's thread, the second asked with the check's output;
-    ``succeeded``, the record listing both with their gate results."""
+    ``succeeded``, the record listing both with their gate results; its ``--notify`` conversation
+    gets one summary."""
     h = harness_factory(codex_bin_169, model_server)
     daemon = await started(h)
     check = "test -e .checked-once || { touch .checked-once; echo 'lint: 1 problem'; exit 1; }"
     code, out, err = await job(
         h, "submit", "--prompt", "make it lint", "--cwd", str(h.workspace), "--check", check,
-        "--max-attempts", "3", "--wait", "--json",
+        "--max-attempts", "3", "--notify", "team", "--wait", "--json",
     )  # fmt: skip
     assert code == 0, err
     done = JobRecord.model_validate_json(out)
@@ -387,6 +388,11 @@ async def test_a_check_that_fails_once_gets_a_second_attempt_in_the_same_thread(
     (request,) = [r for r in model_server.requests.responses_requests() if "lint: 1 problem" in str(user_prompts(r))]
     assert user_prompts(request)[0] == "make it lint"  # the same thread
     assert await h.stop(daemon) == 0
+    # The notice: one reply in the chat conversation the job named, and nothing else there.
+    (notice,) = [e for e in await h.entries() if e.conversation == "team"]
+    assert notice.kind == "response" and notice.sender == "codex"
+    assert notice.text.startswith(f"Job {done.id} succeeded after 2 attempts: attempt 2 passed every check.")
+    assert "Final message:\necho: " in notice.text
 
 
 async def test_a_judge_whose_first_verdict_fails_sends_its_next_prompt_and_passes_the_second(

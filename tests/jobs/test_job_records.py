@@ -28,12 +28,14 @@ from coven_codex.jobs.client import (
     make_spec,
     submit,
 )
+from coven_codex.jobs.mcp_tools import job_tools
 from coven_codex.jobs.records import (
     CONTINUATION_TEXT,
     GateResult,
     GatesEntry,
     JobFolder,
     JobPhase,
+    JobSpec,
     Verdict,
     attempt_id,
     continuation_id,
@@ -42,6 +44,8 @@ from coven_codex.jobs.records import (
     read_jobs,
 )
 from coven_codex.journal import MemoryJournal
+from coven_codex.mcp.context import SpellContext
+from coven_codex.mcp.invoke import call_spell
 
 C = "job:j1"
 
@@ -270,3 +274,28 @@ def test_a_due_thought_written_twice_after_a_crash_does_not_fail_the_job() -> No
     for entry in reply(again, "finished"):
         folder.feed(entry)
     assert job.state == "succeeded" and job.error is None
+
+
+async def test_call_codex_takes_the_loop_s_arguments_as_the_command_line_does() -> None:
+    """``call_codex``'s ``checks``, ``judge``, ``max_attempts``, ``notify`` and
+    ``continue_after_restart`` become the same spec in the submitting thought as the flags; a bad
+    value is an ``isError`` result naming the argument."""
+    journal = MemoryJournal()
+    tool = job_tools(journal).get("call_codex")
+    assert tool is not None
+    arguments = {
+        "prompt": "fix it",
+        "checks": ["make test"],
+        "judge": True,
+        "max_attempts": 4,
+        "notify": "team",
+        "continue_after_restart": False,
+    }
+    result = await call_spell(tool, arguments, SpellContext(spell_name="call_codex"))
+    assert not result.isError, result
+    (job,) = (await read_jobs(journal)).jobs.values()
+    assert job.spec == JobSpec(
+        checks=["make test"], judge=True, max_attempts=4, notify="team", continue_after_restart=False
+    )
+    refused = await call_spell(tool, {"prompt": "x", "max_attempts": 0}, SpellContext(spell_name="call_codex"))
+    assert refused.isError and "max_attempts" in str(refused.content)
