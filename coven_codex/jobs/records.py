@@ -102,19 +102,23 @@ def judge_conversation(job_id: str) -> str:
     return f"{JOB_PREFIX}{job_id}{JUDGE_SUFFIX}"
 
 
+RUNNER_THOUGHTS = ("job-continue:", "job-attempt:", "job-judge:")
+"""The prefixes of the ids of the thoughts the job runner writes."""
+
+
 def continuation_id(job_id: str, attempt: int) -> str:
     """The id of the continuation thought that starts attempt ``attempt`` of ``job_id``."""
-    return f"job-continue:{job_id}:{attempt}"
+    return f"{RUNNER_THOUGHTS[0]}{job_id}:{attempt}"
 
 
 def attempt_id(job_id: str, attempt: int) -> str:
     """The id of the thought that starts attempt ``attempt`` (2, ...) after a failed gate or verdict."""
-    return f"job-attempt:{job_id}:{attempt}"
+    return f"{RUNNER_THOUGHTS[1]}{job_id}:{attempt}"
 
 
 def judge_id(job_id: str, attempt: int, judge_try: int) -> str:
     """The id of the judge's thought for attempt ``attempt``, try ``judge_try``."""
-    return f"job-judge:{job_id}:{attempt}:{judge_try}"
+    return f"{RUNNER_THOUGHTS[2]}{job_id}:{attempt}:{judge_try}"
 
 
 def gates_id(job_id: str, attempt: int) -> str:
@@ -424,6 +428,8 @@ class JobFolder:
                     job.phase = JobPhase.JUDGING
                     job.current.judge.append(JudgeTry(thought_id=entry.id))
                 return job
+            if job is None and entry.id.startswith(RUNNER_THOUGHTS):
+                return None  # (a job's later thought, its job unknown here: never a job of its own)
             if job is None:
                 job = JobRecord(
                     id=job_id,

@@ -176,6 +176,12 @@ class JobRunner:
             gate = self._gates.pop(job.id, None)
             if gate is not None:
                 gate.cancel()
+            judging = job.current.judge[-1] if job.current.judge else None
+            if job.state == "cancelled" and judging is not None and judging.verdict is None and judging.problem is None:
+                # (cancelled while its judge ran: that turn is stopped too)
+                await self.journal.append(
+                    CancelEntry(conversation=judge_conversation(job.id), sender=JOB_SENDER, queued=True)
+                )
             await self._notify(job)
             self.folder.jobs.pop(job.id, None)
             with contextlib.suppress(FileNotFoundError):

@@ -299,3 +299,8 @@ async def test_call_codex_takes_the_loop_s_arguments_as_the_command_line_does() 
     )
     refused = await call_spell(tool, {"prompt": "x", "max_attempts": 0}, SpellContext(spell_name="call_codex"))
     assert refused.isError and "max_attempts" in str(refused.content)
+
+
+def test_a_runner_thought_of_an_unknown_job_is_not_taken_for_a_job() -> None:
+    folder = fold(ThoughtEntry(id=attempt_id("j1", 2), conversation=C, sender="jobs", text="go on"))
+    assert folder.jobs == {}

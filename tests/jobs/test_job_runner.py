@@ -200,3 +200,17 @@ async def test_a_hard_failure_escalates_to_the_notify_conversation(running: tupl
     notice = await h.until(lambda e: e.kind == "response" and e.conversation == "ops")
     assert notice.text.startswith("Escalation: Job j1 failed after 1 attempt: a check could not run")
     assert "CHECK_FAILED" in notice.text
+
+
+async def test_a_cancel_while_the_judge_runs_stops_the_judge_s_turn_too(running: tuple[Harness, JobRunner]) -> None:
+    h, runner = running
+    await h.submit(runner, JobSpec(judge=True))
+    await h.daemon_writes(runner, *completed_turn())
+    await h.until(lambda e: e.conversation == "job:j1:judge" and e.kind == "thought")
+    cancel = CancelEntry(conversation=C, sender="jobs", queued=True)
+    await h.journal.append(cancel)
+    h.routing.route_cancel(cancel, live=True)
+    stop = await h.until(lambda e: e.conversation == "job:j1:judge" and e.kind == "cancel")
+    assert isinstance(stop, CancelEntry) and stop.queued
+    job = (await read_jobs(h.journal)).jobs["j1"]
+    assert job.state == "cancelled" and job.end_reason == "cancelled while judging"
