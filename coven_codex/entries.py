@@ -127,6 +127,9 @@ class ThoughtEntry(BaseEntry):
     """Start from the history of this Codex thread (a fork of it: the conversation gets a thread of its own)."""
     timeout: float | None = None
     """Seconds each turn of the thread may run (at most ``turn_timeout``)."""
+    output_schema: dict[str, Any] | None = None
+    """A JSON Schema the turn's final answer must match (Codex's structured output; app-server only).
+    Unlike the thread options it counts on every thought that gives it, for that thought's turn."""
 
     def to_json(self) -> str:
         """One JSON line; thread options that are not given are left out (most thoughts give none)."""
@@ -137,8 +140,9 @@ class ThoughtEntry(BaseEntry):
         return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
 
-THREAD_OPTIONS = ("cwd", "model", "resume_thread", "timeout")
-"""The fields of a thought that open its Codex thread (left out of its JSON when not given)."""
+THREAD_OPTIONS = ("cwd", "model", "resume_thread", "timeout", "output_schema")
+"""The fields of a thought that open its Codex thread, and its turn's output schema (left out of its
+JSON when not given)."""
 
 
 class ResponseEntry(DaemonEntry):

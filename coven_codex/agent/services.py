@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from coven_codex.agent.egress import AppendHook
 from coven_codex.agent.job_names import JOB_PREFIX
@@ -35,6 +35,8 @@ class PendingThought:
     images: tuple[ImageInput, ...] = ()
     options: ThreadOptions | None = None
     """The options of the thread the thought starts, if it starts one (checked when the session takes it)."""
+    output_schema: dict[str, Any] | None = None
+    """The JSON Schema its turn's final answer must match (the thought's ``output_schema``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,11 +14,13 @@ import sys
 from pathlib import Path
 
 from coven_codex.jobs.client import (
+    CLI_WORDING,
     JobRequest,
     JobUsageError,
     cancel,
     check_journal,
     find,
+    make_spec,
     open_journal,
     submit,
     wait,
@@ -53,6 +55,28 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--continue-latest", action="store_true", help="continue the thread of the newest job (in the same --cwd)"
     )
     sub.add_argument("--timeout", type=float, help="seconds the job may run (at most the daemon's turn_timeout)")
+    sub.add_argument(
+        "--no-continue",
+        action="store_true",
+        help="never continue this job after a daemon or Codex death cut its turn short (it fails instead)",
+    )
+    sub.add_argument(
+        "--check",
+        action="append",
+        default=[],
+        metavar="CMD",
+        help="a shell command run in the job's cwd after each attempt; exit status 0 passes (repeatable)",
+    )
+    sub.add_argument("--require-diff", action="store_true", help="a gate: the git work tree must have changes")
+    sub.add_argument(
+        "--no-conflict-markers", action="store_true", help="a gate: no file may hold a merge conflict marker"
+    )
+    sub.add_argument("--judge", action="store_true", help="after the gates pass, a judge turn gives a JSON verdict")
+    sub.add_argument("--max-attempts", type=int, default=3, metavar="N", help="attempts at most (default 3)")
+    sub.add_argument("--check-timeout", type=float, default=600.0, metavar="S", help="seconds each check may run")
+    sub.add_argument(
+        "--notify", metavar="CONVERSATION", help="a chat conversation told of the job's success or hard failure"
+    )
     sub.add_argument("--wait", action="store_true", help="wait until the job is over")
     sub.add_argument("--json", action="store_true", help="print JSON (with --wait: the whole record)")
     sub = action("status", "show a job's state")
@@ -81,6 +105,8 @@ def execute(args: argparse.Namespace) -> int:
 
 def _line(job: JobRecord) -> str:
     extra = f" thread {job.thread_id}" if job.thread_id else ""
+    if len(job.attempts) > 1:
+        extra += f" attempts {len(job.attempts)}"
     if job.error is not None and job.done:
         extra += f" ({job.error.code}: {job.error.message})"
     return f"{job.id} {job.state}{extra}"
@@ -105,6 +131,17 @@ async def _run(args: argparse.Namespace) -> int:
                 resume_thread=args.resume,
                 continue_latest=args.continue_latest,
                 timeout=args.timeout,
+                spec=make_spec(
+                    CLI_WORDING,
+                    continue_after_restart=not args.no_continue,
+                    checks=args.check,
+                    require_diff=args.require_diff,
+                    no_conflict_markers=args.no_conflict_markers,
+                    judge=args.judge,
+                    max_attempts=args.max_attempts,
+                    check_timeout=args.check_timeout,
+                    notify=args.notify,
+                ),
             )
             job_id = await submit(journal, request)
             if not args.wait:

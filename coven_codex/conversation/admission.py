@@ -73,7 +73,9 @@ class Admission:
         self._pending[entry.id] = position
         if entry.cwd is not None or entry.model is not None or entry.resume_thread is not None or entry.timeout:
             self._requested[entry.id] = entry
-        self._post(PendingThought(entry.id, entry.text, position, tuple(entry.attachments)))
+        self._post(
+            PendingThought(entry.id, entry.text, position, tuple(entry.attachments), output_schema=entry.output_schema)
+        )
         if self._svc.instruments is not None:
             self._svc.instruments.thought_received(entry.id)
         return True

@@ -109,7 +109,7 @@ class HandOver:
         # Set before sending: egress may see the thought recorded before the call returns.
         self.unconfirmed = thought
         try:
-            how = await driver.submit(thought.text, thought.entry_id, thought.images)
+            how = await driver.submit(thought.text, thought.entry_id, thought.images, thought.output_schema)
         except DriverError as exc:
             self.unconfirmed = None
             return exc

@@ -62,6 +62,8 @@ from coven_codex.conversation.manager import EGRESS_DRAIN, SHUTDOWN_SLACK, Sessi
 from coven_codex.daemon.cluster_host import DaemonHost
 from coven_codex.daemon.startup import Recovery, StartPoint
 from coven_codex.daemon.watchdog import ShutdownWatchdog, report_previous_overrun
+from coven_codex.entries import BaseEntry
+from coven_codex.jobs.runner import JOBS_DIR, JobRunner
 from coven_codex.journal import (
     START,
     Journal,
@@ -128,6 +130,8 @@ class Daemon:
         self.on_append = on_append
         self.manager: SessionManager | None = None
         self.ingress: Ingress | None = None
+        self.jobs: JobRunner | None = None
+        """The job runner (docs/jobs.md), fed by ingress's routing and the writer."""
         self.recovery = Recovery(journal, self.store, codex_home, make_driver, self.cursor_name)
         self._failure: BaseException | None = None
         self._failed = asyncio.Event()
@@ -184,8 +188,9 @@ class Daemon:
         watchdog = ShutdownWatchdog(self.state_dir, self.settings.kill_grace + SHUTDOWN_SLACK)
         try:
             async with asyncio.TaskGroup() as group:
-                manager, ingress = self._start_serving(group, start)
+                manager, ingress, jobs = self._start_serving(group, start)
                 ingress_task = group.create_task(self._run_ingress(ingress), name="ingress")
+                jobs_task = group.create_task(jobs.run(), name="jobs")
                 cluster_task = (
                     self.ownership.serve(DaemonHost(self, start.cursor), group) if self.ownership is not None else None
                 )
@@ -201,14 +206,16 @@ class Daemon:
                 failed_task = group.create_task(self._failed.wait(), name="storage-failed")
                 await asyncio.wait([ingress_task, stop_task, failed_task], return_when=asyncio.FIRST_COMPLETED)
                 await self._shut_down(manager, ingress, ingress_task, cluster_task, watchdog)
+                jobs_task.cancel()
                 stop_task.cancel()
                 failed_task.cancel()
         finally:
             watchdog.disarm()
         log.info("daemon stopped cleanly")
 
-    def _start_serving(self, group: asyncio.TaskGroup, start: StartPoint) -> tuple[SessionManager, Ingress]:
-        """The sessions' services, the manager with every state restored, and the ingress (not started)."""
+    def _start_serving(self, group: asyncio.TaskGroup, start: StartPoint) -> tuple[SessionManager, Ingress, JobRunner]:
+        """The sessions' services, the manager with every state restored, the ingress and the job runner
+        (not started)."""
         ingress_box: list[Ingress] = []
 
         def finish_thought(position: Position) -> None:
@@ -217,6 +224,15 @@ class Daemon:
         def saved_cursor() -> Position:
             return ingress_box[0].saved_position if ingress_box else start.cursor
 
+        writer = DaemonWriter(
+            self.ownership.fenced(self.journal) if self.ownership else self.journal,
+            start.known_ids,
+            on_written=self._on_written,
+        )
+        jobs = self.jobs = JobRunner(
+            self.journal, self.store.root / JOBS_DIR, roots=self.settings.cwd_roots, write=writer.append
+        )
+        jobs.load()
         services = SessionServices(
             settings=self.settings,
             journal=self.journal,
@@ -228,11 +244,7 @@ class Daemon:
             locate_rollout=self.locate_rollout,
             finish_thought=finish_thought,
             saved_cursor=saved_cursor,
-            writer=DaemonWriter(
-                self.ownership.fenced(self.journal) if self.ownership else self.journal,
-                start.known_ids,
-                on_written=self.instruments.entry_appended if self.instruments is not None else None,
-            ),
+            writer=writer,
             on_append=self.on_append,
             on_storage_failure=self.storage_failed,
             cluster=self.ownership,
@@ -245,7 +257,7 @@ class Daemon:
             manager.restore(state)
         ingress = self.ingress = Ingress(
             self.journal,
-            manager,
+            jobs.routing(manager),
             start=start.cursor,
             live_from=start.live_from,
             known_ids=start.known_ids,
@@ -256,7 +268,14 @@ class Daemon:
             backlog=start.backlog,
         )
         ingress_box.append(ingress)
-        return manager, ingress
+        return manager, ingress, jobs
+
+    def _on_written(self, entry: BaseEntry) -> None:
+        """Every entry the daemon's writer appended: the metrics and the job runner are told."""
+        if self.instruments is not None:
+            self.instruments.entry_appended(entry)
+        if self.jobs is not None:
+            self.jobs.observe(entry)
 
     async def _shut_down(
         self,

@@ -13,17 +13,26 @@ import contextlib
 import os
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import ValidationError
+
+from coven_codex.agent.job_names import JOB_SENDER
 from coven_codex.agent.thread_options import MAX_MODEL_CHARS
-from coven_codex.entries import CancelEntry, ThoughtEntry
-from coven_codex.jobs.records import JobFolder, JobRecord, JobState, job_conversation, read_jobs
+from coven_codex.entries import CancelEntry
+from coven_codex.jobs.records import (
+    JobFolder,
+    JobRecord,
+    JobSpec,
+    JobState,
+    JobThought,
+    job_conversation,
+    read_jobs,
+)
 from coven_codex.journal import FileJournal, Journal, JournalRecord
 from coven_codex.support.limits import cut, over_limit
 
-JOB_SENDER = "jobs"
-"""The ``sender`` of the entries jobs clients write."""
 WAIT_SLACK = 120.0
 """Waiting for a job with a timeout gives up this long after the timeout could have ended it."""
 DEFAULT_WAIT = 3600.0
@@ -71,6 +80,37 @@ class JobRequest:
     resume_thread: str | None = None
     continue_latest: bool = False
     timeout: float | None = None
+    spec: JobSpec = field(default_factory=JobSpec)
+    """The job's loop: continuation after a death, checks, judge, attempts, notice (docs/jobs.md)."""
+
+
+SPEC_FLAGS = {
+    "continue_after_restart": ("--no-continue", "continue_after_restart"),
+    "checks": ("--check CMD", "checks"),
+    "require_diff": ("--require-diff", "require_diff"),
+    "no_conflict_markers": ("--no-conflict-markers", "no_conflict_markers"),
+    "judge": ("--judge", "judge"),
+    "max_attempts": ("--max-attempts N", "max_attempts"),
+    "check_timeout": ("--check-timeout S", "check_timeout"),
+    "notify": ("--notify CONVERSATION", "notify"),
+}
+"""How each field of a job's spec is named on the command line and as an MCP argument."""
+
+
+def make_spec(wording: Wording, **fields: object) -> JobSpec:
+    """The job's :class:`JobSpec` from the options as given; :class:`JobUsageError` naming the
+    option (as ``wording`` does) when one is out of bounds."""
+    try:
+        spec = JobSpec.model_validate(fields)
+    except ValidationError as exc:
+        problem = exc.errors()[0]
+        name = str(problem["loc"][0]) if problem["loc"] else ""
+        cli, mcp = SPEC_FLAGS.get(name, (name, name))
+        raise JobUsageError(f"{cli if wording is CLI_WORDING else mcp}: {problem['msg']}") from None
+    for command in spec.checks:
+        if not command.strip():
+            raise JobUsageError("a check command is empty; give the shell command to run")
+    return spec
 
 
 def new_job_id() -> str:
@@ -107,14 +147,14 @@ async def submit(journal: Journal, request: JobRequest, wording: Wording = CLI_W
     if request.continue_latest:
         resume = await latest_thread(journal, cwd, wording)
     await journal.append(
-        ThoughtEntry(
+        JobThought(
             conversation=job_conversation(job_id),
-            sender=JOB_SENDER,
             text=request.prompt,
             cwd=cwd,
             model=request.model,
             resume_thread=resume,
             timeout=request.timeout,
+            job=request.spec,
         )
     )
     return job_id

@@ -10,6 +10,7 @@ runs the jobs.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Annotated
 
 from pydantic import BaseModel, Field
@@ -22,6 +23,7 @@ from coven_codex.jobs.client import (
     JobUsageError,
     cancel,
     find,
+    make_spec,
     submit,
     wait,
 )
@@ -95,6 +97,31 @@ def job_tools(journal: Journal) -> SpellRegistry:
                 ge=0, description="Seconds the job may run (at most the daemon's turn_timeout); 0: no limit of its own."
             ),
         ] = 0,
+        continue_after_restart: Annotated[
+            bool,
+            Field(
+                description="Continue the job once in its thread if a daemon or Codex death cuts its turn short "
+                "(false: it fails instead)."
+            ),
+        ] = True,
+        checks: Annotated[
+            list[str],
+            Field(description="Shell commands run in cwd after each attempt; exit status 0 passes."),
+        ] = [],  # noqa: B006 (a schema default; pydantic copies it per call)
+        require_diff: Annotated[bool, Field(description="A gate: the git work tree must have changes.")] = False,
+        no_conflict_markers: Annotated[
+            bool, Field(description="A gate: no file may hold a merge conflict marker.")
+        ] = False,
+        judge: Annotated[
+            bool, Field(description="After the gates pass, a judge turn in its own thread gives a JSON verdict.")
+        ] = False,
+        max_attempts: Annotated[
+            int, Field(ge=1, le=20, description="Attempts at most: the prompt, then one per failed gate or verdict.")
+        ] = 3,
+        check_timeout: Annotated[float, Field(gt=0, le=3600, description="Seconds each check may run.")] = 600,
+        notify: Annotated[
+            str | None, Field(description="A chat conversation told of the job's success or hard failure.")
+        ] = None,
         wait_for_result: Annotated[
             bool,
             Field(
@@ -115,6 +142,20 @@ def job_tools(journal: Journal) -> SpellRegistry:
             timeout=timeout or None,
         )
         try:
+            request = replace(
+                request,
+                spec=make_spec(
+                    MCP_WORDING,
+                    continue_after_restart=continue_after_restart,
+                    checks=checks,
+                    require_diff=require_diff,
+                    no_conflict_markers=no_conflict_markers,
+                    judge=judge,
+                    max_attempts=max_attempts,
+                    check_timeout=check_timeout,
+                    notify=notify,
+                ),
+            )
             job_id = await submit(journal, request, MCP_WORDING)
             if wait_for_result and context is not None:
                 return await wait_reporting(journal, job_id, context)

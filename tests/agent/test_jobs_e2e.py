@@ -21,9 +21,19 @@ from pathlib import Path
 import pytest
 from agent_harness import AgentHarness, Daemon, codex_processes, make_responder, user_prompts
 
+from coven_codex.agent.job_names import JOB_SENDER
 from coven_codex.entries import ThoughtEntry
-from coven_codex.jobs.client import JOB_SENDER, new_job_id, wait
-from coven_codex.jobs.records import JobRecord, job_conversation, read_jobs
+from coven_codex.jobs.client import new_job_id, wait
+from coven_codex.jobs.records import (
+    CONTINUATION_TEXT,
+    VERDICT_SCHEMA,
+    JobRecord,
+    Verdict,
+    continuation_id,
+    job_conversation,
+    judge_conversation,
+    read_jobs,
+)
 from coven_codex.support.limits import MAX_THOUGHT_CHARS
 from coven_codex.testing.model_server import ScriptedModelServer
 from coven_codex.testing.request_log import RecordedRequest
@@ -257,12 +267,13 @@ async def test_max_jobs_queues_and_kill9_mid_job_ends_every_job_once(
     codex_bin_169: Path, slow_server: ScriptedModelServer, harness_factory: Factory
 ) -> None:
     """With ``max_jobs = 1`` a second job stays queued behind a running one; the daemon is killed
-    (``kill -9``) then. After the restart the running job ends once (its turn was cut short: failed,
-    never run again), the queued one and a cancelled queued one are settled once: the queued one
-    runs once and succeeds, the cancelled one never reaches the model."""
+    (``kill -9``) then. After the restart the running job (submitted with ``--no-continue``) ends
+    once (its turn was cut short: failed, never run again), the queued one and a cancelled queued
+    one are settled once: the queued one runs once and succeeds, the cancelled one never reaches
+    the model."""
     h = harness_factory(codex_bin_169, slow_server)
     daemon = await started(h, "--max-jobs", "1")
-    _, out, _ = await job(h, "submit", "--prompt", "slow first")
+    _, out, _ = await job(h, "submit", "--prompt", "slow first", "--no-continue")
     first = out.strip()
     await until_state(h, first, "running")
     _, out, _ = await job(h, "submit", "--prompt", "queued second")
@@ -313,3 +324,108 @@ async def test_cancel_of_a_running_job_ends_its_codex(
     if "0.47" in str(codex_bin):
         assert codex_processes(h.codex_home) == []  # exec: one process per turn, ended with it
     assert await h.stop(daemon) == 0
+
+
+async def test_a_job_cut_short_by_kill9_continues_once_in_its_thread_and_succeeds(
+    codex_bin_169: Path, harness_factory: Factory
+) -> None:
+    """``kill -9`` of the daemon while a job's turn runs: after the restart the job continues in the
+    same Codex thread with one continuation message and ends ``succeeded``; its prompt was asked
+    once, the continuation once; the record lists both attempts."""
+    stalled = asyncio.Event()
+
+    def stall_once(request: RecordedRequest) -> object:
+        stalled.set()
+        return (Stall(LONG_STALL), Reply("too late"))
+
+    async with ScriptedModelServer(responder=make_responder({"slow": stall_once})) as server:
+        h = harness_factory(codex_bin_169, server)
+        daemon = await started(h)
+        _, out, _ = await job(h, "submit", "--prompt", "slow and killed")
+        job_id = out.strip()
+        await until_state(h, job_id, "running")
+        await asyncio.wait_for(stalled.wait(), 60)
+        await h.kill9(daemon)
+        daemon = await started(h)
+        done = await wait(h.journal, job_id, limit=180)
+        assert done.state == "succeeded", done
+        assert [a.kind for a in done.attempts] == ["prompt", "continuation"]
+        assert done.attempts[0].error is not None and done.attempts[0].error.code == "PROCESS_EXITED"
+        assert done.final_message is not None and done.final_message.startswith("echo: Your previous turn")
+        code, out, _ = await job(h, "status", job_id)
+        assert code == 0 and f"{job_id} succeeded" in out and "attempts 2" in out
+        assert await h.stop(daemon) == 0
+        asked = server.requests.responses_requests()
+        prompts = [user_prompts(r)[-1] for r in asked if user_prompts(r)]
+        assert prompts.count("slow and killed") == 1 and prompts.count(CONTINUATION_TEXT) == 1
+        (continued,) = [r for r in asked if user_prompts(r) and user_prompts(r)[-1] == CONTINUATION_TEXT]
+        assert "slow and killed" in user_prompts(continued)  # the same thread: the prompt is in its history
+        thoughts = [e.id for e in await h.entries() if e.kind == "thought" and e.conversation == f"job:{job_id}"]
+        assert thoughts[1:] == [continuation_id(job_id, 2)]
+
+
+async def test_a_check_that_fails_once_gets_a_second_attempt_in_the_same_thread(
+    codex_bin_169: Path, model_server: ScriptedModelServer, harness_factory: Factory
+) -> None:
+    """``job submit --cwd <workspace> --check CMD --max-attempts 3 --wait --json`` where CMD fails
+    once, then passes: two attempts in the job's thread, the second asked with the check's output;
+    ``succeeded``, the record listing both with their gate results; its ``--notify`` conversation
+    gets one summary."""
+    h = harness_factory(codex_bin_169, model_server)
+    daemon = await started(h)
+    check = "test -e .checked-once || { touch .checked-once; echo 'lint: 1 problem'; exit 1; }"
+    code, out, err = await job(
+        h, "submit", "--prompt", "make it lint", "--cwd", str(h.workspace), "--check", check,
+        "--max-attempts", "3", "--notify", "team", "--wait", "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    done = JobRecord.model_validate_json(out)
+    assert done.state == "succeeded" and done.end_reason == "attempt 2 passed every check", out
+    first, second = done.attempts
+    assert first.gates is not None and not first.gates[0].passed and first.gates[0].exit_code == 1
+    assert "lint: 1 problem" in first.gates[0].output
+    assert second.kind == "gate_feedback" and second.gates is not None and second.gates[0].passed
+    (request,) = [r for r in model_server.requests.responses_requests() if "lint: 1 problem" in str(user_prompts(r))]
+    assert user_prompts(request)[0] == "make it lint"  # the same thread
+    assert await h.stop(daemon) == 0
+    # The notice: one reply in the chat conversation the job named, and nothing else there.
+    (notice,) = [e for e in await h.entries() if e.conversation == "team"]
+    assert notice.kind == "response" and notice.sender == "codex"
+    assert notice.text.startswith(f"Job {done.id} succeeded after 2 attempts: attempt 2 passed every check.")
+    assert "Final message:\necho: " in notice.text
+
+
+async def test_a_judge_whose_first_verdict_fails_sends_its_next_prompt_and_passes_the_second(
+    codex_bin_169: Path, harness_factory: Factory
+) -> None:
+    """``--judge``: the judge turn runs in a thread of its own with the verdict's schema as its output
+    schema; a failing verdict's next prompt goes to the job's thread; the second verdict passes."""
+    failing = Verdict(decision="fail", confidence=0.7, missing=["a README"], next_prompt="write the README too")
+    passing = Verdict(decision="pass", confidence=0.95, missing=[], next_prompt="")
+    verdicts = [failing, passing]
+
+    def judge(request: RecordedRequest) -> object:
+        return Reply(verdicts.pop(0).model_dump_json())
+
+    async with ScriptedModelServer(responder=make_responder({"You are the reviewer": judge})) as server:
+        h = harness_factory(codex_bin_169, server)
+        daemon = await started(h)
+        code, out, err = await job(h, "submit", "--prompt", "build it", "--judge", "--wait", "--json")
+        assert code == 0, err
+        done = JobRecord.model_validate_json(out)
+        assert done.state == "succeeded" and done.verdict == passing, out
+        assert [a.kind for a in done.attempts] == ["prompt", "judge_feedback"]
+        assert [t.verdict for a in done.attempts for t in a.judge] == [failing, passing]
+        assert done.attempts[1].message.startswith("write the README too")
+        assert done.judge_thread_id not in (None, done.thread_id)
+        assert await h.stop(daemon) == 0
+        asked = server.requests.responses_requests()
+        judged = [r for r in asked if user_prompts(r) and user_prompts(r)[-1].startswith("You are the reviewer")]
+        assert len(judged) == 2
+        schema = judged[0].json["text"]["format"]
+        assert schema["type"] == "json_schema" and schema["schema"]["required"] == VERDICT_SCHEMA["required"]
+        (again,) = [r for r in asked if user_prompts(r) and user_prompts(r)[-1].startswith("write the README too")]
+        assert user_prompts(again)[0] == "build it"  # the job's own thread, not the judge's
+        assert all(not any(p.startswith("You are") for p in user_prompts(r)) for r in [again])
+        conversations = {e.conversation for e in await h.entries()}
+        assert judge_conversation(done.id) in conversations

@@ -154,7 +154,13 @@ class FakeDriver(CodexDriver):
         }
         return _line({"type": "item_completed", "thread_id": self._thread_id, "turn_id": self._turn, "item": item})
 
-    async def submit(self, text: str, client_id: str, images: tuple[ImageInput, ...] = ()) -> Submission:
+    async def submit(
+        self,
+        text: str,
+        client_id: str,
+        images: tuple[ImageInput, ...] = (),
+        output_schema: dict[str, object] | None = None,
+    ) -> Submission:
         """A thought during a turn joins it (steered); else it starts a turn."""
         self._check_alive()
         thought = TurnInput(text, client_id, images)

@@ -16,9 +16,35 @@ from coven_codex.entries import (
     ThoughtEntry,
     TokenUsage,
 )
-from coven_codex.jobs.client import JobRequest, JobUsageError, cancel, find, latest_thread, submit
-from coven_codex.jobs.records import JobFolder, read_jobs
+from coven_codex.jobs.client import (
+    CLI_WORDING,
+    MCP_WORDING,
+    JobRequest,
+    JobUsageError,
+    cancel,
+    find,
+    latest_thread,
+    make_spec,
+    submit,
+)
+from coven_codex.jobs.mcp_tools import job_tools
+from coven_codex.jobs.records import (
+    CONTINUATION_TEXT,
+    GateResult,
+    GatesEntry,
+    JobFolder,
+    JobPhase,
+    JobSpec,
+    Verdict,
+    attempt_id,
+    continuation_id,
+    gates_id,
+    judge_id,
+    read_jobs,
+)
 from coven_codex.journal import MemoryJournal
+from coven_codex.mcp.context import SpellContext
+from coven_codex.mcp.invoke import call_spell
 from coven_codex.support.limits import MAX_ID_CHARS, MAX_THOUGHT_CHARS
 
 C = "job:j1"
@@ -73,7 +99,7 @@ def test_a_job_goes_queued_running_succeeded() -> None:
     ],
 )
 def test_every_way_a_job_ends(entries: list[BaseEntry], state: str, code: str | None) -> None:
-    job = fold(submitted(), *entries).jobs["j1"]
+    job = fold(submitted(job={"continue_after_restart": False}), *entries).jobs["j1"]
     assert job.state == state and job.done
     assert (job.error.code if job.error is not None else None) == code
 
@@ -141,3 +167,140 @@ async def test_submit_checks_the_documented_limits_before_it_writes(request_: Jo
     assert await journal.read() == []
     await submit(journal, JobRequest(prompt="x" * MAX_THOUGHT_CHARS))  # the limit itself is fine
     assert len(await journal.read()) == 1
+
+
+def reply(to: str, text: str, conversation: str = C) -> list[BaseEntry]:
+    """A completed turn answering thought ``to`` with ``text``."""
+    return [
+        StatusEntry(conversation=conversation, state="turn_started", in_reply_to=to),
+        ResponseEntry(conversation=conversation, text=text, in_reply_to=to),
+        StatusEntry(
+            conversation=conversation, state="turn_completed", in_reply_to=to, usage=TokenUsage(total_tokens=5)
+        ),
+    ]
+
+
+def gates(attempt: int, *results: GateResult) -> GatesEntry:
+    return GatesEntry(id=gates_id("j1", attempt), conversation=C, gates=list(results))
+
+
+def test_a_job_cut_short_waits_for_one_continuation_then_a_second_cut_fails_it() -> None:
+    folder = fold(submitted(), status("turn_started"), status("turn_aborted", text="turn aborted"))
+    job = folder.jobs["j1"]
+    assert job.phase is JobPhase.CONTINUATION_DUE and not job.done
+    assert job.next_thought_id() == continuation_id("j1", 2)
+    folder.feed(ThoughtEntry(id=continuation_id("j1", 2), conversation=C, sender="jobs", text=CONTINUATION_TEXT))
+    assert [a.kind for a in job.attempts] == ["prompt", "continuation"] and job.phase is JobPhase.QUEUED
+    folder.feed(StatusEntry(conversation=C, state="turn_aborted", in_reply_to=continuation_id("j1", 2), text="x"))
+    assert job.state == "failed" and job.error is not None and job.error.code == "PROCESS_EXITED"
+    assert job.end_reason == "the turn was cut short and it was continued once"
+
+
+def test_checks_that_fail_start_the_next_attempt_with_their_output_until_attempts_run_out() -> None:
+    folder = fold(submitted(job={"checks": ["make test"], "max_attempts": 2}), *reply("t1", "done"))
+    job = folder.jobs["j1"]
+    assert job.phase is JobPhase.CHECKING and job.state == "running"
+    folder.feed(gates(1, GateResult(name="make test", passed=False, exit_code=2, output="FAILED test_x")))
+    assert job.phase is JobPhase.NEXT_ATTEMPT_DUE and job.due_message is not None
+    assert "$ make test" in job.due_message and "FAILED test_x" in job.due_message
+    second = attempt_id("j1", 2)
+    folder.feed(ThoughtEntry(id=second, conversation=C, sender="jobs", text=job.due_message))
+    folder.feed(gates(1, GateResult(name="make test", passed=True)))  # a stale id changes nothing
+    for entry in reply(second, "fixed"):
+        folder.feed(entry)
+    folder.feed(gates(2, GateResult(name="make test", passed=False, exit_code=1)))
+    assert job.state == "failed" and job.error is not None and job.error.code == "ATTEMPTS_EXHAUSTED"
+    assert [a.kind for a in job.attempts] == ["prompt", "gate_feedback"] and job.usage == TokenUsage(total_tokens=10)
+    assert [g.passed for a in job.attempts for g in a.gates or []] == [False, False]
+
+
+def test_a_gate_that_cannot_run_is_a_hard_failure() -> None:
+    folder = fold(submitted(job={"checks": ["x"]}), *reply("t1", "done"))
+    folder.feed(gates(1, GateResult(name="cwd", passed=False, ran=False, problem="cwd '/gone' does not exist")))
+    job = folder.jobs["j1"]
+    assert job.state == "failed" and job.error is not None and job.error.code == "CHECK_FAILED"
+
+
+def test_the_judge_is_asked_again_on_an_invalid_answer_and_its_failing_verdict_starts_the_next_attempt() -> None:
+    judge = "job:j1:judge"
+    folder = fold(submitted(job={"judge": True}), *reply("t1", "done"))
+    job = folder.jobs["j1"]
+    assert job.phase is JobPhase.JUDGE_DUE and job.next_judge_id() == judge_id("j1", 1, 1)
+    folder.feed(ThoughtEntry(id=judge_id("j1", 1, 1), conversation=judge, sender="jobs", text="judge"))
+    for entry in reply(judge_id("j1", 1, 1), "I think it is fine", judge):
+        folder.feed(entry)
+    assert job.phase is JobPhase.JUDGE_DUE and job.current.judge[0].problem is not None
+    folder.feed(ThoughtEntry(id=judge_id("j1", 1, 2), conversation=judge, sender="jobs", text="judge"))
+    failing = Verdict(decision="fail", confidence=0.8, missing=["tests"], next_prompt="add tests")
+    for entry in reply(judge_id("j1", 1, 2), failing.model_dump_json(), judge):
+        folder.feed(entry)
+    assert job.phase is JobPhase.NEXT_ATTEMPT_DUE and job.due_message == "add tests\n\nMissing:\n- tests"
+    folder.feed(ThoughtEntry(id=attempt_id("j1", 2), conversation=C, sender="jobs", text=job.due_message))
+    for entry in reply(attempt_id("j1", 2), "tests added"):
+        folder.feed(entry)
+    folder.feed(ThoughtEntry(id=judge_id("j1", 2, 1), conversation=judge, sender="jobs", text="judge"))
+    passing = Verdict(decision="pass", confidence=0.9, missing=[], next_prompt="")
+    for entry in reply(judge_id("j1", 2, 1), passing.model_dump_json(), judge):
+        folder.feed(entry)
+    assert job.state == "succeeded" and job.verdict == passing and job.final_message == "tests added"
+    assert job.end_reason == "the judge passed attempt 2" and [a.kind for a in job.attempts] == [
+        "prompt",
+        "judge_feedback",
+    ]
+
+
+def test_a_cancel_while_the_gates_run_ends_the_job_cancelled() -> None:
+    folder = fold(submitted(job={"checks": ["sleep 100"]}), *reply("t1", "done"), CancelEntry(conversation=C))
+    assert folder.jobs["j1"].state == "cancelled"
+
+
+def test_the_client_writes_the_spec_and_names_a_bad_option_as_its_caller_does() -> None:
+    with pytest.raises(JobUsageError, match="--max-attempts N"):
+        make_spec(CLI_WORDING, max_attempts=0)
+    with pytest.raises(JobUsageError, match=r"^max_attempts"):
+        make_spec(MCP_WORDING, max_attempts=0)
+
+
+def test_a_due_thought_written_twice_after_a_crash_does_not_fail_the_job() -> None:
+    """The runner killed between writing a continuation and saving its record writes it again; the
+    session drops the repeat with a ``duplicate-id@`` refusal that says nothing of the job's turn."""
+    again = continuation_id("j1", 2)
+    folder = fold(submitted(), status("turn_started"), status("turn_aborted", text="turn aborted"))
+    folder.feed(ThoughtEntry(id=again, conversation=C, sender="jobs", text=CONTINUATION_TEXT))
+    folder.feed(ThoughtEntry(id=again, conversation=C, sender="jobs", text=CONTINUATION_TEXT))
+    folder.feed(ErrorEntry(id="duplicate-id@9", conversation=C, code="REFUSED", text="dropped", in_reply_to=again))
+    job = folder.jobs["j1"]
+    assert not job.done and len(job.attempts) == 2
+    for entry in reply(again, "finished"):
+        folder.feed(entry)
+    assert job.state == "succeeded" and job.error is None
+
+
+async def test_call_codex_takes_the_loop_s_arguments_as_the_command_line_does() -> None:
+    """``call_codex``'s ``checks``, ``judge``, ``max_attempts``, ``notify`` and
+    ``continue_after_restart`` become the same spec in the submitting thought as the flags; a bad
+    value is an ``isError`` result naming the argument."""
+    journal = MemoryJournal()
+    tool = job_tools(journal).get("call_codex")
+    assert tool is not None
+    arguments = {
+        "prompt": "fix it",
+        "checks": ["make test"],
+        "judge": True,
+        "max_attempts": 4,
+        "notify": "team",
+        "continue_after_restart": False,
+    }
+    result = await call_spell(tool, arguments, SpellContext(spell_name="call_codex"))
+    assert not result.isError, result
+    (job,) = (await read_jobs(journal)).jobs.values()
+    assert job.spec == JobSpec(
+        checks=["make test"], judge=True, max_attempts=4, notify="team", continue_after_restart=False
+    )
+    refused = await call_spell(tool, {"prompt": "x", "max_attempts": 0}, SpellContext(spell_name="call_codex"))
+    assert refused.isError and "max_attempts" in str(refused.content)
+
+
+def test_a_runner_thought_of_an_unknown_job_is_not_taken_for_a_job() -> None:
+    folder = fold(ThoughtEntry(id=attempt_id("j1", 2), conversation=C, sender="jobs", text="go on"))
+    assert folder.jobs == {}

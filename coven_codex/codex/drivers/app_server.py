@@ -42,7 +42,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, JsonValue, ValidationError
 
@@ -223,11 +223,17 @@ class AppServerDriver(CodexDriver):
         await self._events.deliver(ThreadStarted(thread_id, resumed=resumed, note=note))
 
     # -- thoughts ----------------------------------------------------------------------------------
-    async def submit(self, text: str, client_id: str, images: tuple[ImageInput, ...] = ()) -> Submission:
+    async def submit(
+        self,
+        text: str,
+        client_id: str,
+        images: tuple[ImageInput, ...] = (),
+        output_schema: dict[str, Any] | None = None,
+    ) -> Submission:
         """Start a turn with the thought, steer it into the running turn (``mid_turn="steer"``) or queue it."""
         async with self._lock:
             self._check_alive()
-            thought = TurnInput(text, client_id, images)
+            thought = TurnInput(text, client_id, images, output_schema)
             turn = self._turn
             if turn is None and not self._queue:
                 await self._start_turn(thought)
@@ -264,14 +270,14 @@ class AppServerDriver(CodexDriver):
         self._turn = turn
         turn.watchdog = self._spawn(self._watch_turn(turn))
         try:
-            result = await self._request(
-                "turn/start",
-                {
-                    "threadId": self._require_thread(),
-                    "input": input_items(thought),
-                    "clientUserMessageId": thought.client_id,
-                },
-            )
+            params: dict[str, JsonValue] = {
+                "threadId": self._require_thread(),
+                "input": input_items(thought),
+                "clientUserMessageId": thought.client_id,
+            }
+            if thought.output_schema is not None:
+                params["outputSchema"] = thought.output_schema
+            result = await self._request("turn/start", params)
         except RpcError as exc:
             self._finish_turn(turn, "failed", classify(f"Codex refused the thought: {exc}"))
             return

@@ -99,6 +99,8 @@ class TurnInput:
     text: str
     client_id: str
     images: tuple[ImageInput, ...] = ()
+    output_schema: dict[str, Any] | None = None
+    """The JSON Schema the turn's final answer must match (app-server's ``outputSchema``)."""
 
 
 class CodexDriver(abc.ABC):
@@ -177,8 +179,15 @@ class CodexDriver(abc.ABC):
     """Takes images by ``https`` URL as well as local files."""
 
     @abc.abstractmethod
-    async def submit(self, text: str, client_id: str, images: tuple[ImageInput, ...] = ()) -> Submission:
-        """Hand over a thought and its images; returns once Codex has it or it is queued (module docstring)."""
+    async def submit(
+        self,
+        text: str,
+        client_id: str,
+        images: tuple[ImageInput, ...] = (),
+        output_schema: dict[str, Any] | None = None,
+    ) -> Submission:
+        """Hand over a thought, its images and the schema its answer must match (where the driver can
+        constrain it: app-server); returns once Codex has it or it is queued (module docstring)."""
         ...
 
     @abc.abstractmethod

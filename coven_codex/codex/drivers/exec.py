@@ -117,7 +117,13 @@ class ExecDriver(CodexDriver):
         self._thread_id = resume_thread_id  # no turn can start before start() returns
 
     # -- thoughts ----------------------------------------------------------------------------------
-    async def submit(self, text: str, client_id: str, images: tuple[ImageInput, ...] = ()) -> Submission:
+    async def submit(
+        self,
+        text: str,
+        client_id: str,
+        images: tuple[ImageInput, ...] = (),
+        output_schema: dict[str, Any] | None = None,
+    ) -> Submission:
         """Start a turn (a ``codex exec`` process) with the thought, or queue it behind the running turn."""
         async with self._lock:
             self._check_alive()
