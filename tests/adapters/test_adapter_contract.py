@@ -18,6 +18,7 @@ from adapters_under_test import AdapterUnderTest, ConsoleAdapter, FakeAdapter, S
 from bad_day import HTML_502, Fault, Faults
 from discord_under_test import DiscordAdapter
 from slack_under_test import SlackAdapter
+from telegram_under_test import TelegramAdapter
 from web_under_test import WebAdapter
 
 from coven_codex.entries import (
@@ -42,6 +43,7 @@ ADAPTERS: dict[str, Callable[[Path], AdapterUnderTest]] = {
     "web": WebAdapter,
     "discord": DiscordAdapter,
     "slack": SlackAdapter,
+    "telegram": TelegramAdapter,
 }
 NETWORK = [name for name in ADAPTERS if ADAPTERS[name](Path("/nonexistent")).network]
 CRASH_SAFE: dict[str, Callable[[Path], AdapterUnderTest]] = {
@@ -53,6 +55,9 @@ CRASH_SAFE: dict[str, Callable[[Path], AdapterUnderTest]] = {
     # the fake Slack answers every 7th post or edit with 429 (Retry-After: 0) and kills the adapter
     # right after recording 3% of its posts and edits, before the answer reaches it
     "slack": lambda folder: SlackAdapter(folder, chaos=0.03, rate_limit_every=7),
+    # the fake Bot API answers every 7th write with 429 (retry_after 1) and kills the adapter right
+    # after creating or editing 3% of messages; Telegram may repeat a message in flight at a kill
+    "telegram": lambda folder: TelegramAdapter(folder, chaos=0.03, rate_limit_every=7),
 }
 
 
@@ -60,6 +65,7 @@ RATE_LIMITED: dict[str, Callable[[Path], AdapterUnderTest]] = {
     # Adapters whose platform answers HTTP 429: the fake every second call, the fake Slack 5 in a row (Retry-After: 1)
     "fake": lambda folder: FakeAdapter(folder, rate_limit_every=2),
     "slack": lambda folder: SlackAdapter(folder, burst=5),
+    "telegram": lambda folder: TelegramAdapter(folder, rate_limit_every=2),
 }
 
 
@@ -357,8 +363,24 @@ async def test_kill_9_at_random_points_never_duplicates_or_loses_a_message(kind:
     counts = {marker: screen.count(marker) for marker in markers}
     duplicated = {marker: count for marker, count in counts.items() if count > 1}
     missing = [marker for marker, count in counts.items() if count == 0]
-    assert not duplicated and not missing, (kills, duplicated, missing)
+    assert not missing, (kills, missing)
+    _assert_no_repeats_but_documented(adapter, markers, duplicated, kills)
     assert kills >= 12
+
+
+def _assert_no_repeats_but_documented(
+    adapter: AdapterUnderTest, markers: list[str], duplicated: dict[str, int], kills: int
+) -> None:
+    """No repeats; on a platform that cannot tell whether a message was sent (Telegram), at most
+    one per kill, each of a message the ledger held as in flight at a kill (docs/adapters.md)."""
+    repeats = getattr(adapter, "repeats", None)
+    if repeats is None:
+        assert not duplicated, (kills, duplicated)
+        return
+    extra, unexplained = repeats(markers)
+    killed = max(kills, adapter.kills)  # type: ignore[attr-defined] (the chaos hook's kills too)
+    print(f"{adapter.name}: {extra} repeated message(s) over {killed} kill(s)")
+    assert extra <= killed and not unexplained, (extra, killed, unexplained)
 
 
 BAD_DAY: dict[str, tuple[Callable[[Path], AdapterUnderTest], str, Callable[[float, str], Fault]]] = {
@@ -373,12 +395,26 @@ BAD_DAY: dict[str, tuple[Callable[[Path], AdapterUnderTest], str, Callable[[floa
         "/channels/",
         lambda _, text: Fault(status=400, body={"message": "Invalid Form Body", "code": 50035}, text=text, times=None),
     ),
+    "telegram": (
+        lambda folder: TelegramAdapter(folder, chaos=0.02),
+        "",
+        lambda _, text: Fault(
+            status=400,
+            body={"ok": False, "error_code": 400, "description": "Bad Request: can't parse entities: no end tag"},
+            text=text,
+            times=None,
+        ),
+    ),
 }
 
 
-def _random_fault(rng: random.Random, route: str, slack: bool) -> Fault:
+def _random_fault(rng: random.Random, route: str, kind: str) -> Fault:
     """One bad answer: a 5xx (JSON or an HTML page), a cut connection, a slow answer or a burst of 429s."""
-    writes = ("chat.postMessage", "chat.update", "conversations.") if slack else (route,)
+    slack = kind == "slack"
+    writes = {
+        "slack": ("chat.postMessage", "chat.update", "conversations."),
+        "telegram": ("sendMessage", "editMessageText", "getUpdates"),
+    }.get(kind, (route,))
     where = rng.choice(writes)
     roll = rng.random()
     if roll < 0.25:
@@ -393,6 +429,8 @@ def _random_fault(rng: random.Random, route: str, slack: bool) -> Fault:
     body = (
         {"ok": False, "error": "ratelimited"}
         if slack
+        else {"ok": False, "error_code": 429, "description": "Too Many Requests", "parameters": {"retry_after": 1}}
+        if kind == "telegram"
         else {"message": "slow down", "retry_after": 0.5, "global": False}
     )
     return Fault(status=429, body=body, headers=retry, route=where, times=rng.randrange(2, 5))
@@ -475,7 +513,7 @@ async def test_kill_9_and_a_bad_day_never_lose_or_duplicate_and_refusals_are_one
     try:
         while not feeder.done() or kills < 8:
             for _ in range(rng.randrange(1, 4)):
-                faults.add(_random_fault(rng, route, kind == "slack"))
+                faults.add(_random_fault(rng, route, kind))
             await asyncio.sleep(rng.uniform(0.2, 0.8))
             assert not exited_by_itself(), "the adapter exited on a bad answer"
             await adapter.kill()
@@ -493,7 +531,8 @@ async def test_kill_9_and_a_bad_day_never_lose_or_duplicate_and_refusals_are_one
     counts = {marker: screen.count(marker) for marker in markers}
     duplicated = {marker: count for marker, count in counts.items() if count > 1}
     missing = [marker for marker, count in counts.items() if count == 0]
-    assert not duplicated and not missing, (kills, duplicated, missing)
+    assert not missing, (kills, duplicated, missing)
+    _assert_no_repeats_but_documented(adapter, markers, duplicated, kills)
     notices = [m for m in shown if "refused to show a message here" in m.text]
     assert len(notices) == len(refused) and not [m for m in refused if m in screen], (len(notices), refused)
     hits = bad_answers()

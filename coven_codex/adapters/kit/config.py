@@ -116,8 +116,14 @@ DISCORD_BOT_TOKEN = SecretKind(
     "three dot-separated parts",
     "discord.com/developers/applications > your application > Bot > Reset Token",
 )
+TELEGRAM_BOT_TOKEN = SecretKind(
+    "the Telegram bot token",
+    re.compile(r"[0-9]{5,16}:[A-Za-z0-9_\-]{30,}"),
+    "the bot's numeric id, a colon, then 35 letters, digits, - and _",
+    "Telegram: @BotFather > /mybots > your bot > API Token",
+)
 
-_LITERAL_SHAPES = (SLACK_BOT_TOKEN, SLACK_APP_TOKEN, DISCORD_BOT_TOKEN)
+_LITERAL_SHAPES = (SLACK_BOT_TOKEN, SLACK_APP_TOKEN, DISCORD_BOT_TOKEN, TELEGRAM_BOT_TOKEN)
 _LITERAL_KEYS = frozenset({"token", "bot_token", "app_token", "signing_secret", "secret", "password", "api_key"})
 
 
@@ -335,6 +341,41 @@ class DiscordSection(AdapterSection):
         return problems
 
 
+class TelegramSection(AdapterSection):
+    """``[adapters.telegram]``: the bot token, allow-lists (user and chat ids), budgets, long polling."""
+
+    PLATFORM: ClassVar[str] = "telegram"
+    LIBRARY: ClassVar[str] = "telegram"
+    EXTRA: ClassVar[str] = "telegram"
+    SECRETS: ClassVar[dict[str, SecretKind]] = {"token": TELEGRAM_BOT_TOKEN}
+    DEFAULT_ENV: ClassVar[dict[str, str]] = {"token": "TELEGRAM_BOT_TOKEN"}
+
+    listen_chats: list[str] = Field(
+        default_factory=list,
+        description="Group chat ids where every message (not only mentions and replies to the bot) goes to Codex.",
+    )
+    message_limit: int = Field(
+        default=4000,
+        ge=500,
+        le=4000,
+        description="Markdown characters per message before it is split (Telegram shows at most 4,096).",
+    )
+    edit_interval: float = Field(default=1.5, ge=0.2, le=60.0, description="Least seconds between edits.")
+    chat_per_minute: float = Field(
+        default=60.0, gt=0, description="Messages and edits per minute in one private chat (Telegram: about 1/s)."
+    )
+    group_per_minute: float = Field(
+        default=20.0, gt=0, description="Messages and edits per minute in one group (Telegram: 20/min)."
+    )
+    global_per_second: float = Field(
+        default=30.0, gt=0, description="Messages and edits per second over all chats (Telegram: about 30/s)."
+    )
+    poll_timeout: int = Field(default=30, ge=1, le=50, description="Seconds one getUpdates long poll waits.")
+    api_url: str | None = Field(
+        default=None, description="The Bot API's base URL (default https://api.telegram.org; a local Bot API server)."
+    )
+
+
 class AdaptersSettings(BaseModel):
     """The ``[adapters]`` table of ``coven.toml``: a section per configured adapter."""
 
@@ -342,13 +383,18 @@ class AdaptersSettings(BaseModel):
 
     slack: SlackSection | None = None
     discord: DiscordSection | None = None
+    telegram: TelegramSection | None = None
 
     def configured(self) -> list[AdapterSection]:
         """The sections present, in a fixed order."""
-        return [section for section in (self.slack, self.discord) if section is not None]
+        return [section for section in (self.slack, self.discord, self.telegram) if section is not None]
 
 
-SECTIONS: dict[str, type[AdapterSection]] = {"slack": SlackSection, "discord": DiscordSection}
+SECTIONS: dict[str, type[AdapterSection]] = {
+    "slack": SlackSection,
+    "discord": DiscordSection,
+    "telegram": TelegramSection,
+}
 """Every adapter that has a section, by its name in ``[adapters.<name>]``."""
 
 _PATH_KEYS = ("journal", "token_file", "app_token_file", "signing_secret_file")
