@@ -17,8 +17,8 @@ envelope: ``{"ok": true, "result": ...}`` or ``{"ok": false, "error_code": N, "d
 - ``editMessageText`` with the same text and keyboard answers ``400 Bad Request: message is not
   modified``; an edit without ``reply_markup`` removes the keyboard, as Telegram does.
 - ``rate_limit_every=N``: every N-th write answers 429 with ``parameters.retry_after``;
-  ``chat_limit=(n, seconds)`` answers 429 past n writes in one chat in any window of that many
-  seconds (Telegram's own enforcement), counted in ``limited``.
+  ``chat_limit=(n, seconds)`` enforces n writes per that many seconds in each chat as a token
+  bucket (n at once, then n per period), answering 429 past it, counted in ``limited``.
 - ``faults`` (``bad_day.py``): 5xx (JSON or HTML), 400s, 403s, cut connections and slow answers by
   method (the route), chat and text.
 - ``after_write(method)`` is called after a message was created or edited, before the answer is
@@ -171,7 +171,7 @@ class FakeTelegram:
     _message_ids: dict[int, itertools.count[int]] = field(default_factory=dict)
     _file_ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _writes: int = 0
-    _chat_writes: dict[int, list[float]] = field(default_factory=dict)
+    _chat_writes: dict[int, tuple[float, float]] = field(default_factory=dict)
     _new_update: asyncio.Event = field(default_factory=asyncio.Event)
     _runner: web.AppRunner | None = None
     _closing: bool = False
@@ -254,11 +254,12 @@ class FakeTelegram:
         if self.chat_limit is not None:
             count, window = self.chat_limit
             now = time.monotonic()
-            recent = [t for t in self._chat_writes.get(chat, []) if now - t < window]
-            if len(recent) >= count:
+            tokens, then = self._chat_writes.get(chat, (float(count), now))
+            tokens = min(float(count), tokens + (now - then) * count / window)
+            if tokens < 1:
                 self.limited += 1
                 raise ApiError(429, f"Too Many Requests: retry after {self.retry_after}", self.retry_after)
-            self._chat_writes[chat] = [*recent, now]
+            self._chat_writes[chat] = (tokens - 1, now)
 
     # ------------------------------------------------------------- the methods
 

@@ -40,6 +40,7 @@ import asyncio
 import datetime as dtm
 import hashlib
 import logging
+import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
@@ -69,6 +70,7 @@ from telegram.error import (
     TimedOut,
 )
 from telegram.request import HTTPXRequest
+from telegram.warnings import PTBDeprecationWarning
 
 from coven_codex.adapters.kit.access import AccessPolicy
 from coven_codex.adapters.kit.budget import Budgets
@@ -117,6 +119,9 @@ COMMANDS = (
     ("help", "The commands"),
 )
 """The kit's commands as registered with ``setMyCommands`` (shown in Telegram's command menu)."""
+QUIET_LOGGERS = {"httpx": logging.WARNING, "httpcore": logging.WARNING, "telegram": logging.CRITICAL}
+"""Libraries' loggers held back: httpx logs every request's URL, which holds the bot token, at INFO;
+python-telegram-bot logs failures the adapter classifies and reports itself (without the token)."""
 NO_PREVIEW = LinkPreviewOptions(is_disabled=True)
 PARSE_REFUSED = "can't parse entities"
 NOT_MODIFIED = "message is not modified"
@@ -136,7 +141,11 @@ CHANNEL_HINT = "; add the bot to the chat (and let it post there), or remove the
 T = TypeVar("T")
 
 
-def _seconds(retry_after: int | dtm.timedelta) -> float:
+def _seconds(exc: RetryAfter) -> float:
+    """The wait Telegram asked for (read without python-telegram-bot's deprecation warning about its type)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PTBDeprecationWarning)
+        retry_after: int | dtm.timedelta = exc.retry_after
     return retry_after.total_seconds() if isinstance(retry_after, dtm.timedelta) else float(retry_after)
 
 
@@ -150,7 +159,7 @@ def classify(exc: TelegramError) -> Exception:
     """
     detail = f"Telegram answered: {clip(exc.message, 200)}"
     if isinstance(exc, RetryAfter):
-        return RateLimited(_seconds(exc.retry_after))
+        return RateLimited(_seconds(exc))
     if isinstance(exc, InvalidToken):
         return PlatformError(
             f"Telegram refused the bot token ({clip(exc.message, 100)}): check TELEGRAM_BOT_TOKEN"
@@ -212,6 +221,7 @@ class TelegramPlatform:
         edit_interval: float = 1.5,
         budgets: Budgets | None = None,
         poll_timeout: int = 30,
+        typing_every: float = TYPING_EVERY,
     ) -> None:
         self.dialect: Dialect = TelegramDialect(limit)
         self.capabilities = Capabilities(edit_interval=edit_interval, can_find=False, echoes_own_messages=True)
@@ -221,6 +231,7 @@ class TelegramPlatform:
         self.listen_chats = listen_chats
         self.budgets = budgets or Budgets({})
         self.poll_timeout = poll_timeout
+        self.typing_every = typing_every
         self.downloads = Downloader(frozenset({urlsplit(bot.base_file_url).hostname or ""}), MAX_IMAGE_BYTES)
         self._typing: dict[Address, asyncio.Task[None]] = {}
         self._long_actions: dict[str, str] = {}
@@ -370,7 +381,7 @@ class TelegramPlatform:
         loop = asyncio.get_running_loop()
         until = loop.time() + TYPING_MAX
         while loop.time() < until:
-            await asyncio.sleep(TYPING_EVERY)
+            await asyncio.sleep(self.typing_every)
             try:
                 await self._chat_action(address)
             except TelegramError as exc:
@@ -591,6 +602,8 @@ async def run_telegram(settings: TelegramSettings, started: Callable[[str], None
     ``started`` is called with the bot's ``@name`` once it is logged in and the runner follows the
     journal. Raises :class:`PlatformError` when Telegram refuses the token.
     """
+    for logger, level in QUIET_LOGGERS.items():
+        logging.getLogger(logger).setLevel(max(level, logging.getLogger(logger).getEffectiveLevel()))
     section = settings.section
     access = section.access_policy()
     bot = make_bot(settings.token, settings.api_url or section.api_url)
