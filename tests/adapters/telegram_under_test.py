@@ -45,7 +45,13 @@ def write_config(journal: Path, **section: object) -> Path:
 
 
 async def start_adapter(
-    journal: Path, api: str, *, stderr: int | None = None, env: dict[str, str] | None = None, **section: object
+    journal: Path,
+    api: str,
+    *,
+    stderr: int | None = None,
+    env: dict[str, str] | None = None,
+    log_level: str = "INFO",
+    **section: object,
 ) -> asyncio.subprocess.Process:
     """``coven-codex telegram`` as a process against the fake at ``api``; ``section`` is its configuration."""
     section = {"edit_interval": 0.2, "group_per_minute": 6000.0, "chat_per_minute": 6000.0, **section}
@@ -54,7 +60,7 @@ async def start_adapter(
         "-m",
         "coven_codex.cli.main",
         "--log-level",
-        "INFO",
+        log_level,
         "telegram",
         "--config",
         str(write_config(journal, **section)),

@@ -149,20 +149,22 @@ def _seconds(exc: RetryAfter) -> float:
     return retry_after.total_seconds() if isinstance(retry_after, dtm.timedelta) else float(retry_after)
 
 
-def classify(exc: TelegramError) -> Exception:
+def classify(exc: TelegramError, token: str = "") -> Exception:
     """The kit's exception for what python-telegram-bot raised (Telegram's answer, or no answer).
 
     429 (``RetryAfter``) → rate-limited; a timeout, a cut connection, a 5xx or any answer that is
     not Telegram's JSON (``NetworkError``) → unavailable; 401/404 (``InvalidToken``) → fatal;
     403 (``Forbidden``: blocked, kicked) and the 400s that name the chat or topic → the channel;
-    any other 400 → this message.
+    any other 400 → this message. ``token`` is cut out of every message (python-telegram-bot puts it
+    in some).
     """
-    detail = f"Telegram answered: {clip(exc.message, 200)}"
+    said = exc.message.replace(token, "<token>") if token else exc.message
+    detail = f"Telegram answered: {clip(said, 200)}"
     if isinstance(exc, RetryAfter):
         return RateLimited(_seconds(exc))
     if isinstance(exc, InvalidToken):
         return PlatformError(
-            f"Telegram refused the bot token ({clip(exc.message, 100)}): check TELEGRAM_BOT_TOKEN"
+            "Telegram refused the bot token (HTTP 401 or 404): check TELEGRAM_BOT_TOKEN"
             " (@BotFather > /mybots > your bot > API Token)",
             Refusal.FATAL,
         )
@@ -182,7 +184,7 @@ def classify(exc: TelegramError) -> Exception:
     if isinstance(exc, Conflict):
         return Unavailable(f"{detail} (another process polls this bot, or a webhook is set: stop the other one)")
     if isinstance(exc, TimedOut | NetworkError):
-        return Unavailable(f"Telegram could not be reached or failed: {clip(exc.message, 200)}")
+        return Unavailable(f"Telegram could not be reached or failed: {clip(said, 200)}")
     return PlatformError(detail, Refusal.ENTRY)
 
 
@@ -251,7 +253,7 @@ class TelegramPlatform:
                 await self.bot.delete_webhook(drop_pending_updates=False)
                 break
             except TelegramError as exc:
-                failed = classify(exc)
+                failed = classify(exc, self.bot.token)
                 if isinstance(failed, PlatformError):
                     raise failed from None
                 wait = failed.retry_after if isinstance(failed, RateLimited) else BACKOFF[min(tries, len(BACKOFF) - 1)]
@@ -264,7 +266,7 @@ class TelegramPlatform:
         except TelegramError as exc:
             log.warning(
                 "telegram: the command menu could not be registered (%s); typed commands still work",
-                clip(str(exc), 200),
+                classify(exc, self.bot.token),
             )
         return f"@{self.bot.username}"
 
@@ -288,12 +290,11 @@ class TelegramPlatform:
             async with self.budgets.take(scope, address.channel):
                 return await self._attempt(operation)
 
-    @staticmethod
-    async def _attempt(operation: Callable[[], Awaitable[T]]) -> T:
+    async def _attempt(self, operation: Callable[[], Awaitable[T]]) -> T:
         try:
             return await operation()
         except TelegramError as exc:
-            raise classify(exc) from exc
+            raise classify(exc, self.bot.token) from None
 
     def _keyboard(self, message: Outgoing) -> InlineKeyboardMarkup | None:
         if not message.buttons:
@@ -385,7 +386,7 @@ class TelegramPlatform:
             try:
                 await self._chat_action(address)
             except TelegramError as exc:
-                log.debug("telegram: the typing indicator was not shown: %s", clip(str(exc), 200))
+                log.debug("telegram: the typing indicator was not shown: %s", classify(exc, self.bot.token))
         self._typing.pop(address, None)
 
     async def find(self, address: Address, key: str) -> str | None:
@@ -407,7 +408,7 @@ class TelegramPlatform:
                     offset=offset, timeout=self.poll_timeout, allowed_updates=list(UPDATES)
                 )
             except TelegramError as exc:
-                failed = classify(exc)
+                failed = classify(exc, self.bot.token)
                 if isinstance(failed, PlatformError) and failed.refusal is Refusal.FATAL:
                     raise failed from None
                 wait = failed.retry_after if isinstance(failed, RateLimited) else BACKOFF[min(tries, len(BACKOFF) - 1)]
@@ -544,7 +545,7 @@ class TelegramPlatform:
         try:
             await query.answer(None if known else "this button is from before a restart: type the command instead")
         except TelegramError as exc:
-            log.info("telegram: a button press could not be answered: %s", clip(str(exc), 200))
+            log.info("telegram: a button press could not be answered: %s", classify(exc, self.bot.token))
         message = query.message
         if not known or message is None:
             return None
@@ -648,4 +649,4 @@ async def _shutdown(bot: telegram.Bot) -> None:
     try:
         await bot.shutdown()
     except TelegramError as exc:
-        log.debug("telegram: closing the connections: %s", clip(str(exc), 200))
+        log.debug("telegram: closing the connections: %s", classify(exc, bot.token))
