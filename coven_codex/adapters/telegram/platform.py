@@ -106,6 +106,8 @@ TYPING_EVERY = 4.0
 """Seconds between two ``sendChatAction`` while a turn runs (Telegram shows one for five)."""
 TYPING_MAX = 600.0
 """The longest a typing indicator is kept up without a turn's end (a turn cut short by a restart)."""
+REACH_TIMEOUT = 10.0
+"""Seconds ``validate`` waits for ``getMe``."""
 CALLBACK_LIMIT = 64
 """Telegram's most bytes of a button's ``callback_data``."""
 UPDATES = ("message", "callback_query")
@@ -557,6 +559,32 @@ class TelegramPlatform:
 
 
 # ------------------------------------------------------------------- running
+
+
+@dataclass(frozen=True, slots=True)
+class Reached:
+    """What ``getMe`` said: the bot's name, a refused token, or no answer."""
+
+    reached: bool
+    refused: bool
+    detail: str
+
+
+async def reach(token: Secret, api_url: str | None = None) -> Reached:
+    """Ask Telegram ``getMe`` once with ``token`` (``coven-codex validate``); never raises for an answer."""
+    bot = make_bot(token, api_url)
+    try:
+        async with asyncio.timeout(REACH_TIMEOUT):
+            me = await bot.get_me()
+    except TelegramError as exc:
+        failed = classify(exc, token.reveal())
+        refused = isinstance(failed, PlatformError) and failed.refusal is Refusal.FATAL
+        return Reached(reached=refused, refused=refused, detail=str(failed))
+    except TimeoutError:
+        return Reached(reached=False, refused=False, detail=f"no answer within {REACH_TIMEOUT:g} s")
+    finally:
+        await _shutdown(bot)
+    return Reached(reached=True, refused=False, detail=f"Telegram knows the bot as @{me.username}")
 
 
 def make_bot(token: Secret, api_url: str | None = None) -> telegram.Bot:
