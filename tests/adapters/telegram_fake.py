@@ -21,6 +21,8 @@ envelope: ``{"ok": true, "result": ...}`` or ``{"ok": false, "error_code": N, "d
   bucket (n at once, then n per period), answering 429 past it, counted in ``limited``.
 - ``faults`` (``bad_day.py``): 5xx (JSON or HTML), 400s, 403s, cut connections and slow answers by
   method (the route), chat and text.
+- A message created by a request whose connection a fault cuts after handling it is kept in
+  ``unanswered`` (the bot cannot know it was created).
 - ``after_write(method)`` is called after a message was created or edited, before the answer is
   sent (the contract suite's kill -9 at the worst moment).
 """
@@ -166,6 +168,8 @@ class FakeTelegram:
     limited: int = 0
     """429s the fake's own enforcement (``rate_limit_every``, ``chat_limit``) answered."""
     polls: int = 0
+    unanswered: list[str] = field(default_factory=list)
+    """The texts (as sent) of messages created by a request whose answer was cut off."""
     updates: list[dict[str, Any]] = field(default_factory=list)
     _update_ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1000))
     _message_ids: dict[int, itertools.count[int]] = field(default_factory=dict)
@@ -229,10 +233,17 @@ class FakeTelegram:
         params = await self._params(request)
         body = json.dumps(params, default=str, ensure_ascii=False)
         chat = str(params.get("chat_id", ""))
-        faulty = await self.faults.answer(request, method, chat, body, lambda: self._handle(method, params))
+        faulty = await self.faults.answer(request, method, chat, body, lambda: self._unanswered(method, params))
         if faulty is not None:
             return faulty
         return await self._handle(method, params)
+
+    async def _unanswered(self, method: str, params: dict[str, Any]) -> web.StreamResponse:
+        """Handle a request whose answer the bot will never get (a connection cut after it was handled)."""
+        before = set(self.messages)
+        response = await self._handle(method, params)
+        self.unanswered += [self.messages[key].raw for key in set(self.messages) - before]
+        return response
 
     async def _handle(self, method: str, params: dict[str, Any]) -> web.StreamResponse:
         handler = getattr(self, f"_api_{method}", None)

@@ -8,7 +8,8 @@ as ``cancel`` when nothing is streamed, is typed as ``/cancel``). What users see
 record of the bot's messages (their text as shown, their keyboards).
 
 Telegram cannot say whether a message was already sent (no idempotency key, no history for bots):
-a kill between Telegram creating a message and the ledger's record of it repeats that message.
+a kill between Telegram creating a message and the ledger's record of it, or an answer lost to a
+cut connection, repeats that message.
 :meth:`TelegramAdapter.in_flight` reads the ledger's open intents after each kill, so the contract
 suite counts repeats and checks each was in flight at a kill.
 """
@@ -198,11 +199,13 @@ class TelegramAdapter:
         else:
             self.fake.user_message(USERS[user], "/" + action, chat_id=GROUP, thread=TOPICS[channel])
 
-    def repeats(self, markers: list[str]) -> tuple[int, list[str]]:
-        """Messages shown more than once: how many extra copies, and those not in flight at any kill.
+    def repeats(self, markers: list[str]) -> tuple[int, int, list[str]]:
+        """Messages shown more than once: how many extra copies, how many may be, and those not explained.
 
         A marker shown more than once is repeated by every message carrying it but the newest;
-        each such message's text (as sent) must be one the ledger held as an open intent at a kill.
+        each such message's text (as sent) must be one the ledger held as an open intent at a kill,
+        or one whose answer a cut connection lost (the bot cannot know it was created): at most one
+        repeat per kill and per lost answer.
         """
         shown = self.fake.in_chat(GROUP, any_thread=True)
         extras: dict[tuple[int, int], str] = {}
@@ -210,8 +213,12 @@ class TelegramAdapter:
             carrying = [m for m in shown if marker in m.text]
             for message in carrying[:-1]:
                 extras[(message.chat_id, message.message_id)] = message.raw
-        unexplained = [raw for raw in extras.values() if content_digest(raw) not in self.in_flight_digests]
-        return len(extras), unexplained
+        unexplained = [
+            raw
+            for raw in extras.values()
+            if content_digest(raw) not in self.in_flight_digests and raw not in self.fake.unanswered
+        ]
+        return len(extras), self.kills + len(self.fake.unanswered), unexplained
 
     async def messages(self) -> list[Shown]:
         names = {topic: name for name, topic in TOPICS.items()}

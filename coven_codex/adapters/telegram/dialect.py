@@ -29,9 +29,11 @@ SOURCE_LIMIT = 4000
 """Markdown characters per message before conversion (room for the label and a hint)."""
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})\s*([\w+#.-]*).*$")
-_BOLD = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*|__(?=\S)(.+?)(?<=\S)__")
-_STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~")
-_LINK = re.compile(r"\[([^\]\n]+)\]\((https?://[^)\s\"]+)\)")
+# A style's content holds no tag (a ``<`` or ``>`` there is one the conversion wrote; the text's are
+# escaped): styles nest inside links and code, never across another style's tags.
+_BOLD = re.compile(r"\*\*(?=[^\s<>])([^<>]+?)(?<=[^\s<>])\*\*|__(?=[^\s<>])([^<>]+?)(?<=[^\s<>])__")
+_STRIKE = re.compile(r"~~(?=[^\s<>])([^<>]+?)(?<=[^\s<>])~~")
+_LINK = re.compile(r"\[([^\]\n<>]+)\]\((https?://[^)\s\"<>]+)\)")
 _HEADING = re.compile(r"^ {0,3}#{1,6}\s+(.*?)\s*#*\s*$")
 _CODE_SPAN = re.compile(r"(`+)(.+?)\1")
 
