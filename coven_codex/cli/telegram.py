@@ -61,6 +61,7 @@ def execute(args: argparse.Namespace) -> int:
         )
         assert isinstance(section, TelegramSection)
         token = secrets["token"]
+        webhook_secret = secrets.get("webhook_secret")
     except AdapterConfigError as exc:
         return _fail(str(exc))
     print(f"coven-codex telegram: {section.access_policy().describe()}", file=sys.stderr, flush=True)
@@ -77,7 +78,10 @@ def execute(args: argparse.Namespace) -> int:
         assert task is not None
         async with signals_cancel(task):
             await run_telegram(
-                TelegramSettings(journal=journal, token=token, section=section, api_url=args.api_url), started
+                TelegramSettings(
+                    journal=journal, token=token, section=section, webhook_secret=webhook_secret, api_url=args.api_url
+                ),
+                started,
             )
 
     try:

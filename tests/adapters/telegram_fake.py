@@ -5,6 +5,9 @@ Served by aiohttp at ``/bot<token>/<method>`` (python-telegram-bot reaches it th
 envelope: ``{"ok": true, "result": ...}`` or ``{"ok": false, "error_code": N, "description": ...,
 "parameters": {"retry_after": N}}``.
 
+- ``setWebhook`` (with ``secret_token``): pending updates are then posted to its URL one at a time
+  with ``X-Telegram-Bot-Api-Secret-Token``, each again until answered 2xx, and ``getUpdates``
+  answers 409 Conflict, as Telegram does.
 - ``getMe``, ``deleteWebhook``, ``setMyCommands`` (kept in ``commands``), ``getUpdates`` (long
   polling: updates below ``offset`` are confirmed and forgotten, the rest answered; an empty
   answer after ``timeout`` seconds), ``sendMessage``, ``editMessageText``, ``deleteMessage``,
@@ -30,6 +33,7 @@ envelope: ``{"ok": true, "result": ...}`` or ``{"ok": false, "error_code": N, "d
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import re
@@ -39,6 +43,7 @@ from dataclasses import dataclass, field
 from html import unescape
 from typing import Any
 
+import aiohttp
 from aiohttp import web
 from bad_day import Faults
 
@@ -168,6 +173,11 @@ class FakeTelegram:
     limited: int = 0
     """429s the fake's own enforcement (``rate_limit_every``, ``chat_limit``) answered."""
     polls: int = 0
+    webhook: dict[str, str] | None = None
+    """The webhook ``setWebhook`` set: its ``url`` and ``secret``; updates are then posted there."""
+    webhook_answers: list[int] = field(default_factory=list)
+    """The status of every webhook delivery (0: no answer)."""
+    _deliverer: asyncio.Task[None] | None = None
     unanswered: list[str] = field(default_factory=list)
     """The texts (as sent) of messages created by a request whose answer was cut off."""
     updates: list[dict[str, Any]] = field(default_factory=list)
@@ -203,6 +213,9 @@ class FakeTelegram:
         """Stop serving (a long poll waiting for updates is answered at once)."""
         self._closing = True
         self._new_update.set()
+        if self._deliverer is not None:
+            self._deliverer.cancel()
+            await asyncio.gather(self._deliverer, return_exceptions=True)
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -278,7 +291,38 @@ class FakeTelegram:
         return BOT
 
     async def _api_deleteWebhook(self, params: dict[str, Any]) -> Any:
+        self.webhook = None
         return True
+
+    async def _api_setWebhook(self, params: dict[str, Any]) -> Any:
+        self.webhook = {"url": str(params["url"]), "secret": str(params.get("secret_token") or "")}
+        if self._deliverer is None or self._deliverer.done():
+            self._deliverer = asyncio.create_task(self._deliver())
+        return True
+
+    async def _deliver(self) -> None:
+        """Post pending updates to the webhook one at a time, each until it is answered 2xx."""
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=70)) as session:
+            while self.webhook is not None and not self._closing:
+                if not self.updates:
+                    self._new_update.clear()
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(0.5):
+                            await self._new_update.wait()
+                    continue
+                update = self.updates[0]
+                headers = {"X-Telegram-Bot-Api-Secret-Token": self.webhook["secret"]}
+                try:
+                    async with session.post(self.webhook["url"], json=update, headers=headers) as response:
+                        self.webhook_answers.append(response.status)
+                        delivered = 200 <= response.status < 300
+                except (aiohttp.ClientError, TimeoutError):
+                    self.webhook_answers.append(0)
+                    delivered = False
+                if delivered:
+                    self.updates = [u for u in self.updates if u["update_id"] != update["update_id"]]
+                else:
+                    await asyncio.sleep(0.2)
 
     async def _api_setMyCommands(self, params: dict[str, Any]) -> Any:
         self.commands = list(params.get("commands") or [])
@@ -286,6 +330,8 @@ class FakeTelegram:
 
     async def _api_getUpdates(self, params: dict[str, Any]) -> Any:
         self.polls += 1
+        if self.webhook is not None:
+            raise ApiError(409, "Conflict: can't use getUpdates method while webhook is active; use deleteWebhook")
         offset = int(params.get("offset") or 0)
         timeout = float(params.get("timeout") or 0)
         if offset:

@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import socket
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+import aiohttp
 import pytest
 from bad_day import HTML_502, Fault
 from telegram_fake import TEST_TOKEN, FakeTelegram
@@ -196,3 +198,48 @@ async def test_an_image_past_the_limit_is_refused_with_a_notice_and_not_read_who
     assert any("left out photo" in n and "larger than" in n for n in notices), notices
     assert any("only images" in n for n in notices), notices
     assert fake.fetched.get(document, 0) == 0
+
+
+async def test_webhook_mode_takes_updates_posted_with_the_secret_and_refuses_others(
+    tmp_path: Path, fake: FakeTelegram
+) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    secret = "a-webhook-secret-of-the-right-shape"
+    url = f"http://127.0.0.1:{port}/telegram-updates"
+    process, log = await _run(
+        tmp_path,
+        fake,
+        env={"TELEGRAM_WEBHOOK_SECRET": secret},
+        mode="webhook",
+        webhook_url=url,
+        webhook_port=port,
+    )
+    journal = tmp_path / "journal.jsonl"
+    try:
+        assert fake.webhook == {"url": url, "secret": secret}, log.read_text()
+        async with aiohttp.ClientSession() as session:
+            forged = {"update_id": 1, "message": {"message_id": 1, "date": 0, "chat": {"id": ANN, "type": "private"}}}
+            for headers in ({}, {"X-Telegram-Bot-Api-Secret-Token": "a-guess-of-the-right-shape-000"}):
+                async with session.post(url, json=forged, headers=headers) as response:
+                    assert response.status == 403
+        fake.user_message(ANN, "through the webhook")
+        await _until(lambda: bool(_entries(journal, "thought")))
+        await _until(lambda: not fake.updates)
+    finally:
+        await _stop(process)
+    assert [e["text"] for e in _entries(journal, "thought")] == ["through the webhook"]
+    assert fake.webhook_answers == [200] and fake.requests.get("getUpdates", 0) == 0
+    assert secret not in log.read_text()
+
+
+async def test_webhook_mode_without_its_url_or_secret_is_refused_at_start(tmp_path: Path, fake: FakeTelegram) -> None:
+    process, log = await _run(tmp_path, fake, mode="webhook")
+    await _stop(process)
+    assert process.returncode == 2 and "needs webhook_url" in log.read_text(), log.read_text()
+    process, log = await _run(tmp_path, fake, mode="webhook", webhook_url="https://bot.example.org/tg")
+    await _stop(process)
+    text = log.read_text()
+    assert process.returncode == 2 and "the Telegram webhook secret is missing" in text, text
+    assert fake.requests == {}

@@ -123,6 +123,13 @@ TELEGRAM_BOT_TOKEN = SecretKind(
     "Telegram: @BotFather > /mybots > your bot > API Token",
 )
 
+TELEGRAM_WEBHOOK_SECRET = SecretKind(
+    "the Telegram webhook secret",
+    re.compile(r"[A-Za-z0-9_\-]{16,256}"),
+    "16 to 256 letters, digits, - and _",
+    "make one, e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))'",
+)
+
 _LITERAL_SHAPES = (SLACK_BOT_TOKEN, SLACK_APP_TOKEN, DISCORD_BOT_TOKEN, TELEGRAM_BOT_TOKEN)
 _LITERAL_KEYS = frozenset({"token", "bot_token", "app_token", "signing_secret", "secret", "password", "api_key"})
 
@@ -347,8 +354,24 @@ class TelegramSection(AdapterSection):
     PLATFORM: ClassVar[str] = "telegram"
     LIBRARY: ClassVar[str] = "telegram"
     EXTRA: ClassVar[str] = "telegram"
-    SECRETS: ClassVar[dict[str, SecretKind]] = {"token": TELEGRAM_BOT_TOKEN}
-    DEFAULT_ENV: ClassVar[dict[str, str]] = {"token": "TELEGRAM_BOT_TOKEN"}
+    SECRETS: ClassVar[dict[str, SecretKind]] = {"token": TELEGRAM_BOT_TOKEN, "webhook_secret": TELEGRAM_WEBHOOK_SECRET}
+    DEFAULT_ENV: ClassVar[dict[str, str]] = {
+        "token": "TELEGRAM_BOT_TOKEN",
+        "webhook_secret": "TELEGRAM_WEBHOOK_SECRET",
+    }
+
+    mode: Literal["polling", "webhook"] = Field(
+        default="polling", description="polling: getUpdates (no public URL); webhook: Telegram posts updates to us."
+    )
+    webhook_url: str | None = Field(
+        default=None, description="Webhook mode: the public HTTPS URL Telegram posts to (a reverse proxy's)."
+    )
+    webhook_host: str = Field(default="127.0.0.1", description="Webhook mode: address to listen on.")
+    webhook_port: int = Field(default=8443, ge=0, le=65535, description="Webhook mode: port to listen on.")
+    webhook_secret_env: str | None = Field(
+        default=None, description="Webhook mode: environment variable of the secret Telegram sends back."
+    )
+    webhook_secret_file: Path | None = Field(default=None, description="Webhook mode: file holding that secret.")
 
     listen_chats: list[str] = Field(
         default_factory=list,
@@ -375,6 +398,18 @@ class TelegramSection(AdapterSection):
         default=None, description="The Bot API's base URL (default https://api.telegram.org; a local Bot API server)."
     )
 
+    @model_validator(mode="after")
+    def _webhook_needs_url(self) -> TelegramSection:
+        if self.mode == "webhook" and not self.webhook_url:
+            raise ValueError('mode = "webhook" needs webhook_url, the public HTTPS URL Telegram posts updates to')
+        return self
+
+    def needed_secrets(self) -> dict[str, SecretKind]:
+        """The bot token, and in webhook mode the secret Telegram sends with every update."""
+        if self.mode == "webhook":
+            return dict(self.SECRETS)
+        return {"token": TELEGRAM_BOT_TOKEN}
+
 
 class AdaptersSettings(BaseModel):
     """The ``[adapters]`` table of ``coven.toml``: a section per configured adapter."""
@@ -397,7 +432,7 @@ SECTIONS: dict[str, type[AdapterSection]] = {
 }
 """Every adapter that has a section, by its name in ``[adapters.<name>]``."""
 
-_PATH_KEYS = ("journal", "token_file", "app_token_file", "signing_secret_file")
+_PATH_KEYS = ("journal", "token_file", "app_token_file", "signing_secret_file", "webhook_secret_file")
 
 
 def resolve_paths(adapters: Any, base: Path) -> None:

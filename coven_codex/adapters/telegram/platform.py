@@ -93,6 +93,7 @@ from coven_codex.adapters.kit.platform import (
 from coven_codex.adapters.kit.render import Dialect, clip
 from coven_codex.adapters.kit.runner import BACKOFF, AdapterRunner
 from coven_codex.adapters.telegram.dialect import TelegramDialect, escape, to_plain
+from coven_codex.adapters.telegram.webhook import WebhookReceiver
 from coven_codex.adapters.web.uploads import MAX_IMAGE_BYTES, ImageStore, UploadError, uploads_dir
 from coven_codex.entries import Attachment
 from coven_codex.journal.opening import JournalName, local_base, open_journal
@@ -226,6 +227,7 @@ class TelegramPlatform:
         budgets: Budgets | None = None,
         poll_timeout: int = 30,
         typing_every: float = TYPING_EVERY,
+        webhook: WebhookReceiver | None = None,
     ) -> None:
         self.dialect: Dialect = TelegramDialect(limit)
         self.capabilities = Capabilities(edit_interval=edit_interval, can_find=False, echoes_own_messages=True)
@@ -236,6 +238,7 @@ class TelegramPlatform:
         self.budgets = budgets or Budgets({})
         self.poll_timeout = poll_timeout
         self.typing_every = typing_every
+        self.webhook = webhook
         self.downloads = Downloader(frozenset({urlsplit(bot.base_file_url).hostname or ""}), MAX_IMAGE_BYTES)
         self._typing: dict[Address, asyncio.Task[None]] = {}
         self._long_actions: dict[str, str] = {}
@@ -252,7 +255,12 @@ class TelegramPlatform:
         while True:
             try:
                 await self.bot.initialize()
-                await self.bot.delete_webhook(drop_pending_updates=False)
+                if self.webhook is None:
+                    await self.bot.delete_webhook(drop_pending_updates=False)
+                else:
+                    await self.bot.set_webhook(
+                        self.webhook.url, secret_token=self.webhook.secret.reveal(), allowed_updates=list(UPDATES)
+                    )
                 break
             except TelegramError as exc:
                 failed = classify(exc, self.bot.token)
@@ -398,8 +406,16 @@ class TelegramPlatform:
     # --------------------------------------------------------------- ingress
 
     def incoming(self) -> AsyncIterator[Incoming]:
-        """Users' messages and button presses, by long polling."""
-        return self._updates()
+        """Users' messages and button presses, by long polling (or from the webhook)."""
+        return self._updates() if self.webhook is None else self._posted(self.webhook)
+
+    async def _posted(self, webhook: WebhookReceiver) -> AsyncIterator[Incoming]:
+        async for update, done in webhook.updates():
+            event = await self._event(update)
+            if event is not None:
+                yield event  # handled by the runner before Telegram is answered 200
+            if not done.done():
+                done.set_result(None)
 
     async def _updates(self) -> AsyncIterator[Incoming]:
         offset: int | None = None
@@ -621,6 +637,8 @@ class TelegramSettings:
     journal: JournalName
     token: Secret
     section: TelegramSection
+    webhook_secret: Secret | None = None
+    """The secret Telegram sends with each update (webhook mode)."""
     api_url: str | None = None
     """Overrides the section's ``api_url`` (the tests' fake Bot API)."""
 
@@ -646,10 +664,26 @@ async def run_telegram(settings: TelegramSettings, started: Callable[[str], None
         edit_interval=section.edit_interval,
         budgets=budgets(section),
         poll_timeout=section.poll_timeout,
+        webhook=(
+            WebhookReceiver(
+                bot, settings.webhook_secret, section.webhook_url, section.webhook_host, section.webhook_port
+            )
+            if section.mode == "webhook" and section.webhook_url and settings.webhook_secret is not None
+            else None
+        ),
     )
     journal = open_journal(settings.journal)
     ledger = DeliveryLedger.open(ledger_path(base, NAME))
     try:
+        if platform.webhook is not None:
+            try:
+                await platform.webhook.start()
+            except OSError as exc:
+                raise PlatformError(
+                    f"cannot listen for Telegram's webhook on {section.webhook_host}:{section.webhook_port}:"
+                    f" {exc.strerror}; choose a free webhook_port",
+                    Refusal.FATAL,
+                ) from None
         name = await platform.start()
         runner = AdapterRunner(
             journal, platform, section.channel_map(), access, ledger, name=NAME, metrics=section.metrics
@@ -661,6 +695,8 @@ async def run_telegram(settings: TelegramSettings, started: Callable[[str], None
             announce.cancel()
             await asyncio.gather(announce, return_exceptions=True)
     finally:
+        if platform.webhook is not None:
+            await platform.webhook.close()
         await platform.close()
         await _shutdown(bot)
         ledger.close()
