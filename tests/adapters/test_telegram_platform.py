@@ -225,10 +225,11 @@ async def test_the_bot_ignores_other_bots_and_unaddressed_group_messages(
     fake.user_message(5002, "a reply to the bot", chat_id=GROUP, reply_to=fake.messages[(GROUP, int(reply_to))])
     fake.user_message(5002, "/status@coven_bot", chat_id=GROUP)
     fake.user_message(5001, "in private")
+    fake.user_message(5002, "/start")
     events = platform.incoming()
     got: list[IncomingMessage] = []
     async with asyncio.timeout(10):
-        while len(got) < 4:
+        while len(got) < 5:
             event = await anext(events)
             assert isinstance(event, IncomingMessage)
             got.append(event)
@@ -237,8 +238,9 @@ async def test_the_bot_ignores_other_bots_and_unaddressed_group_messages(
         (Address(channel=str(GROUP)), "a reply to the bot"),
         (Address(channel=str(GROUP)), "/status"),
         (PRIVATE, "in private"),
+        (Address(channel="5002"), "/help"),  # Telegram's /start: a user's first tap on the bot
     ]
-    assert [e.user.id for e in got] == ["5001", "5002", "5002", "5001"]
+    assert [e.user.id for e in got] == ["5001", "5002", "5002", "5001", "5002"]
 
 
 async def _five_streams(fake: FakeTelegram, budgets: Budgets) -> None:

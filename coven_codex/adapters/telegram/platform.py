@@ -496,7 +496,10 @@ class TelegramPlatform:
         return {}
 
     def _text(self, message: Message) -> str:
-        """The text (or caption) without the bot's ``@name`` (a command's ``/status@bot`` becomes ``/status``)."""
+        """The text (or caption) without the bot's ``@name`` (a command's ``/status@bot`` becomes ``/status``).
+
+        Telegram's ``/start`` (what a user's first tap on the bot sends) is the kit's ``/help``.
+        """
         text = message.text or message.caption or ""
         me = self._me
         if me is not None and me.username:
@@ -505,7 +508,8 @@ class TelegramPlatform:
                 first, space, rest = text.partition(" ")
                 text = first.split("@", 1)[0] + space + rest
             text = text.replace(mention, "")
-        return text.strip()
+        text = text.strip()
+        return "/help" if text == "/start" or text.startswith("/start ") else text
 
     async def _images(self, message: Message, address: Address) -> tuple[Attachment, ...]:
         """The message's photo or image document, fetched through ``getFile`` and stored (one notice if not)."""
