@@ -22,6 +22,7 @@ SUBCOMMANDS: tuple[str, ...] = (
     "chat",
     "web",
     "discord",
+    "telegram",
     "slack",
     "demo",
     "spells",

@@ -81,6 +81,29 @@ def _access(section: AdapterSection) -> ProbeFunction:
     return probe
 
 
+def _telegram_reachable(section: AdapterSection) -> ProbeFunction:
+    async def probe(context: ProbeContext) -> ProbeResult:
+        """Whether Telegram answers ``getMe`` with the token (a warning when it cannot be reached)."""
+        from coven_codex.adapters.telegram.platform import reach  # noqa: PLC0415 ([telegram] extra)
+
+        try:
+            secrets = section.load_secrets(dict(os.environ))
+        except AdapterConfigError as exc:
+            return ProbeResult.fail(str(exc), "Set the token as the message says, then run validate again.")
+        api_url = getattr(section, "api_url", None)
+        found = await reach(secrets["token"], api_url if isinstance(api_url, str) else None)
+        if found.refused:
+            return ProbeResult.fail(found.detail, "Copy the token again from @BotFather (/mybots > API Token).")
+        if not found.reached:
+            return ProbeResult.warn(
+                f"Telegram could not be reached ({found.detail})",
+                "Check this machine's network (offline: the adapter waits for Telegram when it starts).",
+            )
+        return ProbeResult.ok(found.detail)
+
+    return probe
+
+
 def adapter_plan(settings: Settings) -> tuple[Probe, ...]:
     """The probes of every adapter configured in ``settings`` (none when ``[adapters]`` is absent)."""
     probes: list[Probe] = []
@@ -91,4 +114,14 @@ def adapter_plan(settings: Settings) -> tuple[Probe, ...]:
             Probe(f"{name}_tokens", f"{name} adapter: tokens present and well-formed", _tokens(section), timeout=5),
             Probe(f"{name}_access", f"{name} adapter: allow-lists let somebody in", _access(section), timeout=1),
         ]
+        if name == "telegram":
+            probes.append(
+                Probe(
+                    "telegram_reachable",
+                    "telegram adapter: getMe answers with the token",
+                    _telegram_reachable(section),
+                    timeout=20,
+                    needs=("telegram_library", "telegram_tokens"),
+                )
+            )
     return tuple(probes)

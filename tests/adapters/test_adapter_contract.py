@@ -8,6 +8,7 @@ platform's side.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -20,6 +21,7 @@ from bad_day import HTML_502, Fault, Faults
 from discord_under_test import DiscordAdapter
 from running import append, close, running
 from slack_under_test import SlackAdapter
+from telegram_under_test import TelegramAdapter
 from web_under_test import WebAdapter
 
 from coven_codex.entries import (
@@ -44,6 +46,7 @@ ADAPTERS: dict[str, Callable[[Path], AdapterUnderTest]] = {
     "web": WebAdapter,
     "discord": DiscordAdapter,
     "slack": SlackAdapter,
+    "telegram": TelegramAdapter,
 }
 NETWORK = [name for name in ADAPTERS if ADAPTERS[name](Path("/nonexistent")).network]
 CRASH_SAFE: dict[str, Callable[[Path], AdapterUnderTest]] = {
@@ -55,6 +58,9 @@ CRASH_SAFE: dict[str, Callable[[Path], AdapterUnderTest]] = {
     # the fake Slack answers every 7th post or edit with 429 (Retry-After: 0) and kills the adapter
     # right after recording 3% of its posts and edits, before the answer reaches it
     "slack": lambda folder: SlackAdapter(folder, chaos=0.03, rate_limit_every=7),
+    # the fake Bot API answers every 7th write with 429 (retry_after 1) and kills the adapter right
+    # after creating or editing 3% of messages; Telegram may repeat a message in flight at a kill
+    "telegram": lambda folder: TelegramAdapter(folder, chaos=0.03, rate_limit_every=7),
 }
 
 
@@ -62,6 +68,7 @@ RATE_LIMITED: dict[str, Callable[[Path], AdapterUnderTest]] = {
     # Adapters whose platform answers HTTP 429: the fake every second call, the fake Slack 5 in a row (Retry-After: 1)
     "fake": lambda folder: FakeAdapter(folder, rate_limit_every=2),
     "slack": lambda folder: SlackAdapter(folder, burst=5),
+    "telegram": lambda folder: TelegramAdapter(folder, rate_limit_every=2),
 }
 
 
@@ -338,8 +345,23 @@ async def test_kill_9_at_random_points_never_duplicates_or_loses_a_message(kind:
     counts = {marker: screen.count(marker) for marker in markers}
     duplicated = {marker: count for marker, count in counts.items() if count > 1}
     missing = [marker for marker, count in counts.items() if count == 0]
-    assert not duplicated and not missing, (kills, duplicated, missing)
+    assert not missing, (kills, missing)
+    _assert_no_repeats_but_documented(adapter, markers, duplicated, kills)
     assert kills >= 12
+
+
+def _assert_no_repeats_but_documented(
+    adapter: AdapterUnderTest, markers: list[str], duplicated: dict[str, int], kills: int
+) -> None:
+    """No repeats; on a platform that cannot tell whether a message was sent (Telegram), at most one
+    per kill and per answer a cut connection lost, each of a message in flight then (docs/adapters.md)."""
+    repeats = getattr(adapter, "repeats", None)
+    if repeats is None:
+        assert not duplicated, (kills, duplicated)
+        return
+    extra, allowed, unexplained = repeats(markers)
+    print(f"{adapter.name}: {extra} repeated message(s); at most {allowed} allowed (kills and lost answers)")
+    assert kills <= allowed and extra <= allowed and not unexplained, (extra, allowed, unexplained)
 
 
 @dataclass(frozen=True)
@@ -362,13 +384,16 @@ class BadDay:
 
 
 def _faulty(
-    adapter: SlackAdapter | DiscordAdapter, faults: Faults, route: str, refusal: Callable[[str], Fault]
+    adapter: SlackAdapter | DiscordAdapter | TelegramAdapter,
+    faults: Faults,
+    route: str,
+    refusal: Callable[[str], Fault],
 ) -> BadDay:
-    """A fake platform answering badly at random (``_random_fault``) on ``route`` (Slack: its write methods)."""
-    slack = isinstance(adapter, SlackAdapter)
+    """A fake platform answering badly at random (``_random_fault``) on ``route`` (Slack, Telegram: their
+    write methods)."""
 
     async def misbehave(rng: random.Random) -> None:
-        faults.add(_random_fault(rng, route, slack))
+        faults.add(_random_fault(rng, route, adapter.name))
 
     def random_faults() -> list[Fault]:
         return [f for f in faults.active if f.text == ""]
@@ -400,6 +425,16 @@ def _discord_bad_day(folder: Path) -> BadDay:
     return _faulty(adapter, adapter.fake.faults, "/channels/", refusal)
 
 
+def _telegram_bad_day(folder: Path) -> BadDay:
+    adapter = TelegramAdapter(folder, chaos=0.02)
+
+    def refusal(text: str) -> Fault:
+        body = {"ok": False, "error_code": 400, "description": "Bad Request: can't parse entities: no end tag"}
+        return Fault(status=400, body=body, text=text, times=None)
+
+    return _faulty(adapter, adapter.fake.faults, "", refusal)
+
+
 def _web_bad_day(folder: Path) -> BadDay:
     # A tab per conversation; the live channel cut mid-stream, a slow reader, a reconnect with a stale cursor
     adapter = WebAdapter(folder, ("general", "random", "ops"), flaky=True)
@@ -416,13 +451,18 @@ def _web_bad_day(folder: Path) -> BadDay:
 BAD_DAY: dict[str, Callable[[Path], BadDay]] = {
     "slack": _slack_bad_day,
     "discord": _discord_bad_day,
+    "telegram": _telegram_bad_day,
     "web": _web_bad_day,
 }
 
 
-def _random_fault(rng: random.Random, route: str, slack: bool) -> Fault:
+def _random_fault(rng: random.Random, route: str, kind: str) -> Fault:
     """One bad answer: a 5xx (JSON or an HTML page), a cut connection, a slow answer or a burst of 429s."""
-    writes = ("chat.postMessage", "chat.update", "conversations.") if slack else (route,)
+    slack = kind == "slack"
+    writes = {
+        "slack": ("chat.postMessage", "chat.update", "conversations."),
+        "telegram": ("sendMessage", "editMessageText"),  # getUpdates: test_telegram_process.py
+    }.get(kind, (route,))
     where = rng.choice(writes)
     roll = rng.random()
     if roll < 0.25:
@@ -437,6 +477,8 @@ def _random_fault(rng: random.Random, route: str, slack: bool) -> Fault:
     body = (
         {"ok": False, "error": "ratelimited"}
         if slack
+        else {"ok": False, "error_code": 429, "description": "Too Many Requests", "parameters": {"retry_after": 1}}
+        if kind == "telegram"
         else {"message": "slow down", "retry_after": 0.5, "global": False}
     )
     return Fault(status=429, body=body, headers=retry, route=where, times=rng.randrange(2, 5))
@@ -512,7 +554,12 @@ async def test_kill_9_and_a_bad_day_never_lose_or_duplicate_and_refusals_are_one
                         await asyncio.sleep(rng.uniform(0, 0.04))
                 await journal.append(ResponseEntry(text=text, conversation=conversation))
                 extra += 1
-                await asyncio.sleep(rng.uniform(0, 0.04))
+                # Paced by delivery, not by the clock: faults are added once per kill, and on a loaded
+                # machine an adapter's restart takes seconds (more replies meanwhile would add none).
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(30):
+                        while not await _visible(adapter, marker):
+                            await asyncio.sleep(0.05)
         finally:
             await journal.aclose()
 
@@ -545,7 +592,8 @@ async def test_kill_9_and_a_bad_day_never_lose_or_duplicate_and_refusals_are_one
     counts = {marker: screen.count(marker) for marker in markers}
     duplicated = {marker: count for marker, count in counts.items() if count > 1}
     missing = [marker for marker, count in counts.items() if count == 0]
-    assert not duplicated and not missing, (kills, duplicated, missing)
+    assert not missing, (kills, duplicated, missing)
+    _assert_no_repeats_but_documented(adapter, markers, duplicated, kills)
     notices = [m for m in shown if "refused to show a message here" in m.text]
     assert len(notices) == len(refused) and not [m for m in refused if m in screen], (len(notices), refused)
     hits = bad_answers()

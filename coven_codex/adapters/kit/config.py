@@ -87,8 +87,21 @@ DISCORD_BOT_TOKEN = SecretKind(
     "three dot-separated parts",
     "discord.com/developers/applications > your application > Bot > Reset Token",
 )
+TELEGRAM_BOT_TOKEN = SecretKind(
+    "the Telegram bot token",
+    re.compile(r"[0-9]{5,16}:[A-Za-z0-9_\-]{30,}"),
+    "the bot's numeric id, a colon, then 35 letters, digits, - and _",
+    "Telegram: @BotFather > /mybots > your bot > API Token",
+)
 
-_LITERAL_SHAPES = (SLACK_BOT_TOKEN, SLACK_APP_TOKEN, DISCORD_BOT_TOKEN)
+TELEGRAM_WEBHOOK_SECRET = SecretKind(
+    "the Telegram webhook secret",
+    re.compile(r"[A-Za-z0-9_\-]{16,256}"),
+    "16 to 256 letters, digits, - and _",
+    "make one, e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))'",
+)
+
+_LITERAL_SHAPES = (SLACK_BOT_TOKEN, SLACK_APP_TOKEN, DISCORD_BOT_TOKEN, TELEGRAM_BOT_TOKEN)
 _LITERAL_KEYS = frozenset({"token", "bot_token", "app_token", "signing_secret", "secret", "password", "api_key"})
 
 
@@ -312,6 +325,69 @@ class DiscordSection(AdapterSection):
         return problems
 
 
+class TelegramSection(AdapterSection):
+    """``[adapters.telegram]``: the bot token, allow-lists (user and chat ids), budgets, long polling."""
+
+    PLATFORM: ClassVar[str] = "telegram"
+    LIBRARY: ClassVar[str] = "telegram"
+    EXTRA: ClassVar[str] = "telegram"
+    SECRETS: ClassVar[dict[str, SecretKind]] = {"token": TELEGRAM_BOT_TOKEN, "webhook_secret": TELEGRAM_WEBHOOK_SECRET}
+    DEFAULT_ENV: ClassVar[dict[str, str]] = {
+        "token": "TELEGRAM_BOT_TOKEN",
+        "webhook_secret": "TELEGRAM_WEBHOOK_SECRET",
+    }
+
+    mode: Literal["polling", "webhook"] = Field(
+        default="polling", description="polling: getUpdates (no public URL); webhook: Telegram posts updates to us."
+    )
+    webhook_url: str | None = Field(
+        default=None, description="Webhook mode: the public HTTPS URL Telegram posts to (a reverse proxy's)."
+    )
+    webhook_host: str = Field(default="127.0.0.1", description="Webhook mode: address to listen on.")
+    webhook_port: int = Field(default=8443, ge=0, le=65535, description="Webhook mode: port to listen on.")
+    webhook_secret_env: str | None = Field(
+        default=None, description="Webhook mode: environment variable of the secret Telegram sends back."
+    )
+    webhook_secret_file: Path | None = Field(default=None, description="Webhook mode: file holding that secret.")
+
+    listen_chats: list[str] = Field(
+        default_factory=list,
+        description="Group chat ids where every message (not only mentions and replies to the bot) goes to Codex.",
+    )
+    message_limit: int = Field(
+        default=4000,
+        ge=500,
+        le=4000,
+        description="Markdown characters per message before it is split (Telegram shows at most 4,096).",
+    )
+    edit_interval: float = Field(default=1.5, ge=0.2, le=60.0, description="Least seconds between edits.")
+    chat_per_minute: float = Field(
+        default=60.0, gt=0, description="Messages and edits per minute in one private chat (Telegram: about 1/s)."
+    )
+    group_per_minute: float = Field(
+        default=20.0, gt=0, description="Messages and edits per minute in one group (Telegram: 20/min)."
+    )
+    global_per_second: float = Field(
+        default=30.0, gt=0, description="Messages and edits per second over all chats (Telegram: about 30/s)."
+    )
+    poll_timeout: int = Field(default=30, ge=1, le=50, description="Seconds one getUpdates long poll waits.")
+    api_url: str | None = Field(
+        default=None, description="The Bot API's base URL (default https://api.telegram.org; a local Bot API server)."
+    )
+
+    @model_validator(mode="after")
+    def _webhook_needs_url(self) -> TelegramSection:
+        if self.mode == "webhook" and not self.webhook_url:
+            raise ValueError('mode = "webhook" needs webhook_url, the public HTTPS URL Telegram posts updates to')
+        return self
+
+    def needed_secrets(self) -> dict[str, SecretKind]:
+        """The bot token, and in webhook mode the secret Telegram sends with every update."""
+        if self.mode == "webhook":
+            return dict(self.SECRETS)
+        return {"token": TELEGRAM_BOT_TOKEN}
+
+
 class AdaptersSettings(BaseModel):
     """The ``[adapters]`` table of ``coven.toml``: a section per configured adapter."""
 
@@ -319,16 +395,21 @@ class AdaptersSettings(BaseModel):
 
     slack: SlackSection | None = None
     discord: DiscordSection | None = None
+    telegram: TelegramSection | None = None
 
     def configured(self) -> list[AdapterSection]:
         """The sections present, in a fixed order."""
-        return [section for section in (self.slack, self.discord) if section is not None]
+        return [section for section in (self.slack, self.discord, self.telegram) if section is not None]
 
 
-SECTIONS: dict[str, type[AdapterSection]] = {"slack": SlackSection, "discord": DiscordSection}
+SECTIONS: dict[str, type[AdapterSection]] = {
+    "slack": SlackSection,
+    "discord": DiscordSection,
+    "telegram": TelegramSection,
+}
 """Every adapter that has a section, by its name in ``[adapters.<name>]``."""
 
-_PATH_KEYS = ("journal", "token_file", "app_token_file", "signing_secret_file")
+_PATH_KEYS = ("journal", "token_file", "app_token_file", "signing_secret_file", "webhook_secret_file")
 
 
 def resolve_paths(adapters: Any, base: Path) -> None:

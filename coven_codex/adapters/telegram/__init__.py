@@ -1,0 +1,1 @@
+"""The Telegram adapter (``pip install 'coven-codex[telegram]'``; docs/adapters.md, Telegram)."""
