@@ -131,7 +131,7 @@ async def test_an_append_whose_reply_was_lost_is_not_appended_twice(name: str) -
     entry = thought("sent before the connection broke", id="lost-reply")
     client = Redis.from_url(location.url)
     await client.register_script(scripts.APPEND)(
-        keys=[location.stream, location.ids, location.trimmed], args=[entry.id or "", entry.to_json().encode()]
+        keys=[location.stream, location.ids, location.trimmed], args=[entry.id or "", entry.to_json().encode(), "0", ""]
     )
     await client.aclose()
     record = await journal.append(entry)
