@@ -333,16 +333,19 @@ class RedisJournal:
         loc = self.location
         keys = [loc.stream, loc.ids, loc.trimmed]
         index = {key: number for number, key in enumerate(keys, start=1)}
-        args: list[str | bytes] = []
+        parts: list[bytes] = []
         for append in batch:
+            entry_id = append.entry_id.encode()
             if append.fence is None:
-                args += [append.entry_id, append.payload, "0", ""]
-                continue
-            number = index.get(append.fence.key)
-            if number is None:
-                keys.append(append.fence.key)
-                number = index[append.fence.key] = len(keys)
-            args += [append.entry_id, append.payload, str(number), str(append.fence.token)]
+                parts.append(b"%d %d 0 \n" % (len(entry_id), len(append.payload)))
+            else:
+                number = index.get(append.fence.key)
+                if number is None:
+                    keys.append(append.fence.key)
+                    number = index[append.fence.key] = len(keys)
+                parts.append(b"%d %d %d %d\n" % (len(entry_id), len(append.payload), number, append.fence.token))
+            parts += (entry_id, append.payload)
+        args = [b"".join(parts)]
 
         async def run() -> Any:
             return await self._append(keys=keys, args=args)

@@ -30,13 +30,22 @@ APPEND: Final = (
     _IDS
     + """
 -- KEYS: stream, ids, trimmed, then each fence key once
--- ARGV: four per entry, in order: entry id, payload, fence (the index of its key in KEYS, 0: none), token
+-- ARGV[1]: the entries, one after another, each '<id length> <payload length> <fence> <token>\\n<id><payload>'
+-- (fence: the index of its key in KEYS, 0: none; token: empty without a fence); one argument for the
+-- whole batch, so that the client packs one string, not four per entry
 -- One reply per entry, one string (one bulk reply each is cheap to read):
 -- 'new PREVIOUS ID' | 'known PREVIOUS ID[ PAYLOAD]' | 'fenced[ HELD]' (HELD: what the key holds) | 'error WHY'
 local replies = {}
 local previous = false
-for i = 1, #ARGV, 4 do
-  local entry_id, payload, fence, token = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3]
+local batch = ARGV[1]
+local at = 1
+while at <= #batch do
+  local _, header_end, id_length, payload_length, fence, token = string.find(batch, '^(%d+) (%d+) (%d+) (%S*)\\n', at)
+  if not header_end then return redis.error_reply('malformed append batch at byte ' .. at) end
+  id_length, payload_length, fence = tonumber(id_length), tonumber(payload_length), tonumber(fence)
+  local entry_id = string.sub(batch, header_end + 1, header_end + id_length)
+  local payload = string.sub(batch, header_end + id_length + 1, header_end + id_length + payload_length)
+  at = header_end + id_length + payload_length + 1
   local reply = false
   local known = redis.call('HGET', KEYS[2], entry_id)
   if known then
