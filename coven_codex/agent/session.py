@@ -404,6 +404,17 @@ class Session:
             if self._codex is not None and not self.busy:
                 log.info("conversation %r: ending its idle Codex process for another conversation", self._name)
                 await self._end_codex(reason="slot needed by another conversation")
+                # As when it is let go for being idle: the chat, and whoever waits for every thread to
+                # be let go (benchmarks/bench_scale.py above max_sessions), learn it from the journal.
+                bound = "max_jobs" if self._slots is self._svc.job_slots else "max_sessions"
+                await self._emit(
+                    StatusEntry(
+                        state="session_ended",
+                        thread_id=self.state.thread_id,
+                        text=f"idle: the Codex thread was let go for a conversation waiting for a turn slot ({bound}"
+                        f" = {self._slots.size}); the next thought resumes it",
+                    )
+                )
         elif isinstance(message, _Recorded):
             thought = self._unconfirmed
             if thought is not None and thought.entry_id == message.client_id:
