@@ -2,7 +2,9 @@
 
 Starts its own ``redis-server`` (Debian's, AOF with ``appendfsync everysec``, on a free loopback
 port). The file journal (durability ``batched``, its default) is the baseline; ratios are Redis
-over file (> 1: Redis is slower).
+over file for latencies (> 1: Redis is slower) and Redis over file for appends/s (>= 1: Redis
+keeps up). The last table is a streaming turn's deltas (one append after another, each awaited)
+while 16 other appenders flood the same journal: what one delta's append and delivery take.
 
     .venv/bin/python benchmarks/bench_redis_journal.py [--quick]
 """
@@ -19,7 +21,7 @@ from pathlib import Path
 
 from _common import base_parser, machine_line, ms, print_table, summarize
 
-from coven_codex.entries import ThoughtEntry
+from coven_codex.entries import DeltaEntry, ThoughtEntry
 from coven_codex.journal import FileJournal, Journal, JournalRecord
 from coven_codex.journal.redis import RedisJournal
 from coven_codex.testing.redis_server import RedisServer
@@ -84,6 +86,51 @@ async def concurrent(journal: Journal, count: int, tasks: int = 16) -> float:
     return share * tasks / (time.perf_counter() - start)
 
 
+async def deltas_under_load(journal: Journal, count: int, tasks: int = 16) -> tuple[list[float], list[float], float]:
+    """A streaming turn's ``count`` deltas, each awaited, while ``tasks`` appenders append without pause:
+    each delta's append() latency, its append -> delivered-by-tail latency (seconds), and the
+    flood's appends/s meanwhile."""
+    sent: dict[str, float] = {}
+    delivered: list[float] = []
+    appended: list[float] = []
+    all_delivered = asyncio.Event()
+    stop = asyncio.Event()
+    flooded = 0
+
+    async def reader() -> None:
+        items = journal.tail(await journal.end_position())
+        async with contextlib.aclosing(items):
+            async for item in items:
+                if isinstance(item, JournalRecord) and item.entry.id in sent:
+                    delivered.append(time.perf_counter() - sent[item.entry.id])
+                    if len(delivered) == count:
+                        all_delivered.set()
+                        return
+
+    async def flood(number: int) -> None:
+        nonlocal flooded
+        while not stop.is_set():
+            await journal.append(ThoughtEntry(text=TEXT, sender=f"flood-{number}"))
+            flooded += 1
+
+    reading = asyncio.create_task(reader())
+    await asyncio.sleep(0.3)
+    flooding = [asyncio.create_task(flood(number)) for number in range(tasks)]
+    await asyncio.sleep(0.3)
+    begun, flooded_before = time.perf_counter(), flooded
+    for number in range(count):
+        entry_id = f"delta-{number}-{begun}"
+        sent[entry_id] = time.perf_counter()
+        await journal.append(DeltaEntry(id=entry_id, item_id="msg-1", text="a few words "))
+        appended.append(time.perf_counter() - sent[entry_id])
+    rate = (flooded - flooded_before) / (time.perf_counter() - begun)
+    await asyncio.wait_for(all_delivered.wait(), 60)
+    stop.set()
+    await asyncio.gather(*flooding)
+    await reading
+    return appended, delivered, rate
+
+
 async def main() -> None:
     args = base_parser(__doc__ or "").parse_args()
     count = 300 if args.quick else 2000
@@ -92,9 +139,10 @@ async def main() -> None:
     try:
         with RedisServer(directory / "redis") as server:
             results: dict[str, tuple[list[float], float, float]] = {}
+            loaded: dict[str, tuple[list[float], list[float], float]] = {}
             for name in ("file", "redis"):
                 journals: list[Journal] = []
-                for run in range(3):
+                for run in range(4):
                     journals.append(
                         FileJournal(directory / f"{run}.jsonl")
                         if name == "file"
@@ -103,6 +151,7 @@ async def main() -> None:
                 latencies = await delivered_latency(journals[0], count)
                 rate = await sequential(journals[1], count)
                 together = await concurrent(journals[2], count)
+                loaded[name] = await deltas_under_load(journals[3], count // 4)
                 for journal in journals:
                     await journal.aclose()
                 results[name] = (latencies, rate, together)
@@ -121,11 +170,45 @@ async def main() -> None:
                     f"{summary.p99 / file_lat.p99:.1f}x",
                     f"{rate:,.0f}",
                     f"{together:,.0f}",
+                    f"{together / results['file'][2]:.2f}x",
                 ]
             )
         print_table(
             f"append() -> delivered by tail() at {RATE:.0f} entries/s (ms), and appends/s; ratios: vs the file journal",
-            ["journal", "entries", "p50", "p99", "p50 ratio", "p99 ratio", "sequential/s", "16 tasks/s"],
+            ["journal", "entries", "p50", "p99", "p50 ratio", "p99 ratio", "sequential/s", "16 tasks/s", "16 ratio"],
+            rows,
+        )
+        file_append, file_delivered = summarize(loaded["file"][0]), summarize(loaded["file"][1])
+        rows = []
+        for name, label in (("file", "FileJournal (batched), baseline"), ("redis", "RedisJournal (AOF everysec)")):
+            appended, delivered, flood_rate = loaded[name]
+            append_summary, delivered_summary = summarize(appended), summarize(delivered)
+            rows.append(
+                [
+                    label,
+                    append_summary.count,
+                    ms(append_summary.p50),
+                    ms(append_summary.p99),
+                    f"{append_summary.p50 / file_append.p50:.1f}x",
+                    ms(delivered_summary.p50),
+                    ms(delivered_summary.p99),
+                    f"{delivered_summary.p50 / file_delivered.p50:.1f}x",
+                    f"{flood_rate:,.0f}",
+                ]
+            )
+        print_table(
+            "a streaming turn's deltas (each awaited) while 16 appenders flood the journal (ms); ratios: vs the file",
+            [
+                "journal",
+                "deltas",
+                "append p50",
+                "append p99",
+                "append p50 ratio",
+                "delivered p50",
+                "delivered p99",
+                "delivered p50 ratio",
+                "flood appends/s",
+            ],
             rows,
         )
     finally:

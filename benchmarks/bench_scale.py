@@ -75,7 +75,8 @@ IDLE_WINDOW = 10.0
 REPLY_TIMEOUT = 600.0
 MAX_SESSIONS = 256  # (settings.py: the bound of max_sessions)
 """The largest ``max_sessions``. Beyond it, conversations wait for a slot, and an idle one gives its slot (and
-thread) to a waiter without a ``status: session_ended``: the release phase is measured only up to it."""
+thread) to a waiter, writing a ``status: session_ended`` as an idle release does: the release phase waits for
+every conversation's either way."""
 RELEASE_DEFAULT = Settings.model_fields["release_thread_after"].default
 """The daemon's ``release_thread_after`` (unless ``--release-thread-after``)."""
 NEXT_THOUGHTS = 3
@@ -254,7 +255,7 @@ async def measure(
                 f" p50 reply {p50:.2f} s, CPU {busy:.1f} % 0-10 s after, {idle:.1f} % 10-20 s after, {fds} fds",
                 flush=True,
             )
-            if release_after is not None and n <= MAX_SESSIONS:
+            if release_after is not None:
                 released = await after_release(journal, list(appended), daemon, log_path, position)
             return Result(
                 design, n, memory, len(processes), all_replied, p50, busy, idle, idle_daemon, rate, fds, released

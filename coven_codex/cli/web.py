@@ -13,6 +13,7 @@ from types import FrameType
 from coven_codex.adapters.web.auth import TOKEN_ENV, ProxyError, TokenError, TrustedProxies, is_loopback, load_token
 from coven_codex.cli.options import JOURNAL_METAVAR, journal_argument
 from coven_codex.journal.opening import JournalName
+from coven_codex.metrics.options import MetricsOptions, parse_networks
 
 HELP = "the web chat page on a journal (the daemon must be running on it)"
 
@@ -53,6 +54,22 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "X-Forwarded-Host headers say how the browser reached the page (https); off by default; repeatable",
     )
     parser.add_argument("--sender", default=None, help="your name in the journal (default: your login name)")
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus /metrics, /healthz and /readyz on this port (0: any free port); off by default",
+    )
+    parser.add_argument(
+        "--metrics-host", default="127.0.0.1", help="the address the metrics port listens on (default 127.0.0.1)"
+    )
+    parser.add_argument(
+        "--metrics-allow",
+        action="append",
+        default=[],
+        metavar="CIDR",
+        help="a network besides loopback whose clients may use the metrics port (repeatable)",
+    )
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -76,6 +93,16 @@ def execute(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         print("coven-codex web: --port must be between 0 and 65535", file=sys.stderr)
         return 2
+    metrics: MetricsOptions | None = None
+    if args.metrics_port is not None:
+        if not 0 <= args.metrics_port <= 65535:
+            print("coven-codex web: --metrics-port must be between 0 and 65535", file=sys.stderr)
+            return 2
+        try:
+            metrics = MetricsOptions(args.metrics_port, args.metrics_host, tuple(parse_networks(args.metrics_allow)))
+        except ValueError as exc:
+            print(f"coven-codex web: {exc}", file=sys.stderr)
+            return 2
     try:
         token, _source = load_token(args.token_file)
     except TokenError as exc:
@@ -120,10 +147,14 @@ def execute(args: argparse.Namespace) -> int:
                 announce=announce,
                 extra_hosts=tuple(args.allowed_host),
                 proxies=proxies,
+                metrics=metrics,
             )
         )
     except (_Stopped, KeyboardInterrupt):
         pass
+    except OSError as exc:  # the metrics port cannot be listened on (MetricsServer says which and what to do)
+        print(f"coven-codex web: {exc}", file=sys.stderr)
+        return 2
     finally:
         sock.close()
     return 0

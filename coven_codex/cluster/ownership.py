@@ -41,6 +41,7 @@ from coven_codex.cluster.mirror import MirroredRollout, rehydrate, relative_roll
 from coven_codex.cluster.node import ClusterNode
 from coven_codex.entries import CODEX_SENDER, ResetEntry, ThoughtEntry
 from coven_codex.journal import Journal, JournalError, JournalItem, JournalRecord, Position
+from coven_codex.metrics.instruments import Instruments
 from coven_codex.rollout.locator import find_rollout
 from coven_codex.support.limits import cut
 
@@ -142,6 +143,8 @@ class Ownership:
         self._adoptions: set[asyncio.Task[bool]] = set()
         self._drops: set[asyncio.Task[None]] = set()
         """Conversations being let go (their sessions stopped, our rollouts reported) in tasks of their own."""
+        self.instruments: Instruments | None = None
+        """The daemon's metrics (``coven_leases_moved_total``), when it has a metrics port."""
 
     @property
     def cursor_name(self) -> str:
@@ -284,6 +287,8 @@ class Ownership:
             if not self.node.owns(conversation):
                 raise LeaseLost(conversation)  # lost again meanwhile: no session for a lease we do not hold
             host.start_session(state)
+            if previous is not None and self.instruments is not None:
+                self.instruments.lease_moved("in")  # (another daemon served it last)
             if floor is not None:
                 items = await self.journal.read(floor, await self.journal.end_position())
                 if self._closing:
@@ -493,6 +498,8 @@ class Ownership:
             if self.node.owns(conversation):
                 continue  # claimed again since: its old session was gone by then (see _letting_go)
             self._floors.pop(conversation, None)
+            if self.host.serving(conversation) and self.instruments is not None:
+                self.instruments.lease_moved("out")
             await self.host.stop_session(conversation)
             await self.report_lost(conversation, self.host.store.load(conversation))
 

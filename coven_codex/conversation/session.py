@@ -291,6 +291,16 @@ class Session:
             if self._phases.is_in(Phase.READY) and not self.busy:
                 log.info("conversation %r: ending its idle Codex process for another conversation", self._name)
                 await self._end_codex(reason="slot needed by another conversation")
+                # As when it is let go for being idle: the chat, and whoever waits for every thread to
+                # be let go (benchmarks/bench_scale.py above max_sessions), learn it from the journal.
+                await self._outbox.emit(
+                    StatusEntry(
+                        state="session_ended",
+                        thread_id=self.state.thread_id,
+                        text="idle: the Codex thread was let go for a conversation waiting for a turn slot"
+                        f" ({self._link.slot_bound()}); the next thought resumes it",
+                    )
+                )
         elif isinstance(message, Stop):
             await self._stop(message.by)
         elif self._link.codex is not None and message.driver is self._link.codex.driver:

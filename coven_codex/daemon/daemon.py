@@ -69,7 +69,7 @@ from coven_codex.journal import (
     Journal,
     Position,
 )
-from coven_codex.metrics.checks import report_lag
+from coven_codex.metrics.checks import report_egress_lag, report_lag
 from coven_codex.metrics.instruments import Instruments
 from coven_codex.settings import Settings
 
@@ -120,6 +120,8 @@ class Daemon:
         self.journal = journal
         self.ownership = ownership
         """Several daemons share the journal (docs/distributed.md): only conversations whose lease we hold."""
+        if ownership is not None:
+            ownership.instruments = instruments
         self.services: SessionServices | None = None
         self.make_driver = make_driver
         self.locate_rollout = locate_rollout
@@ -335,6 +337,14 @@ class Daemon:
         if self.ownership is not None:
             metrics.leases_held.set(len(sessions))
         await report_lag(self.journal, metrics, "ingress", ingress.cursor.position)
+        await report_egress_lag(
+            metrics,
+            [
+                (Path(session.state.rollout_path), session.state.egress_offset)
+                for session in sessions
+                if session.state.rollout_path is not None
+            ],
+        )
 
     async def _run_ingress(self, ingress: Ingress) -> None:
         try:

@@ -4,7 +4,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
+from collections.abc import Iterable
 from datetime import UTC, datetime
+from pathlib import Path
 
 from coven_codex.journal import Journal, JournalRecord, Position
 from coven_codex.metrics.instruments import Instruments
@@ -40,3 +43,54 @@ async def report_lag(journal: Journal, metrics: Instruments, reader: str, positi
     metrics.journal_lag_entries.labels(reader=reader).set(len(records))
     age = (datetime.now(UTC) - records[0].entry.ts).total_seconds() if records else 0.0
     metrics.journal_lag_seconds.labels(reader=reader).set(max(0.0, age))
+
+
+MAX_LAG_READ = 4 << 20
+"""Bytes of one rollout read at most to count the lines egress has not translated yet (beyond: counted
+up to there; the lag is that large at least)."""
+
+
+def rollout_lag(rollouts: Iterable[tuple[Path, int]], now: datetime | None = None) -> tuple[int, float]:
+    """Egress's lag over ``rollouts`` (each a rollout file and the offset egress has translated it up
+    to): the complete lines after the offsets, and the age of the oldest of them (0: none), by the
+    ``timestamp`` Codex writes on every rollout line. Blocking (file reads): run it in a thread."""
+    now = now or datetime.now(UTC)
+    lines = 0
+    oldest = 0.0
+    for path, offset in rollouts:
+        try:
+            with path.open("rb") as handle:
+                if handle.seek(0, 2) <= offset:
+                    continue
+                handle.seek(offset)
+                pending = handle.read(MAX_LAG_READ)
+        except OSError:
+            continue
+        complete = pending[: pending.rfind(b"\n") + 1]
+        if not complete:
+            continue
+        lines += complete.count(b"\n")
+        oldest = max(oldest, _age(complete[: complete.find(b"\n")], now))
+    return lines, oldest
+
+
+def _age(line: bytes, now: datetime) -> float:
+    """Seconds since the rollout line's ``timestamp`` (0 when it has none)."""
+    try:
+        stamp = json.loads(line).get("timestamp")
+        written = datetime.fromisoformat(stamp) if isinstance(stamp, str) else None
+    except (ValueError, AttributeError):
+        return 0.0
+    if written is None:
+        return 0.0
+    if written.tzinfo is None:
+        written = written.replace(tzinfo=UTC)
+    return max(0.0, (now - written).total_seconds())
+
+
+async def report_egress_lag(metrics: Instruments, rollouts: list[tuple[Path, int]]) -> None:
+    """Set the journal lag of reader ``egress``: rollout lines Codex wrote that egress has not yet
+    translated into the journal (over every conversation), and the age of the oldest."""
+    lines, age = await asyncio.to_thread(rollout_lag, rollouts)
+    metrics.journal_lag_entries.labels(reader="egress").set(lines)
+    metrics.journal_lag_seconds.labels(reader="egress").set(age)

@@ -15,6 +15,7 @@ import re
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from typing import Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -151,6 +152,13 @@ class Instruments:
         self.leases_held = Gauge(
             "leases_held", "Conversation leases this daemon holds (cluster).", namespace=NAMESPACE, registry=r
         )
+        self.leases_moved = Counter(
+            "leases_moved",
+            "Conversations that moved between daemons (cluster): in, taken over from another daemon; out, lost to one.",
+            ["direction"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
         # the process
         self.event_loop_lag = Gauge(
             "event_loop_lag_seconds",
@@ -221,6 +229,10 @@ class Instruments:
         start = self._arrived.pop(thought, None) if forget else self._arrived.get(thought)
         if start is not None:
             histogram.observe(time.monotonic() - start)
+
+    def lease_moved(self, direction: Literal["in", "out"]) -> None:
+        """A conversation moved to this daemon from another (``in``) or away from it (``out``)."""
+        self.leases_moved.labels(direction=direction).inc()
 
     def journal_probed(self, reachable: bool) -> None:
         """The journal answered a probe, or did not (an outage begins when it stops answering)."""

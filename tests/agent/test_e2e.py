@@ -183,6 +183,10 @@ async def test_max_sessions_bound_waits_and_evicts_idle(
     # "two" had to wait for the slot "one" held (idle, so it was asked to give it back) and was told so.
     assert statuses(entries, "two", "session_waiting")
     assert not statuses(entries, "one", "session_waiting")
+    # "one" let its thread go for "two", and says so, as an idle release does.
+    entries = await h.wait_for(lambda es: statuses(es, "one", "session_ended"), what="one's session_ended")
+    ended = statuses(entries, "one", "session_ended")
+    assert len(ended) == 1 and "max_sessions = 1" in getattr(ended[0], "text", ""), ended
     await h.think("one", "second of one")
     await h.wait_for(lambda es: "echo: second of one" in replies(es, "one"), what="second reply in one")
     assert len([p for p in codex_processes(h.codex_home) if _parent(p) == daemon.pid]) <= 1

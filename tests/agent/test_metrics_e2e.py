@@ -92,6 +92,9 @@ async def test_metrics_move_as_the_run_did(codex_bin_169: Path, harness_factory:
         ended = sum(1 for e in entries if e.kind == "status" and getattr(e, "state", "").startswith("turn_"))
         assert total(last, "coven_turns_ended_total") == ended - kinds(entries, "status", "turn_started")
         assert value(last, "coven_spell_calls_total", spell="shout", outcome="ok") == 1
+        # egress (rollout -> journal) is a reader too: every line of the settled turns is translated
+        assert ("coven_journal_lag_entries", (("reader", "egress"),)) in last
+        assert value(last, "coven_journal_lag_seconds", reader="egress") >= 0
         # conversation names are never label values
         assert not any(("conversation", "c") in labels for _, labels in last)
 

@@ -28,6 +28,7 @@ from coven_codex.cluster.ownership import Ownership
 from coven_codex.entries import ThoughtEntry
 from coven_codex.journal import START, JournalItem, JournalRecord, Position
 from coven_codex.journal.redis import RedisJournal
+from coven_codex.metrics.instruments import Instruments
 from coven_codex.testing.redis_server import RedisServer
 
 LEASE = 1.0
@@ -151,3 +152,46 @@ async def test_a_lost_conversation_is_claimed_again_only_after_its_old_session_s
     last_start = max(i for i, event in enumerate(host.events) if event == "start red")
     assert host.events.index("stopped red") < last_start, host.events
     await node.leave()
+
+
+async def test_a_conversation_moving_between_daemons_counts_out_on_the_old_owner_and_in_on_the_new(
+    redis_client: Redis, cluster_keys: ClusterKeys, journal: RedisJournal, tmp_path: Path
+) -> None:
+    """``coven_leases_moved_total``: daemon b serves blue and loses its lease while the session runs
+    (``out``); daemon a then takes blue over from b's mirrored state (``in``)."""
+    old = ClusterNode(redis_client, cluster_keys, daemon_id="b", lease_time=LEASE)
+    await old.join()
+    old_ownership = Ownership(old, journal, tmp_path / "b" / "codex-home")
+    old_ownership.instruments = old_metrics = Instruments()
+    old_host = Daemonside(tmp_path / "b" / "state")
+    old_host.let_stop.set()
+    async with asyncio.TaskGroup() as group:
+        running = old_ownership.serve(old_host, group)
+        try:
+            await old_ownership.admit(await journal.append(ThoughtEntry(conversation="blue", text="thought 1")))
+            await until(old_host.started, "b's adoption")
+            await redis_client.delete(cluster_keys.lease("blue"), cluster_keys.holder("blue"))
+            await until(old_host.stopping, "b's session stopping after its lease was lost")
+        finally:
+            running.cancel()
+            old_ownership.closing()
+    await old.leave()
+    assert old_metrics.registry.get_sample_value("coven_leases_moved_total", {"direction": "out"}) == 1
+    assert old_metrics.registry.get_sample_value("coven_leases_moved_total", {"direction": "in"}) is None
+
+    new = ClusterNode(redis_client, cluster_keys, daemon_id="a", lease_time=LEASE)
+    await new.join()
+    ownership = Ownership(new, journal, tmp_path / "a" / "codex-home")
+    ownership.instruments = metrics = Instruments()
+    host = Daemonside(tmp_path / "a" / "state")
+    async with asyncio.TaskGroup() as group:
+        running = ownership.serve(host, group)
+        try:
+            await ownership.admit(await journal.append(ThoughtEntry(conversation="blue", text="thought 2")))
+            await until(host.started, "a's adoption of blue from b")
+        finally:
+            running.cancel()
+            ownership.closing()
+    await new.leave()
+    assert metrics.registry.get_sample_value("coven_leases_moved_total", {"direction": "in"}) == 1
+    assert metrics.registry.get_sample_value("coven_leases_moved_total", {"direction": "out"}) is None

@@ -129,10 +129,10 @@ async def test_an_append_whose_reply_was_lost_is_not_appended_twice(name: str) -
     journal = RedisJournal.from_url(name)
     location = parse_redis_name(name)
     entry = thought("sent before the connection broke", id="lost-reply")
+    entry_id, payload = (entry.id or "").encode(), entry.to_json().encode()
+    batch = b"%d %d 0 \n%s%s" % (len(entry_id), len(payload), entry_id, payload)  # (scripts.APPEND's format)
     client = Redis.from_url(location.url)
-    await client.register_script(scripts.APPEND)(
-        keys=[location.stream, location.ids, location.trimmed], args=[entry.id or "", entry.to_json().encode()]
-    )
+    await client.register_script(scripts.APPEND)(keys=[location.stream, location.ids, location.trimmed], args=[batch])
     await client.aclose()
     record = await journal.append(entry)
     items = await journal.read()

@@ -49,3 +49,12 @@ def test_thoughts_that_never_start_a_turn_are_forgotten_beyond_the_bound() -> No
         metrics.thought_received(f"t{number}")
     assert len(metrics._arrived) == MAX_TRACKED_THOUGHTS
     assert "t0" not in metrics._arrived and f"t{MAX_TRACKED_THOUGHTS + 99}" in metrics._arrived
+
+
+def test_leases_moved_are_counted_by_direction() -> None:
+    metrics = Instruments()
+    metrics.lease_moved("in")
+    metrics.lease_moved("in")
+    metrics.lease_moved("out")
+    assert sample(metrics, "coven_leases_moved_total", direction="in") == 2
+    assert sample(metrics, "coven_leases_moved_total", direction="out") == 1

@@ -16,7 +16,7 @@ import collections
 import contextlib
 import logging
 import secrets
-from collections.abc import AsyncIterator, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Literal
@@ -54,6 +54,8 @@ from coven_codex.adapters.web.render import WireEntry, clip
 from coven_codex.attachments import MAX_IMAGE_BYTES, ImageStore, UnsentUploads, UploadError
 from coven_codex.entries import ApprovalEntry, BaseEntry, CancelEntry, ResetEntry, ThoughtEntry
 from coven_codex.journal import Journal, JournalError
+from coven_codex.metrics.checks import report_lag
+from coven_codex.metrics.server import MetricsServer
 
 log = logging.getLogger(__name__)
 
@@ -243,6 +245,28 @@ async def _first(*waits: Coroutine[Any, Any, object], within: float) -> None:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+def _measure(metrics: MetricsServer, hub: Hub, serving: Callable[[], bool]) -> None:
+    """The page's part of its metrics port (docs/operations.md, Metrics and health): ``/readyz``'s
+    ``platform`` check (the page is served and its hub has read the journal's history), and, when
+    scraped, ``coven_platform_connected`` and the journal lag of reader ``adapter`` (what the hub
+    has not read yet)."""
+    instruments = metrics.instruments
+
+    async def page() -> str | None:
+        if not serving():
+            return "not serving the page (starting, stopping, or the journal can no longer be read)"
+        if not hub.caught_up.is_set():
+            return "still reading the journal's history"
+        return None
+
+    async def refresh() -> None:
+        instruments.platform_connected.set(1 if serving() else 0)
+        await report_lag(hub.journal, instruments, "adapter", hub.position)
+
+    instruments.refreshers.append(refresh)
+    metrics.checks["platform"] = page
+
+
 async def _follow(hub: Hub) -> None:
     """Run the hub; if the journal cannot be read any more, say so once (the page stops updating)."""
     try:
@@ -349,17 +373,28 @@ class JournalWriter:
         return None
 
 
-def create_app(journal: Journal, store: ImageStore, access: Access, sender: str) -> ASGIApp:
-    """The page server for ``journal``, guarded by ``access``; thoughts are sent as ``sender``."""
+def create_app(
+    journal: Journal, store: ImageStore, access: Access, sender: str, metrics: MetricsServer | None = None
+) -> ASGIApp:
+    """The page server for ``journal``, guarded by ``access``; thoughts are sent as ``sender``.
+    ``metrics``: the process's metrics port, which gets the page's readiness and measures."""
     hub = Hub(journal, store.folder)
     unsent = UnsentUploads(store)
     writer = JournalWriter(journal, store, sender, hub, unsent)
     sessions = Sessions()
     gate = LoginGate()
+    tasks: list[asyncio.Task[None]] = []
+
+    def serving() -> bool:
+        """The page is served and its hub follows the journal."""
+        return bool(tasks) and not tasks[0].done()
+
+    if metrics is not None:
+        _measure(metrics, hub, serving)
 
     @asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-        tasks = [
+        tasks[:] = [
             asyncio.create_task(_follow(hub), name="web-hub"),
             asyncio.create_task(_sweep_unsent(hub, unsent), name="web-unsent-sweep"),
         ]

@@ -31,7 +31,7 @@ from coven_codex.adapters.kit.runner import TURN_ENDS
 from coven_codex.adapters.kit.streaming import Streams
 from coven_codex.adapters.web.render import WireEntry, wire_entry
 from coven_codex.entries import DeltaEntry, ErrorEntry, ResponseEntry, StatusEntry, ThoughtEntry
-from coven_codex.journal import START, BadLine, Journal, JournalRecord
+from coven_codex.journal import START, BadLine, Journal, JournalRecord, Position
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +107,8 @@ class Hub:
         self._sent: dict[str, int] = {}
         """Per open stream (its key), how much of its text the kept deltas carry."""
         self._changed = asyncio.Event()
+        self.position: Position = START
+        """The end of the last item read (the page's journal lag is what lies after it)."""
 
     async def run(self) -> None:
         """Read the journal from its start, forever (cancel to stop)."""
@@ -116,6 +118,7 @@ class Hub:
             self.caught_up.set()
         async for item in self.journal.tail():
             ordinal += 1
+            self.position = item.end
             if not self.caught_up.is_set() and item.end >= end:
                 self.caught_up.set()
             if isinstance(item, BadLine):

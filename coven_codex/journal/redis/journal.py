@@ -34,6 +34,7 @@ from coven_codex.journal.protocol import (
     check_position,
 )
 from coven_codex.journal.redis import scripts
+from coven_codex.journal.redis.batcher import AppendBatcher
 from coven_codex.journal.redis.errors import FencedOut, JournalLost, PositionTrimmed, RedisMisconfigured
 from coven_codex.journal.redis.names import RedisLocation, parse_redis_name
 from coven_codex.journal.redis.outage import DEFAULT_OUTAGE_LIMIT, TRANSIENT, Reachability, refused_credentials
@@ -64,6 +65,15 @@ class Fence:
 
     key: str
     token: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Append:
+    """One append waiting for its batch: the entry's id, its line (without newline) and its fence."""
+
+    entry_id: str
+    payload: bytes
+    fence: Fence | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,9 +153,10 @@ class RedisJournal:
     Positions are stream ids (``Position(milliseconds, sequence)``): a record lies between the
     id of the entry before it (``start``) and its own id (``end``); :data:`START` (``0-0``) lies
     before the first. Appends run one Lua script (:mod:`.scripts`) that is idempotent by entry
-    id, and may carry a :class:`Fence`. Cursors are a hash in Redis. Each :meth:`tail` has a
-    connection of its own and waits in ``XREAD BLOCK``. While Redis is unreachable every
-    operation waits for it (:mod:`.outage`), for at most ``outage_limit`` seconds.
+    id, and may carry a :class:`Fence`; concurrent appends share one script call (:mod:`.batcher`).
+    Cursors are a hash in Redis. Each :meth:`tail` has a connection of its own and waits in
+    ``XREAD BLOCK``. While Redis is unreachable every operation waits for it (:mod:`.outage`), for
+    at most ``outage_limit`` seconds.
     """
 
     def __init__(
@@ -169,6 +180,7 @@ class RedisJournal:
         )
         self.reachability.password_given = urlsplit(location.url).password is not None
         self._append = self._client.register_script(scripts.APPEND)
+        self._appends: AppendBatcher[_Append, bytes] = AppendBatcher(self._send_appends, closed=self._closed_error)
         self._read = self._client.register_script(scripts.READ)
         self._end = self._client.register_script(scripts.END)
         self._trim = self._client.register_script(scripts.TRIM)
@@ -189,9 +201,12 @@ class RedisJournal:
         one outage is waited for and said once for all of them."""
         return self._client
 
+    def _closed_error(self) -> JournalError:
+        return JournalError(f"the journal {self.location.display()} is closed")
+
     async def _call(self, operation: Callable[[], Awaitable[T]]) -> T:
         if self._closed:
-            raise JournalError(f"the journal {self.location.display()} is closed")
+            raise self._closed_error()
         return await self.reachability.call(operation)
 
     async def _drop_idle(self) -> None:
@@ -278,26 +293,17 @@ class RedisJournal:
         An entry whose id is already in the journal is not appended again: its first record
         is returned (so a retried append, e.g. after a lost reply, never duplicates). With a
         ``fence``, the append happens only while ``fence.key`` holds ``fence.token``, else
-        :class:`FencedOut`.
+        :class:`FencedOut`. Appends made while others are on their way travel together in the
+        next batch (:mod:`.batcher`), each checked on its own.
         """
         entry = with_id(entry)
         assert entry.id is not None
         payload = encode_entry(entry, self.max_line_bytes)[:-1]
-        loc = self.location
-        keys = [loc.stream, loc.ids, loc.trimmed]
-        args: list[str | bytes] = [entry.id, payload]
-        if fence is not None:
-            keys.append(fence.key)
-            args.append(str(fence.token))
-
-        async def run() -> Any:
-            return await self._append(keys=keys, args=args)
-
-        reply = await self._call(run)
-        status = reply[0]
+        reply = await self._appends.submit(_Append(entry.id, payload, fence), len(payload))
+        status, held_given, rest = bytes(reply).partition(b" ")
         if status == b"fenced":
             assert fence is not None
-            held = reply[1].decode(errors="replace")[:40] if len(reply) > 1 and reply[1] is not None else None
+            held = rest.decode(errors="replace")[:40] if held_given else None
             raise FencedOut(
                 f"append of entry {entry.id[:80]} refused: {fence.key[:200]} holds {held!r}, not this writer's"
                 f" token {fence.token} (another writer took over); nothing was written",
@@ -305,12 +311,47 @@ class RedisJournal:
                 token=fence.token,
                 held=held,
             )
-        start, end = position_of(reply[1]), position_of(reply[2])
-        if status == b"known" and len(reply) > 3 and isinstance(reply[3], bytes):
-            item = decode_line(reply[3], start, end, max_line_bytes=self.max_line_bytes)
+        if status == b"error":
+            assert fence is not None
+            why = rest.decode(errors="replace")[:200]
+            raise JournalError(
+                f"append of entry {entry.id[:80]} refused: Redis cannot read its fence key {fence.key[:200]} ({why});"
+                " that key must hold a lease's fencing token (a string), is something else writing it? Nothing"
+                " was written"
+            )
+        previous, _, rest = rest.partition(b" ")
+        own, _, known = rest.partition(b" ")
+        start, end = position_of(previous), position_of(own)
+        if status == b"known" and known:
+            item = decode_line(known, start, end, max_line_bytes=self.max_line_bytes)
             if isinstance(item, JournalRecord):
                 return item
         return JournalRecord(entry, start, end)
+
+    async def _send_appends(self, batch: Sequence[_Append]) -> list[bytes]:
+        """One script call for a batch of appends (:data:`.scripts.APPEND`): one reply per append."""
+        loc = self.location
+        keys = [loc.stream, loc.ids, loc.trimmed]
+        index = {key: number for number, key in enumerate(keys, start=1)}
+        parts: list[bytes] = []
+        for append in batch:
+            entry_id = append.entry_id.encode()
+            if append.fence is None:
+                parts.append(b"%d %d 0 \n" % (len(entry_id), len(append.payload)))
+            else:
+                number = index.get(append.fence.key)
+                if number is None:
+                    keys.append(append.fence.key)
+                    number = index[append.fence.key] = len(keys)
+                parts.append(b"%d %d %d %d\n" % (len(entry_id), len(append.payload), number, append.fence.token))
+            parts += (entry_id, append.payload)
+        args = [b"".join(parts)]
+
+        async def run() -> Any:
+            return await self._append(keys=keys, args=args)
+
+        replies: list[bytes] = await self._call(run)
+        return replies
 
     async def append_raw(self, fields: dict[str, bytes]) -> Position:
         """Add a stream entry with exactly these fields (``XADD``), as another program could; its position.
@@ -541,6 +582,7 @@ class RedisJournal:
     async def aclose(self) -> None:
         """Close the journal's connections; later operations fail (tails close their own)."""
         self._closed = True
+        await self._appends.aclose()
         await self._client.aclose()
 
 

@@ -29,28 +29,62 @@ end
 APPEND: Final = (
     _IDS
     + """
--- KEYS: stream, ids, trimmed[, fence key]; ARGV: entry id, payload[, fence token]
-local known = redis.call('HGET', KEYS[2], ARGV[1])
-if known then
-  local previous, id = string.match(known, '^(%S+) (%S+)$')
-  local found = redis.call('XRANGE', KEYS[1], id, id)
-  local payload = false
-  if #found == 1 then payload = field(found[1][2], 'entry') end
-  return {'known', previous, id, payload}
+-- KEYS: stream, ids, trimmed, then each fence key once
+-- ARGV[1]: the entries, one after another, each '<id length> <payload length> <fence> <token>\\n<id><payload>'
+-- (fence: the index of its key in KEYS, 0: none; token: empty without a fence); one argument for the
+-- whole batch, so that the client packs one string, not four per entry
+-- One reply per entry, one string (one bulk reply each is cheap to read):
+-- 'new PREVIOUS ID' | 'known PREVIOUS ID[ PAYLOAD]' | 'fenced[ HELD]' (HELD: what the key holds) | 'error WHY'
+local replies = {}
+local previous = false
+local batch = ARGV[1]
+local at = 1
+while at <= #batch do
+  local _, header_end, id_length, payload_length, fence, token = string.find(batch, '^(%d+) (%d+) (%d+) (%S*)\\n', at)
+  if not header_end then return redis.error_reply('malformed append batch at byte ' .. at) end
+  id_length, payload_length, fence = tonumber(id_length), tonumber(payload_length), tonumber(fence)
+  local entry_id = string.sub(batch, header_end + 1, header_end + id_length)
+  local payload = string.sub(batch, header_end + id_length + 1, header_end + id_length + payload_length)
+  at = header_end + id_length + payload_length + 1
+  local reply = false
+  local known = redis.call('HGET', KEYS[2], entry_id)
+  if known then
+    local before, id = string.match(known, '^(%S+) (%S+)$')
+    local found = redis.call('XRANGE', KEYS[1], id, id)
+    reply = 'known ' .. before .. ' ' .. id
+    if #found == 1 then
+      local text = field(found[1][2], 'entry')
+      if text then reply = reply .. ' ' .. text end
+    end
+  elseif fence > 0 then
+    local held = redis.pcall('GET', KEYS[fence])
+    if type(held) == 'table' and held.err then
+      reply = 'error ' .. held.err
+    elseif not held then
+      reply = 'fenced'
+    elseif held ~= token then
+      reply = 'fenced ' .. held
+    end
+  end
+  if not reply then
+    if not previous then
+      previous = redis.call('GET', KEYS[3]) or '0-0'
+      local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+      if #last == 1 then previous = last[1][1] end
+    end
+    local id = redis.call('XADD', KEYS[1], '*', 'entry', payload)
+    redis.call('HSET', KEYS[2], entry_id, previous .. ' ' .. id)
+    reply = 'new ' .. previous .. ' ' .. id
+    previous = id
+  end
+  replies[#replies + 1] = reply
 end
-if #KEYS == 4 then
-  local held = redis.call('GET', KEYS[4])
-  if held ~= ARGV[3] then return {'fenced', held} end
-end
-local previous = redis.call('GET', KEYS[3]) or '0-0'
-local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
-if #last == 1 then previous = last[1][1] end
-local id = redis.call('XADD', KEYS[1], '*', 'entry', ARGV[2])
-redis.call('HSET', KEYS[2], ARGV[1], previous .. ' ' .. id)
-return {'new', previous, id}
+return replies
 """
 )
-"""Append once per entry id: a known id gives back the first record; a fence that does not hold refuses."""
+"""Append a batch of entries, each once per entry id and in order, as if one after another: a known id
+gives back the first record; a fence that does not hold refuses that entry alone (so does a fence
+key Redis cannot read, with its error); the others are appended all the same."""
 
 READ: Final = (
     _IDS
