@@ -6,6 +6,6 @@ start-up recovery, the conversations (:mod:`coven_codex.agent`), the ingress, cl
 cluster sees the running daemon only through its ``SessionHost`` Protocol
 (:mod:`~coven_codex.daemon.cluster_host`).
 
-This package's face is :func:`run_daemon`, :class:`BootstrapError` and :class:`Hooks`; the daemon
-modules are imported lazily by the commands that run it (``coven-codex run`` must start fast).
+Its face is :mod:`~coven_codex.daemon.bootstrap` (``run_daemon``, ``BootstrapError``, ``Hooks``), which
+the commands that run a daemon (``run``, ``demo``) import; importing this package loads nothing.
 """
