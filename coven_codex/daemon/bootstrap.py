@@ -747,9 +747,11 @@ def _pid_counter(pool: AppServerPool | None) -> Callable[[], int] | None:
 
 
 def _webhook_lag(journal: Journal, instruments: Instruments, targets: list[ReadyTarget]) -> Refresh:
-    """Each webhook target's journal lag (reader ``webhook <name>``: target names are the operator's), from
-    its delivered-through cursor."""
+    """Each webhook target's journal lag (reader ``webhook <name>``: target names are the operator's): the
+    turn ends after its delivered-through cursor, which it has yet to deliver (the entries it reads past,
+    its own reports among them, are not owed: counted, they would never come back to 0)."""
     from coven_codex.webhooks.sender import cursor_names  # noqa: PLC0415 (only with [webhooks] in_daemon)
+    from coven_codex.webhooks.turns import is_turn_end  # noqa: PLC0415
 
     async def refresh() -> None:
         for target in targets:
@@ -757,6 +759,6 @@ def _webhook_lag(journal: Journal, instruments: Instruments, targets: list[Ready
             if delivered is None and target.target.start == "beginning":
                 delivered = START  # (nothing delivered yet: every entry is still ahead of it)
             if delivered is not None:
-                await report_lag(journal, instruments, f"webhook {target.name}", delivered)
+                await report_lag(journal, instruments, f"webhook {target.name}", delivered, owed=is_turn_end)
 
     return refresh

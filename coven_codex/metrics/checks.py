@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from coven_codex.entries import BaseEntry
 from coven_codex.journal import Journal, JournalRecord, Position
 from coven_codex.metrics.instruments import Instruments
 from coven_codex.metrics.server import CHECK_TIMEOUT, ReadinessCheck
@@ -36,10 +37,21 @@ def journal_reachable(journal: Journal, instruments: Instruments) -> ReadinessCh
     return check
 
 
-async def report_lag(journal: Journal, metrics: Instruments, reader: str, position: Position) -> None:
+async def report_lag(
+    journal: Journal,
+    metrics: Instruments,
+    reader: str,
+    position: Position,
+    owed: Callable[[BaseEntry], bool] | None = None,
+) -> None:
     """Set ``reader``'s journal lag: the entries after ``position`` (its oldest unfinished one) and the
-    age of the oldest of them."""
-    records = [item for item in await journal.read(position) if isinstance(item, JournalRecord)]
+    age of the oldest of them; with ``owed``, only the entries the reader still owes something for (a
+    webhook target: the turn ends it has yet to deliver, not the entries it reads past)."""
+    records = [
+        item
+        for item in await journal.read(position)
+        if isinstance(item, JournalRecord) and (owed is None or owed(item.entry))
+    ]
     metrics.journal_lag_entries.labels(reader=reader).set(len(records))
     age = (datetime.now(UTC) - records[0].entry.ts).total_seconds() if records else 0.0
     metrics.journal_lag_seconds.labels(reader=reader).set(max(0.0, age))

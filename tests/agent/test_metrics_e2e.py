@@ -19,6 +19,7 @@ from coven_codex.testing.redis_server import RedisServer
 from coven_codex.testing.responders import echo_responder
 from coven_codex.testing.steps import CallTool, HttpError, Reply
 from coven_codex.testing.webhook_receiver import WebhookReceiver
+from coven_codex.webhooks.sender import REPORT_AFTER_FAILURES
 
 pytestmark = [pytest.mark.codex, pytest.mark.timeout(240)]
 
@@ -163,7 +164,14 @@ async def test_a_webhook_targets_journal_lag_grows_while_it_refuses_and_ends_whe
         await h.until_logged("ready (pid")
         await h.think("c", "hello")
         await h.wait_for(lambda es: kinds(es, "status", "turn_completed") >= 1, what="the turn's end")
-        await receiver.wait_until(lambda r: len(r.received) >= 2, timeout=60)  # refused, and tried again
+        # Refused past REPORT_AFTER_FAILURES: the sender reports the outage in the chat, an entry after the
+        # turn end it has yet to deliver. That report is not owed to the target: once the turn end is
+        # acknowledged the lag is 0 (it counted the report, and stayed at 1, before).
+        await receiver.wait_until(lambda r: len(r.received) >= REPORT_AFTER_FAILURES + 1, timeout=60)
+        await h.wait_for(
+            lambda es: any(isinstance(e, ErrorEntry) and e.code == "WEBHOOK_FAILING" for e in es),
+            what="the target's failure report",
+        )
         lagging = await scrape(url)
         assert value(lagging, "coven_journal_lag_entries", reader="webhook ops") >= 1
         assert value(lagging, "coven_journal_lag_seconds", reader="webhook ops") > 0
