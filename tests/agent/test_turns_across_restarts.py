@@ -41,18 +41,18 @@ def statuses(entries: list[BaseEntry], conversation: str, *states: str) -> list[
     return [e for e in entries if isinstance(e, StatusEntry) and e.conversation == conversation and e.state in states]
 
 
-async def until_saved_running(h: AgentHarness, conversation: str, turn_id: str) -> None:
-    """Wait (at most 30 s) until the daemon saved ``turn_id`` as ``conversation``'s running turn
-    and the turn's thought as delivered."""
+async def until_delivered(h: AgentHarness, conversation: str, text: str) -> None:
+    """Wait (at most 30 s) until the daemon saved the thought ``text`` as delivered (Codex recorded
+    it: the restart does not send it again; the turn it started was saved running before)."""
     path = h.sessions_dir() / state_file_name(conversation)
+    thought = next(e.id for e in await h.entries() if e.kind == "thought" and e.text == text)
     deadline = time.monotonic() + 30
     while True:
         lines = path.read_bytes().splitlines() if path.exists() else []
         state = json.loads(lines[-1]) if lines else {}
-        # ... and its thought recorded by Codex (not in flight: the restart does not send it again).
-        if (state.get("open_turn") or {}).get("turn_id") == turn_id and state.get("in_flight") is None:
+        if thought in state.get("delivered", {}) and state.get("in_flight") is None:
             return
-        assert time.monotonic() < deadline, f"the daemon never saved turn {turn_id} as running"
+        assert time.monotonic() < deadline, f"the daemon never saved thought {thought} as delivered"
         await asyncio.sleep(0.05)
 
 
@@ -82,7 +82,7 @@ async def test_a_turn_cut_by_kill9_gets_one_end_interrupted_by_a_restart(
         started = await h.wait_for(lambda es: statuses(es, "cut", TURN_STARTED) != [], what="the slow turn's start")
         turn = statuses(started, "cut", TURN_STARTED)[0]
         assert turn.turn_id is not None and turn.thread_id is not None
-        await until_saved_running(h, "cut", turn.turn_id)
+        await until_delivered(h, "cut", "slow one")
         # The daemon and its Codex die at once (a power cut, the OOM killer taking the control
         # group): Codex records nothing more, not even the turn's end.
         await kill9_with_codex(h, daemon)
