@@ -41,6 +41,8 @@ APP_ID = "AFAKE"
 RETRY_SECONDS = 3.0
 SECTION_LIMIT = 3000
 WRITE_METHODS = frozenset({"chat.postMessage", "chat.update", "chat.delete"})
+SIGN_METHODS = frozenset({"assistant.threads.setStatus", "reactions.add", "reactions.remove"})
+"""Methods that show the bot works (a thread status, a reaction); :meth:`FakeSlack.wait_for` wakes on them too."""
 
 
 @dataclass
@@ -83,6 +85,8 @@ class FakeSlack:
     """Calls per minute the fake enforces per method, as Slack's tiers (a leaky bucket holding that
     many calls, draining at that rate); a call over it is answered 429 and counted in ``tier_limited``."""
     tier_limited: int = 0
+    thread_status: bool = True
+    """Whether the app may set a thread's status (``assistant.threads.setStatus``); else Slack refuses it."""
     url: str = ""
 
     def __post_init__(self) -> None:
@@ -157,7 +161,7 @@ class FakeSlack:
             lambda: self._answer(request, method, arguments),
         )
         answer = faulty if faulty is not None else await self._answer(request, method, arguments)
-        if method in WRITE_METHODS:
+        if method in WRITE_METHODS | SIGN_METHODS:
             async with self.changed:
                 self.changed.notify_all()
         return answer
@@ -288,6 +292,41 @@ class FakeSlack:
         message.update(text=arguments.get("text", ""), blocks=_decoded(arguments.get("blocks")))
         self.operations.append({"op": "update", "channel": channel, "ts": ts, "message": dict(message)})
         return {"ok": True, "channel": channel, "ts": ts, "text": message["text"]}
+
+    def _assistant_threads_setStatus(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        channel, thread = str(arguments.get("channel_id")), str(arguments.get("thread_ts"))
+        if channel not in self.channels:
+            return {"ok": False, "error": "channel_not_found"}
+        if not self.thread_status:
+            return {"ok": False, "error": "missing_scope", "needed": "assistant:write", "provided": "chat:write"}
+        if thread not in self.messages.get(channel, {}):
+            return {"ok": False, "error": "invalid_thread_ts"}
+        self.operations.append({"op": "status", "channel": channel, "thread": thread, "status": arguments["status"]})
+        return {"ok": True}
+
+    def _reaction(self, arguments: dict[str, Any], add: bool) -> dict[str, Any]:
+        channel, ts, name = str(arguments.get("channel")), str(arguments.get("timestamp")), str(arguments.get("name"))
+        message = self.messages.get(channel, {}).get(ts)
+        if message is None:
+            return {"ok": False, "error": "message_not_found"}
+        users: list[str] = next((r["users"] for r in message.setdefault("reactions", []) if r["name"] == name), [])
+        if add == (BOT_USER in users):
+            return {"ok": False, "error": "already_reacted" if add else "no_reaction"}
+        if add:
+            if not users:
+                message["reactions"].append({"name": name, "users": users, "count": 0})
+            users.append(BOT_USER)
+        else:
+            users.remove(BOT_USER)
+        message["reactions"] = [dict(r, count=len(r["users"])) for r in message["reactions"] if r["users"]]
+        self.operations.append({"op": "react" if add else "unreact", "channel": channel, "ts": ts, "name": name})
+        return {"ok": True}
+
+    def _reactions_add(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        return self._reaction(arguments, add=True)
+
+    def _reactions_remove(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        return self._reaction(arguments, add=False)
 
     def _chat_delete(self, arguments: dict[str, Any]) -> dict[str, Any]:
         channel, ts = str(arguments.get("channel")), str(arguments.get("ts"))

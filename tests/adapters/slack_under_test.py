@@ -41,7 +41,9 @@ class SlackAdapter:
         burst: int = 0,
         extra_config: str = "",
         seed: int = 7,
+        render: str = "verbose",
     ) -> None:
+        """``render``: ``verbose`` (every step a message) unless asked; the progress card's tests ask for ``quiet``."""
         self.folder = folder
         self.journal = folder / "journal.jsonl"
         self.config = folder / "coven.toml"
@@ -50,7 +52,7 @@ class SlackAdapter:
             rate_limit_every=rate_limit_every, burst=burst, retry_after="0" if rate_limit_every else "1"
         )
         self.chaos = chaos
-        self.extra_config = extra_config
+        self.extra_config = f'render = "{render}"\n' + extra_config
         self.rng = random.Random(seed)
         self.process: asyncio.subprocess.Process | None = None
         self.roots: dict[str, str] = {}

@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 NAME = "discord"
 EDIT_INTERVAL = 1.0
 """Least seconds between two edits of one streamed message (Discord allows about 5 edits per 5 s)."""
+TYPING_REFRESH = 8.0
+"""Seconds after which the typing indicator is triggered again while a turn runs (it fades after about 10 s)."""
 
 
 class DiscordDialect(PlainDialect):
@@ -56,7 +58,9 @@ class DiscordPlatform:
 
     def __init__(self, rest: DiscordRest, gateway: DiscordGateway, *, edit_interval: float = EDIT_INTERVAL) -> None:
         self.dialect: Dialect = DiscordDialect()
-        self.capabilities = Capabilities(edit_interval=edit_interval, can_find=True, echoes_own_messages=True)
+        self.capabilities = Capabilities(
+            edit_interval=edit_interval, can_find=True, echoes_own_messages=True, typing_refresh=TYPING_REFRESH
+        )
         self.rest = rest
         self.gateway = gateway
 
@@ -157,6 +161,7 @@ async def run_discord(settings: DiscordSettings, started: Callable[[str], None] 
             access,
             ledger,
             name=NAME,
+            options=section.runner_options(),
             metrics=section.metrics,
         )
         connection = asyncio.create_task(_connect(gateway))

@@ -4,6 +4,7 @@
 - ``new``: start a fresh Codex session in this conversation (appends a ``reset`` entry);
 - ``status``: running or idle, queued thoughts, thread id, token usage of the last turn;
 - ``approve [ID]`` / ``deny [ID]``: answer an approval request (the oldest open one by default);
+- ``details [ID]``: the full output of a turn's tools (a progress card's **Details** button);
 - ``help``.
 """
 
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 
 from coven_codex.entries import TokenUsage
 
-COMMANDS = ("cancel", "new", "status", "approve", "deny", "help")
+COMMANDS = ("cancel", "new", "status", "approve", "deny", "details", "help")
 
 HELP = """commands:
   /cancel        stop the running turn
@@ -21,6 +22,7 @@ HELP = """commands:
   /status        running or idle, queued messages, thread, token usage
   /approve [ID]  approve the oldest (or the given) pending request
   /deny [ID]     deny it
+  /details       the full output of the last turn's tools
   /help          this list
 anything else is sent to Codex"""
 

@@ -170,12 +170,18 @@ class Capabilities:
     ``can_find``: :meth:`Platform.find` answers from the platform, making posting exactly once
     (else at least once, see :mod:`~coven_codex.adapters.kit.ledger`);
     ``echoes_own_messages``: the platform already shows what its user typed (chat services do),
-    so the runner does not render thoughts it appended itself.
+    so the runner does not render thoughts it appended itself;
+    ``edits``: a message can be changed after it was posted (a terminal cannot: a progress card is
+    then shown once, at the turn's end);
+    ``typing_refresh``: seconds after which the typing indicator fades by itself (Discord's lasts
+    about 10 s), so the runner shows it again while a turn runs; None: it lasts until turned off.
     """
 
     edit_interval: float = 1.0
     can_find: bool = True
     echoes_own_messages: bool = True
+    edits: bool = True
+    typing_refresh: float | None = None
 
 
 @runtime_checkable

@@ -16,6 +16,7 @@ from __future__ import annotations
 import html
 import json
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
 from coven_codex.adapters.kit.split import split_message
@@ -184,13 +185,24 @@ class HtmlDialect:
         return f"<details><summary>{html.escape(summary)}</summary>{body}</details>"
 
 
+class RenderMode(StrEnum):
+    """How much of a turn a chat shows as messages (an adapter's ``render`` setting)."""
+
+    QUIET = "quiet"
+    """One progress card per turn, edited in place (:mod:`~coven_codex.adapters.kit.card`), then the
+    reply as a message of its own; approvals and errors stay messages."""
+    VERBOSE = "verbose"
+    """Every tool call, result and activity a message of its own; replies streamed by edits."""
+
+
 @dataclass(frozen=True, slots=True)
 class RenderOptions:
-    """Choices per adapter: show reasoning (collapsed), lifecycle statuses, other senders' thoughts."""
+    """Choices per adapter: quiet or verbose, show reasoning, lifecycle statuses, other senders' thoughts."""
 
     show_reasoning: bool = True
     show_status: bool = False
     show_thoughts: bool = False
+    mode: RenderMode = RenderMode.VERBOSE
 
 
 def clip(text: str, limit: int = TOOL_TEXT_LIMIT) -> str:

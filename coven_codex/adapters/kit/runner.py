@@ -34,10 +34,12 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Literal, ParamSpec, TypeVar
 
 from coven_codex.adapters.kit.access import AccessPolicy
+from coven_codex.adapters.kit.card import Card, CardPhase, Cards, card_end_key, card_key, is_step
 from coven_codex.adapters.kit.commands import HELP, Command, ConversationState, parse_command
 from coven_codex.adapters.kit.ledger import DeliveryLedger, content_digest, delivery_key
 from coven_codex.adapters.kit.mapping import ConversationMap
@@ -56,7 +58,7 @@ from coven_codex.adapters.kit.platform import (
     Unavailable,
     User,
 )
-from coven_codex.adapters.kit.render import Block, RenderOptions, clip, format_block, render_entry
+from coven_codex.adapters.kit.render import Block, RenderMode, RenderOptions, clip, format_block, render_entry
 from coven_codex.adapters.kit.split import split_message
 from coven_codex.adapters.kit.streaming import Stream, Streams
 from coven_codex.entries import (
@@ -88,13 +90,19 @@ MAX_AHEAD = 1000
 SMALL_PART = 500
 """The size of the smaller parts a refused message is tried in (the last fallback before a notice)."""
 TURN_ENDS = frozenset({"turn_completed", "turn_aborted", "turn_failed"})
+TYPING_LIMIT = 3600.0
+"""Seconds a typing indicator is kept up at most without the turn's end (a daemon that died mid-turn)."""
 SESSION_RESET = "session_reset"
 """The daemon's answer to a ``reset``: the thread it names has ended."""
 ORIGIN_FIELD = "origin"
 """Extra field the runner puts on the entries it appends: ``<adapter name>``."""
 
 CANCEL_BUTTONS = (Button("Cancel", "cancel"),)
-"""The button a reply being streamed carries; the final reply has none."""
+"""The button a reply being streamed (or an open progress card) carries; the final reply has none."""
+DETAILS_LIMIT = 12_000
+"""Characters of a turn's tool output ``details`` shows at most (in as many messages as the platform needs)."""
+OUTCOMES = {"turn_completed": "done", "turn_aborted": "cancelled", "turn_failed": "failed"}
+"""What a closed progress card says of its turn, by the status that ended it (an error: ``failed``)."""
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -159,6 +167,10 @@ class Lane:
     items: deque[_Entry | _Notice] = field(default_factory=deque)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     phase: LanePhase = LanePhase.IDLE
+    typing: Address | None = None
+    """Where the typing indicator is on (a turn runs), for platforms whose indicator fades by itself."""
+    typing_at: float = float("-inf")
+    typing_since: float = float("-inf")
 
 
 _LANE: contextvars.ContextVar[Lane | None] = contextvars.ContextVar("lane", default=None)
@@ -190,6 +202,7 @@ class AdapterRunner:
         self.options = options
         self.states: dict[str, ConversationState] = {}
         self._streams = Streams()
+        self._cards = Cards()
         self._lanes: dict[str, Lane] = {}
         self._group: asyncio.TaskGroup | None = None
         self._outstanding: dict[int, Position] = {}
@@ -392,6 +405,8 @@ class AdapterRunner:
                 if request_id in state.pending_approvals:
                     state.pending_approvals.remove(request_id)
                 await self.reply(address, f"{decision} sent for {clip(request_id, 80)}")
+            case "details":
+                await self._details(command.argument, conversation, address)
             case "help":
                 await self.reply(address, HELP)
             case _:
@@ -400,6 +415,22 @@ class AdapterRunner:
                     f"unknown command {self.options.command_prefix}{clip(command.name, 40)};"
                     f" {self.options.command_prefix}help lists the commands",
                 )
+
+    async def _details(self, key_entry: str, conversation: str, address: Address) -> None:
+        """The full output of a turn's tools (the card's **Details**; without an id, the latest turn's)."""
+        card: Card | None = self._cards.closed.get(key_entry) if key_entry else None
+        if not key_entry:
+            card = self._cards.get(conversation) or next(
+                (c for c in reversed(self._cards.closed.values()) if c.conversation == conversation), None
+            )
+        if card is None or card.conversation != conversation:
+            await self.reply(
+                address,
+                "the details of that turn are no longer kept here (the adapter keeps the last turns'"
+                " while it runs); the journal has every tool's output",
+            )
+            return
+        await self.reply(address, clip(card.details(), DETAILS_LIMIT))
 
     # ----------------------------------------------------------------- egress
 
@@ -450,7 +481,7 @@ class AdapterRunner:
             if self._read_end is None or not self.options.resume:
                 continue
             position = min(self._outstanding.values()) if self._outstanding else self._read_end
-            hold = self._streams.hold()
+            hold = self._hold()
             if hold is not None:
                 position = min(hold, position)
             if position != self._saved:
@@ -463,14 +494,24 @@ class AdapterRunner:
         _LANE.set(lane)
         while True:
             due = self._next_edit(lane.conversation)
+            card = self._cards.get(lane.conversation)
+            if card is not None and (card.phase is not CardPhase.OPEN or not card.message_id):
+                card = None  # nothing to edit: replayed, or not shown (yet)
             now = time.monotonic()
             if due is not None and due.wait(now, interval) == 0:
                 await self._flush(due)
                 continue
+            if card is not None and card.due(now, interval) == 0:
+                await self._flush_card(card, self._address_of_card(card))
+                continue
+            typing = self._typing_due(lane, now)
+            if typing == 0 and lane.typing is not None:
+                await self._typing(lane.typing, True)
+                continue
             if lane.items:
                 item = lane.items.popleft()
                 lane.phase = LanePhase.DELIVERING
-                hold = self._streams.hold(lane.conversation)
+                hold = self._hold(lane.conversation)
                 if isinstance(item, _Entry) and hold is not None:
                     # A stream this entry closes stops holding the cursor only once the entry is delivered.
                     self._outstanding[item.seq] = min(hold, item.record.start)
@@ -484,7 +525,10 @@ class AdapterRunner:
                 continue
             lane.phase = LanePhase.IDLE
             lane.wake.clear()
-            timeout = None if due is None else due.wait(now, interval)
+            waits = [] if due is None else [due.wait(now, interval)]
+            waits += [] if card is None else [card.due(now, interval)]
+            waits += [] if typing is None else [typing]
+            timeout = min(waits, default=None)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(timeout):
                     await lane.wake.wait()
@@ -505,6 +549,11 @@ class AdapterRunner:
             if refused.refusal is Refusal.FATAL:
                 raise
             self._log_refusal(item.address, refused, f"entry {clip(entry.id or '', 40)} ({entry.kind})")
+
+    def _hold(self, conversation: str | None = None) -> Position | None:
+        """Where the cursor must stay: before the first delta of an open stream or the first step of an open card."""
+        holds = (self._streams.hold(conversation), self._cards.hold(conversation))
+        return min((hold for hold in holds if hold is not None), default=None)
 
     def _next_edit(self, conversation: str) -> Stream | None:
         """The open stream of ``conversation`` whose message has new text and may be edited soonest."""
@@ -587,14 +636,19 @@ class AdapterRunner:
     async def _deliver(self, record: JournalRecord, address: Address) -> None:
         entry = record.entry
         assert entry.id is not None
+        quiet = self.options.render.mode is RenderMode.QUIET
         if isinstance(entry, DeltaEntry):
-            await self._delta(record, entry, address)
+            if not quiet:  # quiet: the reply comes whole, as a message of its own (the platform notifies)
+                await self._delta(record, entry, address)
             return
         if isinstance(entry, StatusEntry) and entry.state == "turn_started":
+            await self._close_card(entry.conversation, address, entry.ts, "ended")  # a turn that never said its end
             await self._typing(address, True)
         if getattr(entry, ORIGIN_FIELD, None) == self.name and self.platform.capabilities.echoes_own_messages:
             return  # the platform already shows what its user typed
-        if isinstance(entry, ResponseEntry):
+        if quiet and is_step(entry, reasoning=self.options.render.show_reasoning):
+            await self._card_step(record, address)
+        elif isinstance(entry, ResponseEntry):
             stream = self._streams.response(entry.conversation, entry.text)
             await self._post_entry(entry, address, stream)
         else:
@@ -604,10 +658,98 @@ class AdapterRunner:
         if (isinstance(entry, StatusEntry) and entry.state in TURN_ENDS) or isinstance(entry, ErrorEntry):
             for stream in self._streams.end_turn(entry.conversation):
                 await self._finish_stream(stream, address, stream.text)
+            if not getattr(entry, "transient", False):  # Codex retries after a transient error: the turn goes on
+                outcome = OUTCOMES.get(entry.state, "failed") if isinstance(entry, StatusEntry) else "failed"
+                await self._close_card(entry.conversation, address, entry.ts, outcome)
             await self._typing(address, False)
 
+    # ----------------------------------------------------------------- the progress card (quiet)
+
+    async def _card_step(self, record: JournalRecord, address: Address) -> None:
+        """A step of the turn: onto the conversation's card (posted at its first step, edited later)."""
+        entry = record.entry
+        assert entry.id is not None
+        card = self._cards.get(entry.conversation)
+        if card is None:
+            replayed = self.ledger.get(card_end_key(entry.id)) is not None  # closed before a restart
+            card = self._cards.start(entry.conversation, entry.id, record.start, entry.ts, replayed=replayed)
+        if card.phase is not CardPhase.OPEN:
+            return
+        card.add(entry, reasoning=self.options.render.show_reasoning)
+        if card.message_id is None and self.platform.capabilities.edits:
+            version = card.version
+            card.message_id = await self._post(address, card_key(card.key_entry), self._card_message(card)) or ""
+            card.shown_version, card.last_edit = version, time.monotonic()
+
+    def _card_message(self, card: Card) -> Outgoing:
+        """What ``card`` shows now, in the platform's dialect, with Cancel (open) or Details (closed)."""
+        dialect = self.platform.dialect
+        lines = card.lines(datetime.now(UTC) if card.phase is CardPhase.OPEN else card.ended or card.started)
+        header = dialect.styled("status", dialect.plain(lines[0]))
+        text = "\n".join([header, *(dialect.plain(line) for line in lines[1:])])
+        limit = dialect.limit
+        if limit is not None and len(text) > limit:
+            text = text[: limit - 1] + "…"
+        if card.phase is CardPhase.OPEN:
+            return Outgoing(text, style="card", buttons=CANCEL_BUTTONS, final=False)
+        return Outgoing(text, style="card", buttons=(Button("Details", f"details {card.key_entry}"),))
+
+    def _address_of_card(self, card: Card) -> Address:
+        address = self.mapping.address(card.conversation)
+        assert address is not None
+        return address
+
+    async def _flush_card(self, card: Card, address: Address) -> None:
+        """Edit ``card``'s message to what it shows now (a refusal is logged; the next edit tries again)."""
+        assert card.message_id
+        version, message = card.version, self._card_message(card)
+        try:
+            await self._call(self.platform.edit, address, card.message_id, message)
+        except PlatformError as refused:
+            if refused.refusal is Refusal.FATAL:
+                raise
+            self._log_refusal(address, refused, "an edit of a progress card")
+        card.shown_version, card.last_edit = version, time.monotonic()
+
+    async def _close_card(self, conversation: str, address: Address, at: datetime, outcome: str) -> None:
+        """The turn ended: the card's last edit (or, where nothing can be edited, its only post)."""
+        card = self._cards.get(conversation)
+        if card is None:
+            return
+        if card.phase is CardPhase.OPEN:
+            card.close(at, outcome)
+            if card.message_id is None:  # a platform that cannot edit: the card once, now
+                card.message_id = await self._post(address, card_key(card.key_entry), self._card_message(card)) or ""
+            elif card.message_id:
+                wait = card.due(time.monotonic(), self.platform.capabilities.edit_interval)
+                if wait:
+                    await asyncio.sleep(wait)
+                await self._flush_card(card, address)
+            await self.ledger.done(card_end_key(card.key_entry), card.message_id)
+        self._cards.finish(card)
+
+    def _typing_due(self, lane: Lane, now: float) -> float | None:
+        """Seconds until ``lane``'s typing indicator is shown again (None: not to be refreshed)."""
+        refresh = self.platform.capabilities.typing_refresh
+        if lane.typing is None or refresh is None:
+            return None
+        if now - lane.typing_since > TYPING_LIMIT:
+            lane.typing = None
+            return None
+        return max(0.0, lane.typing_at + refresh - now)
+
     async def _typing(self, address: Address, active: bool) -> None:
-        """The typing indicator: shown when the platform takes it, never waited for or retried."""
+        """The typing indicator: shown when the platform takes it, never waited for or retried.
+
+        On a platform whose indicator fades by itself (``Capabilities.typing_refresh``) the lane
+        shows it again until the turn ends.
+        """
+        lane = _LANE.get()
+        if lane is not None:
+            now = time.monotonic()
+            if active and lane.typing is None:
+                lane.typing_since = now
+            lane.typing, lane.typing_at = (address if active else None), now
         try:
             await self.platform.typing(address, active)
         except (RateLimited, Unavailable) as failed:
