@@ -40,6 +40,8 @@ BOT_ID = "BBOT"
 APP_ID = "AFAKE"
 RETRY_SECONDS = 3.0
 SECTION_LIMIT = 3000
+MARKDOWN_LIMIT = 12000
+"""The most characters of all ``markdown`` blocks of one message together."""
 WRITE_METHODS = frozenset({"chat.postMessage", "chat.update", "chat.delete"})
 SIGN_METHODS = frozenset({"assistant.threads.setStatus", "reactions.add", "reactions.remove"})
 """Methods that show the bot works (a thread status, a reaction); :meth:`FakeSlack.wait_for` wakes on them too."""
@@ -86,6 +88,8 @@ class FakeSlack:
     many calls, draining at that rate); a call over it is answered 429 and counted in ``tier_limited``."""
     tier_limited: int = 0
     thread_status: bool = True
+    markdown_blocks: bool = True
+    """Whether the workspace takes ``markdown`` blocks; else they are ``invalid_blocks``."""
     """Whether the app may set a thread's status (``assistant.threads.setStatus``); else Slack refuses it."""
     url: str = ""
 
@@ -235,8 +239,7 @@ class FakeSlack:
             return {"ok": False, "error": "no_such_subteam"}
         return {"ok": True, "users": self.usergroups[group]}
 
-    @staticmethod
-    def _blocks_problem(arguments: dict[str, Any]) -> str | None:
+    def _blocks_problem(self, arguments: dict[str, Any]) -> str | None:
         blocks = arguments.get("blocks")
         if isinstance(blocks, str):
             blocks = json.loads(blocks)
@@ -246,10 +249,14 @@ class FakeSlack:
             return None if arguments.get("text") else "no_text"
         if not isinstance(blocks, list) or len(blocks) > 50:
             return "invalid_blocks"
+        if sum(len(b.get("text", "")) for b in blocks if b.get("type") == "markdown") > MARKDOWN_LIMIT:
+            return "invalid_blocks"
         for block in blocks:
             if block.get("type") == "section" and len(block["text"]["text"]) > SECTION_LIMIT:
                 return "invalid_blocks"
             if block.get("type") == "actions" and not 1 <= len(block.get("elements", [])) <= 25:
+                return "invalid_blocks"
+            if block.get("type") == "markdown" and not self.markdown_blocks:
                 return "invalid_blocks"
         return None
 
@@ -579,8 +586,12 @@ class FakeSlack:
 
 
 def text_of(message: dict[str, Any]) -> str:
-    """What a user reads: the message's section blocks (else its text)."""
-    sections = [b["text"]["text"] for b in message.get("blocks") or [] if b.get("type") == "section"]
+    """What a user reads: the message's section and markdown blocks (else its text)."""
+    sections = [
+        b["text"]["text"] if b["type"] == "section" else b["text"]
+        for b in message.get("blocks") or []
+        if b.get("type") in ("section", "markdown")
+    ]
     return "\n".join(sections) if sections else str(message.get("text") or "")
 
 

@@ -15,7 +15,7 @@ import pytest
 from discord_fake import CHANNEL_ID, GUILD_ID, TEST_TOKEN, FakeDiscord, FakeMessage, serve, start_adapter, stop, until
 from turns import tool_turn
 
-from coven_codex.entries import BaseEntry, StatusEntry
+from coven_codex.entries import ApprovalRequestEntry, BaseEntry, ResponseEntry, StatusEntry
 from coven_codex.journal import FileJournal
 
 ALLOWED = "5000000000000000001"
@@ -100,3 +100,29 @@ async def test_typing_is_kept_up_while_a_turn_runs_and_stops_with_it(discord: tu
     ended = len(fake.typing)
     await asyncio.sleep(9.0)  # past a refresh that would have come: the turn's end stopped it
     assert len(fake.typing) == ended
+
+
+async def test_a_table_in_a_reply_is_shown_as_an_aligned_code_block(discord: tuple[FakeDiscord, Path]) -> None:
+    fake, journal = discord
+    reply = "Sizes:\n\n| file | lines |\n|---|--:|\n| a.py | 12 |\n| long_name.py | 3400 |"
+    await _append(journal, [ResponseEntry(text=reply, conversation=CONVERSATION)])
+    await until(lambda: any("a.py" in m.content for m in fake.in_channel(CHANNEL_ID)))
+    shown = next(m.content for m in fake.in_channel(CHANNEL_ID) if "a.py" in m.content)
+    assert shown == (
+        "codex: Sizes:\n\n```\nfile         | lines\n-------------+------\na.py         | 12\nlong_name.py | 3400\n```"
+    )
+
+
+async def test_an_answered_approval_shows_who_decided_and_its_buttons_are_disabled(
+    discord: tuple[FakeDiscord, Path],
+) -> None:
+    fake, journal = discord
+    await _append(journal, [ApprovalRequestEntry(request_id="r1", action="rm -rf build", conversation=CONVERSATION)])
+    await until(lambda: any("rm -rf build" in m.content for m in fake.in_channel(CHANNEL_ID)))
+    request = next(m for m in fake.in_channel(CHANNEL_ID) if "rm -rf build" in m.content)
+    assert _buttons(request) == ["approve r1", "approve-session r1", "deny r1"]
+    await fake.dispatch("INTERACTION_CREATE", fake.button_press(ALLOWED, request.id, "approve-session r1"))
+    await until(lambda: "approved for the session" in request.content)
+    assert request.content.endswith("approved for the session by presser (5000000000000000001)")
+    disabled = [item.get("disabled") for row in request.components for item in row.get("components", [])]
+    assert disabled == [True, True, True] and request.edits == 1

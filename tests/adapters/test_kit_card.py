@@ -145,3 +145,39 @@ def test_a_card_lists_the_latest_steps_and_counts_the_others() -> None:
     assert lines[2] == "… coven.add(a=12)" and lines[-1] == "✗ coven.add(a=19)"
     assert command_of({"command": ["bash", "-lc", "ls -la"]}) == "ls -la" and command_of({"cmd": "pwd"}) == "pwd"
     assert command_of('{"command": ["git", "status"]}') == "git status" and command_of({"a": 1}) is None
+
+
+async def test_cards_are_posted_once_and_end_closed_while_the_adapter_kills_itself_after_posts_and_edits(
+    tmp_path: Path,
+) -> None:
+    """Ten turns of twelve commands while the platform process SIGKILLs itself after 25 % of its posts and edits."""
+    adapter = FakeAdapter(tmp_path, edit_interval=0.2, render="quiet", chaos=0.25)
+    conversation = adapter.conversation("general", "ann")
+    turns = [_turn(conversation, 12, f"turn {n:02} done.", tag=f"t{n}") for n in range(10)]
+    await adapter.start()
+    restarts = 0
+    try:
+        for entries in turns:
+            await _append(adapter.journal, entries)
+        async with asyncio.timeout(120):
+            while True:
+                if not adapter.alive():
+                    restarts += 1
+                    await adapter.start()
+                shown = await adapter.messages()
+                cards = [m for m in shown if m.text.startswith(("working", "done"))]
+                if (
+                    len(cards) == 10
+                    and all(c.text.startswith("done") for c in cards)
+                    and any("turn 09 done." in m.text for m in shown)
+                ):
+                    break
+                await asyncio.sleep(0.1)
+    finally:
+        await adapter.stop()
+    posts = [op for op in adapter.operations() if op["op"] == "post"]
+    keys = [op["key"] for op in posts]
+    assert len(keys) == len(set(keys)) == 20, (restarts, [op["text"][:30] for op in posts])  # 10 cards, 10 replies
+    replies = [str(op["text"]) for op in posts if str(op["text"]).startswith("codex: turn")]
+    assert sorted(replies) == [f"codex: turn {n:02} done." for n in range(10)]
+    assert restarts >= 3, restarts

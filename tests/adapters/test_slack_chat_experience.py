@@ -15,8 +15,8 @@ from slack_fake import BOT_USER, actions_of, text_of
 from slack_under_test import SlackAdapter
 from turns import tool_turn
 
-from coven_codex.entries import BaseEntry, StatusEntry
-from coven_codex.journal import FileJournal
+from coven_codex.entries import ApprovalEntry, ApprovalRequestEntry, BaseEntry, ResponseEntry, StatusEntry
+from coven_codex.journal import FileJournal, JournalRecord
 
 
 @pytest.fixture
@@ -117,3 +117,53 @@ async def test_without_thread_status_a_reaction_on_the_user_s_message_shows_the_
         assert "a reaction shows that Codex works instead" in adapter.stderr.read_text()
     finally:
         await adapter.close()
+
+
+TABLE_REPLY = "Done: *italic* stays italic.\n\n| file | lines |\n|---|---|\n| a.py | 12 |"
+
+
+async def test_a_reply_goes_out_in_a_markdown_block_as_the_model_wrote_it(slack: SlackAdapter) -> None:
+    conversation = slack.conversation("general", "ann")
+    await _append(slack.journal, [ResponseEntry(text=TABLE_REPLY, conversation=conversation)])
+    await _until(slack, lambda: any("a.py" in text_of(m) for m in slack.fake.bot_messages()))
+    (reply,) = slack.fake.bot_messages("CGENERAL")
+    assert reply["blocks"] == [{"type": "markdown", "text": f"codex: {TABLE_REPLY}"}]
+    assert reply["text"] == f"codex: {TABLE_REPLY}"  # the plain-text fallback for notifications
+
+
+async def test_where_markdown_blocks_are_refused_the_reply_comes_in_sections_once(tmp_path: Path) -> None:
+    adapter = SlackAdapter(tmp_path, render="quiet")
+    adapter.fake.markdown_blocks = False
+    await adapter.start()
+    try:
+        conversation = adapter.conversation("general", "ann")
+        await _append(adapter.journal, [ResponseEntry(text=TABLE_REPLY, conversation=conversation)])
+        await _until(adapter, lambda: any("a.py" in text_of(m) for m in adapter.fake.bot_messages()))
+        (reply,) = adapter.fake.bot_messages("CGENERAL")
+        assert [block["type"] for block in reply["blocks"]] == ["section"]
+        assert text_of(reply) == f"codex: {TABLE_REPLY}"
+    finally:
+        await adapter.close()
+
+
+async def test_an_answered_approval_shows_who_decided_and_loses_its_buttons(slack: SlackAdapter) -> None:
+    conversation = slack.conversation("general", "ann")
+    root = slack.roots["general"]
+    await _append(
+        slack.journal, [ApprovalRequestEntry(request_id="r1", action="rm -rf build", conversation=conversation)]
+    )
+    await _until(slack, lambda: any("rm -rf build" in text_of(m) for m in slack.fake.bot_messages()))
+    (request,) = slack.fake.bot_messages("CGENERAL")
+    assert actions_of(request) == ("approve r1", "approve-session r1", "deny r1")
+    await slack.fake.acked(await slack.fake.press("CGENERAL", "UANN", "approve-session r1", str(request["ts"]), root))
+    await _until(slack, lambda: "approved for the session" in text_of(slack.fake.bot_messages("CGENERAL")[0]))
+    request = slack.fake.bot_messages("CGENERAL")[0]
+    assert text_of(request).endswith("approved for the session by ann (UANN)") and actions_of(request) == ()
+    assert [op["op"] for op in slack.fake.operations if op.get("ts") == request["ts"]] == ["post", "update"]
+    journal = FileJournal(slack.journal)
+    try:
+        entries = [item.entry for item in await journal.read() if isinstance(item, JournalRecord)]
+    finally:
+        await journal.aclose()
+    answers = [(e.request_id, e.decision) for e in entries if isinstance(e, ApprovalEntry)]
+    assert answers == [("r1", "approve_for_session")]

@@ -145,3 +145,48 @@ async def test_a_turn_of_thirty_spell_calls_posts_at_most_three_messages_in_quie
             assert any(op["op"] == "status" and op["status"] == "is working…" for op in fake.operations)
         finally:
             await slack.close()
+
+
+def respond_run(request: RecordedRequest) -> TurnScript:
+    """Every prompt: the same escalated command, then "ran N" (N: the commands' outputs so far)."""
+    if pending_tool_output(request) is not None:
+        return Reply(f"ran {len(request.function_call_outputs())}")
+    return CallTool("exec_command", ESCALATED)
+
+
+async def test_approve_for_the_session_lets_the_same_command_run_again_without_asking(
+    codex_bin_169: Path, harness_factory: Callable[[Path, ScriptedModelServer], AgentHarness]
+) -> None:
+    async with ScriptedModelServer(responder=respond_run) as server:
+        h = harness_factory(codex_bin_169, server)
+        h.write_base_config(approval_policy="on-request")
+        await h.start()
+        slack = SlackAdapter(h.journal_path.parent, render="quiet")
+        fake = slack.fake
+        await slack.start()
+        root = slack.roots["general"]
+
+        def requests() -> list[dict[str, object]]:
+            return [m for m in fake.bot_messages("CGENERAL") if "approval needed" in text_of(m)]
+
+        def shown(text: str) -> bool:
+            return any(text in text_of(m) for m in fake.bot_messages("CGENERAL"))
+
+        try:
+            await fake.mention("CGENERAL", "UANN", "run the touch command", root)
+            await _until(lambda: bool(requests()))
+            (message,) = requests()
+            assert [a.split()[0] for a in actions_of(message)] == ["approve", "approve-session", "deny"]
+            session = next(a for a in actions_of(message) if a.startswith("approve-session"))
+            await fake.acked(await fake.press("CGENERAL", "UANN", session, str(message["ts"]), root))
+            await _until(lambda: shown("ran 1"))
+            (message,) = requests()  # updated in place: who decided, no buttons left
+            assert "approved for the session by ann (UANN)" in text_of(message) and actions_of(message) == ()
+            (h.workspace / "approved.txt").unlink()
+            await fake.mention("CGENERAL", "UANN", "run it again", root)
+            await _until(lambda: shown("ran 2"))
+            assert (h.workspace / "approved.txt").exists()
+            assert len(requests()) == 1  # the same command ran again without asking
+            assert h.journal_path.read_text().count('"kind":"approval_request"') == 1
+        finally:
+            await slack.close()

@@ -113,10 +113,15 @@ class User:
 
 @dataclass(frozen=True, slots=True)
 class Button:
-    """A button under a message; pressing it runs ``action`` (a command line such as ``approve r1``)."""
+    """A button under a message; pressing it runs ``action`` (a command line such as ``approve r1``).
+
+    A ``disabled`` button is shown greyed out where the platform can (Discord), else left out (Slack):
+    an approval request's buttons once it was answered.
+    """
 
     label: str
     action: str
+    disabled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,13 +130,16 @@ class Outgoing:
 
     ``final`` is False while a reply is still being streamed (the message will be edited again).
     ``style`` names what it shows (``response``, ``tool_call``, ``error``, ...) for platforms that
-    colour or lay out kinds differently.
+    colour or lay out kinds differently. ``markdown``: the text is Markdown (a reply, reasoning), for
+    platforms with a facility of their own for it (Slack's ``markdown`` block); False for plain text
+    and for the plain fallback of a refused message.
     """
 
     text: str
     style: str = "response"
     buttons: tuple[Button, ...] = ()
     final: bool = True
+    markdown: bool = False
 
 
 @dataclass(frozen=True, slots=True)

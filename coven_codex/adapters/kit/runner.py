@@ -40,7 +40,7 @@ from typing import Literal, ParamSpec, TypeVar
 
 from coven_codex.adapters.kit.access import AccessPolicy
 from coven_codex.adapters.kit.card import Card, CardPhase, Cards, card_end_key, card_key, is_step
-from coven_codex.adapters.kit.commands import HELP, Command, ConversationState, parse_command
+from coven_codex.adapters.kit.commands import DECISIONS, HELP, Command, ConversationState, parse_command
 from coven_codex.adapters.kit.ledger import DeliveryLedger, content_digest, delivery_key
 from coven_codex.adapters.kit.mapping import ConversationMap
 from coven_codex.adapters.kit.platform import (
@@ -58,7 +58,15 @@ from coven_codex.adapters.kit.platform import (
     Unavailable,
     User,
 )
-from coven_codex.adapters.kit.render import Block, RenderMode, RenderOptions, clip, format_block, render_entry
+from coven_codex.adapters.kit.render import (
+    DECIDED,
+    Block,
+    RenderMode,
+    RenderOptions,
+    clip,
+    format_block,
+    render_entry,
+)
 from coven_codex.adapters.kit.split import split_message
 from coven_codex.adapters.kit.streaming import Stream, Streams
 from coven_codex.entries import (
@@ -152,6 +160,15 @@ class _Entry:
 
 
 @dataclass(frozen=True, slots=True)
+class _Asked:
+    """An approval request's message: where it is, what it says, its buttons (to show the answer in place)."""
+
+    address: Address
+    message_id: str
+    message: Outgoing
+
+
+@dataclass(frozen=True, slots=True)
 class _Notice:
     """A notice (not tied to an entry) a lane posts, e.g. a reply the platform did not take at once."""
 
@@ -203,6 +220,8 @@ class AdapterRunner:
         self.states: dict[str, ConversationState] = {}
         self._streams = Streams()
         self._cards = Cards()
+        self._asked: dict[tuple[str, str], _Asked] = {}
+        """The message of each approval request shown (conversation, request id), to update once answered."""
         self._lanes: dict[str, Lane] = {}
         self._group: asyncio.TaskGroup | None = None
         self._outstanding: dict[int, Position] = {}
@@ -391,12 +410,12 @@ class AdapterRunner:
                 await self.reply(address, "new session: your next message starts a fresh Codex session")
             case "status":
                 await self.reply(address, state.describe())
-            case "approve" | "deny":
+            case "approve" | "approve-session" | "deny":
                 request_id = command.argument or (state.pending_approvals[0] if state.pending_approvals else "")
                 if not request_id:
                     await self.reply(address, "no approval request is waiting in this conversation")
                     return
-                decision: Literal["approve", "deny"] = "approve" if command.name == "approve" else "deny"
+                decision = DECISIONS[command.name]
                 await self.append(
                     ApprovalEntry(
                         conversation=conversation, sender=user.label, request_id=request_id, decision=decision
@@ -404,7 +423,7 @@ class AdapterRunner:
                 )
                 if request_id in state.pending_approvals:
                     state.pending_approvals.remove(request_id)
-                await self.reply(address, f"{decision} sent for {clip(request_id, 80)}")
+                await self.reply(address, f"{decision.replace('_', ' ')} sent for {clip(request_id, 80)}")
             case "details":
                 await self._details(command.argument, conversation, address)
             case "help":
@@ -570,7 +589,7 @@ class AdapterRunner:
         """Edit ``stream``'s message to its text so far (a refusal is logged; the final reply follows)."""
         assert stream.message_id is not None
         source, message_id = stream.text, stream.message_id
-        message = Outgoing(self._stream_text(source), final=False, buttons=CANCEL_BUTTONS)
+        message = Outgoing(self._stream_text(source), final=False, buttons=CANCEL_BUTTONS, markdown=True)
         address = self._address_of(stream)
         try:
             await self._call(self.platform.edit, address, message_id, message)
@@ -602,7 +621,8 @@ class AdapterRunner:
         for block, address in shown[-self.options.history :]:
             for text in format_block(block, self.platform.dialect):
                 try:
-                    await self._call(self.platform.post, address, Outgoing(text, style=block.style), None)
+                    message = Outgoing(text, style=block.style, markdown=block.markdown)
+                    await self._call(self.platform.post, address, message, None)
                 except PlatformError as refused:
                     _only_entry(refused)
                     self._log_refusal(address, refused, "an entry of the history")
@@ -644,6 +664,8 @@ class AdapterRunner:
         if isinstance(entry, StatusEntry) and entry.state == "turn_started":
             await self._close_card(entry.conversation, address, entry.ts, "ended")  # a turn that never said its end
             await self._typing(address, True)
+        if isinstance(entry, ApprovalEntry) and await self._show_answer(entry):
+            return  # the request's message says who decided what, and its buttons are off
         if getattr(entry, ORIGIN_FIELD, None) == self.name and self.platform.capabilities.echoes_own_messages:
             return  # the platform already shows what its user typed
         if quiet and is_step(entry, reasoning=self.options.render.show_reasoning):
@@ -655,6 +677,8 @@ class AdapterRunner:
             block = render_entry(entry, self.options.render)
             if block is not None:
                 await self._post_block(entry.id, block, address)
+                if isinstance(entry, ApprovalRequestEntry):
+                    self._remember_request(entry, block, address)
         if (isinstance(entry, StatusEntry) and entry.state in TURN_ENDS) or isinstance(entry, ErrorEntry):
             for stream in self._streams.end_turn(entry.conversation):
                 await self._finish_stream(stream, address, stream.text)
@@ -662,6 +686,42 @@ class AdapterRunner:
                 outcome = OUTCOMES.get(entry.state, "failed") if isinstance(entry, StatusEntry) else "failed"
                 await self._close_card(entry.conversation, address, entry.ts, outcome)
             await self._typing(address, False)
+
+    # ----------------------------------------------------------------- approvals answered in place
+
+    def _remember_request(self, entry: ApprovalRequestEntry, block: Block, address: Address) -> None:
+        """Keep where an approval request's buttons are (its last part), to update them once answered."""
+        assert entry.id is not None
+        texts = format_block(block, self.platform.dialect)
+        known = self.ledger.get(delivery_key(entry.id, len(texts) - 1))
+        if known is None or not known.message_id or not self.platform.capabilities.edits:
+            return
+        buttons = tuple(Button(action.label, action.command) for action in block.actions)
+        message = Outgoing(texts[-1], style=block.style, buttons=buttons)
+        self._asked[(entry.conversation, entry.request_id)] = _Asked(address, known.message_id, message)
+        while len(self._asked) > MAX_AHEAD:
+            self._asked.pop(next(iter(self._asked)))
+
+    async def _show_answer(self, entry: ApprovalEntry) -> bool:
+        """Show ``entry``'s answer on its request's message: who decided what, the buttons disabled.
+
+        False when that message is not known here (then the answer is shown as a line of its own).
+        """
+        asked = self._asked.pop((entry.conversation, entry.request_id), None)
+        if asked is None:
+            return False
+        dialect = self.platform.dialect
+        said = dialect.styled("status", dialect.plain(f"{DECIDED[entry.decision]} by {clip(entry.sender, 80)}"))
+        buttons = tuple(Button(b.label, b.action, disabled=True) for b in asked.message.buttons)
+        message = Outgoing(f"{asked.message.text}\n{said}", style=asked.message.style, buttons=buttons)
+        try:
+            await self._call(self.platform.edit, asked.address, asked.message_id, message)
+        except PlatformError as refused:
+            if refused.refusal is Refusal.FATAL:
+                raise
+            self._log_refusal(asked.address, refused, "the answer shown on an approval request")
+            return False
+        return True
 
     # ----------------------------------------------------------------- the progress card (quiet)
 
@@ -773,7 +833,7 @@ class AdapterRunner:
         stream.message_id = await self._post(
             address,
             delivery_key(stream.key_entry, 0),
-            Outgoing(self._stream_text(source), final=False, buttons=CANCEL_BUTTONS),
+            Outgoing(self._stream_text(source), final=False, buttons=CANCEL_BUTTONS, markdown=True),
         )
         stream.shown, stream.last_edit = source, time.monotonic()
 
@@ -808,18 +868,19 @@ class AdapterRunner:
         if wait and text != stream.shown:
             await asyncio.sleep(wait)
         message_id = stream.message_id
+        final = Outgoing(texts[0], markdown=True)
         try:
-            await self._call(self.platform.edit, address, message_id, Outgoing(texts[0]))
+            await self._call(self.platform.edit, address, message_id, final)
         except PlatformError as refused:
             if refused.refusal is not Refusal.ENTRY:
                 raise
-            await self._fall_back(address, delivery_key(stream.key_entry, "final"), Outgoing(texts[0]), refused)
+            await self._fall_back(address, delivery_key(stream.key_entry, "final"), final, refused)
         stream.shown, stream.last_edit = text, time.monotonic()
         parts_of = entry_id or stream.key_entry
         if entry_id is not None:
             await self.ledger.done(delivery_key(entry_id, 0), stream.message_id)
         for index, part in enumerate(texts[1:], start=1):
-            await self._post(address, delivery_key(parts_of, index), Outgoing(part))
+            await self._post(address, delivery_key(parts_of, index), Outgoing(part, markdown=True))
         await self.ledger.done(delivery_key(stream.key_entry, "end"), stream.message_id)
 
     async def _post_block(self, entry_id: str, block: Block, address: Address) -> None:
@@ -830,7 +891,7 @@ class AdapterRunner:
             await self._post(
                 address,
                 delivery_key(entry_id, index),
-                Outgoing(text, style=block.style, buttons=buttons if last else ()),
+                Outgoing(text, style=block.style, buttons=buttons if last else (), markdown=block.markdown),
             )
 
     async def _post(self, address: Address, key: str, message: Outgoing) -> str | None:
@@ -852,8 +913,10 @@ class AdapterRunner:
         Each try has a key of its own derived from ``key``, so a restart repeats none of them.
         """
         dialect = self.platform.dialect
-        plain = Outgoing(dialect.plain(message.text), style=message.style, buttons=message.buttons, final=message.final)
-        if plain.text != message.text:
+        # Markdown laid out by the platform's own facility: the same text in its plain layout first.
+        text = message.text if message.markdown else dialect.plain(message.text)
+        plain = Outgoing(text, style=message.style, buttons=message.buttons, final=message.final)
+        if plain != message:
             try:
                 return await self._post_once(address, delivery_key(key, "plain"), plain)
             except PlatformError as again:
