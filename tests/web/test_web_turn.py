@@ -121,3 +121,21 @@ async def test_a_turn_of_thirty_tool_calls_is_one_folded_group_of_steps_then_the
         assert await page.locator(".msg.steps .msg.tool_result:visible").count() == 30
         assert errors == []
     await journal.aclose()
+
+
+async def test_a_result_that_comes_after_its_approval_request_gets_a_group_that_says_so(
+    web_server: WebServer, tmp_path: Path, chromium_path: str
+) -> None:
+    journal = FileJournal(web_server.journal, durability="never")
+    await journal.append(ToolCallEntry(conversation="room", tool="exec_command", arguments={"cmd": "ls"}, call_id="k"))
+    await journal.append(ApprovalRequestEntry(conversation="room", request_id="req-3", action="ls"))
+    await journal.append(ToolResultEntry(conversation="room", tool="exec_command", call_id="k", text="a.txt\nb.txt"))
+    url = await web_server.start()
+    errors: list[str] = []
+    async with chromium(tmp_path / "profile") as browser:
+        page = await open_page(browser, url + "#c=room", errors)
+        await page.wait_for_selector(".msg.steps:last-child > summary")
+        summaries = await page.locator(".msg.steps > summary").all_inner_texts()
+        assert summaries == ['1 step · → exec_command(cmd="ls")', "1 result · ← a.txt"], summaries
+        assert errors == []
+    await journal.aclose()

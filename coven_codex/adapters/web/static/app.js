@@ -307,9 +307,12 @@ function addStep(node, entry) {
   }
   group.append(node);
   const count = group.querySelectorAll('.tool_call, .activity').length;
-  const latest = entry.kind === 'tool_result' ? '' : ` · ${entry.text.split('\n')[0].slice(0, 100)}`;
-  if (count && (latest || !group.firstChild.textContent)) {
-    group.firstChild.textContent = `${count} step${count === 1 ? '' : 's'}${latest}`;
+  const line = ` · ${entry.text.split('\n')[0].slice(0, 100)}`;
+  if (count && entry.kind !== 'tool_result') {
+    group.firstChild.textContent = `${count} step${count === 1 ? '' : 's'}${line}`;
+  } else if (!count) {  // results whose calls came before something else (an approval request)
+    const results = group.querySelectorAll('.tool_result').length;
+    group.firstChild.textContent = `${results} result${results === 1 ? '' : 's'}${line}`;
   }
 }
 
