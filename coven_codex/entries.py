@@ -255,7 +255,8 @@ class ApprovalEntry(BaseEntry):
 
     kind: Literal["approval"] = "approval"
     request_id: str
-    decision: Literal["approve", "deny"]
+    decision: Literal["approve", "approve_for_session", "deny"]
+    """``approve_for_session``: approve, and let Codex run the same again in this session without asking."""
 
 
 ActivityKind = str

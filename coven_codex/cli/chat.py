@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from coven_codex.adapters.console import ConsoleChat, stdin_lines
+from coven_codex.adapters.kit.render import RenderMode
 from coven_codex.cli.options import JOURNAL_METAVAR, journal_argument
 from coven_codex.entries import DEFAULT_CONVERSATION
 from coven_codex.journal import JournalError
@@ -36,6 +37,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-colour", "--no-color", dest="colour", action="store_false", help="plain text even on a terminal"
     )
+    parser.add_argument(
+        "--render",
+        choices=[mode.value for mode in RenderMode],
+        default=RenderMode.VERBOSE.value,
+        help="verbose: every step as it happens (default); quiet: one progress card per turn, then the reply",
+    )
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -60,7 +67,9 @@ def execute(args: argparse.Namespace) -> int:
     sender = args.sender or _login_name()
     colour = bool(args.colour and sys.stdout.isatty() and os.environ.get("NO_COLOR") is None)
     with contextlib.suppress(KeyboardInterrupt):
-        return asyncio.run(_chat(journal_path, args.conversation, sender, colour, args.history))
+        return asyncio.run(
+            _chat(journal_path, args.conversation, sender, colour, args.history, render=RenderMode(args.render))
+        )
     return 0
 
 
@@ -71,7 +80,9 @@ def _login_name() -> str:
         return "user"
 
 
-async def _chat(path: JournalName, conversation: str, sender: str, colour: bool, history: int) -> int:
+async def _chat(
+    path: JournalName, conversation: str, sender: str, colour: bool, history: int, *, render: RenderMode
+) -> int:
     """Chat until stdin ends; 1 when the journal cannot be opened (the message says what to fix)."""
     try:
         journal = await connected(open_journal(path))
@@ -80,7 +91,9 @@ async def _chat(path: JournalName, conversation: str, sender: str, colour: bool,
         return 1
     try:
         prompt = sys.stdin.isatty() and sys.stdout.isatty()
-        chat = ConsoleChat(journal, conversation, sender, sys.stdout, colour=colour, history=history, prompt=prompt)
+        chat = ConsoleChat(
+            journal, conversation, sender, sys.stdout, colour=colour, history=history, prompt=prompt, render=render
+        )
         await chat.run(stdin_lines())
     finally:
         await journal.aclose()

@@ -376,7 +376,9 @@ class Session:
             return
         codex.approvals.discard(entry.request_id)
         try:
-            await codex.driver.answer_approval(entry.request_id, entry.decision == "approve")
+            await codex.driver.answer_approval(
+                entry.request_id, entry.decision != "deny", for_session=entry.decision == "approve_for_session"
+            )
         except DriverError as exc:
             await self._outbox.error(
                 classify(str(exc)).code,

@@ -79,9 +79,17 @@ class FakeAdapter:
     crash_safe = True
 
     def __init__(
-        self, folder: Path, limit: int = 300, edit_interval: float = 0.2, rate_limit_every: int = 0, chaos: float = 0.0
+        self,
+        folder: Path,
+        limit: int = 300,
+        edit_interval: float = 0.2,
+        rate_limit_every: int = 0,
+        *,
+        chaos: float = 0.0,
+        render: str = "verbose",
     ) -> None:
         self.chaos = chaos
+        self.render = render
         self.folder = folder
         self.journal = folder / "journal.jsonl"
         self.record = folder / "platform-record.jsonl"
@@ -123,6 +131,8 @@ class FakeAdapter:
                 str(self.rate_limit_every),
                 "--chaos",
                 str(self.chaos),
+                "--render",
+                self.render,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=log,

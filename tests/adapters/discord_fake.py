@@ -120,6 +120,8 @@ class FakeDiscord:
     messages: dict[str, FakeMessage] = field(default_factory=dict)
     deleted: list[str] = field(default_factory=list)
     typing: list[str] = field(default_factory=list)
+    typing_times: list[float] = field(default_factory=list)
+    """When each typing request came (the machine's monotonic clock), beside :attr:`typing`."""
     rate_limited: int = 0
     requests: int = 0
     interactions: list[dict[str, Any]] = field(default_factory=list)
@@ -349,6 +351,7 @@ class FakeDiscord:
 
     async def _typing(self, request: web.Request) -> web.Response:
         self.typing.append(request.match_info["cid"])
+        self.typing_times.append(time.monotonic())
         return web.Response(status=204)
 
     # The Gateway: HELLO, IDENTIFY -> READY + GUILD_CREATE, heartbeats, then dispatched events.
@@ -737,7 +740,12 @@ TEST_TOKEN = "MTAwMDAwMDAwMDAwMDAwMDAwMQ.GabcDe.abcdefghijklmnopqrstuvwxyz012345
 
 
 def write_config(journal: Path, **section: object) -> Path:
-    """A config file (coven.toml's shape) beside ``journal``, naming it; ``[adapters.discord]`` holds ``section``."""
+    """A config file (coven.toml's shape) beside ``journal``, naming it; ``[adapters.discord]`` holds ``section``.
+
+    ``render`` is ``verbose`` (every step a message) unless ``section`` says otherwise: most tests look at
+    single messages; the progress card's tests ask for ``quiet``, the adapter's default.
+    """
+    section = {"render": "verbose", **section}
     lines = [f"journal = {json.dumps(str(journal))}", "", "[adapters.discord]"]
     lines += [f"{key} = {json.dumps(value)}" for key, value in section.items()]
     config = journal.parent / "discord.toml"

@@ -11,6 +11,7 @@ Run as a process: ``python fake_platform.py --journal J --record R --inbox I [op
   the position of the next event is kept in ``I.pos`` (events are handled at least once).
 - A post whose text contains ``FORBIDDEN`` is refused for good (:class:`PlatformError`).
 - ``--rate-limit-every N`` answers every N-th platform call with a 429 (``retry_after`` 0.05 s).
+- ``--render quiet`` shows a progress card per turn (the kit's default is ``verbose``).
 - ``--chaos P``: after recording a post or an edit, the process kills itself (SIGKILL) with
   probability P, before the runner hears back: the one moment a ledger without reconciliation
   would repeat a message.
@@ -45,7 +46,7 @@ from coven_codex.adapters.kit.platform import (
     RateLimited,
     User,
 )
-from coven_codex.adapters.kit.render import PlainDialect, RenderOptions
+from coven_codex.adapters.kit.render import PlainDialect, RenderMode, RenderOptions
 from coven_codex.adapters.kit.runner import AdapterRunner, RunnerOptions
 from coven_codex.entries import Attachment
 from coven_codex.journal import FileJournal
@@ -168,7 +169,9 @@ async def main(args: argparse.Namespace) -> None:
         access,
         ledger,
         name=PLATFORM,
-        options=RunnerOptions(render=RenderOptions(show_reasoning=True), start="beginning"),
+        options=RunnerOptions(
+            render=RenderOptions(show_reasoning=True, mode=RenderMode(args.render)), start="beginning"
+        ),
     )
 
     async def announce() -> None:
@@ -196,5 +199,6 @@ if __name__ == "__main__":
     parser.add_argument("--edit-interval", type=float, default=0.2)
     parser.add_argument("--rate-limit-every", type=int, default=0)
     parser.add_argument("--chaos", type=float, default=0.0)
+    parser.add_argument("--render", choices=[mode.value for mode in RenderMode], default="verbose")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
     asyncio.run(main(parser.parse_args()))

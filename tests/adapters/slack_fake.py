@@ -40,7 +40,11 @@ BOT_ID = "BBOT"
 APP_ID = "AFAKE"
 RETRY_SECONDS = 3.0
 SECTION_LIMIT = 3000
+MARKDOWN_LIMIT = 12000
+"""The most characters of all ``markdown`` blocks of one message together."""
 WRITE_METHODS = frozenset({"chat.postMessage", "chat.update", "chat.delete"})
+SIGN_METHODS = frozenset({"assistant.threads.setStatus", "reactions.add", "reactions.remove"})
+"""Methods that show the bot works (a thread status, a reaction); :meth:`FakeSlack.wait_for` wakes on them too."""
 
 
 @dataclass
@@ -87,6 +91,10 @@ class FakeSlack:
     ``burst`` calls draining at ``per_second`` (``chat.postMessage``: about 1 a second, short bursts);
     a call over it is answered 429 and counted in ``tier_limited`` too."""
     tier_limited: int = 0
+    thread_status: bool = True
+    markdown_blocks: bool = True
+    """Whether the workspace takes ``markdown`` blocks; else they are ``invalid_blocks``."""
+    """Whether the app may set a thread's status (``assistant.threads.setStatus``); else Slack refuses it."""
     url: str = ""
 
     def __post_init__(self) -> None:
@@ -161,7 +169,7 @@ class FakeSlack:
             lambda: self._answer(request, method, arguments),
         )
         answer = faulty if faulty is not None else await self._answer(request, method, arguments)
-        if method in WRITE_METHODS:
+        if method in WRITE_METHODS | SIGN_METHODS:
             async with self.changed:
                 self.changed.notify_all()
         return answer
@@ -242,8 +250,7 @@ class FakeSlack:
             return {"ok": False, "error": "no_such_subteam"}
         return {"ok": True, "users": self.usergroups[group]}
 
-    @staticmethod
-    def _blocks_problem(arguments: dict[str, Any]) -> str | None:
+    def _blocks_problem(self, arguments: dict[str, Any]) -> str | None:
         blocks = arguments.get("blocks")
         if isinstance(blocks, str):
             blocks = json.loads(blocks)
@@ -253,10 +260,14 @@ class FakeSlack:
             return None if arguments.get("text") else "no_text"
         if not isinstance(blocks, list) or len(blocks) > 50:
             return "invalid_blocks"
+        if sum(len(b.get("text", "")) for b in blocks if b.get("type") == "markdown") > MARKDOWN_LIMIT:
+            return "invalid_blocks"
         for block in blocks:
             if block.get("type") == "section" and len(block["text"]["text"]) > SECTION_LIMIT:
                 return "invalid_blocks"
             if block.get("type") == "actions" and not 1 <= len(block.get("elements", [])) <= 25:
+                return "invalid_blocks"
+            if block.get("type") == "markdown" and not self.markdown_blocks:
                 return "invalid_blocks"
         return None
 
@@ -299,6 +310,41 @@ class FakeSlack:
         message.update(text=arguments.get("text", ""), blocks=_decoded(arguments.get("blocks")))
         self.operations.append({"op": "update", "channel": channel, "ts": ts, "message": dict(message)})
         return {"ok": True, "channel": channel, "ts": ts, "text": message["text"]}
+
+    def _assistant_threads_setStatus(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        channel, thread = str(arguments.get("channel_id")), str(arguments.get("thread_ts"))
+        if channel not in self.channels:
+            return {"ok": False, "error": "channel_not_found"}
+        if not self.thread_status:
+            return {"ok": False, "error": "missing_scope", "needed": "assistant:write", "provided": "chat:write"}
+        if thread not in self.messages.get(channel, {}):
+            return {"ok": False, "error": "invalid_thread_ts"}
+        self.operations.append({"op": "status", "channel": channel, "thread": thread, "status": arguments["status"]})
+        return {"ok": True}
+
+    def _reaction(self, arguments: dict[str, Any], add: bool) -> dict[str, Any]:
+        channel, ts, name = str(arguments.get("channel")), str(arguments.get("timestamp")), str(arguments.get("name"))
+        message = self.messages.get(channel, {}).get(ts)
+        if message is None:
+            return {"ok": False, "error": "message_not_found"}
+        users: list[str] = next((r["users"] for r in message.setdefault("reactions", []) if r["name"] == name), [])
+        if add == (BOT_USER in users):
+            return {"ok": False, "error": "already_reacted" if add else "no_reaction"}
+        if add:
+            if not users:
+                message["reactions"].append({"name": name, "users": users, "count": 0})
+            users.append(BOT_USER)
+        else:
+            users.remove(BOT_USER)
+        message["reactions"] = [dict(r, count=len(r["users"])) for r in message["reactions"] if r["users"]]
+        self.operations.append({"op": "react" if add else "unreact", "channel": channel, "ts": ts, "name": name})
+        return {"ok": True}
+
+    def _reactions_add(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        return self._reaction(arguments, add=True)
+
+    def _reactions_remove(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        return self._reaction(arguments, add=False)
 
     def _chat_delete(self, arguments: dict[str, Any]) -> dict[str, Any]:
         channel, ts = str(arguments.get("channel")), str(arguments.get("ts"))
@@ -551,8 +597,12 @@ class FakeSlack:
 
 
 def text_of(message: dict[str, Any]) -> str:
-    """What a user reads: the message's section blocks (else its text)."""
-    sections = [b["text"]["text"] for b in message.get("blocks") or [] if b.get("type") == "section"]
+    """What a user reads: the message's section and markdown blocks (else its text)."""
+    sections = [
+        b["text"]["text"] if b["type"] == "section" else b["text"]
+        for b in message.get("blocks") or []
+        if b.get("type") in ("section", "markdown")
+    ]
     return "\n".join(sections) if sections else str(message.get("text") or "")
 
 

@@ -42,7 +42,9 @@ class SlackAdapter:
         extra_config: str = "",
         seed: int = 7,
         post_rate: float = 100.0,
+        render: str = "verbose",
     ) -> None:
+        """``render``: ``verbose`` (every step a message) unless asked; the progress card's tests ask for ``quiet``."""
         self.folder = folder
         self.journal = folder / "journal.jsonl"
         self.config = folder / "coven.toml"
@@ -51,7 +53,7 @@ class SlackAdapter:
             rate_limit_every=rate_limit_every, burst=burst, retry_after="0" if rate_limit_every else "1"
         )
         self.chaos = chaos
-        self.extra_config = extra_config
+        self.extra_config = f'render = "{render}"\n' + extra_config
         self.post_rate = post_rate
         """``chat.postMessage`` calls a second per channel the adapter allows itself (Slack: 1; the
         suite's bursts of replies would otherwise take minutes)."""

@@ -54,8 +54,15 @@ async def start_adapter(
     log_level: str = "INFO",
     **section: object,
 ) -> asyncio.subprocess.Process:
-    """``coven-codex telegram`` as a process against the fake at ``api``; ``section`` is its configuration."""
-    section = {"edit_interval": 0.2, "group_per_minute": 6000.0, "chat_per_minute": 6000.0, **section}
+    """``coven-codex telegram`` as a process against the fake at ``api``; ``section`` is its configuration
+    (``render`` is ``verbose``, every step a message, unless it says otherwise: most tests look at those)."""
+    section = {
+        "edit_interval": 0.2,
+        "group_per_minute": 6000.0,
+        "chat_per_minute": 6000.0,
+        "render": "verbose",
+        **section,
+    }
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",

@@ -50,7 +50,7 @@ def test_the_example_adapter_round_trip(tmp_path: Path) -> None:
             )
         reply, request = json.loads(adapter.stdout.readline()), json.loads(adapter.stdout.readline())
         assert reply["text"] == "codex: hi **ann**" and reply["channel"] == "c1"
-        assert request["buttons"] == ["approve r1", "deny r1"]
+        assert request["buttons"] == ["approve r1", "approve-session r1", "deny r1"]
     finally:
         adapter.stdin.close()
         adapter.wait(15)

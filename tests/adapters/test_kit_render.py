@@ -63,7 +63,11 @@ def test_errors_carry_their_hint_and_approvals_their_buttons() -> None:
     ]
     block = render_entry(ApprovalRequestEntry(request_id="r1", action="run ls"))
     assert block is not None
-    assert [(a.label, a.command) for a in block.actions] == [("Approve", "approve r1"), ("Deny", "deny r1")]
+    assert [(a.label, a.command) for a in block.actions] == [
+        ("Approve", "approve r1"),
+        ("Approve for session", "approve-session r1"),
+        ("Deny", "deny r1"),
+    ]
 
 
 def test_html_escapes_everything_and_keeps_markdown() -> None:

@@ -74,9 +74,9 @@ async def test_a_long_reply_is_split_within_slack_s_limits_and_escaped(slack: Sl
     screen = "\n".join(text_of(m) for m in messages)
     assert all(screen.count(word) == 1 for word in words)
     assert len(messages) >= 4 and all(m["thread_ts"] == slack.roots["general"] for m in messages)
-    sections = [b["text"]["text"] for m in messages for b in m["blocks"] if b["type"] == "section"]  # type: ignore[attr-defined, index]
-    assert all(len(s) <= 3000 for s in sections)
-    assert "*Results* &lt;b&gt; &amp; co:" in screen  # mrkdwn bold; < > & escaped (no injected mention or link)
+    pieces = [b["text"] for m in messages for b in m["blocks"] if b["type"] == "markdown"]  # type: ignore[attr-defined, index]
+    assert pieces and all(len(s) <= 3000 for s in pieces)
+    assert "**Results** &lt;b&gt; &amp; co:" in screen  # Markdown kept; < > & escaped (no injected mention or link)
 
 
 async def test_a_burst_of_429s_is_waited_out_and_nothing_is_dropped(slack: SlackAdapter) -> None:

@@ -1,4 +1,4 @@
-"""Slack mrkdwn and Block Kit layout (coven_codex/adapters/slack/dialect.py)."""
+"""Slack text and Block Kit layout (coven_codex/adapters/slack/dialect.py): markdown blocks, sections, buttons."""
 
 from __future__ import annotations
 
@@ -12,15 +12,15 @@ from coven_codex.adapters.kit.render import Block, format_block
 from coven_codex.adapters.slack.dialect import SECTION_LIMIT, SlackDialect, blocks, escape, menu
 
 
-def test_markdown_becomes_mrkdwn() -> None:
+def test_model_output_goes_out_as_markdown_in_markdown_blocks_and_the_rest_in_sections() -> None:
     dialect = SlackDialect()
-    source = "# Title\n**bold** and __also__ ~~gone~~ [docs](https://example.com/a) `**kept**`\n"
-    assert dialect.markdown(source) == "*Title*\n*bold* and *also* ~gone~ <https://example.com/a|docs> `**kept**`\n"
-
-
-def test_code_blocks_keep_their_text_and_drop_the_language() -> None:
-    dialect = SlackDialect()
-    assert dialect.markdown("```python\nx = a < b and **c**\n```\nafter") == "```\nx = a &lt; b and **c**\n```\nafter"
+    source = "# Title\n**bold**, *italic*, ~~gone~~ [docs](https://example.com/a)\n\n| a | b |\n|---|---|\n| 1 | 2 |\n"
+    assert dialect.markdown(source) == source  # no conversion by line regexes: Slack renders standard Markdown
+    (reply,) = format_block(Block("response", source, markdown=True, label="codex:"), dialect)
+    assert blocks(Outgoing(reply, markdown=True)) == [{"type": "markdown", "text": "codex: " + source}]
+    assert blocks(Outgoing("→ tool(a=1)", style="tool_call"))[0]["type"] == "section"
+    code = dialect.markdown("```python\nx = a < b and **c**\n```\nafter")
+    assert code == "```python\nx = a &lt; b and **c**\n```\nafter"
 
 
 def test_nothing_becomes_a_mention_or_a_link_by_accident() -> None:
@@ -58,3 +58,9 @@ def test_buttons_carry_the_kit_s_command_lines() -> None:
 def test_a_long_reply_is_cut_into_messages_the_dialect_can_hold() -> None:
     texts = format_block(Block("response", "word " * 2000, markdown=True, label="codex:"), SlackDialect())
     assert len(texts) >= 4 and all(len(text) <= 3000 for text in texts)
+
+
+def test_markdown_over_the_block_limit_falls_back_to_sections() -> None:
+    text = "x" * 12001
+    laid = blocks(Outgoing(text, markdown=True))
+    assert {block["type"] for block in laid} == {"section"} and "".join(b["text"]["text"] for b in laid) == text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 
@@ -32,4 +33,5 @@ def test_every_telegram_key_is_in_the_example_and_the_example_is_valid() -> None
 def test_the_registered_commands_are_the_kits() -> None:
     from coven_codex.adapters.kit.commands import COMMANDS as KIT
 
-    assert tuple(name for name, _ in COMMANDS) == KIT
+    assert tuple(name.replace("_", "-") for name, _ in COMMANDS) == KIT
+    assert all(re.fullmatch(r"[a-z0-9_]{1,32}", name) for name, _ in COMMANDS)  # what setMyCommands takes

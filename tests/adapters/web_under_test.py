@@ -29,10 +29,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "web"))
 from web_helpers import CHROMIUM, CHROMIUM_ARGS, WebServer
 
 MESSAGES = """() => {
-  const shown = [...document.querySelectorAll('#messages .msg')].map((node) => ({
-    text: node.innerText,
-    actions: [...node.querySelectorAll('.buttons button')].map(
-      (b) => `${b.classList.contains('approve') ? 'approve' : 'deny'} ${node.dataset.request}`),
+  // A turn's steps are gathered in a folded group (.msg.steps): each step is shown as its own message.
+  const nodes = document.querySelectorAll('#messages > .msg:not(.steps), #messages > .steps > .msg');
+  const shown = [...nodes].map((node) => ({
+    text: node.parentElement.classList.contains('steps') ? node.textContent : node.innerText,  // folded: not rendered
+    actions: [...node.querySelectorAll('.buttons button')].map((b) => `${b.className} ${node.dataset.request}`),
     final: !node.classList.contains('stream'),
   }));
   const notice = document.getElementById('notice');
@@ -299,10 +300,11 @@ class WebAdapter:
         await page.press("#input", "Enter")
 
     async def press(self, channel: str, user: str, action: str) -> None:
-        """Press a button: ``approve ID`` / ``deny ID`` under the request; ``cancel``, ``new`` as commands."""
+        """Press a button: ``approve ID``, ``approve-session ID``, ``deny ID`` under the request; ``cancel``,
+        ``new`` as commands."""
         page = self._page(channel)
         verb, _, request_id = action.partition(" ")
-        if verb in ("approve", "deny") and request_id:
+        if verb in ("approve", "approve-session", "deny") and request_id:
             for node in await page.query_selector_all(".msg.approval_request"):
                 if await node.get_attribute("data-request") == request_id:
                     button = await node.query_selector(f"button.{verb}")

@@ -248,7 +248,7 @@ class FakeDriver(CodexDriver):
         assert self._turn is not None
         self._events.emit(ApprovalRequested(request_id, "run: true", None))
 
-    async def answer_approval(self, request_id: str, approve: bool) -> None:
+    async def answer_approval(self, request_id: str, approve: bool, *, for_session: bool = False) -> None:
         raise DriverError("no such request")
 
     async def _end_processes(self) -> None:

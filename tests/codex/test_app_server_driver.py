@@ -347,6 +347,29 @@ async def test_mcp_tool_approval_round_trip(tmp_path: Path, codex_bin_169: Path,
         assert "echo: hi" in output.output
 
 
+async def test_approved_for_the_session_the_same_command_runs_again_without_asking(
+    tmp_path: Path, codex_bin_169: Path, recorder: Recorder
+) -> None:
+    script = [escalated("touch session-file"), Reply("done"), escalated("touch session-file"), Reply("again")]
+    async with ScriptedModelServer(script) as server:
+        setup = make_setup(tmp_path, codex_bin_169, VERSION, server, driver="app-server")
+        driver = setup.driver(recorder)
+        try:
+            await driver.start(None)
+            await driver.submit("make the file", "a")
+            (asked,) = await recorder.wait_for(ApprovalRequested)
+            await driver.answer_approval(asked.request_id, True, for_session=True)
+            await recorder.wait_for(TurnFinished)
+            (setup.workspace / "session-file").unlink()
+            await driver.submit("make it again", "b")
+            finished = await recorder.wait_for(TurnFinished, count=2, timeout=60)
+        finally:
+            await driver.aclose()
+        assert [f.ok for f in finished] == [True, True]
+        assert len(recorder.of(ApprovalRequested)) == 1  # the second time Codex did not ask
+        assert (setup.workspace / "session-file").exists()
+
+
 async def test_silent_model_is_a_stream_idle_error(tmp_path: Path, codex_bin_169: Path, recorder: Recorder) -> None:
     async with ScriptedModelServer([(Stall(30), Reply("late"))]) as server:
         setup = make_setup(tmp_path, codex_bin_169, VERSION, server, driver="app-server")

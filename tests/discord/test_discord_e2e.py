@@ -146,3 +146,47 @@ async def test_codex_slash_command_in_a_thread_channel_gets_its_reply_in_the_thr
             assert len(thoughts) == 2 and {e.conversation for e in thoughts} == {conversation}
         finally:
             await stop(adapter)
+
+
+THIRTY = 30
+
+
+def respond_thirty(request: RecordedRequest) -> TurnScript:
+    """30 spell calls in one turn, one after another, then a reply."""
+    done = len(request.function_call_outputs())
+    if done < THIRTY:
+        return CallTool("coven.add", {"a": done, "b": 1})
+    return Reply("thirty additions done.")
+
+
+async def test_a_turn_of_thirty_spell_calls_posts_at_most_three_messages_in_quiet_mode(
+    codex_bin_169: Path,
+    harness_factory: Callable[[Path, ScriptedModelServer], AgentHarness],
+    served: tuple[FakeDiscord, int],
+) -> None:
+    fake, port = served
+    async with ScriptedModelServer(responder=respond_thirty) as server:
+        h = harness_factory(codex_bin_169, server)
+        h.write_base_config(approval_policy="on-request")
+        await h.start("--spells", "coven_codex.demo.spells:spells")
+        adapter = await start_adapter(h.journal_path, port, allow_users=[ALLOWED], render="quiet")
+
+        def card() -> str:
+            return next((m.content for m in fake.in_channel(CHANNEL_ID) if m.content.startswith("done in")), "")
+
+        try:
+            async with asyncio.timeout(30):
+                await fake.identified.wait()
+            await fake.dispatch("MESSAGE_CREATE", fake.user_message(ALLOWED, "thirty additions, please"))
+            await _until(
+                lambda: (
+                    bool(card()) and any("thirty additions done." in m.content for m in fake.in_channel(CHANNEL_ID))
+                ),
+                120,
+            )
+            messages = [m.content for m in fake.in_channel(CHANNEL_ID)]
+            assert 2 <= len(messages) <= 3, messages
+            assert f"· {THIRTY} steps" in card().splitlines()[0] and "✓ coven.add(a=29, b=1)" in card()
+            assert len(fake.typing) >= 1
+        finally:
+            await stop(adapter)

@@ -101,3 +101,92 @@ async def test_a_slack_mention_gets_the_streamed_reply_once_and_approvals_go_thr
             assert not [m for m in fake.bot_messages() if m.get("thread_ts") != root]
         finally:
             await slack.close()
+
+
+THIRTY = 30
+
+
+def respond_thirty(request: RecordedRequest) -> TurnScript:
+    """``thirty ...``: 30 spell calls in one turn, one after another, then a reply."""
+    done = len(request.function_call_outputs())
+    if done < THIRTY:
+        return CallTool("coven.add", {"a": done, "b": 1})
+    return Reply("thirty additions done.")
+
+
+async def test_a_turn_of_thirty_spell_calls_posts_at_most_three_messages_in_quiet_mode(
+    codex_bin_169: Path, harness_factory: Callable[[Path, ScriptedModelServer], AgentHarness]
+) -> None:
+    async with ScriptedModelServer(responder=respond_thirty) as server:
+        h = harness_factory(codex_bin_169, server)
+        h.write_base_config(approval_policy="on-request")
+        await h.start("--spells", "coven_codex.demo.spells:spells")
+        slack = SlackAdapter(h.journal_path.parent, render="quiet")
+        fake = slack.fake
+        await slack.start()
+        root = slack.roots["general"]
+
+        def card() -> dict[str, object] | None:
+            return next((m for m in fake.bot_messages("CGENERAL") if text_of(m).startswith("done in")), None)
+
+        try:
+            await fake.mention("CGENERAL", "UANN", "thirty additions, please", root)
+            await _until(
+                lambda: card() is not None and any("thirty additions done." in text_of(m) for m in fake.bot_messages())
+            )
+            messages = fake.bot_messages("CGENERAL")
+            assert 2 <= len(messages) <= 3, [text_of(m) for m in messages]
+            shown = card()
+            assert shown is not None and shown["thread_ts"] == root
+            assert f"· {THIRTY} steps" in text_of(shown).splitlines()[0]
+            assert "✓ coven.add(a=29, b=1)" in text_of(shown)
+            updates = [op for op in fake.operations if op["op"] == "update" and op["ts"] == shown["ts"]]
+            assert updates, "the card was not edited in place"
+            assert any(op["op"] == "status" and op["status"] == "is working…" for op in fake.operations)
+        finally:
+            await slack.close()
+
+
+def respond_run(request: RecordedRequest) -> TurnScript:
+    """Every prompt: the same escalated command, then "ran N" (N: the commands' outputs so far)."""
+    if pending_tool_output(request) is not None:
+        return Reply(f"ran {len(request.function_call_outputs())}")
+    return CallTool("exec_command", ESCALATED)
+
+
+async def test_approve_for_the_session_lets_the_same_command_run_again_without_asking(
+    codex_bin_169: Path, harness_factory: Callable[[Path, ScriptedModelServer], AgentHarness]
+) -> None:
+    async with ScriptedModelServer(responder=respond_run) as server:
+        h = harness_factory(codex_bin_169, server)
+        h.write_base_config(approval_policy="on-request")
+        await h.start()
+        slack = SlackAdapter(h.journal_path.parent, render="quiet")
+        fake = slack.fake
+        await slack.start()
+        root = slack.roots["general"]
+
+        def requests() -> list[dict[str, object]]:
+            return [m for m in fake.bot_messages("CGENERAL") if "approval needed" in text_of(m)]
+
+        def shown(text: str) -> bool:
+            return any(text in text_of(m) for m in fake.bot_messages("CGENERAL"))
+
+        try:
+            await fake.mention("CGENERAL", "UANN", "run the touch command", root)
+            await _until(lambda: bool(requests()))
+            (message,) = requests()
+            assert [a.split()[0] for a in actions_of(message)] == ["approve", "approve-session", "deny"]
+            session = next(a for a in actions_of(message) if a.startswith("approve-session"))
+            await fake.acked(await fake.press("CGENERAL", "UANN", session, str(message["ts"]), root))
+            await _until(lambda: shown("ran 1"))
+            (message,) = requests()  # updated in place: who decided, no buttons left
+            assert "approved for the session by ann (UANN)" in text_of(message) and actions_of(message) == ()
+            (h.workspace / "approved.txt").unlink()
+            await fake.mention("CGENERAL", "UANN", "run it again", root)
+            await _until(lambda: shown("ran 2"))
+            assert (h.workspace / "approved.txt").exists()
+            assert len(requests()) == 1  # the same command ran again without asking
+            assert h.journal_path.read_text().count('"kind":"approval_request"') == 1
+        finally:
+            await slack.close()

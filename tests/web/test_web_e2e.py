@@ -93,8 +93,9 @@ async def test_the_page_drives_codex_end_to_end(
                 await page.fill("#input", "add 2 and 3")
                 await page.press("#input", "Enter")
                 await page.wait_for_selector(".msg.response:has-text('the spell says')", timeout=60_000)
-                assert "add" in await page.inner_text(".msg.tool_call")
-                assert (await page.locator(".msg.tool_result").last.inner_text()).strip().endswith("5")
+                assert "add" in (await page.text_content(".msg.steps .msg.tool_call") or "")  # folded with the steps
+                result = await page.locator(".msg.steps .msg.tool_result").last.text_content()
+                assert (result or "").strip().endswith("5")
                 # a command that needs approval: the button answers it
                 await page.fill("#input", "run the touch command")
                 await page.press("#input", "Enter")
@@ -104,7 +105,7 @@ async def test_the_page_drives_codex_end_to_end(
                 await approve.click()
                 await page.wait_for_selector(".msg.response:has-text('the command ran')", timeout=60_000)
                 assert (h.workspace / "approved.txt").exists()
-                assert await page.locator(".msg.approval_request button:disabled").count() == 2
+                assert await page.locator(".msg.approval_request button:disabled").count() == 3
                 # a slow turn, stopped with the Stop button
                 asked = len(server.requests.responses_requests())
                 await page.fill("#input", "slow work please")
@@ -142,3 +143,39 @@ async def test_the_page_drives_codex_end_to_end(
         finally:
             if web.process is not None and web.process.returncode is None:
                 await web.kill9()
+
+
+def respond_thirty(request: RecordedRequest) -> TurnScript:
+    """30 spell calls in one turn, one after another, then a reply."""
+    done = len(request.function_call_outputs())
+    return CallTool("coven.add", {"a": done, "b": 1}) if done < 30 else Reply("thirty additions done.")
+
+
+async def test_a_turn_of_thirty_spell_calls_is_the_thought_one_group_of_steps_and_the_reply(
+    codex_bin_169: Path,
+    harness_factory: Callable[[Path, ScriptedModelServer], AgentHarness],
+    tmp_path: Path,
+    chromium_path: str,
+) -> None:
+    async with ScriptedModelServer(responder=respond_thirty) as server:
+        h = harness_factory(codex_bin_169, server)
+        h.write_base_config(approval_policy="on-request")
+        await h.start("--spells", "coven_codex.demo.spells:spells")
+        web = WebServer(h.journal_path, tmp_path)
+        url = await web.start()
+        errors: list[str] = []
+        try:
+            async with chromium(tmp_path / "profile") as browser:
+                page = await open_page(browser, url + "#c=web", errors)
+                await page.fill("#input", "thirty additions, please")
+                await page.press("#input", "Enter")
+                await page.wait_for_selector(".msg.response:has-text('thirty additions done.')", timeout=120_000)
+                bubbles = await page.evaluate(
+                    "[...document.getElementById('messages').children]"
+                    ".filter(n => !n.classList.contains('status')).map(n => n.className)"
+                )
+                assert bubbles == ["msg thought", "msg steps", "msg response"], bubbles
+                assert (await page.inner_text(".msg.steps > summary")).startswith("30 steps · ")
+                assert errors == []
+        finally:
+            await web.stop()

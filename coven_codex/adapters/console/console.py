@@ -7,7 +7,8 @@ Typed lines become thoughts; the kit's commands work as everywhere (``/cancel``,
 - ``/conversation NAME``: switch conversation (its history is shown);
 - ``/help``, ``/quit``.
 
-The terminal cannot edit what it printed, so a streamed reply is written as it grows on one line
+The terminal cannot edit what it printed (``Capabilities(edits=False)``): with ``--render quiet``
+a turn's progress card is printed once, at its end; a streamed reply is written as it grows on one line
 and completed by the final reply (shown whole instead when another line came in between).
 The console has no platform memory to reconcile with after a crash: it starts afresh each run
 (showing history) and its ledger lives in memory (see :mod:`coven_codex.adapters.kit.ledger`).
@@ -26,7 +27,7 @@ from coven_codex.adapters.kit.access import AccessPolicy
 from coven_codex.adapters.kit.ledger import DeliveryLedger
 from coven_codex.adapters.kit.mapping import NamedMap
 from coven_codex.adapters.kit.platform import Address, Capabilities, Incoming, IncomingMessage, Outgoing, User
-from coven_codex.adapters.kit.render import AnsiDialect, Dialect, PlainDialect, RenderOptions
+from coven_codex.adapters.kit.render import AnsiDialect, Dialect, PlainDialect, RenderMode, RenderOptions
 from coven_codex.adapters.kit.runner import AdapterRunner, RunnerOptions
 from coven_codex.entries import Attachment
 from coven_codex.journal import Journal
@@ -54,7 +55,7 @@ class ConsolePlatform:
     """The terminal as a platform: posts are printed lines, edits extend the line being streamed."""
 
     name = "console"
-    capabilities = Capabilities(edit_interval=EDIT_INTERVAL, can_find=False, echoes_own_messages=True)
+    capabilities = Capabilities(edit_interval=EDIT_INTERVAL, can_find=False, echoes_own_messages=True, edits=False)
 
     def __init__(self, out: TextIO, colour: bool, prompt: str | None) -> None:
         self.out = out
@@ -141,7 +142,10 @@ class ConsoleChat:
         history: int = 50,
         prompt: bool = False,
         quit_note: str = QUIT_NOTE,
+        render: RenderMode = RenderMode.VERBOSE,
     ) -> None:
+        """``render``: ``verbose`` prints every step as it happens (with the turn's status lines);
+        ``quiet`` prints one progress card per turn at its end, then the reply."""
         self.journal = journal
         self.conversation = conversation
         self.sender = sender
@@ -149,7 +153,9 @@ class ConsoleChat:
         self.platform = ConsolePlatform(out, colour, f"{sender}> " if prompt else None)
         self.mapping = NamedMap({conversation})
         options = RunnerOptions(
-            render=RenderOptions(show_reasoning=True, show_status=True, show_thoughts=True),
+            render=RenderOptions(
+                show_reasoning=True, show_status=render is RenderMode.VERBOSE, show_thoughts=True, mode=render
+            ),
             start="end",
             resume=False,
             history=history,

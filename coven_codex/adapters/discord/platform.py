@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
@@ -34,15 +35,71 @@ log = logging.getLogger(__name__)
 NAME = "discord"
 EDIT_INTERVAL = 1.0
 """Least seconds between two edits of one streamed message (Discord allows about 5 edits per 5 s)."""
+TYPING_REFRESH = 8.0
+"""Seconds after which the typing indicator is triggered again while a turn runs (it fades after about 10 s)."""
+
+
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_SEPARATOR = re.compile(r"^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)*\|?\s*$")
+_CELL_SPLIT = re.compile(r"(?<!\\)\|")
+
+
+def _cells(line: str) -> list[str]:
+    """The cells of a Markdown table row (``| a | b |`` or ``a | b``)."""
+    inner = line.strip()
+    inner = inner.removeprefix("|")
+    inner = inner[:-1] if inner.endswith("|") and not inner.endswith("\\|") else inner
+    return [cell.strip().replace("\\|", "|") for cell in _CELL_SPLIT.split(inner)]
+
+
+def _table(rows: list[list[str]]) -> list[str]:
+    """A table's rows as aligned monospace lines (the header, a rule, the body)."""
+    columns = max(len(row) for row in rows)
+    rows = [row + [""] * (columns - len(row)) for row in rows]
+    widths = [max(len(row[column]) for row in rows) for column in range(columns)]
+    lines = [" | ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
+    lines.insert(1, "-+-".join("-" * width for width in widths))
+    return lines
+
+
+def tables_as_code(source: str) -> str:
+    """Markdown tables (which Discord shows as raw pipes) as aligned code blocks; code blocks untouched."""
+    lines = source.split("\n")
+    out: list[str] = []
+    fence: str | None = None
+    index = 0
+    while index < len(lines):
+        line = lines[index]
+        opened = _FENCE.match(line)
+        if fence is not None:
+            if opened is not None and opened.group(1)[0] == fence[0] and len(opened.group(1)) >= len(fence):
+                fence = None
+        elif opened is not None:
+            fence = opened.group(1)
+        elif "|" in line and index + 1 < len(lines) and "|" in lines[index + 1] and _SEPARATOR.match(lines[index + 1]):
+            end = index + 2
+            while end < len(lines) and "|" in lines[end] and lines[end].strip():
+                end += 1
+            rows = [_cells(line)] + [_cells(row) for row in lines[index + 2 : end]]
+            out += ["```", *_table(rows), "```"]
+            index = end
+            continue
+        out.append(line)
+        index += 1
+    return "\n".join(out)
 
 
 class DiscordDialect(PlainDialect):
-    """Discord Markdown: Markdown as written, at most 2,000 characters a message."""
+    """Discord Markdown: Markdown as written (tables as code blocks), at most 2,000 characters a message."""
 
     name = "discord"
 
     def __init__(self) -> None:
         super().__init__(limit=MESSAGE_LIMIT)
+
+    def prepare(self, source: str) -> str:
+        """Tables as aligned code blocks (Discord renders no tables), before the text is split."""
+        return tables_as_code(source)
 
     def folded(self, summary: str, body: str) -> str:
         """A summary line, then the body as a quote."""
@@ -57,7 +114,9 @@ class DiscordPlatform:
 
     def __init__(self, rest: DiscordRest, gateway: DiscordGateway, *, edit_interval: float = EDIT_INTERVAL) -> None:
         self.dialect: Dialect = DiscordDialect()
-        self.capabilities = Capabilities(edit_interval=edit_interval, can_find=True, echoes_own_messages=True)
+        self.capabilities = Capabilities(
+            edit_interval=edit_interval, can_find=True, echoes_own_messages=True, typing_refresh=TYPING_REFRESH
+        )
         self.rest = rest
         self.gateway = gateway
 
@@ -158,6 +217,7 @@ async def run_discord(settings: DiscordSettings, started: Callable[[str], None] 
             access,
             ledger,
             name=NAME,
+            options=section.runner_options(),
             metrics=section.metrics,
         )
         connection = asyncio.create_task(_connect(gateway))

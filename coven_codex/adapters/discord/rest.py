@@ -120,7 +120,11 @@ def _view(message: Outgoing) -> discord.ui.View | None:
     view = discord.ui.View(timeout=None)
     for button in message.buttons:
         style = discord.ButtonStyle.danger if button.action.startswith("deny") else discord.ButtonStyle.primary
-        view.add_item(discord.ui.Button(label=button.label[:80], custom_id=button.action[:100], style=style))
+        view.add_item(
+            discord.ui.Button(
+                label=button.label[:80], custom_id=button.action[:100], style=style, disabled=button.disabled
+            )
+        )
     return view
 
 

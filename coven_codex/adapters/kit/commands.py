@@ -4,23 +4,34 @@
 - ``new``: start a fresh Codex session in this conversation (appends a ``reset`` entry);
 - ``status``: running or idle, queued thoughts, thread id, token usage of the last turn;
 - ``approve [ID]`` / ``deny [ID]``: answer an approval request (the oldest open one by default);
+- ``approve-session [ID]``: approve it for the rest of the session (Codex does not ask again for the same);
+- ``details [ID]``: the full output of a turn's tools (a progress card's **Details** button);
 - ``help``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from coven_codex.entries import TokenUsage
 
-COMMANDS = ("cancel", "new", "status", "approve", "deny", "help")
+COMMANDS = ("cancel", "new", "status", "approve", "approve-session", "deny", "details", "help")
+DECISIONS: dict[str, Literal["approve", "approve_for_session", "deny"]] = {
+    "approve": "approve",
+    "approve-session": "approve_for_session",
+    "deny": "deny",
+}
+"""The journal's ``decision`` of each approval command."""
 
 HELP = """commands:
   /cancel        stop the running turn
   /new           start a fresh Codex session in this conversation
   /status        running or idle, queued messages, thread, token usage
   /approve [ID]  approve the oldest (or the given) pending request
+  /approve-session [ID]  approve it for the rest of the session (not asked again)
   /deny [ID]     deny it
+  /details       the full output of the last turn's tools
   /help          this list
 anything else is sent to Codex"""
 
@@ -41,13 +52,14 @@ class Command:
 def parse_command(text: str, prefix: str = "/") -> Command | None:
     """The command ``text`` is (``/approve r1``), or None when it is a message for Codex.
 
-    Button actions are parsed with ``prefix=""``.
+    Button actions are parsed with ``prefix=""``. ``_`` in a name is read as ``-``
+    (``/approve_session``): Telegram's command menu allows no ``-`` in a command's name.
     """
     stripped = text.strip()
     if not stripped.startswith(prefix) or stripped == prefix:
         return None
     name, _, argument = stripped[len(prefix) :].partition(" ")
-    return Command(name.lower(), argument.strip())
+    return Command(name.lower().replace("_", "-"), argument.strip())
 
 
 @dataclass

@@ -31,6 +31,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from coven_codex.adapters.kit.access import ADMIN_COMMANDS, AccessPolicy
 from coven_codex.adapters.kit.mapping import ChannelMap, SessionScope
+from coven_codex.adapters.kit.render import RenderMode, RenderOptions
+from coven_codex.adapters.kit.runner import RunnerOptions
 from coven_codex.journal.opening import JournalNameSetting, is_redis_name
 from coven_codex.metrics.options import MetricsOptions, parse_networks
 from coven_codex.support.secret import Secret
@@ -155,6 +157,11 @@ class AdapterSection(BaseModel):
         default_factory=list, description="Channel ids where every user gets a session of their own."
     )
     edit_interval: float = Field(default=1.0, ge=0.2, le=60.0, description="Least seconds between edits.")
+    render: RenderMode = Field(
+        default=RenderMode.QUIET,
+        description="quiet: a progress card per turn, then the reply; verbose: every step a message of its own.",
+    )
+    reasoning: bool = Field(default=False, description="Show Codex's reasoning summaries (a card line when quiet).")
     metrics_port: int | None = Field(
         default=None, ge=0, le=65535, description="Serve the adapter's /metrics, /healthz, /readyz on this port."
     )
@@ -192,6 +199,10 @@ class AdapterSection(BaseModel):
             admins=frozenset(self.admins),
             admin_commands=frozenset(self.admin_commands),
         )
+
+    def runner_options(self) -> RunnerOptions:
+        """How the kit's runner renders for this adapter (``render``, ``reasoning``)."""
+        return RunnerOptions(render=RenderOptions(show_reasoning=self.reasoning, mode=self.render))
 
     def channel_map(self) -> ChannelMap:
         """The conversation naming for this adapter (session mode per channel)."""

@@ -113,10 +113,15 @@ class User:
 
 @dataclass(frozen=True, slots=True)
 class Button:
-    """A button under a message; pressing it runs ``action`` (a command line such as ``approve r1``)."""
+    """A button under a message; pressing it runs ``action`` (a command line such as ``approve r1``).
+
+    A ``disabled`` button is shown greyed out where the platform can (Discord), else left out (Slack):
+    an approval request's buttons once it was answered.
+    """
 
     label: str
     action: str
+    disabled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,13 +130,16 @@ class Outgoing:
 
     ``final`` is False while a reply is still being streamed (the message will be edited again).
     ``style`` names what it shows (``response``, ``tool_call``, ``error``, ...) for platforms that
-    colour or lay out kinds differently.
+    colour or lay out kinds differently. ``markdown``: the text is Markdown (a reply, reasoning), for
+    platforms with a facility of their own for it (Slack's ``markdown`` block); False for plain text
+    and for the plain fallback of a refused message.
     """
 
     text: str
     style: str = "response"
     buttons: tuple[Button, ...] = ()
     final: bool = True
+    markdown: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,12 +178,18 @@ class Capabilities:
     ``can_find``: :meth:`Platform.find` answers from the platform, making posting exactly once
     (else at least once, see :mod:`~coven_codex.adapters.kit.ledger`);
     ``echoes_own_messages``: the platform already shows what its user typed (chat services do),
-    so the runner does not render thoughts it appended itself.
+    so the runner does not render thoughts it appended itself;
+    ``edits``: a message can be changed after it was posted (a terminal cannot: a progress card is
+    then shown once, at the turn's end);
+    ``typing_refresh``: seconds after which the typing indicator fades by itself (Discord's lasts
+    about 10 s), so the runner shows it again while a turn runs; None: it lasts until turned off.
     """
 
     edit_interval: float = 1.0
     can_find: bool = True
     echoes_own_messages: bool = True
+    edits: bool = True
+    typing_refresh: float | None = None
 
 
 @runtime_checkable

@@ -16,7 +16,8 @@ from __future__ import annotations
 import html
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from enum import StrEnum
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from coven_codex.adapters.kit.split import split_message
 from coven_codex.entries import (
@@ -94,6 +95,19 @@ class Dialect(Protocol):
 
     def folded(self, summary: str, body: str) -> str:
         """``body`` (converted) collapsed under a plain ``summary``."""
+        ...
+
+
+@runtime_checkable
+class PreparesSource(Protocol):
+    """A dialect that rewrites Markdown before it is split (Discord: tables as code blocks).
+
+    :func:`format_block` calls :meth:`prepare` on a Markdown body first, so that what it adds is
+    counted by the splitter (and a code block it makes is closed and reopened across parts).
+    """
+
+    def prepare(self, source: str) -> str:
+        """``source`` rewritten, still Markdown."""
         ...
 
 
@@ -184,13 +198,24 @@ class HtmlDialect:
         return f"<details><summary>{html.escape(summary)}</summary>{body}</details>"
 
 
+class RenderMode(StrEnum):
+    """How much of a turn a chat shows as messages (an adapter's ``render`` setting)."""
+
+    QUIET = "quiet"
+    """One progress card per turn, edited in place (:mod:`~coven_codex.adapters.kit.card`), then the
+    reply as a message of its own; approvals and errors stay messages."""
+    VERBOSE = "verbose"
+    """Every tool call, result and activity a message of its own; replies streamed by edits."""
+
+
 @dataclass(frozen=True, slots=True)
 class RenderOptions:
-    """Choices per adapter: show reasoning (collapsed), lifecycle statuses, other senders' thoughts."""
+    """Choices per adapter: quiet or verbose, show reasoning, lifecycle statuses, other senders' thoughts."""
 
     show_reasoning: bool = True
     show_status: bool = False
     show_thoughts: bool = False
+    mode: RenderMode = RenderMode.VERBOSE
 
 
 def clip(text: str, limit: int = TOOL_TEXT_LIMIT) -> str:
@@ -214,8 +239,16 @@ def format_arguments(arguments: object) -> str:
 
 
 def approval_actions(request_id: str) -> tuple[Action, ...]:
-    """The Approve and Deny buttons of an approval request."""
-    return (Action("Approve", f"approve {request_id}"), Action("Deny", f"deny {request_id}"))
+    """The Approve, Approve for session and Deny buttons of an approval request."""
+    return (
+        Action("Approve", f"approve {request_id}"),
+        Action("Approve for session", f"approve-session {request_id}"),
+        Action("Deny", f"deny {request_id}"),
+    )
+
+
+DECIDED = {"approve": "approved", "approve_for_session": "approved for the session", "deny": "denied"}
+"""How an approval request's message says what was decided, by the journal's ``decision``."""
 
 
 ACTIVITY_LABELS: dict[str, str] = {
@@ -295,7 +328,8 @@ def format_block(block: Block, dialect: Dialect) -> list[str]:
     hint = f"\nhint: {clip(block.hint)}" if block.hint else ""
     overhead = len(label) + len(hint) + (len(block.label) + 3 if block.collapsed else 0)
     limit = None if dialect.limit is None else max(dialect.limit - overhead, 32)
-    sources = [part.text for part in split_message(block.body, limit)] if limit is not None else [block.body]
+    body = dialect.prepare(block.body) if block.markdown and isinstance(dialect, PreparesSource) else block.body
+    sources = [part.text for part in split_message(body, limit)] if limit is not None else [body]
     texts: list[str] = []
     for index, source in enumerate(sources):
         body = dialect.markdown(source) if block.markdown else dialect.plain(source)

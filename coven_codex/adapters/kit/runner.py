@@ -34,11 +34,13 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Literal, ParamSpec, TypeVar
 
 from coven_codex.adapters.kit.access import AccessPolicy
-from coven_codex.adapters.kit.commands import HELP, Command, ConversationState, parse_command
+from coven_codex.adapters.kit.card import Card, CardPhase, Cards, card_end_key, card_key, is_step
+from coven_codex.adapters.kit.commands import DECISIONS, HELP, Command, ConversationState, parse_command
 from coven_codex.adapters.kit.ledger import DeliveryLedger, content_digest, delivery_key
 from coven_codex.adapters.kit.mapping import ConversationMap
 from coven_codex.adapters.kit.platform import (
@@ -56,7 +58,15 @@ from coven_codex.adapters.kit.platform import (
     Unavailable,
     User,
 )
-from coven_codex.adapters.kit.render import Block, RenderOptions, clip, format_block, render_entry
+from coven_codex.adapters.kit.render import (
+    DECIDED,
+    Block,
+    RenderMode,
+    RenderOptions,
+    clip,
+    format_block,
+    render_entry,
+)
 from coven_codex.adapters.kit.split import split_message
 from coven_codex.adapters.kit.streaming import Stream, Streams
 from coven_codex.entries import (
@@ -88,13 +98,19 @@ MAX_AHEAD = 1000
 SMALL_PART = 500
 """The size of the smaller parts a refused message is tried in (the last fallback before a notice)."""
 TURN_ENDS = frozenset({"turn_completed", "turn_aborted", "turn_failed"})
+TYPING_LIMIT = 3600.0
+"""Seconds a typing indicator is kept up at most without the turn's end (a daemon that died mid-turn)."""
 SESSION_RESET = "session_reset"
 """The daemon's answer to a ``reset``: the thread it names has ended."""
 ORIGIN_FIELD = "origin"
 """Extra field the runner puts on the entries it appends: ``<adapter name>``."""
 
 CANCEL_BUTTONS = (Button("Cancel", "cancel"),)
-"""The button a reply being streamed carries; the final reply has none."""
+"""The button a reply being streamed (or an open progress card) carries; the final reply has none."""
+DETAILS_LIMIT = 12_000
+"""Characters of a turn's tool output ``details`` shows at most (in as many messages as the platform needs)."""
+OUTCOMES = {"turn_completed": "done", "turn_aborted": "cancelled", "turn_failed": "failed"}
+"""What a closed progress card says of its turn, by the status that ended it (an error: ``failed``)."""
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -144,6 +160,15 @@ class _Entry:
 
 
 @dataclass(frozen=True, slots=True)
+class _Asked:
+    """An approval request's message: where it is, what it says, its buttons (to show the answer in place)."""
+
+    address: Address
+    message_id: str
+    message: Outgoing
+
+
+@dataclass(frozen=True, slots=True)
 class _Notice:
     """A notice (not tied to an entry) a lane posts, e.g. a reply the platform did not take at once."""
 
@@ -159,6 +184,10 @@ class Lane:
     items: deque[_Entry | _Notice] = field(default_factory=deque)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     phase: LanePhase = LanePhase.IDLE
+    typing: Address | None = None
+    """Where the typing indicator is on (a turn runs), for platforms whose indicator fades by itself."""
+    typing_at: float = float("-inf")
+    typing_since: float = float("-inf")
 
 
 _LANE: contextvars.ContextVar[Lane | None] = contextvars.ContextVar("lane", default=None)
@@ -190,6 +219,9 @@ class AdapterRunner:
         self.options = options
         self.states: dict[str, ConversationState] = {}
         self._streams = Streams()
+        self._cards = Cards()
+        self._asked: dict[tuple[str, str], _Asked] = {}
+        """The message of each approval request shown (conversation, request id), to update once answered."""
         self._lanes: dict[str, Lane] = {}
         self._group: asyncio.TaskGroup | None = None
         self._outstanding: dict[int, Position] = {}
@@ -378,12 +410,12 @@ class AdapterRunner:
                 await self.reply(address, "new session: your next message starts a fresh Codex session")
             case "status":
                 await self.reply(address, state.describe())
-            case "approve" | "deny":
+            case "approve" | "approve-session" | "deny":
                 request_id = command.argument or (state.pending_approvals[0] if state.pending_approvals else "")
                 if not request_id:
                     await self.reply(address, "no approval request is waiting in this conversation")
                     return
-                decision: Literal["approve", "deny"] = "approve" if command.name == "approve" else "deny"
+                decision = DECISIONS[command.name]
                 await self.append(
                     ApprovalEntry(
                         conversation=conversation, sender=user.label, request_id=request_id, decision=decision
@@ -391,7 +423,9 @@ class AdapterRunner:
                 )
                 if request_id in state.pending_approvals:
                     state.pending_approvals.remove(request_id)
-                await self.reply(address, f"{decision} sent for {clip(request_id, 80)}")
+                await self.reply(address, f"{decision.replace('_', ' ')} sent for {clip(request_id, 80)}")
+            case "details":
+                await self._details(command.argument, conversation, address)
             case "help":
                 await self.reply(address, HELP)
             case _:
@@ -400,6 +434,22 @@ class AdapterRunner:
                     f"unknown command {self.options.command_prefix}{clip(command.name, 40)};"
                     f" {self.options.command_prefix}help lists the commands",
                 )
+
+    async def _details(self, key_entry: str, conversation: str, address: Address) -> None:
+        """The full output of a turn's tools (the card's **Details**; without an id, the latest turn's)."""
+        card: Card | None = self._cards.closed.get(key_entry) if key_entry else None
+        if not key_entry:
+            card = self._cards.get(conversation) or next(
+                (c for c in reversed(self._cards.closed.values()) if c.conversation == conversation), None
+            )
+        if card is None or card.conversation != conversation:
+            await self.reply(
+                address,
+                "the details of that turn are no longer kept here (the adapter keeps the last turns'"
+                " while it runs); the journal has every tool's output",
+            )
+            return
+        await self.reply(address, clip(card.details(), DETAILS_LIMIT))
 
     # ----------------------------------------------------------------- egress
 
@@ -450,7 +500,7 @@ class AdapterRunner:
             if self._read_end is None or not self.options.resume:
                 continue
             position = min(self._outstanding.values()) if self._outstanding else self._read_end
-            hold = self._streams.hold()
+            hold = self._hold()
             if hold is not None:
                 position = min(hold, position)
             if position != self._saved:
@@ -463,14 +513,24 @@ class AdapterRunner:
         _LANE.set(lane)
         while True:
             due = self._next_edit(lane.conversation)
+            card = self._cards.get(lane.conversation)
+            if card is not None and (card.phase is not CardPhase.OPEN or not card.message_id):
+                card = None  # nothing to edit: replayed, or not shown (yet)
             now = time.monotonic()
             if due is not None and due.wait(now, interval) == 0:
                 await self._flush(due)
                 continue
+            if card is not None and card.due(now, interval) == 0:
+                await self._flush_card(card, self._address_of_card(card))
+                continue
+            typing = self._typing_due(lane, now)
+            if typing == 0 and lane.typing is not None:
+                await self._typing(lane.typing, True)
+                continue
             if lane.items:
                 item = lane.items.popleft()
                 lane.phase = LanePhase.DELIVERING
-                hold = self._streams.hold(lane.conversation)
+                hold = self._hold(lane.conversation)
                 if isinstance(item, _Entry) and hold is not None:
                     # A stream this entry closes stops holding the cursor only once the entry is delivered.
                     self._outstanding[item.seq] = min(hold, item.record.start)
@@ -484,7 +544,10 @@ class AdapterRunner:
                 continue
             lane.phase = LanePhase.IDLE
             lane.wake.clear()
-            timeout = None if due is None else due.wait(now, interval)
+            waits = [] if due is None else [due.wait(now, interval)]
+            waits += [] if card is None else [card.due(now, interval)]
+            waits += [] if typing is None else [typing]
+            timeout = min(waits, default=None)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(timeout):
                     await lane.wake.wait()
@@ -506,6 +569,11 @@ class AdapterRunner:
                 raise
             self._log_refusal(item.address, refused, f"entry {clip(entry.id or '', 40)} ({entry.kind})")
 
+    def _hold(self, conversation: str | None = None) -> Position | None:
+        """Where the cursor must stay: before the first delta of an open stream or the first step of an open card."""
+        holds = (self._streams.hold(conversation), self._cards.hold(conversation))
+        return min((hold for hold in holds if hold is not None), default=None)
+
     def _next_edit(self, conversation: str) -> Stream | None:
         """The open stream of ``conversation`` whose message has new text and may be edited soonest."""
         interval = self.platform.capabilities.edit_interval
@@ -521,7 +589,7 @@ class AdapterRunner:
         """Edit ``stream``'s message to its text so far (a refusal is logged; the final reply follows)."""
         assert stream.message_id is not None
         source, message_id = stream.text, stream.message_id
-        message = Outgoing(self._stream_text(source), final=False, buttons=CANCEL_BUTTONS)
+        message = Outgoing(self._stream_text(source), final=False, buttons=CANCEL_BUTTONS, markdown=True)
         address = self._address_of(stream)
         try:
             await self._call(self.platform.edit, address, message_id, message)
@@ -553,7 +621,8 @@ class AdapterRunner:
         for block, address in shown[-self.options.history :]:
             for text in format_block(block, self.platform.dialect):
                 try:
-                    await self._call(self.platform.post, address, Outgoing(text, style=block.style), None)
+                    message = Outgoing(text, style=block.style, markdown=block.markdown)
+                    await self._call(self.platform.post, address, message, None)
                 except PlatformError as refused:
                     _only_entry(refused)
                     self._log_refusal(address, refused, "an entry of the history")
@@ -587,27 +656,160 @@ class AdapterRunner:
     async def _deliver(self, record: JournalRecord, address: Address) -> None:
         entry = record.entry
         assert entry.id is not None
+        quiet = self.options.render.mode is RenderMode.QUIET
         if isinstance(entry, DeltaEntry):
-            await self._delta(record, entry, address)
+            if not quiet:  # quiet: the reply comes whole, as a message of its own (the platform notifies)
+                await self._delta(record, entry, address)
             return
         if isinstance(entry, StatusEntry) and entry.state == "turn_started":
+            await self._close_card(entry.conversation, address, entry.ts, "ended")  # a turn that never said its end
             await self._typing(address, True)
+        if isinstance(entry, ApprovalEntry) and await self._show_answer(entry):
+            return  # the request's message says who decided what, and its buttons are off
         if getattr(entry, ORIGIN_FIELD, None) == self.name and self.platform.capabilities.echoes_own_messages:
             return  # the platform already shows what its user typed
-        if isinstance(entry, ResponseEntry):
+        if quiet and is_step(entry, reasoning=self.options.render.show_reasoning):
+            await self._card_step(record, address)
+        elif isinstance(entry, ResponseEntry):
             stream = self._streams.response(entry.conversation, entry.text)
             await self._post_entry(entry, address, stream)
         else:
             block = render_entry(entry, self.options.render)
             if block is not None:
                 await self._post_block(entry.id, block, address)
+                if isinstance(entry, ApprovalRequestEntry):
+                    self._remember_request(entry, block, address)
         if (isinstance(entry, StatusEntry) and entry.state in TURN_ENDS) or isinstance(entry, ErrorEntry):
             for stream in self._streams.end_turn(entry.conversation):
                 await self._finish_stream(stream, address, stream.text)
+            if not getattr(entry, "transient", False):  # Codex retries after a transient error: the turn goes on
+                outcome = OUTCOMES.get(entry.state, "failed") if isinstance(entry, StatusEntry) else "failed"
+                await self._close_card(entry.conversation, address, entry.ts, outcome)
             await self._typing(address, False)
 
+    # ----------------------------------------------------------------- approvals answered in place
+
+    def _remember_request(self, entry: ApprovalRequestEntry, block: Block, address: Address) -> None:
+        """Keep where an approval request's buttons are (its last part), to update them once answered."""
+        assert entry.id is not None
+        texts = format_block(block, self.platform.dialect)
+        known = self.ledger.get(delivery_key(entry.id, len(texts) - 1))
+        if known is None or not known.message_id or not self.platform.capabilities.edits:
+            return
+        buttons = tuple(Button(action.label, action.command) for action in block.actions)
+        message = Outgoing(texts[-1], style=block.style, buttons=buttons)
+        self._asked[(entry.conversation, entry.request_id)] = _Asked(address, known.message_id, message)
+        while len(self._asked) > MAX_AHEAD:
+            self._asked.pop(next(iter(self._asked)))
+
+    async def _show_answer(self, entry: ApprovalEntry) -> bool:
+        """Show ``entry``'s answer on its request's message: who decided what, the buttons disabled.
+
+        False when that message is not known here (then the answer is shown as a line of its own).
+        """
+        asked = self._asked.pop((entry.conversation, entry.request_id), None)
+        if asked is None:
+            return False
+        dialect = self.platform.dialect
+        said = dialect.styled("status", dialect.plain(f"{DECIDED[entry.decision]} by {clip(entry.sender, 80)}"))
+        buttons = tuple(Button(b.label, b.action, disabled=True) for b in asked.message.buttons)
+        message = Outgoing(f"{asked.message.text}\n{said}", style=asked.message.style, buttons=buttons)
+        try:
+            await self._call(self.platform.edit, asked.address, asked.message_id, message)
+        except PlatformError as refused:
+            if refused.refusal is Refusal.FATAL:
+                raise
+            self._log_refusal(asked.address, refused, "the answer shown on an approval request")
+            return False
+        return True
+
+    # ----------------------------------------------------------------- the progress card (quiet)
+
+    async def _card_step(self, record: JournalRecord, address: Address) -> None:
+        """A step of the turn: onto the conversation's card (posted at its first step, edited later)."""
+        entry = record.entry
+        assert entry.id is not None
+        card = self._cards.get(entry.conversation)
+        if card is None:
+            replayed = self.ledger.get(card_end_key(entry.id)) is not None  # closed before a restart
+            card = self._cards.start(entry.conversation, entry.id, record.start, entry.ts, replayed=replayed)
+        if card.phase is not CardPhase.OPEN:
+            return
+        card.add(entry, reasoning=self.options.render.show_reasoning)
+        if card.message_id is None and self.platform.capabilities.edits:
+            version = card.version
+            card.message_id = await self._post(address, card_key(card.key_entry), self._card_message(card)) or ""
+            card.shown_version, card.last_edit = version, time.monotonic()
+
+    def _card_message(self, card: Card) -> Outgoing:
+        """What ``card`` shows now, in the platform's dialect, with Cancel (open) or Details (closed)."""
+        dialect = self.platform.dialect
+        lines = card.lines(datetime.now(UTC) if card.phase is CardPhase.OPEN else card.ended or card.started)
+        header = dialect.styled("status", dialect.plain(lines[0]))
+        text = "\n".join([header, *(dialect.plain(line) for line in lines[1:])])
+        limit = dialect.limit
+        if limit is not None and len(text) > limit:
+            text = text[: limit - 1] + "…"
+        if card.phase is CardPhase.OPEN:
+            return Outgoing(text, style="card", buttons=CANCEL_BUTTONS, final=False)
+        return Outgoing(text, style="card", buttons=(Button("Details", f"details {card.key_entry}"),))
+
+    def _address_of_card(self, card: Card) -> Address:
+        address = self.mapping.address(card.conversation)
+        assert address is not None
+        return address
+
+    async def _flush_card(self, card: Card, address: Address) -> None:
+        """Edit ``card``'s message to what it shows now (a refusal is logged; the next edit tries again)."""
+        assert card.message_id
+        version, message = card.version, self._card_message(card)
+        try:
+            await self._call(self.platform.edit, address, card.message_id, message)
+        except PlatformError as refused:
+            if refused.refusal is Refusal.FATAL:
+                raise
+            self._log_refusal(address, refused, "an edit of a progress card")
+        card.shown_version, card.last_edit = version, time.monotonic()
+
+    async def _close_card(self, conversation: str, address: Address, at: datetime, outcome: str) -> None:
+        """The turn ended: the card's last edit (or, where nothing can be edited, its only post)."""
+        card = self._cards.get(conversation)
+        if card is None:
+            return
+        if card.phase is CardPhase.OPEN:
+            card.close(at, outcome)
+            if card.message_id is None:  # a platform that cannot edit: the card once, now
+                card.message_id = await self._post(address, card_key(card.key_entry), self._card_message(card)) or ""
+            elif card.message_id:
+                wait = card.due(time.monotonic(), self.platform.capabilities.edit_interval)
+                if wait:
+                    await asyncio.sleep(wait)
+                await self._flush_card(card, address)
+            await self.ledger.done(card_end_key(card.key_entry), card.message_id)
+        self._cards.finish(card)
+
+    def _typing_due(self, lane: Lane, now: float) -> float | None:
+        """Seconds until ``lane``'s typing indicator is shown again (None: not to be refreshed)."""
+        refresh = self.platform.capabilities.typing_refresh
+        if lane.typing is None or refresh is None:
+            return None
+        if now - lane.typing_since > TYPING_LIMIT:
+            lane.typing = None
+            return None
+        return max(0.0, lane.typing_at + refresh - now)
+
     async def _typing(self, address: Address, active: bool) -> None:
-        """The typing indicator: shown when the platform takes it, never waited for or retried."""
+        """The typing indicator: shown when the platform takes it, never waited for or retried.
+
+        On a platform whose indicator fades by itself (``Capabilities.typing_refresh``) the lane
+        shows it again until the turn ends.
+        """
+        lane = _LANE.get()
+        if lane is not None:
+            now = time.monotonic()
+            if active and lane.typing is None:
+                lane.typing_since = now
+            lane.typing, lane.typing_at = (address if active else None), now
         try:
             await self.platform.typing(address, active)
         except (RateLimited, Unavailable) as failed:
@@ -631,7 +833,7 @@ class AdapterRunner:
         stream.message_id = await self._post(
             address,
             delivery_key(stream.key_entry, 0),
-            Outgoing(self._stream_text(source), final=False, buttons=CANCEL_BUTTONS),
+            Outgoing(self._stream_text(source), final=False, buttons=CANCEL_BUTTONS, markdown=True),
         )
         stream.shown, stream.last_edit = source, time.monotonic()
 
@@ -666,18 +868,19 @@ class AdapterRunner:
         if wait and text != stream.shown:
             await asyncio.sleep(wait)
         message_id = stream.message_id
+        final = Outgoing(texts[0], markdown=True)
         try:
-            await self._call(self.platform.edit, address, message_id, Outgoing(texts[0]))
+            await self._call(self.platform.edit, address, message_id, final)
         except PlatformError as refused:
             if refused.refusal is not Refusal.ENTRY:
                 raise
-            await self._fall_back(address, delivery_key(stream.key_entry, "final"), Outgoing(texts[0]), refused)
+            await self._fall_back(address, delivery_key(stream.key_entry, "final"), final, refused)
         stream.shown, stream.last_edit = text, time.monotonic()
         parts_of = entry_id or stream.key_entry
         if entry_id is not None:
             await self.ledger.done(delivery_key(entry_id, 0), stream.message_id)
         for index, part in enumerate(texts[1:], start=1):
-            await self._post(address, delivery_key(parts_of, index), Outgoing(part))
+            await self._post(address, delivery_key(parts_of, index), Outgoing(part, markdown=True))
         await self.ledger.done(delivery_key(stream.key_entry, "end"), stream.message_id)
 
     async def _post_block(self, entry_id: str, block: Block, address: Address) -> None:
@@ -688,7 +891,7 @@ class AdapterRunner:
             await self._post(
                 address,
                 delivery_key(entry_id, index),
-                Outgoing(text, style=block.style, buttons=buttons if last else ()),
+                Outgoing(text, style=block.style, buttons=buttons if last else (), markdown=block.markdown),
             )
 
     async def _post(self, address: Address, key: str, message: Outgoing) -> str | None:
@@ -710,8 +913,10 @@ class AdapterRunner:
         Each try has a key of its own derived from ``key``, so a restart repeats none of them.
         """
         dialect = self.platform.dialect
-        plain = Outgoing(dialect.plain(message.text), style=message.style, buttons=message.buttons, final=message.final)
-        if plain.text != message.text:
+        # Markdown laid out by the platform's own facility: the same text in its plain layout first.
+        text = message.text if message.markdown else dialect.plain(message.text)
+        plain = Outgoing(text, style=message.style, buttons=message.buttons, final=message.final)
+        if plain != message:
             try:
                 return await self._post_once(address, delivery_key(key, "plain"), plain)
             except PlatformError as again:

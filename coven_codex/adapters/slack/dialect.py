@@ -1,15 +1,18 @@
-"""Slack mrkdwn, and a kit message as Block Kit blocks.
+"""Slack text, and a kit message as Block Kit blocks.
 
-Slack's ``mrkdwn`` is not Markdown: bold is ``*x*``, links are ``<url|text>``, there are no
-headings, and ``&``, ``<``, ``>`` must be escaped as entities everywhere. :class:`SlackDialect`
-converts the kit's Markdown line by line (code blocks are kept, their language dropped: Slack shows
-it as text). :func:`blocks` lays a message out as ``section`` blocks of at most
-:data:`SECTION_LIMIT` characters (Slack refuses longer ones) and an ``actions`` block of buttons.
+Model output (a reply, reasoning: ``Outgoing.markdown``) goes out in Slack's ``markdown`` block,
+which takes standard Markdown and leaves the rendering to Slack (bold, italics, headings, lists,
+tables, links, code blocks as the model wrote them); everything else (tool lines, the progress
+card, notices) in ``section`` blocks of ``mrkdwn`` text. ``&``, ``<`` and ``>`` are escaped as
+entities everywhere (Slack's rule for message text), so nothing the model or a user writes becomes
+a mention (``<!channel>``) or a link by accident. :func:`blocks` lays a message out in blocks of at
+most :data:`SECTION_LIMIT` characters and an ``actions`` block of buttons; the message's ``text``
+(:func:`fallback_text`) is the plain-text fallback Slack shows in notifications, and the kit's
+fallback for a refused ``markdown`` block posts the same text in sections.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from coven_codex.adapters.kit.platform import Button, Outgoing
@@ -17,8 +20,10 @@ from coven_codex.adapters.kit.render import PlainDialect
 
 SECTION_LIMIT = 3000
 """The most characters of a ``section`` block's text (Block Kit reference)."""
+MARKDOWN_LIMIT = 12000
+"""The most characters of all ``markdown`` blocks of one message together (Block Kit reference)."""
 MESSAGE_SOURCE_LIMIT = 2800
-"""Markdown characters per message before conversion: escaping may lengthen it; :func:`blocks` cuts again."""
+"""Markdown characters per message before escaping: escaping may lengthen it; :func:`blocks` cuts again."""
 MAX_SECTIONS = 45
 """Sections per message at most (Slack allows 50 blocks; room for the buttons)."""
 TEXT_LIMIT = 3900
@@ -31,39 +36,15 @@ THREAD_MARK = "@"
 MENU = (Button("Cancel", "cancel"), Button("New session", "new"), Button("Status", "status"), Button("Help", "help"))
 """The buttons of the ``/codex`` menu."""
 
-_FENCE = re.compile(r"^( {0,3})(`{3,}|~{3,})(.*)$")
-_BOLD = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*|__(?=\S)(.+?)(?<=\S)__")
-_STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~")
-_LINK = re.compile(r"\[([^\]\n]+)\]\((https?://[^)\s]+)\)")
-_HEADING = re.compile(r"^ {0,3}#{1,6}\s+(.*?)\s*#*\s*$")
-_CODE_SPAN = re.compile(r"(`+)(.+?)\1")
-
 
 def escape(text: str) -> str:
     """``&``, ``<`` and ``>`` as Slack requires them (so nothing becomes a mention or a link by accident)."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def _inline(line: str) -> str:
-    """One line outside code: bold, strike-through, links; code spans untouched."""
-    pieces: list[str] = []
-    last = 0
-    for match in _CODE_SPAN.finditer(line):
-        pieces.append(_styled(line[last : match.start()]))
-        pieces.append(match.group(0))
-        last = match.end()
-    pieces.append(_styled(line[last:]))
-    return "".join(pieces)
-
-
-def _styled(text: str) -> str:
-    text = _LINK.sub(lambda m: f"<{m.group(2)}|{m.group(1).replace('|', '¦')}>", text)
-    text = _BOLD.sub(lambda m: f"*{m.group(1) or m.group(2)}*", text)
-    return _STRIKE.sub(lambda m: f"~{m.group(1)}~", text)
-
-
 class SlackDialect(PlainDialect):
-    """Slack mrkdwn; a message holds at most :data:`MESSAGE_SOURCE_LIMIT` Markdown characters."""
+    """Slack: Markdown kept for the ``markdown`` block, escaped; a message holds at most
+    :data:`MESSAGE_SOURCE_LIMIT` Markdown characters."""
 
     name = "slack"
 
@@ -71,25 +52,8 @@ class SlackDialect(PlainDialect):
         super().__init__(limit=limit)
 
     def markdown(self, source: str) -> str:
-        """Markdown as mrkdwn (see the module docstring)."""
-        out: list[str] = []
-        fence: str | None = None
-        for raw in escape(source).split("\n"):
-            match = _FENCE.match(raw)
-            if fence is None:
-                if match is not None:
-                    fence = match.group(2)
-                    out.append("```")
-                    continue
-                heading = _HEADING.match(raw)
-                out.append(f"*{_inline(heading.group(1))}*" if heading else _inline(raw))
-            else:
-                if match is not None and match.group(2)[0] == fence[0] and len(match.group(2)) >= len(fence):
-                    fence = None
-                    out.append("```")
-                    continue
-                out.append(raw)
-        return "\n".join(out)
+        """Standard Markdown, escaped (Slack's ``markdown`` block renders it)."""
+        return escape(source)
 
     def plain(self, text: str) -> str:
         """``text`` escaped."""
@@ -133,17 +97,21 @@ def button(index: int, item: Button) -> dict[str, Any]:
 
 
 def blocks(message: Outgoing) -> list[dict[str, Any]]:
-    """``message`` as Block Kit: its text in sections, its buttons in one ``actions`` block."""
-    laid: list[dict[str, Any]] = [
-        {"type": "section", "text": {"type": "mrkdwn", "text": piece}}
-        for piece in _sections(message.text)[:MAX_SECTIONS]
-    ]
-    if message.buttons:
+    """``message`` as Block Kit: its text in ``markdown`` blocks (Markdown) or sections, its buttons in
+    one ``actions`` block."""
+    pieces = _sections(message.text)
+    laid: list[dict[str, Any]]
+    if message.markdown and sum(len(piece) for piece in pieces) <= MARKDOWN_LIMIT:
+        laid = [{"type": "markdown", "text": piece} for piece in pieces]
+    else:
+        laid = [{"type": "section", "text": {"type": "mrkdwn", "text": piece}} for piece in pieces[:MAX_SECTIONS]]
+    live = [item for item in message.buttons if not item.disabled]  # Block Kit has no disabled button
+    if live:
         laid.append(
             {
                 "type": "actions",
                 "block_id": "coven_actions",
-                "elements": [button(index, item) for index, item in enumerate(message.buttons)],
+                "elements": [button(index, item) for index, item in enumerate(live)],
             }
         )
     return laid

@@ -88,11 +88,12 @@ FILE_HOSTS = frozenset({"files.slack.com", "slack-files.com"})
 REQUIRED_SCOPES: dict[str, str] = {
     "app_mentions:read": "the app_mention event",
     "channels:history": "conversations.replies/history in public channels (finding a message after a crash)",
-    "chat:write": "chat.postMessage, chat.update, chat.delete",
+    "chat:write": "chat.postMessage, chat.update, chat.delete, assistant.threads.setStatus",
     "commands": f"the {SLASH_COMMAND} slash command",
     "files:read": "downloading images shared with a message",
     "groups:history": "conversations.replies/history in private channels",
     "im:history": "the message.im event and conversations.replies/history in DMs",
+    "reactions:write": "reactions.add/remove: the sign that Codex works where thread status is not available",
     "usergroups:read": "usergroups.users.list (allow_groups)",
     "users:read": "users.info (names as thoughts' senders)",
 }
@@ -117,9 +118,20 @@ def rates(post_rate: float = 1.0) -> dict[str, Rate]:
         "conversations.history": tier3,
         "users.info": Rate(100, 60.0, Scope.WORKSPACE, f"{RATE_LIMITS_DOC} (Tier 4)"),
         "usergroups.users.list": Rate(20, 60.0, Scope.WORKSPACE, f"{RATE_LIMITS_DOC} (Tier 2)"),
+        # (setStatus: "special", undocumented in figures: kept to Tier 3's)
+        "assistant.threads.setStatus": Rate(50, 60.0, Scope.WORKSPACE, f"{RATE_LIMITS_DOC} (Special; as Tier 3)"),
+        "reactions.add": tier3,
+        "reactions.remove": Rate(20, 60.0, Scope.WORKSPACE, f"{RATE_LIMITS_DOC} (Tier 2)"),
     }
 
 
+STATUS = "is working…"
+"""The thread status (``assistant.threads.setStatus``) shown while a turn runs."""
+REACTION = "hourglass_flowing_sand"
+"""The reaction on the user's message that shows a turn runs where Slack has no thread status for the app."""
+TYPING_REFRESH = 20.0
+"""Seconds after which the thread status is set again while a turn runs: Slack clears it when the
+bot posts (a progress card) and after two minutes without a message."""
 BOT_EVENTS = ("app_mention", "message.im")
 """The events the app subscribes to."""
 
@@ -199,7 +211,9 @@ class SlackPlatform:
         post_rate: float = 1.0,
     ) -> None:
         self.dialect: Dialect = SlackDialect()
-        self.capabilities = Capabilities(edit_interval=edit_interval, can_find=True, echoes_own_messages=True)
+        self.capabilities = Capabilities(
+            edit_interval=edit_interval, can_find=True, echoes_own_messages=True, typing_refresh=TYPING_REFRESH
+        )
         self.client = client
         self.images = images
         self.groups = groups
@@ -210,6 +224,11 @@ class SlackPlatform:
         self._queue: asyncio.Queue[tuple[Incoming, asyncio.Future[None]] | None] = asyncio.Queue()
         self._cache = _Cache()
         self._last_thread: dict[tuple[str, str], str] = {}
+        self._last_message: dict[tuple[str, str], str] = {}
+        """The ``ts`` of the last user message per (channel, thread): where the working reaction goes."""
+        self._no_status: set[str] = set()
+        """Channels where Slack refused a thread status: the reaction is used there."""
+        self._reacted: dict[tuple[str, str], str] = {}
         self._unreachable = False
         self.budgets = Budgets(rates(post_rate))
         api_host = urlsplit(client.base_url).hostname or ""
@@ -295,7 +314,49 @@ class SlackPlatform:
         await self._api("chat.delete", channel=address.channel, ts=message_id)
 
     async def typing(self, address: Address, active: bool) -> None:
-        """Nothing: Slack has no typing indicator for bots in channels (the streamed reply shows the work)."""
+        """A sign that Codex works: the thread's status ("is working…", ``assistant.threads.setStatus``)
+        where Slack has it for the app, else a reaction (:data:`REACTION`) on the user's message."""
+        if address.thread and address.channel not in self._no_status:
+            try:
+                await self._api(
+                    "assistant.threads.setStatus",
+                    channel_id=address.channel,
+                    thread_ts=address.thread,
+                    status=STATUS if active else "",
+                )
+                return
+            except PlatformError as refused:
+                if refused.refusal is Refusal.FATAL:
+                    raise
+                self._no_status.add(address.channel)
+                self._warn_once(
+                    "status", f"no thread status here ({refused}); a reaction shows that Codex works instead"
+                )
+        await self._react(address, active)
+
+    async def _react(self, address: Address, active: bool) -> None:
+        """The working reaction on the last user message of the thread: added once, removed at the end."""
+        where = (address.channel, address.thread)
+        if not active:
+            ts = self._reacted.pop(where, None)
+            if ts is not None:
+                await self._quietly("reactions.remove", channel=address.channel, timestamp=ts, name=REACTION)
+            return
+        ts = self._last_message.get(where) or address.thread
+        if not ts or self._reacted.get(where) == ts:
+            return
+        self._reacted[where] = ts
+        await self._quietly("reactions.add", channel=address.channel, timestamp=ts, name=REACTION)
+
+    async def _quietly(self, method: str, **arguments: Any) -> None:
+        """Call ``method``; Slack's ``already_reacted``/``no_reaction`` mean it is done already."""
+        try:
+            await self._api(method, **arguments)
+        except PlatformError as refused:
+            if refused.refusal is Refusal.FATAL or not any(
+                error in str(refused) for error in ("already_reacted", "no_reaction")
+            ):
+                raise
 
     async def find(self, address: Address, key: str) -> str | None:
         """The ``ts`` of this bot's message carrying ``key`` in its metadata, in the thread or channel."""
@@ -378,6 +439,7 @@ class SlackPlatform:
         team = str(event.get("team") or body.get("team_id") or self.identity.team_id)
         address = Address(channel=channel, workspace=team, thread=thread)
         self._last_thread[(channel, user_id)] = thread
+        self._last_message[(channel, thread)] = str(event.get("ts") or "")
         text = _MENTION.sub("", str(event.get("text") or ""), count=1).strip()
         user = await self._user(user_id)
         allowed = self.access is None or self.access.refusal(user, address) is None
@@ -568,7 +630,14 @@ async def run_slack(settings: SlackRun, started: Callable[[SlackIdentity], Await
     journal = open_journal(settings.journal)
     ledger = DeliveryLedger.open(ledger_path(local_base(settings.journal, state_root()), NAME))
     runner = AdapterRunner(
-        journal, platform, section.channel_map(), section.access_policy(), ledger, name=NAME, metrics=section.metrics
+        journal,
+        platform,
+        section.channel_map(),
+        section.access_policy(),
+        ledger,
+        name=NAME,
+        options=section.runner_options(),
+        metrics=section.metrics,
     )
     try:
         async with contextlib.AsyncExitStack() as stack:

@@ -119,10 +119,13 @@ COMMANDS = (
     ("new", "Start a fresh Codex session here (admins)"),
     ("status", "Running or idle, queued messages, thread, token usage"),
     ("approve", "Approve the oldest (or the given) pending request"),
+    ("approve_session", "Approve it for the rest of the session"),
     ("deny", "Deny it"),
+    ("details", "The last turn's tool output"),
     ("help", "The commands"),
 )
-"""The kit's commands as registered with ``setMyCommands`` (shown in Telegram's command menu)."""
+"""The kit's commands as registered with ``setMyCommands`` (shown in Telegram's command menu; a name
+allows no ``-``: ``approve_session`` is the kit's ``approve-session``)."""
 QUIET_LOGGERS = {"httpx": logging.WARNING, "httpcore": logging.WARNING, "telegram": logging.CRITICAL}
 """Libraries' loggers held back: httpx logs every request's URL, which holds the bot token, at INFO;
 python-telegram-bot logs failures the adapter classifies and reports itself (without the token)."""
@@ -692,7 +695,14 @@ async def run_telegram(settings: TelegramSettings, started: Callable[[str], None
                 ) from None
         name = await platform.start()
         runner = AdapterRunner(
-            journal, platform, section.channel_map(), access, ledger, name=NAME, metrics=section.metrics
+            journal,
+            platform,
+            section.channel_map(),
+            access,
+            ledger,
+            name=NAME,
+            options=section.runner_options(),
+            metrics=section.metrics,
         )
         announce = asyncio.create_task(_announce(runner, name, started))
         try:

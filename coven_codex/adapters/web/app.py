@@ -19,7 +19,7 @@ import secrets
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import ValidationError
 from starlette.applications import Starlette
@@ -29,7 +29,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.types import ASGIApp
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from coven_codex.adapters.kit.commands import HELP, Command, parse_command
+from coven_codex.adapters.kit.commands import DECISIONS, HELP, Command, parse_command
 from coven_codex.adapters.web.auth import NEEDS_TOKEN, Access, Guard, Sessions
 from coven_codex.adapters.web.hub import Hub
 from coven_codex.adapters.web.protocol import (
@@ -328,12 +328,11 @@ class JournalWriter:
             case SendReset():
                 entry = ResetEntry(conversation=request.conversation, sender=self.sender)
             case SendApproval():
-                decision: Literal["approve", "deny"] = request.decision
                 entry = ApprovalEntry(
                     conversation=request.conversation,
                     sender=self.sender,
                     request_id=request.request_id,
-                    decision=decision,
+                    decision=request.decision,
                 )
         return await self._append(entry)
 
@@ -347,14 +346,16 @@ class JournalWriter:
                 return await self._append(ResetEntry(conversation=conversation, sender=self.sender))
             case "status":
                 return state.describe()
-            case "approve" | "deny":
+            case "approve" | "approve-session" | "deny":
                 request_id = command.argument or (state.pending_approvals[0] if state.pending_approvals else "")
                 if not request_id:
                     return "no approval request is waiting in this conversation"
-                decision: Literal["approve", "deny"] = "approve" if command.name == "approve" else "deny"
                 return await self._append(
                     ApprovalEntry(
-                        conversation=conversation, sender=self.sender, request_id=request_id[:200], decision=decision
+                        conversation=conversation,
+                        sender=self.sender,
+                        request_id=request_id[:200],
+                        decision=DECISIONS[command.name],
                     )
                 )
             case "help":

@@ -104,7 +104,8 @@ class SendApproval(_Strict):
     type: Literal["approval"]
     conversation: ConversationName
     request_id: str = Field(min_length=1, max_length=200)
-    decision: Literal["approve", "deny"]
+    decision: Literal["approve", "approve_for_session", "deny"]
+    """``approve_for_session``: Codex does not ask again for the same in this session."""
 
 
 ClientMessage = Annotated[Subscribe | SendThought | SendCancel | SendReset | SendApproval, Field(discriminator="type")]

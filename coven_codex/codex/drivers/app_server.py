@@ -356,14 +356,17 @@ class AppServerDriver(CodexDriver):
             return False
         return True
 
-    async def answer_approval(self, request_id: str, approve: bool) -> None:
-        """Answer a pending approval request from the chat; :class:`DriverError` if it is no longer pending."""
+    async def answer_approval(self, request_id: str, approve: bool, *, for_session: bool = False) -> None:
+        """Answer a pending approval request from the chat (``for_session``: for the rest of the
+        session); :class:`DriverError` if it is no longer pending."""
         approval = self._approvals.get(request_id)
         if approval is None:
             raise DriverError(f"no pending approval request {request_id!r} (answered, expired or unknown)")
-        await self._resolve_approval(request_id, approve, "chat")
+        await self._resolve_approval(request_id, approve, "chat", for_session=for_session)
 
-    async def _resolve_approval(self, request_id: str, approve: bool, by: ResolvedBy) -> None:
+    async def _resolve_approval(
+        self, request_id: str, approve: bool, by: ResolvedBy, *, for_session: bool = False
+    ) -> None:
         approval = self._approvals.pop(request_id, None)
         if approval is None:
             return
@@ -371,7 +374,8 @@ class AppServerDriver(CodexDriver):
             approval.timer.cancel()
         if self._turn is not None:
             self._turn.clock.approval_ended()
-        await self._require_conn().respond(approval.rpc_id, _approval_answer(approval.method, approve))
+        answer = _approval_answer(approval.method, approve, for_session=approve and for_session)
+        await self._require_conn().respond(approval.rpc_id, answer)
         self._events.emit(ApprovalResolved(request_id, approve, by))
 
     async def _approval_timeout(self, request_id: str) -> None:
@@ -583,12 +587,15 @@ def _parsed(model: type[_M], data: object) -> _M | None:
         return None
 
 
-def _approval_answer(method: str, approve: bool) -> dict[str, JsonValue]:
+def _approval_answer(method: str, approve: bool, *, for_session: bool = False) -> dict[str, JsonValue]:
+    """The app-server's answer to an approval request: approved (``for_session``: for the rest of
+    the session, ``acceptForSession``/``approved_for_session``), or declined. A tool's elicitation has
+    no session-wide answer: it is accepted once."""
     if method in ("execCommandApproval", "applyPatchApproval"):
-        return {"decision": "approved" if approve else "denied"}
+        return {"decision": ("approved_for_session" if for_session else "approved") if approve else "denied"}
     if method == "mcpServer/elicitation/request":
         return {"action": "accept", "content": {}} if approve else {"action": "decline"}
-    return {"decision": "accept" if approve else "decline"}
+    return {"decision": ("acceptForSession" if for_session else "accept") if approve else "decline"}
 
 
 def _approval_detail(params: Mapping[str, JsonValue]) -> str:

@@ -34,7 +34,9 @@ Calls:
   return at once; a turn still running ``kill_grace`` seconds later has its process tree killed
   (app-server: the driver fails with ``KILL_TIMEOUT``). Queued thoughts stay queued and run
   next. ``False`` if no turn was running.
-- ``await answer_approval(request_id, approve)``: answer an :class:`ApprovalRequested`.
+- ``await answer_approval(request_id, approve, for_session=False)``: answer an
+  :class:`ApprovalRequested`; ``for_session`` approves it for the rest of the session (Codex's
+  ``acceptForSession``/``approved_for_session``: the same command is not asked about again).
   Unanswered requests are declined after ``approval_timeout``; with ``approval_policy``
   ``"approve"``/``"deny"`` they are answered at once (:class:`ApprovalResolved` says so).
 - ``await aclose()``: end every Codex process tree of the driver; safe to call twice.
@@ -196,8 +198,9 @@ class CodexDriver(abc.ABC):
         ...
 
     @abc.abstractmethod
-    async def answer_approval(self, request_id: str, approve: bool) -> None:
-        """Answer an :class:`ApprovalRequested`; :class:`DriverError` if it cannot be answered."""
+    async def answer_approval(self, request_id: str, approve: bool, *, for_session: bool = False) -> None:
+        """Answer an :class:`ApprovalRequested` (``for_session``: approve it for the rest of the session);
+        :class:`DriverError` if it cannot be answered."""
         ...
 
     @property

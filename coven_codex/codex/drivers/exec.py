@@ -291,7 +291,7 @@ class ExecDriver(CodexDriver):
             log.warning("codex exec did not stop %gs after SIGINT; killing it", self.settings.kill_grace)
             await terminate_tree(turn.child, 0.0)
 
-    async def answer_approval(self, request_id: str, approve: bool) -> None:
+    async def answer_approval(self, request_id: str, approve: bool, *, for_session: bool = False) -> None:
         """Always raises :class:`DriverError`: ``codex exec`` never asks for approval."""
         raise DriverError(
             f"approval {request_id!r} cannot be answered: `codex exec` never asks for approval "

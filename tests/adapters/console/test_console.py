@@ -4,6 +4,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from coven_codex.adapters.console import ConsoleChat
+from coven_codex.adapters.kit.render import RenderMode
 from coven_codex.entries import (
     ApprovalEntry,
     ApprovalRequestEntry,
@@ -139,3 +140,31 @@ async def test_a_message_too_long_for_the_journal_is_refused_and_the_chat_goes_o
     await keys.queue.put(None)
     await asyncio.wait_for(task, 5)
     assert out.getvalue().count("your message was not sent") == 1
+
+
+async def test_quiet_rendering_prints_one_card_at_the_turn_s_end_then_the_reply(tmp_path: Path) -> None:
+    """A terminal cannot edit: ``--render quiet`` prints the turn's card once, closed, beside the reply."""
+    journal = FileJournal(tmp_path / "j.jsonl")
+    out, keys = io.StringIO(), Keyboard()
+    task = asyncio.create_task(ConsoleChat(journal, "c", "ann", out, render=RenderMode.QUIET).run(keys.lines()))
+    await _wait_for(out, "/help for commands")
+    start = len(out.getvalue())
+    await journal.append(StatusEntry(state="turn_started", conversation="c"))
+    for n in range(30):
+        arguments = {"command": ["bash", "-lc", f"echo step {n:02}"]}
+        await journal.append(ToolCallEntry(tool="exec_command", arguments=arguments, call_id=f"k{n}", conversation="c"))
+        await journal.append(
+            ToolResultEntry(text=f"step {n:02}", tool="exec_command", call_id=f"k{n}", conversation="c")
+        )
+    await journal.append(ResponseEntry(text="thirty commands ran.", conversation="c"))
+    await journal.append(StatusEntry(state="turn_completed", conversation="c"))
+    await _wait_for(out, "done in ")
+    await _wait_for(out, "codex: thirty commands ran.")
+    await keys.queue.put(None)
+    await asyncio.wait_for(task, 5)
+    await journal.aclose()
+    printed = out.getvalue()[start:]
+    assert printed.count("codex: thirty commands ran.") == 1 and printed.count("· 30 steps") == 1
+    assert "→ exec_command" not in printed and "[turn started]" not in printed  # no step or status lines
+    card = printed[printed.index("done in ") :]
+    assert "… 22 earlier steps\n" in card and "✓ $ echo step 29\n" in card

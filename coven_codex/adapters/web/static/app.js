@@ -288,7 +288,32 @@ function add(entry) {
   const node = build(entry);
   node.id = `m-${entry.id}`;
   node.dataset.kind = entry.kind;
+  if (STEP_KINDS.has(entry.kind)) { addStep(node, entry); return; }
   $('messages').append(node);
+}
+
+// A turn's steps (tool calls, their results, activities) in one folded group, as the chats' progress
+// card: "31 steps · $ pytest -q"; opened, every call and result. A reply or a status line after them
+// ends the group; the next step starts another.
+const STEP_KINDS = new Set(['tool_call', 'tool_result', 'activity']);
+
+function addStep(node, entry) {
+  const box = $('messages');
+  let group = box.lastElementChild;
+  if (!group || !group.classList.contains('steps')) {
+    group = el('details', 'msg steps');
+    group.append(el('summary', '', ''));
+    box.append(group);
+  }
+  group.append(node);
+  const count = group.querySelectorAll('.tool_call, .activity').length;
+  const line = ` · ${entry.text.split('\n')[0].slice(0, 100)}`;
+  if (count && entry.kind !== 'tool_result') {
+    group.firstChild.textContent = `${count} step${count === 1 ? '' : 's'}${line}`;
+  } else if (!count) {  // results whose calls came before something else (an approval request)
+    const results = group.querySelectorAll('.tool_result').length;
+    group.firstChild.textContent = `${results} result${results === 1 ? '' : 's'}${line}`;
+  }
 }
 
 function build(entry) {
@@ -325,17 +350,19 @@ function build(entry) {
       node.append(el('div', 'who', 'Codex asks for permission'), el('pre', '', entry.text));
       const buttons = el('div', 'buttons');
       const approve = el('button', 'approve', 'Approve');
+      const session = el('button', 'approve-session', 'Approve for session');
+      session.title = 'Codex runs the same again in this session without asking';
       const deny = el('button', 'deny', 'Deny');
-      for (const [button, decision] of [[approve, 'approve'], [deny, 'deny']]) {
+      const choices = [[approve, 'approve'], [session, 'approve_for_session'], [deny, 'deny']];
+      for (const [button, decision] of choices) {
         button.type = 'button';
         button.addEventListener('click', () => {
           if (send({type: 'approval', conversation: state.conversation, request_id: entry.request_id, decision})) {
-            approve.disabled = true;
-            deny.disabled = true;
+            for (const [other] of choices) other.disabled = true;
           }
         });
       }
-      buttons.append(approve, deny);
+      buttons.append(approve, session, deny);
       node.append(buttons);
       break;
     }
@@ -352,11 +379,13 @@ function build(entry) {
   return node;
 }
 
+const DECIDED = {approve: 'approved', approve_for_session: 'approved for the session', deny: 'denied'};
+
 function markAnswered(entry) {
   for (const request of document.querySelectorAll('.approval_request')) {
     if (request.dataset.request !== entry.request_id) continue;
     for (const button of request.querySelectorAll('button')) button.disabled = true;
-    if (!request.querySelector('.answer')) request.append(el('div', 'answer', `${entry.decision === 'approve' ? 'approved' : 'denied'} by ${entry.sender}`));
+    if (!request.querySelector('.answer')) request.append(el('div', 'answer', `${DECIDED[entry.decision] || entry.decision} by ${entry.sender}`));
   }
 }
 
