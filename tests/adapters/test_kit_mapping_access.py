@@ -57,3 +57,11 @@ def test_commands_parse_alike_typed_or_pressed() -> None:
     assert parse_command("hello /cancel") is None and parse_command("/") is None
     unknown = parse_command("/frobnicate")
     assert unknown is not None and not unknown.known
+
+
+def test_an_underscore_in_a_command_name_is_read_as_a_hyphen_for_telegrams_menu() -> None:
+    """Telegram's command menu (``setMyCommands``) takes ``[a-z0-9_]`` names only: ``/approve_session``
+    from the menu is the kit's ``approve-session``, typed or pressed alike."""
+    command = parse_command("/approve_session r1")
+    assert command is not None and command.known and command.name == "approve-session"
+    assert command == parse_command("/approve-session r1") == parse_command("approve-session r1", prefix="")
