@@ -16,8 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from coven_codex.agent.limits import cut, over_limit
-from coven_codex.agent.thread_options import MAX_MODEL_CHARS
+from coven_codex.agent.limits import MAX_MODEL_CHARS, cut, over_limit
 from coven_codex.entries import CancelEntry, ThoughtEntry
 from coven_codex.jobs.records import JobFolder, JobRecord, JobState, job_conversation, read_jobs
 from coven_codex.journal import FileJournal, Journal, JournalRecord
