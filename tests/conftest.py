@@ -46,6 +46,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 _recorded: dict[str, float] = {}
+_failed: set[str] = set()
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -53,13 +54,17 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     pytest-xdist's controller, or the only one)."""
     if os.environ.get("COVEN_TEST_DURATIONS") and "PYTEST_XDIST_WORKER" not in os.environ:
         _recorded[report.nodeid] = _recorded.get(report.nodeid, 0.0) + report.duration
+        if report.failed:
+            _failed.add(report.nodeid)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """With ``COVEN_TEST_DURATIONS=FILE`` (e.g. ``tests/durations.txt``), merge this run's durations into FILE."""
+    """With ``COVEN_TEST_DURATIONS=FILE`` (e.g. ``tests/durations.txt``), merge this run's durations into FILE;
+    a test that failed keeps its time from before (a failure's time, e.g. a timeout's, is not its length)."""
     target = os.environ.get("COVEN_TEST_DURATIONS")
-    if target and "PYTEST_XDIST_WORKER" not in os.environ and _recorded:
-        merge_durations(Path(target), _recorded)
+    passed = {nodeid: seconds for nodeid, seconds in _recorded.items() if nodeid not in _failed}
+    if target and "PYTEST_XDIST_WORKER" not in os.environ and passed:
+        merge_durations(Path(target), passed)
 
 
 @pytest.fixture(params=CODEX_VERSIONS, ids=lambda v: f"codex-{v}")
