@@ -15,13 +15,14 @@ for v in "${versions[@]}"; do
   fi
   dir="$root/.codex-cli/$v"
   bin="$dir/node_modules/.bin/codex"
+  # one `codex --version` (a Node.js start, about a second) when it is installed already
   if [ ! -x "$bin" ] || ! "$bin" --version >/dev/null 2>&1; then
     mkdir -p "$dir"
     npm install --prefix "$dir" --no-audit --no-fund --loglevel=error "@openai/codex@$v" >&2
-  fi
-  if ! "$bin" --version >/dev/null 2>&1; then
-    echo "install-codex: codex $v installed but '$bin --version' fails" >&2
-    exit 1
+    if ! "$bin" --version >/dev/null 2>&1; then
+      echo "install-codex: codex $v installed but '$bin --version' fails" >&2
+      exit 1
+    fi
   fi
   echo "$v $bin"
 done

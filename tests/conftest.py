@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from suite_order import DURATIONS, UNMEASURED_SECONDS, deal, merge_durations, read_durations
 
 from coven_codex.daemon.watchdog import WATCHDOG_RECORD_PREFIX
 from coven_codex.testing.redis_server import RedisServer
@@ -24,20 +25,46 @@ def codex_binary(version: str) -> Path:
     return path
 
 
-def _expected_length(item: pytest.Item) -> int:
-    """0 for the long tests (marked ``slow``), 1 for those that run the real Codex CLI, 2 for the rest."""
-    if item.get_closest_marker("slow") is not None:
-        return 0
-    if item.get_closest_marker("codex") is not None:
-        return 1
-    return 2
+def _expected_seconds(item: pytest.Item, measured: dict[str, float]) -> float:
+    """The seconds ``item`` took when measured (:data:`suite_order.DURATIONS`), else a guess by its markers."""
+    if item.nodeid in measured:
+        return measured[item.nodeid]
+    for marker in ("slow", "codex"):
+        if item.get_closest_marker(marker) is not None:
+            return UNMEASURED_SECONDS[marker]
+    return UNMEASURED_SECONDS["other"]
 
 
+@pytest.hookimpl(trylast=True)  # after ``-m`` and ``-k`` deselected what they do: the chunks are of what runs
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Long tests first (a stable sort keeps each file's order): on several workers (pytest-xdist,
-    ``scripts/test.sh``) the last minutes are then spent on short tests that fill every worker, not on
-    one long test that started last."""
-    items.sort(key=_expected_length)
+    """Long tests first, spread over the pytest-xdist workers (:func:`suite_order.deal`; ``scripts/test.sh``):
+    each worker starts with its share of them, and the last minutes are spent on short tests that fill every
+    worker, not on long tests that started late or queued behind each other on one worker."""
+    measured = read_durations(DURATIONS)
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    items[:] = deal(items, lambda item: _expected_seconds(item, measured), workers)
+
+
+_recorded: dict[str, float] = {}
+_failed: set[str] = set()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """With ``COVEN_TEST_DURATIONS`` set, add up each test's seconds (in the process that reports them all:
+    pytest-xdist's controller, or the only one)."""
+    if os.environ.get("COVEN_TEST_DURATIONS") and "PYTEST_XDIST_WORKER" not in os.environ:
+        _recorded[report.nodeid] = _recorded.get(report.nodeid, 0.0) + report.duration
+        if report.failed:
+            _failed.add(report.nodeid)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """With ``COVEN_TEST_DURATIONS=FILE`` (e.g. ``tests/durations.txt``), merge this run's durations into FILE;
+    a test that failed keeps its time from before (a failure's time, e.g. a timeout's, is not its length)."""
+    target = os.environ.get("COVEN_TEST_DURATIONS")
+    passed = {nodeid: seconds for nodeid, seconds in _recorded.items() if nodeid not in _failed}
+    if target and "PYTEST_XDIST_WORKER" not in os.environ and passed:
+        merge_durations(Path(target), passed)
 
 
 @pytest.fixture(params=CODEX_VERSIONS, ids=lambda v: f"codex-{v}")

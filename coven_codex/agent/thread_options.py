@@ -18,12 +18,10 @@ from pathlib import Path
 
 from coven_codex.agent.services import ThreadOptions
 from coven_codex.entries import ResetEntry, ThoughtEntry
-from coven_codex.support.limits import cut
+from coven_codex.support.limits import MAX_MODEL_CHARS, cut
 
 MIN_TIMEOUT = 1.0
 """The shortest ``timeout`` a thought may give (seconds); the longest is ``turn_timeout``."""
-MAX_MODEL_CHARS = 200
-"""The longest ``model`` name accepted."""
 REFUSED_HINT = (
     "Name a directory inside the daemon's workspace or one of its workspace_roots (the daemon's operator adds a "
     'root with `coven-codex run --workspace-root DIR`, repeatable, or `workspace_roots = ["DIR"]` in coven.toml), '

@@ -19,7 +19,6 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from coven_codex.agent.job_names import JOB_SENDER
-from coven_codex.agent.thread_options import MAX_MODEL_CHARS
 from coven_codex.entries import CancelEntry
 from coven_codex.jobs.records import (
     JobFolder,
@@ -31,7 +30,7 @@ from coven_codex.jobs.records import (
     read_jobs,
 )
 from coven_codex.journal import FileJournal, Journal, JournalRecord
-from coven_codex.support.limits import cut, over_limit
+from coven_codex.support.limits import MAX_MODEL_CHARS, cut, over_limit
 
 WAIT_SLACK = 120.0
 """Waiting for a job with a timeout gives up this long after the timeout could have ended it."""

@@ -22,6 +22,8 @@ MAX_THOUGHT_CHARS = 1_048_576
 """Longest thought text. Codex 0.169 refuses user input over 2**20 characters ("Input exceeds the
 maximum length of 1048576 characters", as an error of ``turn/start``, which it never records);
 0.47's exec passes such input on to the model."""
+MAX_MODEL_CHARS = 200
+"""The longest ``model`` name (and Codex thread id) a thought or a job may give."""
 
 REFUSED_CODE = "REFUSED"
 """The ``code`` of the ``error`` entry for a thought the daemon will not hand to Codex (over a

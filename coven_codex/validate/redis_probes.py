@@ -40,6 +40,14 @@ async def probe_redis(context: ProbeContext) -> ProbeResult:
     except ImportError:
         return ProbeResult.fail("redis-py is not installed", "pip install 'coven-codex[redis]'")
     where = describe_journal(journal)
+    parts = urlsplit(location.url)
+    # asked first, in plain text: a plain server never answers a TLS handshake, which would be waited for in full
+    if parts.scheme == "rediss" and parts.hostname and await speaks_plain_redis(parts.hostname, parts.port or 6379):
+        return ProbeResult.fail(
+            f"Redis at {where} speaks plain Redis, not TLS (it answered a plain-text PING): the journal's name"
+            " says rediss://",
+            "Write the journal as redis://... (or turn TLS on in Redis: tls-port).",
+        )
     client = Redis.from_url(
         location.url, socket_connect_timeout=3, socket_timeout=3, retry=Retry(NoBackoff(), 0), decode_responses=True
     )
@@ -57,12 +65,6 @@ async def probe_redis(context: ProbeContext) -> ProbeResult:
         refused = refused_credentials(where, exc, password_given=urlsplit(location.url).password is not None)
         return ProbeResult.fail(str(refused), "Put the right password in --journal.")
     except RedisError as exc:
-        parts = urlsplit(location.url)
-        if parts.scheme == "rediss" and parts.hostname and await speaks_plain_redis(parts.hostname, parts.port or 6379):
-            return ProbeResult.fail(
-                f"Redis at {where} speaks plain Redis, not TLS ({str(exc)[:200]}): the journal's name says rediss://",
-                "Write the journal as redis://... (or turn TLS on in Redis: tls-port).",
-            )
         return ProbeResult.fail(
             f"cannot reach Redis at {where}: {str(exc)[:200] or type(exc).__name__}",
             "Start Redis (redis-server) or fix host, port, database and password in --journal.",

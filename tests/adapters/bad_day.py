@@ -9,6 +9,7 @@ request is handled or after it was (the platform did it; the bot never hears so)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -67,6 +68,14 @@ class Faults:
     """The faults a fake applies, in order; the first that matches answers."""
 
     active: list[Fault] = field(default_factory=list)
+    _stopping: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def release(self) -> None:
+        """The fake stops serving: answers still waiting out a fault's ``delay`` are given now. aiohttp waits
+        (up to a minute) for every handler of a server it stops, and a handler does not end when its client
+        went away (a bot killed while it waited for a slow answer)."""
+        self._stopping.set()
+        self._stopping = asyncio.Event()  # the fake may serve again (an adapter restarted)
 
     def add(self, *faults: Fault) -> None:
         """Apply ``faults`` from now on."""
@@ -90,7 +99,8 @@ class Faults:
             return None
         fault.hits += 1
         if fault.delay:
-            await asyncio.sleep(fault.delay)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), fault.delay)
         if fault.cut:
             if fault.cut == "after":
                 await handle()

@@ -791,6 +791,7 @@ async def serve(state: FakeDiscord) -> AsyncIterator[int]:
     try:
         yield runner.addresses[0][1]
     finally:
+        state.faults.release()
         await runner.cleanup()
 
 

@@ -94,6 +94,7 @@ class DiscordAdapter:
         await self._end(signal.SIGTERM)
         assert self.process is None or self.process.returncode in (0, -signal.SIGKILL), self._log()
         if self._server is not None:
+            self.fake.faults.release()
             await self._server.cleanup()
             self._server = None
 

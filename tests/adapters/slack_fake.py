@@ -135,6 +135,7 @@ class FakeSlack:
         for socket in list(self._sockets):
             await socket.close()
         if self._runner is not None:
+            self.faults.release()
             await self._runner.cleanup()
 
     def _ts(self) -> str:

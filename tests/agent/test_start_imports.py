@@ -64,3 +64,25 @@ def test_run_start_path_imports_no_optional_module() -> None:
         name for name in loaded for banned in NOT_ON_THE_START_PATH if name == banned or name.startswith(banned + ".")
     )
     assert not unexpected, f"the daemon's start path imports {unexpected}; import them where they are used"
+
+
+NOT_ON_THE_JOB_PATH = ("coven_codex.agent.services", "coven_codex.agent.egress", "coven_codex.codex.drivers")
+"""The daemon's own modules: ``coven-codex job`` only writes and reads the journal, and ran as a process many
+times (a job's submit, status, result, cancel) it must not pay the daemon's imports (about 0.5 s a start)."""
+
+JOB_PROBE = """
+import json, sys
+from coven_codex.cli.main import build_parser
+build_parser(only="job")  # what `coven-codex job ...` imports before it runs
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def test_the_job_command_imports_none_of_the_daemon() -> None:
+    done = subprocess.run([sys.executable, "-c", JOB_PROBE], capture_output=True, text=True, timeout=120, check=True)
+    loaded: list[str] = json.loads(done.stdout)
+    assert "coven_codex.jobs.client" in loaded  # the probe did import it
+    unexpected = sorted(
+        name for name in loaded for banned in NOT_ON_THE_JOB_PATH if name == banned or name.startswith(banned + ".")
+    )
+    assert not unexpected, f"`coven-codex job` imports {unexpected}; import them where they are used"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from coven_codex.agent.ingress import refuse_thought
-from coven_codex.agent.thread_options import MAX_MODEL_CHARS
 from coven_codex.entries import (
     CODEX_SENDER,
     BaseEntry,
@@ -45,7 +44,7 @@ from coven_codex.jobs.records import (
 from coven_codex.journal import MemoryJournal
 from coven_codex.mcp.context import SpellContext
 from coven_codex.mcp.invoke import call_spell
-from coven_codex.support.limits import MAX_ID_CHARS, MAX_THOUGHT_CHARS
+from coven_codex.support.limits import MAX_ID_CHARS, MAX_MODEL_CHARS, MAX_THOUGHT_CHARS
 
 C = "job:j1"
 

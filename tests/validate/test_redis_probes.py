@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
+import pytest
+
+from coven_codex.journal.redis.errors import RedisMisconfigured
+from coven_codex.journal.redis.journal import RedisJournal
 from coven_codex.settings import Settings
 from coven_codex.testing.redis_server import RedisServer, free_port
 from coven_codex.validate.framework import ProbeContext, Status, run_plan
@@ -45,3 +50,27 @@ async def test_an_unreachable_redis_fails_with_what_to_do(tmp_path: Path) -> Non
 async def test_a_file_journal_skips_the_redis_checks(tmp_path: Path) -> None:
     found = await _run(tmp_path, tmp_path / "journal.jsonl")
     assert found["redis"][0] is Status.SKIP and found["redis_persistence"][0] is Status.SKIP
+
+
+PLAIN_TEXT_BOUND = 2.0
+"""A ``rediss://`` name on a plain server is told in one local round trip; a TLS handshake it never
+answers was waited for until the connect timeout (3 s for validate, 5 s for the journal)."""
+
+
+async def test_a_rediss_name_on_a_plain_redis_fails_at_once_saying_so(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    name = redis_server.url(key="chat").replace("redis://", "rediss://", 1)
+    began = time.monotonic()
+    found = await _run(tmp_path, name)
+    assert time.monotonic() - began < PLAIN_TEXT_BOUND
+    status, detail, fix = found["redis"]
+    assert status is Status.FAIL and "speaks plain Redis, not TLS" in detail and "redis://" in fix
+    began = time.monotonic()
+    journal = RedisJournal.from_url(name)
+    try:
+        with pytest.raises(RedisMisconfigured, match="speaks plain Redis, not TLS"):
+            await journal.connect()
+    finally:
+        await journal.aclose()
+    assert time.monotonic() - began < PLAIN_TEXT_BOUND

@@ -251,8 +251,8 @@ class RedisJournal:
         self.reachability.lost = lost
         return lost
 
-    async def _diagnose(self, exc: BaseException) -> RedisMisconfigured | None:
-        """An outage beginning on a ``rediss://`` name whose server speaks plain Redis is a misconfiguration."""
+    async def _plain_behind_tls(self, why: str) -> RedisMisconfigured | None:
+        """A ``rediss://`` name whose server speaks plain Redis is a misconfiguration (``why``: how it showed)."""
         parts = urlsplit(self.location.url)
         if parts.scheme != "rediss" or parts.hostname is None:
             return None
@@ -260,14 +260,23 @@ class RedisJournal:
             return None
         plain = self.location.display().replace("rediss://", "redis://", 1)
         return RedisMisconfigured(
-            f"the journal's Redis at {self.location.display()} speaks plain Redis, not TLS ({_short(exc)}): the"
+            f"the journal's Redis at {self.location.display()} speaks plain Redis, not TLS ({why}): the"
             f" name says rediss://. Write {plain} (with the password, if any), or turn TLS on in Redis"
             " (tls-port), then start again"
         )
 
+    async def _diagnose(self, exc: BaseException) -> RedisMisconfigured | None:
+        """An outage beginning on a ``rediss://`` name whose server speaks plain Redis is a misconfiguration."""
+        return await self._plain_behind_tls(_short(exc))
+
     async def connect(self) -> None:
         """One round trip to Redis at start, without waiting through an outage: a process that starts
-        on a Redis it cannot use stops at once, saying what to fix (:class:`JournalError`)."""
+        on a Redis it cannot use stops at once, saying what to fix (:class:`JournalError`). A ``rediss://``
+        name is first asked in plain text (:func:`speaks_plain_redis`, one local round trip): a plain
+        server never answers a TLS handshake, which would be waited for the whole ``CONNECT_TIMEOUT``."""
+        wrong = await self._plain_behind_tls("it answered a plain-text PING")
+        if wrong is not None:
+            raise wrong
         try:
             await self._client.ping()
         except AuthenticationError as exc:
