@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from agent_harness import AgentHarness, codex_processes, make_responder, replies
+from agent_harness import AgentHarness, make_responder, replies
 from codex_driver_helpers import Recorder, make_setup
 
 from coven_codex.codex.drivers import DriverFailed, TurnFinished, TurnStarted
@@ -30,6 +30,7 @@ from coven_codex.codex.errors import ErrorCode
 from coven_codex.conversation.manager import SHUTDOWN_SLACK
 from coven_codex.entries import ApprovalRequestEntry
 from coven_codex.testing import CallTool, Reply, ScriptedModelServer, Stall
+from coven_codex.testing.processes import codex_processes
 
 pytestmark = pytest.mark.codex
 

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import psutil
 import pytest
-from agent_harness import AgentHarness, codex_processes, make_responder, replies, user_prompts
+from agent_harness import AgentHarness, make_responder, replies, user_prompts
 
 from coven_codex.entries import ApprovalEntry, ApprovalRequestEntry, BaseEntry, CancelEntry, ErrorEntry
 from coven_codex.testing.model_server import ScriptedModelServer
+from coven_codex.testing.processes import codex_processes
 from coven_codex.testing.responders import command_responder
 from coven_codex.testing.steps import CallTool, HttpError, Reply, Stall
 
