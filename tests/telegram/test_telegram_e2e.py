@@ -50,12 +50,8 @@ def respond(request: RecordedRequest) -> TurnScript:
 
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeTelegram]:
-    state = FakeTelegram()
-    await state.start()
-    try:
+    async with FakeTelegram() as state:
         yield state
-    finally:
-        await state.stop()
 
 
 async def _until(condition: Callable[[], bool], seconds: float = 60.0) -> None:
