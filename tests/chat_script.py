@@ -10,17 +10,9 @@ from agent_harness import user_prompts
 
 from coven_codex.testing.request_log import RecordedRequest
 from coven_codex.testing.responders import pending_tool_output
-from coven_codex.testing.steps import CallTool, Reply, TurnScript
+from coven_codex.testing.steps import CallTool, Reply, TurnScript, escalated_command
 
 STREAMED = "Here is a streamed answer from codex, in several pieces."
-ESCALATED = {
-    "cmd": "touch approved.txt",
-    "sandbox_permissions": "require_escalated",
-    "login": False,
-    "tty": False,
-    "yield_time_ms": 5000,
-    "justification": "create approved.txt",
-}
 
 
 def last_prompt(request: RecordedRequest) -> str:
@@ -40,7 +32,7 @@ def chat_responder(streamed: str = STREAMED, *, delay: float = 0.04) -> Callable
         if last.startswith("add"):
             return CallTool("coven.add", {"a": 2, "b": 3})
         if last.startswith("run"):
-            return CallTool("exec_command", ESCALATED)
+            return escalated_command("touch approved.txt", "create approved.txt")
         return Reply(streamed, chunk_size=4, delay=delay)
 
     return respond
