@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from coven_codex.adapters.kit.config import (
     AdapterConfigError,
@@ -27,7 +27,7 @@ from coven_codex.adapters.kit.config import (
     resolve_paths,
 )
 from coven_codex.journal.opening import JournalName, JournalNameSetting, is_redis_name, journal_name
-from coven_codex.metrics.options import MetricsOptions, parse_networks
+from coven_codex.metrics.options import MetricsSettings
 from coven_codex.webhooks.config import WebhooksSettings
 from coven_codex.webhooks.config import resolve_paths as resolve_webhook_paths
 
@@ -61,7 +61,7 @@ class SettingsError(ValueError):
     """A settings file or value the user must fix; the message says how."""
 
 
-class Settings(BaseModel):
+class Settings(MetricsSettings):
     """Every setting of the daemon. Field names are the keys of ``coven.toml``."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=False, allow_inf_nan=False)
@@ -170,18 +170,6 @@ class Settings(BaseModel):
         description="Seconds a daemon's lease on a conversation lasts without renewal (several daemons on "
         "one Redis journal; docs/distributed.md).",
     )
-    metrics_port: int | None = Field(
-        default=None,
-        ge=0,
-        le=65535,
-        description="Serve Prometheus /metrics, /healthz and /readyz on this port (0: any free port; "
-        "docs/operations.md).",
-    )
-    metrics_host: str = Field(default="127.0.0.1", min_length=1, description="The address the metrics port listens on.")
-    metrics_allow: list[str] = Field(
-        default_factory=list,
-        description="Networks (CIDR) besides loopback whose clients may use the metrics port.",
-    )
     adapters: AdaptersSettings = Field(
         default_factory=AdaptersSettings,
         description="The chat adapters' sections ([adapters.slack], [adapters.discord]; docs/adapters.md).",
@@ -190,19 +178,6 @@ class Settings(BaseModel):
         default_factory=WebhooksSettings,
         description="Turn-complete webhooks ([webhooks], [[webhooks.targets]]; docs/webhooks.md).",
     )
-
-    @field_validator("metrics_allow")
-    @classmethod
-    def _networks(cls, value: list[str]) -> list[str]:
-        parse_networks(value)
-        return value
-
-    @property
-    def metrics(self) -> MetricsOptions | None:
-        """The metrics port's options; ``None`` when ``metrics_port`` is not set."""
-        if self.metrics_port is None:
-            return None
-        return MetricsOptions(self.metrics_port, self.metrics_host, tuple(parse_networks(self.metrics_allow)))
 
     @model_validator(mode="after")
     def _clamp_timeouts(self) -> Settings:

@@ -54,5 +54,5 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
   touch "$stamp"
 fi
 scripts/install-codex.sh >/dev/null  # its errors still reach stderr; the paths it prints are not news
-scripts/install-mcp-sdk-js.sh >/dev/null
-scripts/install-mcp-inspector.sh >/dev/null  # the MCP Inspector CLI, for the mcp-serve conformance tests
+scripts/install-npm-pinned.sh mcp-sdk-js >/dev/null
+scripts/install-npm-pinned.sh mcp-inspector >/dev/null  # the MCP Inspector CLI, for the mcp-serve conformance tests

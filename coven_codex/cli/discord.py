@@ -8,36 +8,20 @@ environment or a file, checked for its shape before anything connects, and never
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
-from pathlib import Path
 
 from coven_codex.adapters.kit.config import AdapterConfigError, DiscordSection
-from coven_codex.adapters.kit.platform import PlatformError
 from coven_codex.adapters.kit.runner import cursor_name
-from coven_codex.cli.options import JOURNAL_METAVAR, journal_argument, load_adapter_start
-from coven_codex.cli.stopping import signals_cancel
+from coven_codex.cli.options import adapter_refused, add_adapter_options, load_adapter_start, run_adapter
 
 HELP = "the Discord chat adapter on a journal ([adapters.discord] in coven.toml; the daemon must be running)"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """The command's options."""
-    parser.add_argument("--config", type=Path, required=True, help="coven.toml with an [adapters.discord] section")
-    parser.add_argument(
-        "--journal",
-        type=journal_argument,
-        metavar=JOURNAL_METAVAR,
-        default=None,
-        help="the journal (default: the one coven.toml names)",
-    )
+    add_adapter_options(parser, "discord")
     parser.add_argument("--api-base", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--gateway-url", default=None, help=argparse.SUPPRESS)
-
-
-def _fail(message: str) -> int:
-    print(f"coven-codex discord: {message}", file=sys.stderr)
-    return 2
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -48,7 +32,9 @@ def execute(args: argparse.Namespace) -> int:
     except ModuleNotFoundError as exc:
         if exc.name != "discord":
             raise
-        return _fail("discord.py is not installed; install the Discord extra: pip install 'coven-codex[discord]'")
+        return adapter_refused(
+            "discord", "discord.py is not installed; install the Discord extra: pip install 'coven-codex[discord]'"
+        )
     try:
         section, journal, secrets = load_adapter_start(
             "discord",
@@ -59,7 +45,7 @@ def execute(args: argparse.Namespace) -> int:
         assert isinstance(section, DiscordSection)
         token = secrets["token"]
     except AdapterConfigError as exc:
-        return _fail(str(exc))
+        return adapter_refused("discord", str(exc))
     if args.api_base:
         set_api_base(args.api_base)
     if args.gateway_url:
@@ -73,17 +59,7 @@ def execute(args: argparse.Namespace) -> int:
             flush=True,
         )
 
-    async def main() -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        async with signals_cancel(task):
-            await run_discord(DiscordSettings(journal=journal, token=token, section=section), started)
+    async def run() -> None:
+        await run_discord(DiscordSettings(journal=journal, token=token, section=section), started)
 
-    try:
-        asyncio.run(main())
-    except asyncio.CancelledError:
-        return 0
-    except PlatformError as exc:
-        print(f"coven-codex discord: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return run_adapter("discord", run)

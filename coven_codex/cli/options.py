@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
+import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from coven_codex.adapters.kit.config import AdapterConfigError, AdapterSection
+from coven_codex.adapters.kit.platform import PlatformError
+from coven_codex.cli.stopping import signals_cancel
 from coven_codex.journal.opening import JournalName, is_redis_name, journal_name
 from coven_codex.settings import load_adapter_section
 from coven_codex.support.secret import Secret
@@ -25,6 +30,44 @@ JOURNAL_METAVAR = "PATH|redis://HOST:PORT/DB?key=NAME"
 def journal_argument(text: str) -> JournalName:
     """``--journal``: a file path, or a Redis journal's URL (docs/journal-protocol.md)."""
     return journal_name(text)
+
+
+def add_adapter_options(parser: argparse.ArgumentParser, name: str) -> None:
+    """A chat adapter command's ``--config`` (required) and ``--journal``."""
+    parser.add_argument("--config", type=Path, required=True, help=f"coven.toml with an [adapters.{name}] section")
+    parser.add_argument(
+        "--journal",
+        type=journal_argument,
+        metavar=JOURNAL_METAVAR,
+        default=None,
+        help="the journal (default: the one coven.toml names)",
+    )
+
+
+def adapter_refused(name: str, message: str) -> int:
+    """Say why the ``name`` adapter cannot start (``coven-codex NAME: ...`` on stderr); exit code 2."""
+    print(f"coven-codex {name}: {message}", file=sys.stderr)
+    return 2
+
+
+def run_adapter(name: str, adapter: Callable[[], Awaitable[None]]) -> int:
+    """Run the ``name`` adapter (``adapter()``) until SIGINT or SIGTERM cancel it (exit code 0); a
+    :class:`PlatformError` it ends with is said on stderr (exit code 1)."""
+
+    async def main() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        async with signals_cancel(task):
+            await adapter()
+
+    try:
+        asyncio.run(main())
+    except asyncio.CancelledError:
+        return 0
+    except PlatformError as exc:
+        print(f"coven-codex {name}: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def load_adapter_start(

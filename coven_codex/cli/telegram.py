@@ -8,35 +8,19 @@ environment or a file, checked for its shape before anything connects, and never
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
-from pathlib import Path
 
 from coven_codex.adapters.kit.config import AdapterConfigError, TelegramSection
-from coven_codex.adapters.kit.platform import PlatformError
 from coven_codex.adapters.kit.runner import cursor_name
-from coven_codex.cli.options import JOURNAL_METAVAR, journal_argument, load_adapter_start
-from coven_codex.cli.stopping import signals_cancel
+from coven_codex.cli.options import adapter_refused, add_adapter_options, load_adapter_start, run_adapter
 
 HELP = "the Telegram chat adapter on a journal ([adapters.telegram] in coven.toml; the daemon must be running)"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     """The command's options."""
-    parser.add_argument("--config", type=Path, required=True, help="coven.toml with an [adapters.telegram] section")
-    parser.add_argument(
-        "--journal",
-        type=journal_argument,
-        metavar=JOURNAL_METAVAR,
-        default=None,
-        help="the journal (default: the one coven.toml names)",
-    )
+    add_adapter_options(parser, "telegram")
     parser.add_argument("--api-url", default=None, help=argparse.SUPPRESS)
-
-
-def _fail(message: str) -> int:
-    print(f"coven-codex telegram: {message}", file=sys.stderr)
-    return 2
 
 
 def execute(args: argparse.Namespace) -> int:
@@ -49,8 +33,9 @@ def execute(args: argparse.Namespace) -> int:
     except ModuleNotFoundError as exc:
         if exc.name != "telegram":
             raise
-        return _fail(
-            "python-telegram-bot is not installed; install the Telegram extra: pip install 'coven-codex[telegram]'"
+        return adapter_refused(
+            "telegram",
+            "python-telegram-bot is not installed; install the Telegram extra: pip install 'coven-codex[telegram]'",
         )
     try:
         section, journal, secrets = load_adapter_start(
@@ -63,7 +48,7 @@ def execute(args: argparse.Namespace) -> int:
         token = secrets["token"]
         webhook_secret = secrets.get("webhook_secret")
     except AdapterConfigError as exc:
-        return _fail(str(exc))
+        return adapter_refused("telegram", str(exc))
     print(f"coven-codex telegram: {section.access_policy().describe()}", file=sys.stderr, flush=True)
 
     def started(bot: str) -> None:
@@ -73,22 +58,12 @@ def execute(args: argparse.Namespace) -> int:
             flush=True,
         )
 
-    async def main() -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        async with signals_cancel(task):
-            await run_telegram(
-                TelegramSettings(
-                    journal=journal, token=token, section=section, webhook_secret=webhook_secret, api_url=args.api_url
-                ),
-                started,
-            )
+    async def run() -> None:
+        await run_telegram(
+            TelegramSettings(
+                journal=journal, token=token, section=section, webhook_secret=webhook_secret, api_url=args.api_url
+            ),
+            started,
+        )
 
-    try:
-        asyncio.run(main())
-    except asyncio.CancelledError:
-        return 0
-    except PlatformError as exc:
-        print(f"coven-codex telegram: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return run_adapter("telegram", run)

@@ -15,6 +15,7 @@ import re
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -36,136 +37,184 @@ Refresh = Callable[[], Awaitable[None]]
 """Brings scrape-time gauges up to date; awaited (bounded) before each scrape."""
 
 
+Kind = Literal["counter", "gauge", "histogram"]
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """One metric family of :class:`Instruments`: the attribute it is kept in, and how it is exported."""
+
+    attribute: str
+    name: str
+    """Without the ``coven_`` namespace (and without ``_total`` for a counter: the client adds it)."""
+    help: str
+    labels: tuple[str, ...]
+    kind: Kind
+    buckets: tuple[float, ...] = ()
+    """A histogram's buckets."""
+
+
+FAMILIES: tuple[Family, ...] = (
+    # conversations
+    Family("conversations_live", "conversations_live", "Conversations the daemon has a session for.", (), "gauge"),
+    Family(
+        "conversations_waiting",
+        "conversations_waiting_for_slot",
+        "Conversations waiting for a max_sessions or max_jobs slot.",
+        (),
+        "gauge",
+    ),
+    Family("threads_loaded", "threads_loaded", "Conversations with a Codex thread open (a driver).", (), "gauge"),
+    # thoughts and turns
+    Family("thoughts_received", "thoughts_received", "Thoughts routed to a conversation.", (), "counter"),
+    Family(
+        "thoughts_handed_over", "thoughts_handed_over", "Thoughts handed over to Codex (each attempt).", (), "counter"
+    ),
+    Family("turns_running", "turns_running", "Codex turns running now.", (), "gauge"),
+    Family("turns_started", "turns_started", "Turns started.", (), "counter"),
+    Family("turns_ended", "turns_ended", "Turns ended, by end status.", ("status",), "counter"),
+    Family("replies", "replies", "Reply (response) entries written.", (), "counter"),
+    Family(
+        "thought_to_turn_started",
+        "thought_to_turn_started_seconds",
+        "Seconds from a thought's arrival to its turn's start.",
+        (),
+        "histogram",
+        LATENCY_BUCKETS,
+    ),
+    Family(
+        "thought_to_first_reply",
+        "thought_to_first_reply_seconds",
+        "Seconds from a thought's arrival to the first reply text (delta or response) of its turn.",
+        (),
+        "histogram",
+        LATENCY_BUCKETS,
+    ),
+    Family("errors", "errors", "Error entries written, by error code.", ("code",), "counter"),
+    # Codex
+    Family("codex_processes", "codex_processes", "Codex processes running (app-server pool).", (), "gauge"),
+    Family("codex_restarts", "codex_restarts", "Codex processes that failed and are restarted.", (), "counter"),
+    # spells
+    Family("spell_calls", "spell_calls", "Spell calls, by spell and outcome.", ("spell", "outcome"), "counter"),
+    Family(
+        "spell_duration",
+        "spell_call_duration_seconds",
+        "Seconds a spell call took.",
+        ("spell",),
+        "histogram",
+        SPELL_BUCKETS,
+    ),
+    # journal
+    Family(
+        "journal_lag_entries",
+        "journal_lag_entries",
+        "Entries after a reader's saved cursor (not yet finished by it), by reader.",
+        ("reader",),
+        "gauge",
+    ),
+    Family(
+        "journal_lag_seconds",
+        "journal_lag_seconds",
+        "Age of the oldest entry after a reader's saved cursor (0: none), by reader.",
+        ("reader",),
+        "gauge",
+    ),
+    Family("journal_reachable", "journal_reachable", "1 when the journal answered the last probe.", (), "gauge"),
+    Family(
+        "journal_outages",
+        "journal_outages",
+        "Times the journal (e.g. its Redis) stopped answering probes.",
+        (),
+        "counter",
+    ),
+    # adapters
+    Family(
+        "ledger_intents_pending",
+        "ledger_intents_pending",
+        "Adapter deliveries written ahead and not yet confirmed.",
+        (),
+        "gauge",
+    ),
+    Family(
+        "platform_answers",
+        "platform_answers",
+        "Chat platform answers to the adapter's calls, by class (ok, rate_limited, retried, refused).",
+        ("answer_class",),
+        "counter",
+    ),
+    Family(
+        "platform_connected", "platform_connected", "1 while the adapter is connected to its platform.", (), "gauge"
+    ),
+    # cluster
+    Family("leases_held", "leases_held", "Conversation leases this daemon holds (cluster).", (), "gauge"),
+    Family(
+        "leases_moved",
+        "leases_moved",
+        "Conversations that moved between daemons (cluster): in, taken over from another daemon; out, lost to one.",
+        ("direction",),
+        "counter",
+    ),
+    # the process
+    Family(
+        "event_loop_lag",
+        "event_loop_lag_seconds",
+        "Delay of a callback scheduled on the event loop, measured at the last scrape or probe.",
+        (),
+        "gauge",
+    ),
+)
+"""Every metric family, in the order they are registered (docs/operations.md's table names each)."""
+
+
+def build(family: Family, registry: CollectorRegistry) -> Counter | Gauge | Histogram:
+    """``family``'s metric, registered on ``registry``."""
+    if family.kind == "counter":
+        return Counter(family.name, family.help, family.labels, namespace=NAMESPACE, registry=registry)
+    if family.kind == "gauge":
+        return Gauge(family.name, family.help, family.labels, namespace=NAMESPACE, registry=registry)
+    return Histogram(
+        family.name, family.help, family.labels, namespace=NAMESPACE, buckets=family.buckets, registry=registry
+    )
+
+
 class Instruments:
     """Every metric of one process. The daemon feeds the conversation and turn ones, adapters the
     platform ones; a family that a process never feeds is exported at zero (or not at all, for a
     labelled one), which says it does not apply."""
 
+    conversations_live: Gauge
+    conversations_waiting: Gauge
+    threads_loaded: Gauge
+    thoughts_received: Counter
+    thoughts_handed_over: Counter
+    turns_running: Gauge
+    turns_started: Counter
+    turns_ended: Counter
+    replies: Counter
+    thought_to_turn_started: Histogram
+    thought_to_first_reply: Histogram
+    errors: Counter
+    codex_processes: Gauge
+    codex_restarts: Counter
+    spell_calls: Counter
+    spell_duration: Histogram
+    journal_lag_entries: Gauge
+    journal_lag_seconds: Gauge
+    journal_reachable: Gauge
+    journal_outages: Counter
+    ledger_intents_pending: Gauge
+    platform_answers: Counter
+    platform_connected: Gauge
+    leases_held: Gauge
+    leases_moved: Counter
+    event_loop_lag: Gauge
+
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.refreshers: list[Refresh] = []
-        # conversations
-        self.conversations_live = Gauge(
-            "conversations_live", "Conversations the daemon has a session for.", namespace=NAMESPACE, registry=r
-        )
-        self.conversations_waiting = Gauge(
-            "conversations_waiting_for_slot",
-            "Conversations waiting for a max_sessions or max_jobs slot.",
-            namespace=NAMESPACE,
-            registry=r,
-        )
-        self.threads_loaded = Gauge(
-            "threads_loaded", "Conversations with a Codex thread open (a driver).", namespace=NAMESPACE, registry=r
-        )
-        # thoughts and turns
-        self.thoughts_received = Counter(
-            "thoughts_received", "Thoughts routed to a conversation.", namespace=NAMESPACE, registry=r
-        )
-        self.thoughts_handed_over = Counter(
-            "thoughts_handed_over", "Thoughts handed over to Codex (each attempt).", namespace=NAMESPACE, registry=r
-        )
-        self.turns_running = Gauge("turns_running", "Codex turns running now.", namespace=NAMESPACE, registry=r)
-        self.turns_started = Counter("turns_started", "Turns started.", namespace=NAMESPACE, registry=r)
-        self.turns_ended = Counter(
-            "turns_ended", "Turns ended, by end status.", ["status"], namespace=NAMESPACE, registry=r
-        )
-        self.replies = Counter("replies", "Reply (response) entries written.", namespace=NAMESPACE, registry=r)
-        self.thought_to_turn_started = Histogram(
-            "thought_to_turn_started_seconds",
-            "Seconds from a thought's arrival to its turn's start.",
-            namespace=NAMESPACE,
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.thought_to_first_reply = Histogram(
-            "thought_to_first_reply_seconds",
-            "Seconds from a thought's arrival to the first reply text (delta or response) of its turn.",
-            namespace=NAMESPACE,
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.errors = Counter(
-            "errors", "Error entries written, by error code.", ["code"], namespace=NAMESPACE, registry=r
-        )
-        # Codex
-        self.codex_processes = Gauge(
-            "codex_processes", "Codex processes running (app-server pool).", namespace=NAMESPACE, registry=r
-        )
-        self.codex_restarts = Counter(
-            "codex_restarts", "Codex processes that failed and are restarted.", namespace=NAMESPACE, registry=r
-        )
-        # spells
-        self.spell_calls = Counter(
-            "spell_calls", "Spell calls, by spell and outcome.", ["spell", "outcome"], namespace=NAMESPACE, registry=r
-        )
-        self.spell_duration = Histogram(
-            "spell_call_duration_seconds",
-            "Seconds a spell call took.",
-            ["spell"],
-            namespace=NAMESPACE,
-            buckets=SPELL_BUCKETS,
-            registry=r,
-        )
-        # journal
-        self.journal_lag_entries = Gauge(
-            "journal_lag_entries",
-            "Entries after a reader's saved cursor (not yet finished by it), by reader.",
-            ["reader"],
-            namespace=NAMESPACE,
-            registry=r,
-        )
-        self.journal_lag_seconds = Gauge(
-            "journal_lag_seconds",
-            "Age of the oldest entry after a reader's saved cursor (0: none), by reader.",
-            ["reader"],
-            namespace=NAMESPACE,
-            registry=r,
-        )
-        self.journal_reachable = Gauge(
-            "journal_reachable", "1 when the journal answered the last probe.", namespace=NAMESPACE, registry=r
-        )
-        self.journal_outages = Counter(
-            "journal_outages",
-            "Times the journal (e.g. its Redis) stopped answering probes.",
-            namespace=NAMESPACE,
-            registry=r,
-        )
-        # adapters
-        self.ledger_intents_pending = Gauge(
-            "ledger_intents_pending",
-            "Adapter deliveries written ahead and not yet confirmed.",
-            namespace=NAMESPACE,
-            registry=r,
-        )
-        self.platform_answers = Counter(
-            "platform_answers",
-            "Chat platform answers to the adapter's calls, by class (ok, rate_limited, retried, refused).",
-            ["answer_class"],
-            namespace=NAMESPACE,
-            registry=r,
-        )
-        self.platform_connected = Gauge(
-            "platform_connected", "1 while the adapter is connected to its platform.", namespace=NAMESPACE, registry=r
-        )
-        # cluster
-        self.leases_held = Gauge(
-            "leases_held", "Conversation leases this daemon holds (cluster).", namespace=NAMESPACE, registry=r
-        )
-        self.leases_moved = Counter(
-            "leases_moved",
-            "Conversations that moved between daemons (cluster): in, taken over from another daemon; out, lost to one.",
-            ["direction"],
-            namespace=NAMESPACE,
-            registry=r,
-        )
-        # the process
-        self.event_loop_lag = Gauge(
-            "event_loop_lag_seconds",
-            "Delay of a callback scheduled on the event loop, measured at the last scrape or probe.",
-            namespace=NAMESPACE,
-            registry=r,
-        )
+        for family in FAMILIES:  # (each attribute is typed above; a test holds the types to the kinds)
+            setattr(self, family.attribute, build(family, r))
         self._arrived: OrderedDict[str, float] = OrderedDict()
         self._replied: set[str] = set()
         self._codes: set[str] = set()

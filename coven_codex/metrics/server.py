@@ -17,18 +17,16 @@ A small HTTP/1.1 server on the process's own event loop (:mod:`coven_codex.suppo
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from types import TracebackType
-from typing import Self
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from coven_codex.metrics.instruments import Instruments
 from coven_codex.metrics.options import MetricsOptions, Network
 from coven_codex.support import http11
+from coven_codex.support.listener import BoundedListener
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +35,6 @@ REQUEST_TIMEOUT = 5.0
 CHECK_TIMEOUT = 3.0
 MAX_LOOP_LAG = 1.0
 """Seconds a scheduled callback may wait for the event loop before ``/healthz`` says unhealthy."""
-CLOSE_WAIT = 2.0
 MAX_REQUEST_BODY = 1024
 
 ReadinessCheck = Callable[[], Awaitable[str | None]]
@@ -65,8 +62,13 @@ def allowed_peer(host: str, allow: Sequence[Network]) -> bool:
     return address.is_loopback or any(address in network for network in allow)
 
 
-class MetricsServer:
+class MetricsServer(BoundedListener):
     """Serve one process's metrics and probes on ``host:port`` (0: any free port)."""
+
+    name = "the metrics server"
+    purpose = "serve metrics"
+    remedy = "pick another metrics_port (--metrics-port), or stop what holds it"
+    max_connections = MAX_CONNECTIONS
 
     def __init__(
         self,
@@ -79,15 +81,12 @@ class MetricsServer:
         request_timeout: float = REQUEST_TIMEOUT,
         check_timeout: float = CHECK_TIMEOUT,
     ) -> None:
+        super().__init__(host, port)
         self.request_timeout = request_timeout
         self.check_timeout = check_timeout
         self.instruments = instruments
-        self.host = host
         self.allow = tuple(allow)
         self.checks: dict[str, ReadinessCheck] = dict(checks or {})
-        self._requested_port = port
-        self._server: asyncio.Server | None = None
-        self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self._refused_once: set[str] = set()
 
     @classmethod
@@ -96,83 +95,34 @@ class MetricsServer:
         return cls(instruments, host=options.host, port=options.port, allow=options.allow, checks=checks)
 
     @property
-    def port(self) -> int:
-        """The port listened on (known once started)."""
-        if self._server is None:
-            raise RuntimeError("the metrics server is not started")
-        port: int = self._server.sockets[0].getsockname()[1]
-        return port
-
-    @property
     def url(self) -> str:
         """``http://HOST:PORT`` of the server."""
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
 
-    async def __aenter__(self) -> Self:
-        try:
-            self._server = await asyncio.start_server(self._serve, self.host, self._requested_port)
-        except OSError as exc:
-            raise OSError(
-                f"cannot serve metrics on {self.host}:{self._requested_port} ({exc.strerror}); "
-                "pick another metrics_port (--metrics-port), or stop what holds it"
-            ) from None
+    def _started(self) -> None:
         log.info("metrics and health probes on %s (/metrics, /healthz, /readyz)", self.url)
-        return self
 
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
+    def _refuse_busy(self) -> None:
+        self._note_refusal("busy", f"a connection over the {MAX_CONNECTIONS} served at once (closed)")
 
-    async def aclose(self) -> None:
-        """Stop listening and end every connection (bounded by :data:`CLOSE_WAIT`)."""
-        server, self._server = self._server, None
-        if server is not None:
-            server.close()
-        for stream in self._connections.values():
-            stream.close()
-        tasks = list(self._connections)
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=CLOSE_WAIT)
-            for task in pending:
-                task.cancel()
-            if pending:
-                await asyncio.wait(pending)
-        if server is not None:
-            await server.wait_closed()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
+    async def _converse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         host = str(peer[0]) if isinstance(peer, tuple) and peer else ""
         try:
-            if len(self._connections) >= MAX_CONNECTIONS:
-                self._note_refusal("busy", f"a connection over the {MAX_CONNECTIONS} served at once (closed)")
-                return
-            self._connections[task] = writer
-            try:
-                request = await asyncio.wait_for(
-                    http11.read_request(reader, writer, max_body=MAX_REQUEST_BODY), self.request_timeout
-                )
-            except (TimeoutError, http11.HttpProtocolError, asyncio.IncompleteReadError, ValueError):
-                return
-            if request is None:
-                return
-            if not allowed_peer(host, self.allow):
-                self._note_refusal("peer", f"a client at {host} (not loopback, not in metrics_allow)")
-                await self._send(writer, 403, b"forbidden: this address is not in metrics_allow\n")
-                return
-            status, body, content_type = await self._answer(request)
-            await self._send(writer, status, body, content_type)
-        except (ConnectionError, OSError):
+            request = await asyncio.wait_for(
+                http11.read_request(reader, writer, max_body=MAX_REQUEST_BODY), self.request_timeout
+            )
+        except (TimeoutError, http11.HttpProtocolError, asyncio.IncompleteReadError, ValueError):
             return
-        finally:
-            self._connections.pop(task, None)
-            writer.close()
-            with contextlib.suppress(ConnectionError, OSError):
-                await writer.wait_closed()
+        if request is None:
+            return
+        if not allowed_peer(host, self.allow):
+            self._note_refusal("peer", f"a client at {host} (not loopback, not in metrics_allow)")
+            await self._send(writer, 403, b"forbidden: this address is not in metrics_allow\n")
+            return
+        status, body, content_type = await self._answer(request)
+        await self._send(writer, status, body, content_type)
 
     async def _answer(self, request: http11.HttpRequest) -> tuple[int, bytes, str]:
         text = "text/plain; charset=utf-8"

@@ -49,6 +49,20 @@ class CallTool:
     call_id: str | None = None
 
 
+def escalated_command(command: str, justification: str) -> CallTool:
+    """Codex 0.169's ``exec_command`` asked to run ``command`` outside the sandbox: under an
+    approval policy that asks, Codex asks for approval (with ``justification``) before it runs."""
+    arguments = {
+        "cmd": command,
+        "sandbox_permissions": "require_escalated",
+        "login": False,
+        "tty": False,
+        "yield_time_ms": 5000,
+        "justification": justification,
+    }
+    return CallTool("exec_command", arguments)
+
+
 @dataclass(frozen=True, slots=True)
 class RunCommand:
     """A shell command call in the form the request offers.

@@ -26,18 +26,16 @@ flushes and fsyncs the file.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hmac
 import logging
 import secrets
 import zlib
 from collections import Counter
-from types import TracebackType
-from typing import Self
 
 from pydantic import JsonValue
 
 from coven_codex.support import http11
+from coven_codex.support.listener import BoundedListener
 from coven_codex.traces.otel_config import SECRET_HEADER, OtlpTarget
 from coven_codex.traces.records import (
     SIGNALS,
@@ -55,31 +53,24 @@ log = logging.getLogger(__name__)
 HOST = "127.0.0.1"
 MAX_BODY_BYTES = 64 * 2**20
 """Larger than any export seen: 0.169.0's spans for one short run are about 1 MB as JSON."""
-CLOSE_WAIT = 2.0
 _REASON_CHARS = 160
 
 
-class OtlpReceiver:
+class OtlpReceiver(BoundedListener):
     """Serve OTLP/HTTP on ``127.0.0.1:port`` (0: any free port) and write every export to ``sink``."""
 
+    name = "the OTLP receiver"
+    purpose = "listen for OpenTelemetry data"
+    remedy = "pick another --otel-port, or 0 for any free port"
+
     def __init__(self, sink: RecordSink, *, port: int = 0, max_body: int = MAX_BODY_BYTES) -> None:
+        super().__init__(HOST, port)
         self.sink = sink
         self.max_body = max_body
         self.accepted: Counter[str] = Counter()
         self.refused: Counter[int] = Counter()
-        self._requested_port = port
-        self._server: asyncio.Server | None = None
-        self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
         self._write_lock = asyncio.Lock()
         self._secret = secrets.token_urlsafe(32).encode("ascii")
-
-    @property
-    def port(self) -> int:
-        """The port listened on (known once started)."""
-        if self._server is None:
-            raise RuntimeError("the OTLP receiver is not started")
-        port: int = self._server.sockets[0].getsockname()[1]
-        return port
 
     @property
     def base_url(self) -> str:
@@ -91,68 +82,30 @@ class OtlpReceiver:
         """Where and how Codex must post: the base URL and the header carrying this run's secret."""
         return OtlpTarget(self.base_url, {SECRET_HEADER: self._secret.decode("ascii")})
 
-    async def __aenter__(self) -> Self:
-        try:
-            self._server = await asyncio.start_server(self._serve, HOST, self._requested_port)
-        except OSError as exc:
-            raise OSError(
-                f"cannot listen for OpenTelemetry data on {HOST}:{self._requested_port} ({exc.strerror}); "
-                "pick another --otel-port, or 0 for any free port"
-            ) from None
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
-
     async def aclose(self) -> None:
-        """Stop listening, end every connection (bounded by :data:`CLOSE_WAIT`), flush the file."""
-        server, self._server = self._server, None
-        if server is not None:
-            server.close()
-        for stream in self._connections.values():
-            stream.close()
-        tasks = list(self._connections)
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=CLOSE_WAIT)
-            for task in pending:
-                task.cancel()
-            if pending:
-                await asyncio.wait(pending)
-        if server is not None:
-            await server.wait_closed()
+        """Stop listening, end every connection (bounded by :data:`~coven_codex.support.listener.CLOSE_WAIT`),
+        flush the file."""
+        await super().aclose()
         await asyncio.to_thread(self.sink.close)
         if self.refused:
             shown = ", ".join(f"{count} with {status}" for status, count in sorted(self.refused.items()))
             log.warning("the OTLP receiver refused %d payload(s): %s", self.refused.total(), shown)
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections[task] = writer
-        try:
-            while True:
-                try:
-                    request = await http11.read_request(reader, writer, max_body=self.max_body)
-                except http11.BodyTooLargeError as exc:
-                    await self._answer(writer, 413, f"payload too large: {exc}", keep_alive=False)
-                    return
-                except (http11.HttpProtocolError, asyncio.IncompleteReadError, ValueError) as exc:
-                    self._refuse(400, f"not HTTP/1.1: {exc}")
-                    return
-                if request is None:
-                    return
-                keep_alive = await self._handle(request, writer)
-                if not keep_alive:
-                    return
-        except (ConnectionError, OSError):
-            return
-        finally:
-            self._connections.pop(task, None)
-            writer.close()
-            with contextlib.suppress(ConnectionError, OSError):
-                await writer.wait_closed()
+    async def _converse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                request = await http11.read_request(reader, writer, max_body=self.max_body)
+            except http11.BodyTooLargeError as exc:
+                await self._answer(writer, 413, f"payload too large: {exc}", keep_alive=False)
+                return
+            except (http11.HttpProtocolError, asyncio.IncompleteReadError, ValueError) as exc:
+                self._refuse(400, f"not HTTP/1.1: {exc}")
+                return
+            if request is None:
+                return
+            keep_alive = await self._handle(request, writer)
+            if not keep_alive:
+                return
 
     async def _handle(self, request: http11.HttpRequest, writer: asyncio.StreamWriter) -> bool:
         keep = request.keep_alive

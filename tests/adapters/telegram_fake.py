@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from html import unescape
-from typing import Any
+from typing import Any, Self
 
 import aiohttp
 from aiohttp import web
@@ -208,6 +208,14 @@ class FakeTelegram:
         await site.start()
         self.base = f"http://127.0.0.1:{self._runner.addresses[0][1]}"
         return self.base
+
+    async def __aenter__(self) -> Self:
+        """Serve on a free local port (:meth:`start`) until the block ends (:meth:`stop`)."""
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
 
     async def stop(self) -> None:
         """Stop serving (a long poll waiting for updates is answered at once)."""

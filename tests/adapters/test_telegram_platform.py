@@ -32,12 +32,8 @@ TOPIC = Address(channel=str(GROUP), thread="11")
 
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeTelegram]:
-    state = FakeTelegram()
-    await state.start()
-    try:
+    async with FakeTelegram() as state:
         yield state
-    finally:
-        await state.stop()
 
 
 @pytest.fixture

@@ -24,12 +24,8 @@ PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64
 
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeTelegram]:
-    state = FakeTelegram()
-    await state.start()
-    try:
+    async with FakeTelegram() as state:
         yield state
-    finally:
-        await state.stop()
 
 
 def _entries(journal: Path, kind: str) -> list[dict[str, object]]:

@@ -16,12 +16,8 @@ from coven_codex.validate.framework import ProbeContext, Status, run_plan
 
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeTelegram]:
-    state = FakeTelegram()
-    await state.start()
-    try:
+    async with FakeTelegram() as state:
         yield state
-    finally:
-        await state.stop()
 
 
 async def _outcomes(tmp_path: Path, section: str) -> dict[str, tuple[Status, str]]:

@@ -22,14 +22,16 @@ from pathlib import Path
 
 import psutil
 import pytest
-from agent_harness import AgentHarness, codex_processes, make_responder, replies
+from agent_harness import AgentHarness, make_responder, replies
 from codex_driver_helpers import Recorder, make_setup
 
 from coven_codex.codex.drivers import DriverFailed, TurnFinished, TurnStarted
 from coven_codex.codex.errors import ErrorCode
 from coven_codex.conversation.manager import SHUTDOWN_SLACK
 from coven_codex.entries import ApprovalRequestEntry
-from coven_codex.testing import CallTool, Reply, ScriptedModelServer, Stall
+from coven_codex.testing import Reply, ScriptedModelServer, Stall
+from coven_codex.testing.processes import codex_processes
+from coven_codex.testing.steps import escalated_command
 
 pytestmark = pytest.mark.codex
 
@@ -195,15 +197,9 @@ async def test_daemon_with_a_stopped_app_server_exits_within_the_bound_under_loa
 async def test_daemon_with_a_turn_waiting_for_approval_exits_within_the_bound(
     codex_bin_169: Path, harness_factory: Factory
 ) -> None:
-    escalated = {
-        "cmd": "touch never.txt",
-        "sandbox_permissions": "require_escalated",
-        "login": False,
-        "tty": False,
-        "yield_time_ms": 5000,
-        "justification": "the test needs it",
-    }
-    async with ScriptedModelServer([CallTool("exec_command", escalated)], responder=lambda r: Reply("x")) as server:
+    async with ScriptedModelServer(
+        [escalated_command("touch never.txt", "the test needs it")], responder=lambda r: Reply("x")
+    ) as server:
         h = harness_factory(codex_bin_169, server)
         h.write_base_config(approval_policy="on-request")
         daemon = await h.start(*BOUNDED_ARGS)

@@ -12,12 +12,13 @@ from pathlib import Path
 
 import psutil
 import pytest
-from agent_harness import AgentHarness, codex_processes, make_responder, replies
+from agent_harness import AgentHarness, make_responder, replies
 
 from coven_codex.entries import BaseEntry, ErrorEntry, StatusEntry
 from coven_codex.rollout import TURN_END_STATES
 from coven_codex.support.limits import MAX_THOUGHT_CHARS
 from coven_codex.testing.model_server import ScriptedModelServer
+from coven_codex.testing.processes import codex_processes
 from coven_codex.testing.responders import echo_responder
 from coven_codex.testing.steps import HttpError, Reply, Stall
 

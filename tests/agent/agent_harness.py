@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
 import tomlkit
 
 from coven_codex.agent.scope import scope_directory
@@ -31,18 +30,6 @@ from coven_codex.testing.request_log import HARNESS_PREFIXES, RecordedRequest
 from coven_codex.testing.responders import Responder, echo_responder
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-
-
-def codex_processes(codex_home: Path) -> list[psutil.Process]:
-    """Every living process started for ``codex_home`` (Codex and its children inherit CODEX_HOME)."""
-    found = []
-    for proc in psutil.process_iter():
-        with contextlib.suppress(psutil.Error):
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                continue
-            if proc.environ().get("CODEX_HOME") == str(codex_home):
-                found.append(proc)
-    return found
 
 
 @dataclass

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import psutil
 import pytest
-from agent_harness import AgentHarness, codex_processes
+from agent_harness import AgentHarness
 
 from coven_codex.testing.model_server import ScriptedModelServer
+from coven_codex.testing.processes import codex_processes
 from coven_codex.testing.responders import echo_responder
 
 

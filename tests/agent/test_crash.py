@@ -34,13 +34,14 @@ from pathlib import Path
 
 import psutil
 import pytest
-from agent_harness import ROOT, AgentHarness, Daemon, codex_processes, user_prompts
+from agent_harness import ROOT, AgentHarness, Daemon, user_prompts
 
 from coven_codex.agent.recovery import user_messages
 from coven_codex.entries import BaseEntry
 from coven_codex.rollout import TURN_STARTED, RolloutTranslator
 from coven_codex.tailing import LineSplitter
 from coven_codex.testing.model_server import ScriptedModelServer
+from coven_codex.testing.processes import codex_processes
 from coven_codex.testing.responders import echo_responder
 
 pytestmark = [pytest.mark.codex]

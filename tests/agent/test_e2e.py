@@ -10,12 +10,13 @@ from pathlib import Path
 
 import psutil
 import pytest
-from agent_harness import AgentHarness, codex_processes, make_responder, replies, user_prompts
+from agent_harness import AgentHarness, make_responder, replies, user_prompts
 
 from coven_codex.entries import ApprovalEntry, ApprovalRequestEntry, BaseEntry, CancelEntry, ErrorEntry
 from coven_codex.testing.model_server import ScriptedModelServer
+from coven_codex.testing.processes import codex_processes
 from coven_codex.testing.responders import command_responder
-from coven_codex.testing.steps import CallTool, HttpError, Reply, Stall
+from coven_codex.testing.steps import CallTool, HttpError, Reply, Stall, escalated_command
 
 pytestmark = [pytest.mark.codex, pytest.mark.timeout(240)]
 
@@ -111,15 +112,7 @@ async def test_model_401_becomes_auth_error(codex_bin: Path, harness_factory: Fa
 
 
 async def test_approval_round_trip(codex_bin_169: Path, harness_factory: Factory, tmp_path: Path) -> None:
-    escalated = {
-        "cmd": "touch approved.txt",
-        "sandbox_permissions": "require_escalated",
-        "login": False,
-        "tty": False,
-        "yield_time_ms": 5000,
-        "justification": "create approved.txt",
-    }
-    script = [CallTool("exec_command", escalated), Reply("command ran")]
+    script = [escalated_command("touch approved.txt", "create approved.txt"), Reply("command ran")]
     async with ScriptedModelServer(script, responder=lambda r: Reply("extra")) as server:
         h = harness_factory(codex_bin_169, server)
         h.write_base_config(approval_policy="on-request")
@@ -357,16 +350,8 @@ async def test_sigterm_mid_turn_exits_cleanly_and_resumes(codex_bin: Path, harne
 
 
 async def test_approval_policy_approve_answers_by_itself(codex_bin_169: Path, harness_factory: Factory) -> None:
-    escalated = {
-        "cmd": "touch auto.txt",
-        "sandbox_permissions": "require_escalated",
-        "login": False,
-        "tty": False,
-        "yield_time_ms": 5000,
-        "justification": "create auto.txt",
-    }
     async with ScriptedModelServer(
-        [CallTool("exec_command", escalated), Reply("auto ran")], responder=lambda r: Reply("extra")
+        [escalated_command("touch auto.txt", "create auto.txt"), Reply("auto ran")], responder=lambda r: Reply("extra")
     ) as server:
         h = harness_factory(codex_bin_169, server)
         h.write_base_config(approval_policy="on-request")

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from agent_harness import AgentHarness, Daemon, codex_processes, make_responder, user_prompts
+from agent_harness import AgentHarness, Daemon, make_responder, user_prompts
 
 from coven_codex.agent.job_names import JOB_SENDER
 from coven_codex.entries import ThoughtEntry
@@ -36,6 +36,7 @@ from coven_codex.jobs.records import (
 )
 from coven_codex.support.limits import MAX_THOUGHT_CHARS
 from coven_codex.testing.model_server import ScriptedModelServer
+from coven_codex.testing.processes import codex_processes
 from coven_codex.testing.request_log import RecordedRequest
 from coven_codex.testing.responders import command_responder
 from coven_codex.testing.steps import Reply, Stall

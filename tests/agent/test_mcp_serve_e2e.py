@@ -124,7 +124,11 @@ def ts_sdk() -> Path:
     """The pinned TypeScript SDK (installed on first use, as scripts/setup.sh does)."""
     assert shutil.which("node"), "Node.js is required (scripts/setup.sh checks for it)"
     done = subprocess.run(
-        [str(ROOT / "scripts" / "install-mcp-sdk-js.sh")], capture_output=True, text=True, timeout=300, check=True
+        [str(ROOT / "scripts" / "install-npm-pinned.sh"), "mcp-sdk-js"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
     )
     return Path(done.stdout.strip())
 
@@ -326,7 +330,11 @@ def inspector() -> Path:
     """The pinned MCP Inspector's CLI (installed on first use)."""
     assert shutil.which("node"), "Node.js is required (scripts/setup.sh checks for it)"
     done = subprocess.run(
-        [str(ROOT / "scripts" / "install-mcp-inspector.sh")], capture_output=True, text=True, timeout=300, check=True
+        [str(ROOT / "scripts" / "install-npm-pinned.sh"), "mcp-inspector"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
     )
     return Path(done.stdout.strip()) / "node_modules" / ".bin" / "mcp-inspector"
 

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import psutil
 import pytest
-from agent_harness import AgentHarness, codex_processes, replies
+from agent_harness import AgentHarness, replies
 
 from coven_codex.testing.model_server import ScriptedModelServer
+from coven_codex.testing.processes import codex_processes
 
 pytestmark = [pytest.mark.codex, pytest.mark.timeout(240)]
 

@@ -27,9 +27,10 @@ from pathlib import Path
 
 import psutil
 import pytest
-from agent_harness import AgentHarness, codex_processes, make_responder
+from agent_harness import AgentHarness, make_responder
 
 from coven_codex.testing.model_server import ScriptedModelServer
+from coven_codex.testing.processes import codex_processes
 from coven_codex.testing.steps import Reply, Stall
 
 pytestmark = [pytest.mark.codex, pytest.mark.timeout(600)]

@@ -22,12 +22,13 @@ from pathlib import Path
 
 import psutil
 import pytest
-from agent_harness import AgentHarness, Daemon, codex_processes, make_responder, replies
+from agent_harness import AgentHarness, Daemon, make_responder, replies
 
 from coven_codex.agent.state import state_file_name
 from coven_codex.entries import BaseEntry, StatusEntry
 from coven_codex.rollout import TURN_ABORTED, TURN_COMPLETED, TURN_END_STATES, TURN_STARTED, turn_entry_id
 from coven_codex.testing.model_server import ScriptedModelServer
+from coven_codex.testing.processes import codex_processes
 from coven_codex.testing.responders import echo_responder
 from coven_codex.testing.steps import Reply, Stall
 

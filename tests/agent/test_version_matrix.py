@@ -18,7 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from agent_harness import AgentHarness, codex_processes, make_responder, replies
+from agent_harness import AgentHarness, make_responder, replies
 
 from coven_codex.codex.capabilities import detect_capabilities, plan_driver
 from coven_codex.codex.discovery import FoundExecutable
@@ -27,6 +27,7 @@ from coven_codex.codex.version import detect_version
 from coven_codex.entries import BaseEntry, ErrorEntry, StatusEntry
 from coven_codex.rollout import TURN_END_STATES
 from coven_codex.testing.model_server import ScriptedModelServer
+from coven_codex.testing.processes import codex_processes
 from coven_codex.testing.steps import CallTool, HttpError, Reply, Stall
 
 pytestmark = [pytest.mark.codex, pytest.mark.timeout(300)]

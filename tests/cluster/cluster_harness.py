@@ -24,18 +24,9 @@ from coven_codex.journal import JournalRecord
 from coven_codex.journal.redis import RedisJournal
 from coven_codex.testing.codex_config import DEFAULT_ENV_KEY, codex_config
 from coven_codex.testing.model_server import ScriptedModelServer
+from coven_codex.testing.processes import codex_processes
 from coven_codex.testing.redis_server import RedisServer
 from coven_codex.testing.request_log import RecordedRequest
-
-
-def codex_processes(codex_home: Path) -> list[psutil.Process]:
-    """Every living process started for ``codex_home`` (Codex and its children inherit CODEX_HOME)."""
-    found = []
-    for proc in psutil.process_iter():
-        with contextlib.suppress(psutil.Error):
-            if proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get("CODEX_HOME") == str(codex_home):
-                found.append(proc)
-    return found
 
 
 def user_prompts(request: RecordedRequest) -> list[str]:

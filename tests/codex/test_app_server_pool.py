@@ -38,6 +38,7 @@ from coven_codex.codex.errors import ErrorCode
 from coven_codex.codex.launch import resolve_launch
 from coven_codex.testing import CallTool, Reply, ScriptedModelServer, Stall
 from coven_codex.testing.model_server import RecordedRequest
+from coven_codex.testing.processes import codex_processes
 from coven_codex.testing.responders import TurnScript, echo_responder, last_user_text, pending_tool_output
 
 pytestmark = pytest.mark.codex
@@ -504,16 +505,6 @@ async def until(predicate: Callable[[], bool], what: str, timeout: float = 60.0)
         await asyncio.sleep(0.05)
 
 
-def processes_of(setup: CodexSetup) -> list[psutil.Process]:
-    """Every living process started for the setup's CODEX_HOME."""
-    found = []
-    for proc in psutil.process_iter():
-        with contextlib.suppress(psutil.Error):
-            if proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get("CODEX_HOME") == str(setup.home.path):
-                found.append(proc)
-    return found
-
-
 async def test_a_prestarted_process_serves_the_first_thread(tmp_path: Path, codex_bin_169: Path) -> None:
     """The daemon starts the shared app-server ahead (while it recovers): it runs before any thread
     asks for it, and the first thread is opened on it, not on a second process."""
@@ -542,7 +533,7 @@ async def test_a_prestarted_process_no_thread_takes_ends_after_keep_idle(tmp_pat
         pool.prestart()
         await until(lambda: bool(pool.pids), "the prestarted app-server")
         (warm,) = pool.pids
-        await until(lambda: not pool.pids and not processes_of(setup), "the unused app-server to end")
+        await until(lambda: not pool.pids and not codex_processes(setup.home.path), "the unused app-server to end")
         drivers, recorders = await open_drivers(setup, pool, 1)
         try:
             assert drivers[0].pids and drivers[0].pids != [warm]
@@ -600,10 +591,10 @@ async def test_closing_the_pool_while_it_prestarts_leaves_no_process(tmp_path: P
         setup = make_setup(tmp_path, codex_bin_169, VERSION, server, driver="app-server")
         pool = setup.pool(keep_idle=600.0)
         pool.prestart()
-        await until(lambda: bool(processes_of(setup)), "the app-server's process")
+        await until(lambda: bool(codex_processes(setup.home.path)), "the app-server's process")
         await pool.aclose()
         assert not pool.pids
-        await until(lambda: not processes_of(setup), "every process of the pool to end", timeout=15.0)
+        await until(lambda: not codex_processes(setup.home.path), "every process of the pool to end", timeout=15.0)
 
 
 async def test_the_last_thread_let_go_leaves_its_process_warm_and_unwatched_for_the_next_thought(
@@ -652,7 +643,7 @@ async def test_a_warm_process_ends_after_keep_idle_with_no_thread(tmp_path: Path
             await drivers[0].submit("hello", "t1")
             await recorders[0].wait_for(TurnFinished)
             await drivers[0].aclose()
-            await until(lambda: not pool.pids and not processes_of(setup), "the warm app-server to end")
+            await until(lambda: not pool.pids and not codex_processes(setup.home.path), "the warm app-server to end")
         finally:
             await close_all(drivers, pool)
 

@@ -9,42 +9,19 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
-from agent_harness import AgentHarness, user_prompts
+from agent_harness import AgentHarness
+from chat_script import STREAMED, chat_responder
 from discord_fake import CHANNEL_ID, GUILD_ID, TEST_TOKEN, FakeDiscord, serve, start_adapter, stop
 
 from coven_codex.testing.model_server import ScriptedModelServer
 from coven_codex.testing.request_log import RecordedRequest
-from coven_codex.testing.responders import pending_tool_output
 from coven_codex.testing.steps import CallTool, Reply, TurnScript
 
 pytestmark = [pytest.mark.codex, pytest.mark.timeout(300)]
+respond = chat_responder()
 
 ALLOWED = "5000000000000000001"
 STRANGER = "5000000000000000009"
-STREAMED = "Here is a streamed answer from codex, in several pieces."
-
-
-ESCALATED = {
-    "cmd": "touch approved.txt",
-    "sandbox_permissions": "require_escalated",
-    "login": False,
-    "tty": False,
-    "yield_time_ms": 5000,
-    "justification": "create approved.txt",
-}
-
-
-def respond(request: RecordedRequest) -> TurnScript:
-    prompts = user_prompts(request)
-    last = prompts[-1] if prompts else ""
-    output = pending_tool_output(request)
-    if output is not None:
-        return Reply("the command ran") if last.startswith("run") else Reply(f"the spell says {output.output}")
-    if last.startswith("add"):
-        return CallTool("coven.add", {"a": 2, "b": 3})
-    if last.startswith("run"):
-        return CallTool("exec_command", ESCALATED)
-    return Reply(STREAMED, chunk_size=4, delay=0.04)
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """Conformance: official MCP clients drive the shim as any MCP host would.
 
 The TypeScript SDK client (``@modelcontextprotocol/sdk``, pinned and installed by
-``scripts/install-mcp-sdk-js.sh`` into the ignored ``.mcp-sdk-js/``) runs under Node from
+``scripts/install-npm-pinned.sh mcp-sdk-js`` into the ignored ``.mcp-sdk-js/``) runs under Node from
 ``ts_sdk_client.mjs``; the Python SDK (``mcp``) runs in ``auto`` mode (``server/discover``,
 then ``initialize``), in ``legacy`` mode, and pinned to the stateless 2026-07-28 revision, which
 this server refuses with a clear error instead of running the call.
@@ -35,7 +35,11 @@ def ts_sdk() -> Path:
     """The pinned TypeScript SDK (installed on first use, as scripts/setup.sh does)."""
     assert shutil.which("node"), "Node.js is required (scripts/setup.sh checks for it)"
     done = subprocess.run(
-        [str(ROOT / "scripts" / "install-mcp-sdk-js.sh")], capture_output=True, text=True, timeout=300, check=True
+        [str(ROOT / "scripts" / "install-npm-pinned.sh"), "mcp-sdk-js"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
     )
     return Path(done.stdout.strip())
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import get_type_hints
+
+from prometheus_client import Counter, Gauge, Histogram
+
 from coven_codex.entries import DeltaEntry, ErrorEntry, ResponseEntry, StatusEntry
-from coven_codex.metrics.instruments import MAX_ERROR_CODES, MAX_TRACKED_THOUGHTS, Instruments
+from coven_codex.metrics.instruments import FAMILIES, MAX_ERROR_CODES, MAX_TRACKED_THOUGHTS, Instruments
 
 
 def sample(metrics: Instruments, name: str, **labels: str) -> float:
@@ -58,3 +62,19 @@ def test_leases_moved_are_counted_by_direction() -> None:
     metrics.lease_moved("out")
     assert sample(metrics, "coven_leases_moved_total", direction="in") == 2
     assert sample(metrics, "coven_leases_moved_total", direction="out") == 1
+
+
+def test_the_families_table_makes_every_attribute_of_its_declared_kind() -> None:
+    metrics = Instruments()
+    kinds = {"counter": Counter, "gauge": Gauge, "histogram": Histogram}
+    declared = {name: kind for name, kind in get_type_hints(Instruments).items() if kind in kinds.values()}
+    assert declared == {family.attribute: kinds[family.kind] for family in FAMILIES}
+    assert len({family.name for family in FAMILIES}) == len(FAMILIES)
+    for family in FAMILIES:
+        metric = getattr(metrics, family.attribute)
+        assert isinstance(metric, kinds[family.kind])
+        assert (metric._name, metric._documentation, metric._labelnames) == (
+            f"coven_{family.name}",
+            family.help,
+            family.labels,
+        )

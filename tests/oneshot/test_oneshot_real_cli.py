@@ -6,7 +6,6 @@ untouched, and ``--collect-traces`` captures Codex's own OpenTelemetry records f
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import os
@@ -15,7 +14,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
 import pytest
 import tomlkit
 
@@ -31,6 +29,7 @@ from coven_codex.testing import (
     codex_config,
 )
 from coven_codex.testing.codex_config import DEFAULT_ENV_KEY
+from coven_codex.testing.processes import codex_processes
 from coven_codex.testing.steps import TurnScript
 from coven_codex.traces.records import TraceRecord
 
@@ -242,15 +241,6 @@ async def test_collected_traces_are_codex_records_of_this_run(tmp_path: Path, co
     assert {(traces / name).stat().st_mode & 0o777 for name in ("traces.jsonl", "stdout.log")} == {0o600}
 
 
-def codex_processes_of(codex_home: Path) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter():
-        with contextlib.suppress(psutil.Error):
-            if proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get("CODEX_HOME") == str(codex_home):
-                found.append(proc)
-    return found
-
-
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 async def test_a_signal_ends_codex_and_the_command(tmp_path: Path, codex_bin_169: Path, signum: int, code: int) -> None:
     async with ScriptedModelServer([Stall(120)]) as server:
@@ -268,10 +258,10 @@ async def test_a_signal_ends_codex_and_the_command(tmp_path: Path, codex_bin_169
         )
         await asyncio.wait_for(server.requests.wait_for(1), 60)  # Codex is in its turn
         home = (tmp_path / "W" / ".codex-home").resolve()
-        assert codex_processes_of(home)
+        assert codex_processes(home)
         process.send_signal(signum)
         assert await asyncio.wait_for(process.wait(), 60) == code
-    assert codex_processes_of(home) == []
+    assert codex_processes(home) == []
     # started afresh before Codex, whatever Codex managed to export before it was ended
     assert (tmp_path / "W" / "traces" / "traces.jsonl").exists()
 

@@ -11,39 +11,18 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from agent_harness import AgentHarness, user_prompts
+from agent_harness import AgentHarness
+from chat_script import STREAMED, chat_responder
 from slack_fake import BOT_ID, actions_of, text_of
 from slack_under_test import SlackAdapter
 
 from coven_codex.testing.model_server import ScriptedModelServer
 from coven_codex.testing.request_log import RecordedRequest
 from coven_codex.testing.responders import pending_tool_output
-from coven_codex.testing.steps import CallTool, Reply, TurnScript
+from coven_codex.testing.steps import CallTool, Reply, TurnScript, escalated_command
 
 pytestmark = [pytest.mark.codex, pytest.mark.timeout(300)]
-
-STREAMED = "Here is a streamed answer from codex, in several pieces."
-ESCALATED = {
-    "cmd": "touch approved.txt",
-    "sandbox_permissions": "require_escalated",
-    "login": False,
-    "tty": False,
-    "yield_time_ms": 5000,
-    "justification": "create approved.txt",
-}
-
-
-def respond(request: RecordedRequest) -> TurnScript:
-    prompts = user_prompts(request)
-    last = prompts[-1] if prompts else ""
-    output = pending_tool_output(request)
-    if output is not None:
-        return Reply("the command ran") if last.startswith("run") else Reply(f"the spell says {output.output}")
-    if last.startswith("add"):
-        return CallTool("coven.add", {"a": 2, "b": 3})
-    if last.startswith("run"):
-        return CallTool("exec_command", ESCALATED)
-    return Reply(STREAMED, chunk_size=4, delay=0.08)
+respond = chat_responder(delay=0.08)
 
 
 async def _until(condition: Callable[[], bool], seconds: float = 120.0) -> None:
@@ -151,7 +130,7 @@ def respond_run(request: RecordedRequest) -> TurnScript:
     """Every prompt: the same escalated command, then "ran N" (N: the commands' outputs so far)."""
     if pending_tool_output(request) is not None:
         return Reply(f"ran {len(request.function_call_outputs())}")
-    return CallTool("exec_command", ESCALATED)
+    return escalated_command("touch approved.txt", "create approved.txt")
 
 
 async def test_approve_for_the_session_lets_the_same_command_run_again_without_asking(

@@ -10,52 +10,25 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
-from agent_harness import AgentHarness, user_prompts
+from agent_harness import AgentHarness
+from chat_script import STREAMED, chat_responder
 from telegram_fake import FakeTelegram
 from telegram_under_test import GROUP, start_adapter
 
 from coven_codex.testing.model_server import ScriptedModelServer
-from coven_codex.testing.request_log import RecordedRequest
-from coven_codex.testing.responders import pending_tool_output
-from coven_codex.testing.steps import CallTool, Reply, TurnScript
 
 pytestmark = [pytest.mark.codex, pytest.mark.timeout(300)]
+respond = chat_responder()
 
 ALLOWED = 5001
 STRANGER = 5009
 TOPIC = 11
-STREAMED = "Here is a streamed answer from codex, in several pieces."
-ESCALATED = {
-    "cmd": "touch approved.txt",
-    "sandbox_permissions": "require_escalated",
-    "login": False,
-    "tty": False,
-    "yield_time_ms": 5000,
-    "justification": "create approved.txt",
-}
-
-
-def respond(request: RecordedRequest) -> TurnScript:
-    prompts = user_prompts(request)
-    last = prompts[-1] if prompts else ""
-    output = pending_tool_output(request)
-    if output is not None:
-        return Reply("the command ran") if last.startswith("run") else Reply(f"the spell says {output.output}")
-    if last.startswith("add"):
-        return CallTool("coven.add", {"a": 2, "b": 3})
-    if last.startswith("run"):
-        return CallTool("exec_command", ESCALATED)
-    return Reply(STREAMED, chunk_size=4, delay=0.04)
 
 
 @pytest.fixture
 async def fake() -> AsyncIterator[FakeTelegram]:
-    state = FakeTelegram()
-    await state.start()
-    try:
+    async with FakeTelegram() as state:
         yield state
-    finally:
-        await state.stop()
 
 
 async def _until(condition: Callable[[], bool], seconds: float = 60.0) -> None:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from agent_fixtures import agent_fixtures
 from web_helpers import WebServer
 
 
@@ -30,18 +29,6 @@ def chromium_path() -> str:
     return path
 
 
-def _agent_fixtures() -> object:
-    """The agent suite's fixtures (the daemon harness and the scripted model server), shared."""
-    agent = Path(__file__).resolve().parent.parent / "agent"
-    if str(agent) not in sys.path:
-        sys.path.insert(0, str(agent))
-    spec = importlib.util.spec_from_file_location("web_agent_fixtures", agent / "conftest.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_agent = _agent_fixtures()
-model_server = _agent.model_server  # type: ignore[attr-defined]
-harness_factory = _agent.harness_factory  # type: ignore[attr-defined]
+_agent = agent_fixtures("web")
+model_server = _agent.model_server
+harness_factory = _agent.harness_factory

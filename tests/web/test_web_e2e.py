@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from agent_harness import AgentHarness, user_prompts
+from chat_script import chat_responder, last_prompt
 from playwright.async_api import Page
 from web_helpers import WebServer, chromium, message_ids, open_page
 
@@ -25,30 +26,15 @@ from coven_codex.testing.steps import CallTool, Reply, Stall, TurnScript
 
 pytestmark = [pytest.mark.codex, pytest.mark.timeout(300)]
 
-ESCALATED = {
-    "cmd": "touch approved.txt",
-    "sandbox_permissions": "require_escalated",
-    "login": False,
-    "tty": False,
-    "yield_time_ms": 5000,
-    "justification": "create approved.txt",
-}
 STREAMED = "Here is a streamed answer with `code`:\n\n```python\nprint('hello from codex')\n```"
+chat = chat_responder(STREAMED)
 
 
 def respond(request: RecordedRequest) -> TurnScript:
-    prompts = user_prompts(request)
-    last = prompts[-1] if prompts else ""
-    output = pending_tool_output(request)
-    if output is not None:
-        return Reply("the command ran") if last.startswith("run") else Reply(f"the spell says {output.output}")
-    if last.startswith("add"):
-        return CallTool("coven.add", {"a": 2, "b": 3})
-    if last.startswith("run"):
-        return CallTool("exec_command", ESCALATED)
-    if last.startswith("slow"):
+    """The chat surfaces' script (tests/chat_script.py); a thought starting ``slow`` stalls its turn."""
+    if last_prompt(request).startswith("slow") and pending_tool_output(request) is None:
         return (Stall(60.0), Reply("never"))
-    return Reply(STREAMED, chunk_size=4, delay=0.04)
+    return chat(request)
 
 
 async def shot(page: Page, name: str, tmp_path: Path) -> None:

@@ -27,14 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from coven_codex.adapters.kit.access import ADMIN_COMMANDS, AccessPolicy
 from coven_codex.adapters.kit.mapping import ChannelMap, SessionScope
 from coven_codex.adapters.kit.render import RenderMode, RenderOptions
 from coven_codex.adapters.kit.runner import RunnerOptions
 from coven_codex.journal.opening import JournalNameSetting, is_redis_name
-from coven_codex.metrics.options import MetricsOptions, parse_networks
+from coven_codex.metrics.options import MetricsSettings
 from coven_codex.support.secret import Secret
 
 
@@ -122,7 +122,7 @@ def _refuse_literals(section: str, data: dict[str, Any], default_env: dict[str, 
             )
 
 
-class AdapterSection(BaseModel):
+class AdapterSection(MetricsSettings):
     """What every adapter's section has: token sources, access lists, session mode, edit interval."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -162,26 +162,6 @@ class AdapterSection(BaseModel):
         description="quiet: a progress card per turn, then the reply; verbose: every step a message of its own.",
     )
     reasoning: bool = Field(default=False, description="Show Codex's reasoning summaries (a card line when quiet).")
-    metrics_port: int | None = Field(
-        default=None, ge=0, le=65535, description="Serve the adapter's /metrics, /healthz, /readyz on this port."
-    )
-    metrics_host: str = Field(default="127.0.0.1", min_length=1, description="The metrics port's address.")
-    metrics_allow: list[str] = Field(
-        default_factory=list, description="Networks (CIDR) besides loopback whose clients may use the metrics port."
-    )
-
-    @field_validator("metrics_allow")
-    @classmethod
-    def _networks(cls, value: list[str]) -> list[str]:
-        parse_networks(value)
-        return value
-
-    @property
-    def metrics(self) -> MetricsOptions | None:
-        """The adapter's metrics port (docs/operations.md, Metrics and health); ``None`` when not set."""
-        if self.metrics_port is None:
-            return None
-        return MetricsOptions(self.metrics_port, self.metrics_host, tuple(parse_networks(self.metrics_allow)))
 
     @model_validator(mode="before")
     @classmethod
