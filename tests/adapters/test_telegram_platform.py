@@ -10,7 +10,7 @@ import pytest
 from bad_day import HTML_502, Fault
 from telegram_fake import TEST_TOKEN, FakeTelegram
 
-from coven_codex.adapters.kit.budget import Budgets
+from coven_codex.adapters.kit.budget import Budgets, Rate, Scope
 from coven_codex.adapters.kit.platform import (
     Address,
     Button,
@@ -267,6 +267,6 @@ async def test_with_the_budgets_on_five_streams_never_exceed_a_groups_limit(fake
     assert fake.limited > 0
     fake.limited, fake.requests = 0, {}
     fake._chat_writes.clear()
-    await _five_streams(fake, Budgets({"group": 20}))
+    await _five_streams(fake, Budgets({"group": Rate(20, 60.0, Scope.CHANNEL)}))
     writes = fake.requests.get("sendMessage", 0) + fake.requests.get("editMessageText", 0)
     assert fake.limited == 0 and writes == 25, (fake.limited, writes)
