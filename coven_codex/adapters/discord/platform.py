@@ -13,6 +13,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import aiohttp
 import discord
@@ -20,6 +21,7 @@ import discord
 from coven_codex.adapters.discord.gateway import DiscordGateway
 from coven_codex.adapters.discord.rest import MESSAGE_LIMIT, DiscordRest
 from coven_codex.adapters.kit.config import DiscordSection
+from coven_codex.adapters.kit.files import read_upload
 from coven_codex.adapters.kit.ledger import DeliveryLedger, ledger_path
 from coven_codex.adapters.kit.platform import Address, Capabilities, Incoming, Outgoing, PlatformError
 from coven_codex.adapters.kit.render import Dialect, PlainDialect, clip
@@ -55,7 +57,17 @@ class DiscordPlatform:
 
     name = NAME
 
-    def __init__(self, rest: DiscordRest, gateway: DiscordGateway, *, edit_interval: float = EDIT_INTERVAL) -> None:
+    def __init__(
+        self,
+        rest: DiscordRest,
+        gateway: DiscordGateway,
+        *,
+        edit_interval: float = EDIT_INTERVAL,
+        files: Path | None = None,
+    ) -> None:
+        """``files``: the journal's attachments folder, the only place files out are uploaded from
+        (None: files are refused, each with one notice)."""
+        self.files = files
         self.dialect: Dialect = DiscordDialect()
         self.capabilities = Capabilities(edit_interval=edit_interval, can_find=True, echoes_own_messages=True)
         self.rest = rest
@@ -74,6 +86,11 @@ class DiscordPlatform:
                 return await answer.say(message.text)
             except (discord.HTTPException, aiohttp.ClientError, TimeoutError) as exc:
                 log.info("discord: a slash command's response went to the channel instead: %s", clip(str(exc), 200))
+        if message.file is not None:  # files out: the file as the message's attachment
+            if self.files is None:
+                raise PlatformError("this adapter has no attachments folder to send files from")
+            data = await asyncio.to_thread(read_upload, message.file, self.files)
+            return await self.rest.post(address, message, key, file=(message.file.name, data))
         return await self.rest.post(address, message, key)
 
     async def edit(self, address: Address, message_id: str, message: Outgoing) -> None:
@@ -153,7 +170,7 @@ async def run_discord(settings: DiscordSettings, started: Callable[[str], None] 
         await gateway.login(settings.token.reveal())
         runner = AdapterRunner(
             journal,
-            DiscordPlatform(rest, gateway, edit_interval=section.edit_interval),
+            DiscordPlatform(rest, gateway, edit_interval=section.edit_interval, files=images.folder),
             section.channel_map(),
             access,
             ledger,
