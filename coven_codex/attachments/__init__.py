@@ -12,6 +12,8 @@ from coven_codex.attachments.checks import AttachmentRefused, check_images
 from coven_codex.attachments.files_out import (
     FILE_KINDS,
     MAX_FILE_BYTES,
+    OUT_FOLDER,
+    SENT_NAME,
     FileRefused,
     OutgoingFile,
     file_spells,
@@ -32,6 +34,8 @@ __all__ = [
     "FILE_KINDS",
     "MAX_FILE_BYTES",
     "MAX_IMAGE_BYTES",
+    "OUT_FOLDER",
+    "SENT_NAME",
     "AttachmentRefused",
     "FileRefused",
     "ImageStore",

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import re
 import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -64,6 +65,10 @@ FILE_KINDS: dict[str, str] = {
 }
 """The kinds a sent file may be, by its bytes (extension of the stored copy → media type): PNG, JPEG,
 GIF, WebP, PDF, ZIP (and the formats built on it), gzip, and UTF-8 text without NUL bytes."""
+
+
+SENT_NAME = re.compile(r"^[0-9a-f]{64}\.(" + "|".join(FILE_KINDS) + r")$")
+"""The name of a sent file's copy in ``<journal>.attachments/out/``."""
 
 
 class FileRefused(ValueError):
