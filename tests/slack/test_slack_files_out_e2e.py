@@ -57,6 +57,7 @@ async def test_a_send_file_call_reaches_slack_as_an_upload_with_the_file_s_bytes
             )
             files = [e for e in entries if isinstance(e, FileEntry)]
             assert len(files) == 1 and files[0].conversation == slack.conversation("general", "ann")
+            assert files[0].thread_id and files[0].turn_id  # (Codex 0.169 says both: the entry id is per call)
         finally:
             await slack.close()
             assert await h.stop(daemon) == 0
