@@ -276,6 +276,19 @@ class ActivityEntry(DaemonEntry):
     turn_id: str | None = None
 
 
+class FileEntry(DaemonEntry):
+    """A file Codex sends to the chat (the built-in spell ``send_file``, docs/journal-protocol.md,
+    *Files out*): ``attachment`` is the copy in the journal's attachments folder (a ``file://`` URL,
+    its media type by content, its original name, extra ``size`` and ``sha256``); ``text`` is the
+    caption. Adapters upload it."""
+
+    kind: Literal["file"] = "file"
+    sender: str = CODEX_SENDER
+    attachment: Attachment
+    thread_id: str | None = None
+    turn_id: str | None = None
+
+
 class GenericEntry(BaseEntry):
     """An entry of a kind this version does not know; kept whole so it round-trips."""
 
@@ -295,6 +308,7 @@ KNOWN_KINDS: frozenset[str] = frozenset(
         "approval_request",
         "approval",
         "activity",
+        "file",
     }
 )
 
@@ -320,6 +334,7 @@ Entry = Annotated[
     | Annotated[ApprovalRequestEntry, Tag("approval_request")]
     | Annotated[ApprovalEntry, Tag("approval")]
     | Annotated[ActivityEntry, Tag("activity")]
+    | Annotated[FileEntry, Tag("file")]
     | Annotated[GenericEntry, Tag("generic")],
     Discriminator(_kind_tag),
 ]

@@ -154,6 +154,11 @@ class Settings(MetricsSettings):
     max_attachment_bytes: int = Field(
         default=20 * 1024 * 1024, ge=1, description="Largest image a thought may attach, in bytes."
     )
+    max_file_bytes: int = Field(
+        default=10 * 1024 * 1024,
+        ge=1,
+        description="Largest file Codex may send to the chat with the built-in spell send_file, in bytes.",
+    )
     collect_traces: bool = Field(
         default=False,
         description="Capture Codex's OpenTelemetry export as JSONL under <state_dir>/traces/, one file per thread.",

@@ -111,17 +111,7 @@ class ImageStore:
         return StoredImage(path, MEDIA_TYPES[extension], len(data), digest)
 
     def _write(self, path: Path, data: bytes) -> None:
-        self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if path.exists():
-            os.utime(path)  # stored again: as new as this upload
-            return
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with open(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
+        write_stored(path, data)
 
     def find(self, name: str) -> StoredImage | None:
         """The stored image called ``name`` (as :meth:`save` named it), or None."""
@@ -134,6 +124,22 @@ class ImageStore:
             return None
         extension = name.rsplit(".", 1)[1]
         return StoredImage(path, MEDIA_TYPES[extension], size, name[:64])
+
+
+def write_stored(path: Path, data: bytes) -> None:
+    """Write ``data`` to the content-named ``path`` (its folder made 0700), durably and atomically;
+    a file already there (the same content) is only touched."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if path.exists():
+        os.utime(path)  # stored again: as new as this upload
+        return
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with open(fd, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
 
 
 def _age(path: Path, now: float) -> float | None:

@@ -175,6 +175,14 @@ _FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
         },
     ),
     (
+        "--max-file-bytes",
+        {
+            "type": int,
+            "dest": "max_file_bytes",
+            "help": "largest file Codex may send to the chat with send_file, in bytes",
+        },
+    ),
+    (
         "--approval-timeout",
         {
             "type": float,

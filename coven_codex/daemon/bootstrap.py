@@ -37,6 +37,7 @@ from coven_codex.agent.egress import AppendHook
 from coven_codex.agent.scope import Scope, ScopeError, open_scope
 from coven_codex.agent.services import ThreadOptions
 from coven_codex.agent.storage import StorageFailed
+from coven_codex.attachments import file_spells, uploads_dir
 from coven_codex.codex.appserver import AppServerPool, raise_fd_limit
 from coven_codex.codex.capabilities import CapabilityError, DriverPlan, detect_capabilities, plan_driver
 from coven_codex.codex.discovery import DiscoveryError, FoundExecutable, find_codex
@@ -53,11 +54,13 @@ from coven_codex.journal.opening import (
     JournalOptions,
     describe_journal,
     is_redis_name,
+    local_base,
     open_journal,
 )
 from coven_codex.journal.redis.holds import SingleDaemonServes, cluster_refusal, daemon_refusal
 from coven_codex.mcp import (
     TOOLBELT_FILENAME,
+    SpellDefinitionError,
     SpellLoadError,
     SpellServer,
     SpellServerError,
@@ -69,7 +72,7 @@ from coven_codex.metrics.checks import journal_reachable, report_lag
 from coven_codex.metrics.instruments import Instruments, Refresh
 from coven_codex.metrics.server import MetricsServer, ReadinessCheck
 from coven_codex.rollout.locator import locate_rollout
-from coven_codex.settings import Settings
+from coven_codex.settings import Settings, state_root
 from coven_codex.support.statelock import JournalLock, StateError, StateLock
 from coven_codex.traces.otel_config import export_notice, otel_tables
 from coven_codex.webhooks.config import ReadyTarget, WebhookConfigError, ready_targets
@@ -390,9 +393,7 @@ async def run_daemon(
         metrics = await _serve_metrics(stack, settings, journal, codex.found.path)
         instruments = metrics.instruments if metrics is not None else None
         owned: dict[tuple[str, ...], dict[str, object]] = {}
-        await _serve_spells(
-            stack, settings, workspace=workspace, version=codex.version, instruments=instruments, owned=owned
-        )
+        await _serve_spells(stack, settings, workspace, codex.version, instruments, owned, journal, journal_name)
         await _collect_traces(stack, settings, codex.version, owned)
         home = await _prepare_home(settings, workspace, codex.plan.driver, owned, env_in)
         maker = _driver_maker(codex, home, workspace, settings)
@@ -509,27 +510,36 @@ async def _take_journal(
         raise BootstrapError(str(exc)) from None
 
 
-async def _serve_spells(
+async def _serve_spells(  # noqa: PLR0917 (the start's pieces in the order run_daemon makes them; it is at its 60 lines)
     stack: contextlib.AsyncExitStack,
     settings: Settings,
-    *,
     workspace: Path,
     version: CodexVersion,
     instruments: Instruments | None,
     owned: dict[tuple[str, ...], dict[str, object]],
+    journal: Journal,
+    journal_name: JournalName,
 ) -> None:
-    """Load the spells and serve them on a private socket; their entry goes into Codex's config (``owned``)."""
-    if not settings.spells:
-        return
+    """Load the spells, add the built-in ``send_file`` (files out, :mod:`coven_codex.attachments.files_out`),
+    and serve them on a private socket; their entry goes into Codex's config (``owned``)."""
+    registry = file_spells(
+        journal,
+        folder=uploads_dir(local_base(journal_name, state_root())),
+        workspace=workspace,
+        max_bytes=settings.max_file_bytes,
+    )
     try:
         # Never from the workspace: Codex writes there, and a module it wrote must not run here.
-        registry = await asyncio.to_thread(load_configured_spells, settings.spells, workspace=workspace)
+        if settings.spells:
+            registry.include(await asyncio.to_thread(load_configured_spells, settings.spells, workspace=workspace))
         server = SpellServer(
             registry,
             label=str(workspace),
             on_call=instruments.spell_called if instruments is not None else None,
         )
         await stack.enter_async_context(server)
+    except SpellDefinitionError as exc:
+        raise BootstrapError(f"{exc} (send_file is built in: rename your spell)") from None
     except (SpellLoadError, SpellServerError) as exc:
         raise BootstrapError(str(exc)) from None
     toolbelt_path = await asyncio.to_thread(write_toolbelt, registry, settings.resolved_state_dir / TOOLBELT_FILENAME)

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import email.parser
+import email.policy
 import hashlib
 import itertools
 import json
@@ -99,6 +101,8 @@ class FakeMessage:
     edits: int = 0
     interaction: str = ""
     """The token of the interaction this message answers (a slash command's response), if any."""
+    files: list[tuple[str, bytes]] = field(default_factory=list)
+    """The attachments the bot uploaded with it (a multipart create): each file's name and bytes."""
 
 
 @dataclass
@@ -174,7 +178,10 @@ class FakeDiscord:
             "type": 0,
             "content": message.content,
             "author": BOT,
-            "attachments": [],
+            "attachments": [
+                {"id": f"{message.id}{index}", "filename": name, "size": len(data)}
+                for index, (name, data) in enumerate(message.files)
+            ],
             "embeds": [],
             "mentions": [],
             "mention_roles": [],
@@ -199,7 +206,7 @@ class FakeDiscord:
             response: web.StreamResponse = await handler(request)
             return response
         self.requests += 1
-        body = (await request.text()) if request.can_read_body else ""
+        body = (await request.read()).decode("utf-8", "replace") if request.can_read_body else ""
         faulty = await self.faults.answer(
             request,
             f"{request.method} {request.path}",
@@ -311,7 +318,20 @@ class FakeDiscord:
         return _json(BOT)
 
     async def _create(self, request: web.Request) -> web.Response:
-        body = await request.json()
+        files: list[tuple[str, bytes]] = []
+        if request.content_type == "multipart/form-data":  # a message with attachments: payload_json + files[n]
+            raw = await request.read()  # (the middleware read it already: parsed from the bytes)
+            head = f"Content-Type: {request.headers['Content-Type']}\r\n\r\n".encode()
+            form = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(head + raw)
+            body = {}
+            for part in form.iter_parts():
+                name, data = part.get_param("name", header="content-disposition"), part.get_payload(decode=True)
+                if name == "payload_json":
+                    body = json.loads(data)
+                elif isinstance(name, str) and name.startswith("files["):
+                    files.append((str(part.get_filename()), bytes(data)))
+        else:
+            body = await request.json()
         channel = request.match_info["cid"]
         nonce = body.get("nonce")
         if nonce is not None and body.get("enforce_nonce"):
@@ -324,6 +344,7 @@ class FakeDiscord:
             None if nonce is None else str(nonce),
             list(body.get("components") or []),
         )
+        message.files = files
         return _json(self.payload(message))
 
     async def _list(self, request: web.Request) -> web.Response:

@@ -42,7 +42,7 @@ RETRY_SECONDS = 3.0
 SECTION_LIMIT = 3000
 MARKDOWN_LIMIT = 12000
 """The most characters of all ``markdown`` blocks of one message together."""
-WRITE_METHODS = frozenset({"chat.postMessage", "chat.update", "chat.delete"})
+WRITE_METHODS = frozenset({"chat.postMessage", "chat.update", "chat.delete", "files.completeUploadExternal"})
 SIGN_METHODS = frozenset({"assistant.threads.setStatus", "reactions.add", "reactions.remove"})
 """Methods that show the bot works (a thread status, a reaction); :meth:`FakeSlack.wait_for` wakes on them too."""
 
@@ -81,6 +81,13 @@ class FakeSlack:
     """The next ``drop_answers`` posts are recorded, then their connection is cut before the answer."""
     faults: Faults = field(default_factory=Faults)
     """Bad answers (5xx, errors, cut connections, slow answers, per-channel 429s), see ``bad_day.py``."""
+    uploads: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Files the bot uploads (``files_upload_v2``): file id → ``filename``, ``length``, ``data`` (the bytes
+    sent to the upload URL, None before), ``completed`` (shared by ``files.completeUploadExternal``)."""
+    refuse_uploads: str = ""
+    """When set, ``files.completeUploadExternal`` is answered with this error (a refused upload)."""
+    drop_upload_answers: int = 0
+    """The next ``drop_upload_answers`` completions are made, then their connection is cut before the answer."""
     fetched: dict[str, int] = field(default_factory=dict)
     """How many times each file was downloaded (its id → count)."""
     tiers: dict[str, float] = field(default_factory=dict)
@@ -117,6 +124,7 @@ class FakeSlack:
         app.router.add_route("*", "/api/{method}", self._api)
         app.router.add_get("/socket", self._socket)
         app.router.add_get("/files-pri/{id}/{name}", self._file)
+        app.router.add_post("/upload/v1/{id}", self._upload_bytes)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -214,6 +222,14 @@ class FakeSlack:
         if answer.get("ok") and method == "chat.postMessage" and self.drop_answers > 0 and request.transport:
             self.drop_answers -= 1
             request.transport.abort()  # the post is made; the bot never hears so
+        if (
+            answer.get("ok")
+            and method == "files.completeUploadExternal"
+            and self.drop_upload_answers > 0
+            and request.transport
+        ):
+            self.drop_upload_answers -= 1
+            request.transport.abort()  # the file is shared; the bot never hears so
         return web.json_response(answer)
 
     async def wait_for(self, check: Callable[[], bool], timeout: float = 20) -> None:
@@ -353,6 +369,77 @@ class FakeSlack:
             return {"ok": False, "error": "message_not_found"}
         self.operations.append({"op": "delete", "channel": channel, "ts": ts})
         return {"ok": True, "channel": channel, "ts": ts}
+
+    # files_upload_v2, as https://docs.slack.dev/reference/methods/files.getUploadURLExternal and
+    # files.completeUploadExternal describe it: an upload URL per file, the bytes POSTed there, then
+    # the completion shares the files (with the comment) in the channel or thread.
+
+    def _files_getUploadURLExternal(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        filename, length = str(arguments.get("filename") or ""), str(arguments.get("length") or "")
+        if not filename or not length.isdigit():
+            return {"ok": False, "error": "invalid_arguments"}
+        file_id = f"F{len(self.files) + len(self.uploads) + 1:08d}"
+        self.uploads[file_id] = {"filename": filename, "length": int(length), "data": None, "completed": False}
+        return {"ok": True, "upload_url": f"{self.url}/upload/v1/{file_id}", "file_id": file_id}
+
+    async def _upload_bytes(self, request: web.Request) -> web.StreamResponse:
+        upload = self.uploads.get(request.match_info["id"])
+        if upload is None:
+            return web.Response(status=404, text="no such upload")
+        data = await request.read()
+        if len(data) != upload["length"]:
+            return web.Response(status=400, text=f"expected {upload['length']} bytes, got {len(data)}")
+        upload["data"] = data
+        return web.Response(text=f"OK - {len(data)}")
+
+    def _files_completeUploadExternal(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        if self.refuse_uploads:
+            return {"ok": False, "error": self.refuse_uploads}
+        files = _decoded(arguments.get("files"))
+        channel = str(arguments.get("channel_id") or "")
+        if not isinstance(files, list) or not files:
+            return {"ok": False, "error": "invalid_arguments"}
+        if channel and channel not in self.channels:
+            return {"ok": False, "error": "channel_not_found"}
+        shared: list[dict[str, Any]] = []
+        for item in files:
+            upload = self.uploads.get(str(item.get("id")))
+            if upload is None or upload["data"] is None or upload["completed"]:
+                return {"ok": False, "error": "file_not_found"}
+            upload["completed"] = True
+            self.files[str(item["id"])] = (upload["data"], "application/octet-stream", upload["filename"])
+            shared.append(
+                {
+                    "id": item["id"],
+                    "name": upload["filename"],
+                    "title": item.get("title") or upload["filename"],
+                    "size": upload["length"],
+                }
+            )
+        if channel:
+            ts = self._ts()
+            message: dict[str, Any] = {
+                "type": "message",
+                "ts": ts,
+                "user": BOT_USER,
+                "bot_id": BOT_ID,
+                "app_id": APP_ID,
+                "text": arguments.get("initial_comment") or "",
+                "files": shared,
+            }
+            if arguments.get("thread_ts"):
+                message["thread_ts"] = str(arguments["thread_ts"])
+            self.messages.setdefault(channel, {})[ts] = message
+            self.operations.append({"op": "upload", "channel": channel, "ts": ts, "message": dict(message)})
+        return {"ok": True, "files": [{"id": f["id"], "title": f["title"]} for f in shared]}
+
+    def uploaded(self) -> list[tuple[dict[str, Any], bytes]]:
+        """The bot's messages that share files, each with the first file's bytes, oldest first."""
+        return [
+            (message, self.files[message["files"][0]["id"]][0])
+            for message in self.bot_messages()
+            if message.get("files")
+        ]
 
     def _page(self, messages: list[dict[str, Any]], arguments: dict[str, Any]) -> dict[str, Any]:
         limit = min(int(arguments.get("limit") or 100), 1000)

@@ -127,6 +127,8 @@ class FakeMessage:
     edits: int = 0
     raw: str = ""
     parse_mode: str | None = None
+    document: tuple[str, bytes] | None = None
+    """The file the bot sent with ``sendDocument``: its name and bytes (``text`` is its caption)."""
 
 
 class ApiError(Exception):
@@ -403,6 +405,24 @@ class FakeTelegram:
             self.after_write("sendMessage")
         return self.payload(message)
 
+    async def _api_sendDocument(self, params: dict[str, Any]) -> Any:
+        chat = int(params["chat_id"])
+        document = params.get("document")
+        if not isinstance(document, web.FileField):
+            raise ApiError(400, "Bad Request: there is no document in the request")
+        caption = str(params.get("caption") or "")
+        if len(caption) > 1024:
+            raise ApiError(400, "Bad Request: message caption is too long")
+        thread = params.get("message_thread_id")
+        message = FakeMessage(
+            chat, self._new_id(chat), caption, [], int(thread) if thread else None, time.time(), raw=caption
+        )
+        message.document = (document.filename, document.file.read())
+        self.messages[(chat, message.message_id)] = message
+        if self.after_write is not None:
+            self.after_write("sendDocument")
+        return self.payload(message)
+
     async def _api_editMessageText(self, params: dict[str, Any]) -> Any:
         chat, message_id = int(params["chat_id"]), int(params["message_id"])
         message = self.messages.get((chat, message_id))
@@ -481,6 +501,14 @@ class FakeTelegram:
             "from": BOT,
             "text": message.text,
         }
+        if message.document is not None:
+            data["document"] = {
+                "file_id": f"doc{message.message_id}",
+                "file_unique_id": f"u{message.message_id}",
+                "file_name": message.document[0],
+                "file_size": len(message.document[1]),
+            }
+            data["caption"] = data.pop("text")
         if message.thread is not None:
             data["message_thread_id"] = message.thread
             data["is_topic_message"] = True

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent.parent
-for _sub in ("agent", "mcp", "codex", "traces"):
+for _sub in ("agent", "mcp", "codex", "traces", "attachments"):
     if str(TESTS / _sub) not in sys.path:
         sys.path.insert(0, str(TESTS / _sub))
 

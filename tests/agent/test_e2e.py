@@ -311,7 +311,7 @@ async def test_spells_reach_codex_through_the_daemon(codex_bin: Path, harness_fa
         outputs = [o.output for o in server.requests.function_call_outputs()]
         assert any("HELLO!" in o for o in outputs)
         toolbelt = json.loads((h.state_dir / "toolbelt.json").read_text())
-        assert [tool["name"] for tool in toolbelt["tools"]] == ["shout"]
+        assert [tool["name"] for tool in toolbelt["tools"]] == ["send_file", "shout"]  # (send_file: built in)
         assert await h.stop(daemon) == 0
 
 

@@ -91,6 +91,8 @@ class ConsolePlatform:
         self._count += 1
         message_id = str(self._count)
         text = f"  [{message.text}]" if message.style == "notice" else message.text
+        if message.file is not None:  # files out: the console is on the same machine, so the path says where
+            text = f"codex sent a file: {message.file.path} ({message.file.name}, {message.file.size} bytes): {text}"
         if message.final:
             self.print(text)
         else:

@@ -14,6 +14,7 @@ import logging
 import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import aiohttp
 import discord
@@ -21,6 +22,7 @@ import discord
 from coven_codex.adapters.discord.gateway import DiscordGateway
 from coven_codex.adapters.discord.rest import MESSAGE_LIMIT, DiscordRest
 from coven_codex.adapters.kit.config import DiscordSection
+from coven_codex.adapters.kit.files import read_upload
 from coven_codex.adapters.kit.ledger import DeliveryLedger, ledger_path
 from coven_codex.adapters.kit.platform import Address, Capabilities, Incoming, Outgoing, PlatformError
 from coven_codex.adapters.kit.render import Dialect, PlainDialect, clip
@@ -112,7 +114,17 @@ class DiscordPlatform:
 
     name = NAME
 
-    def __init__(self, rest: DiscordRest, gateway: DiscordGateway, *, edit_interval: float = EDIT_INTERVAL) -> None:
+    def __init__(
+        self,
+        rest: DiscordRest,
+        gateway: DiscordGateway,
+        *,
+        edit_interval: float = EDIT_INTERVAL,
+        files: Path | None = None,
+    ) -> None:
+        """``files``: the journal's attachments folder, the only place files out are uploaded from
+        (None: files are refused, each with one notice)."""
+        self.files = files
         self.dialect: Dialect = DiscordDialect()
         self.capabilities = Capabilities(
             edit_interval=edit_interval, can_find=True, echoes_own_messages=True, typing_refresh=TYPING_REFRESH
@@ -133,6 +145,11 @@ class DiscordPlatform:
                 return await answer.say(message.text)
             except (discord.HTTPException, aiohttp.ClientError, TimeoutError) as exc:
                 log.info("discord: a slash command's response went to the channel instead: %s", clip(str(exc), 200))
+        if message.file is not None:  # files out: the file as the message's attachment
+            if self.files is None:
+                raise PlatformError("this adapter has no attachments folder to send files from")
+            data = await asyncio.to_thread(read_upload, message.file, self.files)
+            return await self.rest.post(address, message, key, file=(message.file.name, data))
         return await self.rest.post(address, message, key)
 
     async def edit(self, address: Address, message_id: str, message: Outgoing) -> None:
@@ -212,7 +229,7 @@ async def run_discord(settings: DiscordSettings, started: Callable[[str], None] 
         await gateway.login(settings.token.reveal())
         runner = AdapterRunner(
             journal,
-            DiscordPlatform(rest, gateway, edit_interval=section.edit_interval),
+            DiscordPlatform(rest, gateway, edit_interval=section.edit_interval, files=images.folder),
             section.channel_map(),
             access,
             ledger,

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import io
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -179,13 +180,18 @@ class DiscordRest:
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise Unavailable(f"Discord could not be reached ({type(exc).__name__})") from exc
 
-    async def post(self, address: Address, message: Outgoing, key: str | None) -> str:
-        """Post ``message``; with a ``key``, exactly once through ``nonce`` + ``enforce_nonce``."""
+    async def post(
+        self, address: Address, message: Outgoing, key: str | None, file: tuple[str, bytes] | None = None
+    ) -> str:
+        """Post ``message``; with a ``key``, exactly once through ``nonce`` + ``enforce_nonce``. With
+        ``file`` (its name and bytes: files out) the message carries it as an attachment (multipart)."""
+        attached: dict[str, Any] = {} if file is None else {"file": discord.File(io.BytesIO(file[1]), filename=file[0])}
         params = discord.http.handle_message_parameters(
             content=message.text,
             nonce=None if key is None else nonce_for(key),
             view=_view(message),
             allowed_mentions=discord.AllowedMentions.none(),
+            **attached,
         )
         with params:
             data = await self._call(lambda: self._client().send_message(_channel(address), params=params))

@@ -99,6 +99,13 @@ FEATURES: dict[str, tuple[str, ...]] = {
         "attachments (PNG, JPEG, GIF, WebP up to 10 MiB)",
         "photos and image documents (up to 10 MiB)",
     ),
+    "files out (`send_file`)": (
+        "a line with the path",
+        "a download link",
+        "`files_upload_v2` in the thread",
+        "an attachment (multipart)",
+        "`sendDocument` (multipart)",
+    ),
     "exactly once out": (
         "at least once (no `find`)",
         "by entry id on the page",

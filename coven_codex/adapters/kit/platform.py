@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from coven_codex.adapters.kit.render import Dialect
@@ -125,6 +126,16 @@ class Button:
 
 
 @dataclass(frozen=True, slots=True)
+class FileUpload:
+    """A file to upload with a message: where it is, the name shown, its media type and size."""
+
+    path: Path
+    name: str
+    media_type: str
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
 class Outgoing:
     """A message the kit asks the platform to show, already in the platform's dialect.
 
@@ -140,6 +151,9 @@ class Outgoing:
     buttons: tuple[Button, ...] = ()
     final: bool = True
     markdown: bool = False
+    file: FileUpload | None = None
+    """A file to upload with ``text`` as its caption (files out, :mod:`~coven_codex.adapters.kit.files`);
+    a platform that cannot upload posts ``text``, which names the file."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from coven_codex.entries import (
     BaseEntry,
     CancelEntry,
     ErrorEntry,
+    FileEntry,
     ReasoningEntry,
     ResetEntry,
     ResponseEntry,
@@ -317,6 +318,9 @@ def render_entry(entry: BaseEntry, options: RenderOptions = RenderOptions()) -> 
             return Block("status", f"[{entry.sender} started a new session]")
         case ActivityEntry():
             return render_activity(entry)
+        case FileEntry():
+            name = entry.attachment.name or "a file"
+            return Block("file", f"[file {name}]{': ' + entry.text if entry.text else ''}")
     if entry.kind == "delta":
         return None
     return Block("other", f"[{entry.kind}] {entry.text}")

@@ -41,6 +41,7 @@ from typing import Literal, ParamSpec, TypeVar
 from coven_codex.adapters.kit.access import AccessPolicy
 from coven_codex.adapters.kit.card import Card, CardPhase, Cards, card_end_key, card_key, is_step
 from coven_codex.adapters.kit.commands import DECISIONS, HELP, Command, ConversationState, parse_command
+from coven_codex.adapters.kit.files import caption_of, upload_of
 from coven_codex.adapters.kit.ledger import DeliveryLedger, content_digest, delivery_key
 from coven_codex.adapters.kit.mapping import ConversationMap
 from coven_codex.adapters.kit.platform import (
@@ -76,6 +77,7 @@ from coven_codex.entries import (
     CancelEntry,
     DeltaEntry,
     ErrorEntry,
+    FileEntry,
     ResetEntry,
     ResponseEntry,
     StatusEntry,
@@ -673,6 +675,8 @@ class AdapterRunner:
         elif isinstance(entry, ResponseEntry):
             stream = self._streams.response(entry.conversation, entry.text)
             await self._post_entry(entry, address, stream)
+        elif isinstance(entry, FileEntry):
+            await self._post_file(entry, address)
         else:
             block = render_entry(entry, self.options.render)
             if block is not None:
@@ -893,6 +897,27 @@ class AdapterRunner:
                 delivery_key(entry_id, index),
                 Outgoing(text, style=block.style, buttons=buttons if last else (), markdown=block.markdown),
             )
+
+    async def _post_file(self, entry: FileEntry, address: Address) -> None:
+        """Upload a ``file`` entry's file with its caption, exactly once; refused (by the platform, or the
+        file itself), one notice says so instead (files out, docs/adapters.md)."""
+        assert entry.id is not None
+        key = delivery_key(entry.id, 0)
+        try:
+            upload = upload_of(entry)
+            text = format_block(Block("file", caption_of(entry, upload)), self.platform.dialect)[0]
+            await self._post_once(address, key, Outgoing(text, style="file", file=upload))
+        except PlatformError as refused:
+            if refused.refusal is not Refusal.ENTRY:
+                raise
+            log.warning("adapter %s: a file was not sent: %s; a notice says so", self.name, clip(str(refused), 300))
+            text = f"{self.platform.name} did not take a file Codex sent ({clip(str(refused), 200)}); it is left out"
+            notice = Outgoing(format_block(Block("notice", text), self.platform.dialect)[0], style="notice")
+            try:
+                await self._post_once(address, delivery_key(key, "refused"), notice)
+            except PlatformError as again:
+                _only_entry(again)
+                log.warning("adapter %s: the notice was refused too: %s", self.name, clip(str(again), 300))
 
     async def _post(self, address: Address, key: str, message: Outgoing) -> str | None:
         """Post ``message`` under ``key`` exactly once; its message id, None when it was refused.

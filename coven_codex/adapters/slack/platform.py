@@ -38,7 +38,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 from slack_bolt.async_app import AsyncAck, AsyncApp
-from slack_sdk.errors import SlackApiError
+from slack_sdk.errors import SlackApiError, SlackRequestError
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
 
@@ -46,11 +46,13 @@ from coven_codex.adapters.kit.access import AccessPolicy
 from coven_codex.adapters.kit.budget import Budgets, Rate, Scope
 from coven_codex.adapters.kit.config import SlackSection
 from coven_codex.adapters.kit.downloads import Downloader, DownloadRefused
-from coven_codex.adapters.kit.ledger import DeliveryLedger, ledger_path
+from coven_codex.adapters.kit.files import read_upload
+from coven_codex.adapters.kit.ledger import DeliveryLedger, content_digest, ledger_path
 from coven_codex.adapters.kit.platform import (
     Address,
     ButtonPress,
     Capabilities,
+    FileUpload,
     Incoming,
     IncomingMessage,
     Outgoing,
@@ -122,6 +124,8 @@ def rates(post_rate: float = 1.0) -> dict[str, Rate]:
         "assistant.threads.setStatus": Rate(50, 60.0, Scope.WORKSPACE, f"{RATE_LIMITS_DOC} (Special; as Tier 3)"),
         "reactions.add": tier3,
         "reactions.remove": Rate(20, 60.0, Scope.WORKSPACE, f"{RATE_LIMITS_DOC} (Tier 2)"),
+        "files.getUploadURLExternal": Rate(100, 60.0, Scope.WORKSPACE, f"{RATE_LIMITS_DOC} (Tier 4)"),
+        "files.completeUploadExternal": Rate(100, 60.0, Scope.WORKSPACE, f"{RATE_LIMITS_DOC} (Tier 4)"),
     }
 
 
@@ -194,6 +198,19 @@ class _Cache:
     warned: set[str] = field(default_factory=set)
 
 
+def _shared_ts(answer: AsyncSlackResponse, channel: str) -> str:
+    """The ``ts`` of the message that shares the uploaded file in ``channel`` (``file:<id>`` when
+    Slack's answer does not say yet: it shares files asynchronously)."""
+    files = answer.get("files") or []
+    first = files[0] if files and isinstance(files[0], dict) else {}
+    shares = first.get("shares") or {}
+    for visibility in ("public", "private"):
+        places = (shares.get(visibility) or {}).get(channel) or []
+        if places and isinstance(places[0], dict) and places[0].get("ts"):
+            return str(places[0]["ts"])
+    return f"file:{first.get('id') or ''}"
+
+
 class SlackPlatform:
     """Slack through ``slack_sdk``'s :class:`AsyncWebClient` (out) and a bolt app's listeners (in)."""
 
@@ -238,7 +255,7 @@ class SlackPlatform:
 
     async def _api(self, method: str, *, get: bool = False, **arguments: Any) -> AsyncSlackResponse:
         """Call ``method`` within its budget; Slack's refusals and failures as classified by :func:`classify`."""
-        try:
+        async with self._classified(method):
             async with self.budgets.take(method, self.identity.team_id, str(arguments.get("channel") or "")):
                 if get:
                     answer = await self.client.api_call(method, http_verb="GET", params=arguments)
@@ -248,6 +265,13 @@ class SlackPlatform:
                 self._unreachable = False
                 log.warning("slack: reachable again")
             return answer
+        raise AssertionError("unreachable")  # (the context manager raises or the call returned)
+
+    @contextlib.asynccontextmanager
+    async def _classified(self, method: str) -> AsyncIterator[None]:
+        """Slack's refusals and failures of ``method`` as classified by :func:`classify`."""
+        try:
+            yield
         except SlackApiError as exc:
             # A body that is not JSON (a proxy's HTML error page) leaves slack_sdk's own response out.
             response = exc.response
@@ -288,7 +312,10 @@ class SlackPlatform:
         await self._files.aclose()
 
     async def post(self, address: Address, message: Outgoing, key: str | None) -> str:
-        """``chat.postMessage`` in the thread, carrying ``key`` in its metadata; the message's ``ts``."""
+        """``chat.postMessage`` in the thread, carrying ``key`` in its metadata; the message's ``ts``.
+        A message with a file is an upload instead (:meth:`_upload`)."""
+        if message.file is not None:
+            return await self._upload(address, message, message.file)
         arguments: dict[str, Any] = {
             "channel": address.channel,
             "text": fallback_text(message),
@@ -302,6 +329,52 @@ class SlackPlatform:
             arguments["metadata"] = {"event_type": METADATA_EVENT, "event_payload": {"key": key}}
         answer = await self._api("chat.postMessage", **arguments)
         return str(answer["ts"])
+
+    async def _upload(self, address: Address, message: Outgoing, upload: FileUpload) -> str:
+        """Files out: ``files_upload_v2`` (``files.getUploadURLExternal``, the bytes to the upload URL,
+        ``files.completeUploadExternal``) in the thread, the text as its comment; the ``ts`` of the
+        message sharing it (``file:<id>`` while Slack has not shared it yet). Files carry no metadata:
+        an upload whose answer is lost is found by its text among the bot's file messages
+        (:meth:`find_by_content`)."""
+        data = await asyncio.to_thread(read_upload, upload, self.images.folder)
+        team, channel = self.identity.team_id, address.channel
+        async with self._classified("files_upload_v2"):
+            async with (
+                self.budgets.take("files.getUploadURLExternal", team, channel),
+                self.budgets.take("files.completeUploadExternal", team, channel),
+            ):
+                try:
+                    answer = await self.client.files_upload_v2(
+                        channel=channel,
+                        thread_ts=address.thread or None,
+                        content=data,
+                        filename=upload.name,
+                        title=upload.name,
+                        initial_comment=fallback_text(message),
+                    )
+                except SlackRequestError as exc:  # the upload URL answered other than 200
+                    raise Unavailable(f"Slack did not take the file's bytes ({exc})") from None
+            return _shared_ts(answer, channel)
+        raise AssertionError("unreachable")  # (the context manager raises or the upload returned)
+
+    async def find_by_content(self, address: Address, since: float, digest: str) -> list[str]:
+        """The ``ts`` of the bot's messages with files at ``address`` whose text has ``digest``, oldest
+        first (an upload whose answer was lost; text posts are found by key). ``since`` is not compared:
+        the runner takes the first one no other key owns."""
+        if address.thread:
+            arguments: dict[str, Any] = {"channel": address.channel, "limit": 200, "ts": address.thread}
+            answer = await self._api("conversations.replies", get=True, **arguments)
+        else:
+            answer = await self._api("conversations.history", get=True, channel=address.channel, limit=200)
+        mine = {self.identity.bot_id, self.identity.user_id} - {""}
+        found = [
+            message
+            for message in answer.get("messages") or []
+            if message.get("files")
+            and (not mine or {message.get("bot_id"), message.get("user")} & mine)
+            and content_digest(str(message.get("text") or "")) == digest
+        ]
+        return [str(message["ts"]) for message in sorted(found, key=lambda m: float(m["ts"]))]
 
     async def edit(self, address: Address, message_id: str, message: Outgoing) -> None:
         """``chat.update`` of the message ``message_id`` (its ``ts``)."""

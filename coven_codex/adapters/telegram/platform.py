@@ -52,6 +52,7 @@ from telegram import (
     CallbackQuery,
     InlineKeyboardButton,
     InlineKeyboardMarkup,
+    InputFile,
     LinkPreviewOptions,
     Message,
     MessageEntity,
@@ -76,11 +77,13 @@ from coven_codex.adapters.kit.access import AccessPolicy
 from coven_codex.adapters.kit.budget import Budgets, Rate, Scope
 from coven_codex.adapters.kit.config import TelegramSection
 from coven_codex.adapters.kit.downloads import Downloader, DownloadRefused
+from coven_codex.adapters.kit.files import read_upload
 from coven_codex.adapters.kit.ledger import DeliveryLedger, ledger_path
 from coven_codex.adapters.kit.platform import (
     Address,
     ButtonPress,
     Capabilities,
+    FileUpload,
     Incoming,
     IncomingMessage,
     Outgoing,
@@ -111,6 +114,8 @@ TYPING_MAX = 600.0
 REACH_TIMEOUT = 10.0
 """Seconds ``validate`` waits for ``getMe``."""
 CALLBACK_LIMIT = 64
+CAPTION_LIMIT = 1024
+"""Characters of a document's caption (Bot API, sendDocument)."""
 """Telegram's most bytes of a button's ``callback_data``."""
 UPDATES = ("message", "callback_query")
 """The update types the bot asks for."""
@@ -325,7 +330,10 @@ class TelegramPlatform:
         return token
 
     async def post(self, address: Address, message: Outgoing, key: str | None) -> str:
-        """``sendMessage`` in HTML; refused for its markup, the same text again as plain text."""
+        """``sendMessage`` in HTML; refused for its markup, the same text again as plain text.
+        A message with a file is ``sendDocument`` instead (:meth:`_send_document`)."""
+        if message.file is not None:
+            return await self._send_document(address, message, message.file)
         markup = self._keyboard(message)
 
         def send(text: str, mode: str | None) -> Callable[[], Awaitable[Message]]:
@@ -345,6 +353,25 @@ class TelegramPlatform:
                 raise
             log.info("telegram: a message's markup was refused (%s); sent as plain text", clip(str(refused), 200))
             sent = await self._call(address, send(to_plain(message.text), None))
+        return str(sent.message_id)
+
+    async def _send_document(self, address: Address, message: Outgoing, upload: FileUpload) -> str:
+        """Files out: ``sendDocument`` (multipart) with the file, the text as its plain caption (at most
+        1,024 characters); only from the journal's attachments folder."""
+        if self.images is None:
+            raise PlatformError("this adapter has no attachments folder to send files from")
+        data = await asyncio.to_thread(read_upload, upload, self.images.folder)
+        caption = to_plain(message.text)
+        caption = caption if len(caption) <= CAPTION_LIMIT else caption[: CAPTION_LIMIT - 1] + "…"
+        sent = await self._call(
+            address,
+            lambda: self.bot.send_document(
+                _chat(address),
+                InputFile(data, filename=upload.name),
+                caption=caption,
+                message_thread_id=_topic(address),
+            ),
+        )
         return str(sent.message_id)
 
     async def edit(self, address: Address, message_id: str, message: Outgoing) -> None:

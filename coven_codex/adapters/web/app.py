@@ -6,6 +6,7 @@ Routes (all behind :class:`~coven_codex.adapters.web.auth.Guard`):
 - ``WS /live``: the live channel (:mod:`.protocol`), which logs in with its first message
 - ``POST /upload``: an image (raw body, at most 10 MiB); answers ``{"name": ...}``
 - ``GET /attachments/<name>``: a stored image
+- ``GET /files/<name>?name=<shown name>``: a file Codex sent (files out), as a download
 """
 
 from __future__ import annotations
@@ -51,7 +52,15 @@ from coven_codex.adapters.web.protocol import (
     Subscribe,
 )
 from coven_codex.adapters.web.render import WireEntry, clip
-from coven_codex.attachments import MAX_IMAGE_BYTES, ImageStore, UnsentUploads, UploadError
+from coven_codex.attachments import (
+    FILE_KINDS,
+    MAX_IMAGE_BYTES,
+    OUT_FOLDER,
+    SENT_NAME,
+    ImageStore,
+    UnsentUploads,
+    UploadError,
+)
 from coven_codex.entries import ApprovalEntry, BaseEntry, CancelEntry, ResetEntry, ThoughtEntry
 from coven_codex.journal import Journal, JournalError
 from coven_codex.metrics.checks import report_lag
@@ -421,6 +430,15 @@ def create_app(
             return PlainTextResponse("no such image\n", status_code=404)
         return FileResponse(found.path, media_type=found.media_type)
 
+    async def sent_file(request: Request) -> Response:
+        stored = request.path_params["name"]
+        path = store.folder / OUT_FOLDER / stored
+        if not SENT_NAME.match(stored) or not path.is_file():
+            return PlainTextResponse("no such file\n", status_code=404)
+        shown = request.query_params.get("name") or stored
+        media_type = FILE_KINDS[stored.rsplit(".", 1)[1]]
+        return FileResponse(path, media_type=media_type, filename=shown[:200], content_disposition_type="attachment")
+
     async def upload(request: Request) -> Response:
         declared = request.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > MAX_IMAGE_BYTES:
@@ -472,6 +490,7 @@ def create_app(
             Route("/", page),
             Route("/static/{name}", static),
             Route("/attachments/{name}", attachment),
+            Route("/files/{name}", sent_file),
             Route("/upload", upload, methods=["POST"]),
             WebSocketRoute("/live", live),
         ],

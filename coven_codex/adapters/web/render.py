@@ -10,16 +10,19 @@ sent as plain text and the page sets it with ``textContent``.
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import quote
 
 from pydantic import BaseModel
 
 from coven_codex.adapters.kit.render import HtmlDialect, RenderOptions, render_entry
+from coven_codex.attachments import OUT_FOLDER, SENT_NAME
 from coven_codex.entries import (
     ApprovalEntry,
     ApprovalRequestEntry,
     BaseEntry,
     DeltaEntry,
     ErrorEntry,
+    FileEntry,
     StatusEntry,
     ThoughtEntry,
     ToolCallEntry,
@@ -46,6 +49,14 @@ def markdown_html(text: str) -> str:
 def clip(text: str, limit: int = TEXT_LIMIT) -> str:
     """``text`` cut to ``limit`` characters, with an ellipsis when cut."""
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class WireFile(BaseModel):
+    """A file Codex sent, as the page links it (files out)."""
+
+    url: str
+    name: str
+    size: int
 
 
 class WireEntry(BaseModel):
@@ -79,6 +90,8 @@ class WireEntry(BaseModel):
     """A turn's end or an error: the streams it closes as they are (no reply completed them)."""
     images: list[str] = []
     """URLs (on this server) of the images a thought carries."""
+    file: WireFile | None = None
+    """A file Codex sent (a ``file`` entry): where this server serves it, its name and size."""
 
 
 def wire_entry(entry: BaseEntry, start: int, end: int, uploads: Path | None = None) -> WireEntry:
@@ -111,6 +124,15 @@ def wire_entry(entry: BaseEntry, start: int, end: int, uploads: Path | None = No
                 for a in attachments
                 if a.url.startswith(folder) and "/" not in a.url[len(folder) :]
             ]
+        case FileEntry(attachment=attachment) if uploads is not None:
+            folder = (uploads / OUT_FOLDER).as_uri() + "/"
+            stored = attachment.url[len(folder) :]
+            if attachment.url.startswith(folder) and SENT_NAME.match(stored):
+                size = getattr(attachment, "size", 0)
+                name = attachment.name or stored
+                wire.file = WireFile(
+                    url=f"/files/{stored}?name={quote(name)}", name=name, size=size if isinstance(size, int) else 0
+                )
         case ToolCallEntry():
             wire.tool, wire.call_id = entry.tool, entry.call_id
         case ToolResultEntry():

@@ -334,6 +334,25 @@ function build(entry) {
       }
       break;
     }
+    case 'file': {
+      // Files out: a download link; the file is fetched with the session (a plain href cannot carry it).
+      node.append(who(entry), el('div', 'body', entry.text));
+      if (entry.file) {
+        const link = el('a', 'download', `download ${entry.file.name} (${entry.file.size} bytes)`);
+        link.href = '#';
+        link.addEventListener('click', async (event) => {
+          event.preventDefault();
+          const response = await fetch(entry.file.url, {headers: authorized()});
+          if (!response.ok) { link.textContent = `${entry.file.name}: not available (${response.status})`; return; }
+          const save = el('a');
+          save.href = URL.createObjectURL(await response.blob());
+          save.download = entry.file.name;
+          save.click();
+        });
+        node.append(link);
+      }
+      break;
+    }
     case 'tool_call':
       node.append(el('div', 'who', 'tool call'), el('pre', '', entry.text));
       break;

@@ -1,0 +1,10 @@
+"""The attachments suite's helpers are importable by its modules (and the adversarial suite's)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+HERE = str(Path(__file__).resolve().parent)
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
