@@ -15,7 +15,7 @@ from pathlib import Path
 from adapters_under_test import FakeAdapter, Shown
 from turns import tool_turn as _turn
 
-from coven_codex.adapters.kit.card import SHOWN_STEPS, Card, card_key, command_of
+from coven_codex.adapters.kit.card import SHOWN_STEPS, Card, Cards, card_key, command_of
 from coven_codex.entries import (
     ActivityEntry,
     ApprovalRequestEntry,
@@ -145,6 +145,19 @@ def test_a_card_lists_the_latest_steps_and_counts_the_others() -> None:
     assert lines[2] == "… coven.add(a=12)" and lines[-1] == "✗ coven.add(a=19)"
     assert command_of({"command": ["bash", "-lc", "ls -la"]}) == "ls -la" and command_of({"cmd": "pwd"}) == "pwd"
     assert command_of('{"command": ["git", "status"]}') == "git status" and command_of({"a": 1}) is None
+
+
+def test_details_find_a_card_shown_as_done_before_its_end_is_recorded() -> None:
+    """A Details press can come between the card's last edit ("done …") and its end's ledger record
+    (an fsync, slow under load): the card is still open then, and its details are there all the same."""
+    started = datetime(2026, 11, 27, 21, 0, tzinfo=UTC)
+    cards = Cards()
+    card = cards.start("c", "e1", 0, started, replayed=False)
+    card.add(ToolCallEntry(tool="coven.add", arguments={"a": 1}, call_id="c1"), reasoning=False)
+    card.close(started + timedelta(seconds=3), "done")
+    assert cards.find("e1") is card  # (before: only closed cards were looked up, so "no longer kept")
+    cards.finish(card)
+    assert cards.find("e1") is card and cards.find("e2") is None
 
 
 async def test_cards_are_posted_once_and_end_closed_while_the_adapter_kills_itself_after_posts_and_edits(

@@ -245,6 +245,14 @@ class Cards:
         """The open (or replayed) card of ``conversation``."""
         return self.open.get(conversation)
 
+    def find(self, key_entry: str) -> Card | None:
+        """The card whose first step is ``key_entry``: closed, or still open (its turn running, or ended
+        and shown as done while its end is being recorded: a **Details** press may come then)."""
+        closed = self.closed.get(key_entry)
+        if closed is not None:
+            return closed
+        return next((card for card in self.open.values() if card.key_entry == key_entry), None)
+
     def start(
         self, conversation: str, key_entry: str, position: Position, started: datetime, *, replayed: bool
     ) -> Card:

@@ -439,7 +439,7 @@ class AdapterRunner:
 
     async def _details(self, key_entry: str, conversation: str, address: Address) -> None:
         """The full output of a turn's tools (the card's **Details**; without an id, the latest turn's)."""
-        card: Card | None = self._cards.closed.get(key_entry) if key_entry else None
+        card: Card | None = self._cards.find(key_entry) if key_entry else None
         if not key_entry:
             card = self._cards.get(conversation) or next(
                 (c for c in reversed(self._cards.closed.values()) if c.conversation == conversation), None
