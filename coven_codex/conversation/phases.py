@@ -115,6 +115,11 @@ class PhaseMachine:
             )
         self._phase = to
 
+    def start_over(self, *, stopped: bool) -> None:
+        """After the conversation's task crashed: ``IDLE`` again (``STOPPED`` if it was stopping), as a
+        new conversation would be. Not a move of the table: the run that was in the old phase is gone."""
+        self._phase = Phase.STOPPED if stopped else Phase.IDLE
+
     def is_in(self, *phases: Phase) -> bool:
         """Whether the conversation is in one of ``phases``."""
         return self._phase in phases

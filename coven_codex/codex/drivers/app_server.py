@@ -38,7 +38,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,16 +57,14 @@ from coven_codex.codex.appserver.messages import (
 from coven_codex.codex.appserver.pool import AppServerPool
 from coven_codex.codex.capabilities import DriverPlan
 from coven_codex.codex.driver_settings import DriverSettings
+from coven_codex.codex.drivers.approvals import APPROVAL_ACTIONS, ApprovalDesk
 from coven_codex.codex.drivers.base import CodexDriver, ImageInput, TurnInput
 from coven_codex.codex.drivers.clock import TurnClock
 from coven_codex.codex.drivers.events import (
     AgentMessageCompleted,
-    ApprovalRequested,
-    ApprovalResolved,
     Delta,
     DriverFailed,
     EventSink,
-    ResolvedBy,
     Submission,
     ThreadStarted,
     TurnExpired,
@@ -81,16 +78,8 @@ from coven_codex.jsonrpc import RpcError
 
 log = logging.getLogger(__name__)
 
-_APPROVAL_ACTIONS = {
-    "item/commandExecution/requestApproval": "run a command",
-    "item/fileChange/requestApproval": "change files",
-    "execCommandApproval": "run a command",
-    "applyPatchApproval": "apply a patch",
-    "mcpServer/elicitation/request": "use a tool",
-}
 
-
-RELAYED_REQUESTS = frozenset(_APPROVAL_ACTIONS)
+RELAYED_REQUESTS = frozenset(APPROVAL_ACTIONS)
 """The server requests the driver relays to the chat as approvals; any other is refused."""
 
 
@@ -113,13 +102,6 @@ class _Turn:
     stopping: bool = False
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     watchdog: asyncio.Task[None] | None = None
-
-
-@dataclass(slots=True)
-class _Approval:
-    rpc_id: RpcId
-    method: str
-    timer: asyncio.Task[None] | None = None
 
 
 class AppServerDriver(CodexDriver):
@@ -155,7 +137,14 @@ class AppServerDriver(CodexDriver):
         self._conn: AppServerConnection | None = None
         self._attached = False
         self._turn: _Turn | None = None
-        self._approvals: dict[str, _Approval] = {}
+        self._desk = ApprovalDesk(
+            settings,
+            emit=self._events.emit,
+            spawn=self._spawn,
+            respond=lambda rpc_id, answer: self._require_conn().respond(rpc_id, answer),
+            refuse=lambda rpc_id, message: self._require_conn().respond_error(rpc_id, message),
+            clock=lambda: self._turn.clock if self._turn is not None else None,
+        )
         self._killed_because: ClassifiedError | None = None
 
     # -- properties ----------------------------------------------------------------------------
@@ -358,27 +347,7 @@ class AppServerDriver(CodexDriver):
 
     async def answer_approval(self, request_id: str, approve: bool) -> None:
         """Answer a pending approval request from the chat; :class:`DriverError` if it is no longer pending."""
-        approval = self._approvals.get(request_id)
-        if approval is None:
-            raise DriverError(f"no pending approval request {request_id!r} (answered, expired or unknown)")
-        await self._resolve_approval(request_id, approve, "chat")
-
-    async def _resolve_approval(self, request_id: str, approve: bool, by: ResolvedBy) -> None:
-        approval = self._approvals.pop(request_id, None)
-        if approval is None:
-            return
-        if approval.timer is not None and approval.timer is not asyncio.current_task():
-            approval.timer.cancel()
-        if self._turn is not None:
-            self._turn.clock.approval_ended()
-        await self._require_conn().respond(approval.rpc_id, _approval_answer(approval.method, approve))
-        self._events.emit(ApprovalResolved(request_id, approve, by))
-
-    async def _approval_timeout(self, request_id: str) -> None:
-        await asyncio.sleep(self.settings.approval_timeout)
-        log.info("approval request %s unanswered after %.0fs; declining", request_id, self.settings.approval_timeout)
-        with contextlib.suppress(DriverError):
-            await self._resolve_approval(request_id, False, "timeout")
+        await self._desk.answer(request_id, approve)
 
     # -- closing -----------------------------------------------------------------------------------
     async def _end_processes(self) -> None:
@@ -432,10 +401,7 @@ class AppServerDriver(CodexDriver):
             turn.ended.set()
             if turn.watchdog is not None and turn.watchdog is not asyncio.current_task():
                 turn.watchdog.cancel()
-        for approval in self._approvals.values():
-            if approval.timer is not None:
-                approval.timer.cancel()
-        self._approvals.clear()
+        self._desk.clear()
         self._events.emit(DriverFailed(error, returncode, undelivered, in_flight))
 
     def on_notification(self, method: str, params: Mapping[str, JsonValue]) -> None:
@@ -481,39 +447,13 @@ class AppServerDriver(CodexDriver):
             else:
                 log.warning("Codex reported: %s", shorten(str(text)))
         elif method == "serverRequest/resolved":
-            rpc_id = params.get("requestId")
-            for request_id, approval in list(self._approvals.items()):
-                if approval.rpc_id == rpc_id:
-                    self._approvals.pop(request_id)
-                    if approval.timer is not None:
-                        approval.timer.cancel()
-                    if turn is not None:
-                        turn.clock.approval_ended()
+            self._desk.resolved_by_codex(params.get("requestId"))
 
     def on_server_request(self, rpc_id: RpcId, method: str, params: Mapping[str, JsonValue]) -> None:
         """A request of Codex about this thread (an approval), routed here by the shared connection."""
         if self._turn is not None:
             self._turn.clock.touch()
-        action = _APPROVAL_ACTIONS.get(method)
-        if action is None:
-            log.info("the app-server asked %s, which coven-codex does not handle; refusing", method)
-            self._spawn(self._refuse_quietly(rpc_id, f"{method} is not supported by coven-codex"))
-            return
-        turn_id = params.get("turnId")
-        request_id = f"{turn_id}:{rpc_id}" if isinstance(turn_id, str) else f"req-{uuid.uuid4().hex[:12]}"
-        detail = _approval_detail(params)
-        text = f"{action}: {detail}" if detail else action
-        call_id = params.get("itemId") or params.get("callId")
-        approval = _Approval(rpc_id, method)
-        self._approvals[request_id] = approval
-        if self._turn is not None:
-            self._turn.clock.approval_started()
-        policy = self.settings.approval_policy
-        if policy == "ask":
-            self._events.emit(ApprovalRequested(request_id, text, call_id if isinstance(call_id, str) else None))
-            approval.timer = self._spawn(self._approval_timeout(request_id))
-        else:
-            self._spawn(self._resolve_approval(request_id, policy == "approve", "policy"))
+        self._desk.asked(rpc_id, method, params)
 
     # -- turn bookkeeping --------------------------------------------------------------------------
     def _finish_turn(self, turn: _Turn, status: TurnStatus, error: ClassifiedError | None) -> None:
@@ -526,10 +466,7 @@ class AppServerDriver(CodexDriver):
             self._turn = None
         if turn.watchdog is not None and turn.watchdog is not asyncio.current_task():
             turn.watchdog.cancel()
-        for request_id in [r for r in self._approvals if turn.turn_id and r.startswith(f"{turn.turn_id}:")]:
-            approval = self._approvals.pop(request_id)
-            if approval.timer is not None:
-                approval.timer.cancel()
+        self._desk.turn_ended(turn.turn_id)
         self._events.emit(TurnFinished(turn.turn_id, status, tuple(turn.client_ids), error))
         if self._queue:
             self._spawn(self._pump())
@@ -566,10 +503,6 @@ class AppServerDriver(CodexDriver):
             raise DriverError("the Codex app-server is not running")
         return conn
 
-    async def _refuse_quietly(self, rpc_id: RpcId, message: str) -> None:
-        with contextlib.suppress(DriverError):
-            await self._require_conn().respond_error(rpc_id, message)
-
 
 _M = TypeVar("_M", bound=BaseModel)
 
@@ -581,21 +514,6 @@ def _parsed(model: type[_M], data: object) -> _M | None:
     except ValidationError:
         log.warning("the app-server sent a %s that does not fit its schema; ignored", model.__name__)
         return None
-
-
-def _approval_answer(method: str, approve: bool) -> dict[str, JsonValue]:
-    if method in ("execCommandApproval", "applyPatchApproval"):
-        return {"decision": "approved" if approve else "denied"}
-    if method == "mcpServer/elicitation/request":
-        return {"action": "accept", "content": {}} if approve else {"action": "decline"}
-    return {"decision": "accept" if approve else "decline"}
-
-
-def _approval_detail(params: Mapping[str, JsonValue]) -> str:
-    detail = params.get("command") or params.get("message") or params.get("reason") or ""
-    if isinstance(detail, list):
-        detail = " ".join(str(part) for part in detail)
-    return shorten(str(detail), 160)
 
 
 def input_items(thought: TurnInput) -> list[JsonValue]:
