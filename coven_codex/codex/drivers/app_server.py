@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -75,6 +76,7 @@ from coven_codex.codex.drivers.events import (
 from coven_codex.codex.errors import HINTS, ClassifiedError, DriverError, ErrorCode, classify, shorten
 from coven_codex.codex.version import CodexVersion
 from coven_codex.jsonrpc import RpcError
+from coven_codex.support.lifecycle import Lifecycle, transitions
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +91,21 @@ def unrelayed_approvals(plan: DriverPlan) -> list[str]:
 
 
 _STATUSES: dict[str, TurnStatus] = {"completed": "completed", "interrupted": "interrupted", "failed": "failed"}
+
+
+class Attachment(enum.Enum):
+    """The driver's thread on the shared process: not attached yet, attached, let go (for good)."""
+
+    NOT_YET = "not_yet"
+    ATTACHED = "attached"
+    DETACHED = "detached"
+
+
+ATTACHMENT_TRANSITIONS = transitions(
+    (Attachment.NOT_YET, (Attachment.ATTACHED, Attachment.DETACHED)),
+    (Attachment.ATTACHED, (Attachment.DETACHED,)),
+)
+"""A thread is attached once; a driver whose thread was let go (closed, failed, process lost) does not attach again."""
 
 
 @dataclass(slots=True)
@@ -135,7 +152,9 @@ class AppServerDriver(CodexDriver):
         self._own_pool = pool is None
         self._pool = pool or AppServerPool(self.command, env=self.env, cwd=workspace, settings=settings)
         self._conn: AppServerConnection | None = None
-        self._attached = False
+        self._attachment = Lifecycle(
+            "the app-server driver's thread", ATTACHMENT_TRANSITIONS, Attachment.NOT_YET, where=__name__
+        )
         self._turn: _Turn | None = None
         self._desk = ApprovalDesk(
             settings,
@@ -148,6 +167,7 @@ class AppServerDriver(CodexDriver):
         self._killed_because: ClassifiedError | None = None
 
     # -- properties ----------------------------------------------------------------------------
+
     @property
     def busy(self) -> bool:
         """A turn is running."""
@@ -157,7 +177,7 @@ class AppServerDriver(CodexDriver):
     def pids(self) -> list[int]:
         """The shared process this thread is on (while attached): a hint for the process registry."""
         conn = self._conn
-        pid = conn.pid if conn is not None and self._attached and conn.alive else None
+        pid = conn.pid if conn is not None and self._attachment.is_in(Attachment.ATTACHED) and conn.alive else None
         return [pid] if pid is not None else []
 
     # -- start -----------------------------------------------------------------------------------
@@ -208,7 +228,7 @@ class AppServerDriver(CodexDriver):
         self._thread_id = thread_id
         assert self._conn is not None
         self._conn.attach(thread_id, self)
-        self._attached = True
+        self._attachment.move(Attachment.ATTACHED)
         await self._events.deliver(ThreadStarted(thread_id, resumed=resumed, note=note))
 
     # -- thoughts ----------------------------------------------------------------------------------
@@ -357,7 +377,7 @@ class AppServerDriver(CodexDriver):
         conn, self._conn = self._conn, None
         if conn is not None:
             thread = self._thread_id
-            if self._attached and thread is not None and conn.alive:
+            if self._attachment.is_in(Attachment.ATTACHED) and thread is not None and conn.alive:
                 turn = self._turn
                 if turn is not None and turn.turn_id is not None and not turn.ended.is_set():
                     await self._interrupt_quietly(conn, thread, turn.turn_id)
@@ -365,7 +385,7 @@ class AppServerDriver(CodexDriver):
                     with contextlib.suppress(RpcError, DriverError):
                         await conn.unsubscribe(thread)
                 conn.detach(thread, self)
-            self._attached = False
+            self._attachment.move(Attachment.DETACHED)
             await self._pool.release(conn)
         if self._own_pool:
             await self._pool.aclose()
@@ -379,18 +399,16 @@ class AppServerDriver(CodexDriver):
     # -- the shared process ------------------------------------------------------------------------
     def on_connection_lost(self, error: ClassifiedError, returncode: int | None) -> None:
         """The shared process is gone (:class:`~coven_codex.codex.appserver.connection.ThreadClient`)."""
-        self._attached = False
+        self._attachment.move(Attachment.DETACHED)
         self._fail(self._killed_because or error, returncode)
 
     def _fail(self, error: ClassifiedError, returncode: int | None) -> None:
-        if self._failed is not None or self._closing:
+        if not self._failing(error, returncode):
             return
-        self._failed = error
-        self._failed_returncode = returncode
         conn = self._conn
-        if conn is not None and self._attached and self._thread_id is not None:
+        if conn is not None and self._attachment.is_in(Attachment.ATTACHED) and self._thread_id is not None:
             conn.detach(self._thread_id, self)  # the process may go on serving other threads
-            self._attached = False
+            self._attachment.move(Attachment.DETACHED)
         log.info("app-server thread %s failed: %s", self._thread_id, error.message)
         undelivered = self.queued
         self._queue.clear()
@@ -488,7 +506,7 @@ class AppServerDriver(CodexDriver):
 
     def _require_conn(self) -> AppServerConnection:
         conn = self._conn
-        if conn is None or not self._attached or self._failed is not None:
+        if conn is None or not self._attachment.is_in(Attachment.ATTACHED) or self._failed is not None:
             raise DriverError("the Codex app-server is not running")
         return conn
 
