@@ -168,7 +168,7 @@ class HandOver:
         return await self._count_failure(thought, str(exc), counts=not killed_from_outside(exc.returncode))
 
     async def _received(self, rollout: Path, in_flight: InFlight) -> bool:
-        by_client_id = self._svc.make_driver.records_client_id
+        by_client_id = self._svc.make_driver.plan.records_client_id
         return await asyncio.to_thread(codex_received, rollout, in_flight, by_client_id=by_client_id)
 
     async def _count_failure(self, thought: PendingThought, reason: str, *, counts: bool) -> HandOverResult:

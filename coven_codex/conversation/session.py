@@ -127,7 +127,7 @@ class Session:
             self._outbox,
             self._saver,
             phases=self._phases,
-            records_turn_end=services.make_driver.records_turn_end,
+            records_turn_end=services.make_driver.plan.records_turn_end,
             name=self._name,
         )
         self._closing = Closing(

@@ -126,8 +126,6 @@ class AppServerDriver(CodexDriver):
 
     kind: ClassVar[str] = "app-server"
     persistent: ClassVar[bool] = True
-    records_client_id: ClassVar[bool] = True
-    image_urls: ClassVar[bool] = True
     label: ClassVar[str] = "the Codex app-server"
 
     def __init__(

@@ -140,7 +140,6 @@ class CodexDriver(abc.ABC):
     """One process serves every turn (app-server); ``False``: a process per turn (exec)."""
     supports_steer: bool
     """Thoughts can join a running turn (app-server with `turn/steer`; see the driver's plan)."""
-    records_client_id: ClassVar[bool]
     label: ClassVar[str]
     """How messages name the driver's Codex process, e.g. ``the Codex app-server``."""
 
@@ -199,9 +198,6 @@ class CodexDriver(abc.ABC):
     async def start(self, resume_thread_id: str | None) -> None:
         """Start Codex and open the thread (app-server) or remember the thread to resume (exec)."""
         ...
-
-    image_urls: ClassVar[bool]
-    """Takes images by ``https`` URL as well as local files."""
 
     @abc.abstractmethod
     async def submit(

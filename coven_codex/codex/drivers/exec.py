@@ -77,8 +77,6 @@ class ExecDriver(CodexDriver):
     kind: ClassVar[str] = "exec"
     persistent: ClassVar[bool] = False
     supports_steer = False
-    records_client_id: ClassVar[bool] = False
-    image_urls: ClassVar[bool] = False
     label: ClassVar[str] = "codex exec"
 
     def __init__(
