@@ -95,7 +95,7 @@ def test_the_architecture_says_elicitations_are_relayed_as_approvals() -> None:
     """The app-server driver maps an elicitation to an approval; the docs must not say it is refused."""
     from coven_codex.codex.drivers import app_server
 
-    assert "mcpServer/elicitation/request" in app_server._APPROVAL_ACTIONS
+    assert "mcpServer/elicitation/request" in app_server.RELAYED_REQUESTS
     doc = " ".join((ROOT / "docs" / "architecture.md").read_text().split())
     assert "relays `mcpServer/elicitation/request`" in doc
     assert "`mcpServer/elicitation/request` and other server requests it does not handle" not in doc

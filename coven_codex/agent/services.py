@@ -13,6 +13,7 @@ from coven_codex.agent.processes import ProcessRegistry
 from coven_codex.agent.slots import SlotPool
 from coven_codex.agent.state import StateStore
 from coven_codex.agent.writer import DaemonWriter
+from coven_codex.codex.capabilities import DriverPlan
 from coven_codex.codex.drivers import CodexDriver, EventSink, ImageInput
 from coven_codex.entries import Attachment
 from coven_codex.journal import Journal, Position
@@ -55,28 +56,8 @@ class DriverFactory(Protocol):
     what the drivers it makes can do and how in-flight thoughts are resolved."""
 
     @property
-    def records_client_id(self) -> bool:
-        """Codex records our thought ids in the rollout, so in-flight thoughts resolve by id, not count."""
-        ...
-
-    @property
-    def records_turn_end(self) -> bool:
-        """Codex's rollout records each turn's end, so egress writes it and the session must not."""
-        ...
-
-    @property
-    def image_urls(self) -> bool:
-        """The driver takes ``https`` images (else files only)."""
-        ...
-
-    @property
-    def takes_images(self) -> bool:
-        """The driver passes a thought's images to Codex (else a thought with images is refused)."""
-        ...
-
-    @property
-    def forks_threads(self) -> bool:
-        """The driver can open a thread as a fork of another (``resume_thread``; app-server only)."""
+    def plan(self) -> DriverPlan:
+        """What the drivers it makes can do (:class:`~coven_codex.codex.capabilities.DriverPlan`)."""
         ...
 
     def __call__(self, conversation: str, options: ThreadOptions, sink: EventSink) -> CodexDriver:

@@ -177,20 +177,23 @@ class DriverPlan:
     """``thread/unsubscribe`` (app-server)."""
     approval_requests: frozenset[str] = frozenset()
     """The approval request methods Codex may send (app-server)."""
-
-    @property
-    def records_client_id(self) -> bool:
-        """Codex records our thought id in the rollout (``clientUserMessageId``: the app-server plan)."""
-        return self.driver == "app-server"
-
-    @property
-    def records_turn_end(self) -> bool:
-        """The rollout records each turn's start and end, with the turn id the driver reports.
-
-        True for the app-server plan: every release offering ``clientUserMessageId`` (0.140 on)
-        records ``task_started``/``task_complete`` (seen from 0.104 on; docs/rollout.md). For exec
-        the session writes a turn's end when egress brought none (0.47 and 0.58 record none)."""
-        return self.driver == "app-server"
+    records_client_id: bool = False
+    """Codex records our thought id in the rollout (``clientUserMessageId``: app-server), so in-flight
+    thoughts resolve by id, not by count."""
+    records_turn_end: bool = False
+    """The rollout records each turn's start and end, with the turn id the driver reports, so egress
+    writes the end and the conversation must not. The app-server plan: every release offering
+    ``clientUserMessageId`` (0.140 on) records ``task_started``/``task_complete`` (seen from 0.104 on;
+    docs/rollout.md). For exec the conversation writes a turn's end when egress brought none (0.47
+    and 0.58 record none)."""
+    takes_images: bool = False
+    """The driver passes a thought's images to Codex (app-server). Codex 0.47's ``exec --image …
+    resume <thread> -`` sent the image without the thought's text (seen with the real CLI), so exec
+    refuses them."""
+    image_urls: bool = False
+    """Images by ``https`` URL as well as local files (app-server)."""
+    forks_threads: bool = False
+    """A thread opens as a fork of another (``thread/fork``: app-server)."""
 
 
 def binary_key(program: Path) -> str:
@@ -387,4 +390,9 @@ def plan_driver(capabilities: CodexCapabilities, choice: Literal["auto", "app-se
         steer=protocol.steer,
         unsubscribe=protocol.unsubscribe,
         approval_requests=protocol.approval_requests,
+        records_client_id=True,
+        records_turn_end=True,
+        takes_images=True,
+        image_urls=True,
+        forks_threads=True,
     )

@@ -106,7 +106,7 @@ class Admission:
 
     async def take_thought(self, thought: PendingThought) -> PendingThought | None:
         """``thought`` with its thread options and images checked, or ``None``: refused (and settled)."""
-        settings, caps = self._svc.settings, self._svc.make_driver
+        settings, caps = self._svc.settings, self._svc.make_driver.plan
         requested = self._requested.pop(thought.entry_id, None)
         if requested is not None:
             try:

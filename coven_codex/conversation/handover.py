@@ -18,10 +18,11 @@ import contextlib
 import enum
 import logging
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from coven_codex.agent.recovery import codex_received
+from coven_codex.agent.recovery import codex_received, recorded_client_id
 from coven_codex.agent.saver import StateSaver
 from coven_codex.agent.services import PendingThought, SessionServices
 from coven_codex.agent.state import InFlight, SessionState
@@ -30,13 +31,17 @@ from coven_codex.codex.errors import classify
 from coven_codex.conversation.admission import Admission
 from coven_codex.conversation.messages import ResetRequest
 from coven_codex.conversation.outbox import Outbox
+from coven_codex.entries import StatusEntry
 from coven_codex.support.backoff import backoff
 from coven_codex.support.limits import cut
+from coven_codex.tailing import Line
 
 log = logging.getLogger(__name__)
 
 DELIVERY_ATTEMPTS = 3
 """Hand-overs of one thought before it is dropped with an ``error`` entry."""
+THOUGHT_CANCELLED = "thought_cancelled"
+"""The status a thought dropped by a ``cancel`` with ``queued`` is answered with (it never reached Codex)."""
 PRUNE_DELIVERED_AT = 256
 CONFIRM_LOCATE = 5.0
 
@@ -117,6 +122,13 @@ class HandOver:
             self._svc.instruments.thought_handed_over()
         return HandOverResult(Outcome.PENDING, how=how)
 
+    def recorded_in(self, line: Line) -> str | None:
+        """The client id of the unconfirmed thought when rollout ``line`` records it (called by egress)."""
+        thought = self.unconfirmed
+        if thought is None or b'"client_id"' not in line.data or thought.entry_id.encode() not in line.data:
+            return None
+        return recorded_client_id(line.data)
+
     async def recorded(self, client_id: str) -> HandOverResult | None:
         """Egress saw Codex record the user message ``client_id``: the pending thought is delivered."""
         thought = self.unconfirmed
@@ -156,7 +168,7 @@ class HandOver:
         return await self._count_failure(thought, str(exc), counts=not killed_from_outside(exc.returncode))
 
     async def _received(self, rollout: Path, in_flight: InFlight) -> bool:
-        by_client_id = self._svc.make_driver.records_client_id
+        by_client_id = self._svc.make_driver.plan.records_client_id
         return await asyncio.to_thread(codex_received, rollout, in_flight, by_client_id=by_client_id)
 
     async def _count_failure(self, thought: PendingThought, reason: str, *, counts: bool) -> HandOverResult:
@@ -195,6 +207,34 @@ class HandOver:
             delay,
         )
         return HandOverResult(Outcome.RETRY_AFTER, delay)
+
+    async def drop_queued(self, in_driver: Callable[[str], bool]) -> bool:
+        """A ``cancel`` with ``queued``: the thoughts not yet handed to Codex (nor held by the driver,
+        ``in_driver``) are dropped, each answered with a ``thought_cancelled`` status and recorded as
+        settled (never sent after a restart). ``True`` if some were dropped and no thought is left queued."""
+        dropped = [
+            t
+            for t in self._queue
+            if isinstance(t, PendingThought) and t is not self.unconfirmed and not in_driver(t.entry_id)
+        ]
+        if not dropped:
+            return False
+        for thought in dropped:
+            self.forget(thought)
+            self._state.delivered[thought.entry_id] = thought.position
+        await self._saver.save_now()
+        for thought in dropped:
+            log.info("conversation %r: queued thought %s cancelled", self._name, cut(thought.entry_id))
+            await self._outbox.emit(
+                StatusEntry(
+                    id=f"cancelled@{thought.position}",
+                    state=THOUGHT_CANCELLED,
+                    text="cancelled before it reached Codex",
+                    in_reply_to=thought.entry_id,
+                )
+            )
+            self._svc.finish_thought(thought.position)
+        return not any(isinstance(t, PendingThought) for t in self._queue)
 
     def forget(self, thought: PendingThought) -> None:
         """``thought`` leaves the queue (delivered, dropped, given up)."""

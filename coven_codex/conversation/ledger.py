@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,8 +22,17 @@ from coven_codex.agent.egress_runner import EgressRunner
 from coven_codex.agent.recovery import last_turn
 from coven_codex.agent.saver import StateSaver
 from coven_codex.agent.state import OpenTurn, SessionState
-from coven_codex.codex.drivers import TurnExpired, TurnFinished
+from coven_codex.codex.drivers import (
+    CodexDriver,
+    DriverError,
+    DriverFailed,
+    Submission,
+    TurnExpired,
+    TurnFinished,
+)
+from coven_codex.codex.errors import ErrorCode, shorten
 from coven_codex.conversation.outbox import Outbox
+from coven_codex.conversation.phases import Phase, PhaseMachine
 from coven_codex.entries import StatusEntry, TokenUsage
 from coven_codex.rollout import TURN_ABORTED, TURN_COMPLETED, TURN_FAILED, turn_entry_id
 from coven_codex.support.limits import cut
@@ -65,6 +75,7 @@ class TurnLedger:
         outbox: Outbox,
         saver: StateSaver,
         *,
+        phases: PhaseMachine,
         records_turn_end: bool,
         name: str,
     ) -> None:
@@ -72,19 +83,81 @@ class TurnLedger:
         self._egress = egress
         self._outbox = outbox
         self._saver = saver
+        self._phases = phases
         self._records_turn_end = records_turn_end
         self._name = name
         self.turn: Turn | None = None
         """The turn running in Codex, if any."""
 
+    def started(self, turn_id: str | None, thought_id: str | None) -> None:
+        """The driver says a turn started (ours, handing over ``thought_id``, or one it started from its own queue)."""
+        if self.turn is not None:
+            if turn_id is not None:
+                self.named(turn_id)
+            return
+        key = turn_id or thought_id
+        if key is not None:
+            self.begin(key, keyed_by_turn_id=turn_id is not None)
+
     def begin(self, key: str, *, keyed_by_turn_id: bool) -> None:
-        """A turn started (recorded as ``open_turn`` with the next save)."""
+        """A turn started (recorded as ``open_turn`` with the next save): ``READY`` becomes ``IN_TURN``."""
         egress = self._egress.egress
         self.turn = Turn(
             key, keyed_by_turn_id, egress, egress.errors_seen, egress.turn_ends_seen, egress.turn_starts_seen
         )
         self._state.open_turn = OpenTurn(key=key, turn_id=key if keyed_by_turn_id else None)
         self._saver.request()
+        if self._phases.is_in(Phase.READY):
+            self._phases.move(Phase.IN_TURN)
+
+    def can_steer(self, driver: CodexDriver | None, *, mid_turn: str, thought_in_flight: bool) -> bool:
+        """A thought may join the running turn: ``mid_turn = "steer"``, the driver can, the turn is not
+        being interrupted nor refused a steer, and (one thought in flight at a time) the turn's own
+        thought is recorded (not ``thought_in_flight``)."""
+        turn = self.turn
+        return (
+            mid_turn == "steer"
+            and driver is not None
+            and driver.supports_steer
+            and turn is not None
+            and turn.interrupt_sent_at is None
+            and not turn.steer_refused
+            and not thought_in_flight
+        )
+
+    def handed_over(self, thought_id: str, how: Submission | None, *, steer: bool) -> None:
+        """The driver took ``thought_id`` (``how``): a new turn (unless the driver said so already), or with
+        ``steer`` into the running one.
+
+        Accepted into the turn ("steered"), or the turn had just ended and the driver started it as
+        a new turn or queued it as the next one. Either way it stays in flight until Codex records it
+        (the UserMessage line with its client id): accepted pending input can still be dropped when
+        the turn is cut short."""
+        if not steer:
+            if self.turn is None:  # (the driver may have said so already)
+                self.begin(thought_id, keyed_by_turn_id=False)
+            return
+        if how != "steered":
+            log.info("conversation %r: thought %s did not join a running turn: %s", self._name, cut(thought_id), how)
+        if how == "queued" and self.turn is not None:
+            self.turn.steer_refused = True
+
+    async def interrupt(self, driver: CodexDriver | None) -> None:
+        """A ``cancel`` (or a reset): ask ``driver`` to interrupt the running turn (``INTERRUPTING``);
+        with none running, the chat is told nothing was."""
+        turn = self.turn
+        if driver is None or turn is None:
+            await self._outbox.emit(StatusEntry(state="cancel_ignored", text="nothing is running to cancel"))
+            return
+        log.info("conversation %r: interrupting the running turn", self._name)
+        try:
+            await driver.cancel()
+        except DriverError as exc:
+            log.warning("conversation %r: interrupt failed: %s", self._name, exc)
+            return
+        turn.interrupt_sent_at = time.monotonic()
+        if self._phases.is_in(Phase.IN_TURN):
+            self._phases.move(Phase.INTERRUPTING)
 
     def named(self, turn_id: str) -> None:
         """The driver told the running turn's id: it names the turn from now on."""
@@ -96,8 +169,11 @@ class TurnLedger:
             self._state.open_turn.turn_id = turn_id
             self._saver.request()
 
-    def finished(self) -> Turn | None:
-        """No turn runs any more; returns the one that ran, if any."""
+    def finished(self, *, codex_open: bool) -> Turn | None:
+        """No turn runs any more; returns the one that ran, if any. With Codex still open (``codex_open``)
+        the conversation is ``READY`` again (whoever closes Codex moves the phase itself)."""
+        if codex_open and self._phases.is_in(Phase.IN_TURN, Phase.INTERRUPTING):
+            self._phases.move(Phase.READY)
         turn, self.turn = self.turn, None
         if self._state.open_turn is not None:
             self._state.open_turn = None
@@ -216,6 +292,29 @@ class TurnLedger:
             key = self.key(turn)
             turn_id = key if turn.keyed_by_turn_id or key != turn.key else None
             await self.write_end(state, key, turn_id, f"{state.replace('_', ' ')}: {why}")
+
+    async def codex_exited(self, event: DriverFailed, turn: Turn | None) -> None:
+        """One ``error`` saying how Codex ended (for ``turn``, the one it cut short, with its deterministic id)."""
+        where = " during a turn" if turn is not None else ""
+        if event.returncode is not None and event.returncode < 0:
+            # Killed by a signal: whatever it last wrote on stderr is not the reason.
+            code = ErrorCode.PROCESS_EXITED
+            message = f"Codex was killed{where} by signal {-event.returncode}"
+        elif event.error.code is not ErrorCode.PROCESS_EXITED:
+            code, message = event.error.code, event.error.message
+        else:
+            # Nothing on stderr said why (its lines are warnings, or about something else).
+            code = ErrorCode.PROCESS_EXITED
+            message = f"Codex exited{where} (exit {event.returncode})"
+        if turn is not None and self.seen_since(turn)[1] == 0:
+            await self._egress.drain(ERROR_DRAIN)  # the rollout's name for the turn, for the ids
+        await self.turn_error(
+            turn,
+            code,
+            shorten(message),
+            "The session will be resumed in a moment; send the thought again if its reply is "
+            "missing. Run `coven-codex validate` if this repeats.",
+        )
 
     async def end_cut_by_restart(self) -> bool:
         """A turn the previous run left running (the daemon was killed) ends now, ``turn_aborted``

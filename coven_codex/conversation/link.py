@@ -75,6 +75,11 @@ class CodexLink:
         """Waiting for a slot (the conversation keeps reading its inbox meanwhile: a cancel can drop the thought)."""
         self.retries = Retries()
 
+    @property
+    def driver(self) -> CodexDriver | None:
+        """The open driver, if any."""
+        return self.codex.driver if self.codex is not None else None
+
     def slot_bound(self) -> str:
         """The bound this conversation waits on, as the chat is told (``max_sessions = 4``)."""
         bound = "max_jobs" if self._slots is self._svc.job_slots else "max_sessions"

@@ -12,6 +12,8 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 
+from coven_codex.support.lifecycle import Lifecycle, LifecycleError
+
 
 class Phase(enum.Enum):
     """Where a conversation is in its life with Codex."""
@@ -86,38 +88,27 @@ TRANSITIONS: frozenset[tuple[Phase, Phase]] = frozenset(TRIGGERS)
 """The allowed moves ``(from, to)``."""
 
 
-class PhaseError(RuntimeError):
+class PhaseError(LifecycleError):
     """A move the transition table does not allow: a bug in the conversation's code."""
 
 
-class PhaseMachine:
+class PhaseMachine(Lifecycle[Phase]):
     """A conversation's current phase; every move is checked against :data:`TRANSITIONS`."""
 
-    __slots__ = ("_name", "_phase")
+    __slots__ = ()
 
     def __init__(self, name: str, phase: Phase = Phase.IDLE) -> None:
-        self._name = name
-        self._phase = phase
+        super().__init__(
+            f"conversation {name!r}", TRANSITIONS, phase, where="coven_codex/conversation/phases.py, TRANSITIONS"
+        )
 
-    @property
-    def phase(self) -> Phase:
-        """The phase the conversation is in."""
-        return self._phase
+    def _refused(self, to: Phase) -> LifecycleError:
+        return PhaseError(*super()._refused(to).args)
 
-    def move(self, to: Phase) -> None:
-        """Move to ``to`` (staying where it is is no move); :class:`PhaseError` if the table forbids it."""
-        if to is self._phase:
-            return
-        if (self._phase, to) not in TRANSITIONS:
-            raise PhaseError(
-                f"conversation {self._name!r}: no move from {self._phase.value} to {to.value} "
-                "(coven_codex/conversation/phases.py, TRANSITIONS): a bug, please report it with the daemon log"
-            )
-        self._phase = to
-
-    def is_in(self, *phases: Phase) -> bool:
-        """Whether the conversation is in one of ``phases``."""
-        return self._phase in phases
+    def start_over(self, *, stopped: bool) -> None:
+        """After the conversation's task crashed: ``IDLE`` again (``STOPPED`` if it was stopping), as a
+        new conversation would be. Not a move of the table: the run that was in the old phase is gone."""
+        self._phase = Phase.STOPPED if stopped else Phase.IDLE
 
 
 def state_diagram() -> str:

@@ -118,6 +118,7 @@ class DriverMaker:
     """Makes a conversation's CODEX driver (app-server or exec; the session consumes its events)."""
 
     plan: DriverPlan
+    """What the drivers it makes can do: the one record of it, built once from the probe."""
     executable: Path
     command: tuple[str, ...]
     version: CodexVersion
@@ -158,32 +159,6 @@ class DriverMaker:
         """End the shared app-servers (after every driver is closed)."""
         if self.pool is not None:
             await self.pool.aclose()
-
-    @property
-    def records_client_id(self) -> bool:
-        """The app-server driver records our thought ids in the rollout; exec does not."""
-        return self.plan.records_client_id
-
-    @property
-    def records_turn_end(self) -> bool:
-        """The rollout records each turn's end with the driver's turn id (so egress writes it)."""
-        return self.plan.records_turn_end
-
-    @property
-    def image_urls(self) -> bool:
-        """The app-server takes ``https`` images; ``codex exec`` only files."""
-        return self.driver == "app-server"
-
-    @property
-    def takes_images(self) -> bool:
-        """Only the app-server driver takes images: Codex 0.47's ``exec --image … resume <thread> -``
-        sent the image without the thought's text (seen with the real CLI), so exec refuses them."""
-        return self.driver == "app-server"
-
-    @property
-    def forks_threads(self) -> bool:
-        """The app-server opens a thread as a fork of another (``thread/fork``); exec cannot."""
-        return self.driver == "app-server"
 
     def __call__(self, conversation: str, options: ThreadOptions, sink: EventSink) -> CodexDriver:
         """The driver of ``conversation``'s thread, opened with ``options`` (not started yet)."""

@@ -69,7 +69,7 @@ class DaemonHost:
         if state.in_flight is None or state.rollout_path is None:
             return False
         rollout, in_flight = Path(state.rollout_path), state.in_flight
-        by_client_id = self._daemon.make_driver.records_client_id
+        by_client_id = self._daemon.make_driver.plan.records_client_id
         return await asyncio.to_thread(codex_received, rollout, in_flight, by_client_id=by_client_id)
 
     def start_session(self, state: SessionState) -> None:

@@ -109,7 +109,7 @@ class Recovery:
             rollout is not None
             and rollout.exists()
             and await asyncio.to_thread(
-                codex_received, rollout, in_flight, by_client_id=self._make_driver.records_client_id
+                codex_received, rollout, in_flight, by_client_id=self._make_driver.plan.records_client_id
             )
         )
         if received:

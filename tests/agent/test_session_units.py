@@ -26,6 +26,7 @@ from coven_codex.agent.services import SessionServices, ThreadOptions
 from coven_codex.agent.slots import SlotPool
 from coven_codex.agent.state import SessionState, StateStore
 from coven_codex.agent.writer import DaemonWriter
+from coven_codex.codex.capabilities import DriverPlan
 from coven_codex.codex.drivers import (
     ApprovalRequested,
     CodexDriver,
@@ -71,17 +72,18 @@ class FakeCodex:
     """(thought id, text) of every hand-over, in order (sends and steers)."""
     drivers: list[FakeDriver] = field(default_factory=list)
     open_error: BaseException | None = None
-    records_client_id: bool = True
-    records_turn_end: bool = True
-    image_urls: bool = False
-    takes_images: bool = True
+    plan: DriverPlan = field(
+        default_factory=lambda: DriverPlan(
+            "app-server", "fake", records_client_id=True, records_turn_end=True, takes_images=True, forks_threads=True
+        )
+    )
+    """What the fake drivers can do (a test may replace it)."""
     images: list[tuple[str, tuple[ImageInput, ...]]] = field(default_factory=list)
     """(thought id, images) of every hand-over that carried images."""
 
     def rollout(self, thread_id: str) -> Path:
         return self.root / f"rollout-{thread_id}.jsonl"
 
-    forks_threads: bool = True
     options: list[ThreadOptions] = field(default_factory=list)
     """The thread options of every driver made, in order."""
 
@@ -111,8 +113,6 @@ class FakeDriver(CodexDriver):
 
     kind: ClassVar[str] = "fake"
     persistent: ClassVar[bool] = True
-    records_client_id: ClassVar[bool] = True
-    image_urls: ClassVar[bool] = False
     label: ClassVar[str] = "the fake Codex"
     supports_steer = True
 

@@ -5,6 +5,7 @@ of ``test_session_units`` (issue 15, items 1 and 2)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -134,7 +135,7 @@ async def test_resume_thread_forks_and_is_refused_where_the_driver_cannot_fork(r
     await rig.wait(lambda es: "echo: hello" in replies(es), "the reply")
     assert rig.codex.options == [ThreadOptions(fork_from="thread-1")]
     assert session.state.fork_from is None  # the fork exists now; a restart resumes it
-    rig.codex.forks_threads = False
+    rig.codex.plan = dataclasses.replace(rig.codex.plan, forks_threads=False)
     other = rig.session("d")
     think(rig, other, "hello", resume_thread="thread-1")
     entries = await rig.wait(lambda es: bool(refused(es)), "the refusal", conversation="d")

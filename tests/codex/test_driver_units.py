@@ -94,9 +94,9 @@ async def test_create_driver_and_settings(tmp_path: Path) -> None:
     old = create_driver(
         tmp_path / "codex", OLD, tmp_path, env={}, settings=settings, sink=queue_sink(queue), plan=exec_plan
     )
-    assert isinstance(new, AppServerDriver) and new.records_client_id and new.supports_steer
+    assert isinstance(new, AppServerDriver) and app.records_client_id and new.supports_steer
     assert isinstance(plain, AppServerDriver) and not plain.supports_steer
-    assert isinstance(old, ExecDriver) and not old.records_client_id and not old.supports_steer
+    assert isinstance(old, ExecDriver) and not exec_plan.records_client_id and not old.supports_steer
     assert not new.busy and new.pids == [] and new.thread_id is None
 
 
@@ -119,3 +119,24 @@ async def test_dispatcher_delivers_in_order_and_survives_a_failing_sink() -> Non
     runner.cancel()
     with pytest.raises(asyncio.CancelledError):
         await runner
+
+
+CAPABILITIES = ("records_client_id", "records_turn_end", "takes_images", "image_urls", "forks_threads")
+
+
+def test_what_a_driver_can_do_is_one_record_built_once_from_the_probe() -> None:
+    """The plan is the one record: the driver maker and the drivers keep no copy of their own."""
+    from coven_codex.codex.drivers.base import CodexDriver
+    from coven_codex.daemon.bootstrap import DriverMaker
+
+    app = plan_driver(CodexCapabilities(version="0.169.0", app_server=FULL))
+    old = plan_driver(CodexCapabilities(version="0.47.0", why_not="no schema"))
+    assert all(getattr(app, name) for name in CAPABILITIES)
+    assert not any(getattr(old, name) for name in CAPABILITIES)
+    copies = [
+        f"{owner.__name__}.{name}"
+        for owner in (DriverMaker, CodexDriver, AppServerDriver, ExecDriver)
+        for name in CAPABILITIES
+        if any(name in vars(cls) or name in getattr(cls, "__annotations__", {}) for cls in owner.__mro__)
+    ]
+    assert copies == []

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 import signal
 from collections import deque
@@ -46,6 +47,7 @@ from coven_codex.codex.process import STREAM_LIMIT, ChildProcess, spawn, termina
 from coven_codex.codex.tasks import TaskRunner
 from coven_codex.jsonrpc import JsonRpcPeer, RequestId, RequestTimeout, RpcError
 from coven_codex.jsonrpc.messages import METHOD_NOT_FOUND
+from coven_codex.support.lifecycle import Lifecycle, transitions
 
 __all__ = [  # RpcError is re-exported: callers of request() catch it from here
     "OVERLOADED",
@@ -113,6 +115,27 @@ def thread_of(params: Mapping[str, JsonValue]) -> str | None:
     return thread if isinstance(thread, str) else None
 
 
+class ConnectionPhase(enum.Enum):
+    """Where a connection to a shared app-server is in its life (:data:`CONNECTION_TRANSITIONS`)."""
+
+    OPEN = "open"
+    """Its process starts or serves threads."""
+    RETIRED = "retired"
+    """The pool hands it out no more; :meth:`AppServerConnection.aclose` ends it."""
+    LOST = "lost"
+    """Its process died or stopped answering (:attr:`AppServerConnection.lost` says why)."""
+    CLOSED = "closed"
+    """Closed by the pool: its process ends."""
+
+
+CONNECTION_TRANSITIONS = transitions(
+    (ConnectionPhase.OPEN, (ConnectionPhase.RETIRED, ConnectionPhase.LOST, ConnectionPhase.CLOSED)),
+    (ConnectionPhase.RETIRED, (ConnectionPhase.CLOSED,)),
+    (ConnectionPhase.LOST, (ConnectionPhase.CLOSED,)),
+)
+"""Every move a connection may make; any other is a bug (:class:`~coven_codex.support.lifecycle.LifecycleError`)."""
+
+
 class AppServerConnection:
     """One ``codex app-server`` process and the threads attached to it (module docstring)."""
 
@@ -142,10 +165,11 @@ class AppServerConnection:
         self._threads: dict[str, ThreadClient] = {}
         self._stderr: deque[str] = deque(maxlen=STDERR_LINES)
         self._tasks = TaskRunner("codex-app-server", self._on_task_failure)
-        self._closing = False
-        self._closed = False
+        self._lifecycle = Lifecycle(
+            "an app-server connection", CONNECTION_TRANSITIONS, ConnectionPhase.OPEN, where=__name__
+        )
         self.lost: ClassifiedError | None = None
-        """Why the process is gone, once it is."""
+        """Why the process is gone, once it is (:attr:`ConnectionPhase.LOST`)."""
         self.lost_returncode: int | None = None
         """Its exit status then (``None``: unknown, e.g. it stopped answering)."""
         self.users = 0
@@ -169,6 +193,11 @@ class AppServerConnection:
 
     # -- state -----------------------------------------------------------------------------------
     @property
+    def phase(self) -> ConnectionPhase:
+        """Where the connection is in its life."""
+        return self._lifecycle.phase
+
+    @property
     def pid(self) -> int | None:
         """The process (group leader), while it runs."""
         child = self._child
@@ -180,8 +209,7 @@ class AppServerConnection:
         child = self._child
         return (
             child is not None
-            and self.lost is None
-            and not self._closing
+            and self._lifecycle.is_in(ConnectionPhase.OPEN)
             and not child.exited.is_set()
             and child.returncode is None
         )
@@ -241,15 +269,15 @@ class AppServerConnection:
 
     def retire(self) -> None:
         """Take no more threads (:attr:`alive` is ``False`` from now on); :meth:`aclose` ends it."""
-        self._closing = True
+        if self._lifecycle.is_in(ConnectionPhase.OPEN):  # (a lost or closed one takes none anyway)
+            self._lifecycle.move(ConnectionPhase.RETIRED)
 
     async def aclose(self) -> None:
         """End the process: stdin closed (it exits by itself), TERM after half of ``kill_grace``,
         KILL at its end; no thread hears about it (they were closed first)."""
-        if self._closed:
+        if self._lifecycle.is_in(ConnectionPhase.CLOSED):
             return
-        self._closed = True
-        self._closing = True
+        self._lifecycle.move(ConnectionPhase.CLOSED)
         self._threads.clear()
         self._peer.fail_pending(DriverError("the Codex app-server is closing"))
         child = self._child
@@ -435,7 +463,7 @@ class AppServerConnection:
 
     async def _watch_exit(self, child: ChildProcess) -> None:
         await child.exited.wait()
-        if self._closing or self.lost is not None:
+        if not self._lifecycle.is_in(ConnectionPhase.OPEN):
             return
         await asyncio.sleep(0.1)  # give stderr a moment to deliver the last words of the process
         self._lose(process_error(child.returncode, list(self._stderr), what=LABEL), child.returncode)
@@ -443,8 +471,9 @@ class AppServerConnection:
 
     def _lose(self, error: ClassifiedError, returncode: int | None) -> None:
         """The process is gone: one event for every thread on it."""
-        if self.lost is not None or self._closing:
+        if not self._lifecycle.is_in(ConnectionPhase.OPEN):
             return
+        self._lifecycle.move(ConnectionPhase.LOST)
         self.lost = error
         self.lost_returncode = returncode
         clients = list(self._threads.values())

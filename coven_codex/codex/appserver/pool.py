@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 import resource
 from collections.abc import Mapping, Sequence
@@ -60,6 +61,7 @@ from coven_codex.codex.appserver.messages import LoadedThreads
 from coven_codex.codex.driver_settings import DriverSettings
 from coven_codex.codex.errors import HINTS, ClassifiedError, DriverError, ErrorCode, classify
 from coven_codex.support.backoff import MAX_BACKOFF, backoff
+from coven_codex.support.lifecycle import Lifecycle, transitions
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +100,17 @@ def thread_budget(fd_limit: int | None = None) -> int:
     return max(MIN_THREADS_PER_PROCESS, (fd_limit - FD_RESERVE) // FDS_PER_THREAD)
 
 
+class PoolPhase(enum.Enum):
+    """Where the pool is in its life: it hands out connections until it is closed."""
+
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+POOL_TRANSITIONS = transitions((PoolPhase.OPEN, (PoolPhase.CLOSED,)))
+"""A closed pool does not open again."""
+
+
 class AppServerPool:
     """Up to ``size`` shared ``codex app-server`` processes (module docstring)."""
 
@@ -130,7 +143,7 @@ class AppServerPool:
         self._lock = asyncio.Lock()
         self._failures = 0
         self._failed_at = 0.0
-        self._closed = False
+        self._lifecycle = Lifecycle("the app-server pool", POOL_TRANSITIONS, PoolPhase.OPEN, where=__name__)
         self._closing: set[asyncio.Future[None]] = set()
         self._prestart: asyncio.Task[None] | None = None
         self._warm: dict[AppServerConnection, asyncio.Task[None]] = {}
@@ -153,7 +166,7 @@ class AppServerPool:
         the thread's rollout writer, and any other would refuse it ("already has an active
         writer")."""
         async with self._lock:
-            if self._closed:
+            if self._lifecycle.is_in(PoolPhase.CLOSED):
                 raise DriverError("the Codex app-server pool is closed")
             self._connections = self.connections
             holder = next((c for c in self._connections if thread_id is not None and thread_id in c.loaded), None)
@@ -188,12 +201,12 @@ class AppServerPool:
         """Start one process now, in the background, unless one runs (module docstring): the next
         :meth:`connect` takes it; it is warm until then, ended after ``keep_idle`` seconds. A
         failure is logged once (with what to do) and left to the next :meth:`connect` to retry."""
-        if self._prestart is None and not self._closed:
+        if self._prestart is None and not self._lifecycle.is_in(PoolPhase.CLOSED):
             self._prestart = asyncio.create_task(self._start_ahead(), name="codex-app-server-prestart")
 
     async def _start_ahead(self) -> None:
         async with self._lock:
-            if self._closed or self.connections:
+            if self._lifecycle.is_in(PoolPhase.CLOSED) or self.connections:
                 return
             try:
                 connection = await self._start()
@@ -229,7 +242,7 @@ class AppServerPool:
             if self._warm.get(connection) is not asyncio.current_task():
                 return  # (taken meanwhile)
             del self._warm[connection]
-            if self._closed or connection.users > 0 or connection not in self._connections:
+            if self._lifecycle.is_in(PoolPhase.CLOSED) or connection.users > 0 or connection not in self._connections:
                 return
             log.info(
                 "the shared Codex app-server (pid %s) has had no thread for %gs (idle_reap); ending it",
@@ -312,7 +325,7 @@ class AppServerPool:
         process is kept warm (module docstring) when it runs, is not full, and no other process is
         warm already; else it is ended (and this returns once it is gone)."""
         connection.users = max(0, connection.users - 1)
-        if connection.users > 0 or self._closed:
+        if connection.users > 0 or self._lifecycle.is_in(PoolPhase.CLOSED):
             return
         full = connection.opened >= self.threads_per_process
         if connection.alive and not full and self.keep_idle > 0 and not any(c.alive for c in self._warm):
@@ -335,7 +348,7 @@ class AppServerPool:
     async def aclose(self) -> None:
         """End every process (politely first: see :meth:`AppServerConnection.aclose`), and wait
         for those being ended already."""
-        self._closed = True
+        self._lifecycle.move(PoolPhase.CLOSED)
         if self._prestart is not None:
             self._prestart.cancel()  # (a process it is starting is ended by the start itself)
             with contextlib.suppress(asyncio.CancelledError):

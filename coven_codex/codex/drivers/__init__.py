@@ -15,7 +15,7 @@ from coven_codex.codex.appserver.pool import AppServerPool
 from coven_codex.codex.capabilities import DriverPlan
 from coven_codex.codex.driver_settings import DriverSettings
 from coven_codex.codex.drivers.app_server import AppServerDriver, unrelayed_approvals
-from coven_codex.codex.drivers.base import CodexDriver, ImageInput
+from coven_codex.codex.drivers.base import DRIVER_TRANSITIONS, CodexDriver, DriverPhase, ImageInput
 from coven_codex.codex.drivers.events import (
     AgentMessageCompleted,
     ApprovalRequested,
@@ -62,6 +62,7 @@ def create_driver(
 
 
 __all__ = [
+    "DRIVER_TRANSITIONS",
     "AgentMessageCompleted",
     "AppServerDriver",
     "ApprovalRequested",
@@ -72,6 +73,7 @@ __all__ = [
     "DriverError",
     "DriverEvent",
     "DriverFailed",
+    "DriverPhase",
     "DriverSettings",
     "EventSink",
     "ExecDriver",

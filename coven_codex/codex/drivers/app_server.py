@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,16 +58,14 @@ from coven_codex.codex.appserver.messages import (
 from coven_codex.codex.appserver.pool import AppServerPool
 from coven_codex.codex.capabilities import DriverPlan
 from coven_codex.codex.driver_settings import DriverSettings
+from coven_codex.codex.drivers.approvals import APPROVAL_ACTIONS, ApprovalDesk
 from coven_codex.codex.drivers.base import CodexDriver, ImageInput, TurnInput
 from coven_codex.codex.drivers.clock import TurnClock
 from coven_codex.codex.drivers.events import (
     AgentMessageCompleted,
-    ApprovalRequested,
-    ApprovalResolved,
     Delta,
     DriverFailed,
     EventSink,
-    ResolvedBy,
     Submission,
     ThreadStarted,
     TurnExpired,
@@ -78,19 +76,12 @@ from coven_codex.codex.drivers.events import (
 from coven_codex.codex.errors import HINTS, ClassifiedError, DriverError, ErrorCode, classify, shorten
 from coven_codex.codex.version import CodexVersion
 from coven_codex.jsonrpc import RpcError
+from coven_codex.support.lifecycle import Lifecycle, transitions
 
 log = logging.getLogger(__name__)
 
-_APPROVAL_ACTIONS = {
-    "item/commandExecution/requestApproval": "run a command",
-    "item/fileChange/requestApproval": "change files",
-    "execCommandApproval": "run a command",
-    "applyPatchApproval": "apply a patch",
-    "mcpServer/elicitation/request": "use a tool",
-}
 
-
-RELAYED_REQUESTS = frozenset(_APPROVAL_ACTIONS)
+RELAYED_REQUESTS = frozenset(APPROVAL_ACTIONS)
 """The server requests the driver relays to the chat as approvals; any other is refused."""
 
 
@@ -100,6 +91,21 @@ def unrelayed_approvals(plan: DriverPlan) -> list[str]:
 
 
 _STATUSES: dict[str, TurnStatus] = {"completed": "completed", "interrupted": "interrupted", "failed": "failed"}
+
+
+class Attachment(enum.Enum):
+    """The driver's thread on the shared process: not attached yet, attached, let go (for good)."""
+
+    NOT_YET = "not_yet"
+    ATTACHED = "attached"
+    DETACHED = "detached"
+
+
+ATTACHMENT_TRANSITIONS = transitions(
+    (Attachment.NOT_YET, (Attachment.ATTACHED, Attachment.DETACHED)),
+    (Attachment.ATTACHED, (Attachment.DETACHED,)),
+)
+"""A thread is attached once; a driver whose thread was let go (closed, failed, process lost) does not attach again."""
 
 
 @dataclass(slots=True)
@@ -115,20 +121,11 @@ class _Turn:
     watchdog: asyncio.Task[None] | None = None
 
 
-@dataclass(slots=True)
-class _Approval:
-    rpc_id: RpcId
-    method: str
-    timer: asyncio.Task[None] | None = None
-
-
 class AppServerDriver(CodexDriver):
     """See :mod:`coven_codex.codex.drivers.base` for the interface and this module for the wire."""
 
     kind: ClassVar[str] = "app-server"
     persistent: ClassVar[bool] = True
-    records_client_id: ClassVar[bool] = True
-    image_urls: ClassVar[bool] = True
     label: ClassVar[str] = "the Codex app-server"
 
     def __init__(
@@ -153,12 +150,22 @@ class AppServerDriver(CodexDriver):
         self._own_pool = pool is None
         self._pool = pool or AppServerPool(self.command, env=self.env, cwd=workspace, settings=settings)
         self._conn: AppServerConnection | None = None
-        self._attached = False
+        self._attachment = Lifecycle(
+            "the app-server driver's thread", ATTACHMENT_TRANSITIONS, Attachment.NOT_YET, where=__name__
+        )
         self._turn: _Turn | None = None
-        self._approvals: dict[str, _Approval] = {}
+        self._desk = ApprovalDesk(
+            settings,
+            emit=self._events.emit,
+            spawn=self._spawn,
+            respond=lambda rpc_id, answer: self._require_conn().respond(rpc_id, answer),
+            refuse=lambda rpc_id, message: self._require_conn().respond_error(rpc_id, message),
+            clock=lambda: self._turn.clock if self._turn is not None else None,
+        )
         self._killed_because: ClassifiedError | None = None
 
     # -- properties ----------------------------------------------------------------------------
+
     @property
     def busy(self) -> bool:
         """A turn is running."""
@@ -168,7 +175,7 @@ class AppServerDriver(CodexDriver):
     def pids(self) -> list[int]:
         """The shared process this thread is on (while attached): a hint for the process registry."""
         conn = self._conn
-        pid = conn.pid if conn is not None and self._attached and conn.alive else None
+        pid = conn.pid if conn is not None and self._attachment.is_in(Attachment.ATTACHED) and conn.alive else None
         return [pid] if pid is not None else []
 
     # -- start -----------------------------------------------------------------------------------
@@ -219,7 +226,7 @@ class AppServerDriver(CodexDriver):
         self._thread_id = thread_id
         assert self._conn is not None
         self._conn.attach(thread_id, self)
-        self._attached = True
+        self._attachment.move(Attachment.ATTACHED)
         await self._events.deliver(ThreadStarted(thread_id, resumed=resumed, note=note))
 
     # -- thoughts ----------------------------------------------------------------------------------
@@ -359,30 +366,7 @@ class AppServerDriver(CodexDriver):
     async def answer_approval(self, request_id: str, approve: bool, *, for_session: bool = False) -> None:
         """Answer a pending approval request from the chat (``for_session``: for the rest of the
         session); :class:`DriverError` if it is no longer pending."""
-        approval = self._approvals.get(request_id)
-        if approval is None:
-            raise DriverError(f"no pending approval request {request_id!r} (answered, expired or unknown)")
-        await self._resolve_approval(request_id, approve, "chat", for_session=for_session)
-
-    async def _resolve_approval(
-        self, request_id: str, approve: bool, by: ResolvedBy, *, for_session: bool = False
-    ) -> None:
-        approval = self._approvals.pop(request_id, None)
-        if approval is None:
-            return
-        if approval.timer is not None and approval.timer is not asyncio.current_task():
-            approval.timer.cancel()
-        if self._turn is not None:
-            self._turn.clock.approval_ended()
-        answer = _approval_answer(approval.method, approve, for_session=approve and for_session)
-        await self._require_conn().respond(approval.rpc_id, answer)
-        self._events.emit(ApprovalResolved(request_id, approve, by))
-
-    async def _approval_timeout(self, request_id: str) -> None:
-        await asyncio.sleep(self.settings.approval_timeout)
-        log.info("approval request %s unanswered after %.0fs; declining", request_id, self.settings.approval_timeout)
-        with contextlib.suppress(DriverError):
-            await self._resolve_approval(request_id, False, "timeout")
+        await self._desk.answer(request_id, approve, for_session=for_session)
 
     # -- closing -----------------------------------------------------------------------------------
     async def _end_processes(self) -> None:
@@ -392,7 +376,7 @@ class AppServerDriver(CodexDriver):
         conn, self._conn = self._conn, None
         if conn is not None:
             thread = self._thread_id
-            if self._attached and thread is not None and conn.alive:
+            if self._attachment.is_in(Attachment.ATTACHED) and thread is not None and conn.alive:
                 turn = self._turn
                 if turn is not None and turn.turn_id is not None and not turn.ended.is_set():
                     await self._interrupt_quietly(conn, thread, turn.turn_id)
@@ -400,7 +384,7 @@ class AppServerDriver(CodexDriver):
                     with contextlib.suppress(RpcError, DriverError):
                         await conn.unsubscribe(thread)
                 conn.detach(thread, self)
-            self._attached = False
+            self._attachment.move(Attachment.DETACHED)
             await self._pool.release(conn)
         if self._own_pool:
             await self._pool.aclose()
@@ -414,18 +398,16 @@ class AppServerDriver(CodexDriver):
     # -- the shared process ------------------------------------------------------------------------
     def on_connection_lost(self, error: ClassifiedError, returncode: int | None) -> None:
         """The shared process is gone (:class:`~coven_codex.codex.appserver.connection.ThreadClient`)."""
-        self._attached = False
+        self._attachment.move(Attachment.DETACHED)
         self._fail(self._killed_because or error, returncode)
 
     def _fail(self, error: ClassifiedError, returncode: int | None) -> None:
-        if self._failed is not None or self._closing:
+        if not self._failing(error, returncode):
             return
-        self._failed = error
-        self._failed_returncode = returncode
         conn = self._conn
-        if conn is not None and self._attached and self._thread_id is not None:
+        if conn is not None and self._attachment.is_in(Attachment.ATTACHED) and self._thread_id is not None:
             conn.detach(self._thread_id, self)  # the process may go on serving other threads
-            self._attached = False
+            self._attachment.move(Attachment.DETACHED)
         log.info("app-server thread %s failed: %s", self._thread_id, error.message)
         undelivered = self.queued
         self._queue.clear()
@@ -436,10 +418,7 @@ class AppServerDriver(CodexDriver):
             turn.ended.set()
             if turn.watchdog is not None and turn.watchdog is not asyncio.current_task():
                 turn.watchdog.cancel()
-        for approval in self._approvals.values():
-            if approval.timer is not None:
-                approval.timer.cancel()
-        self._approvals.clear()
+        self._desk.clear()
         self._events.emit(DriverFailed(error, returncode, undelivered, in_flight))
 
     def on_notification(self, method: str, params: Mapping[str, JsonValue]) -> None:
@@ -485,39 +464,13 @@ class AppServerDriver(CodexDriver):
             else:
                 log.warning("Codex reported: %s", shorten(str(text)))
         elif method == "serverRequest/resolved":
-            rpc_id = params.get("requestId")
-            for request_id, approval in list(self._approvals.items()):
-                if approval.rpc_id == rpc_id:
-                    self._approvals.pop(request_id)
-                    if approval.timer is not None:
-                        approval.timer.cancel()
-                    if turn is not None:
-                        turn.clock.approval_ended()
+            self._desk.resolved_by_codex(params.get("requestId"))
 
     def on_server_request(self, rpc_id: RpcId, method: str, params: Mapping[str, JsonValue]) -> None:
         """A request of Codex about this thread (an approval), routed here by the shared connection."""
         if self._turn is not None:
             self._turn.clock.touch()
-        action = _APPROVAL_ACTIONS.get(method)
-        if action is None:
-            log.info("the app-server asked %s, which coven-codex does not handle; refusing", method)
-            self._spawn(self._refuse_quietly(rpc_id, f"{method} is not supported by coven-codex"))
-            return
-        turn_id = params.get("turnId")
-        request_id = f"{turn_id}:{rpc_id}" if isinstance(turn_id, str) else f"req-{uuid.uuid4().hex[:12]}"
-        detail = _approval_detail(params)
-        text = f"{action}: {detail}" if detail else action
-        call_id = params.get("itemId") or params.get("callId")
-        approval = _Approval(rpc_id, method)
-        self._approvals[request_id] = approval
-        if self._turn is not None:
-            self._turn.clock.approval_started()
-        policy = self.settings.approval_policy
-        if policy == "ask":
-            self._events.emit(ApprovalRequested(request_id, text, call_id if isinstance(call_id, str) else None))
-            approval.timer = self._spawn(self._approval_timeout(request_id))
-        else:
-            self._spawn(self._resolve_approval(request_id, policy == "approve", "policy"))
+        self._desk.asked(rpc_id, method, params)
 
     # -- turn bookkeeping --------------------------------------------------------------------------
     def _finish_turn(self, turn: _Turn, status: TurnStatus, error: ClassifiedError | None) -> None:
@@ -530,10 +483,7 @@ class AppServerDriver(CodexDriver):
             self._turn = None
         if turn.watchdog is not None and turn.watchdog is not asyncio.current_task():
             turn.watchdog.cancel()
-        for request_id in [r for r in self._approvals if turn.turn_id and r.startswith(f"{turn.turn_id}:")]:
-            approval = self._approvals.pop(request_id)
-            if approval.timer is not None:
-                approval.timer.cancel()
+        self._desk.turn_ended(turn.turn_id)
         self._events.emit(TurnFinished(turn.turn_id, status, tuple(turn.client_ids), error))
         if self._queue:
             self._spawn(self._pump())
@@ -555,7 +505,7 @@ class AppServerDriver(CodexDriver):
 
     def _require_conn(self) -> AppServerConnection:
         conn = self._conn
-        if conn is None or not self._attached or self._failed is not None:
+        if conn is None or not self._attachment.is_in(Attachment.ATTACHED) or self._failed is not None:
             raise DriverError("the Codex app-server is not running")
         return conn
 
@@ -570,10 +520,6 @@ class AppServerDriver(CodexDriver):
             raise DriverError("the Codex app-server is not running")
         return conn
 
-    async def _refuse_quietly(self, rpc_id: RpcId, message: str) -> None:
-        with contextlib.suppress(DriverError):
-            await self._require_conn().respond_error(rpc_id, message)
-
 
 _M = TypeVar("_M", bound=BaseModel)
 
@@ -585,24 +531,6 @@ def _parsed(model: type[_M], data: object) -> _M | None:
     except ValidationError:
         log.warning("the app-server sent a %s that does not fit its schema; ignored", model.__name__)
         return None
-
-
-def _approval_answer(method: str, approve: bool, *, for_session: bool = False) -> dict[str, JsonValue]:
-    """The app-server's answer to an approval request: approved (``for_session``: for the rest of
-    the session, ``acceptForSession``/``approved_for_session``), or declined. A tool's elicitation has
-    no session-wide answer: it is accepted once."""
-    if method in ("execCommandApproval", "applyPatchApproval"):
-        return {"decision": ("approved_for_session" if for_session else "approved") if approve else "denied"}
-    if method == "mcpServer/elicitation/request":
-        return {"action": "accept", "content": {}} if approve else {"action": "decline"}
-    return {"decision": ("acceptForSession" if for_session else "accept") if approve else "decline"}
-
-
-def _approval_detail(params: Mapping[str, JsonValue]) -> str:
-    detail = params.get("command") or params.get("message") or params.get("reason") or ""
-    if isinstance(detail, list):
-        detail = " ".join(str(part) for part in detail)
-    return shorten(str(detail), 160)
 
 
 def input_items(thought: TurnInput) -> list[JsonValue]:

@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import enum
 import logging
 from collections import deque
 from collections.abc import Coroutine, Mapping, Sequence
@@ -78,6 +79,7 @@ from coven_codex.codex.drivers.events import EventDispatcher, EventSink, Submiss
 from coven_codex.codex.errors import ClassifiedError, DriverError, classify, collect_stderr
 from coven_codex.codex.tasks import Job, TaskRunner
 from coven_codex.codex.version import CodexVersion
+from coven_codex.support.lifecycle import Lifecycle, transitions
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +107,27 @@ class TurnInput:
     """The JSON Schema the turn's final answer must match (app-server's ``outputSchema``)."""
 
 
+class DriverPhase(enum.Enum):
+    """Where a driver is in its life (:data:`DRIVER_TRANSITIONS`; moved by the driver alone)."""
+
+    NEW = "new"
+    """Made, not started."""
+    RUNNING = "running"
+    """Its tasks run: it takes thoughts."""
+    FAILED = "failed"
+    """Its Codex died or stopped answering (:attr:`CodexDriver.failed` says why): it takes nothing more."""
+    CLOSED = "closed"
+    """:meth:`CodexDriver.aclose` was called: its processes end, then its tasks."""
+
+
+DRIVER_TRANSITIONS = transitions(
+    (DriverPhase.NEW, (DriverPhase.RUNNING, DriverPhase.FAILED, DriverPhase.CLOSED)),
+    (DriverPhase.RUNNING, (DriverPhase.FAILED, DriverPhase.CLOSED)),
+    (DriverPhase.FAILED, (DriverPhase.CLOSED,)),
+)
+"""Every move a driver may make; any other is a bug (:class:`~coven_codex.support.lifecycle.LifecycleError`)."""
+
+
 class CodexDriver(abc.ABC):
     """The interface both drivers implement (see the module docstring), and what they share.
 
@@ -119,7 +142,6 @@ class CodexDriver(abc.ABC):
     """One process serves every turn (app-server); ``False``: a process per turn (exec)."""
     supports_steer: bool
     """Thoughts can join a running turn (app-server with `turn/steer`; see the driver's plan)."""
-    records_client_id: ClassVar[bool]
     label: ClassVar[str]
     """How messages name the driver's Codex process, e.g. ``the Codex app-server``."""
 
@@ -147,9 +169,11 @@ class CodexDriver(abc.ABC):
         self._tasks = TaskRunner(f"codex-{self.kind}-driver", self._on_task_failure)
         self._lock = asyncio.Lock()
         """Held while a thought is being handed over, so thoughts reach Codex in order."""
-        self._closing = False
-        self._closed = False
+        self._lifecycle = Lifecycle(
+            f"the {self.kind} driver", DRIVER_TRANSITIONS, DriverPhase.NEW, where="coven_codex/codex/drivers/base.py"
+        )
         self._failed: ClassifiedError | None = None
+        """Why the driver failed (:attr:`DriverPhase.FAILED`)."""
         self._failed_returncode: int | None = None
 
     @property
@@ -177,9 +201,6 @@ class CodexDriver(abc.ABC):
         """Start Codex and open the thread (app-server) or remember the thread to resume (exec)."""
         ...
 
-    image_urls: ClassVar[bool]
-    """Takes images by ``https`` URL as well as local files."""
-
     @abc.abstractmethod
     async def submit(
         self,
@@ -204,16 +225,20 @@ class CodexDriver(abc.ABC):
         ...
 
     @property
+    def phase(self) -> DriverPhase:
+        """Where the driver is in its life."""
+        return self._lifecycle.phase
+
+    @property
     def failed(self) -> ClassifiedError | None:
         """Why the driver died, if it did."""
         return self._failed
 
     async def aclose(self) -> None:
         """End every Codex process of the driver, then its tasks; deliver what was emitted."""
-        if self._closed:
+        if self._lifecycle.is_in(DriverPhase.CLOSED):
             return
-        self._closed = True
-        self._closing = True
+        self._lifecycle.move(DriverPhase.CLOSED)
         await self._end_processes()
         await self._tasks.stop()
         await self._events.drain()
@@ -225,7 +250,16 @@ class CodexDriver(abc.ABC):
 
     @abc.abstractmethod
     def _fail(self, error: ClassifiedError, returncode: int | None) -> None:
-        """The driver cannot go on: remember why, end its turn and emit :class:`DriverFailed` once."""
+        """The driver cannot go on: remember why (:meth:`_failing`), end its turn, emit :class:`DriverFailed` once."""
+
+    def _failing(self, error: ClassifiedError, returncode: int | None) -> bool:
+        """Move to :attr:`DriverPhase.FAILED` for ``error``; ``False`` if the driver failed or was closed before."""
+        if not self._lifecycle.is_in(DriverPhase.NEW, DriverPhase.RUNNING):
+            return False
+        self._lifecycle.move(DriverPhase.FAILED)
+        self._failed = error
+        self._failed_returncode = returncode
+        return True
 
     @abc.abstractmethod
     async def _end_processes(self) -> None:
@@ -233,11 +267,12 @@ class CodexDriver(abc.ABC):
 
     async def _start_runner(self, *jobs: Job) -> None:
         """Start the task group with the event dispatcher and ``jobs`` (name, coroutine)."""
-        if self._tasks.started:
+        if not self._lifecycle.is_in(DriverPhase.NEW):
             for _, coro in jobs:
                 coro.close()
-            raise DriverError(f"the {self.kind} driver was already started")
+            raise DriverError(f"the {self.kind} driver was already started ({self.phase.value})")
         await self._tasks.start(("driver-events", self._events.run()), *jobs)
+        self._lifecycle.move(DriverPhase.RUNNING)
 
     async def _on_task_failure(self, group: BaseExceptionGroup[Exception]) -> None:
         for exc in group.exceptions:
@@ -259,13 +294,13 @@ class CodexDriver(abc.ABC):
                 f"the {self.kind} driver failed ({self._failed.message}); start a new driver",
                 returncode=self._failed_returncode,
             )
-        if self._closing or not self._tasks.started:
+        if not self._lifecycle.is_in(DriverPhase.RUNNING):
             raise DriverError(f"the {self.kind} driver is not running")
 
     async def _pump(self) -> None:
         """Start queued thoughts, in order, while no turn runs."""
         async with self._lock:
-            while not self.busy and self._queue and self._failed is None and not self._closing:
+            while not self.busy and self._queue and self._lifecycle.is_in(DriverPhase.RUNNING):
                 try:
                     await self._start_turn(self._queue.popleft())
                 except DriverError as exc:  # the driver failed meanwhile; DriverFailed says so

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from coven_codex.codex.driver_settings import DriverSettings
-from coven_codex.codex.drivers.base import CodexDriver, ImageInput, TurnInput
+from coven_codex.codex.drivers.base import CodexDriver, DriverPhase, ImageInput, TurnInput
 from coven_codex.codex.drivers.clock import TurnClock
 from coven_codex.codex.drivers.events import (
     AgentMessageCompleted,
@@ -77,8 +77,6 @@ class ExecDriver(CodexDriver):
     kind: ClassVar[str] = "exec"
     persistent: ClassVar[bool] = False
     supports_steer = False
-    records_client_id: ClassVar[bool] = False
-    image_urls: ClassVar[bool] = False
     label: ClassVar[str] = "codex exec"
 
     def __init__(
@@ -189,7 +187,7 @@ class ExecDriver(CodexDriver):
         if self._turn is turn:
             self._turn = None
         self._events.emit(TurnFinished(None, status, (turn.thought.client_id,), error, turn.usage))
-        if self._queue and not self._closing:
+        if self._queue and not self._lifecycle.is_in(DriverPhase.CLOSED):
             await self._pump()
 
     def _outcome(self, turn: _ExecTurn) -> tuple[TurnStatus, ClassifiedError | None]:
@@ -304,10 +302,8 @@ class ExecDriver(CodexDriver):
             await terminate_tree(turn.child, self.settings.kill_grace)
 
     def _fail(self, error: ClassifiedError, returncode: int | None) -> None:
-        if self._failed is not None or self._closing:
+        if not self._failing(error, returncode):
             return
-        self._failed = error
-        self._failed_returncode = returncode
         log.error("the exec driver failed: %s", error.message)
         turn = self._turn
         in_flight = (turn.thought.client_id,) if turn is not None else ()
