@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 from discord_fake import CHANNEL_ID, GUILD_ID, TEST_TOKEN, FakeDiscord, FakeMessage, serve, start_adapter, stop, until
+from running import append
 from turns import tool_turn
 
-from coven_codex.entries import ApprovalRequestEntry, BaseEntry, ResponseEntry, StatusEntry
-from coven_codex.journal import FileJournal
+from coven_codex.entries import ApprovalRequestEntry, ResponseEntry, StatusEntry
 
 ALLOWED = "5000000000000000001"
 CONVERSATION = f"discord:{GUILD_ID}/{CHANNEL_ID}/"
@@ -38,15 +38,6 @@ async def discord(tmp_path: Path) -> AsyncIterator[tuple[FakeDiscord, Path]]:
             await stop(process)
 
 
-async def _append(path: Path, entries: list[BaseEntry]) -> None:
-    journal = FileJournal(path, durability="never")
-    try:
-        for entry in entries:
-            await journal.append(entry)
-    finally:
-        await journal.aclose()
-
-
 def _card(fake: FakeDiscord) -> FakeMessage | None:
     return next((m for m in fake.in_channel(CHANNEL_ID) if m.content.startswith(("working", "done"))), None)
 
@@ -59,7 +50,7 @@ async def test_a_turn_of_thirty_commands_is_one_card_edited_in_place_and_the_rep
     discord: tuple[FakeDiscord, Path],
 ) -> None:
     fake, journal = discord
-    await _append(journal, tool_turn(CONVERSATION, 30, "thirty commands ran."))
+    await append(journal, *tool_turn(CONVERSATION, 30, "thirty commands ran."))
     await until(
         lambda: (
             (c := _card(fake)) is not None
@@ -79,7 +70,7 @@ async def test_a_turn_of_thirty_commands_is_one_card_edited_in_place_and_the_rep
 
 async def test_details_answer_with_the_turn_s_tool_output(discord: tuple[FakeDiscord, Path]) -> None:
     fake, journal = discord
-    await _append(journal, tool_turn(CONVERSATION, 9, "nine ran."))
+    await append(journal, *tool_turn(CONVERSATION, 9, "nine ran."))
     await until(lambda: (c := _card(fake)) is not None and c.content.startswith("done"), 30)
     card = _card(fake)
     assert card is not None and "✗ $ false (exit 1)" in card.content
@@ -92,11 +83,11 @@ async def test_details_answer_with_the_turn_s_tool_output(discord: tuple[FakeDis
 async def test_typing_is_kept_up_while_a_turn_runs_and_stops_with_it(discord: tuple[FakeDiscord, Path]) -> None:
     fake, journal = discord
     before = len(fake.typing)
-    await _append(journal, [StatusEntry(state="turn_started", conversation=CONVERSATION)])
+    await append(journal, StatusEntry(state="turn_started", conversation=CONVERSATION))
     await until(lambda: len(fake.typing) >= before + 2, 30)  # Discord's indicator fades after about 10 s
     times = fake.typing_times[before:]
     assert all(7.0 <= later - earlier <= 10.0 for earlier, later in itertools.pairwise(times)), times
-    await _append(journal, [StatusEntry(state="turn_completed", conversation=CONVERSATION)])
+    await append(journal, StatusEntry(state="turn_completed", conversation=CONVERSATION))
     ended = len(fake.typing)
     await asyncio.sleep(9.0)  # past a refresh that would have come: the turn's end stopped it
     assert len(fake.typing) == ended
@@ -105,7 +96,7 @@ async def test_typing_is_kept_up_while_a_turn_runs_and_stops_with_it(discord: tu
 async def test_a_table_in_a_reply_is_shown_as_an_aligned_code_block(discord: tuple[FakeDiscord, Path]) -> None:
     fake, journal = discord
     reply = "Sizes:\n\n| file | lines |\n|---|--:|\n| a.py | 12 |\n| long_name.py | 3400 |"
-    await _append(journal, [ResponseEntry(text=reply, conversation=CONVERSATION)])
+    await append(journal, ResponseEntry(text=reply, conversation=CONVERSATION))
     await until(lambda: any("a.py" in m.content for m in fake.in_channel(CHANNEL_ID)))
     shown = next(m.content for m in fake.in_channel(CHANNEL_ID) if "a.py" in m.content)
     assert shown == (
@@ -117,7 +108,7 @@ async def test_an_answered_approval_shows_who_decided_and_its_buttons_are_disabl
     discord: tuple[FakeDiscord, Path],
 ) -> None:
     fake, journal = discord
-    await _append(journal, [ApprovalRequestEntry(request_id="r1", action="rm -rf build", conversation=CONVERSATION)])
+    await append(journal, ApprovalRequestEntry(request_id="r1", action="rm -rf build", conversation=CONVERSATION))
     await until(lambda: any("rm -rf build" in m.content for m in fake.in_channel(CHANNEL_ID)))
     request = next(m for m in fake.in_channel(CHANNEL_ID) if "rm -rf build" in m.content)
     assert _buttons(request) == ["approve r1", "approve-session r1", "deny r1"]

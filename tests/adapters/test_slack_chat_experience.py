@@ -6,16 +6,18 @@ adapter's default ``render = "quiet"``.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from running import append
 from slack_fake import BOT_USER, actions_of, text_of
 from slack_under_test import SlackAdapter
 from turns import tool_turn
 
-from coven_codex.entries import ApprovalEntry, ApprovalRequestEntry, BaseEntry, ResponseEntry, StatusEntry
+from coven_codex.entries import ApprovalEntry, ApprovalRequestEntry, ResponseEntry, StatusEntry
 from coven_codex.journal import FileJournal, JournalRecord
 
 
@@ -27,15 +29,6 @@ async def slack(tmp_path: Path) -> AsyncIterator[SlackAdapter]:
         yield adapter
     finally:
         await adapter.close()
-
-
-async def _append(path: Path, entries: list[BaseEntry]) -> None:
-    journal = FileJournal(path, durability="never")
-    try:
-        for entry in entries:
-            await journal.append(entry)
-    finally:
-        await journal.aclose()
 
 
 def _card(adapter: SlackAdapter) -> dict[str, Any] | None:
@@ -52,7 +45,7 @@ async def _until(adapter: SlackAdapter, check: Callable[[], bool], timeout: floa
 
 async def test_a_turn_of_thirty_commands_is_one_card_edited_in_place_and_the_reply(slack: SlackAdapter) -> None:
     conversation = slack.conversation("general", "ann")
-    await _append(slack.journal, tool_turn(conversation, 30, "thirty commands ran."))
+    await append(slack.journal, *tool_turn(conversation, 30, "thirty commands ran."))
     await _until(
         slack,
         lambda: (
@@ -75,7 +68,7 @@ async def test_a_turn_of_thirty_commands_is_one_card_edited_in_place_and_the_rep
 
 async def test_details_answer_with_the_turn_s_tool_output_in_the_thread(slack: SlackAdapter) -> None:
     conversation = slack.conversation("general", "ann")
-    await _append(slack.journal, tool_turn(conversation, 3, "three ran."))
+    await append(slack.journal, *tool_turn(conversation, 3, "three ran."))
     await _until(slack, lambda: (c := _card(slack)) is not None and text_of(c).startswith("done"))
     card = _card(slack)
     assert card is not None
@@ -89,10 +82,10 @@ async def test_details_answer_with_the_turn_s_tool_output_in_the_thread(slack: S
 async def test_the_thread_shows_a_working_status_until_the_turn_ends(slack: SlackAdapter) -> None:
     conversation = slack.conversation("general", "ann")
     root = slack.roots["general"]
-    await _append(slack.journal, [StatusEntry(state="turn_started", conversation=conversation)])
+    await append(slack.journal, StatusEntry(state="turn_started", conversation=conversation))
     await _until(slack, lambda: bool(_ops(slack, "status")))
     assert _ops(slack, "status")[0] == {"op": "status", "channel": "CGENERAL", "thread": root, "status": "is working…"}
-    await _append(slack.journal, [StatusEntry(state="turn_completed", conversation=conversation)])
+    await append(slack.journal, StatusEntry(state="turn_completed", conversation=conversation))
     await _until(slack, lambda: _ops(slack, "status")[-1]["status"] == "")
 
 
@@ -104,14 +97,19 @@ async def test_without_thread_status_a_reaction_on_the_user_s_message_shows_the_
         root = adapter.roots["general"]
         asked = await adapter.fake.mention("CGENERAL", "UANN", "count the files", root)
         conversation = adapter.conversation("general", "ann")
-        await _append(adapter.journal, [StatusEntry(state="turn_started", conversation=conversation)])
+        # A turn starts after its thought reached the journal (the daemon's order): until the adapter
+        # has taken the mention, the user's last message it knows is the thread's first.
+        async with asyncio.timeout(30):
+            while not adapter.journal.exists() or "count the files" not in adapter.journal.read_text():
+                await asyncio.sleep(0.05)
+        await append(adapter.journal, StatusEntry(state="turn_started", conversation=conversation))
         await _until(adapter, lambda: bool(_ops(adapter, "react")))
         assert _ops(adapter, "react") == [
             {"op": "react", "channel": "CGENERAL", "ts": asked, "name": "hourglass_flowing_sand"}
         ]
         message = adapter.fake.messages["CGENERAL"][asked]
         assert message["reactions"] == [{"name": "hourglass_flowing_sand", "users": [BOT_USER], "count": 1}]
-        await _append(adapter.journal, [StatusEntry(state="turn_completed", conversation=conversation)])
+        await append(adapter.journal, StatusEntry(state="turn_completed", conversation=conversation))
         await _until(adapter, lambda: bool(_ops(adapter, "unreact")))
         assert not adapter.fake.messages["CGENERAL"][asked]["reactions"]
         assert "a reaction shows that Codex works instead" in adapter.stderr.read_text()
@@ -124,7 +122,7 @@ TABLE_REPLY = "Done: *italic* stays italic.\n\n| file | lines |\n|---|---|\n| a.
 
 async def test_a_reply_goes_out_in_a_markdown_block_as_the_model_wrote_it(slack: SlackAdapter) -> None:
     conversation = slack.conversation("general", "ann")
-    await _append(slack.journal, [ResponseEntry(text=TABLE_REPLY, conversation=conversation)])
+    await append(slack.journal, ResponseEntry(text=TABLE_REPLY, conversation=conversation))
     await _until(slack, lambda: any("a.py" in text_of(m) for m in slack.fake.bot_messages()))
     (reply,) = slack.fake.bot_messages("CGENERAL")
     assert reply["blocks"] == [{"type": "markdown", "text": f"codex: {TABLE_REPLY}"}]
@@ -137,7 +135,7 @@ async def test_where_markdown_blocks_are_refused_the_reply_comes_in_sections_onc
     await adapter.start()
     try:
         conversation = adapter.conversation("general", "ann")
-        await _append(adapter.journal, [ResponseEntry(text=TABLE_REPLY, conversation=conversation)])
+        await append(adapter.journal, ResponseEntry(text=TABLE_REPLY, conversation=conversation))
         await _until(adapter, lambda: any("a.py" in text_of(m) for m in adapter.fake.bot_messages()))
         (reply,) = adapter.fake.bot_messages("CGENERAL")
         assert [block["type"] for block in reply["blocks"]] == ["section"]
@@ -149,8 +147,8 @@ async def test_where_markdown_blocks_are_refused_the_reply_comes_in_sections_onc
 async def test_an_answered_approval_shows_who_decided_and_loses_its_buttons(slack: SlackAdapter) -> None:
     conversation = slack.conversation("general", "ann")
     root = slack.roots["general"]
-    await _append(
-        slack.journal, [ApprovalRequestEntry(request_id="r1", action="rm -rf build", conversation=conversation)]
+    await append(
+        slack.journal, *[ApprovalRequestEntry(request_id="r1", action="rm -rf build", conversation=conversation)]
     )
     await _until(slack, lambda: any("rm -rf build" in text_of(m) for m in slack.fake.bot_messages()))
     (request,) = slack.fake.bot_messages("CGENERAL")

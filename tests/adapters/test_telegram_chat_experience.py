@@ -11,12 +11,10 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
+from running import append
 from telegram_fake import FakeMessage, FakeTelegram
 from telegram_under_test import start_adapter
 from turns import tool_turn
-
-from coven_codex.entries import BaseEntry
-from coven_codex.journal import FileJournal
 
 ANN = 5001
 
@@ -52,15 +50,6 @@ async def telegram(tmp_path: Path) -> AsyncIterator[tuple[FakeTelegram, Path, st
         await fake.stop()
 
 
-async def _append(path: Path, entries: list[BaseEntry]) -> None:
-    journal = FileJournal(path, durability="never")
-    try:
-        for entry in entries:
-            await journal.append(entry)
-    finally:
-        await journal.aclose()
-
-
 def _card(fake: FakeTelegram) -> FakeMessage | None:
     return next((m for m in fake.in_chat(ANN) if m.text.startswith(("working", "done"))), None)
 
@@ -69,7 +58,7 @@ async def test_a_turn_of_thirty_commands_is_one_card_edited_in_place_and_the_rep
     telegram: tuple[FakeTelegram, Path, str],
 ) -> None:
     fake, journal, conversation = telegram
-    await _append(journal, tool_turn(conversation, 30, "thirty commands ran."))
+    await append(journal, *tool_turn(conversation, 30, "thirty commands ran."))
     await _until(
         lambda: (
             (c := _card(fake)) is not None
@@ -89,7 +78,7 @@ async def test_the_card_s_details_button_answers_with_the_turn_s_tool_output(
     telegram: tuple[FakeTelegram, Path, str],
 ) -> None:
     fake, journal, conversation = telegram
-    await _append(journal, tool_turn(conversation, 9, "nine ran."))
+    await append(journal, *tool_turn(conversation, 9, "nine ran."))
     await _until(lambda: (c := _card(fake)) is not None and c.text.startswith("done"))
     card = _card(fake)
     assert card is not None and "✗ $ false (exit 1)" in card.text
