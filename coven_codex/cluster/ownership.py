@@ -498,7 +498,7 @@ class Ownership:
             if self.node.owns(conversation):
                 continue  # claimed again since: its old session was gone by then (see _letting_go)
             self._floors.pop(conversation, None)
-            if self.host.serving(conversation) and self.instruments is not None:
+            if self.instruments is not None and self.host.serving(conversation):
                 self.instruments.lease_moved("out")
             await self.host.stop_session(conversation)
             await self.report_lost(conversation, self.host.store.load(conversation))

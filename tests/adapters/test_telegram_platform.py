@@ -50,7 +50,16 @@ async def platform(fake: FakeTelegram) -> AsyncIterator[TelegramPlatform]:
 
 async def test_start_logs_in_and_registers_the_kits_commands(platform: TelegramPlatform, fake: FakeTelegram) -> None:
     assert fake.requests["getMe"] >= 1 and fake.requests["deleteWebhook"] == 1
-    assert [c["command"] for c in fake.commands] == ["cancel", "new", "status", "approve", "deny", "help"]
+    assert [c["command"] for c in fake.commands] == [
+        "cancel",
+        "new",
+        "status",
+        "approve",
+        "approve_session",
+        "deny",
+        "details",
+        "help",
+    ]
 
 
 async def test_a_reply_is_html_in_its_topic_with_its_buttons(platform: TelegramPlatform, fake: FakeTelegram) -> None:

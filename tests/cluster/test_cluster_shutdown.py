@@ -29,6 +29,9 @@ class Host:
     async def stop_session(self, conversation: str) -> None:
         self.stopped.append(conversation)
 
+    def serving(self, conversation: str) -> bool:
+        return conversation not in self.stopped
+
     def read_position(self) -> Position:
         return START
 
