@@ -138,6 +138,9 @@ async def test_shim_exits_when_the_daemon_goes_away(registry: Any) -> None:
     async with SpellServer(registry) as running:
         process = await _start_shim(running.socket_path, running.secret)
         await _exchange(process, INITIALIZE)
+    # The shim ends by itself when the daemon goes: wait for that before closing its stdin (an end of
+    # its stdin is a clean exit 0; closed at once, a loaded machine let the shim see it first).
+    await asyncio.wait_for(process.wait(), 10)
     code, stderr = await _finish(process)
     assert code == 1
     assert "the coven daemon closed the connection" in stderr
