@@ -50,6 +50,9 @@ async def test_behind_an_https_reverse_proxy_the_page_logs_in_sends_and_shows_a_
         await page.wait_for_function(CONNECTED)
         assert sockets == [f"wss://{PUBLIC_NAME}:{proxy.port}/live"]
         assert await page.evaluate("window.isSecureContext") is True
+        # "connected" shows at the login's hello; the conversation's entries come after the page
+        # subscribes, so the earlier reply is waited for, not expected at once
+        await page.wait_for_function("() => document.querySelectorAll('#messages .msg.response').length === 1")
         assert await message_texts(page, "response") == ["an earlier reply"]
         await page.fill("#input", "hello through the proxy")
         await page.press("#input", "Enter")
