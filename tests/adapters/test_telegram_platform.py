@@ -11,6 +11,7 @@ from bad_day import HTML_502, Fault
 from telegram_fake import TEST_TOKEN, FakeTelegram
 
 from coven_codex.adapters.kit.budget import Budgets, Rate, Scope
+from coven_codex.adapters.kit.config import TelegramSection
 from coven_codex.adapters.kit.platform import (
     Address,
     Button,
@@ -22,7 +23,7 @@ from coven_codex.adapters.kit.platform import (
     Refusal,
     Unavailable,
 )
-from coven_codex.adapters.telegram.platform import TelegramPlatform, make_bot
+from coven_codex.adapters.telegram.platform import TelegramPlatform, budgets, make_bot
 from coven_codex.support.secret import Secret
 
 GROUP = -1001000000001
@@ -279,3 +280,23 @@ async def test_with_the_budgets_on_five_streams_never_exceed_a_groups_limit(fake
     await _five_streams(fake, Budgets({"group": Rate(20, 60.0, Scope.CHANNEL)}))
     writes = fake.requests.get("sendMessage", 0) + fake.requests.get("editMessageText", 0)
     assert fake.limited == 0 and writes == 25, (fake.limited, writes)
+
+
+async def test_with_the_default_budgets_a_private_chats_stream_keeps_to_one_write_a_second(fake: FakeTelegram) -> None:
+    """Telegram asks for about one message a second in a chat: a stream posted and edited six times
+    at once keeps to that pace with the default budgets (a minute's 60 in one burst, as the chat's
+    bucket once held, drew 429s)."""
+    fake.chat_limit = (1, 1.0)
+    bot = make_bot(Secret(TEST_TOKEN), fake.base)
+    platform = TelegramPlatform(bot, budgets=budgets(TelegramSection(allow_users=["1"])))
+    await platform.start()
+    try:
+        async with asyncio.timeout(60):
+            message_id = await platform.post(PRIVATE, Outgoing("part 0", final=False), None)
+            for n in range(1, 6):
+                await platform.edit(PRIVATE, message_id, Outgoing(f"part {n}", final=n == 5))
+    finally:
+        await platform.close()
+        await bot.shutdown()
+    assert fake.limited == 0
+    assert fake.requests.get("sendMessage", 0) == 1 and fake.requests.get("editMessageText", 0) == 5

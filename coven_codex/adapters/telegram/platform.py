@@ -655,12 +655,16 @@ def make_bot(token: Secret, api_url: str | None = None) -> telegram.Bot:
 
 
 def budgets(section: TelegramSection) -> Budgets:
-    """The section's limits as the kit's budgets (per minute): ``global``, ``chat`` and ``group``."""
+    """The section's limits as the kit's budgets: ``global``, ``chat`` and ``group``.
+
+    A private chat's limit is a pace, not a minute's allowance: Telegram asks for no more than
+    about one message a second in a chat, so its bucket holds one call (``chat_per_minute / 60``
+    a second, no burst); a group's holds a minute's 20."""
     limits = "https://core.telegram.org/bots/faq#my-bot-is-hitting-limits-how-do-i-avoid-this"
     return Budgets(
         {
             "global": Rate(section.global_per_second, 1.0, Scope.APP, limits),
-            "chat": Rate(section.chat_per_minute, 60.0, Scope.CHANNEL, limits),
+            "chat": Rate(section.chat_per_minute / 60.0, 1.0, Scope.CHANNEL, limits),
             "group": Rate(section.group_per_minute, 60.0, Scope.CHANNEL, limits),
         }
     )
