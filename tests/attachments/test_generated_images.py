@@ -111,3 +111,34 @@ def test_a_long_prompt_is_cut_to_a_caption(tmp_path: Path) -> None:
     image = _image(base64.b64encode(PIXEL).decode(), prompt="p" * 5000)
     entry = generated_image_entry(image, folder=tmp_path, max_bytes=1024)
     assert isinstance(entry, FileEntry) and len(entry.text) == 2000 and entry.text.endswith("…")
+
+
+def test_codex_0_135_s_image_generation_end_beside_the_item_gives_one_image() -> None:
+    """0.135 writes an ``image_generation_end`` event (with the same base64 and a ``saved_path``) just
+    before the item (recorded with the scripted model): one activity, one image."""
+    end = {
+        "type": "image_generation_end",
+        "call_id": "ig_probe1",
+        "status": "completed",
+        "revised_prompt": "a red pixel",
+        "result": base64.b64encode(PIXEL).decode(),
+        "saved_path": "/codex-home/generated_images/thread/ig_probe1.png",
+    }
+    translator = RolloutTranslator("c", THREAD, keep_images=True)
+    entries = _feed(translator, _line("event_msg", end).encode(), _image_line())
+    assert [type(e) for e in entries] == [ActivityEntry]
+    [image] = translator.take_images()
+    assert base64.b64decode(image.result) == PIXEL
+
+
+def test_a_fork_hands_on_no_image_of_the_parent_s_history_it_embeds() -> None:
+    """A fork (``forked_from_id``) embeds its parent's turns, shown from the parent's own rollout: an
+    image of those is not sent again; one of the fork's own turns is."""
+    translator = RolloutTranslator("c", THREAD, keep_images=True)
+    meta = _line("session_meta", {"id": THREAD, "forked_from_id": "01a21f70-0000-7000-8000-000000000000"})
+    parent_turn = _line("event_msg", {"type": "task_started", "turn_id": "01a21f7a-0000-7000-8000-000000000000"})
+    assert _feed(translator, meta.encode(), parent_turn.encode(), _image_line()) == []
+    assert translator.take_images() == []
+    own_turn = _line("event_msg", {"type": "task_started", "turn_id": TURN})
+    _feed(translator, own_turn.encode(), _image_line())
+    assert [image.turn_id for image in translator.take_images()] == [TURN]
