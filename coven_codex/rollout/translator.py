@@ -20,7 +20,8 @@ Sources of truth (each reply exactly once, see ``docs/rollout.md``):
   mode leaves as the only record of a call become ``activity`` (or tool) entries; a turn left
   without an end is closed (``turn_aborted``) when the next starts; a fork's embedded parent
   history gives nothing; a file of the old format gives one ``VERSION`` error; ``ts`` never
-  goes back.
+  goes back. A generated image's base64 ``result`` is handed on (``keep_images``,
+  :meth:`RolloutTranslator.take_images`) for the egress to send as a ``file`` entry.
 
 Entry ids are ``f"{thread_id}:{line_start}:{index}"``: feeding the same file again from
 offset 0 gives the same entries with the same ids (and the same ``ts``: each entry takes
@@ -159,9 +160,9 @@ class GeneratedImage:
 
 
 _REPEATS_A_CALL = frozenset({"patch", "subagent"})
+"""Activities whose event repeats a tool call shown with the same ``call_id`` (then skipped)."""
 IMAGE_ACTIVITY = "image"
 """The activity of a generated image (``response_item/image_generation_call``)."""
-"""Activities whose event repeats a tool call shown with the same ``call_id`` (then skipped)."""
 
 TEXT_PREVIEW = 200
 RECORD_START = b'{"timestamp":"'

@@ -1,11 +1,13 @@
 """End to end: the daemon with the real Codex CLI 0.169.0 and the scripted model, behind the console
 chat (``coven-codex chat`` as a process: its stdin is the keyboard, what it prints the platform). A
 turn of thirty spell calls prints at most three messages in ``quiet`` mode, counted as docs/adapters.md
-("The console") defines a console message."""
+("The console") defines a console message; an image Codex generates is printed as a file Codex sent,
+with no console code of its own for it."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import re
 from collections.abc import Callable
@@ -16,7 +18,7 @@ from agent_harness import AgentHarness
 
 from coven_codex.testing.model_server import ScriptedModelServer
 from coven_codex.testing.request_log import RecordedRequest
-from coven_codex.testing.steps import CallTool, Reply, TurnScript
+from coven_codex.testing.steps import CallTool, OutputItem, Reply, TurnScript
 
 pytestmark = [pytest.mark.codex, pytest.mark.timeout(300)]
 
@@ -45,6 +47,36 @@ def console_messages(printed: str) -> list[str]:
     return ["\n".join(lines) for lines in messages]
 
 
+async def start_chat(journal: Path, conversation: str, *args: str) -> asyncio.subprocess.Process:
+    """``coven-codex chat`` as a process: stdin piped (not a terminal: no prompt), its output piped."""
+    return await asyncio.create_subprocess_exec(
+        str(ROOT / ".venv" / "bin" / "coven-codex"),
+        "chat",
+        "--journal",
+        str(journal),
+        "--conversation",
+        conversation,
+        "--sender",
+        "ann",
+        "--no-colour",
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+async def read_until(chat: asyncio.subprocess.Process, printed: str, *texts: str) -> str:
+    """What ``chat`` printed, read on until every one of ``texts`` is in it."""
+    assert chat.stdout is not None
+    while not all(text in printed for text in texts):
+        chunk = await chat.stdout.read(4096)
+        assert chunk, f"the console ended before it printed {texts}: {printed!r}"
+        printed += chunk.decode()
+    return printed
+
+
 def respond_thirty(request: RecordedRequest) -> TurnScript:
     """30 spell calls in one turn, one after another, then a reply."""
     done = len(request.function_call_outputs())
@@ -60,42 +92,60 @@ async def test_a_turn_of_thirty_spell_calls_posts_at_most_three_messages_in_quie
         h = harness_factory(codex_bin_169, server)
         h.write_base_config(approval_policy="on-request")
         daemon = await h.start("--spells", "coven_codex.demo.spells:spells")
-        chat = await asyncio.create_subprocess_exec(
-            str(ROOT / ".venv" / "bin" / "coven-codex"),
-            "chat",
-            "--journal",
-            str(h.journal_path),
-            "--conversation",
-            "sums",
-            "--sender",
-            "ann",
-            "--no-colour",
-            "--render",
-            "quiet",
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
+        chat = await start_chat(h.journal_path, "sums", "--render", "quiet")
         assert chat.stdin is not None and chat.stdout is not None
         printed = ""
         try:
             async with asyncio.timeout(120):
-                while "/help for commands" not in printed:
-                    printed += (await chat.stdout.read(4096)).decode()
+                printed = await read_until(chat, printed, "/help for commands")
                 start = len(printed)
                 chat.stdin.write(b"thirty additions, please\n")
                 await chat.stdin.drain()
-                while "codex: thirty additions done." not in printed or "done in" not in printed:
-                    chunk = await chat.stdout.read(4096)
-                    assert chunk, printed
-                    printed += chunk.decode()
+                printed = await read_until(chat, printed, "codex: thirty additions done.", "done in")
             messages = console_messages(printed[start:])
             assert 2 <= len(messages) <= 3, messages
             [card] = [m for m in messages if m.startswith("done in")]
             assert f"· {THIRTY} steps" in card.splitlines()[0] and "✓ coven.add(a=29, b=1)" in card
             assert "codex: thirty additions done." in messages
             assert "→ coven.add" not in printed  # (verbose would print every call and result)
+        finally:
+            chat.stdin.close()
+            async with asyncio.timeout(20):
+                await chat.wait()
+            assert await h.stop(daemon) == 0
+
+
+PIXEL = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="
+)
+
+
+async def test_an_image_codex_generates_is_printed_as_a_file_codex_sent(
+    codex_bin_169: Path, harness_factory: Callable[[Path, ScriptedModelServer], AgentHarness]
+) -> None:
+    image = {
+        "type": "image_generation_call",
+        "id": "ig_console1",
+        "status": "completed",
+        "revised_prompt": "a red pixel",
+        "result": base64.b64encode(PIXEL).decode(),
+    }
+    async with ScriptedModelServer(script=[(OutputItem(image), Reply("drawn."))]) as server:
+        h = harness_factory(codex_bin_169, server)
+        daemon = await h.start()
+        chat = await start_chat(h.journal_path, "pictures")
+        assert chat.stdin is not None
+        try:
+            async with asyncio.timeout(120):
+                printed = await read_until(chat, "", "/help for commands")
+                chat.stdin.write(b"draw a red pixel\n")
+                await chat.stdin.drain()
+                printed = await read_until(chat, printed, "codex: drawn.", "codex sent a file:")
+            [line] = [line for line in printed.splitlines() if line.startswith("codex sent a file:")]
+            path = Path(line.removeprefix("codex sent a file: ").split(" (", 1)[0])
+            assert path.read_bytes() == PIXEL and path.parent.name == "out"
+            assert line.endswith(f"(ig_console1.png, {len(PIXEL)} bytes): a red pixel")
+            assert "[image] generated an image: a red pixel\n" in printed  # its activity (verbose: a line)
         finally:
             chat.stdin.close()
             async with asyncio.timeout(20):
