@@ -67,13 +67,14 @@ async def start_chat(journal: Path, conversation: str, *args: str) -> asyncio.su
     )
 
 
-async def read_until(chat: asyncio.subprocess.Process, printed: str, *texts: str) -> str:
-    """What ``chat`` printed, read on until every one of ``texts`` is in it."""
+async def read_until(chat: asyncio.subprocess.Process, printed: bytes, *texts: str) -> bytes:
+    """What ``chat`` printed (bytes: a read may end inside a character), read on until every one of
+    ``texts`` is in it."""
     assert chat.stdout is not None
-    while not all(text in printed for text in texts):
+    while not all(text.encode() in printed for text in texts):
         chunk = await chat.stdout.read(4096)
         assert chunk, f"the console ended before it printed {texts}: {printed!r}"
-        printed += chunk.decode()
+        printed += chunk
     return printed
 
 
@@ -94,20 +95,20 @@ async def test_a_turn_of_thirty_spell_calls_posts_at_most_three_messages_in_quie
         daemon = await h.start("--spells", "coven_codex.demo.spells:spells")
         chat = await start_chat(h.journal_path, "sums", "--render", "quiet")
         assert chat.stdin is not None and chat.stdout is not None
-        printed = ""
+        printed = b""
         try:
             async with asyncio.timeout(120):
                 printed = await read_until(chat, printed, "/help for commands")
                 start = len(printed)
                 chat.stdin.write(b"thirty additions, please\n")
                 await chat.stdin.drain()
-                printed = await read_until(chat, printed, "codex: thirty additions done.", "done in")
-            messages = console_messages(printed[start:])
+                printed = await read_until(chat, printed, "codex: thirty additions done.\n", "a=29, b=1)\n")
+            messages = console_messages(printed[start:].decode())
             assert 2 <= len(messages) <= 3, messages
             [card] = [m for m in messages if m.startswith("done in")]
             assert f"· {THIRTY} steps" in card.splitlines()[0] and "✓ coven.add(a=29, b=1)" in card
             assert "codex: thirty additions done." in messages
-            assert "→ coven.add" not in printed  # (verbose would print every call and result)
+            assert "→ coven.add" not in printed.decode()  # (verbose would print every call and result)
         finally:
             chat.stdin.close()
             async with asyncio.timeout(20):
@@ -137,15 +138,15 @@ async def test_an_image_codex_generates_is_printed_as_a_file_codex_sent(
         assert chat.stdin is not None
         try:
             async with asyncio.timeout(120):
-                printed = await read_until(chat, "", "/help for commands")
+                printed = await read_until(chat, b"", "/help for commands")
                 chat.stdin.write(b"draw a red pixel\n")
                 await chat.stdin.drain()
-                printed = await read_until(chat, printed, "codex: drawn.", "codex sent a file:")
-            [line] = [line for line in printed.splitlines() if line.startswith("codex sent a file:")]
+                printed = await read_until(chat, printed, "codex: drawn.\n", "bytes): a red pixel\n")
+            [line] = [line for line in printed.decode().splitlines() if line.startswith("codex sent a file:")]
             path = Path(line.removeprefix("codex sent a file: ").split(" (", 1)[0])
             assert path.read_bytes() == PIXEL and path.parent.name == "out"
             assert line.endswith(f"(ig_console1.png, {len(PIXEL)} bytes): a red pixel")
-            assert "[image] generated an image: a red pixel\n" in printed  # its activity (verbose: a line)
+            assert "[image] generated an image: a red pixel\n" in printed.decode()  # its activity (verbose: a line)
         finally:
             chat.stdin.close()
             async with asyncio.timeout(20):
