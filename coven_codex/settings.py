@@ -157,7 +157,10 @@ class Settings(MetricsSettings):
     max_file_bytes: int = Field(
         default=10 * 1024 * 1024,
         ge=1,
-        description="Largest file Codex may send to the chat with the built-in spell send_file, in bytes.",
+        description=(
+            "Largest file Codex may send to the chat (with the built-in spell send_file, or an image it"
+            " generates), in bytes."
+        ),
     )
     collect_traces: bool = Field(
         default=False,

@@ -18,6 +18,10 @@ Ordering and ids give exactly-once:
 
 Offsets are saved by the session's coalescing saver, not once per line: a lagging saved offset
 only makes the restart re-read (and drop) a few more lines.
+
+An image Codex generated (the translator's :class:`~coven_codex.rollout.GeneratedImage`) becomes,
+through ``send_image``, one more entry of its line (a ``file`` entry, or the ``error`` refusing it;
+:mod:`coven_codex.attachments.generated`); lines before the saved offset are not decoded again.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from coven_codex.agent.state import SessionState
 from coven_codex.agent.writer import DaemonWriter
 from coven_codex.entries import BaseEntry, DeltaEntry, ErrorEntry, StatusEntry
 from coven_codex.mcp.outcomes import SpellCalls
-from coven_codex.rollout import TURN_END_STATES, TURN_STARTED, RolloutTranslator
+from coven_codex.rollout import TURN_END_STATES, TURN_STARTED, GeneratedImage, RolloutTranslator
 from coven_codex.support.limits import cut
 from coven_codex.tailing import Line, TailNotice, tail_lines
 
@@ -43,6 +47,8 @@ AppendHook = Callable[[Line, BaseEntry, float], None]
 RolloutCopier = Callable[[Path, str, int], Awaitable[None]]
 """Called with the rollout, its thread and a line's end before the line is translated (the cluster's copy)."""
 """Called after each append with the rollout line, the entry and ``time.perf_counter()`` (benchmarks)."""
+ImageSender = Callable[[GeneratedImage], Awaitable[BaseEntry]]
+"""Turns an image Codex generated into the entry that sends it (a ``file`` entry) or refuses it (an ``error``)."""
 
 
 class Egress:
@@ -59,8 +65,10 @@ class Egress:
         write_deltas: bool = False,
         on_append: AppendHook | None = None,
         copy_rollout: RolloutCopier | None = None,
+        send_image: ImageSender | None = None,
     ) -> None:
         self._state = state
+        self._send_image = send_image
         self._copy_rollout = copy_rollout
         self._writer = writer
         self._window = window
@@ -81,7 +89,12 @@ class Egress:
 
     async def run(self, rollout: Path, thread_id: str) -> None:
         """Tail ``rollout`` until cancelled."""
-        translator = RolloutTranslator(self._state.conversation, thread_id, reply_to=self._state.thought_of)
+        translator = RolloutTranslator(
+            self._state.conversation,
+            thread_id,
+            reply_to=self._state.thought_of,
+            keep_images=self._send_image is not None,
+        )
         spell_calls = SpellCalls()
         resume_at = self._state.egress_offset
         self._window.egress_started(await asyncio.to_thread(complete_length, rollout))
@@ -91,6 +104,7 @@ class Egress:
         async for line in tail_lines(rollout, 0, on_notice=self._notice, hold_open=False):
             self.lines_seen += 1
             entries = [spell_calls.correct(entry) for entry in translator.feed(line)]
+            images = translator.take_images()
             if self._copy_rollout is not None:
                 # Before anything of the line counts (its entries, the offset past it, a thought it
                 # confirms): a new owner's copy always holds what the mirrored state relies on.
@@ -99,6 +113,8 @@ class Egress:
                 continue
             if self._on_line is not None:
                 self._on_line(line)
+            if self._send_image is not None:
+                entries += [await self._send_image(image) for image in images]
             written = [entry for entry in entries if self._writes(entry)]
             if written:
                 # The offset moves inside the window: a snapshot taken while the line's entries

@@ -9,11 +9,17 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from coven_codex.agent.egress import Egress, complete_length
+from coven_codex.agent.egress import Egress, ImageSender, complete_length
 from coven_codex.agent.replay import ReplayWindow
 from coven_codex.agent.saver import StateSaver
 from coven_codex.agent.services import SessionServices
 from coven_codex.agent.state import SessionState
+from coven_codex.attachments.generated import generated_image_entry
+from coven_codex.attachments.store import uploads_dir
+from coven_codex.entries import BaseEntry
+from coven_codex.journal.opening import local_base
+from coven_codex.rollout import GeneratedImage
+from coven_codex.settings import state_root
 from coven_codex.support.backoff import RepeatFilter
 from coven_codex.support.limits import cut
 from coven_codex.tailing import Line
@@ -58,7 +64,22 @@ class EgressRunner:
             on_line=self._on_line,
             on_append=self._services.on_append,
             copy_rollout=copy,
+            send_image=self._image_sender(),
         )
+
+    def _image_sender(self) -> ImageSender | None:
+        """How the egress sends an image Codex generated: checked and stored in the journal's
+        attachments folder, as ``send_file`` stores a file (none without a journal name)."""
+        settings = self._services.settings
+        if settings.journal is None:
+            return None
+        folder = uploads_dir(local_base(settings.journal, state_root()))
+        max_bytes = settings.max_file_bytes
+
+        async def send(image: GeneratedImage) -> BaseEntry:
+            return await asyncio.to_thread(generated_image_entry, image, folder=folder, max_bytes=max_bytes)
+
+        return send
 
     def start(self, group: asyncio.TaskGroup) -> None:
         """Start tailing the thread's rollout (once; a no-op until the thread is known)."""

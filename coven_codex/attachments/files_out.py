@@ -176,6 +176,22 @@ def read_checked(located: Path, root: Path, *, max_bytes: int, name: str | None 
     return OutgoingFile(data, name or located.name, extension, FILE_KINDS[extension])
 
 
+def store_outgoing(folder: Path, sent: OutgoingFile) -> Attachment:
+    """Copy ``sent`` into ``folder`` (the journal's attachments folder) as ``out/<sha256>.<ext>``;
+    the ``file`` entry's attachment for it."""
+    stored = folder / OUT_FOLDER / f"{sent.sha256}.{sent.extension}"
+    write_stored(stored, sent.data)
+    return Attachment.model_validate(
+        {
+            "url": stored.as_uri(),
+            "media_type": sent.media_type,
+            "name": sent.name,
+            "size": len(sent.data),
+            "sha256": sent.sha256,
+        }
+    )
+
+
 def _too_big(shown: str, size: int, max_bytes: int) -> str:
     return (
         f"{shown} is {size} bytes long; files sent to the chat may be at most {max_bytes} bytes "
@@ -260,18 +276,8 @@ def file_spells(journal: Journal, *, folder: Path, workspace: Path, max_bytes: i
             turn_id = context.turn_id if context is not None else None
             call = "\x00".join((found.name, thread_id, turn_id or "", path, caption, sent.sha256))
             entry_id = "file-" + hashlib.sha256(call.encode()).hexdigest()[:32]
-            stored = folder / OUT_FOLDER / f"{sent.sha256}.{sent.extension}"
             if entry_id not in found.known_ids:
-                await asyncio.to_thread(write_stored, stored, sent.data)
-                attachment = Attachment.model_validate(
-                    {
-                        "url": stored.as_uri(),
-                        "media_type": sent.media_type,
-                        "name": sent.name,
-                        "size": len(sent.data),
-                        "sha256": sent.sha256,
-                    }
-                )
+                attachment = await asyncio.to_thread(store_outgoing, folder, sent)
                 await journal.append(
                     FileEntry(
                         id=entry_id,

@@ -179,7 +179,7 @@ _FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
         {
             "type": int,
             "dest": "max_file_bytes",
-            "help": "largest file Codex may send to the chat with send_file, in bytes",
+            "help": "largest file Codex may send to the chat (send_file, or an image it generates), in bytes",
         },
     ),
     (

@@ -98,7 +98,8 @@ def patch_applied(p: JsonObject) -> ActivityRecord:
 
 
 def image_generated(p: JsonObject) -> ActivityRecord:
-    """``response_item/image_generation_call``: the prompt it used (the image itself stays in Codex)."""
+    """``response_item/image_generation_call``: the prompt it used (the image itself, its base64
+    ``result``, goes out as a ``file`` entry: :class:`~coven_codex.rollout.translator.GeneratedImage`)."""
     prompt = _str(p.get("revised_prompt")) or ""
     text = f"generated an image: {prompt}" if prompt else "generated an image"
     return ActivityRecord("image", _cut(text), None, _str(p.get("id")), (), p)

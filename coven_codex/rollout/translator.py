@@ -20,7 +20,8 @@ Sources of truth (each reply exactly once, see ``docs/rollout.md``):
   mode leaves as the only record of a call become ``activity`` (or tool) entries; a turn left
   without an end is closed (``turn_aborted``) when the next starts; a fork's embedded parent
   history gives nothing; a file of the old format gives one ``VERSION`` error; ``ts`` never
-  goes back.
+  goes back. A generated image's base64 ``result`` is handed on (``keep_images``,
+  :meth:`RolloutTranslator.take_images`) for the egress to send as a ``file`` entry.
 
 Entry ids are ``f"{thread_id}:{line_start}:{index}"``: feeding the same file again from
 offset 0 gives the same entries with the same ids (and the same ``ts``: each entry takes
@@ -43,6 +44,7 @@ import json
 import logging
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -138,8 +140,29 @@ decoded."""
 _USER_SHELL_RAW = USER_SHELL_PREFIX.encode()
 """A ``response_item/message`` holding this is a user's ``!command`` (an activity): decoded."""
 
+
+@dataclass(frozen=True, slots=True)
+class GeneratedImage:
+    """An image Codex generated (``response_item/image_generation_call``), handed on by a translator
+    made with ``keep_images``: the fields of the ``file`` entry it becomes (the activity's line, index
+    1) and the image as Codex recorded it, base64 and undecoded
+    (:mod:`coven_codex.attachments.generated` checks and decodes it)."""
+
+    entry_id: str
+    conversation: str
+    ts: datetime
+    in_reply_to: str | None
+    thread_id: str
+    turn_id: str | None
+    call_id: str | None
+    prompt: str
+    result: str
+
+
 _REPEATS_A_CALL = frozenset({"patch", "subagent"})
 """Activities whose event repeats a tool call shown with the same ``call_id`` (then skipped)."""
+IMAGE_ACTIVITY = "image"
+"""The activity of a generated image (``response_item/image_generation_call``)."""
 
 TEXT_PREVIEW = 200
 RECORD_START = b'{"timestamp":"'
@@ -150,10 +173,19 @@ class RolloutTranslator:
     """Translates one thread's rollout lines, in file order, into chat entries."""
 
     def __init__(
-        self, conversation: str, thread_id: str, *, decode_all: bool = False, reply_to: ReplyLookup | None = None
+        self,
+        conversation: str,
+        thread_id: str,
+        *,
+        decode_all: bool = False,
+        reply_to: ReplyLookup | None = None,
+        keep_images: bool = False,
     ) -> None:
         self.conversation = conversation
         self.thread_id = thread_id
+        self._keep_images = keep_images
+        self._images: list[GeneratedImage] = []
+        """Images generated on the lines fed since the last :meth:`take_images` (``keep_images`` only)."""
         self._decode_all = decode_all
         self._lookup = reply_to
         self._user_messages = 0
@@ -246,6 +278,12 @@ class RolloutTranslator:
         torn = self._bad_line(start, f"torn record ({parsed.reason}); a new record starts at byte {start + resumed_at}")
         return [torn, *self.feed_bytes(data[resumed_at:], start + resumed_at)]
 
+    def take_images(self) -> list[GeneratedImage]:
+        """The images generated on the lines fed since the last call (kept only with ``keep_images``:
+        the image is the record's base64 ``result``, in memory until taken)."""
+        images, self._images = self._images, []
+        return images
+
     def feed_record(self, record: RolloutRecord) -> list[BaseEntry]:
         """Entries for one parsed record (ids use ``record.offset``)."""
         try:
@@ -296,8 +334,12 @@ class RolloutTranslator:
         if isinstance(payload, TurnStartedEvent | TurnContext) and payload.turn_id is not None:
             self._inherited_turn = self._fork and _created_before(payload.turn_id, self._own_thread)
         handler = self._handlers.get(type(payload))
+        images = len(self._images)
         entries = handler(record) if handler is not None else []
-        return [] if self._inherited_turn else entries
+        if self._inherited_turn:
+            del self._images[images:]  # (a fork's parent history: its images were the parent's)
+            return []
+        return entries
 
     def _session_meta(self, meta: SessionMeta) -> None:
         """A fork (0.130, 0.135) starts with its own ``session_meta`` (``forked_from_id``) and then
@@ -354,16 +396,40 @@ class RolloutTranslator:
         if payload.activity in _REPEATS_A_CALL and payload.call_id is not None and payload.call_id in self._tool_names:
             return []  # the call (apply_patch, spawn_agent…) and its result already say it (outside code mode)
         extra: dict[str, Any] = dict(payload.details)
+        turn_id = payload.turn_id or self._current_turn_id
+        if payload.activity == IMAGE_ACTIVITY and self._keep_images:
+            self._keep_image(record, payload, turn_id)
         return [
             ActivityEntry(
                 activity=payload.activity,
                 text=payload.text,
                 thread_id=self.thread_id,
-                turn_id=payload.turn_id or self._current_turn_id,
+                turn_id=turn_id,
                 **extra,
                 **self._common(record.offset),
             )
         ]
+
+    def _keep_image(self, record: RolloutRecord, payload: ActivityRecord, turn_id: str | None) -> None:
+        """Keep a generated image's base64 ``result`` for :meth:`take_images` (none recorded: nothing)."""
+        result = payload.raw.get("result")
+        if not isinstance(result, str) or not result:
+            return  # (an image Codex keeps elsewhere, e.g. by a file id, is not in the rollout)
+        common = self._common(record.offset, 1)
+        prompt = payload.raw.get("revised_prompt")
+        self._images.append(
+            GeneratedImage(
+                entry_id=common["id"],
+                conversation=self.conversation,
+                ts=common["ts"],
+                in_reply_to=common.get("in_reply_to"),
+                thread_id=self.thread_id,
+                turn_id=turn_id,
+                call_id=payload.call_id,
+                prompt=prompt if isinstance(prompt, str) else "",
+                result=result,
+            )
+        )
 
     def _mcp_call_end(self, record: RolloutRecord) -> list[BaseEntry]:
         """A call and its result from ``mcp_tool_call_end``, unless a ``function_call`` showed it."""

@@ -99,7 +99,7 @@ FEATURES: dict[str, tuple[str, ...]] = {
         "attachments (PNG, JPEG, GIF, WebP up to 10 MiB)",
         "photos and image documents (up to 10 MiB)",
     ),
-    "files out (`send_file`)": (
+    "files out (`send_file`, generated images)": (
         "a line with the path",
         "a download link",
         "`files_upload_v2` in the thread",
