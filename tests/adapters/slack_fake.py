@@ -102,6 +102,10 @@ class FakeSlack:
     markdown_blocks: bool = True
     """Whether the workspace takes ``markdown`` blocks; else they are ``invalid_blocks``."""
     """Whether the app may set a thread's status (``assistant.threads.setStatus``); else Slack refuses it."""
+    channel_messages: bool = True
+    """The app is subscribed to ``message.channels``/``message.groups`` (the manifest asks): a user's
+    message in a channel is also a ``message`` event, so a mention there comes twice (``app_mention``
+    and ``message``), as Slack sends it."""
     url: str = ""
 
     def __post_init__(self) -> None:
@@ -114,6 +118,7 @@ class FakeSlack:
         self._connected = asyncio.Event()
         self._levels: dict[str, tuple[float, float]] = {}
         self.changed = asyncio.Condition()
+        self._acks_changed = asyncio.Condition()
         """Notified whenever the bot's messages change (:meth:`wait_for`)."""
 
     # ------------------------------------------------------------------ server
@@ -456,6 +461,8 @@ class FakeSlack:
         }
 
     def _conversations_replies(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The thread, oldest first (the parent message first); ``latest``/``oldest`` bound it, the
+        bounds themselves only with ``inclusive`` (https://docs.slack.dev/reference/methods/conversations.replies)."""
         channel, thread = str(arguments.get("channel")), str(arguments.get("ts"))
         if channel not in self.channels:
             return {"ok": False, "error": "channel_not_found"}
@@ -463,6 +470,13 @@ class FakeSlack:
         if thread not in stored:
             return {"ok": False, "error": "thread_not_found"}
         replies = sorted((m for m in stored.values() if m["ts"] == thread or m.get("thread_ts") == thread), key=_ts_key)
+        inclusive = str(arguments.get("inclusive")) in ("1", "true", "True")
+        if arguments.get("latest"):
+            latest = _ts_key({"ts": arguments["latest"]})
+            replies = [m for m in replies if _ts_key(m) < latest or (inclusive and _ts_key(m) == latest)]
+        if arguments.get("oldest"):
+            oldest = _ts_key({"ts": arguments["oldest"]})
+            replies = [m for m in replies if _ts_key(m) > oldest or (inclusive and _ts_key(m) == oldest)]
         return self._page(replies, arguments)
 
     def _conversations_history(self, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -514,6 +528,8 @@ class FakeSlack:
                     if envelope_id in self._pending:
                         del self._pending[envelope_id]
                         self.acks[envelope_id] = answer.get("payload") or {}
+                        async with self._acks_changed:
+                            self._acks_changed.notify_all()
         finally:
             self._sockets.remove(socket)
             if not self._sockets:
@@ -565,6 +581,13 @@ class FakeSlack:
                 await asyncio.sleep(0.02)
         return self.acks[envelope_id]
 
+    async def settled(self, timeout: float = 20) -> None:
+        """Wait until every ``events_api`` envelope sent so far was acknowledged (the app handled it)."""
+        async with asyncio.timeout(timeout), self._acks_changed:
+            await self._acks_changed.wait_for(
+                lambda: not any(envelope.type == "events_api" for envelope in self._pending.values())
+            )
+
     # ------------------------------------------------------------------ users' side
 
     def user_message(
@@ -585,8 +608,19 @@ class FakeSlack:
     ) -> str:
         """A user writes ``<@UBOT> text`` in ``channel`` (in ``thread``, or at the top level); the message ts."""
         event = self.user_message(channel, user, f"<@{BOT_USER}> {text}", thread, files)
-        event["type"] = "app_mention"
-        await self.deliver("events_api", _callback(event))
+        await self.deliver("events_api", _callback(dict(event, type="app_mention")))
+        if self.channel_messages and channel[0] in "CG":
+            await self.deliver("events_api", _callback(_channel_event(event, files)))
+        return str(event["ts"])
+
+    async def say(
+        self, channel: str, user: str, text: str, thread: str = "", files: list[dict[str, Any]] | None = None
+    ) -> str:
+        """A user writes ``text`` (no mention) in ``channel``, in ``thread`` or at the top level: a
+        ``message`` event (``message.channels``, ``message.groups`` for a ``G…`` channel); the message ts."""
+        event = self.user_message(channel, user, text, thread, files)
+        if self.channel_messages:
+            await self.deliver("events_api", _callback(_channel_event(event, files)))
         return str(event["ts"])
 
     async def direct(self, channel: str, user: str, text: str, files: list[dict[str, Any]] | None = None) -> str:
@@ -723,6 +757,15 @@ def _callback(event: dict[str, Any]) -> dict[str, Any]:
             }
         ],
     }
+
+
+def _channel_event(event: dict[str, Any], files: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """The ``message`` event of a user's message in a channel, as ``message.channels``/``groups`` carry it."""
+    channel = str(event["channel"])
+    message = dict(event, type="message", channel_type="group" if channel.startswith("G") else "channel")
+    if files:
+        message["subtype"] = "file_share"
+    return message
 
 
 def _decoded(value: Any) -> Any:
