@@ -43,7 +43,9 @@ SECTION_LIMIT = 3000
 MARKDOWN_LIMIT = 12000
 """The most characters of all ``markdown`` blocks of one message together."""
 WRITE_METHODS = frozenset({"chat.postMessage", "chat.update", "chat.delete", "files.completeUploadExternal"})
-SIGN_METHODS = frozenset({"assistant.threads.setStatus", "reactions.add", "reactions.remove"})
+SIGN_METHODS = frozenset(
+    {"assistant.threads.setStatus", "assistant.threads.setSuggestedPrompts", "reactions.add", "reactions.remove"}
+)
 """Methods that show the bot works (a thread status, a reaction); :meth:`FakeSlack.wait_for` wakes on them too."""
 
 
@@ -102,6 +104,9 @@ class FakeSlack:
     markdown_blocks: bool = True
     """Whether the workspace takes ``markdown`` blocks; else they are ``invalid_blocks``."""
     """Whether the app may set a thread's status (``assistant.threads.setStatus``); else Slack refuses it."""
+    prompts_refusal: str = ""
+    """When set, ``assistant.threads.setSuggestedPrompts`` is answered with this error (``not_allowed``:
+    a workspace or app without AI apps; ``missing_scope``: no ``assistant:write``)."""
     channel_messages: bool = True
     """The app is subscribed to ``message.channels``/``message.groups`` (the manifest asks): a user's
     message in a channel is also a ``message`` event, so a mention there comes twice (``app_mention``
@@ -342,6 +347,30 @@ class FakeSlack:
         if thread not in self.messages.get(channel, {}):
             return {"ok": False, "error": "invalid_thread_ts"}
         self.operations.append({"op": "status", "channel": channel, "thread": thread, "status": arguments["status"]})
+        return {"ok": True}
+
+    def _assistant_threads_setSuggestedPrompts(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """As https://docs.slack.dev/reference/methods/assistant.threads.setSuggestedPrompts: up to four
+        prompts, each with a ``title`` and a ``message``, in an assistant thread (scope ``assistant:write``)."""
+        channel, thread = str(arguments.get("channel_id")), str(arguments.get("thread_ts") or "")
+        if self.prompts_refusal == "missing_scope":
+            return {"ok": False, "error": "missing_scope", "needed": "assistant:write", "provided": "chat:write"}
+        if self.prompts_refusal:
+            return {"ok": False, "error": self.prompts_refusal}
+        if channel not in self.channels:
+            return {"ok": False, "error": "channel_not_found"}
+        if thread not in self.messages.get(channel, {}):
+            return {"ok": False, "error": "invalid_thread_ts"}
+        prompts = _decoded(arguments.get("prompts"))
+        if (
+            not isinstance(prompts, list)
+            or not 1 <= len(prompts) <= 4
+            or not all(isinstance(p, dict) and p.get("title") and p.get("message") for p in prompts)
+        ):
+            return {"ok": False, "error": "invalid_arguments"}
+        self.operations.append(
+            {"op": "prompts", "channel": channel, "thread": thread, "title": arguments.get("title"), "prompts": prompts}
+        )
         return {"ok": True}
 
     def _reaction(self, arguments: dict[str, Any], add: bool) -> dict[str, Any]:
@@ -623,9 +652,30 @@ class FakeSlack:
             await self.deliver("events_api", _callback(_channel_event(event, files)))
         return str(event["ts"])
 
-    async def direct(self, channel: str, user: str, text: str, files: list[dict[str, Any]] | None = None) -> str:
-        """A user writes ``text`` in their DM with the bot; the message ts."""
-        event = self.user_message(channel, user, text, "", files)
+    async def assistant_thread(self, channel: str, user: str) -> str:
+        """A user opens the AI app's split view: a new assistant thread in their DM with the bot (its root
+        message, subtype ``assistant_app_thread``) and the ``assistant_thread_started`` event; the thread's ts."""
+        ts = self._ts()
+        root = {"type": "message", "subtype": "assistant_app_thread", "ts": ts, "user": user, "text": "New chat"}
+        self.messages.setdefault(channel, {})[ts] = dict(root, thread_ts=ts, team=TEAM)
+        event = {
+            "type": "assistant_thread_started",
+            "assistant_thread": {
+                "user_id": user,
+                "context": {"channel_id": "CGENERAL", "team_id": TEAM, "enterprise_id": None},
+                "channel_id": channel,
+                "thread_ts": ts,
+            },
+            "event_ts": ts,
+        }
+        await self.deliver("events_api", _callback(event))
+        return ts
+
+    async def direct(
+        self, channel: str, user: str, text: str, files: list[dict[str, Any]] | None = None, thread: str = ""
+    ) -> str:
+        """A user writes ``text`` in their DM with the bot (in ``thread``: an assistant thread); the message ts."""
+        event = self.user_message(channel, user, text, thread, files)
         event["channel_type"] = "im"
         if files:
             event["subtype"] = "file_share"

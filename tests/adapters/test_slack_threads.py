@@ -193,3 +193,32 @@ async def test_a_failed_context_fetch_still_sends_the_mention_and_says_so_once(
     notices = [m for m in fake.bot_messages("CGENERAL") if "could not be read" in text_of(m)]
     assert len(notices) == 1 and notices[0]["thread_ts"] == root
     assert f"<@{BOT_USER}>" not in thought.text
+
+
+async def test_an_assistant_thread_gets_suggested_prompts_and_a_clicked_one_is_answered(slack: SlackAdapter) -> None:
+    fake = slack.fake
+    thread = await fake.assistant_thread("DANN", "UANN")
+    await fake.wait_for(lambda: any(op["op"] == "prompts" for op in fake.operations))
+    (prompts,) = [op for op in fake.operations if op["op"] == "prompts"]
+    assert prompts["channel"] == "DANN" and prompts["thread"] == thread
+    assert prompts["prompts"][0]["title"] == "What can you do?" and len(prompts["prompts"]) <= 4
+    await fake.direct("DANN", "UANN", "/status", thread=thread)  # the prompt clicked: its message, sent by the user
+    await fake.wait_for(lambda: any(m.get("thread_ts") == thread for m in fake.bot_messages("DANN")))
+
+
+@pytest.mark.parametrize("refusal", ["not_allowed", "missing_scope"])
+async def test_a_workspace_without_suggested_prompts_is_not_asked_again_and_the_thread_works(
+    slack: SlackAdapter, refusal: str
+) -> None:
+    fake = slack.fake
+    fake.prompts_refusal = refusal
+    first = await fake.assistant_thread("DANN", "UANN")
+    second = await fake.assistant_thread("DANN", "UANN")
+    await fake.settled()
+    await fake.direct("DANN", "UANN", "hello from the split view", thread=second)
+    thought = await _thought(slack, "hello from the split view")
+    assert thought.conversation == f"slack:{TEAM}/DANN/{second}" and first != second
+    assert not any(op["op"] == "prompts" for op in fake.operations)
+    assert fake.bot_messages("DANN") == []  # nothing shown for the refusal
+    log = slack.stderr.read_text()
+    assert log.count("no suggested prompts") == 1, log

@@ -90,6 +90,7 @@ FILE_HOSTS = frozenset({"files.slack.com", "slack-files.com"})
 
 REQUIRED_SCOPES: dict[str, str] = {
     "app_mentions:read": "the app_mention event",
+    "assistant:write": "assistant.threads.setSuggestedPrompts (an AI app's assistant thread)",
     "channels:history": "the message.channels event (follow-ups in a thread without a mention) and"
     " conversations.replies/history in public channels (a thread's earlier messages; finding a message after a crash)",
     "chat:write": "chat.postMessage, chat.update, chat.delete, assistant.threads.setStatus",
@@ -124,6 +125,7 @@ def rates(post_rate: float = 1.0) -> dict[str, Rate]:
         "usergroups.users.list": Rate(20, 60.0, Scope.WORKSPACE, f"{RATE_LIMITS_DOC} (Tier 2)"),
         # (setStatus: "special", undocumented in figures: kept to Tier 3's)
         "assistant.threads.setStatus": Rate(50, 60.0, Scope.WORKSPACE, f"{RATE_LIMITS_DOC} (Special; as Tier 3)"),
+        "assistant.threads.setSuggestedPrompts": Rate(100, 60.0, Scope.WORKSPACE, f"{RATE_LIMITS_DOC} (Tier 4)"),
         "reactions.add": tier3,
         "reactions.remove": Rate(20, 60.0, Scope.WORKSPACE, f"{RATE_LIMITS_DOC} (Tier 2)"),
         "files.getUploadURLExternal": Rate(100, 60.0, Scope.WORKSPACE, f"{RATE_LIMITS_DOC} (Tier 4)"),
@@ -138,13 +140,21 @@ REACTION = "hourglass_flowing_sand"
 TYPING_REFRESH = 20.0
 """Seconds after which the thread status is set again while a turn runs: Slack clears it when the
 bot posts (a progress card) and after two minutes without a message."""
-BOT_EVENTS = ("app_mention", "message.channels", "message.groups", "message.im")
+BOT_EVENTS = ("app_mention", "assistant_thread_started", "message.channels", "message.groups", "message.im")
 """The events the app subscribes to."""
 CHANNEL_TYPES = frozenset({"channel", "group"})
 """The ``channel_type`` of a ``message`` event in a public (``message.channels``) or private
 (``message.groups``) channel: taken only in a thread the bot follows."""
 MESSAGE_SUBTYPES = (None, "file_share", "thread_broadcast")
 """The ``message`` subtypes that are a user writing (edits, deletions, joins … are not)."""
+PROMPTS_TITLE = "Try asking Codex"
+SUGGESTED_PROMPTS = (
+    ("What can you do?", "/help"),
+    ("Explain this repository", "Explain what this repository does and how it is laid out."),
+    ("Review the latest change", "Review the latest commit in this repository and point out what could break."),
+    ("Status", "/status"),
+)
+"""The prompts (title, message sent when clicked) an AI app's new assistant thread offers (Slack shows up to 4)."""
 CONTEXT_WAIT = 2.0
 """Seconds the first mention in a thread waits for the thread's earlier messages (within Slack's 3 s)."""
 CONTEXT_PAGES = 5
@@ -263,6 +273,8 @@ class SlackPlatform:
         """Channels where Slack refused a thread status: the reaction is used there."""
         self._reacted: dict[tuple[str, str], str] = {}
         self._unreachable = False
+        self._no_prompts = False
+        """Slack refused suggested prompts (not an AI app, a scope missing): not asked again."""
         self.budgets = Budgets(rates(post_rate))
         api_host = urlsplit(client.base_url).hostname or ""
         self._files = Downloader(FILE_HOSTS | {api_host}, MAX_IMAGE_BYTES)
@@ -501,6 +513,7 @@ class SlackPlatform:
         """Attach the adapter's listeners to the bolt ``app``."""
         app.event("app_mention")(self._on_mention)
         app.event("message")(self._on_message)
+        app.event("assistant_thread_started")(self._on_assistant_thread)
         app.action(re.compile("^" + re.escape(BUTTON_PREFIX)))(self._on_button)
         app.command(SLASH_COMMAND)(self._on_command)
 
@@ -616,6 +629,24 @@ class SlackPlatform:
                 author = str(message.get("username") or message.get("bot_id") or "someone")
             earlier.append(EarlierMessage(author, text))
         return earlier, len(said) - len(kept)
+
+    async def _on_assistant_thread(self, event: dict[str, Any]) -> None:
+        """An AI app's assistant thread opened: offer :data:`SUGGESTED_PROMPTS` there. Refused (a
+        workspace or app without the feature, ``assistant:write`` missing) or failed, it is logged
+        once and the thread works without them."""
+        thread = event.get("assistant_thread") or {}
+        channel, ts = str(thread.get("channel_id") or ""), str(thread.get("thread_ts") or "")
+        if not channel or not ts or self._no_prompts:
+            return
+        prompts = [{"title": title, "message": message} for title, message in SUGGESTED_PROMPTS]
+        try:
+            arguments: dict[str, Any] = {"channel_id": channel, "thread_ts": ts, "title": PROMPTS_TITLE}
+            await self._api("assistant.threads.setSuggestedPrompts", prompts=prompts, **arguments)
+        except PlatformError as refused:
+            self._no_prompts = True
+            self._warn_once("prompts", f"no suggested prompts ({refused}); assistant threads work without them")
+        except (RateLimited, Unavailable) as failed:
+            log.info("slack: suggested prompts not set in one assistant thread (%s)", failed)
 
     async def _on_button(self, ack: AsyncAck, body: dict[str, Any]) -> None:
         try:
