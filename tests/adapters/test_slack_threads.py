@@ -222,3 +222,23 @@ async def test_a_workspace_without_suggested_prompts_is_not_asked_again_and_the_
     assert fake.bot_messages("DANN") == []  # nothing shown for the refusal
     log = slack.stderr.read_text()
     assert log.count("no suggested prompts") == 1, log
+
+
+async def test_a_follow_up_sent_while_the_first_mention_s_context_is_read_is_taken_after_it(
+    slack: SlackAdapter,
+) -> None:
+    fake = slack.fake
+    root = str(fake.user_message("CGENERAL", "UBOB", "slow earlier words")["ts"])
+    slow = {
+        "ok": True,
+        "messages": [{"type": "message", "user": "UBOB", "text": "slow earlier words", "ts": root, "thread_ts": root}],
+        "has_more": False,
+        "response_metadata": {"next_cursor": ""},
+    }
+    fake.faults.add(Fault(200, slow, route="conversations.replies", delay=1.2))
+    await fake.mention("CGENERAL", "UANN", "the first words", root)
+    await fake.say("CGENERAL", "UANN", "said at once after", root)  # before the mention is followed
+    await _thought(slack, "said at once after")
+    texts = [t.text for t in await _thoughts(slack)]
+    assert len(texts) == 2 and texts[1] == "said at once after", texts
+    assert "[bob (UBOB)] slow earlier words" in texts[0] and texts[0].endswith("the first words")

@@ -157,6 +157,8 @@ SUGGESTED_PROMPTS = (
 """The prompts (title, message sent when clicked) an AI app's new assistant thread offers (Slack shows up to 4)."""
 CONTEXT_WAIT = 2.0
 """Seconds the first mention in a thread waits for the thread's earlier messages (within Slack's 3 s)."""
+ENTER_WAIT = 10.0
+"""Seconds a follow-up waits at most for the first mention of its thread to be handed on."""
 CONTEXT_PAGES = 5
 """Pages of 200 earlier messages read at most for a thread's context."""
 
@@ -274,6 +276,8 @@ class SlackPlatform:
         self._reacted: dict[tuple[str, str], str] = {}
         self._unreachable = False
         self._no_prompts = False
+        self._entering: dict[str, asyncio.Event] = {}
+        """Conversations whose first mention's context is being read (set once it is followed)."""
         """Slack refused suggested prompts (not an AI app, a scope missing): not asked again."""
         self.budgets = Budgets(rates(post_rate))
         api_host = urlsplit(client.base_url).hostname or ""
@@ -546,6 +550,11 @@ class SlackPlatform:
         team = str(event.get("team") or body.get("team_id") or self.identity.team_id)
         address = Address(channel=channel, workspace=team, thread=thread)
         conversation = self.follows.conversation(address, user_id)
+        entering = self._entering.get(conversation)
+        if entering is not None:  # the first mention's context is being read: this comes after it
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(ENTER_WAIT):
+                    await entering.wait()
         if not self.follows.followed(conversation):
             return
         refused = self.access is not None and self.access.refusal(await self._user(user_id), address) is not None
@@ -564,16 +573,39 @@ class SlackPlatform:
         address = Address(channel=channel, workspace=team, thread=thread)
         self._last_thread[(channel, user_id)] = thread
         self._last_message[(channel, thread)] = str(event.get("ts") or "")
-        text = _unescape(_MENTION.sub("", str(event.get("text") or ""), count=1).strip())
-        user = await self._user(user_id)
-        allowed = self.access is None or self.access.refusal(user, address) is None
-        attachments = (
-            await self._images(address, event.get("files") or []) if allowed else ()
-        )  # a stranger's: not fetched
-        if allowed and thread and not channel.startswith("D") and not text.startswith("/"):
-            text = await self._in_thread(address, user_id, str(event.get("ts") or ""), text, mention=mention)
+        # A first mention in a thread: a follow-up arriving meanwhile waits until it is handed on
+        # (:meth:`_follow_up`), then is taken after it.
+        entering = self._enter(address, user_id) if mention and thread and not channel.startswith("D") else None
+        try:
+            text = _unescape(_MENTION.sub("", str(event.get("text") or ""), count=1).strip())
+            user = await self._user(user_id)
+            allowed = self.access is None or self.access.refusal(user, address) is None
+            attachments = (
+                await self._images(address, event.get("files") or []) if allowed else ()
+            )  # a stranger's: not fetched
+            if allowed and thread and not channel.startswith("D") and not text.startswith("/"):
+                text = await self._in_thread(address, user_id, str(event.get("ts") or ""), text, mention=mention)
+        finally:
+            if entering is not None:
+                self._entered(*entering)
         message_id = f"{channel}:{event.get('ts') or ''}"
         await self._submit(IncomingMessage(address, user, text, attachments, message_id))
+
+    def _enter(self, address: Address, user_id: str) -> tuple[str, asyncio.Event] | None:
+        """Mark the thread's conversation as being entered (not followed yet, nobody entering it)."""
+        if self.follows is None:
+            return None
+        conversation = self.follows.conversation(address, user_id)
+        if self.follows.followed(conversation) or conversation in self._entering:
+            return None
+        entering = self._entering[conversation] = asyncio.Event()
+        return conversation, entering
+
+    def _entered(self, conversation: str, entering: asyncio.Event) -> None:
+        """The mention is about to be handed on: follow-ups waiting for it go on (after it, in order)."""
+        entering.set()
+        if self._entering.get(conversation) is entering:
+            del self._entering[conversation]
 
     async def _in_thread(self, address: Address, user_id: str, ts: str, text: str, *, mention: bool) -> str:
         """Follow the thread of an allowed user's message (durably, before it is handed on); the first
@@ -583,21 +615,27 @@ class SlackPlatform:
         conversation = self.follows.conversation(address, user_id)
         first = not self.follows.followed(conversation)
         if mention and first and ts != address.thread and self.context.messages > 0:
-            try:
-                async with asyncio.timeout(CONTEXT_WAIT):
-                    earlier, omitted = await self._earlier(address, ts)
-                text = with_context(text, earlier, self.context, omitted)
-            except (PlatformError, RateLimited, Unavailable, TimeoutError) as failed:
-                if isinstance(failed, PlatformError) and failed.refusal is Refusal.FATAL:
-                    raise
-                reason = "Slack took too long" if isinstance(failed, TimeoutError) else clip(str(failed), 160)
-                log.warning("slack: a thread's earlier messages were not read (%s); the mention goes without", reason)
-                await self._notice(
-                    address,
-                    f"the thread's earlier messages could not be read ({reason}); Codex got your message without them",
-                )
+            text = await self._with_earlier(address, ts, text)
         await self.follows.follow(conversation)
         return text
+
+    async def _with_earlier(self, address: Address, ts: str, text: str) -> str:
+        """``text`` with the thread's messages before ``ts`` as context; without, and one notice in the
+        thread saying so, when Slack does not give them within :data:`CONTEXT_WAIT` seconds."""
+        try:
+            async with asyncio.timeout(CONTEXT_WAIT):
+                earlier, omitted = await self._earlier(address, ts)
+            return with_context(text, earlier, self.context, omitted)
+        except (PlatformError, RateLimited, Unavailable, TimeoutError) as failed:
+            if isinstance(failed, PlatformError) and failed.refusal is Refusal.FATAL:
+                raise
+            reason = "Slack took too long" if isinstance(failed, TimeoutError) else clip(str(failed), 160)
+            log.warning("slack: a thread's earlier messages were not read (%s); the mention goes without", reason)
+            await self._notice(
+                address,
+                f"the thread's earlier messages could not be read ({reason}); Codex got your message without them",
+            )
+            return text
 
     async def _earlier(self, address: Address, before: str) -> tuple[list[EarlierMessage], int]:
         """The thread's last ``context.messages`` messages before ``before`` (``conversations.replies``),
