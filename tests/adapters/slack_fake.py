@@ -26,6 +26,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from aiohttp import WSMsgType, web
@@ -104,6 +105,9 @@ class FakeSlack:
     markdown_blocks: bool = True
     """Whether the workspace takes ``markdown`` blocks; else they are ``invalid_blocks``."""
     """Whether the app may set a thread's status (``assistant.threads.setStatus``); else Slack refuses it."""
+    scopes: tuple[str, ...] | None = None
+    """The bot token's scopes, sent in ``auth.test``'s ``x-oauth-scopes`` header (None: the manifest's,
+    ``examples/slack-manifest.json``, as an app installed from it has)."""
     prompts_refusal: str = ""
     """When set, ``assistant.threads.setSuggestedPrompts`` is answered with this error (``not_allowed``:
     a workspace or app without AI apps; ``missing_scope``: no ``assistant:write``)."""
@@ -188,6 +192,8 @@ class FakeSlack:
             lambda: self._answer(request, method, arguments),
         )
         answer = faulty if faulty is not None else await self._answer(request, method, arguments)
+        if method == "auth.test":
+            answer.headers["x-oauth-scopes"] = ",".join(self._scopes())
         if method in WRITE_METHODS | SIGN_METHODS:
             async with self.changed:
                 self.changed.notify_all()
@@ -246,6 +252,12 @@ class FakeSlack:
         """Wait until ``check()`` holds (tested after every write call, answered or not), at most ``timeout`` s."""
         async with asyncio.timeout(timeout), self.changed:
             await self.changed.wait_for(check)
+
+    def _scopes(self) -> tuple[str, ...]:
+        if self.scopes is not None:
+            return self.scopes
+        manifest = json.loads((Path(__file__).resolve().parents[2] / "examples" / "slack-manifest.json").read_text())
+        return tuple(manifest["oauth_config"]["scopes"]["bot"])
 
     def _auth_test(self, _: dict[str, Any]) -> dict[str, Any]:
         return {

@@ -190,6 +190,56 @@ CHANNEL_ERRORS = frozenset(
 """The bot may not post at that address (every message there would be refused)."""
 
 
+SCOPES_HEADER = "x-oauth-scopes"
+"""The header of Slack's answers listing the scopes the token was granted."""
+
+
+def missing_scopes(headers: Any) -> list[str] | None:
+    """The :data:`REQUIRED_SCOPES` the token lacks, from an answer's :data:`SCOPES_HEADER`; None when
+    the answer does not say (a proxy that drops the header)."""
+    granted = headers.get(SCOPES_HEADER) if headers is not None else None
+    if isinstance(granted, list):
+        granted = ",".join(str(g) for g in granted)
+    if not isinstance(granted, str):
+        return None
+    have = {scope.strip() for scope in granted.split(",")}
+    return [scope for scope in REQUIRED_SCOPES if scope not in have]
+
+
+def describe_missing(missing: list[str]) -> str:
+    """What the missing scopes stop working, one clause each."""
+    return "; ".join(f"{scope} ({REQUIRED_SCOPES[scope]})" for scope in missing)
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeCheck:
+    """What ``auth.test`` said of the bot token: ``refused`` (the token), ``reached`` (Slack answered),
+    the ``missing`` scopes (None: Slack did not say), and ``detail`` (no secret in it)."""
+
+    reached: bool
+    refused: bool
+    missing: list[str] | None
+    detail: str
+
+
+async def check_scopes(token: Secret, api_url: str | None) -> ScopeCheck:
+    """Ask Slack (``auth.test``) which scopes the bot token has (``coven-codex validate``'s ``slack_scopes``)."""
+    client = AsyncWebClient(token=token.reveal(), base_url=_api_url(api_url), retry_handlers=[], timeout=10)
+    try:
+        answer = await client.auth_test()
+    except SlackApiError as exc:
+        data = exc.response.data if isinstance(exc.response, AsyncSlackResponse) else None
+        error = str((data.get("error") if isinstance(data, dict) else None) or "refused")
+        status = int(getattr(exc.response, "status_code", 0) or 0)
+        kind = classify("auth.test", status, error, 0.0)
+        if isinstance(kind, PlatformError):
+            return ScopeCheck(True, True, None, f"Slack refused auth.test: {clip(error, 80)}{_hint(error)}")
+        return ScopeCheck(False, False, None, f"Slack failed auth.test ({kind})")
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        return ScopeCheck(False, False, None, f"Slack could not be reached ({type(exc).__name__})")
+    return ScopeCheck(True, False, missing_scopes(answer.headers), f"Slack knows the bot as {answer.get('user_id')}")
+
+
 def classify(method: str, status: int, error: str, retry_after: float) -> Exception:
     """The kit's exception for Slack's answer to ``method`` (HTTP ``status``, ``error`` code)."""
     if status == 429 or error == "ratelimited":
@@ -336,6 +386,13 @@ class SlackPlatform:
         self.identity = SlackIdentity(
             str(answer.get("team_id") or ""), str(answer.get("user_id") or ""), str(answer.get("bot_id") or "")
         )
+        missing = missing_scopes(answer.headers)
+        if missing:
+            log.warning(
+                "slack: the bot token lacks %s; add them to the app (examples/slack-manifest.json lists every"
+                " scope) and reinstall it",
+                describe_missing(missing),
+            )
         return self.identity
 
     async def aclose(self) -> None:
