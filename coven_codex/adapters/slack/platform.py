@@ -326,9 +326,9 @@ class SlackPlatform:
         self._reacted: dict[tuple[str, str], str] = {}
         self._unreachable = False
         self._no_prompts = False
-        self._entering: dict[str, asyncio.Event] = {}
-        """Conversations whose first mention's context is being read (set once it is followed)."""
         """Slack refused suggested prompts (not an AI app, a scope missing): not asked again."""
+        self._entering: dict[str, asyncio.Event] = {}
+        """Conversations whose first mention is being handled (its context read): follow-ups wait for it."""
         self.budgets = Budgets(rates(post_rate))
         api_host = urlsplit(client.base_url).hostname or ""
         self._files = Downloader(FILE_HOSTS | {api_host}, MAX_IMAGE_BYTES)
@@ -856,11 +856,16 @@ class SlackPlatform:
 
 
 def _ts_order(message: dict[str, Any], before: str) -> bool:
-    """Whether ``message`` is not before the ``ts`` ``before`` (Slack's ``ts`` compared as numbers)."""
+    """Whether ``message`` is not before the ``ts`` ``before`` (Slack's ``ts``: seconds and a counter)."""
+    return _ts_key(str(message.get("ts") or "0")) >= _ts_key(before)
+
+
+def _ts_key(ts: str) -> tuple[int, int]:
+    seconds, _, fraction = ts.partition(".")
     try:
-        return float(str(message.get("ts") or "0")) >= float(before)
+        return int(seconds or 0), int(fraction or 0)
     except ValueError:
-        return False
+        return (0, 0)
 
 
 def _retry_after(headers: Any) -> float:
