@@ -242,3 +242,12 @@ async def test_a_follow_up_sent_while_the_first_mention_s_context_is_read_is_tak
     texts = [t.text for t in await _thoughts(slack)]
     assert len(texts) == 2 and texts[1] == "said at once after", texts
     assert "[bob (UBOB)] slow earlier words" in texts[0] and texts[0].endswith("the first words")
+
+
+async def test_a_top_level_mention_starts_a_thread_whose_follow_ups_need_no_mention(slack: SlackAdapter) -> None:
+    started = await slack.fake.mention("CRANDOM", "UANN", "a new question")  # the thread is this message's
+    first = await _thought(slack, "a new question")
+    assert first.text == "a new question"  # no earlier messages: no context
+    await slack.fake.say("CRANDOM", "UBOB", "more detail, no mention", started)
+    follow_up = await _thought(slack, "more detail, no mention")
+    assert follow_up.conversation == first.conversation == f"slack:{TEAM}/CRANDOM/{started}"
