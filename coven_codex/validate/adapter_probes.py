@@ -104,6 +104,37 @@ def _telegram_reachable(section: AdapterSection) -> ProbeFunction:
     return probe
 
 
+def _slack_scopes(section: AdapterSection) -> ProbeFunction:
+    async def probe(context: ProbeContext) -> ProbeResult:
+        """Whether the Slack bot token has every scope the adapter uses (``auth.test``'s ``x-oauth-scopes``)."""
+        from coven_codex.adapters.slack.platform import check_scopes, describe_missing  # noqa: PLC0415 ([slack])
+
+        try:
+            secrets = section.load_secrets(dict(os.environ))
+        except AdapterConfigError as exc:
+            return ProbeResult.fail(str(exc), "Set the token as the message says, then run validate again.")
+        api_url = getattr(section, "api_url", None)
+        found = await check_scopes(secrets["token"], api_url if isinstance(api_url, str) else None)
+        if found.refused:
+            return ProbeResult.fail(found.detail, "Copy the bot token again (OAuth & Permissions).")
+        if not found.reached:
+            return ProbeResult.warn(found.detail, "Check this machine's network and api_url.")
+        if found.missing is None:
+            return ProbeResult.warn(
+                f"{found.detail}; Slack did not say which scopes the token has",
+                "Compare the app's scopes (OAuth & Permissions) with examples/slack-manifest.json.",
+            )
+        if found.missing:
+            return ProbeResult.fail(
+                f"the bot token lacks {describe_missing(found.missing)}",
+                "Add the scopes under OAuth & Permissions (examples/slack-manifest.json lists them), reinstall"
+                " the app, and copy the new bot token.",
+            )
+        return ProbeResult.ok(f"{found.detail}; every scope the adapter uses is granted")
+
+    return probe
+
+
 def adapter_plan(settings: Settings) -> tuple[Probe, ...]:
     """The probes of every adapter configured in ``settings`` (none when ``[adapters]`` is absent)."""
     probes: list[Probe] = []
@@ -114,6 +145,16 @@ def adapter_plan(settings: Settings) -> tuple[Probe, ...]:
             Probe(f"{name}_tokens", f"{name} adapter: tokens present and well-formed", _tokens(section), timeout=5),
             Probe(f"{name}_access", f"{name} adapter: allow-lists let somebody in", _access(section), timeout=1),
         ]
+        if name == "slack":
+            probes.append(
+                Probe(
+                    "slack_scopes",
+                    "slack adapter: the bot token has every scope the adapter uses",
+                    _slack_scopes(section),
+                    timeout=20,
+                    needs=("slack_library", "slack_tokens"),
+                )
+            )
         if name == "telegram":
             probes.append(
                 Probe(

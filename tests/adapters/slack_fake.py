@@ -26,6 +26,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from aiohttp import WSMsgType, web
@@ -43,7 +44,9 @@ SECTION_LIMIT = 3000
 MARKDOWN_LIMIT = 12000
 """The most characters of all ``markdown`` blocks of one message together."""
 WRITE_METHODS = frozenset({"chat.postMessage", "chat.update", "chat.delete", "files.completeUploadExternal"})
-SIGN_METHODS = frozenset({"assistant.threads.setStatus", "reactions.add", "reactions.remove"})
+SIGN_METHODS = frozenset(
+    {"assistant.threads.setStatus", "assistant.threads.setSuggestedPrompts", "reactions.add", "reactions.remove"}
+)
 """Methods that show the bot works (a thread status, a reaction); :meth:`FakeSlack.wait_for` wakes on them too."""
 
 
@@ -102,6 +105,16 @@ class FakeSlack:
     markdown_blocks: bool = True
     """Whether the workspace takes ``markdown`` blocks; else they are ``invalid_blocks``."""
     """Whether the app may set a thread's status (``assistant.threads.setStatus``); else Slack refuses it."""
+    scopes: tuple[str, ...] | None = None
+    """The bot token's scopes, sent in ``auth.test``'s ``x-oauth-scopes`` header (None: the manifest's,
+    ``examples/slack-manifest.json``, as an app installed from it has)."""
+    prompts_refusal: str = ""
+    """When set, ``assistant.threads.setSuggestedPrompts`` is answered with this error (``not_allowed``:
+    a workspace or app without AI apps; ``missing_scope``: no ``assistant:write``)."""
+    channel_messages: bool = True
+    """The app is subscribed to ``message.channels``/``message.groups`` (the manifest asks): a user's
+    message in a channel is also a ``message`` event, so a mention there comes twice (``app_mention``
+    and ``message``), as Slack sends it."""
     url: str = ""
 
     def __post_init__(self) -> None:
@@ -114,6 +127,7 @@ class FakeSlack:
         self._connected = asyncio.Event()
         self._levels: dict[str, tuple[float, float]] = {}
         self.changed = asyncio.Condition()
+        self._acks_changed = asyncio.Condition()
         """Notified whenever the bot's messages change (:meth:`wait_for`)."""
 
     # ------------------------------------------------------------------ server
@@ -178,6 +192,8 @@ class FakeSlack:
             lambda: self._answer(request, method, arguments),
         )
         answer = faulty if faulty is not None else await self._answer(request, method, arguments)
+        if method == "auth.test":
+            answer.headers["x-oauth-scopes"] = ",".join(self._scopes())
         if method in WRITE_METHODS | SIGN_METHODS:
             async with self.changed:
                 self.changed.notify_all()
@@ -236,6 +252,12 @@ class FakeSlack:
         """Wait until ``check()`` holds (tested after every write call, answered or not), at most ``timeout`` s."""
         async with asyncio.timeout(timeout), self.changed:
             await self.changed.wait_for(check)
+
+    def _scopes(self) -> tuple[str, ...]:
+        if self.scopes is not None:
+            return self.scopes
+        manifest = json.loads((Path(__file__).resolve().parents[2] / "examples" / "slack-manifest.json").read_text())
+        return tuple(manifest["oauth_config"]["scopes"]["bot"])
 
     def _auth_test(self, _: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -337,6 +359,30 @@ class FakeSlack:
         if thread not in self.messages.get(channel, {}):
             return {"ok": False, "error": "invalid_thread_ts"}
         self.operations.append({"op": "status", "channel": channel, "thread": thread, "status": arguments["status"]})
+        return {"ok": True}
+
+    def _assistant_threads_setSuggestedPrompts(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """As https://docs.slack.dev/reference/methods/assistant.threads.setSuggestedPrompts: up to four
+        prompts, each with a ``title`` and a ``message``, in an assistant thread (scope ``assistant:write``)."""
+        channel, thread = str(arguments.get("channel_id")), str(arguments.get("thread_ts") or "")
+        if self.prompts_refusal == "missing_scope":
+            return {"ok": False, "error": "missing_scope", "needed": "assistant:write", "provided": "chat:write"}
+        if self.prompts_refusal:
+            return {"ok": False, "error": self.prompts_refusal}
+        if channel not in self.channels:
+            return {"ok": False, "error": "channel_not_found"}
+        if thread not in self.messages.get(channel, {}):
+            return {"ok": False, "error": "invalid_thread_ts"}
+        prompts = _decoded(arguments.get("prompts"))
+        if (
+            not isinstance(prompts, list)
+            or not 1 <= len(prompts) <= 4
+            or not all(isinstance(p, dict) and p.get("title") and p.get("message") for p in prompts)
+        ):
+            return {"ok": False, "error": "invalid_arguments"}
+        self.operations.append(
+            {"op": "prompts", "channel": channel, "thread": thread, "title": arguments.get("title"), "prompts": prompts}
+        )
         return {"ok": True}
 
     def _reaction(self, arguments: dict[str, Any], add: bool) -> dict[str, Any]:
@@ -456,6 +502,8 @@ class FakeSlack:
         }
 
     def _conversations_replies(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The thread, oldest first (the parent message first); ``latest``/``oldest`` bound it, the
+        bounds themselves only with ``inclusive`` (https://docs.slack.dev/reference/methods/conversations.replies)."""
         channel, thread = str(arguments.get("channel")), str(arguments.get("ts"))
         if channel not in self.channels:
             return {"ok": False, "error": "channel_not_found"}
@@ -463,6 +511,13 @@ class FakeSlack:
         if thread not in stored:
             return {"ok": False, "error": "thread_not_found"}
         replies = sorted((m for m in stored.values() if m["ts"] == thread or m.get("thread_ts") == thread), key=_ts_key)
+        inclusive = str(arguments.get("inclusive")) in ("1", "true", "True")
+        if arguments.get("latest"):
+            latest = _ts_key({"ts": arguments["latest"]})
+            replies = [m for m in replies if _ts_key(m) < latest or (inclusive and _ts_key(m) == latest)]
+        if arguments.get("oldest"):
+            oldest = _ts_key({"ts": arguments["oldest"]})
+            replies = [m for m in replies if _ts_key(m) > oldest or (inclusive and _ts_key(m) == oldest)]
         return self._page(replies, arguments)
 
     def _conversations_history(self, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -514,6 +569,8 @@ class FakeSlack:
                     if envelope_id in self._pending:
                         del self._pending[envelope_id]
                         self.acks[envelope_id] = answer.get("payload") or {}
+                        async with self._acks_changed:
+                            self._acks_changed.notify_all()
         finally:
             self._sockets.remove(socket)
             if not self._sockets:
@@ -565,6 +622,13 @@ class FakeSlack:
                 await asyncio.sleep(0.02)
         return self.acks[envelope_id]
 
+    async def settled(self, timeout: float = 20) -> None:
+        """Wait until every ``events_api`` envelope sent so far was acknowledged (the app handled it)."""
+        async with asyncio.timeout(timeout), self._acks_changed:
+            await self._acks_changed.wait_for(
+                lambda: not any(envelope.type == "events_api" for envelope in self._pending.values())
+            )
+
     # ------------------------------------------------------------------ users' side
 
     def user_message(
@@ -585,13 +649,45 @@ class FakeSlack:
     ) -> str:
         """A user writes ``<@UBOT> text`` in ``channel`` (in ``thread``, or at the top level); the message ts."""
         event = self.user_message(channel, user, f"<@{BOT_USER}> {text}", thread, files)
-        event["type"] = "app_mention"
-        await self.deliver("events_api", _callback(event))
+        await self.deliver("events_api", _callback(dict(event, type="app_mention")))
+        if self.channel_messages and channel[0] in "CG":
+            await self.deliver("events_api", _callback(_channel_event(event, files)))
         return str(event["ts"])
 
-    async def direct(self, channel: str, user: str, text: str, files: list[dict[str, Any]] | None = None) -> str:
-        """A user writes ``text`` in their DM with the bot; the message ts."""
-        event = self.user_message(channel, user, text, "", files)
+    async def say(
+        self, channel: str, user: str, text: str, thread: str = "", files: list[dict[str, Any]] | None = None
+    ) -> str:
+        """A user writes ``text`` (no mention) in ``channel``, in ``thread`` or at the top level: a
+        ``message`` event (``message.channels``, ``message.groups`` for a ``G…`` channel); the message ts."""
+        event = self.user_message(channel, user, text, thread, files)
+        if self.channel_messages:
+            await self.deliver("events_api", _callback(_channel_event(event, files)))
+        return str(event["ts"])
+
+    async def assistant_thread(self, channel: str, user: str) -> str:
+        """A user opens the AI app's split view: a new assistant thread in their DM with the bot (its root
+        message, subtype ``assistant_app_thread``) and the ``assistant_thread_started`` event; the thread's ts."""
+        ts = self._ts()
+        root = {"type": "message", "subtype": "assistant_app_thread", "ts": ts, "user": user, "text": "New chat"}
+        self.messages.setdefault(channel, {})[ts] = dict(root, thread_ts=ts, team=TEAM)
+        event = {
+            "type": "assistant_thread_started",
+            "assistant_thread": {
+                "user_id": user,
+                "context": {"channel_id": "CGENERAL", "team_id": TEAM, "enterprise_id": None},
+                "channel_id": channel,
+                "thread_ts": ts,
+            },
+            "event_ts": ts,
+        }
+        await self.deliver("events_api", _callback(event))
+        return ts
+
+    async def direct(
+        self, channel: str, user: str, text: str, files: list[dict[str, Any]] | None = None, thread: str = ""
+    ) -> str:
+        """A user writes ``text`` in their DM with the bot (in ``thread``: an assistant thread); the message ts."""
+        event = self.user_message(channel, user, text, thread, files)
         event["channel_type"] = "im"
         if files:
             event["subtype"] = "file_share"
@@ -723,6 +819,15 @@ def _callback(event: dict[str, Any]) -> dict[str, Any]:
             }
         ],
     }
+
+
+def _channel_event(event: dict[str, Any], files: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """The ``message`` event of a user's message in a channel, as ``message.channels``/``groups`` carry it."""
+    channel = str(event["channel"])
+    message = dict(event, type="message", channel_type="group" if channel.startswith("G") else "channel")
+    if files:
+        message["subtype"] = "file_share"
+    return message
 
 
 def _decoded(value: Any) -> Any:

@@ -43,8 +43,11 @@ class SlackAdapter:
         seed: int = 7,
         post_rate: float = 100.0,
         render: str = "verbose",
+        context_messages: int = 0,
     ) -> None:
-        """``render``: ``verbose`` (every step a message) unless asked; the progress card's tests ask for ``quiet``."""
+        """``render``: ``verbose`` (every step a message) unless asked; the progress card's tests ask for ``quiet``.
+        ``context_messages``: 0 unless asked (the suite's threads start with a user's message, which the
+        first mention would otherwise carry as context); the thread tests ask for it."""
         self.folder = folder
         self.journal = folder / "journal.jsonl"
         self.config = folder / "coven.toml"
@@ -55,6 +58,7 @@ class SlackAdapter:
         self.chaos = chaos
         self.extra_config = f'render = "{render}"\n' + extra_config
         self.post_rate = post_rate
+        self.context_messages = context_messages
         """``chat.postMessage`` calls a second per channel the adapter allows itself (Slack: 1; the
         suite's bursts of replies would otherwise take minutes)."""
         self.rng = random.Random(seed)
@@ -75,7 +79,8 @@ class SlackAdapter:
             'allow_users = ["UANN", "UBOB"]\n'
             'admins = ["UANN"]\n'
             "edit_interval = 0.2\n"
-            f"post_rate = {self.post_rate}\n" + self.extra_config
+            f"post_rate = {self.post_rate}\n"
+            f"context_messages = {self.context_messages}\n" + self.extra_config
         )
         self.fake.after_write = self._maybe_die
         self._started = True

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 from pathlib import Path
 
 import pytest
@@ -154,9 +155,13 @@ def test_access_lists_session_mode_and_problems() -> None:
 
 
 async def test_validate_checks_each_configured_adapter(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    with socket.socket() as closed:  # no test talks to Slack: its API is a port nobody listens on
+        closed.bind(("127.0.0.1", 0))
+        api_url = f"http://127.0.0.1:{closed.getsockname()[1]}/api/"
     config = write(
         tmp_path,
-        '[adapters.slack]\nallow_users = ["U1"]\n[adapters.discord]\ntoken_env = "MY_DISCORD"\nallow_channels = []\n',
+        f'[adapters.slack]\nallow_users = ["U1"]\napi_url = "{api_url}"\n'
+        '[adapters.discord]\ntoken_env = "MY_DISCORD"\nallow_channels = []\n',
     )
     monkeypatch.setenv("SLACK_BOT_TOKEN", BOT)
     monkeypatch.setenv("SLACK_APP_TOKEN", APP)
@@ -167,6 +172,7 @@ async def test_validate_checks_each_configured_adapter(monkeypatch: pytest.Monke
         "slack_library",
         "slack_tokens",
         "slack_access",
+        "slack_scopes",
         "discord_library",
         "discord_tokens",
         "discord_access",
@@ -175,6 +181,7 @@ async def test_validate_checks_each_configured_adapter(monkeypatch: pytest.Monke
     assert outcomes["slack_tokens"].status is Status.PASS and BOT not in outcomes["slack_tokens"].detail
     assert "$SLACK_BOT_TOKEN" in outcomes["slack_tokens"].detail
     assert outcomes["slack_access"].status is Status.PASS
+    assert outcomes["slack_scopes"].status is Status.WARN and "could not be reached" in outcomes["slack_scopes"].detail
     assert outcomes["discord_tokens"].status is Status.FAIL and "MY_DISCORD" in outcomes["discord_tokens"].detail
     assert outcomes["discord_access"].status is Status.FAIL and "allows nobody" in outcomes["discord_access"].detail
     assert adapter_plan(load_settings(write(tmp_path, 'journal = "j"\n'))) == ()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from agent_harness import AgentHarness
-from chat_script import STREAMED, chat_responder
+from chat_script import STREAMED, chat_responder, last_prompt
 from slack_fake import BOT_ID, actions_of, text_of
 from slack_under_test import SlackAdapter
 
@@ -167,5 +167,40 @@ async def test_approve_for_the_session_lets_the_same_command_run_again_without_a
             assert (h.workspace / "approved.txt").exists()
             assert len(requests()) == 1  # the same command ran again without asking
             assert h.journal_path.read_text().count('"kind":"approval_request"') == 1
+        finally:
+            await slack.close()
+
+
+def respond_echo(request: RecordedRequest) -> TurnScript:
+    """Answers ``answered: <the prompt's last line>`` (the user's words after any context)."""
+    return Reply(f"answered: {last_prompt(request).splitlines()[-1]}")
+
+
+async def test_a_mention_then_a_follow_up_without_a_mention_are_both_answered_in_the_thread(
+    codex_bin_169: Path, harness_factory: Callable[[Path, ScriptedModelServer], AgentHarness]
+) -> None:
+    async with ScriptedModelServer(responder=respond_echo) as server:
+        h = harness_factory(codex_bin_169, server)
+        h.write_base_config(approval_policy="on-request")
+        await h.start()
+        slack = SlackAdapter(h.journal_path.parent, context_messages=5)
+        fake = slack.fake
+        await slack.start()
+        root = str(fake.user_message("CGENERAL", "UBOB", "the deploy failed at step 3")["ts"])
+
+        def shown(text: str) -> list[dict[str, object]]:
+            return [m for m in fake.bot_messages("CGENERAL") if text in text_of(m)]
+
+        try:
+            await fake.mention("CGENERAL", "UANN", "why did it fail?", root)
+            await _until(lambda: bool(shown("answered: why did it fail?")))
+            await fake.say("CGENERAL", "UANN", "and how do we fix it?", root)
+            await _until(lambda: bool(shown("answered: and how do we fix it?")))
+            replies = [m for m in fake.bot_messages("CGENERAL") if "answered:" in text_of(m)]
+            assert [m["thread_ts"] for m in replies] == [root, root], [text_of(m) for m in replies]
+            prompts = server.requests.turn_prompts()
+            first = next(p for p in prompts if p.endswith("why did it fail?"))
+            assert "[bob (UBOB)] the deploy failed at step 3" in first  # the thread's context reached Codex
+            assert any(p == "and how do we fix it?" for p in prompts)  # the follow-up: its own words only
         finally:
             await slack.close()

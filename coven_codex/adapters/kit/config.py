@@ -33,6 +33,7 @@ from coven_codex.adapters.kit.access import ADMIN_COMMANDS, AccessPolicy
 from coven_codex.adapters.kit.mapping import ChannelMap, SessionScope
 from coven_codex.adapters.kit.render import RenderMode, RenderOptions
 from coven_codex.adapters.kit.runner import RunnerOptions
+from coven_codex.adapters.kit.threads import ContextLimits
 from coven_codex.journal.opening import JournalNameSetting, is_redis_name
 from coven_codex.metrics.options import MetricsSettings
 from coven_codex.support.secret import Secret
@@ -277,6 +278,22 @@ class SlackSection(AdapterSection):
         le=100.0,
         description="chat.postMessage calls a second per channel (Slack documents about 1, short bursts allowed).",
     )
+    context_messages: int = Field(
+        default=20,
+        ge=0,
+        le=200,
+        description="Earlier messages of a thread the first mention there carries as context (0: none).",
+    )
+    context_chars: int = Field(
+        default=8000,
+        ge=0,
+        le=100_000,
+        description="Characters of those earlier messages at most, all together (the newest are kept).",
+    )
+
+    def context_limits(self) -> ContextLimits:
+        """How much of a thread's earlier messages the first mention there carries."""
+        return ContextLimits(messages=self.context_messages, chars=self.context_chars)
 
     def needed_secrets(self) -> dict[str, SecretKind]:
         """The bot token, and the app-level token (Socket Mode) or the signing secret (HTTP)."""

@@ -26,7 +26,8 @@ FEATURES: dict[str, tuple[str, ...]] = {
     "conversation": (
         "a name (`--conversation`)",
         "a chat per page",
-        "a channel thread, a DM",
+        "a channel thread (follow-ups without a mention once the bot is in it; the first mention carries the"
+        " thread's earlier messages), a DM",
         "a channel, a thread per request (`thread_channels`), an existing thread, a DM; a session per user in"
         " `per_user_channels`",
         "a private chat, a group, a forum topic; a session per user in `per_user_channels`",

@@ -156,6 +156,14 @@ class DeliveryLedger:
             self._ids.add(message_id)
             await self._write({"key": key, "message": message_id})
 
+    async def keep(self, key: str, value: str) -> None:
+        """Record, durably, a mark ``key`` with ``value`` (not a delivery: a followed thread,
+        :mod:`~coven_codex.adapters.kit.threads`); written again, it becomes the newest key, which
+        compaction keeps."""
+        self._records.pop(key, None)
+        self._records[key] = Delivery(value)
+        await self._write({"key": key, "message": value})
+
     def close(self) -> None:
         """Close the file."""
         if self._fd >= 0:

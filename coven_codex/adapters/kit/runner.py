@@ -70,6 +70,7 @@ from coven_codex.adapters.kit.render import (
 )
 from coven_codex.adapters.kit.split import split_message
 from coven_codex.adapters.kit.streaming import Stream, Streams
+from coven_codex.adapters.kit.threads import FollowedThreads
 from coven_codex.entries import (
     ApprovalEntry,
     ApprovalRequestEntry,
@@ -210,8 +211,11 @@ class AdapterRunner:
         name: str,
         options: RunnerOptions = RunnerOptions(),
         metrics: MetricsOptions | None = None,
+        follows: FollowedThreads | None = None,
     ) -> None:
-        """``metrics``: serve ``/metrics``, ``/healthz``, ``/readyz`` while running (docs/operations.md)."""
+        """``metrics``: serve ``/metrics``, ``/healthz``, ``/readyz`` while running (docs/operations.md);
+        ``follows``: the threads the platform takes messages from without a mention, which every
+        thread conversation read from the journal joins (:mod:`~coven_codex.adapters.kit.threads`)."""
         self.journal = journal
         self.platform = platform
         self.mapping = mapping
@@ -239,6 +243,7 @@ class AdapterRunner:
         self.ready = asyncio.Event()
         """Set once the runner follows the journal (history, if any, shown)."""
         self.metrics = metrics
+        self.follows = follows
         self.instruments = Instruments() if metrics is not None else None
         self._reading_platform = False
 
@@ -471,6 +476,12 @@ class AdapterRunner:
             if isinstance(item, JournalRecord):
                 address = self.mapping.address(item.entry.conversation)
                 if address is not None:
+                    if (
+                        self.follows is not None
+                        and address.thread
+                        and not self.follows.followed(item.entry.conversation)
+                    ):
+                        await self.follows.follow(item.entry.conversation)
                     self._track(item.entry)
                     while len(self._outstanding) >= MAX_AHEAD:
                         self._room.clear()

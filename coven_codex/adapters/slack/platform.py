@@ -64,6 +64,7 @@ from coven_codex.adapters.kit.platform import (
 )
 from coven_codex.adapters.kit.render import Dialect, clip
 from coven_codex.adapters.kit.runner import AdapterRunner
+from coven_codex.adapters.kit.threads import ContextLimits, EarlierMessage, FollowedThreads, with_context
 from coven_codex.adapters.slack.dialect import BUTTON_PREFIX, THREAD_MARK, SlackDialect, blocks, fallback_text, menu
 from coven_codex.attachments import MAX_IMAGE_BYTES, ImageStore, UploadError, uploads_dir
 from coven_codex.entries import Attachment
@@ -89,11 +90,13 @@ FILE_HOSTS = frozenset({"files.slack.com", "slack-files.com"})
 
 REQUIRED_SCOPES: dict[str, str] = {
     "app_mentions:read": "the app_mention event",
-    "channels:history": "conversations.replies/history in public channels (finding a message after a crash)",
+    "assistant:write": "assistant.threads.setSuggestedPrompts (an AI app's assistant thread)",
+    "channels:history": "the message.channels event (follow-ups in a thread without a mention) and"
+    " conversations.replies/history in public channels (a thread's earlier messages; finding a message after a crash)",
     "chat:write": "chat.postMessage, chat.update, chat.delete, assistant.threads.setStatus",
     "commands": f"the {SLASH_COMMAND} slash command",
     "files:read": "downloading images shared with a message",
-    "groups:history": "conversations.replies/history in private channels",
+    "groups:history": "the message.groups event and conversations.replies/history in private channels",
     "im:history": "the message.im event and conversations.replies/history in DMs",
     "reactions:write": "reactions.add/remove: the sign that Codex works where thread status is not available",
     "usergroups:read": "usergroups.users.list (allow_groups)",
@@ -122,6 +125,7 @@ def rates(post_rate: float = 1.0) -> dict[str, Rate]:
         "usergroups.users.list": Rate(20, 60.0, Scope.WORKSPACE, f"{RATE_LIMITS_DOC} (Tier 2)"),
         # (setStatus: "special", undocumented in figures: kept to Tier 3's)
         "assistant.threads.setStatus": Rate(50, 60.0, Scope.WORKSPACE, f"{RATE_LIMITS_DOC} (Special; as Tier 3)"),
+        "assistant.threads.setSuggestedPrompts": Rate(100, 60.0, Scope.WORKSPACE, f"{RATE_LIMITS_DOC} (Tier 4)"),
         "reactions.add": tier3,
         "reactions.remove": Rate(20, 60.0, Scope.WORKSPACE, f"{RATE_LIMITS_DOC} (Tier 2)"),
         "files.getUploadURLExternal": Rate(100, 60.0, Scope.WORKSPACE, f"{RATE_LIMITS_DOC} (Tier 4)"),
@@ -136,8 +140,27 @@ REACTION = "hourglass_flowing_sand"
 TYPING_REFRESH = 20.0
 """Seconds after which the thread status is set again while a turn runs: Slack clears it when the
 bot posts (a progress card) and after two minutes without a message."""
-BOT_EVENTS = ("app_mention", "message.im")
+BOT_EVENTS = ("app_mention", "assistant_thread_started", "message.channels", "message.groups", "message.im")
 """The events the app subscribes to."""
+CHANNEL_TYPES = frozenset({"channel", "group"})
+"""The ``channel_type`` of a ``message`` event in a public (``message.channels``) or private
+(``message.groups``) channel: taken only in a thread the bot follows."""
+MESSAGE_SUBTYPES = (None, "file_share", "thread_broadcast")
+"""The ``message`` subtypes that are a user writing (edits, deletions, joins … are not)."""
+PROMPTS_TITLE = "Try asking Codex"
+SUGGESTED_PROMPTS = (
+    ("What can you do?", "/help"),
+    ("Explain this repository", "Explain what this repository does and how it is laid out."),
+    ("Review the latest change", "Review the latest commit in this repository and point out what could break."),
+    ("Status", "/status"),
+)
+"""The prompts (title, message sent when clicked) an AI app's new assistant thread offers (Slack shows up to 4)."""
+CONTEXT_WAIT = 2.0
+"""Seconds the first mention in a thread waits for the thread's earlier messages (within Slack's 3 s)."""
+ENTER_WAIT = 10.0
+"""Seconds a follow-up waits at most for the first mention of its thread to be handed on."""
+CONTEXT_PAGES = 5
+"""Pages of 200 earlier messages read at most for a thread's context."""
 
 _MENTION = re.compile(r"^\s*<@[A-Z0-9]+(?:\|[^>]*)?>[\s:,]*")
 
@@ -165,6 +188,56 @@ CHANNEL_ERRORS = frozenset(
     }
 )
 """The bot may not post at that address (every message there would be refused)."""
+
+
+SCOPES_HEADER = "x-oauth-scopes"
+"""The header of Slack's answers listing the scopes the token was granted."""
+
+
+def missing_scopes(headers: Any) -> list[str] | None:
+    """The :data:`REQUIRED_SCOPES` the token lacks, from an answer's :data:`SCOPES_HEADER`; None when
+    the answer does not say (a proxy that drops the header)."""
+    granted = headers.get(SCOPES_HEADER) if headers is not None else None
+    if isinstance(granted, list):
+        granted = ",".join(str(g) for g in granted)
+    if not isinstance(granted, str):
+        return None
+    have = {scope.strip() for scope in granted.split(",")}
+    return [scope for scope in REQUIRED_SCOPES if scope not in have]
+
+
+def describe_missing(missing: list[str]) -> str:
+    """What the missing scopes stop working, one clause each."""
+    return "; ".join(f"{scope} ({REQUIRED_SCOPES[scope]})" for scope in missing)
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeCheck:
+    """What ``auth.test`` said of the bot token: ``refused`` (the token), ``reached`` (Slack answered),
+    the ``missing`` scopes (None: Slack did not say), and ``detail`` (no secret in it)."""
+
+    reached: bool
+    refused: bool
+    missing: list[str] | None
+    detail: str
+
+
+async def check_scopes(token: Secret, api_url: str | None) -> ScopeCheck:
+    """Ask Slack (``auth.test``) which scopes the bot token has (``coven-codex validate``'s ``slack_scopes``)."""
+    client = AsyncWebClient(token=token.reveal(), base_url=_api_url(api_url), retry_handlers=[], timeout=10)
+    try:
+        answer = await client.auth_test()
+    except SlackApiError as exc:
+        data = exc.response.data if isinstance(exc.response, AsyncSlackResponse) else None
+        error = str((data.get("error") if isinstance(data, dict) else None) or "refused")
+        status = int(getattr(exc.response, "status_code", 0) or 0)
+        kind = classify("auth.test", status, error, 0.0)
+        if isinstance(kind, PlatformError):
+            return ScopeCheck(True, True, None, f"Slack refused auth.test: {clip(error, 80)}{_hint(error)}")
+        return ScopeCheck(False, False, None, f"Slack failed auth.test ({kind})")
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        return ScopeCheck(False, False, None, f"Slack could not be reached ({type(exc).__name__})")
+    return ScopeCheck(True, False, missing_scopes(answer.headers), f"Slack knows the bot as {answer.get('user_id')}")
 
 
 def classify(method: str, status: int, error: str, retry_after: float) -> Exception:
@@ -226,6 +299,8 @@ class SlackPlatform:
         groups: frozenset[str] = frozenset(),
         access: AccessPolicy | None = None,
         post_rate: float = 1.0,
+        follows: FollowedThreads | None = None,
+        context: ContextLimits = ContextLimits(),  # noqa: B008 - frozen, shared safely
     ) -> None:
         self.dialect: Dialect = SlackDialect()
         self.capabilities = Capabilities(
@@ -236,6 +311,9 @@ class SlackPlatform:
         self.groups = groups
         self.access = access
         """Whose files are downloaded (the runner's policy: a stranger's are never fetched)."""
+        self.follows = follows
+        """The threads whose messages reach Codex without a mention (None: only mentions and DMs)."""
+        self.context = context
         self.identity = SlackIdentity("", "", "")
         self._token = token
         self._queue: asyncio.Queue[tuple[Incoming, asyncio.Future[None]] | None] = asyncio.Queue()
@@ -247,6 +325,10 @@ class SlackPlatform:
         """Channels where Slack refused a thread status: the reaction is used there."""
         self._reacted: dict[tuple[str, str], str] = {}
         self._unreachable = False
+        self._no_prompts = False
+        """Slack refused suggested prompts (not an AI app, a scope missing): not asked again."""
+        self._entering: dict[str, asyncio.Event] = {}
+        """Conversations whose first mention is being handled (its context read): follow-ups wait for it."""
         self.budgets = Budgets(rates(post_rate))
         api_host = urlsplit(client.base_url).hostname or ""
         self._files = Downloader(FILE_HOSTS | {api_host}, MAX_IMAGE_BYTES)
@@ -304,6 +386,13 @@ class SlackPlatform:
         self.identity = SlackIdentity(
             str(answer.get("team_id") or ""), str(answer.get("user_id") or ""), str(answer.get("bot_id") or "")
         )
+        missing = missing_scopes(answer.headers)
+        if missing:
+            log.warning(
+                "slack: the bot token lacks %s; add them to the app (examples/slack-manifest.json lists every"
+                " scope) and reinstall it",
+                describe_missing(missing),
+            )
         return self.identity
 
     async def aclose(self) -> None:
@@ -485,6 +574,7 @@ class SlackPlatform:
         """Attach the adapter's listeners to the bolt ``app``."""
         app.event("app_mention")(self._on_mention)
         app.event("message")(self._on_message)
+        app.event("assistant_thread_started")(self._on_assistant_thread)
         app.action(re.compile("^" + re.escape(BUTTON_PREFIX)))(self._on_button)
         app.command(SLASH_COMMAND)(self._on_command)
 
@@ -495,16 +585,43 @@ class SlackPlatform:
         thread = str(event.get("thread_ts") or event.get("ts") or "")
         if channel.startswith("D"):
             thread = str(event.get("thread_ts") or "")
-        await self._message(event, body, thread)
+        await self._message(event, body, thread, mention=True)
 
     async def _on_message(self, event: dict[str, Any], body: dict[str, Any]) -> None:
-        if event.get("channel_type") != "im" or event.get("bot_id"):
+        if event.get("bot_id") or event.get("subtype") not in MESSAGE_SUBTYPES:
             return
-        if event.get("subtype") not in (None, "file_share", "thread_broadcast"):
-            return
-        await self._message(event, body, str(event.get("thread_ts") or ""))
+        if event.get("channel_type") == "im":
+            await self._message(event, body, str(event.get("thread_ts") or ""))
+        elif event.get("channel_type") in CHANNEL_TYPES:
+            await self._follow_up(event, body)
 
-    async def _message(self, event: dict[str, Any], body: dict[str, Any], thread: str) -> None:
+    async def _follow_up(self, event: dict[str, Any], body: dict[str, Any]) -> None:
+        """A channel message: taken when it is in a thread the bot follows and does not mention the bot
+        (a mention comes as ``app_mention`` too, with the same ``channel:ts``: taken there). Any other
+        is left alone: no API call, nothing downloaded, nothing journaled."""
+        channel, thread, user_id = (str(event.get(name) or "") for name in ("channel", "thread_ts", "user"))
+        if self.follows is None or not channel or not thread or not user_id:
+            return
+        if self.identity.user_id and f"<@{self.identity.user_id}" in str(event.get("text") or ""):
+            return
+        team = str(event.get("team") or body.get("team_id") or self.identity.team_id)
+        address = Address(channel=channel, workspace=team, thread=thread)
+        conversation = self.follows.conversation(address, user_id)
+        entering = self._entering.get(conversation)
+        if entering is not None:  # the first mention's context is being read: this comes after it
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(ENTER_WAIT):
+                    await entering.wait()
+        if not self.follows.followed(conversation):
+            return
+        refused = self.access is not None and self.access.refusal(await self._user(user_id), address) is not None
+        if refused and not await self.follows.first_refusal(conversation, user_id):
+            return  # a stranger talking in the thread hears the refusal once
+        await self._message(event, body, thread)
+
+    async def _message(
+        self, event: dict[str, Any], body: dict[str, Any], thread: str, *, mention: bool = False
+    ) -> None:
         channel = str(event.get("channel") or "")
         user_id = str(event.get("user") or "")
         if not channel or not user_id:
@@ -513,14 +630,118 @@ class SlackPlatform:
         address = Address(channel=channel, workspace=team, thread=thread)
         self._last_thread[(channel, user_id)] = thread
         self._last_message[(channel, thread)] = str(event.get("ts") or "")
-        text = _MENTION.sub("", str(event.get("text") or ""), count=1).strip()
-        user = await self._user(user_id)
-        allowed = self.access is None or self.access.refusal(user, address) is None
-        attachments = (
-            await self._images(address, event.get("files") or []) if allowed else ()
-        )  # a stranger's: not fetched
+        # A first mention in a thread: a follow-up arriving meanwhile waits until it is handed on
+        # (:meth:`_follow_up`), then is taken after it.
+        entering = self._enter(address, user_id) if mention and thread and not channel.startswith("D") else None
+        try:
+            text = _unescape(_MENTION.sub("", str(event.get("text") or ""), count=1).strip())
+            user = await self._user(user_id)
+            allowed = self.access is None or self.access.refusal(user, address) is None
+            attachments = (
+                await self._images(address, event.get("files") or []) if allowed else ()
+            )  # a stranger's: not fetched
+            if allowed and thread and not channel.startswith("D") and not text.startswith("/"):
+                text = await self._in_thread(address, user_id, str(event.get("ts") or ""), text, mention=mention)
+        finally:
+            if entering is not None:
+                self._entered(*entering)
         message_id = f"{channel}:{event.get('ts') or ''}"
-        await self._submit(IncomingMessage(address, user, _unescape(text), attachments, message_id))
+        await self._submit(IncomingMessage(address, user, text, attachments, message_id))
+
+    def _enter(self, address: Address, user_id: str) -> tuple[str, asyncio.Event] | None:
+        """Mark the thread's conversation as being entered (not followed yet, nobody entering it)."""
+        if self.follows is None:
+            return None
+        conversation = self.follows.conversation(address, user_id)
+        if self.follows.followed(conversation) or conversation in self._entering:
+            return None
+        entering = self._entering[conversation] = asyncio.Event()
+        return conversation, entering
+
+    def _entered(self, conversation: str, entering: asyncio.Event) -> None:
+        """The mention is about to be handed on: follow-ups waiting for it go on (after it, in order)."""
+        entering.set()
+        if self._entering.get(conversation) is entering:
+            del self._entering[conversation]
+
+    async def _in_thread(self, address: Address, user_id: str, ts: str, text: str, *, mention: bool) -> str:
+        """Follow the thread of an allowed user's message (durably, before it is handed on); the first
+        mention in a thread with earlier messages gets them as context (:meth:`_earlier`)."""
+        if self.follows is None:
+            return text
+        conversation = self.follows.conversation(address, user_id)
+        first = not self.follows.followed(conversation)
+        if mention and first and ts != address.thread and self.context.messages > 0:
+            text = await self._with_earlier(address, ts, text)
+        await self.follows.follow(conversation)
+        return text
+
+    async def _with_earlier(self, address: Address, ts: str, text: str) -> str:
+        """``text`` with the thread's messages before ``ts`` as context; without, and one notice in the
+        thread saying so, when Slack does not give them within :data:`CONTEXT_WAIT` seconds."""
+        try:
+            async with asyncio.timeout(CONTEXT_WAIT):
+                earlier, omitted = await self._earlier(address, ts)
+            return with_context(text, earlier, self.context, omitted)
+        except (PlatformError, RateLimited, Unavailable, TimeoutError) as failed:
+            if isinstance(failed, PlatformError) and failed.refusal is Refusal.FATAL:
+                raise
+            reason = "Slack took too long" if isinstance(failed, TimeoutError) else clip(str(failed), 160)
+            log.warning("slack: a thread's earlier messages were not read (%s); the mention goes without", reason)
+            await self._notice(
+                address,
+                f"the thread's earlier messages could not be read ({reason}); Codex got your message without them",
+            )
+            return text
+
+    async def _earlier(self, address: Address, before: str) -> tuple[list[EarlierMessage], int]:
+        """The thread's last ``context.messages`` messages before ``before`` (``conversations.replies``),
+        oldest first, with their authors' names, and how many earlier ones are left out; at most
+        :data:`CONTEXT_PAGES` pages are read (a longer thread: its first messages)."""
+        found: list[dict[str, Any]] = []
+        cursor = ""
+        for _ in range(CONTEXT_PAGES):
+            arguments: dict[str, Any] = {"channel": address.channel, "ts": address.thread, "limit": 200}
+            arguments |= {"latest": before, "inclusive": False} | ({"cursor": cursor} if cursor else {})
+            answer = await self._api("conversations.replies", get=True, **arguments)
+            found += [m for m in answer.get("messages") or [] if isinstance(m, dict)]
+            cursor = str((answer.get("response_metadata") or {}).get("next_cursor") or "")
+            if not cursor:
+                break
+        mine = {self.identity.bot_id, self.identity.user_id} - {""}
+        said = [m for m in found if str(m.get("text") or "").strip() and not _ts_order(m, before)]
+        kept = said[-max(1, self.context.messages) :]
+        earlier: list[EarlierMessage] = []
+        for message in kept:
+            text = _unescape(str(message.get("text") or "")).strip()
+            if {message.get("bot_id"), message.get("user")} & mine:
+                author = "Codex (this assistant)"
+            elif message.get("user"):
+                user_id = str(message["user"])
+                name = await self._name(user_id)
+                author = f"{name} ({user_id})" if name else user_id
+            else:
+                author = str(message.get("username") or message.get("bot_id") or "someone")
+            earlier.append(EarlierMessage(author, text))
+        return earlier, len(said) - len(kept)
+
+    async def _on_assistant_thread(self, event: dict[str, Any]) -> None:
+        """An AI app's assistant thread opened: offer :data:`SUGGESTED_PROMPTS` there. Refused (a
+        workspace or app without the feature, ``assistant:write`` missing) or failed, it is logged
+        once and the thread works without them."""
+        thread = event.get("assistant_thread") or {}
+        channel, ts = str(thread.get("channel_id") or ""), str(thread.get("thread_ts") or "")
+        if not channel or not ts or self._no_prompts:
+            return
+        prompts = [{"title": title, "message": message} for title, message in SUGGESTED_PROMPTS]
+        try:
+            arguments: dict[str, Any] = {"channel_id": channel, "thread_ts": ts, "title": PROMPTS_TITLE}
+            await self._api("assistant.threads.setSuggestedPrompts", prompts=prompts, **arguments)
+        except PlatformError as refused:
+            self._no_prompts = True
+            self._warn_once("prompts", f"no suggested prompts ({refused}); assistant threads work without them")
+        except (RateLimited, Unavailable) as failed:
+            log.info("slack: suggested prompts not set in one assistant thread (%s)", failed)
 
     async def _on_button(self, ack: AsyncAck, body: dict[str, Any]) -> None:
         try:
@@ -634,6 +855,19 @@ class SlackPlatform:
             await self.post(address, Outgoing(self.dialect.plain(text), style="notice"), None)
 
 
+def _ts_order(message: dict[str, Any], before: str) -> bool:
+    """Whether ``message`` is not before the ``ts`` ``before`` (Slack's ``ts``: seconds and a counter)."""
+    return _ts_key(str(message.get("ts") or "0")) >= _ts_key(before)
+
+
+def _ts_key(ts: str) -> tuple[int, int]:
+    seconds, _, fraction = ts.partition(".")
+    try:
+        return int(seconds or 0), int(fraction or 0)
+    except ValueError:
+        return (0, 0)
+
+
 def _retry_after(headers: Any) -> float:
     value = None
     if headers is not None:
@@ -680,6 +914,8 @@ async def run_slack(settings: SlackRun, started: Callable[[SlackIdentity], Await
     # No retry handlers: slack_sdk's default one posts again after a lost connection, which could
     # show a message twice; the platform retries itself, looking for the message first (post()).
     client = AsyncWebClient(token=token.reveal(), base_url=_api_url(section.api_url), retry_handlers=[])
+    ledger = DeliveryLedger.open(ledger_path(local_base(settings.journal, state_root()), NAME))
+    follows = FollowedThreads(ledger, section.channel_map())
     platform = SlackPlatform(
         client,
         token,
@@ -688,8 +924,15 @@ async def run_slack(settings: SlackRun, started: Callable[[SlackIdentity], Await
         groups=frozenset(section.allow_groups),
         access=section.access_policy(),
         post_rate=section.post_rate,
+        follows=follows,
+        context=section.context_limits(),
     )
-    identity = await platform.start()
+    try:
+        identity = await platform.start()
+    except BaseException:
+        ledger.close()
+        await platform.aclose()
+        raise
     http = section.mode == "http"
     app = AsyncApp(
         client=client,
@@ -701,7 +944,6 @@ async def run_slack(settings: SlackRun, started: Callable[[SlackIdentity], Await
     )
     platform.register(app)
     journal = open_journal(settings.journal)
-    ledger = DeliveryLedger.open(ledger_path(local_base(settings.journal, state_root()), NAME))
     runner = AdapterRunner(
         journal,
         platform,
@@ -711,6 +953,7 @@ async def run_slack(settings: SlackRun, started: Callable[[SlackIdentity], Await
         name=NAME,
         options=section.runner_options(),
         metrics=section.metrics,
+        follows=follows,
     )
     try:
         async with contextlib.AsyncExitStack() as stack:
