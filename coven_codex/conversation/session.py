@@ -57,7 +57,7 @@ from coven_codex.codex.drivers import (
     TurnStarted,
 )
 from coven_codex.codex.errors import ErrorCode
-from coven_codex.conversation.admission import Admission
+from coven_codex.conversation.admission import TAKE_OVER_HINT, Admission
 from coven_codex.conversation.approvals import Approvals
 from coven_codex.conversation.closing import Closing
 from coven_codex.conversation.handover import HandOver
@@ -71,7 +71,9 @@ from coven_codex.conversation.messages import (
     Evict,
     LinkMessage,
     Message,
+    Queued,
     Recorded,
+    Release,
     ResetRequest,
     SlotGranted,
     Stop,
@@ -108,7 +110,7 @@ class Session:
         self._settings = services.settings
         self._inbox: asyncio.Queue[Message] = asyncio.Queue()
         self._link = CodexLink(state, services, self._inbox.put_nowait)
-        self._queue: deque[PendingThought | ResetRequest] = deque()
+        self._queue: deque[Queued] = deque()
         self._crashes = RepeatFilter()
         self._saver = StateSaver(state, services.store, mirror=self._mirror if services.cluster is not None else None)
         self._group: asyncio.TaskGroup | None = None
@@ -204,6 +206,11 @@ class Session:
         """Pass an ``approval`` on to the request it answers."""
         self._inbox.put_nowait(entry)
 
+    def offer_release(self, release: Release) -> None:
+        """Another conversation takes this one's thread over (the manager asks): the running turn is
+        interrupted, then the thread let go before anything queued (``release.done`` is set)."""
+        self._inbox.put_nowait(release)
+
     @property
     def pending_positions(self) -> list[Position]:
         """Journal positions of the thoughts and resets routed here and not finished yet."""
@@ -263,6 +270,11 @@ class Session:
             if not await self._admission.take_reset(message):
                 return
             self._queue.append(message)
+            if self._phases.is_in(Phase.IN_TURN):
+                await self._ledger.interrupt(self._link.driver)
+        elif isinstance(message, Release):
+            unconfirmed = self._handover.unconfirmed
+            self._queue.insert(1 if self._queue and self._queue[0] is unconfirmed else 0, message)
             if self._phases.is_in(Phase.IN_TURN):
                 await self._ledger.interrupt(self._link.driver)
         elif isinstance(message, CancelEntry):
@@ -390,11 +402,17 @@ class Session:
         head = self._queue[0]
         if isinstance(head, ResetRequest):
             await self._thread.reset(head)
+        elif isinstance(head, Release):
+            await self._thread.release(head)
         elif self._phases.is_in(Phase.READY):
             await self._deliver(head)
         else:
             if self.state.thread_id is None:
-                await self._thread.take_options(head)
+                problem = await self._thread.take_options(head)
+                if problem is not None:  # (its thread could not be taken over: refused, nothing opened)
+                    self._queue.remove(head)
+                    await self._admission.refuse(head, problem, TAKE_OVER_HINT)
+                    return
             await self._opening.open(self._group)
 
     async def _codex_opened(self, driver: CodexDriver) -> None:

@@ -1,9 +1,13 @@
-"""A conversation's Codex thread: the options a new thread takes, a thread replaced, a thread ended by a reset.
+"""A conversation's Codex thread: the options a new thread takes, a thread replaced, a thread ended by a reset,
+a thread taken over from another conversation and one let go to another.
 
 The thread lives in the conversation's state (its id, rollout, egress cursor, workspace, model);
 this part changes it when Codex names a thread (a new one replaces the old: a failed resume is
-said in the chat), when a thought starts a new thread with its options, and when a ``reset``
-ends it (``RESETTING``, with Codex closed first).
+said in the chat), when a thought starts a new thread with its options, when a ``reset``
+ends it (``RESETTING``, with Codex closed first), when the conversation takes over a thread
+(``resume_thread``: the session manager has any other holder let it go first, then the thread is
+this conversation's, its egress starting at the rollout's end) and when another conversation takes
+this one's thread (``RESETTING`` as for a reset, then a ``thread_moved`` status).
 """
 
 from __future__ import annotations
@@ -12,18 +16,24 @@ import asyncio
 import logging
 from collections import deque
 
+from coven_codex.agent.egress import complete_length
 from coven_codex.agent.egress_runner import EgressRunner
+from coven_codex.agent.recovery import user_messages
 from coven_codex.agent.replay import ReplayWindow
 from coven_codex.agent.saver import StateSaver
 from coven_codex.agent.services import PendingThought, SessionServices
 from coven_codex.agent.state import SessionState
 from coven_codex.agent.thread_options import OptionsRefused, reset_workspace
+from coven_codex.codex.errors import shorten
 from coven_codex.conversation.admission import Admission
 from coven_codex.conversation.closing import Closing
-from coven_codex.conversation.messages import ResetRequest
+from coven_codex.conversation.messages import Queued, Release, ResetRequest
 from coven_codex.conversation.outbox import Outbox
 from coven_codex.conversation.phases import Phase, PhaseMachine
-from coven_codex.entries import ResetEntry, StatusEntry
+from coven_codex.entries import ErrorEntry, ResetEntry, StatusEntry
+from coven_codex.journal import Position
+from coven_codex.rollout.locator import find_rollout
+from coven_codex.support.limits import REFUSED_CODE
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +42,8 @@ SESSION_RESET = "session_reset"
 THREAD_LOST = "thread_lost"
 """The status saying the conversation's thread could not be resumed and a new one started (the model
 no longer sees the earlier turns)."""
+THREAD_MOVED = "thread_moved"
+"""The status saying another conversation took this one's thread over (the next thought starts a new one)."""
 RESET_DRAIN = 5.0
 """After the thread's last turn, how long a reset waits for egress to bring the rest of its rollout."""
 
@@ -49,7 +61,7 @@ class ThreadKeeper:
         window: ReplayWindow,
         outbox: Outbox,
         admission: Admission,
-        queue: deque[PendingThought | ResetRequest],
+        queue: deque[Queued],
         closing: Closing,
         phases: PhaseMachine,
         name: str,
@@ -66,11 +78,16 @@ class ThreadKeeper:
         self._phases = phases
         self._name = name
 
-    async def take_options(self, thought: PendingThought) -> None:
-        """``thought`` starts a new thread: its options become the thread's (saved before Codex starts)."""
+    async def take_options(self, thought: PendingThought) -> str | None:
+        """``thought`` starts a new thread: its options become the thread's (saved before Codex starts);
+        with ``resume_thread`` the conversation takes that thread over. Returns why it could not."""
         options = thought.options
         if options is None:
-            return
+            return None
+        if options.take_over is not None:
+            problem = await self.take_over(options.take_over, thought.position)
+            if problem is not None:
+                return problem
         state = self._state
         if options.workspace is not None:
             state.workspace = options.workspace
@@ -80,6 +97,61 @@ class ThreadKeeper:
             state.turn_timeout = options.turn_timeout
         state.fork_from = options.fork_from
         await self._saver.save_now()
+        return None
+
+    async def take_over(self, thread_id: str, cause: Position) -> str | None:
+        """The conversation (with no thread now) continues ``thread_id``: the session manager has any
+        other conversation holding it let it go first (saved there before this saves), then the thread
+        is this conversation's, egress starting after what the rollout holds. Returns why it could not."""
+        svc = self._svc
+        if svc.hand_thread is not None:
+            problem = await svc.hand_thread(thread_id, self._state.conversation, str(cause))
+            if problem is not None:
+                return problem
+        rollout = await asyncio.to_thread(find_rollout, svc.codex_home, thread_id) if svc.codex_home else None
+        state = self._state
+        state.forget_thread()
+        self._window.thread_ended()
+        state.thread_id = thread_id
+        state.fork_from = None
+        if rollout is not None:
+            state.rollout_path = str(rollout)
+            state.egress_offset = await asyncio.to_thread(complete_length, rollout)
+            state.user_messages = (await asyncio.to_thread(user_messages, rollout)).count
+        log.info("conversation %r: takes over Codex thread %s", self._name, thread_id)
+        await self._saver.save_now()
+        return None
+
+    async def release(self, release: Release) -> None:
+        """Another conversation takes the thread over (what ran is over; ``IDLE`` or ``READY``): close
+        Codex, bring the rest of the rollout, forget the thread (saved), say where it went, ``IDLE``."""
+        state = self._state
+        self._queue.remove(release)
+        if state.thread_id != release.thread_id:  # (let go already: a reset came first)
+            if not release.done.done():
+                release.done.set_result(None)
+            return
+        log.info("conversation %r: Codex thread %s moves to conversation %r", self._name, state.thread_id, release.to)
+        await self._closing.end(reason="thread moved")
+        self._phases.move(Phase.RESETTING)
+        await self._egress.drain(RESET_DRAIN)
+        await self._egress.stop()
+        await self._outbox.emit(
+            StatusEntry(
+                id=f"thread-moved@{release.cause}",
+                state=THREAD_MOVED,
+                thread_id=release.thread_id,
+                text=f"Codex thread {release.thread_id} moved to conversation {release.to!r}, which continues "
+                "it; the next message here starts a new thread",
+            )
+        )
+        state.forget_thread()
+        self._window.thread_ended()
+        state.reply_to = None
+        await self._saver.save_now()
+        self._phases.move(Phase.IDLE)
+        if not release.done.done():
+            release.done.set_result(None)
 
     async def named(self, thread_id: str) -> None:
         """Codex told the thread id: a new one replaces the old thread (its egress, its state).
@@ -126,17 +198,28 @@ class ThreadKeeper:
         self._phases.move(Phase.RESETTING)
         await self._egress.drain(RESET_DRAIN)  # the old thread's last entries first
         await self._egress.stop()
-        if old is None:
-            text = "no Codex thread was open; a new thread starts with the next thought"
+        wanted = reset.resume_thread
+        problem = await self.take_over(wanted, reset.position) if wanted is not None and wanted != old else None
+        if problem is not None:
+            await self._outbox.emit(
+                ErrorEntry(
+                    id=f"refused@{reset.position}",
+                    code=REFUSED_CODE,
+                    text=shorten(f"This conversation could not take over Codex thread {wanted}: {problem}."),
+                    hint="Try again in a moment; this conversation keeps its own thread meanwhile.",
+                )
+            )
         else:
-            text = f"Codex thread {old} ended; a new thread starts with the next thought"
-        await self._outbox.emit(
-            StatusEntry(id=f"reset@{reset.position}", state=SESSION_RESET, thread_id=old, text=text)
-        )
+            await self._outbox.emit(
+                StatusEntry(
+                    id=f"reset@{reset.position}", state=SESSION_RESET, thread_id=old, text=reset_text(old, wanted)
+                )
+            )
         self._queue.remove(reset)
         self._admission.forget(reset.entry_id)
-        state.forget_thread()
-        self._window.thread_ended()
+        if wanted is None:
+            state.forget_thread()
+            self._window.thread_ended()
         state.reply_to = None
         state.workspace = await self._workspace(reset)
         state.model = state.turn_timeout = state.fork_from = None
@@ -154,3 +237,13 @@ class ThreadKeeper:
         except OptionsRefused as exc:  # (checked on arrival; it changed since)
             log.warning("conversation %r: the reset's cwd is no longer usable (%s)", self._name, exc)
             return None
+
+
+def reset_text(old: str | None, taken: str | None) -> str:
+    """What a ``reset`` status says: the thread that ended, and what comes next."""
+    if taken is not None:
+        ended = f"Codex thread {old} ended; " if old is not None and old != taken else ""
+        return f"{ended}this conversation continues Codex thread {taken} (the model sees its earlier turns)"
+    if old is None:
+        return "no Codex thread was open; a new thread starts with the next thought"
+    return f"Codex thread {old} ended; a new thread starts with the next thought"

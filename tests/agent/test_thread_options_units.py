@@ -1,5 +1,5 @@
 """A session's thread options (``cwd`` inside ``workspace_roots``, ``model``, ``timeout``,
-``resume_thread``), the ``max_jobs`` bound and ``cancel`` with ``queued``, against the fake Codex
+``resume_thread``, ``fork_thread``), the ``max_jobs`` bound and ``cancel`` with ``queued``, against the fake Codex
 of ``test_session_units`` (issue 15, items 1 and 2)."""
 
 from __future__ import annotations
@@ -129,17 +129,32 @@ async def test_a_timeout_is_bounded_by_turn_timeout_and_must_be_positive(rig: Ri
     assert "timeout must be a positive" in refused(entries)[0]
 
 
-async def test_resume_thread_forks_and_is_refused_where_the_driver_cannot_fork(rig: Rig) -> None:
+async def test_fork_thread_forks_and_is_refused_where_the_driver_cannot_fork(rig: Rig) -> None:
     session = rig.session()
-    think(rig, session, "hello", resume_thread="thread-1")
+    think(rig, session, "hello", fork_thread="thread-1")
     await rig.wait(lambda es: "echo: hello" in replies(es), "the reply")
     assert rig.codex.options == [ThreadOptions(fork_from="thread-1")]
     assert session.state.fork_from is None  # the fork exists now; a restart resumes it
     rig.codex.plan = dataclasses.replace(rig.codex.plan, forks_threads=False)
     other = rig.session("d")
-    think(rig, other, "hello", resume_thread="thread-1")
+    think(rig, other, "hello", fork_thread="thread-1")
     entries = await rig.wait(lambda es: bool(refused(es)), "the refusal", conversation="d")
     assert "app-server" in refused(entries)[0]
+
+
+async def test_resume_thread_and_fork_thread_together_are_refused(rig: Rig) -> None:
+    session = rig.session()
+    think(rig, session, "hello", resume_thread="thread-1", fork_thread="thread-1")
+    entries = await rig.wait(lambda es: bool(refused(es)), "the refusal")
+    assert "not both" in refused(entries)[0] and rig.codex.options == []
+
+
+async def test_resume_thread_continues_that_thread_on_any_driver(rig: Rig) -> None:
+    rig.codex.plan = dataclasses.replace(rig.codex.plan, forks_threads=False)  # (exec resumes too)
+    session = rig.session()
+    think(rig, session, "hello", resume_thread="thread-1")
+    await rig.wait(lambda es: "echo: hello" in replies(es), "the reply")
+    assert rig.codex.options == [ThreadOptions()] and session.state.thread_id == "thread-1"
 
 
 async def test_a_reset_names_the_next_threads_directory_and_one_outside_is_refused(
