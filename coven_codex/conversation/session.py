@@ -57,7 +57,7 @@ from coven_codex.codex.drivers import (
     TurnStarted,
 )
 from coven_codex.codex.errors import ErrorCode
-from coven_codex.conversation.admission import TAKE_OVER_HINT, Admission
+from coven_codex.conversation.admission import Admission
 from coven_codex.conversation.approvals import Approvals
 from coven_codex.conversation.closing import Closing
 from coven_codex.conversation.handover import HandOver
@@ -207,8 +207,7 @@ class Session:
         self._inbox.put_nowait(entry)
 
     def offer_release(self, release: Release) -> None:
-        """Another conversation takes this one's thread over (the manager asks): the running turn is
-        interrupted, then the thread let go before anything queued (``release.done`` is set)."""
+        """Another conversation takes this one's thread over (the manager asks; ``release.done`` is set)."""
         self._inbox.put_nowait(release)
 
     @property
@@ -266,15 +265,9 @@ class Session:
             taken = await self._admission.take_thought(message)
             if taken is not None:
                 self._queue.append(taken)
-        elif isinstance(message, ResetRequest):
-            if not await self._admission.take_reset(message):
+        elif isinstance(message, ResetRequest | Release):
+            if not await self._thread.queue_end(message, self._handover.unconfirmed):
                 return
-            self._queue.append(message)
-            if self._phases.is_in(Phase.IN_TURN):
-                await self._ledger.interrupt(self._link.driver)
-        elif isinstance(message, Release):
-            unconfirmed = self._handover.unconfirmed
-            self._queue.insert(1 if self._queue and self._queue[0] is unconfirmed else 0, message)
             if self._phases.is_in(Phase.IN_TURN):
                 await self._ledger.interrupt(self._link.driver)
         elif isinstance(message, CancelEntry):
@@ -400,19 +393,13 @@ class Session:
         if self._handover.unconfirmed is not None:
             return  # the driver is starting it as its next turn
         head = self._queue[0]
-        if isinstance(head, ResetRequest):
-            await self._thread.reset(head)
-        elif isinstance(head, Release):
-            await self._thread.release(head)
+        if isinstance(head, ResetRequest | Release):
+            await self._thread.end(head)
         elif self._phases.is_in(Phase.READY):
             await self._deliver(head)
         else:
-            if self.state.thread_id is None:
-                problem = await self._thread.take_options(head)
-                if problem is not None:  # (its thread could not be taken over: refused, nothing opened)
-                    self._queue.remove(head)
-                    await self._admission.refuse(head, problem, TAKE_OVER_HINT)
-                    return
+            if self.state.thread_id is None and not await self._thread.take_options(head):
+                return  # (its thread could not be taken over: refused, nothing opened)
             await self._opening.open(self._group)
 
     async def _codex_opened(self, driver: CodexDriver) -> None:

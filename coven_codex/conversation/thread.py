@@ -25,7 +25,7 @@ from coven_codex.agent.services import PendingThought, SessionServices
 from coven_codex.agent.state import SessionState
 from coven_codex.agent.thread_options import OptionsRefused, reset_workspace
 from coven_codex.codex.errors import shorten
-from coven_codex.conversation.admission import Admission
+from coven_codex.conversation.admission import TAKE_OVER_HINT, Admission
 from coven_codex.conversation.closing import Closing
 from coven_codex.conversation.messages import Queued, Release, ResetRequest
 from coven_codex.conversation.outbox import Outbox
@@ -78,16 +78,19 @@ class ThreadKeeper:
         self._phases = phases
         self._name = name
 
-    async def take_options(self, thought: PendingThought) -> str | None:
+    async def take_options(self, thought: PendingThought) -> bool:
         """``thought`` starts a new thread: its options become the thread's (saved before Codex starts);
-        with ``resume_thread`` the conversation takes that thread over. Returns why it could not."""
+        with ``resume_thread`` the conversation takes that thread over. ``False``: it could not, and
+        the thought is refused (off the queue, one error)."""
         options = thought.options
         if options is None:
-            return None
+            return True
         if options.take_over is not None:
             problem = await self.take_over(options.take_over, thought.position)
             if problem is not None:
-                return problem
+                self._queue.remove(thought)
+                await self._admission.refuse(thought, problem, TAKE_OVER_HINT)
+                return False
         state = self._state
         if options.workspace is not None:
             state.workspace = options.workspace
@@ -97,7 +100,26 @@ class ThreadKeeper:
             state.turn_timeout = options.turn_timeout
         state.fork_from = options.fork_from
         await self._saver.save_now()
-        return None
+        return True
+
+    async def queue_end(self, end: ResetRequest | Release, unconfirmed: PendingThought | None) -> bool:
+        """Queue a reset (checked first: ``False`` if refused) after what is queued, or a release (another
+        conversation takes the thread over) first (after a thought the driver is starting: what runs
+        ends first); :meth:`end` acts on it when it is the head. The caller interrupts a running turn."""
+        if isinstance(end, ResetRequest):
+            if not await self._admission.take_reset(end):
+                return False
+            self._queue.append(end)
+        else:
+            self._queue.insert(1 if self._queue and self._queue[0] is unconfirmed else 0, end)
+        return True
+
+    async def end(self, head: ResetRequest | Release) -> None:
+        """The queue's head ends the thread: a reset (:meth:`reset`) or a release (:meth:`release`)."""
+        if isinstance(head, ResetRequest):
+            await self.reset(head)
+        else:
+            await self.release(head)
 
     async def take_over(self, thread_id: str, cause: Position) -> str | None:
         """The conversation (with no thread now) continues ``thread_id``: the session manager has any
