@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from pathlib import Path
 
 from coven_codex.agent.egress import complete_length
 from coven_codex.agent.egress_runner import EgressRunner
@@ -23,7 +24,7 @@ from coven_codex.agent.replay import ReplayWindow
 from coven_codex.agent.saver import StateSaver
 from coven_codex.agent.services import PendingThought, SessionServices
 from coven_codex.agent.state import SessionState
-from coven_codex.agent.thread_options import OptionsRefused, reset_workspace
+from coven_codex.agent.thread_options import OptionsRefused, check_cwd, reset_workspace
 from coven_codex.codex.errors import shorten
 from coven_codex.conversation.admission import TAKE_OVER_HINT, Admission
 from coven_codex.conversation.closing import Closing
@@ -32,7 +33,7 @@ from coven_codex.conversation.outbox import Outbox
 from coven_codex.conversation.phases import Phase, PhaseMachine
 from coven_codex.entries import ErrorEntry, ResetEntry, StatusEntry
 from coven_codex.journal import Position
-from coven_codex.rollout.locator import find_rollout
+from coven_codex.rollout.locator import find_rollout, read_session_meta
 from coven_codex.support.limits import REFUSED_CODE
 
 log = logging.getLogger(__name__)
@@ -136,13 +137,26 @@ class ThreadKeeper:
         self._window.thread_ended()
         state.thread_id = thread_id
         state.fork_from = None
+        state.workspace = None
         if rollout is not None:
             state.rollout_path = str(rollout)
             state.egress_offset = await asyncio.to_thread(complete_length, rollout)
             state.user_messages = (await asyncio.to_thread(user_messages, rollout)).count
+            state.workspace = await asyncio.to_thread(self._thread_directory, rollout)
         log.info("conversation %r: takes over Codex thread %s", self._name, thread_id)
         await self._saver.save_now()
         return None
+
+    def _thread_directory(self, rollout: Path) -> str | None:
+        """The directory the thread worked in (its rollout's ``session_meta``), if it is still allowed
+        (inside the workspace or a root); else ``None``: the daemon's workspace."""
+        meta = read_session_meta(rollout)
+        if meta is None or meta.cwd is None:
+            return None
+        try:
+            return check_cwd(meta.cwd, self._svc.settings.cwd_roots)
+        except OptionsRefused:
+            return None
 
     async def release(self, release: Release) -> None:
         """Another conversation takes the thread over (what ran is over; ``IDLE`` or ``READY``): close
@@ -242,9 +256,11 @@ class ThreadKeeper:
         if wanted is None:
             state.forget_thread()
             self._window.thread_ended()
+        if wanted is None or problem is None:  # (a failed take-over leaves the conversation's thread as it was)
+            if wanted is None or reset.cwd is not None:  # (a thread taken over keeps its own directory)
+                state.workspace = await self._workspace(reset)
+            state.model = state.turn_timeout = state.fork_from = None
         state.reply_to = None
-        state.workspace = await self._workspace(reset)
-        state.model = state.turn_timeout = state.fork_from = None
         state.delivered[reset.entry_id] = reset.position
         await self._saver.save_now()
         self._svc.finish_thought(reset.position)

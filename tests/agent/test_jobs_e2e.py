@@ -244,6 +244,13 @@ def rollouts(h: AgentHarness) -> dict[str, int]:
     return found
 
 
+def turn_directories(h: AgentHarness, thread: str) -> list[str]:
+    """The ``cwd`` of each ``turn_context`` of ``thread``'s rollout (where each turn ran)."""
+    (path,) = (h.codex_home / "sessions").rglob(f"rollout-*-{thread}.jsonl")
+    lines = [json.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+    return [line["payload"]["cwd"] for line in lines if line.get("type") == "turn_context"]
+
+
 async def test_resume_continues_the_same_thread_and_fork_copies_it(
     codex_bin_169: Path, model_server: ScriptedModelServer, harness_factory: Factory
 ) -> None:
@@ -251,8 +258,10 @@ async def test_resume_continues_the_same_thread_and_fork_copies_it(
     rollout file; the model sees T's earlier turn), ``--continue-latest`` too; ``--fork T`` is a new
     thread whose history has T's turns, T untouched."""
     h = harness_factory(codex_bin_169, model_server)
+    project = h.workspace / "project"
+    project.mkdir(parents=True)
     daemon = await started(h)
-    code, out, err = await job(h, "submit", "--prompt", "remember alpha", "--wait", "--json")
+    code, out, err = await job(h, "submit", "--prompt", "remember alpha", "--cwd", str(project), "--wait", "--json")
     assert code == 0, err
     first = JobRecord.model_validate_json(out)
     thread = first.thread_id
@@ -274,6 +283,8 @@ async def test_resume_continues_the_same_thread_and_fork_copies_it(
     (request,) = requests_with(model_server, "and then")
     assert user_prompts(request) == ["remember alpha", "what came first", "and then"]
     assert list(rollouts(h)) == [thread]
+    # Every turn of the thread ran in the directory it was started in (a take-over keeps it).
+    assert turn_directories(h, thread) == [str(project.resolve())] * 3
     untouched = rollouts(h)[thread]
     code, out, err = await job(h, "submit", "--prompt", "a copy", "--fork", thread, "--wait", "--json")
     assert code == 0, err
