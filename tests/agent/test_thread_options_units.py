@@ -16,6 +16,7 @@ from test_session_units import Rig, errors, make_rig, replies, stop
 from coven_codex.agent.services import ThreadOptions
 from coven_codex.agent.slots import SlotPool
 from coven_codex.agent.state import SessionState
+from coven_codex.conversation.manager import SessionManager
 from coven_codex.conversation.session import Session
 from coven_codex.entries import BaseEntry, CancelEntry, ResetEntry, StatusEntry, ThoughtEntry
 
@@ -220,3 +221,21 @@ async def test_a_cancel_from_before_a_restart_drops_queued_thoughts_without_a_ca
     await rig.wait(lambda es: "echo: hello" in replies(es), "the reply", conversation="job:x")
     entries = await rig.entries("job:x")
     assert not [e for e in entries if getattr(e, "state", "") == "cancel_ignored"]
+
+
+async def test_the_manager_has_the_holder_let_the_thread_go_before_the_taker_names_it(tmp_path: Path) -> None:
+    rig = make_rig(tmp_path)
+    async with asyncio.TaskGroup() as group:
+        manager = SessionManager(rig.services, group)
+        rig.services.hand_thread = manager.hand_thread
+        manager.route_thought(ThoughtEntry(id="a1", conversation="a", text="first"), 1)
+        await rig.wait(lambda es: "echo: first" in replies(es), "a's reply", conversation="a")
+        thread = manager.sessions["a"].state.thread_id
+        assert thread is not None and manager.holders(thread) == ["a"]
+        manager.route_thought(ThoughtEntry(id="b1", conversation="b", text="second", resume_thread=thread), 2)
+        await rig.wait(lambda es: "echo: second" in replies(es), "b's reply", conversation="b")
+        moved = [e for e in await rig.entries("a") if isinstance(e, StatusEntry) and e.state == "thread_moved"]
+        assert [(m.id, m.thread_id) for m in moved] == [("thread-moved@2", thread)] and "'b'" in moved[0].text
+        assert manager.holders(thread) == ["b"] and manager.sessions["a"].state.thread_id is None
+        assert rig.services.store.load("a").thread_id is None and rig.services.store.load("b").thread_id == thread
+        await manager.shutdown(grace=0.1, drain=0.1)
