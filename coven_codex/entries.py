@@ -112,7 +112,7 @@ class TokenUsage(BaseModel):
 class ThoughtEntry(BaseEntry):
     """A user's message for Codex (chat → Codex), with optional attachments.
 
-    ``cwd``, ``model``, ``resume_thread`` and ``timeout`` are options of the Codex thread the
+    ``cwd``, ``model``, ``resume_thread``, ``fork_thread`` and ``timeout`` are options of the Codex thread the
     thought starts: they count on a conversation's first thought (and on the first after a
     ``reset``) and are ignored on later ones (docs/journal-protocol.md, *Thread options*).
     """
@@ -124,6 +124,9 @@ class ThoughtEntry(BaseEntry):
     model: str | None = None
     """The model the thread uses (default: Codex's configured model)."""
     resume_thread: str | None = None
+    """Take this Codex thread over: the conversation continues that very thread (another conversation
+    holding it lets it go first)."""
+    fork_thread: str | None = None
     """Start from the history of this Codex thread (a fork of it: the conversation gets a thread of its own)."""
     timeout: float | None = None
     """Seconds each turn of the thread may run (at most ``turn_timeout``)."""
@@ -140,7 +143,7 @@ class ThoughtEntry(BaseEntry):
         return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
 
-THREAD_OPTIONS = ("cwd", "model", "resume_thread", "timeout", "output_schema")
+THREAD_OPTIONS = ("cwd", "model", "resume_thread", "fork_thread", "timeout", "output_schema")
 """The fields of a thought that open its Codex thread, and its turn's output schema (left out of its
 JSON when not given)."""
 
@@ -194,7 +197,7 @@ class ToolResultEntry(DaemonEntry):
 
 StatusState = str
 """Known states: session_started, session_resumed, session_waiting, session_ended,
-turn_started, turn_completed, turn_aborted, session_reset, thread_lost. Others may appear."""
+turn_started, turn_completed, turn_aborted, session_reset, thread_lost, thread_moved. Others may appear."""
 
 
 class StatusEntry(DaemonEntry):
@@ -234,10 +237,20 @@ class ResetEntry(BaseEntry):
     """Chat asks for a fresh Codex session in this conversation (the next thought starts it).
 
     ``cwd``: the directory the next thread works in (inside one of ``workspace_roots``).
+    ``resume_thread``: the conversation takes this Codex thread over at once instead of waiting for a
+    new one (chat ``/resume``; another conversation holding it lets it go first).
     """
 
     kind: Literal["reset"] = "reset"
     cwd: str | None = None
+    resume_thread: str | None = None
+
+    def to_json(self) -> str:
+        """One JSON line; ``resume_thread`` is left out when not given (older readers never saw it)."""
+        data = self.model_dump(mode="json")
+        if data.get("resume_thread") is None:
+            data.pop("resume_thread", None)
+        return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
 
 
 class ApprovalRequestEntry(DaemonEntry):

@@ -43,12 +43,15 @@ class PendingThought:
 @dataclass(frozen=True, slots=True)
 class ThreadOptions:
     """How a conversation's Codex thread is opened: its working directory (already checked against
-    ``workspace_roots``; ``None``: the daemon's workspace), model, turn timeout and the thread it forks."""
+    ``workspace_roots``; ``None``: the daemon's workspace), model, turn timeout, the thread it forks
+    and the thread it takes over (continues)."""
 
     workspace: str | None = None
     model: str | None = None
     turn_timeout: float | None = None
     fork_from: str | None = None
+    take_over: str | None = None
+    """The Codex thread the conversation continues (``resume_thread``) instead of opening a new one."""
 
 
 class DriverFactory(Protocol):
@@ -80,6 +83,14 @@ class ClusterHooks(Protocol):
     async def copy_rollout(self, conversation: str, thread_id: str, rollout: Path, end: int) -> None:
         """Copy the rollout's first ``end`` bytes before egress translates them."""
         ...
+
+
+class ThreadHandOver(Protocol):
+    """Gives ``thread_id`` to ``conversation`` (for the thought or reset at journal position ``cause``): any
+    other conversation holding it lets it go first
+    (:meth:`coven_codex.conversation.manager.SessionManager.hand_thread`); an error message if it could not."""
+
+    async def __call__(self, thread_id: str, conversation: str, cause: str) -> str | None: ...
 
 
 class RolloutLocator(Protocol):
@@ -120,5 +131,9 @@ class SessionServices:
     """Several daemons share the journal: mirror state and rollout (docs/distributed.md)."""
     on_lease_lost: Callable[[str], None] | None = None
     """A session's write was refused for lack of the conversation's lease: the daemon drops it."""
+    codex_home: Path | None = None
+    """The daemon's ``CODEX_HOME``: where a thread to take over must have its rollout."""
+    hand_thread: ThreadHandOver | None = None
+    """The one way a conversation takes over a thread another may hold (set by the daemon to its manager's)."""
     instruments: Instruments | None = None
     """The process's metrics (``metrics_port``, :mod:`coven_codex.metrics`), told of thoughts and Codex failures."""

@@ -3,7 +3,8 @@
 ``cwd`` is accepted only inside the daemon's ``workspace`` or one of the operator's ``workspace_roots``
 (:attr:`Settings.cwd_roots`), checked on the real
 path (symbolic links resolved first, so a link inside a root cannot lead out of it); ``timeout``
-is bounded by ``turn_timeout``; ``resume_thread`` needs a driver that forks threads. A thought
+is bounded by ``turn_timeout``; ``resume_thread`` (take that thread over: every driver resumes a thread)
+and ``fork_thread`` (a new thread from its history: a driver that forks threads) exclude each other. A thought
 whose options are refused is not handed to Codex: the session writes one ``REFUSED`` error.
 
 The daemon only passes the directory on to Codex as the thread's working directory; it never
@@ -25,8 +26,8 @@ MIN_TIMEOUT = 1.0
 REFUSED_HINT = (
     "Name a directory inside the daemon's workspace or one of its workspace_roots (the daemon's operator adds a "
     'root with `coven-codex run --workspace-root DIR`, repeatable, or `workspace_roots = ["DIR"]` in coven.toml), '
-    "or leave cwd out to work in the workspace; a timeout in seconds, a model name and a resume_thread the driver "
-    "can use; and send it again."
+    "or leave cwd out to work in the workspace; a timeout in seconds, a model name and a resume_thread or a "
+    "fork_thread (not both) the driver can use; and send it again."
 )
 
 
@@ -64,7 +65,7 @@ def thought_options(
 
     Reads the file system (the ``cwd``): call it off the event loop.
     """
-    if entry.cwd is None and entry.model is None and entry.resume_thread is None and entry.timeout is None:
+    if not requests_options(entry):
         return None
     workspace = check_cwd(entry.cwd, roots) if entry.cwd is not None else None
     if entry.model is not None and not 0 < len(entry.model) <= MAX_MODEL_CHARS:
@@ -74,14 +75,35 @@ def thought_options(
         if not math.isfinite(timeout) or timeout <= 0:
             raise OptionsRefused("timeout must be a positive number of seconds")
         timeout = min(max(timeout, MIN_TIMEOUT), turn_timeout)
-    if entry.resume_thread is not None:
+    if entry.resume_thread is not None and entry.fork_thread is not None:
+        raise OptionsRefused("give resume_thread (continue that thread) or fork_thread (a copy of it), not both")
+    if entry.fork_thread is not None:
         if not forks_threads:
             raise OptionsRefused(
-                "resume_thread needs the app-server driver (Codex 0.169 or newer); this Codex runs on exec"
+                "fork_thread needs the app-server driver (Codex 0.169 or newer); this Codex runs on exec"
             )
-        if not entry.resume_thread or len(entry.resume_thread) > MAX_MODEL_CHARS:
-            raise OptionsRefused("resume_thread is not a Codex thread id")
-    return ThreadOptions(workspace=workspace, model=entry.model, turn_timeout=timeout, fork_from=entry.resume_thread)
+        check_thread_id(entry.fork_thread, "fork_thread")
+    if entry.resume_thread is not None:
+        check_thread_id(entry.resume_thread, "resume_thread")
+    return ThreadOptions(
+        workspace=workspace,
+        model=entry.model,
+        turn_timeout=timeout,
+        fork_from=entry.fork_thread,
+        take_over=entry.resume_thread,
+    )
+
+
+def requests_options(entry: ThoughtEntry) -> bool:
+    """Whether ``entry`` gives any thread option (checked when the conversation takes it)."""
+    given = (entry.cwd, entry.model, entry.resume_thread, entry.fork_thread)
+    return any(option is not None for option in given) or bool(entry.timeout)
+
+
+def check_thread_id(thread_id: str, option: str) -> None:
+    """:class:`OptionsRefused` unless ``thread_id`` can be a Codex thread id."""
+    if not thread_id or len(thread_id) > MAX_MODEL_CHARS:
+        raise OptionsRefused(f"{option} is not a Codex thread id")
 
 
 def reset_workspace(entry: ResetEntry, roots: Sequence[Path]) -> str | None:

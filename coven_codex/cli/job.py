@@ -50,7 +50,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     sub.add_argument("--cwd", help="the directory Codex works in (inside the daemon's workspace or workspace_roots)")
     sub.add_argument("--model", help="the model (default: Codex's configured one)")
     group = sub.add_mutually_exclusive_group()
-    group.add_argument("--resume", metavar="THREAD_ID", help="continue this Codex thread's history")
+    group.add_argument("--resume", metavar="THREAD_ID", help="continue this very Codex thread (the job takes it over)")
+    group.add_argument(
+        "--fork", metavar="THREAD_ID", help="start a new Codex thread from this thread's history (a copy of it)"
+    )
     group.add_argument(
         "--continue-latest", action="store_true", help="continue the thread of the newest job (in the same --cwd)"
     )
@@ -129,6 +132,7 @@ async def _run(args: argparse.Namespace) -> int:
                 cwd=args.cwd,
                 model=args.model,
                 resume_thread=args.resume,
+                fork_thread=args.fork,
                 continue_latest=args.continue_latest,
                 timeout=args.timeout,
                 spec=make_spec(

@@ -16,7 +16,14 @@ from collections.abc import Callable, Collection
 
 from coven_codex.agent.services import PendingThought, SessionServices
 from coven_codex.agent.state import SessionState
-from coven_codex.agent.thread_options import REFUSED_HINT, OptionsRefused, reset_workspace, thought_options
+from coven_codex.agent.thread_options import (
+    REFUSED_HINT,
+    OptionsRefused,
+    check_thread_id,
+    requests_options,
+    reset_workspace,
+    thought_options,
+)
 from coven_codex.attachments.checks import AttachmentRefused, check_images, uploads_dir
 from coven_codex.codex.errors import shorten
 from coven_codex.conversation.messages import Duplicate, Message, ResetRequest
@@ -24,11 +31,16 @@ from coven_codex.conversation.outbox import Outbox
 from coven_codex.entries import ErrorEntry, ResetEntry, ThoughtEntry
 from coven_codex.journal import Position
 from coven_codex.journal.opening import local_base
+from coven_codex.rollout.locator import find_rollout
 from coven_codex.settings import state_root
 from coven_codex.support.limits import MAX_ID_CHARS, REFUSED_CODE, cut
 
 log = logging.getLogger(__name__)
 
+TAKE_OVER_HINT = (
+    "Check the thread id (chat: `/resume` lists the threads you can continue; a job's thread is in "
+    "`coven-codex job status`), or leave resume_thread out to start a new thread; and send it again."
+)
 ATTACHMENTS_HINT = (
     "Attach PNG, JPEG, GIF or WebP images stored by the adapter in the journal's attachments "
     "folder (within max_attachment_bytes), and send it again."
@@ -71,7 +83,7 @@ class Admission:
         if self._known(entry.id, position):
             return False
         self._pending[entry.id] = position
-        if entry.cwd is not None or entry.model is not None or entry.resume_thread is not None or entry.timeout:
+        if requests_options(entry):
             self._requested[entry.id] = entry
         self._post(
             PendingThought(entry.id, entry.text, position, tuple(entry.attachments), output_schema=entry.output_schema)
@@ -86,7 +98,7 @@ class Admission:
         if self._known(entry.id, position):
             return False
         self._pending[entry.id] = position
-        self._post(ResetRequest(entry.id, position, entry.cwd))
+        self._post(ResetRequest(entry.id, position, entry.cwd, entry.resume_thread))
         return True
 
     def settle(self, entry_id: str, position: Position) -> None:
@@ -120,6 +132,10 @@ class Admission:
             except OptionsRefused as exc:
                 await self._refuse(thought, str(exc), REFUSED_HINT)
                 return None
+            unknown = await self._unknown_thread(options.take_over if options is not None else None)
+            if unknown is not None:
+                await self._refuse(thought, unknown, TAKE_OVER_HINT)
+                return None
             thought = dataclasses.replace(thought, options=options)
         if thought.attachments and not caps.takes_images:
             # (Codex 0.47's `exec --image ... resume <thread> -` sent the image without the text)
@@ -144,6 +160,23 @@ class Admission:
             thought = dataclasses.replace(thought, images=images)
         return thought
 
+    async def _unknown_thread(self, thread_id: str | None) -> str | None:
+        """Why ``thread_id`` (a thread to take over) is unknown to this daemon's Codex, if it is: it has
+        no rollout in ``CODEX_HOME`` (Codex writes one at a thread's first turn)."""
+        codex_home = self._svc.codex_home
+        if thread_id is None or codex_home is None:
+            return None
+        if await asyncio.to_thread(find_rollout, codex_home, thread_id) is not None:
+            return None
+        return (
+            f"Codex has no thread {cut(thread_id, 80)!r} (no rollout of it in this daemon's CODEX_HOME): "
+            "it was never started here, or it never ran a turn"
+        )
+
+    async def refuse(self, thought: PendingThought, why: str, hint: str) -> None:
+        """``thought`` (taken off the queue) is not handed to Codex: one ``REFUSED`` error; it is settled."""
+        await self._refuse(thought, why, hint)
+
     async def _refuse(self, thought: PendingThought, why: str, hint: str) -> None:
         """``thought`` is not handed to Codex: one ``REFUSED`` error (its id from the position), and it is settled."""
         log.warning("conversation %r: thought at journal position %s refused: %s", self._name, thought.position, why)
@@ -159,19 +192,25 @@ class Admission:
         self.settle(thought.entry_id, thought.position)
 
     async def take_reset(self, reset: ResetRequest) -> bool:
-        """A reset naming a ``cwd`` outside the workspace roots is refused (one error; nothing changes)."""
-        if reset.cwd is None:
-            return True
+        """A reset naming a ``cwd`` outside the workspace roots, or a thread to take over that Codex does
+        not know, is refused (one error; nothing changes)."""
         try:
-            await asyncio.to_thread(reset_workspace, ResetEntry(cwd=reset.cwd), self._svc.settings.cwd_roots)
+            if reset.cwd is not None:
+                await asyncio.to_thread(reset_workspace, ResetEntry(cwd=reset.cwd), self._svc.settings.cwd_roots)
+            if reset.resume_thread is not None:
+                check_thread_id(reset.resume_thread, "resume_thread")
+                unknown = await self._unknown_thread(reset.resume_thread)
+                if unknown is not None:
+                    raise OptionsRefused(unknown)
         except OptionsRefused as exc:
             log.warning("conversation %r: reset at journal position %s refused: %s", self._name, reset.position, exc)
+            hint = REFUSED_HINT if reset.resume_thread is None else TAKE_OVER_HINT
             await self._outbox.emit(
                 ErrorEntry(
                     id=f"refused@{reset.position}",
                     code=REFUSED_CODE,
                     text=shorten(f"The reset at journal position {reset.position} was not acted on: {exc}."),
-                    hint=REFUSED_HINT,
+                    hint=hint,
                 )
             )
             self.settle(reset.entry_id, reset.position)

@@ -29,7 +29,7 @@ from coven_codex.agent.state import InFlight, SessionState
 from coven_codex.codex.drivers import CodexDriver, DriverError, Submission, killed_from_outside
 from coven_codex.codex.errors import classify
 from coven_codex.conversation.admission import Admission
-from coven_codex.conversation.messages import ResetRequest
+from coven_codex.conversation.messages import Queued
 from coven_codex.conversation.outbox import Outbox
 from coven_codex.entries import StatusEntry
 from coven_codex.support.backoff import backoff
@@ -84,7 +84,7 @@ class HandOver:
         *,
         admission: Admission,
         outbox: Outbox,
-        queue: deque[PendingThought | ResetRequest],
+        queue: deque[Queued],
     ) -> None:
         self._state = state
         self._svc = services

@@ -3,6 +3,12 @@
 It is the ingress :class:`~coven_codex.agent.ingress.Router`: routing is synchronous (a put on
 the session's inbox), so the journal reader never waits for a conversation. Sessions run as
 tasks of the daemon's task group.
+
+It is also the one owner of who holds which Codex thread: a conversation holds the thread its
+state names (every conversation with a state is restored at start, so the manager sees them
+all), and a thread changes hands only through :meth:`SessionManager.hand_thread`, which has the
+holder let it go (its state saved without it) before the taker's state names it, so at every
+moment, ``kill -9`` included, at most one state names a thread.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from coven_codex.agent.services import SessionServices
 from coven_codex.agent.state import SessionState
 from coven_codex.agent.storage import storage_failure
 from coven_codex.codex.process import KILL_WAIT, PIPE_WAIT, end_all_trees
+from coven_codex.conversation.messages import Release
 from coven_codex.conversation.session import Session
 from coven_codex.entries import ApprovalEntry, CancelEntry, ResetEntry, ThoughtEntry
 from coven_codex.journal import Position
@@ -33,6 +40,10 @@ SHUTDOWN_SLACK = 5.0
 """Shutdown takes at most ``kill_grace`` plus this (``KILL_PHASE + EGRESS_DRAIN`` and the saves);
 stated in ``docs/operations.md``."""
 
+
+RELEASE_SLACK = 10.0
+"""A conversation asked to let its thread go does so within ``kill_grace`` (its turn interrupted, Codex
+closed) plus this (its rollout's last lines, a save); a taker waits no longer."""
 
 CRASH_BACKOFF_BASE = 1.0
 """The first wait (seconds) before a crashed session runs again; it doubles up to the backoff limit."""
@@ -131,6 +142,33 @@ class SessionManager:
                 log.info("conversation %r: another daemon serves it now; its session here stopped", cut(conversation))
         finally:
             self._stopping.discard(conversation)
+
+    # -- threads -----------------------------------------------------------------------------------
+    def holders(self, thread_id: str) -> list[str]:
+        """The conversations whose state names ``thread_id`` (one at most, but for a hand-over under way)."""
+        return [name for name, session in self.sessions.items() if session.state.thread_id == thread_id]
+
+    async def hand_thread(self, thread_id: str, conversation: str, cause: str) -> str | None:
+        """Give ``thread_id`` to ``conversation`` (a :class:`~coven_codex.agent.services.ThreadHandOver`):
+        every other conversation holding it lets it go first, in its own task, and has saved that when
+        this returns ``None``; otherwise the reason it could not (the taker must not take the thread)."""
+        bound = self._services.settings.kill_grace + RELEASE_SLACK
+        loop = asyncio.get_running_loop()
+        for holder in self.holders(thread_id):
+            if holder == conversation:
+                continue
+            done: asyncio.Future[None] = loop.create_future()
+            self.sessions[holder].offer_release(Release(thread_id, conversation, cause, done))
+            try:
+                await asyncio.wait_for(asyncio.shield(done), bound)
+            except TimeoutError:
+                log.warning("conversation %r did not let thread %s go within %gs", cut(holder), thread_id, bound)
+                return (
+                    f"conversation {cut(holder, 80)!r} holds it and did not let it go within {bound:g} s "
+                    "(it may be shutting down or restarting)"
+                )
+            log.info("Codex thread %s moved from %r to %r", thread_id, cut(holder), cut(conversation))
+        return None
 
     # -- Router ------------------------------------------------------------------------------------
     def route_thought(self, entry: ThoughtEntry, position: Position) -> bool:

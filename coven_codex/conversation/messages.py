@@ -8,6 +8,7 @@ conversation's own task reads them (:mod:`coven_codex.conversation.session`).
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from coven_codex.agent.services import PendingThought
@@ -52,6 +53,21 @@ class ResetRequest:
     position: Position
     cwd: str | None = None
     """The next thread's working directory as the reset names it (checked when the reset arrives)."""
+    resume_thread: str | None = None
+    """The Codex thread the conversation takes over once its own has ended (chat ``/resume``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Another conversation takes this one's thread over (the session manager asks): let it go once
+    what runs is interrupted, say where it went, and set ``done``."""
+
+    thread_id: str
+    to: str
+    """The conversation that takes the thread over."""
+    cause: str
+    """The journal position of the thought or reset that takes it (the id of the ``thread_moved`` status)."""
+    done: asyncio.Future[None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,4 +104,6 @@ class Stop:
 
 LinkMessage = DriverMessage | Evict | SlotGranted | CodexOpened | CodexFailed | Stop
 """Messages about the link to Codex."""
-Message = PendingThought | ResetRequest | CancelEntry | ApprovalEntry | Recorded | Duplicate | DropQueued | LinkMessage
+Queued = PendingThought | ResetRequest | Release
+"""What waits in a conversation's queue, in order: thoughts, resets, and a release of its thread (put first)."""
+Message = Queued | CancelEntry | ApprovalEntry | Recorded | Duplicate | DropQueued | LinkMessage

@@ -33,7 +33,7 @@ class Phase(enum.Enum):
     BACKING_OFF = "backing_off"
     """Codex failed (a start, an exit, a hand-over): nothing is started before the backoff is over."""
     RESETTING = "resetting"
-    """A ``reset`` ends the thread (its last rollout lines first)."""
+    """A ``reset`` ends the thread, or another conversation takes it over (its last rollout lines first)."""
     STOPPING = "stopping"
     """Shutdown: no new turn; the running one is interrupted and given until the deadline."""
     STOPPED = "stopped"
@@ -60,7 +60,7 @@ TRIGGERS: dict[tuple[Phase, Phase], str] = _edges(
     [
         (Phase.IDLE, Phase.WAITING_FOR_SLOT, "thought waits, no free slot"),
         (Phase.IDLE, Phase.STARTING, "thought waits or resume, slot taken"),
-        (Phase.IDLE, Phase.RESETTING, "reset is next"),
+        (Phase.IDLE, Phase.RESETTING, "reset or release is next"),
         (Phase.WAITING_FOR_SLOT, Phase.STARTING, "slot granted"),
         (Phase.WAITING_FOR_SLOT, Phase.IDLE, "its thoughts cancelled"),
         (Phase.STARTING, Phase.READY, "Codex opened"),
@@ -68,16 +68,16 @@ TRIGGERS: dict[tuple[Phase, Phase], str] = _edges(
         (Phase.READY, Phase.IN_TURN, "thought handed over / turn started"),
         (Phase.READY, Phase.IDLE, "idle release, eviction, exec turn over"),
         (Phase.READY, Phase.BACKING_OFF, "Codex died / hand-over failed"),
-        (Phase.READY, Phase.RESETTING, "reset is next"),
+        (Phase.READY, Phase.RESETTING, "reset or release is next"),
         (Phase.IN_TURN, Phase.READY, "turn finished"),
-        (Phase.IN_TURN, Phase.INTERRUPTING, "cancel / reset"),
+        (Phase.IN_TURN, Phase.INTERRUPTING, "cancel / reset / release"),
         (Phase.IN_TURN, Phase.IDLE, "Codex closed mid-turn"),
         (Phase.IN_TURN, Phase.BACKING_OFF, "Codex died / hand-over failed"),
         (Phase.INTERRUPTING, Phase.READY, "turn finished"),
         (Phase.INTERRUPTING, Phase.IDLE, "turn did not stop, Codex closed"),
         (Phase.INTERRUPTING, Phase.BACKING_OFF, "Codex died"),
         (Phase.BACKING_OFF, Phase.IDLE, "backoff over"),
-        (Phase.RESETTING, Phase.IDLE, "thread ended"),
+        (Phase.RESETTING, Phase.IDLE, "thread ended, moved or taken over"),
         *((phase, Phase.STOPPING, "stop") for phase in _LIVE),
         (Phase.STOPPING, Phase.STOPPED, "turn over or deadline, Codex closed"),
     ]

@@ -71,7 +71,9 @@ from coven_codex.conversation.messages import (
     Evict,
     LinkMessage,
     Message,
+    Queued,
     Recorded,
+    Release,
     ResetRequest,
     SlotGranted,
     Stop,
@@ -108,7 +110,7 @@ class Session:
         self._settings = services.settings
         self._inbox: asyncio.Queue[Message] = asyncio.Queue()
         self._link = CodexLink(state, services, self._inbox.put_nowait)
-        self._queue: deque[PendingThought | ResetRequest] = deque()
+        self._queue: deque[Queued] = deque()
         self._crashes = RepeatFilter()
         self._saver = StateSaver(state, services.store, mirror=self._mirror if services.cluster is not None else None)
         self._group: asyncio.TaskGroup | None = None
@@ -204,6 +206,10 @@ class Session:
         """Pass an ``approval`` on to the request it answers."""
         self._inbox.put_nowait(entry)
 
+    def offer_release(self, release: Release) -> None:
+        """Another conversation takes this one's thread over (the manager asks; ``release.done`` is set)."""
+        self._inbox.put_nowait(release)
+
     @property
     def pending_positions(self) -> list[Position]:
         """Journal positions of the thoughts and resets routed here and not finished yet."""
@@ -259,10 +265,9 @@ class Session:
             taken = await self._admission.take_thought(message)
             if taken is not None:
                 self._queue.append(taken)
-        elif isinstance(message, ResetRequest):
-            if not await self._admission.take_reset(message):
+        elif isinstance(message, ResetRequest | Release):
+            if not await self._thread.queue_end(message, self._handover.unconfirmed):
                 return
-            self._queue.append(message)
             if self._phases.is_in(Phase.IN_TURN):
                 await self._ledger.interrupt(self._link.driver)
         elif isinstance(message, CancelEntry):
@@ -388,13 +393,13 @@ class Session:
         if self._handover.unconfirmed is not None:
             return  # the driver is starting it as its next turn
         head = self._queue[0]
-        if isinstance(head, ResetRequest):
-            await self._thread.reset(head)
+        if isinstance(head, ResetRequest | Release):
+            await self._thread.end(head)
         elif self._phases.is_in(Phase.READY):
             await self._deliver(head)
         else:
-            if self.state.thread_id is None:
-                await self._thread.take_options(head)
+            if self.state.thread_id is None and not await self._thread.take_options(head):
+                return  # (its thread could not be taken over: refused, nothing opened)
             await self._opening.open(self._group)
 
     async def _codex_opened(self, driver: CodexDriver) -> None:

@@ -12,13 +12,12 @@ import asyncio
 import contextlib
 from collections import deque
 
-from coven_codex.agent.services import PendingThought
 from coven_codex.codex.drivers import DriverError
 from coven_codex.conversation.admission import Admission
 from coven_codex.conversation.closing import Closing
 from coven_codex.conversation.ledger import TurnLedger
 from coven_codex.conversation.link import CodexLink
-from coven_codex.conversation.messages import ResetRequest
+from coven_codex.conversation.messages import Queued
 from coven_codex.conversation.phases import Phase, PhaseMachine
 
 
@@ -33,7 +32,7 @@ class Stopping:
         closing: Closing,
         phases: PhaseMachine,
         admission: Admission,
-        queue: deque[PendingThought | ResetRequest],
+        queue: deque[Queued],
     ) -> None:
         self._link = link
         self._ledger = ledger

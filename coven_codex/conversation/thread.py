@@ -1,9 +1,13 @@
-"""A conversation's Codex thread: the options a new thread takes, a thread replaced, a thread ended by a reset.
+"""A conversation's Codex thread: the options a new thread takes, a thread replaced, a thread ended by a reset,
+a thread taken over from another conversation and one let go to another.
 
 The thread lives in the conversation's state (its id, rollout, egress cursor, workspace, model);
 this part changes it when Codex names a thread (a new one replaces the old: a failed resume is
-said in the chat), when a thought starts a new thread with its options, and when a ``reset``
-ends it (``RESETTING``, with Codex closed first).
+said in the chat), when a thought starts a new thread with its options, when a ``reset``
+ends it (``RESETTING``, with Codex closed first), when the conversation takes over a thread
+(``resume_thread``: the session manager has any other holder let it go first, then the thread is
+this conversation's, its egress starting at the rollout's end) and when another conversation takes
+this one's thread (``RESETTING`` as for a reset, then a ``thread_moved`` status).
 """
 
 from __future__ import annotations
@@ -11,19 +15,26 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from pathlib import Path
 
+from coven_codex.agent.egress import complete_length
 from coven_codex.agent.egress_runner import EgressRunner
+from coven_codex.agent.recovery import user_messages
 from coven_codex.agent.replay import ReplayWindow
 from coven_codex.agent.saver import StateSaver
 from coven_codex.agent.services import PendingThought, SessionServices
 from coven_codex.agent.state import SessionState
-from coven_codex.agent.thread_options import OptionsRefused, reset_workspace
-from coven_codex.conversation.admission import Admission
+from coven_codex.agent.thread_options import OptionsRefused, check_cwd, reset_workspace
+from coven_codex.codex.errors import shorten
+from coven_codex.conversation.admission import TAKE_OVER_HINT, Admission
 from coven_codex.conversation.closing import Closing
-from coven_codex.conversation.messages import ResetRequest
+from coven_codex.conversation.messages import Queued, Release, ResetRequest
 from coven_codex.conversation.outbox import Outbox
 from coven_codex.conversation.phases import Phase, PhaseMachine
-from coven_codex.entries import ResetEntry, StatusEntry
+from coven_codex.entries import ErrorEntry, ResetEntry, StatusEntry
+from coven_codex.journal import Position
+from coven_codex.rollout.locator import find_rollout, read_session_meta
+from coven_codex.support.limits import REFUSED_CODE
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +43,8 @@ SESSION_RESET = "session_reset"
 THREAD_LOST = "thread_lost"
 """The status saying the conversation's thread could not be resumed and a new one started (the model
 no longer sees the earlier turns)."""
+THREAD_MOVED = "thread_moved"
+"""The status saying another conversation took this one's thread over (the next thought starts a new one)."""
 RESET_DRAIN = 5.0
 """After the thread's last turn, how long a reset waits for egress to bring the rest of its rollout."""
 
@@ -49,7 +62,7 @@ class ThreadKeeper:
         window: ReplayWindow,
         outbox: Outbox,
         admission: Admission,
-        queue: deque[PendingThought | ResetRequest],
+        queue: deque[Queued],
         closing: Closing,
         phases: PhaseMachine,
         name: str,
@@ -66,11 +79,19 @@ class ThreadKeeper:
         self._phases = phases
         self._name = name
 
-    async def take_options(self, thought: PendingThought) -> None:
-        """``thought`` starts a new thread: its options become the thread's (saved before Codex starts)."""
+    async def take_options(self, thought: PendingThought) -> bool:
+        """``thought`` starts a new thread: its options become the thread's (saved before Codex starts);
+        with ``resume_thread`` the conversation takes that thread over. ``False``: it could not, and
+        the thought is refused (off the queue, one error)."""
         options = thought.options
         if options is None:
-            return
+            return True
+        if options.take_over is not None:
+            problem = await self.take_over(options.take_over, thought.position)
+            if problem is not None:
+                self._queue.remove(thought)
+                await self._admission.refuse(thought, problem, TAKE_OVER_HINT)
+                return False
         state = self._state
         if options.workspace is not None:
             state.workspace = options.workspace
@@ -80,6 +101,93 @@ class ThreadKeeper:
             state.turn_timeout = options.turn_timeout
         state.fork_from = options.fork_from
         await self._saver.save_now()
+        return True
+
+    async def queue_end(self, end: ResetRequest | Release, unconfirmed: PendingThought | None) -> bool:
+        """Queue a reset (checked first: ``False`` if refused) after what is queued, or a release (another
+        conversation takes the thread over) first (after a thought the driver is starting: what runs
+        ends first); :meth:`end` acts on it when it is the head. The caller interrupts a running turn."""
+        if isinstance(end, ResetRequest):
+            if not await self._admission.take_reset(end):
+                return False
+            self._queue.append(end)
+        else:
+            self._queue.insert(1 if self._queue and self._queue[0] is unconfirmed else 0, end)
+        return True
+
+    async def end(self, head: ResetRequest | Release) -> None:
+        """The queue's head ends the thread: a reset (:meth:`reset`) or a release (:meth:`release`)."""
+        if isinstance(head, ResetRequest):
+            await self.reset(head)
+        else:
+            await self.release(head)
+
+    async def take_over(self, thread_id: str, cause: Position) -> str | None:
+        """The conversation (with no thread now) continues ``thread_id``: the session manager has any
+        other conversation holding it let it go first (saved there before this saves), then the thread
+        is this conversation's, egress starting after what the rollout holds. Returns why it could not."""
+        svc = self._svc
+        if svc.hand_thread is not None:
+            problem = await svc.hand_thread(thread_id, self._state.conversation, str(cause))
+            if problem is not None:
+                return problem
+        rollout = await asyncio.to_thread(find_rollout, svc.codex_home, thread_id) if svc.codex_home else None
+        state = self._state
+        state.forget_thread()
+        self._window.thread_ended()
+        state.thread_id = thread_id
+        state.fork_from = None
+        state.workspace = None
+        if rollout is not None:
+            state.rollout_path = str(rollout)
+            state.egress_offset = await asyncio.to_thread(complete_length, rollout)
+            state.user_messages = (await asyncio.to_thread(user_messages, rollout)).count
+            state.workspace = await asyncio.to_thread(self._thread_directory, rollout)
+        log.info("conversation %r: takes over Codex thread %s", self._name, thread_id)
+        await self._saver.save_now()
+        return None
+
+    def _thread_directory(self, rollout: Path) -> str | None:
+        """The directory the thread worked in (its rollout's ``session_meta``), if it is still allowed
+        (inside the workspace or a root); else ``None``: the daemon's workspace."""
+        meta = read_session_meta(rollout)
+        if meta is None or meta.cwd is None:
+            return None
+        try:
+            return check_cwd(meta.cwd, self._svc.settings.cwd_roots)
+        except OptionsRefused:
+            return None
+
+    async def release(self, release: Release) -> None:
+        """Another conversation takes the thread over (what ran is over; ``IDLE`` or ``READY``): close
+        Codex, bring the rest of the rollout, forget the thread (saved), say where it went, ``IDLE``."""
+        state = self._state
+        self._queue.remove(release)
+        if state.thread_id != release.thread_id:  # (let go already: a reset came first)
+            if not release.done.done():
+                release.done.set_result(None)
+            return
+        log.info("conversation %r: Codex thread %s moves to conversation %r", self._name, state.thread_id, release.to)
+        await self._closing.end(reason="thread moved")
+        self._phases.move(Phase.RESETTING)
+        await self._egress.drain(RESET_DRAIN)
+        await self._egress.stop()
+        await self._outbox.emit(
+            StatusEntry(
+                id=f"thread-moved@{release.cause}",
+                state=THREAD_MOVED,
+                thread_id=release.thread_id,
+                text=f"Codex thread {release.thread_id} moved to conversation {release.to!r}, which continues "
+                "it; the next message here starts a new thread",
+            )
+        )
+        state.forget_thread()
+        self._window.thread_ended()
+        state.reply_to = None
+        await self._saver.save_now()
+        self._phases.move(Phase.IDLE)
+        if not release.done.done():
+            release.done.set_result(None)
 
     async def named(self, thread_id: str) -> None:
         """Codex told the thread id: a new one replaces the old thread (its egress, its state).
@@ -126,20 +234,33 @@ class ThreadKeeper:
         self._phases.move(Phase.RESETTING)
         await self._egress.drain(RESET_DRAIN)  # the old thread's last entries first
         await self._egress.stop()
-        if old is None:
-            text = "no Codex thread was open; a new thread starts with the next thought"
+        wanted = reset.resume_thread
+        problem = await self.take_over(wanted, reset.position) if wanted is not None and wanted != old else None
+        if problem is not None:
+            await self._outbox.emit(
+                ErrorEntry(
+                    id=f"refused@{reset.position}",
+                    code=REFUSED_CODE,
+                    text=shorten(f"This conversation could not take over Codex thread {wanted}: {problem}."),
+                    hint="Try again in a moment; this conversation keeps its own thread meanwhile.",
+                )
+            )
         else:
-            text = f"Codex thread {old} ended; a new thread starts with the next thought"
-        await self._outbox.emit(
-            StatusEntry(id=f"reset@{reset.position}", state=SESSION_RESET, thread_id=old, text=text)
-        )
+            await self._outbox.emit(
+                StatusEntry(
+                    id=f"reset@{reset.position}", state=SESSION_RESET, thread_id=old, text=reset_text(old, wanted)
+                )
+            )
         self._queue.remove(reset)
         self._admission.forget(reset.entry_id)
-        state.forget_thread()
-        self._window.thread_ended()
+        if wanted is None:
+            state.forget_thread()
+            self._window.thread_ended()
+        if wanted is None or problem is None:  # (a failed take-over leaves the conversation's thread as it was)
+            if wanted is None or reset.cwd is not None:  # (a thread taken over keeps its own directory)
+                state.workspace = await self._workspace(reset)
+            state.model = state.turn_timeout = state.fork_from = None
         state.reply_to = None
-        state.workspace = await self._workspace(reset)
-        state.model = state.turn_timeout = state.fork_from = None
         state.delivered[reset.entry_id] = reset.position
         await self._saver.save_now()
         self._svc.finish_thought(reset.position)
@@ -154,3 +275,13 @@ class ThreadKeeper:
         except OptionsRefused as exc:  # (checked on arrival; it changed since)
             log.warning("conversation %r: the reset's cwd is no longer usable (%s)", self._name, exc)
             return None
+
+
+def reset_text(old: str | None, taken: str | None) -> str:
+    """What a ``reset`` status says: the thread that ended, and what comes next."""
+    if taken is not None:
+        ended = f"Codex thread {old} ended; " if old is not None and old != taken else ""
+        return f"{ended}this conversation continues Codex thread {taken} (the model sees its earlier turns)"
+    if old is None:
+        return "no Codex thread was open; a new thread starts with the next thought"
+    return f"Codex thread {old} ended; a new thread starts with the next thought"

@@ -252,9 +252,11 @@ class Daemon:
             cluster=self.ownership,
             on_lease_lost=self.ownership.dropper(group) if self.ownership else None,
             instruments=self.instruments,
+            codex_home=self.codex_home,
         )
         self.services = services
         manager = self.manager = SessionManager(services, group)
+        services.hand_thread = manager.hand_thread
         for state in start.states.values():
             manager.restore(state)
         ingress = self.ingress = Ingress(

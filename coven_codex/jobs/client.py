@@ -48,6 +48,7 @@ class Wording:
 
     prompt: str
     resume: str
+    fork: str
     continue_latest: str
     timeout: str
     list_jobs: str
@@ -56,6 +57,7 @@ class Wording:
 CLI_WORDING = Wording(
     prompt="--prompt TEXT",
     resume="--resume THREAD_ID",
+    fork="--fork THREAD_ID",
     continue_latest="--continue-latest",
     timeout="--timeout",
     list_jobs="`coven-codex job list`",
@@ -63,6 +65,7 @@ CLI_WORDING = Wording(
 MCP_WORDING = Wording(
     prompt="prompt",
     resume="resume_session_id",
+    fork="fork_session_id",
     continue_latest="continue_latest",
     timeout="timeout",
     list_jobs="call_jobs",
@@ -77,6 +80,9 @@ class JobRequest:
     cwd: str | None = None
     model: str | None = None
     resume_thread: str | None = None
+    """Continue this very thread (the job's conversation takes it over)."""
+    fork_thread: str | None = None
+    """Start a new thread from this thread's history."""
     continue_latest: bool = False
     timeout: float | None = None
     spec: JobSpec = field(default_factory=JobSpec)
@@ -135,8 +141,17 @@ async def submit(journal: Journal, request: JobRequest, wording: Wording = CLI_W
     the options as ``wording`` does."""
     if not request.prompt.strip():
         raise JobUsageError(f"the prompt is empty; pass {wording.prompt}")
-    if request.resume_thread is not None and request.continue_latest:
-        raise JobUsageError(f"give {wording.resume} or {wording.continue_latest}, not both")
+    given = [
+        name
+        for name, value in (
+            (wording.resume, request.resume_thread is not None),
+            (wording.fork, request.fork_thread is not None),
+            (wording.continue_latest, request.continue_latest),
+        )
+        if value
+    ]
+    if len(given) > 1:
+        raise JobUsageError(f"give {' or '.join(given)}, not {'both' if len(given) == 2 else 'several'}")
     if request.timeout is not None and not request.timeout > 0:
         raise JobUsageError(f"{wording.timeout} must be a positive number of seconds")
     job_id = new_job_id()
@@ -152,6 +167,7 @@ async def submit(journal: Journal, request: JobRequest, wording: Wording = CLI_W
             cwd=cwd,
             model=request.model,
             resume_thread=resume,
+            fork_thread=request.fork_thread,
             timeout=request.timeout,
             job=request.spec,
         )
@@ -171,11 +187,12 @@ def check_limits(request: JobRequest, conversation: str) -> None:
         )
     if request.model is not None and not 0 < len(request.model) <= MAX_MODEL_CHARS:
         raise JobUsageError(f"the model name must be 1 to {MAX_MODEL_CHARS} characters long")
-    if request.resume_thread is not None and not 0 < len(request.resume_thread) <= MAX_MODEL_CHARS:
-        raise JobUsageError(
-            f"{cut(request.resume_thread, 40)!r} is not a Codex thread id (1 to {MAX_MODEL_CHARS} characters); "
-            "pass the thread_id a job's record shows"
-        )
+    for thread in (request.resume_thread, request.fork_thread):
+        if thread is not None and not 0 < len(thread) <= MAX_MODEL_CHARS:
+            raise JobUsageError(
+                f"{cut(thread, 40)!r} is not a Codex thread id (1 to {MAX_MODEL_CHARS} characters); "
+                "pass the thread_id a job's record shows"
+            )
 
 
 def _absolute(cwd: str | None) -> str | None:

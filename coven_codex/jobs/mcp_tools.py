@@ -86,7 +86,10 @@ def job_tools(journal: Journal) -> SpellRegistry:
         ] = None,
         model: Annotated[str | None, Field(description="The model (default: Codex's configured one).")] = None,
         resume_session_id: Annotated[
-            str | None, Field(description="A Codex thread id whose history the job continues.")
+            str | None, Field(description="A Codex thread id the job continues (that very thread).")
+        ] = None,
+        fork_session_id: Annotated[
+            str | None, Field(description="A Codex thread id whose history a new thread of the job starts from.")
         ] = None,
         continue_latest: Annotated[
             bool, Field(description="Continue the thread of the newest job in the same cwd.")
@@ -138,6 +141,7 @@ def job_tools(journal: Journal) -> SpellRegistry:
             cwd=cwd,
             model=model,
             resume_thread=resume_session_id,
+            fork_thread=fork_session_id,
             continue_latest=continue_latest,
             timeout=timeout or None,
         )

@@ -298,7 +298,9 @@ class JobRecord(BaseModel):
     model: str | None = None
     timeout: float | None = None
     resume_thread: str | None = None
-    """The thread the job was started from."""
+    """The thread the job continues (took over)."""
+    fork_thread: str | None = None
+    """The thread the job's own thread was forked from."""
     spec: JobSpec = Field(default_factory=JobSpec)
     thread_id: str | None = None
     judge_thread_id: str | None = None
@@ -438,6 +440,7 @@ class JobFolder:
                     model=entry.model,
                     timeout=entry.timeout,
                     resume_thread=entry.resume_thread,
+                    fork_thread=entry.fork_thread,
                     spec=spec_of(entry),
                     submitted_at=entry.ts,
                     attempts=[JobAttempt(number=1, kind="prompt", thought_id=entry.id, message=entry.text)],

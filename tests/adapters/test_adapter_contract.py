@@ -253,6 +253,56 @@ async def test_cancel_and_new_session_commands(adapter: AdapterUnderTest) -> Non
     assert not [e for e in entries if isinstance(e, ThoughtEntry)]  # commands are not thoughts
 
 
+THREAD_1 = "0199a0b0-1111-7000-8000-000000000001"
+THREAD_2 = "0199a0b0-2222-7000-8000-000000000002"
+
+
+async def test_resume_lists_the_users_earlier_threads_and_takes_one_over(adapter: AdapterUnderTest) -> None:
+    """``/resume`` lists the threads of conversations the user took part in (not this conversation's
+    own), newest first; ``/resume THREAD`` appends the ``reset`` that takes it over."""
+    conversation = adapter.conversation("general", "bob")
+    await adapter.say("general", "bob", "bob was here")
+    await _until("bob's thought", lambda: _has_thought(adapter, "bob was here", conversation))
+    await append(
+        adapter.journal,
+        StatusEntry(state="session_started", thread_id=THREAD_1, conversation=conversation),
+        StatusEntry(state="session_reset", thread_id=THREAD_1, conversation=conversation),
+        StatusEntry(state="session_started", thread_id=THREAD_2, conversation=conversation),
+    )
+    await adapter.say("general", "bob", "/resume")
+    await _until("the list", lambda: _visible(adapter, "threads you can continue"))
+    await _until("the listed thread", lambda: _visible(adapter, f"{THREAD_1}  {conversation}"))
+    # (one message, or a line each on the console; the conversation's current thread is not offered)
+    assert not await _shown(adapter, f"{THREAD_2}  {conversation}")
+    await adapter.say("general", "bob", f"/resume {THREAD_1[:13]}")
+    await _until("the take-over", lambda: _has(adapter, ResetEntry))
+    (reset,) = await _appended(adapter, ResetEntry)
+    assert isinstance(reset, ResetEntry) and reset.resume_thread == THREAD_1 and reset.conversation == conversation
+    await _until("the answer", lambda: _visible(adapter, f"takes over Codex thread {THREAD_1}"))
+
+
+async def test_a_user_cannot_resume_a_thread_of_a_conversation_they_never_took_part_in(
+    network_adapter: AdapterUnderTest,
+) -> None:
+    """Attack: bob (allowed, not an admin) names a thread of a conversation he never wrote in (whose
+    thought even carries his display name as its sender): refused like an unknown thread, the thread
+    not listed, nothing appended."""
+    adapter = network_adapter
+    await append(
+        adapter.journal,
+        ThoughtEntry(conversation="ann-private", sender="bob", text="ann's secret plan"),
+        StatusEntry(state="session_started", thread_id=THREAD_1, conversation="ann-private"),
+    )
+    await adapter.say("general", "bob", f"/resume {THREAD_1}")
+    await _until("the refusal", lambda: _visible(adapter, f"no Codex thread '{THREAD_1}' you took part in"))
+    await adapter.say("general", "bob", "/resume ann-private")
+    await _until("the second refusal", lambda: _visible(adapter, "no Codex thread 'ann-private' you took part in"))
+    await adapter.say("general", "bob", "/resume")
+    await _until("the empty list", lambda: _visible(adapter, "no earlier Codex thread you took part in"))
+    assert not await _shown(adapter, "secret plan")
+    assert not await _appended(adapter, ResetEntry)
+
+
 async def test_an_image_comes_in_as_an_attachment(adapter: AdapterUnderTest, tmp_path: Path) -> None:
     image = tmp_path / "cat.png"
     image.write_bytes(b"\x89PNG\r\n\x1a\n")

@@ -6,7 +6,8 @@ and the journal client.
 - a job's ``cwd`` inside ``workspace_roots`` is where Codex works; one outside is refused;
 - cancel of a running job interrupts its turn; cancel of a queued job means it never runs;
 - a job's timeout ends it ``timed_out``;
-- ``--resume THREAD`` and ``--continue-latest`` continue a thread: the model sees its history;
+- ``--resume THREAD`` and ``--continue-latest`` continue that very thread (the model sees its history,
+  its rollout grows); ``--fork THREAD`` starts a new thread from its history; an unknown thread fails once;
 - ``max_jobs`` queues jobs; ``kill -9`` of the daemon mid-job: every job ends exactly once.
 """
 
@@ -22,7 +23,7 @@ import pytest
 from agent_harness import AgentHarness, Daemon, make_responder, user_prompts
 
 from coven_codex.agent.job_names import JOB_SENDER
-from coven_codex.entries import ThoughtEntry
+from coven_codex.entries import StatusEntry, ThoughtEntry
 from coven_codex.jobs.client import new_job_id, wait
 from coven_codex.jobs.records import (
     CONTINUATION_TEXT,
@@ -34,6 +35,7 @@ from coven_codex.jobs.records import (
     judge_conversation,
     read_jobs,
 )
+from coven_codex.rollout.locator import thread_id_from_path
 from coven_codex.support.limits import MAX_THOUGHT_CHARS
 from coven_codex.testing.model_server import ScriptedModelServer
 from coven_codex.testing.processes import codex_processes
@@ -232,36 +234,99 @@ async def test_a_job_whose_model_answered_an_error_ends_failed_not_timed_out(
         assert await h.stop(daemon) == 0
 
 
-async def test_resume_and_continue_latest_continue_the_thread(
+def rollouts(h: AgentHarness) -> dict[str, int]:
+    """Every rollout file under the daemon's ``CODEX_HOME``, by thread id, with its number of lines."""
+    found: dict[str, int] = {}
+    for path in (h.codex_home / "sessions").rglob("rollout-*.jsonl"):
+        thread = thread_id_from_path(path)
+        assert thread is not None
+        found[thread] = len(path.read_bytes().splitlines())
+    return found
+
+
+def turn_directories(h: AgentHarness, thread: str) -> list[str]:
+    """The ``cwd`` of each ``turn_context`` of ``thread``'s rollout (where each turn ran)."""
+    (path,) = (h.codex_home / "sessions").rglob(f"rollout-*-{thread}.jsonl")
+    lines = [json.loads(line) for line in path.read_bytes().splitlines() if line.strip()]
+    return [line["payload"]["cwd"] for line in lines if line.get("type") == "turn_context"]
+
+
+async def test_resume_continues_the_same_thread_and_fork_copies_it(
     codex_bin_169: Path, model_server: ScriptedModelServer, harness_factory: Factory
 ) -> None:
+    """``--resume T`` runs the job in thread T itself (T's rollout grows by the new turn, no new
+    rollout file; the model sees T's earlier turn), ``--continue-latest`` too; ``--fork T`` is a new
+    thread whose history has T's turns, T untouched."""
     h = harness_factory(codex_bin_169, model_server)
+    project = h.workspace / "project"
+    project.mkdir(parents=True)
     daemon = await started(h)
-    code, out, err = await job(h, "submit", "--prompt", "remember alpha", "--wait", "--json")
+    code, out, err = await job(h, "submit", "--prompt", "remember alpha", "--cwd", str(project), "--wait", "--json")
     assert code == 0, err
     first = JobRecord.model_validate_json(out)
-    code, out, err = await job(
-        h, "submit", "--prompt", "what came first", "--resume", str(first.thread_id), "--wait", "--json"
-    )
+    thread = first.thread_id
+    assert thread is not None
+    before = rollouts(h)
+    assert list(before) == [thread]
+    code, out, err = await job(h, "submit", "--prompt", "what came first", "--resume", thread, "--wait", "--json")
     assert code == 0, err
     second = JobRecord.model_validate_json(out)
-    assert second.thread_id not in (None, first.thread_id)  # a thread of its own, with the history
+    assert second.state == "succeeded" and second.thread_id == thread and second.resume_thread == thread
+    after = rollouts(h)
+    assert list(after) == [thread] and after[thread] > before[thread]  # the same file grew; none new
     (request,) = requests_with(model_server, "what came first")
     assert user_prompts(request) == ["remember alpha", "what came first"]
     code, out, err = await job(h, "submit", "--prompt", "and then", "--continue-latest", "--wait", "--json")
     assert code == 0, err
     third = JobRecord.model_validate_json(out)
-    assert third.resume_thread == second.thread_id
+    assert third.resume_thread == thread and third.thread_id == thread
     (request,) = requests_with(model_server, "and then")
     assert user_prompts(request) == ["remember alpha", "what came first", "and then"]
+    assert list(rollouts(h)) == [thread]
+    # Every turn of the thread ran in the directory it was started in (a take-over keeps it).
+    assert turn_directories(h, thread) == [str(project.resolve())] * 3
+    untouched = rollouts(h)[thread]
+    code, out, err = await job(h, "submit", "--prompt", "a copy", "--fork", thread, "--wait", "--json")
+    assert code == 0, err
+    fourth = JobRecord.model_validate_json(out)
+    assert fourth.fork_thread == thread and fourth.thread_id not in (None, thread)
+    (request,) = requests_with(model_server, "a copy")
+    assert user_prompts(request) == ["remember alpha", "what came first", "and then", "a copy"]
+    assert sorted(rollouts(h)) == sorted([thread, str(fourth.thread_id)]) and rollouts(h)[thread] == untouched
+    code, _, err = await job(h, "submit", "--prompt", "x", "--resume", thread, "--fork", thread)
+    assert code == 2 and "not allowed with argument" in err
     assert await h.stop(daemon) == 0
-    # A fork's inherited turns are not shown again in the job's conversation: only its own reply.
-    responses = [(e.conversation, e.text) for e in await h.entries() if e.kind == "response"]
+    entries = await h.entries()
+    # Each job's conversation shows its own turn only; the earlier jobs were told the thread moved on.
+    responses = [(e.conversation, e.text) for e in entries if e.kind == "response"]
     assert responses == [
         (f"job:{first.id}", "echo: remember alpha"),
         (f"job:{second.id}", "echo: what came first"),
         (f"job:{third.id}", "echo: and then"),
+        (f"job:{fourth.id}", "echo: a copy"),
     ]
+    moved = [e.conversation for e in entries if isinstance(e, StatusEntry) and e.state == "thread_moved"]
+    assert moved == [f"job:{first.id}", f"job:{second.id}"]
+
+
+async def test_resume_of_a_thread_codex_does_not_know_fails_with_one_clear_error(
+    codex_bin_169: Path, model_server: ScriptedModelServer, harness_factory: Factory
+) -> None:
+    """``--resume`` of a thread id Codex never had: the job fails with one ``REFUSED`` error saying
+    so; nothing reaches the model and no thread is forked or started."""
+    h = harness_factory(codex_bin_169, model_server)
+    daemon = await started(h)
+    unknown = "0199a0b0-0000-7000-8000-000000000000"
+    code, out, err = await job(h, "submit", "--prompt", "lost", "--resume", unknown, "--wait", "--json")
+    assert code == 1, err
+    failed = JobRecord.model_validate_json(out)
+    assert failed.state == "failed" and failed.thread_id is None
+    assert failed.error is not None and failed.error.code == "REFUSED"
+    assert f"Codex has no thread '{unknown}'" in failed.error.message and "/resume" in failed.error.hint
+    assert not requests_with(model_server, "lost") and rollouts(h) == {}
+    assert await h.stop(daemon) == 0
+    errors = [e for e in await h.entries() if e.kind == "error"]
+    assert len(errors) == 1
 
 
 async def test_max_jobs_queues_and_kill9_mid_job_ends_every_job_once(

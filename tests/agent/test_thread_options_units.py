@@ -1,5 +1,5 @@
 """A session's thread options (``cwd`` inside ``workspace_roots``, ``model``, ``timeout``,
-``resume_thread``), the ``max_jobs`` bound and ``cancel`` with ``queued``, against the fake Codex
+``resume_thread``, ``fork_thread``), the ``max_jobs`` bound and ``cancel`` with ``queued``, against the fake Codex
 of ``test_session_units`` (issue 15, items 1 and 2)."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from test_session_units import Rig, errors, make_rig, replies, stop
 from coven_codex.agent.services import ThreadOptions
 from coven_codex.agent.slots import SlotPool
 from coven_codex.agent.state import SessionState
+from coven_codex.conversation.manager import SessionManager
 from coven_codex.conversation.session import Session
 from coven_codex.entries import BaseEntry, CancelEntry, ResetEntry, StatusEntry, ThoughtEntry
 
@@ -129,17 +130,32 @@ async def test_a_timeout_is_bounded_by_turn_timeout_and_must_be_positive(rig: Ri
     assert "timeout must be a positive" in refused(entries)[0]
 
 
-async def test_resume_thread_forks_and_is_refused_where_the_driver_cannot_fork(rig: Rig) -> None:
+async def test_fork_thread_forks_and_is_refused_where_the_driver_cannot_fork(rig: Rig) -> None:
     session = rig.session()
-    think(rig, session, "hello", resume_thread="thread-1")
+    think(rig, session, "hello", fork_thread="thread-1")
     await rig.wait(lambda es: "echo: hello" in replies(es), "the reply")
     assert rig.codex.options == [ThreadOptions(fork_from="thread-1")]
     assert session.state.fork_from is None  # the fork exists now; a restart resumes it
     rig.codex.plan = dataclasses.replace(rig.codex.plan, forks_threads=False)
     other = rig.session("d")
-    think(rig, other, "hello", resume_thread="thread-1")
+    think(rig, other, "hello", fork_thread="thread-1")
     entries = await rig.wait(lambda es: bool(refused(es)), "the refusal", conversation="d")
     assert "app-server" in refused(entries)[0]
+
+
+async def test_resume_thread_and_fork_thread_together_are_refused(rig: Rig) -> None:
+    session = rig.session()
+    think(rig, session, "hello", resume_thread="thread-1", fork_thread="thread-1")
+    entries = await rig.wait(lambda es: bool(refused(es)), "the refusal")
+    assert "not both" in refused(entries)[0] and rig.codex.options == []
+
+
+async def test_resume_thread_continues_that_thread_on_any_driver(rig: Rig) -> None:
+    rig.codex.plan = dataclasses.replace(rig.codex.plan, forks_threads=False)  # (exec resumes too)
+    session = rig.session()
+    think(rig, session, "hello", resume_thread="thread-1")
+    await rig.wait(lambda es: "echo: hello" in replies(es), "the reply")
+    assert rig.codex.options == [ThreadOptions()] and session.state.thread_id == "thread-1"
 
 
 async def test_a_reset_names_the_next_threads_directory_and_one_outside_is_refused(
@@ -205,3 +221,21 @@ async def test_a_cancel_from_before_a_restart_drops_queued_thoughts_without_a_ca
     await rig.wait(lambda es: "echo: hello" in replies(es), "the reply", conversation="job:x")
     entries = await rig.entries("job:x")
     assert not [e for e in entries if getattr(e, "state", "") == "cancel_ignored"]
+
+
+async def test_the_manager_has_the_holder_let_the_thread_go_before_the_taker_names_it(tmp_path: Path) -> None:
+    rig = make_rig(tmp_path)
+    async with asyncio.TaskGroup() as group:
+        manager = SessionManager(rig.services, group)
+        rig.services.hand_thread = manager.hand_thread
+        manager.route_thought(ThoughtEntry(id="a1", conversation="a", text="first"), 1)
+        await rig.wait(lambda es: "echo: first" in replies(es), "a's reply", conversation="a")
+        thread = manager.sessions["a"].state.thread_id
+        assert thread is not None and manager.holders(thread) == ["a"]
+        manager.route_thought(ThoughtEntry(id="b1", conversation="b", text="second", resume_thread=thread), 2)
+        await rig.wait(lambda es: "echo: second" in replies(es), "b's reply", conversation="b")
+        moved = [e for e in await rig.entries("a") if isinstance(e, StatusEntry) and e.state == "thread_moved"]
+        assert [(m.id, m.thread_id) for m in moved] == [("thread-moved@2", thread)] and "'b'" in moved[0].text
+        assert manager.holders(thread) == ["b"] and manager.sessions["a"].state.thread_id is None
+        assert rig.services.store.load("a").thread_id is None and rig.services.store.load("b").thread_id == thread
+        await manager.shutdown(grace=0.1, drain=0.1)

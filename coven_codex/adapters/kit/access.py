@@ -39,6 +39,10 @@ class AccessPolicy:
     def _admin(self, user: User) -> bool:
         return "*" in self.admins or user.id in self.admins or (bool(user.name) and user.name in self.admins)
 
+    def is_admin(self, user: User) -> bool:
+        """Whether ``user`` is one of the adapter's admins (``/resume`` lets an admin continue any thread)."""
+        return self._admin(user)
+
     def refusal(self, user: User, address: Address, command: str | None = None) -> str | None:
         """None when ``user`` may do this at ``address`` (``command`` for a command), else the reply to give."""
         if self.channels is not None and address.channel not in self.channels:

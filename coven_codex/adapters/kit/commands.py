@@ -6,6 +6,8 @@
 - ``approve [ID]`` / ``deny [ID]``: answer an approval request (the oldest open one by default);
 - ``approve-session [ID]``: approve it for the rest of the session (Codex does not ask again for the same);
 - ``details [ID]``: the full output of a turn's tools (a progress card's **Details** button);
+- ``resume [THREAD_OR_CONVERSATION]``: list the earlier threads this user may continue, or take one over
+  (:mod:`coven_codex.adapters.kit.resume`);
 - ``help``.
 """
 
@@ -16,7 +18,7 @@ from typing import Literal
 
 from coven_codex.entries import TokenUsage
 
-COMMANDS = ("cancel", "new", "status", "approve", "approve-session", "deny", "details", "help")
+COMMANDS = ("cancel", "new", "status", "approve", "approve-session", "deny", "details", "resume", "help")
 DECISIONS: dict[str, Literal["approve", "approve_for_session", "deny"]] = {
     "approve": "approve",
     "approve-session": "approve_for_session",
@@ -32,6 +34,7 @@ HELP = """commands:
   /approve-session [ID]  approve it for the rest of the session (not asked again)
   /deny [ID]     deny it
   /details       the full output of the last turn's tools
+  /resume [THREAD_OR_CONVERSATION]  list the earlier threads you can continue, or continue one here
   /help          this list
 anything else is sent to Codex"""
 

@@ -86,6 +86,13 @@ FEATURES: dict[str, tuple[str, ...]] = {
         "slash commands `/codex`, `/cancel`, `/new`, `/status`; Cancel button; `@bot /cancel`",
         "commands (`/cancel`, `/new`, `/status`, in Telegram's menu via `setMyCommands`); Cancel button",
     ),
+    "continue an earlier thread": (
+        "`/resume` lists your earlier threads; `/resume THREAD_OR_CONVERSATION` continues one here",
+        "`/resume [THREAD_OR_CONVERSATION]` (the token's holder may continue any thread)",
+        "`/codex resume [THREAD]`, `@Codex /resume [THREAD]` (threads of conversations you took part in)",
+        "`@bot /resume [THREAD]` (threads of conversations you took part in)",
+        "`/resume [THREAD]`, in the command menu (threads of chats you took part in)",
+    ),
     "tool output on demand": (
         "`/details`",
         "every result on the page",

@@ -70,6 +70,7 @@ from coven_codex.adapters.kit.render import (
 )
 from coven_codex.adapters.kit.split import split_message
 from coven_codex.adapters.kit.streaming import Stream, Streams
+from coven_codex.adapters.kit.resume import ORIGIN_FIELD, SENDER_ID_FIELD, resume_command
 from coven_codex.adapters.kit.threads import FollowedThreads
 from coven_codex.entries import (
     ApprovalEntry,
@@ -105,8 +106,8 @@ TYPING_LIMIT = 3600.0
 """Seconds a typing indicator is kept up at most without the turn's end (a daemon that died mid-turn)."""
 SESSION_RESET = "session_reset"
 """The daemon's answer to a ``reset``: the thread it names has ended."""
-ORIGIN_FIELD = "origin"
-"""Extra field the runner puts on the entries it appends: ``<adapter name>``."""
+THREAD_MOVED = "thread_moved"
+"""The daemon's word that another conversation took this one's thread over (it has none now)."""
 
 CANCEL_BUTTONS = (Button("Cancel", "cancel"),)
 """The button a reply being streamed (or an open progress card) carries; the final reply has none."""
@@ -332,6 +333,7 @@ class AdapterRunner:
             return
         attachments = list(event.attachments) if isinstance(event, IncomingMessage) else []
         thought = ThoughtEntry(conversation=conversation, sender=event.user.label, text=text, attachments=attachments)
+        thought = thought.model_copy(update={SENDER_ID_FIELD: event.user.id})  # (who took part: chat /resume)
         key = (
             delivery_key(f"{self.platform.name}\x00{event.message_id}", "in")
             if isinstance(event, IncomingMessage) and event.message_id
@@ -433,6 +435,19 @@ class AdapterRunner:
                 await self.reply(address, f"{decision.replace('_', ' ')} sent for {clip(request_id, 80)}")
             case "details":
                 await self._details(command.argument, conversation, address)
+            case "resume":
+                answer = await resume_command(
+                    self.journal,
+                    command.argument,
+                    conversation,
+                    sender=user.label,
+                    origin=self.name,
+                    user_id=user.id,
+                    admin=self.access.is_admin(user),
+                )
+                if answer.reset is not None:
+                    await self.append(answer.reset)
+                await self.reply(address, answer.reply)
             case "help":
                 await self.reply(address, HELP)
             case _:
@@ -646,14 +661,14 @@ class AdapterRunner:
             case ThoughtEntry():
                 state.queued += 1
             case StatusEntry():
-                if entry.state != SESSION_RESET:
+                if entry.state not in (SESSION_RESET, THREAD_MOVED):
                     state.thread_id = entry.thread_id or state.thread_id
                 if entry.state == "turn_started":
                     state.running, state.queued = True, max(0, state.queued - 1)
                 elif entry.state in TURN_ENDS:
                     state.running = False
                     state.usage = entry.usage if entry.usage is not None else state.usage
-                elif entry.state == SESSION_RESET:  # (its thread_id names the thread that ended)
+                elif entry.state in (SESSION_RESET, THREAD_MOVED):  # (its thread_id names the thread that left)
                     state.thread_id = None
             case ResponseEntry():
                 state.thread_id = entry.thread_id or state.thread_id

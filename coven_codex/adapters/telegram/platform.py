@@ -127,6 +127,7 @@ COMMANDS = (
     ("approve_session", "Approve it for the rest of the session"),
     ("deny", "Deny it"),
     ("details", "The last turn's tool output"),
+    ("resume", "List your earlier threads, or continue one here"),
     ("help", "The commands"),
 )
 """The kit's commands as registered with ``setMyCommands`` (shown in Telegram's command menu; a name

@@ -31,6 +31,7 @@ from starlette.types import ASGIApp
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from coven_codex.adapters.kit.commands import DECISIONS, HELP, Command, parse_command
+from coven_codex.adapters.kit.resume import resume_command
 from coven_codex.adapters.web.auth import NEEDS_TOKEN, Access, Guard, Sessions
 from coven_codex.adapters.web.hub import Hub
 from coven_codex.adapters.web.protocol import (
@@ -367,6 +368,21 @@ class JournalWriter:
                         decision=DECISIONS[command.name],
                     )
                 )
+            case "resume":  # (whoever has the page's token is its one user: every thread is theirs)
+                answer = await resume_command(
+                    self.journal,
+                    command.argument,
+                    conversation,
+                    sender=self.sender,
+                    origin="web",
+                    user_id="",
+                    admin=True,
+                )
+                if answer.reset is not None:
+                    problem = await self._append(answer.reset)
+                    if problem is not None:
+                        return problem
+                return answer.reply
             case "help":
                 return HELP
         return f"unknown command /{command.name[:40]}; /help lists the commands"
