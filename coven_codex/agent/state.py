@@ -375,7 +375,8 @@ class StateStore:
                 try:
                     fsync_directory(self.sessions_dir)
                 except OSError as exc:
-                    self._directory_dirty = True  # the next round tries again
+                    with self._lock:
+                        self._directory_dirty = True  # the next round tries again
                     if exc.errno not in STORAGE_ERRNOS:
                         raise
                     raise StateStorageError(
