@@ -1,18 +1,25 @@
 """Scale: N conversations on Codex 0.169.0, one thought each, against one Codex process per conversation.
 
 Run: ``.venv/bin/python benchmarks/bench_scale.py [--sizes 1 10 50 200 1000] [--baseline-max 50] [--fd-limit 1024]
-[--release-thread-after S] [--idle-reap S]``
+[--spread S] [--release-thread-after S] [--idle-reap S] [--profile DIR]``
 
 For each N the daemon (``python -m coven_codex run``, a process of its own, with
 ``max_sessions = N`` so every conversation may run at once) serves N conversations against the
-scripted model server (echo, in this process). One thought per conversation is appended at
-once; measured:
+scripted model server (echo, in this process). One thought per conversation, appended evenly
+over ``--spread`` seconds (conversation ``i`` at ``i * spread / N``; 0: all at once), the same
+spread for every N of the run: issue 33's target is every conversation sending a thought within a
+minute, and N = 50's baseline is the same minute (docs/performance.md says why); measured:
 
 - *RSS*: the resident memory of the daemon plus every process under it (Codex and whatever
   Codex started), summed, once every conversation has its reply;
 - *processes*: the daemon and every process under it, then;
-- *all replied*: from appending the thoughts to the last conversation's ``response`` entry in
-  the journal; *p50 reply*: the median of the conversations' thought → reply times;
+- *all replied*: from appending the first thought to the last conversation's ``response`` entry
+  in the journal; *p50 reply*: the median of the conversations' thought → reply times, each from
+  its own thought's append; *p90 reply* the same;
+- *errors*: ``error`` entries in the journal by then (the target: none);
+- *CPU while serving*: CPU seconds from the first append to the last reply, of the daemon, of
+  the Codex processes under it, and of this process (the scripted model server and the
+  journal reads): where the time goes;
 - *CPU 0-10 s after* and *idle CPU 10-20 s after*: CPU time of the daemon and every process
   under it over the 10 s right after the last reply (Codex finishing its turns) and over the 10 s
   after those (idle), as a percentage of one core; the idle target applies to the second, and
@@ -62,7 +69,7 @@ import psutil
 import tomlkit
 from _common import CURRENT, CodeTree, export_baseline, machine_line, percentile, print_table
 
-from coven_codex.entries import ThoughtEntry
+from coven_codex.entries import ErrorEntry, ThoughtEntry
 from coven_codex.journal import START, FileJournal, JournalRecord, Position
 from coven_codex.settings import Settings
 from coven_codex.testing.codex_config import DEFAULT_ENV_KEY, codex_config
@@ -83,7 +90,12 @@ NEXT_THOUGHTS = 3
 """Conversations that get a thought after the release and one more with their thread loaded."""
 BASELINE_REV = "da53439"
 """The last revision with one ``codex app-server`` per conversation (the parent of the shared design)."""
-TARGETS = {50: 600.0, 200: 1500.0}
+SPREAD = 60.0
+"""Seconds the N thoughts are appended over, at every N: issue 33's "every conversation sending a thought within
+a minute"."""
+P50_REFERENCE = 50
+"""Issue 33: the p50 thought → reply of N = 1,000 (every larger N) within 2x this N's."""
+TARGETS = {50: 600.0, 200: 1500.0, 1000: 2048.0}
 """Total RSS targets (MB) by N (issue 12)."""
 
 
@@ -95,6 +107,11 @@ class Result:
     processes: int
     all_replied: float
     p50_reply: float
+    p90_reply: float
+    errors: int
+    """``error`` entries in the journal once every conversation replied."""
+    serving_cpu: CpuSplit
+    """CPU seconds from the first append to the last reply."""
     busy_cpu_percent: float
     """CPU of everything over the 10 s right after the last reply (Codex finishing its turns)."""
     idle_cpu_percent: float
@@ -106,6 +123,41 @@ class Result:
     fds: int
     released: Released | None = None
     """After every conversation let its thread go (the shared design)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CpuSplit:
+    """CPU seconds (user + system) of the daemon, of the Codex processes under it, and of this
+    process (the scripted model server and the journal reads): so far, or over a span."""
+
+    daemon: float
+    codex: float
+    bench: float
+
+    @classmethod
+    def now(cls, pid: int) -> CpuSplit:
+        """The CPU seconds used so far. Codex's: its processes' own and their ended children's (MCP
+        servers, shell snapshots, commands), and those of Codex processes that ended."""
+        daemon = codex = 0.0
+        with contextlib.suppress(psutil.Error):
+            process = psutil.Process(pid)
+            times = process.cpu_times()
+            daemon = times.user + times.system
+            codex = times.children_user + times.children_system
+            for child in process.children():
+                with contextlib.suppress(psutil.Error):
+                    used = child.cpu_times()
+                    codex += used.user + used.system + used.children_user + used.children_system
+        own = os.times()
+        return cls(daemon, codex, own.user + own.system)
+
+    def since(self, pid: int) -> CpuSplit:
+        """The CPU seconds used from this sample to now."""
+        later = CpuSplit.now(pid)
+        return CpuSplit(later.daemon - self.daemon, later.codex - self.codex, later.bench - self.bench)
+
+    def __str__(self) -> str:
+        return f"daemon {self.daemon:.1f}, Codex {self.codex:.1f}, model server and bench {self.bench:.1f}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +182,12 @@ class Released:
     """Next thoughts whose thread was let go (a ``thread/resume`` on the warm process first)."""
     loaded: list[Thought]
     """Thoughts right after those, their threads loaded."""
+
+
+def p50_reference(sizes: list[int]) -> int:
+    """The N whose p50 thought → reply the larger N are held to (at most 2x): 50 (issue 33's
+    baseline) when measured, else the smallest N of the run."""
+    return P50_REFERENCE if P50_REFERENCE in sizes else min(sizes)
 
 
 def tree_of(pid: int) -> list[psutil.Process]:
@@ -175,6 +233,8 @@ async def measure(
     *,
     fd_limit: int | None = None,
     release_after: float | None = None,
+    spread: float = 0.0,
+    profile: Path | None = None,
 ) -> Result:
     """One daemon running ``code``, ``n`` conversations, one thought each (module
     docstring); with ``release_after`` (the shared design's ``release_thread_after``), what
@@ -200,8 +260,12 @@ async def measure(
                 "PYTHONUNBUFFERED": "1",
             }
         )
+        launcher = [sys.executable]
+        if profile is not None:
+            # cProfile writes its figures when the daemon's main returns (SIGTERM stops it cleanly).
+            launcher += ["-m", "cProfile", "-o", str(profile / f"daemon-{design}-{n}.prof")]
         argv = [
-            sys.executable,
+            *launcher,
             "-m",
             "coven_codex",
             "run",
@@ -232,15 +296,21 @@ async def measure(
         journal = FileJournal(journal_path, durability="never")
         try:
             await wait_running(log_path, daemon)
-            appended: dict[str, float] = {}
+            conversations = [f"c{index}" for index in range(n)]
+            serving = CpuSplit.now(daemon.pid)
             started = time.perf_counter()
-            for index in range(n):
-                conversation = f"c{index}"
-                appended[conversation] = time.perf_counter()
-                await journal.append(ThoughtEntry(conversation=conversation, text=f"hello {index}"))
-            replied, position = await wait_entries(journal, set(appended), daemon, log_path, START, matches=is_reply)
+            async with asyncio.TaskGroup() as group:
+                sending = group.create_task(send_spread(journal, conversations, spread))
+                replied, position = await wait_entries(
+                    journal, set(conversations), daemon, log_path, START, matches=is_reply
+                )
+            appended = sending.result()
+            serving_cpu = serving.since(daemon.pid)
             all_replied = max(replied.values()) - started
-            p50 = percentile([replied[c] - appended[c] for c in appended], 0.5)
+            waits = [replied[c] - appended[c] for c in conversations]
+            p50 = percentile(waits, 0.5)
+            p90 = percentile(waits, 0.9)
+            errors = await count_errors(journal)
             processes = tree_of(daemon.pid)
             memory = rss_mb(processes)
             fds = len(os.listdir(f"/proc/{daemon.pid}/fd"))
@@ -252,13 +322,28 @@ async def measure(
             released = None
             print(
                 f"  {design}, N={n}: RSS {memory:.0f} MB, {len(processes)} processes, all replied {all_replied:.1f} s,"
-                f" p50 reply {p50:.2f} s, CPU {busy:.1f} % 0-10 s after, {idle:.1f} % 10-20 s after, {fds} fds",
+                f" p50 reply {p50:.2f} s, p90 {p90:.2f} s, {errors} errors, CPU s while serving {serving_cpu},"
+                f" CPU {busy:.1f} % 0-10 s after, {idle:.1f} % 10-20 s after, {fds} fds",
                 flush=True,
             )
             if release_after is not None:
                 released = await after_release(journal, list(appended), daemon, log_path, position)
             return Result(
-                design, n, memory, len(processes), all_replied, p50, busy, idle, idle_daemon, rate, fds, released
+                design,
+                n,
+                memory,
+                len(processes),
+                all_replied,
+                p50,
+                p90,
+                errors,
+                serving_cpu,
+                busy,
+                idle,
+                idle_daemon,
+                rate,
+                fds,
+                released,
             )
         finally:
             await journal.aclose()
@@ -268,6 +353,28 @@ async def measure(
             except subprocess.TimeoutExpired:
                 daemon.kill()
                 daemon.wait()
+
+
+async def send_spread(journal: FileJournal, conversations: list[str], spread: float) -> dict[str, float]:
+    """Append one thought per conversation, conversation ``i`` at ``i * spread / len(conversations)``
+    seconds from now (all at once for 0); when each was appended (``time.perf_counter``)."""
+    appended: dict[str, float] = {}
+    started = time.perf_counter()
+    for index, conversation in enumerate(conversations):
+        due = started + index * spread / len(conversations)
+        await asyncio.sleep(max(0.0, due - time.perf_counter()))
+        appended[conversation] = time.perf_counter()
+        await journal.append(ThoughtEntry(conversation=conversation, text=f"hello {index}"))
+    return appended
+
+
+async def count_errors(journal: FileJournal) -> int:
+    """The ``error`` entries in the journal (their codes and first texts printed)."""
+    items = await journal.read(START)
+    errors = [item.entry for item in items if isinstance(item, JournalRecord) and isinstance(item.entry, ErrorEntry)]
+    for text in sorted({f"{error.code}: {error.text}" for error in errors})[:5]:
+        print(f"  error entry: {text[:300]}", flush=True)
+    return len(errors)
 
 
 def with_fd_limit(argv: list[str], limit: int) -> list[str]:
@@ -396,6 +503,19 @@ async def main() -> int:
     parser.add_argument("--baseline-max", type=int, default=50, help="largest N measured with the baseline")
     parser.add_argument("--app-servers", type=int, default=1, help="shared app-servers (the app_servers setting)")
     parser.add_argument(
+        "--spread",
+        type=float,
+        default=SPREAD,
+        help=f"append the N thoughts evenly over this many seconds, at every N (default {SPREAD:g}: issue 33's "
+        "'every conversation sending a thought within a minute'); 0: all at once",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="run the daemon under cProfile and write daemon-<design>-<N>.prof into this folder",
+    )
+    parser.add_argument(
         "--release-thread-after",
         type=float,
         default=RELEASE_DEFAULT,
@@ -413,7 +533,9 @@ async def main() -> int:
         "--baseline-rev", default=BASELINE_REV, help="a revision with one app-server per conversation (git)"
     )
     args = parser.parse_args()
-    print(f"bench_scale: Codex 0.169.0, one thought per conversation; {machine_line()}")
+    print(f"bench_scale: Codex 0.169.0, one thought per conversation, spread over {args.spread:g} s; {machine_line()}")
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
     results: dict[tuple[str, int], Result] = {}
     with tempfile.TemporaryDirectory(prefix="bench-scale-baseline-") as baseline_dir:
         baseline = None
@@ -433,10 +555,14 @@ async def main() -> int:
                     extra,
                     fd_limit=args.fd_limit or None,
                     release_after=args.release_thread_after,
+                    spread=args.spread,
+                    profile=args.profile,
                 )
                 print(f"  shared app-server, N={n}: {results['shared', n]}", flush=True)
                 if baseline is not None and n <= args.baseline_max:
-                    results["per-conversation", n] = await measure("per-conversation", n, baseline, server)
+                    results["per-conversation", n] = await measure(
+                        "per-conversation", n, baseline, server, spread=args.spread
+                    )
                     print(f"  per-conversation, N={n}: {results['per-conversation', n]}", flush=True)
     rows = []
     for (design, n), r in sorted(results.items(), key=lambda item: (item[0][1], item[0][0] != "shared")):
@@ -444,6 +570,10 @@ async def main() -> int:
         shown = f"{r.rss_mb:.0f}"
         if design == "shared" and base is not None:
             shown += f" ({base.rss_mb / r.rss_mb:.1f}x less)"
+        p50 = f"{r.p50_reply:.2f}"
+        reference = results.get((design, p50_reference(args.sizes)))
+        if reference is not None and n > reference.n:
+            p50 += f" ({r.p50_reply / reference.p50_reply:.2f}x N = {reference.n}'s)"
         rows.append(
             [
                 n,
@@ -451,7 +581,10 @@ async def main() -> int:
                 shown,
                 r.processes,
                 f"{r.all_replied:.2f}",
-                f"{r.p50_reply:.2f}",
+                p50,
+                f"{r.p90_reply:.2f}",
+                r.errors,
+                f"{r.serving_cpu.daemon:.1f} / {r.serving_cpu.codex:.1f} / {r.serving_cpu.bench:.1f}",
                 f"{r.busy_cpu_percent:.2f}",
                 f"{r.idle_cpu_percent:.2f}",
                 f"{r.idle_daemon_percent:.2f}",
@@ -460,7 +593,7 @@ async def main() -> int:
             ]
         )
     print_table(
-        "N conversations, one thought each (0.169.0)",
+        f"N conversations, one thought each, spread over {args.spread:g} s (0.169.0)",
         [
             "N",
             "design",
@@ -468,6 +601,9 @@ async def main() -> int:
             "processes",
             "all replied s",
             "p50 reply s",
+            "p90 reply s",
+            "errors",
+            "CPU s serving: daemon / Codex / model server",
             "CPU % 0-10 s after",
             "idle CPU % 10-20 s after",
             "of it the daemon's",
@@ -518,6 +654,12 @@ async def main() -> int:
     for (design, n), r in results.items():
         if design == "shared" and r.released is not None and r.released.idle_cpu_percent > 0.5:
             failed.append(f"N={n}: idle CPU after the release {r.released.idle_cpu_percent:.2f}% > 0.5%")
+    reference = results.get(("shared", p50_reference(args.sizes)))
+    for (design, n), r in results.items():
+        if design == "shared" and r.errors:
+            failed.append(f"N={n}: {r.errors} error entries")
+        if design == "shared" and reference is not None and n > reference.n and r.p50_reply > 2 * reference.p50_reply:
+            failed.append(f"N={n}: p50 reply {r.p50_reply:.2f} s > 2x N = {reference.n}'s {reference.p50_reply:.2f} s")
     for line in failed:
         print(f"TARGET MISSED: {line}")
     return 1 if failed else 0

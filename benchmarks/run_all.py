@@ -29,7 +29,7 @@ QUICK_ARGS: dict[str, list[str]] = {
     "drivers": ["--turns", "3"],
     "agent": ["--thoughts", "20", "--lines", "100"],
     "web": ["--quick"],
-    "scale": ["--sizes", "1", "10", "50", "--baseline-max", "10"],
+    "scale": ["--sizes", "1", "10", "50", "--baseline-max", "10", "--spread", "0"],
     "cluster": ["--conversations", "6", "--rounds", "2", "--lease", "3"],
     "redis_journal": ["--quick"],
     "restart": ["--sizes", "10", "--baseline-max", "10", "--backlog", "100000", "--backlog-baseline-max", "100000"],

@@ -35,7 +35,11 @@ LATECOMER_ROUNDS = 5
 REFUSED_SHOWN = 5
 
 
-def _identity(pid: int) -> dict[str, float | int] | None:
+Identity = dict[str, float | int]
+"""A process as recorded: its ``pid`` and psutil ``create_time``."""
+
+
+def _identity(pid: int) -> Identity | None:
     try:
         return {"pid": pid, "create_time": psutil.Process(pid).create_time()}
     except psutil.Error:
@@ -43,27 +47,58 @@ def _identity(pid: int) -> dict[str, float | int] | None:
 
 
 class ProcessRegistry:
-    """The Codex process-group leaders of this run, per conversation, kept in ``processes.json``."""
+    """The Codex process-group leaders of this run, kept in ``processes.json``.
+
+    Conversations share their leaders (every thread on one app-server, or a few): the file names
+    each leader once, and is rewritten only when a leader comes or goes, not when a conversation
+    records or forgets one that others hold too. A conversation's record and forget cost the same
+    however many conversations there are (1,000 on one app-server: docs/performance.md).
+    """
 
     def __init__(self, state_dir: Path) -> None:
         self.path = state_dir / FILE_NAME
-        self._records: dict[str, list[dict[str, float | int]]] = {}
+        self._records: dict[str, list[Identity]] = {}
+        self._holders: dict[tuple[int, float], int] = {}
+        """Each recorded leader: how many conversations hold it."""
 
     def record(self, conversation: str, pids: list[int]) -> None:
-        """Record ``conversation``'s process-group leaders (pid and start time); rewrites the file on change."""
+        """Record ``conversation``'s process-group leaders (pid and start time); rewrites the file when a
+        leader is new."""
         identities = [ident for pid in pids if (ident := _identity(pid)) is not None]
-        if identities == self._records.get(conversation):
+        before = self._records.get(conversation)
+        if identities == before:
             return
         self._records[conversation] = identities
-        self._flush()
-
-    def forget(self, conversation: str) -> None:
-        """Drop ``conversation``'s record (its processes have ended)."""
-        if self._records.pop(conversation, None) is not None:
+        changed = self._hold(identities, 1)
+        if before is not None:
+            changed = self._hold(before, -1) or changed
+        if changed:
             self._flush()
 
+    def forget(self, conversation: str) -> None:
+        """Drop ``conversation``'s record (its processes have ended, or it let them go); rewrites the file
+        when no conversation holds a leader any more."""
+        identities = self._records.pop(conversation, None)
+        if identities is not None and self._hold(identities, -1):
+            self._flush()
+
+    def _hold(self, identities: list[Identity], delta: int) -> bool:
+        """Count ``delta`` more holders of each of ``identities``; whether a leader came or went."""
+        changed = False
+        for identity in identities:
+            key = (int(identity["pid"]), float(identity["create_time"]))
+            held = self._holders.get(key, 0)
+            count = held + delta
+            changed = changed or (held > 0) != (count > 0)
+            if count > 0:
+                self._holders[key] = count
+            else:
+                self._holders.pop(key, None)
+        return changed
+
     def _flush(self) -> None:
-        data = json.dumps(self._records).encode("utf-8")
+        leaders = [{"pid": pid, "create_time": created} for pid, created in sorted(self._holders)]
+        data = json.dumps({"leaders": leaders}).encode("utf-8")
         try:
             atomic_write(self.path, data, durable=False)
         except OSError as exc:

@@ -174,11 +174,7 @@ def _watch_points(codex_home: Path, thread_id: str | None) -> list[tuple[Path, i
     sessions = codex_home / "sessions"
     if not sessions.is_dir():
         return [(codex_home, "sessions")]
-    suffix = f"-{thread_id}.jsonl" if thread_id is not None else ".jsonl"
-
-    def in_day(name: str) -> bool:
-        return name.endswith(suffix)
-
+    in_day = inotify.NameSuffix(f"-{thread_id}.jsonl" if thread_id is not None else ".jsonl")
     points: list[tuple[Path, inotify.NameMatch]] = [(sessions, _is_date_folder)]
     folder = sessions
     for depth in range(3):

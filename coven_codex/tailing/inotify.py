@@ -14,7 +14,8 @@ import errno
 import logging
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -86,9 +87,23 @@ def _os_error(message: str, path: Path | None = None) -> InotifyUnavailable:
     return InotifyUnavailable(code, text, str(path) if path else None)
 
 
-NameMatch = str | Callable[[str], bool]
-"""Which entries of a watched directory a subscription hears about: one name, or every name a
-predicate accepts (called for each event on the directory, so it must be cheap)."""
+@dataclass(frozen=True, slots=True)
+class NameSuffix:
+    """Every entry name that ends with ``suffix`` (a rollout file of one thread: ``-<thread id>.jsonl``)."""
+
+    suffix: str
+
+    def __post_init__(self) -> None:
+        if not self.suffix:
+            raise ValueError("a name suffix cannot be empty")
+
+
+NameMatch = str | NameSuffix | Callable[[str], bool]
+"""Which entries of a watched directory a subscription hears about: one name, every name with a
+suffix, or every name a predicate accepts (called for each event on the directory, so it must be
+cheap). Subscriptions to a name or a suffix are found by that name (or its end): an event costs the
+same however many of them watch its directory (a day folder of Codex's rollouts holds the file of
+every conversation, and every conversation waiting for its rollout watches it)."""
 
 
 class InotifySubscription:
@@ -109,7 +124,11 @@ class InotifySubscription:
     def matches(self, name: str) -> bool:
         """An event about the entry ``name`` concerns this subscription."""
         wanted = self.name
-        return wanted == name if isinstance(wanted, str) else wanted(name)
+        if isinstance(wanted, str):
+            return wanted == name
+        if isinstance(wanted, NameSuffix):
+            return name.endswith(wanted.suffix)
+        return wanted(name)
 
     def notify(self) -> None:
         """Something happened to the file: wake the waiting :meth:`wait`."""
@@ -125,6 +144,74 @@ class InotifySubscription:
         self._hub.unsubscribe(self)
 
 
+class _WatchGroup:
+    """The subscriptions of one watch (one directory): by entry name, by name suffix (per suffix
+    length), and the predicates (:data:`NameMatch`)."""
+
+    __slots__ = ("named", "predicates", "suffixes")
+
+    def __init__(self) -> None:
+        self.named: dict[str, set[InotifySubscription]] = {}
+        self.suffixes: dict[int, dict[str, set[InotifySubscription]]] = {}
+        self.predicates: set[InotifySubscription] = set()
+
+    def __bool__(self) -> bool:
+        return bool(self.named) or bool(self.suffixes) or bool(self.predicates)
+
+    def __iter__(self) -> Iterator[InotifySubscription]:
+        for group in self.named.values():
+            yield from group
+        for table in self.suffixes.values():
+            for group in table.values():
+                yield from group
+        yield from self.predicates
+
+    def _table(self, name: str | NameSuffix, *, create: bool) -> dict[str, set[InotifySubscription]] | None:
+        if isinstance(name, str):
+            return self.named
+        if create:
+            return self.suffixes.setdefault(len(name.suffix), {})
+        return self.suffixes.get(len(name.suffix))
+
+    def add(self, subscription: InotifySubscription) -> None:
+        name = subscription.name
+        if isinstance(name, str | NameSuffix):
+            table = self._table(name, create=True)
+            assert table is not None
+            table.setdefault(name if isinstance(name, str) else name.suffix, set()).add(subscription)
+        else:
+            self.predicates.add(subscription)
+
+    def discard(self, subscription: InotifySubscription) -> bool:
+        """Remove ``subscription``; whether it was here."""
+        name = subscription.name
+        if not isinstance(name, str | NameSuffix):
+            found = subscription in self.predicates
+            self.predicates.discard(subscription)
+            return found
+        table = self._table(name, create=False)
+        key = name if isinstance(name, str) else name.suffix
+        group = None if table is None else table.get(key)
+        if table is None or group is None or subscription not in group:
+            return False
+        group.discard(subscription)
+        if not group:
+            del table[key]
+            if not table and isinstance(name, NameSuffix):
+                del self.suffixes[len(key)]
+        return True
+
+    def concerned(self, name: str) -> list[InotifySubscription]:
+        """The subscriptions an event about the entry ``name`` concerns: a look-up per suffix length,
+        and a call per predicate."""
+        found = [subscription for subscription in self.predicates if subscription.matches(name)]
+        found.extend(self.named.get(name, ()))
+        for length, table in self.suffixes.items():
+            if length <= len(name):
+                found.extend(table.get(name[-length:], ()))
+        return found
+
+
 class _InotifyHub:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         assert _LIBC is not None
@@ -133,7 +220,7 @@ class _InotifyHub:
             raise _os_error("inotify_init1 failed")
         self._fd = fd
         self._loop = loop
-        self._subscriptions: dict[int, set[InotifySubscription]] = {}
+        self._subscriptions: dict[int, _WatchGroup] = {}
         loop.add_reader(fd, self._on_readable)
 
     @property
@@ -148,17 +235,15 @@ class _InotifyHub:
                 raise FileNotFoundError(errno.ENOENT, "directory to watch is gone", str(directory))
             raise _os_error("cannot watch the directory with inotify", directory)
         subscription = InotifySubscription(self, wd, directory, name)
-        self._subscriptions.setdefault(wd, set()).add(subscription)
+        self._subscriptions.setdefault(wd, _WatchGroup()).add(subscription)
         return subscription
 
     def unsubscribe(self, subscription: InotifySubscription) -> None:
         group = self._subscriptions.get(subscription.wd)
-        if group is not None and subscription in group:
-            group.discard(subscription)
-            if not group:
-                del self._subscriptions[subscription.wd]
-                if not subscription.dead and _LIBC is not None:
-                    _LIBC.inotify_rm_watch(self._fd, subscription.wd)
+        if group is not None and group.discard(subscription) and not group:
+            del self._subscriptions[subscription.wd]
+            if not subscription.dead and _LIBC is not None:
+                _LIBC.inotify_rm_watch(self._fd, subscription.wd)
         if self.empty:
             self.close()
 
@@ -204,10 +289,8 @@ class _InotifyHub:
                 if mask & IN_IGNORED:
                     del self._subscriptions[wd]
                 continue
-            name = os.fsdecode(raw_name)
-            for subscription in group:
-                if subscription.matches(name):
-                    subscription.notify()
+            for subscription in group.concerned(os.fsdecode(raw_name)):
+                subscription.notify()
 
     def _wake_all(self) -> None:
         for group in self._subscriptions.values():

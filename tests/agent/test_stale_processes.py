@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from coven_codex.agent.processes import end_stale_processes
+from coven_codex.agent.processes import ProcessRegistry, end_stale_processes, load_recorded
 from coven_codex.codex.process import TREE_MARKER
 
 # Like an orphaned `codex exec` node wrapper the daemon had not recorded yet: it starts its native
@@ -100,3 +100,51 @@ def test_a_recorded_process_without_our_tree_marker_is_left_alone(
         for proc in (unmarked, other_home):
             proc.kill()
             proc.wait()
+
+
+def test_a_leader_a_thousand_conversations_share_is_recorded_once_and_not_rewritten_per_conversation(
+    tmp_path: Path,
+) -> None:
+    """Every conversation records the one shared app-server: the record names it once, and a
+    conversation recording or forgetting it while others hold it writes nothing (issue 33: at
+    1,000 conversations each record rewrote a file naming the leader 1,000 times)."""
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    registry = ProcessRegistry(state_dir)
+    path = state_dir / "processes.json"
+    leader = os.getpid()
+    identity = {"pid": leader, "create_time": psutil.Process(leader).create_time()}
+    registry.record("c0", [leader])
+    assert json.loads(path.read_text()) == {"leaders": [identity]}
+    path.unlink()
+    for index in range(1, 1000):
+        registry.record(f"c{index}", [leader])
+    for index in range(999):
+        registry.forget(f"c{index}")
+    assert not path.exists(), "the file was rewritten though its leaders did not change"
+    registry.forget("c999")
+    assert json.loads(path.read_text()) == {"leaders": []}
+
+
+def test_a_restart_finds_a_shared_leader_once(tmp_path: Path) -> None:
+    codex_home = tmp_path / "home"
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    leader = subprocess.Popen(
+        [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"],
+        env={**os.environ, TREE_MARKER: "t", "CODEX_HOME": str(codex_home)},
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        assert leader.stdout is not None
+        assert leader.stdout.readline() == b"up\n"  # its environment is its own now (it runs Python)
+        registry = ProcessRegistry(state_dir)
+        for conversation in ("red", "blue", "green"):
+            registry.record(conversation, [leader.pid])
+        assert [process.pid for process in load_recorded(state_dir, codex_home)] == [leader.pid]
+    finally:
+        leader.kill()
+        leader.wait()
+        if leader.stdout is not None:
+            leader.stdout.close()

@@ -21,7 +21,7 @@ from test_idle_wakeups import inotify_watches, native_codex
 
 from coven_codex.codex.appserver import AppServerPool
 from coven_codex.codex.appserver.messages import LoadedThreads
-from coven_codex.codex.appserver.pool import thread_budget
+from coven_codex.codex.appserver.pool import FDS_PER_THREAD, thread_budget
 from coven_codex.codex.discovery import find_codex
 from coven_codex.codex.drivers import (
     AgentMessageCompleted,
@@ -37,12 +37,15 @@ from coven_codex.codex.drivers import (
 from coven_codex.codex.errors import ErrorCode
 from coven_codex.codex.launch import resolve_launch
 from coven_codex.testing import CallTool, Reply, ScriptedModelServer, Stall
+from coven_codex.testing.mcp_echo_server import mcp_server_entry
 from coven_codex.testing.model_server import RecordedRequest
 from coven_codex.testing.processes import codex_processes
 from coven_codex.testing.responders import TurnScript, echo_responder, last_user_text, pending_tool_output
 
 pytestmark = pytest.mark.codex
 VERSION = "0.169.0"
+LOADED = 10
+"""Threads kept loaded to count what each costs its process."""
 
 
 def responder(request: RecordedRequest) -> TurnScript:
@@ -205,10 +208,56 @@ async def test_threads_opened_all_at_once_past_codexs_request_queue_all_open(
 
 
 def test_thread_budget_follows_the_open_file_limit() -> None:
-    assert thread_budget(1024) == 149
-    assert thread_budget(256) == 21
+    assert thread_budget(1024) == 112
+    assert thread_budget(384) == 32
     assert thread_budget(100) == 16  # never below a floor: a tiny limit fails loudly in Codex instead
-    assert thread_budget(65536) > 10_000
+    assert thread_budget(65536) > 8_000
+
+
+def thread_fds(pid: int) -> list[str]:
+    """What ``pid``'s descriptors name, but its SQLite databases': Codex's connection pools grow with
+    concurrent requests up to their bound, whatever the threads (the budget's ``FD_RESERVE``)."""
+    names = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(FileNotFoundError):
+            names.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    return [name for name in names if ".sqlite" not in name]
+
+
+async def test_the_thread_budget_covers_a_loaded_thread_with_its_mcp_server(
+    tmp_path: Path, codex_bin_169: Path
+) -> None:
+    """Every thread of the daemon has the spells' MCP server, a process Codex starts for it with its
+    pipes: the descriptors a loaded thread costs its Codex process (its rollout, its lock, its MCP
+    server's pipes and pidfd: 6 on 0.169.0) stay within the budget's :data:`FDS_PER_THREAD`, leaving
+    one for what a starting thread holds for a moment (issue 33: at 6,
+    300 conversations arriving over a minute filled a process at 149 threads to 1,024 descriptors and
+    thread starts failed with 'No file descriptors available')."""
+    async with ScriptedModelServer(responder=responder) as server:
+        extra = {"mcp_servers": {"echo": mcp_server_entry()}}
+        setup = make_setup(tmp_path, codex_bin_169, VERSION, server, driver="app-server", extra=extra)
+        pool = setup.pool()
+        drivers: list[CodexDriver] = []
+        try:
+            # The first thread opens what the process keeps whatever its threads (databases, logs).
+            first, first_recorders = await open_drivers(setup, pool, 1)
+            drivers += first
+            await first[0].submit("hi", "t0")
+            await first_recorders[0].wait_for(TurnFinished)
+            (pid,) = pool.pids
+            native = native_codex(pid)
+            before = len(thread_fds(native))
+            more, recorders = await open_drivers(setup, pool, LOADED)
+            drivers += more
+            await asyncio.gather(*(driver.submit(f"hi {i}", f"t{i}") for i, driver in enumerate(more)))
+            for recorder in recorders:
+                (finished,) = await recorder.wait_for(TurnFinished)
+                assert finished.status == "completed", finished
+            assert pool.pids == [pid]
+            per_thread = (len(thread_fds(native)) - before) / LOADED
+            assert per_thread <= FDS_PER_THREAD - 1, per_thread
+        finally:
+            await close_all(drivers, pool)
 
 
 async def test_a_full_process_takes_no_new_thread_and_ends_when_its_threads_are_let_go(
@@ -250,7 +299,7 @@ async def test_threads_past_one_processs_open_file_limit_are_all_served(tmp_path
     """120 conversations, one turn each, under an open-file limit of 250 (inherited by Codex), in
     ``max_sessions``-like batches of 30 at a time, one conversation of each batch staying open:
     the pool's processes (the native binary, as the daemon starts it) take what their limit allows
-    (``thread_budget(250)`` = 20 threads each) and every turn is served. One process for all of
+    (``thread_budget(250)`` = 16 threads each) and every turn is served. One process for all of
     them (never empty, so never restarted) runs out of descriptors ('No file descriptors
     available') on the way."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -268,7 +317,7 @@ async def test_threads_past_one_processs_open_file_limit_are_all_served(tmp_path
                 cwd=setup.workspace,
                 settings=setup.pool().settings,
             )
-            assert pool.threads_per_process == 20
+            assert pool.threads_per_process == 16
             seen: set[int] = set()
             kept: list[CodexDriver] = []  # one conversation of each batch stays: no process ever runs empty
             try:
@@ -490,11 +539,11 @@ def test_the_daemon_raises_its_open_file_limit_to_the_hard_one_for_codex() -> No
     raised = subprocess.run(
         ["prlimit", "--nofile=1024:4096", sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
-    assert raised.stdout.split() == ["(1024,", "4096)", "(4096,", "4096)", "661"]
+    assert raised.stdout.split() == ["(1024,", "4096)", "(4096,", "4096)", "496"]
     kept = subprocess.run(
         ["prlimit", "--nofile=1024:1024", sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
-    assert kept.stdout.split() == ["None", "(1024,", "1024)", "149"]
+    assert kept.stdout.split() == ["None", "(1024,", "1024)", "112"]
 
 
 async def until(predicate: Callable[[], bool], what: str, timeout: float = 60.0) -> None:

@@ -25,7 +25,7 @@ thread-writer lock), and more while a thread starts: before 0.160 until it exits
 (:func:`~coven_codex.codex.home.thread_defaults`). The pool counts every thread a process ever
 took either way, which is right for every release. So each process takes
 at most :attr:`AppServerPool.threads_per_process` threads (:func:`thread_budget`, from the
-open-file limit Codex inherits from the daemon: 149 under ``ulimit -n 1024``); after that it is
+open-file limit Codex inherits from the daemon: 112 under ``ulimit -n 1024``); after that it is
 *full*: new threads go to another process, started for them even when ``size`` are running
 already (full ones do not count), and the full one ends when its last thread is let go. With the
 idle conversations' threads let go (evicted when others wait for a ``max_sessions`` slot, or
@@ -65,10 +65,13 @@ from coven_codex.support.lifecycle import Lifecycle, transitions
 
 log = logging.getLogger(__name__)
 
-FDS_PER_THREAD = 6
+FDS_PER_THREAD = 8
 """Open files a thread may cost its Codex process: its rollout and its thread-writer lock (held
-while the process runs), what a starting thread holds for a moment (its shell snapshot), and
-the pipes of an MCP server Codex starts for it (the spells' shim)."""
+while the process runs), the pipes and process handle of the MCP server Codex starts for it (the
+spells' shim): 6.2 a loaded thread on 0.169.0, measured (``tests/codex/test_app_server_pool.py``);
+and what a starting thread holds for a moment (its shell snapshot, its config files). Issue 33: with 6,
+300 conversations arriving over a minute filled a process at 149 threads to its 1,024 ("No file
+descriptors available")."""
 FD_RESERVE = 128
 """Open files a Codex process needs whatever its threads: its SQLite databases, logs, sockets,
 pipes, inotify and the files of running commands."""
@@ -78,7 +81,7 @@ MIN_THREADS_PER_PROCESS = 16
 def raise_fd_limit() -> tuple[int, int] | None:
     """Raise this process's soft open-file limit to its hard limit (as Node does for Codex's
     wrapper), so the Codex processes it starts inherit it too: the common soft limit of 1,024
-    would fill a process at 149 threads where the hard limit (often 524,288) allows them all.
+    would fill a process at 112 threads where the hard limit (often 524,288) allows them all.
     Returns ``(before, after)`` when it changed, else ``None`` (already equal, or refused)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == hard:
@@ -92,7 +95,7 @@ def raise_fd_limit() -> tuple[int, int] | None:
 
 def thread_budget(fd_limit: int | None = None) -> int:
     """How many threads one Codex process may take under the open-file limit ``fd_limit``
-    (default: this process's soft ``RLIMIT_NOFILE``, which Codex inherits): 149 for 1,024."""
+    (default: this process's soft ``RLIMIT_NOFILE``, which Codex inherits): 112 for 1,024."""
     if fd_limit is None:
         fd_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if fd_limit == resource.RLIM_INFINITY or fd_limit < 0:
