@@ -68,9 +68,9 @@ from coven_codex.adapters.kit.render import (
     format_block,
     render_entry,
 )
+from coven_codex.adapters.kit.resume import ORIGIN_FIELD, SENDER_ID_FIELD, resume_command
 from coven_codex.adapters.kit.split import split_message
 from coven_codex.adapters.kit.streaming import Stream, Streams
-from coven_codex.adapters.kit.resume import ORIGIN_FIELD, SENDER_ID_FIELD, resume_command
 from coven_codex.adapters.kit.threads import FollowedThreads
 from coven_codex.entries import (
     ApprovalEntry,
