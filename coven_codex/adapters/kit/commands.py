@@ -6,6 +6,8 @@
 - ``approve [ID]`` / ``deny [ID]``: answer an approval request (the oldest open one by default);
 - ``approve-session [ID]``: approve it for the rest of the session (Codex does not ask again for the same);
 - ``details [ID]``: the full output of a turn's tools (a progress card's **Details** button);
+- ``list``: the conversations the sender wrote in, the most recently active first;
+- ``history [N]``: the last N exchanges (thought → reply) of this conversation;
 - ``help``.
 """
 
@@ -16,7 +18,7 @@ from typing import Literal
 
 from coven_codex.entries import TokenUsage
 
-COMMANDS = ("cancel", "new", "status", "approve", "approve-session", "deny", "details", "help")
+COMMANDS = ("cancel", "new", "status", "approve", "approve-session", "deny", "details", "list", "history", "help")
 DECISIONS: dict[str, Literal["approve", "approve_for_session", "deny"]] = {
     "approve": "approve",
     "approve-session": "approve_for_session",
@@ -32,6 +34,8 @@ HELP = """commands:
   /approve-session [ID]  approve it for the rest of the session (not asked again)
   /deny [ID]     deny it
   /details       the full output of the last turn's tools
+  /list          the conversations you wrote in, the latest first
+  /history [N]   the last N exchanges here (default 5, at most 20)
   /help          this list
 anything else is sent to Codex"""
 

@@ -127,6 +127,8 @@ COMMANDS = (
     ("approve_session", "Approve it for the rest of the session"),
     ("deny", "Deny it"),
     ("details", "The last turn's tool output"),
+    ("list", "Your conversations, the most recently active first"),
+    ("history", "The last exchanges here (/history N)"),
     ("help", "The commands"),
 )
 """The kit's commands as registered with ``setMyCommands`` (shown in Telegram's command menu; a name

@@ -31,6 +31,13 @@ from starlette.types import ASGIApp
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from coven_codex.adapters.kit.commands import DECISIONS, HELP, Command, parse_command
+from coven_codex.adapters.kit.history import (
+    SENDER_ID_FIELD,
+    format_history,
+    format_list,
+    parse_count,
+    sender_id,
+)
 from coven_codex.adapters.web.auth import NEEDS_TOKEN, Access, Guard, Sessions
 from coven_codex.adapters.web.hub import Hub
 from coven_codex.adapters.web.protocol import (
@@ -68,6 +75,8 @@ from coven_codex.metrics.server import MetricsServer
 
 log = logging.getLogger(__name__)
 
+WEB = "web"
+"""The web page's platform name in a thought's ``sender_id`` (``web:<sender>``)."""
 STATIC = Path(__file__).resolve().parent / "static"
 STATIC_FILES = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
 BATCH = 200
@@ -327,7 +336,7 @@ class JournalWriter:
                     sender=self.sender,
                     text=request.text,
                     attachments=[a.attachment() for a in attachments if a is not None],
-                )
+                ).model_copy(update={SENDER_ID_FIELD: sender_id(WEB, self.sender)})
                 problem = await self._append(thought)
                 if problem is None:
                     await self.unsent.sent(request.attachments)
@@ -367,6 +376,13 @@ class JournalWriter:
                         decision=DECISIONS[command.name],
                     )
                 )
+            case "list":
+                return format_list(self.hub.index.listed(sender_id(WEB, self.sender)), str)
+            case "history":
+                count = parse_count(command.argument)
+                if isinstance(count, str):
+                    return count
+                return format_history(self.hub.index.history(conversation, count), count)
             case "help":
                 return HELP
         return f"unknown command /{command.name[:40]}; /help lists the commands"
