@@ -13,7 +13,6 @@ from adapters_under_test import AdapterUnderTest
 from running import append, running
 from test_adapter_contract import ADAPTERS
 
-from coven_codex.adapters.kit.history import SENDER_ID_FIELD
 from coven_codex.entries import ResponseEntry, ThoughtEntry
 from coven_codex.journal import FileJournal, JournalRecord
 
@@ -66,7 +65,7 @@ async def test_list_and_history_answer_from_the_journal_and_again_after_a_restar
     conversation = adapter.conversation("general", "ann")
     await adapter.say("general", "ann", "what does the cache hold?")
     thought = await _thought(adapter, "what does the cache hold?")
-    assert str(getattr(thought, SENDER_ID_FIELD, "")).count(":") >= 1, thought  # <platform>:<the user's id>
+    assert str(getattr(thought, "sender_id", "")).count(":") >= 1, thought  # <platform>:<the user's id>
     reply = ResponseEntry(text="the cache holds 3 keys", conversation=conversation, in_reply_to=thought.id)
     await append(adapter.journal, reply)
     await _answer(adapter, "the cache holds 3 keys")
