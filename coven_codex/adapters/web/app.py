@@ -77,6 +77,8 @@ log = logging.getLogger(__name__)
 
 WEB = "web"
 """The web page's platform name in a thought's ``sender_id`` (``web:<sender>``)."""
+NOTICE_LIMIT = 16_000
+"""Characters of a notice at most: a command's answer (``/history 20``: 40 lines of at most ~330) fits."""
 STATIC = Path(__file__).resolve().parent / "static"
 STATIC_FILES = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
 BATCH = 200
@@ -157,7 +159,7 @@ class LiveConnection:
                 await self._notice(problem)
 
     async def _notice(self, text: str) -> None:
-        await self._send(Notice(text=clip(text, 500)).model_dump_json())
+        await self._send(Notice(text=clip(text, NOTICE_LIMIT)).model_dump_json())
 
     async def _push(self) -> None:
         names_sent = -1
