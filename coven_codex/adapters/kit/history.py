@@ -12,7 +12,8 @@ page's hub) and keeps, bounded:
 A command is then answered from memory, whatever the journal's size. At start the index is rebuilt
 by one read of the journal up to where the adapter resumes (:meth:`ChatIndex.rebuild`), which
 decodes only the lines that may be thoughts or replies (an :class:`~coven_codex.journal.Interest`);
-docs/performance.md measures both.
+the adapter follows the journal meanwhile: what it reads is kept aside and taken in, in order, once
+the rebuild is done (:class:`IndexPhase`). docs/performance.md measures both.
 
 Only a thought's ``sender_id`` counts: a display name can be anybody's, so a thought without one
 (written by hand, or by an older coven-codex) lists nobody's conversation.
@@ -20,14 +21,19 @@ Only a thought's ``sender_id`` counts: a display name can be anybody's, so a tho
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 
 from coven_codex.entries import BaseEntry, ResponseEntry, ThoughtEntry
-from coven_codex.journal import START, Interest, Journal, JournalRecord, Position
+from coven_codex.journal import START, Interest, Journal, JournalError, JournalRecord, Position
+
+log = logging.getLogger(__name__)
 
 SENDER_ID_FIELD = "sender_id"
 """Extra field of the thoughts an adapter appends: ``<platform>:<user id>``, who wrote it."""
@@ -49,6 +55,15 @@ INTEREST = Interest(frozenset({"thought", "response"}))
 """The lines the index reads at start (every other line is passed over undecoded)."""
 
 _SPACE = re.compile(r"\s+")
+
+
+class IndexPhase(StrEnum):
+    """Where a :class:`ChatIndex` is: rebuilding from the journal (entries read meanwhile wait), or complete."""
+
+    REBUILDING = "rebuilding"
+    READY = "ready"
+    PARTIAL = "partial"
+    """The rebuild could not read the journal: only what was read since the start is known."""
 
 
 def _flat(text: str, limit: int) -> str:
@@ -94,18 +109,50 @@ class ChatIndex:
     """By ``sender_id``, the conversations they wrote in, the latest last."""
     entries: int = 0
     """Entries read so far (thoughts and replies)."""
+    phase: IndexPhase = IndexPhase.READY
+    """:attr:`IndexPhase.READY` for an index fed from the journal's start (the web page's hub)."""
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once the rebuild is over (at once when there is none)."""
+    _later: list[tuple[BaseEntry, bool]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.done.set()
+
+    def begin_rebuild(self) -> None:
+        """From now on, entries given to :meth:`add` wait for :meth:`rebuild` (called next) to be over."""
+        self.phase = IndexPhase.REBUILDING
+        self.done.clear()
 
     async def rebuild(self, journal: Journal, end: Position, mine: Callable[[str], bool]) -> None:
-        """Read the journal's thoughts and replies before ``end`` into the index (one read, at start)."""
-        for item in await journal.read(START, end, interest=INTEREST):
+        """Read the journal's thoughts and replies before ``end`` into the index (one read, at start), then
+        the entries read meanwhile. A journal that cannot be read leaves the index :attr:`IndexPhase.PARTIAL`."""
+        phase = IndexPhase.READY
+        try:
+            items = await journal.read(START, end, interest=INTEREST)
+        except (JournalError, OSError) as exc:
+            log.warning("the journal's earlier entries could not be read for /list and /history: %s", exc)
+            items, phase = [], IndexPhase.PARTIAL
+        for item in items:
             if isinstance(item, JournalRecord):
-                self.add(item.entry, mapped=mine(item.entry.conversation))
+                self._add(item.entry, mine(item.entry.conversation))
+        del items
+        for entry, mapped in self._later:
+            self._add(entry, mapped)
+        self._later.clear()
+        self.phase = phase
+        self.done.set()
 
     def add(self, entry: BaseEntry, *, mapped: bool) -> None:
-        """Take ``entry`` into the index. ``mapped``: the conversation is one the adapter shows.
-
-        A conversation is kept when the adapter shows it or one of its senders wrote in it.
+        """Take ``entry`` into the index (or keep it for the rebuild's end). ``mapped``: the conversation is
+        one the adapter shows. A conversation is kept when the adapter shows it or one of its senders wrote in it.
         """
+        if self.phase is IndexPhase.REBUILDING:
+            if isinstance(entry, ThoughtEntry | ResponseEntry):
+                self._later.append((entry, mapped))
+            return
+        self._add(entry, mapped)
+
+    def _add(self, entry: BaseEntry, mapped: bool) -> None:
         if isinstance(entry, ThoughtEntry):
             self._thought(entry, mapped)
         elif isinstance(entry, ResponseEntry):
@@ -162,6 +209,23 @@ class ChatIndex:
         if summary is None or count <= 0:
             return []
         return list(summary.exchanges)[-count:]
+
+
+REBUILD_WAIT = 10.0
+"""Seconds a ``/list`` or ``/history`` waits for the index's rebuild before saying it is not complete yet."""
+
+
+async def settled(index: ChatIndex) -> str:
+    """Wait (at most :data:`REBUILD_WAIT`) for ``index``'s rebuild; a note to put before the answer when it is
+    not complete (empty when it is)."""
+    try:
+        async with asyncio.timeout(REBUILD_WAIT):
+            await index.done.wait()
+    except TimeoutError:
+        return "(still reading the journal's earlier entries: older conversations may be missing; ask again soon)\n"
+    if index.phase is IndexPhase.PARTIAL:
+        return "(the journal's earlier entries could not be read: only what came since the adapter started)\n"
+    return ""
 
 
 def _when(at: datetime) -> str:

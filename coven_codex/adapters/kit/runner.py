@@ -49,6 +49,7 @@ from coven_codex.adapters.kit.history import (
     format_list,
     parse_count,
     sender_id,
+    settled,
 )
 from coven_codex.adapters.kit.ledger import DeliveryLedger, content_digest, delivery_key
 from coven_codex.adapters.kit.mapping import ConversationMap
@@ -441,14 +442,16 @@ class AdapterRunner:
             case "details":
                 await self._details(command.argument, conversation, address)
             case "list":
+                note = await settled(self.index)
                 listed = self.index.listed(sender_id(self.platform.name, user.id))
-                await self.reply(address, format_list(listed, self.place))
+                await self.reply(address, note + format_list(listed, self.place))
             case "history":
                 count = parse_count(command.argument)
                 if isinstance(count, str):
                     await self.reply(address, count)
                     return
-                await self.reply(address, format_history(self.index.history(conversation, count), count))
+                note = await settled(self.index)
+                await self.reply(address, note + format_history(self.index.history(conversation, count), count))
             case "help":
                 await self.reply(address, HELP)
             case _:
@@ -495,7 +498,11 @@ class AdapterRunner:
             if self.options.resume:
                 # Saved at once: an adapter killed before its first entry resumes here, not at a later end.
                 await self.journal.save_cursor(name, start)
-        await self.index.rebuild(self.journal, start, self._mine)
+        self.index.begin_rebuild()  # rebuilt while the tail goes on; what the tail reads waits for it
+        if self._group is not None:
+            self._lane_tasks.append(self._group.create_task(self.index.rebuild(self.journal, start, self._mine)))
+        else:
+            await self.index.rebuild(self.journal, start, self._mine)
         self._saved = self._read_end = start
         self.ready.set()
         async for item in self.journal.tail(start):
