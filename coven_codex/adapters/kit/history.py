@@ -215,17 +215,22 @@ REBUILD_WAIT = 10.0
 """Seconds a ``/list`` or ``/history`` waits for the index's rebuild before saying it is not complete yet."""
 
 
-async def settled(index: ChatIndex) -> str:
-    """Wait (at most :data:`REBUILD_WAIT`) for ``index``'s rebuild; a note to put before the answer when it is
-    not complete (empty when it is)."""
+NOT_YET = "(still reading the journal's earlier entries: older conversations may be missing; ask again soon)\n"
+PARTIAL = "(the journal's earlier entries could not be read: only what came since the adapter started)\n"
+
+
+async def settled(index: ChatIndex, reading: asyncio.Event | None = None) -> str:
+    """Wait (at most :data:`REBUILD_WAIT`) for ``index``'s rebuild (and for ``reading``, set once a reader
+    fed from the journal's start has caught up: the web page's hub); a note to put before the answer
+    when the index is not complete (empty when it is)."""
     try:
         async with asyncio.timeout(REBUILD_WAIT):
             await index.done.wait()
+            if reading is not None:
+                await reading.wait()
     except TimeoutError:
-        return "(still reading the journal's earlier entries: older conversations may be missing; ask again soon)\n"
-    if index.phase is IndexPhase.PARTIAL:
-        return "(the journal's earlier entries could not be read: only what came since the adapter started)\n"
-    return ""
+        return NOT_YET
+    return PARTIAL if index.phase is IndexPhase.PARTIAL else ""
 
 
 def _when(at: datetime) -> str:

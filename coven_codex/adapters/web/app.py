@@ -37,6 +37,7 @@ from coven_codex.adapters.kit.history import (
     format_list,
     parse_count,
     sender_id,
+    settled,
 )
 from coven_codex.adapters.web.auth import NEEDS_TOKEN, Access, Guard, Sessions
 from coven_codex.adapters.web.hub import Hub
@@ -379,12 +380,14 @@ class JournalWriter:
                     )
                 )
             case "list":
-                return format_list(self.hub.index.listed(sender_id(WEB, self.sender)), str)
+                note = await settled(self.hub.index, self.hub.caught_up)
+                return note + format_list(self.hub.index.listed(sender_id(WEB, self.sender)), str)
             case "history":
                 count = parse_count(command.argument)
                 if isinstance(count, str):
                     return count
-                return format_history(self.hub.index.history(conversation, count), count)
+                note = await settled(self.hub.index, self.hub.caught_up)
+                return note + format_history(self.hub.index.history(conversation, count), count)
             case "help":
                 return HELP
         return f"unknown command /{command.name[:40]}; /help lists the commands"
