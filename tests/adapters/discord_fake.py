@@ -697,7 +697,7 @@ class FakeDiscord:
         self,
         user_id: str,
         name: str,
-        options: dict[str, str] | None = None,
+        options: dict[str, str | int] | None = None,
         *,
         roles: tuple[str, ...] = (),
         channel: str = CHANNEL_ID,
@@ -721,7 +721,10 @@ class FakeDiscord:
             "position": 0,
         }
         data: dict[str, Any] = {"id": self.snowflake(), "name": name, "type": 1}
-        data["options"] = [{"name": key, "type": 3, "value": value} for key, value in (options or {}).items()]
+        data["options"] = [  # a string option (3), an integer one (4)
+            {"name": key, "type": 4 if isinstance(value, int) else 3, "value": value}
+            for key, value in (options or {}).items()
+        ]
         for key, attachment in (files or {}).items():
             data["options"].append({"name": key, "type": 11, "value": attachment["id"]})
             data.setdefault("resolved", {}).setdefault("attachments", {})[attachment["id"]] = attachment

@@ -40,7 +40,7 @@ def _response(fake: FakeDiscord, payload: dict[str, object]) -> FakeMessage | No
     return shown[0] if shown else None
 
 
-async def _run(fake: FakeDiscord, user: str, name: str, options: dict[str, str] | None = None) -> str:
+async def _run(fake: FakeDiscord, user: str, name: str, options: dict[str, str | int] | None = None) -> str:
     """Run ``/name`` as ``user``; the text of its response once shown."""
     payload = fake.slash_command(user, name, options)
     await fake.dispatch("INTERACTION_CREATE", payload)
@@ -50,7 +50,7 @@ async def _run(fake: FakeDiscord, user: str, name: str, options: dict[str, str] 
     return response.content
 
 
-async def test_the_four_commands_are_registered_and_codex_sends_the_prompt(
+async def test_the_six_commands_are_registered_and_codex_sends_the_prompt(
     served: tuple[FakeDiscord, int], tmp_path: Path
 ) -> None:
     fake, port = served
@@ -58,7 +58,14 @@ async def test_the_four_commands_are_registered_and_codex_sends_the_prompt(
     process = await start_adapter(journal, port, allow_users=[ALLOWED])
     try:
         await until(fake.identified.is_set, 30)
-        assert sorted(command["name"] for command in fake.commands) == ["cancel", "codex", "new", "status"]
+        assert sorted(command["name"] for command in fake.commands) == [
+            "cancel",
+            "codex",
+            "history",
+            "list",
+            "new",
+            "status",
+        ]
         codex = next(command for command in fake.commands if command["name"] == "codex")
         options = [(o["name"], o["type"], o["required"]) for o in codex["options"]]
         assert options == [("prompt", 3, True), ("image", 11, False)]
@@ -148,5 +155,22 @@ async def test_codex_with_an_image_sends_it_as_image_input(served: tuple[FakeDis
         assert [a["media_type"] for a in thought["attachments"]] == ["image/png"]
         stored = Path(str(thought["attachments"][0]["url"]).removeprefix("file://"))
         assert stored.read_bytes() == PNG
+    finally:
+        await stop(process)
+
+
+async def test_list_and_history_answer_as_slash_commands(served: tuple[FakeDiscord, int], tmp_path: Path) -> None:
+    fake, port = served
+    journal = tmp_path / "chat.jsonl"
+    process = await start_adapter(journal, port, allow_users=[ALLOWED])
+    try:
+        await until(fake.identified.is_set, 30)
+        await _run(fake, ALLOWED, "codex", {"prompt": "what is 6 x 7?"})
+        history = await _run(fake, ALLOWED, "history", {"count": 3})
+        assert history.startswith("the last 1 exchange here (asked for 3)") and "what is 6 x 7?" in history, history
+        listed = await _run(fake, ALLOWED, "list")
+        # where it lives: the channel as a Discord link
+        assert listed.splitlines()[1].endswith(f"· <#{CHANNEL_ID}> · user001 ({ALLOWED}): what is 6 x 7?"), listed
+        assert "not allowed" in await _run(fake, STRANGER, "list")
     finally:
         await stop(process)

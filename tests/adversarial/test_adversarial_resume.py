@@ -4,7 +4,8 @@ platform's id of its sender (``sender_id``), never by a display name."""
 
 from __future__ import annotations
 
-from coven_codex.adapters.kit.resume import ORIGIN_FIELD, SENDER_ID_FIELD, resume_command
+from coven_codex.adapters.kit.history import SENDER_ID_FIELD
+from coven_codex.adapters.kit.resume import ORIGIN_FIELD, resume_command
 from coven_codex.entries import BaseEntry, StatusEntry, ThoughtEntry
 from coven_codex.journal import MemoryJournal
 

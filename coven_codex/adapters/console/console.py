@@ -45,6 +45,8 @@ def console_help(quit_note: str) -> str:
   /status              running or idle, queued messages, thread, token usage
   /approve [ID]        approve the oldest (or the given) pending request
   /deny [ID]           deny it
+  /list                the conversations you wrote in, the latest first
+  /history [N]         the last N exchanges here (default 5, at most 20)
   /attach FILE [TEXT]  send TEXT with a file (an image) attached
   /conversation NAME   switch conversation
   /quit                {quit_note}

@@ -6,8 +6,8 @@ kit's :class:`~coven_codex.adapters.kit.platform.IncomingMessage` and a button's
 ``INTERACTION_CREATE`` into a :class:`~coven_codex.adapters.kit.platform.ButtonPress` (the
 interaction is acknowledged at once, so Discord does not show "interaction failed").
 
-Slash commands (:data:`SLASH_COMMANDS`: ``/codex``, ``/cancel``, ``/new``, ``/status``) are
-application commands on discord.py's :class:`~discord.app_commands.CommandTree`, registered
+Slash commands (:data:`SLASH_COMMANDS`: ``/codex``, ``/cancel``, ``/new``, ``/status``, ``/list``,
+``/history``) are application commands on discord.py's :class:`~discord.app_commands.CommandTree`, registered
 (``PUT /applications/{id}/commands``) at every start. A slash command is deferred at once
 ("Codex is thinking…") and becomes an :class:`IncomingMessage` (``/codex``'s prompt, or the text
 ``/cancel`` …) that the kit's runner handles like a typed one, access control included; what the
@@ -39,6 +39,7 @@ from discord import app_commands
 from coven_codex.adapters.discord.rest import MESSAGE_LIMIT
 from coven_codex.adapters.kit.access import AccessPolicy
 from coven_codex.adapters.kit.downloads import Downloader, DownloadRefused
+from coven_codex.adapters.kit.history import MAX_HISTORY
 from coven_codex.adapters.kit.platform import Address, ButtonPress, Incoming, IncomingMessage, User
 from coven_codex.adapters.kit.render import clip
 from coven_codex.attachments import MAX_IMAGE_BYTES, ImageStore, UploadError
@@ -142,11 +143,26 @@ async def _status_command(interaction: discord.Interaction) -> None:
     await _gateway_of(interaction).slash(interaction, "/status")
 
 
+@app_commands.command(name="list", description="The conversations you wrote in, the latest first")
+async def _list_command(interaction: discord.Interaction) -> None:
+    await _gateway_of(interaction).slash(interaction, "/list")
+
+
+@app_commands.command(name="history", description="The last exchanges of this conversation (default 5)")
+@app_commands.describe(count=f"how many exchanges, 1 to {MAX_HISTORY}")
+async def _history_command(
+    interaction: discord.Interaction, count: app_commands.Range[int, 1, MAX_HISTORY] | None = None
+) -> None:
+    await _gateway_of(interaction).slash(interaction, "/history" if count is None else f"/history {count}")
+
+
 SLASH_COMMANDS: tuple[app_commands.Command[Any, Any, None], ...] = (
     _codex_command,
     _cancel_command,
     _new_command,
     _status_command,
+    _list_command,
+    _history_command,
 )
 """The application commands the bot registers."""
 

@@ -132,6 +132,13 @@ class DiscordPlatform:
         self.rest = rest
         self.gateway = gateway
 
+    def place(self, address: Address) -> str:
+        """A channel mention (``<#id>``, the thread's when there is one: Discord shows it as a link); a DM is
+        "a direct message" (``/list``'s "where it lives")."""
+        if not address.workspace:
+            return "a direct message"
+        return f"<#{address.thread or address.channel}>"
+
     async def post(self, address: Address, message: Outgoing, key: str | None) -> str:
         """Post through REST (exactly once for a ``key``).
 

@@ -8,6 +8,8 @@
 - ``details [ID]``: the full output of a turn's tools (a progress card's **Details** button);
 - ``resume [THREAD_OR_CONVERSATION]``: list the earlier threads this user may continue, or take one over
   (:mod:`coven_codex.adapters.kit.resume`);
+- ``list``: the conversations the sender wrote in, the most recently active first;
+- ``history [N]``: the last N exchanges (thought → reply) of this conversation;
 - ``help``.
 """
 
@@ -18,7 +20,19 @@ from typing import Literal
 
 from coven_codex.entries import TokenUsage
 
-COMMANDS = ("cancel", "new", "status", "approve", "approve-session", "deny", "details", "resume", "help")
+COMMANDS = (
+    "cancel",
+    "new",
+    "status",
+    "approve",
+    "approve-session",
+    "deny",
+    "details",
+    "resume",
+    "list",
+    "history",
+    "help",
+)
 DECISIONS: dict[str, Literal["approve", "approve_for_session", "deny"]] = {
     "approve": "approve",
     "approve-session": "approve_for_session",
@@ -35,6 +49,8 @@ HELP = """commands:
   /deny [ID]     deny it
   /details       the full output of the last turn's tools
   /resume [THREAD_OR_CONVERSATION]  list the earlier threads you can continue, or continue one here
+  /list          the conversations you wrote in, the latest first
+  /history [N]   the last N exchanges here (default 5, at most 20)
   /help          this list
 anything else is sent to Codex"""
 

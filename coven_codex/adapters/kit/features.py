@@ -100,6 +100,13 @@ FEATURES: dict[str, tuple[str, ...]] = {
         "the card's Details button, `@bot /details`",
         "the card's Details button, `/details`",
     ),
+    "my conversations, history": (
+        "`/list` (by name; `/conversation NAME` goes back), `/history [N]`",
+        "`/list`, `/history [N]` in the composer",
+        "`/codex list`, `/codex history [N]`, `@Codex /list`",
+        "`@bot /list`, `@bot /history [N]`",
+        "`/list`, `/history N` (in the command menu)",
+    ),
     "images in": (
         "`/attach FILE`",
         "paste or choose",

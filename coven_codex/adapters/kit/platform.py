@@ -265,3 +265,13 @@ class FindsByContent(Protocol):
     async def find_by_content(self, address: Address, since: float, digest: str) -> list[str]:
         """See the class docstring."""
         ...
+
+
+@runtime_checkable
+class NamesPlaces(Protocol):
+    """A platform that can name an address for people (``/list``'s "where it lives"), from what it knows
+    without a call (a cache); the runner says ``channel C, thread T`` for the others."""
+
+    def place(self, address: Address) -> str:
+        """``address`` as its users know it (``#general, thread 12``), in plain text."""
+        ...

@@ -1,7 +1,7 @@
 """Chat ``/resume``: the earlier conversations' Codex threads a user may continue, read from the journal.
 
 A user may continue a thread seen in a conversation they took part in: one where a thought of theirs
-was written by this adapter (its ``origin``, and their platform id as ``sender_id``, which the runner
+was written by this adapter (its ``origin``, and ``<platform>:<user id>`` as ``sender_id``, which the runner
 puts on every thought; a display name is never trusted). An admin may continue any thread. ``/resume``
 alone lists them (newest first, at most :data:`LISTED`); ``/resume THREAD_OR_CONVERSATION`` gives the
 ``reset`` that makes this chat's conversation take that thread over (its ``resume_thread``; the
@@ -13,14 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from coven_codex.adapters.kit.history import SENDER_ID_FIELD
 from coven_codex.entries import BaseEntry, ResetEntry, ThoughtEntry
 from coven_codex.journal import Journal, JournalRecord
 from coven_codex.support.limits import cut
 
 ORIGIN_FIELD = "origin"
 """Extra field the runner puts on the entries it appends: ``<adapter name>``."""
-SENDER_ID_FIELD = "sender_id"
-"""Extra field the runner puts on the thoughts it appends: the platform's stable id of the user."""
 LISTED = 10
 """Threads ``/resume`` lists at most."""
 MIN_PREFIX = 8

@@ -42,6 +42,15 @@ from coven_codex.adapters.kit.access import AccessPolicy
 from coven_codex.adapters.kit.card import Card, CardPhase, Cards, card_end_key, card_key, is_step
 from coven_codex.adapters.kit.commands import DECISIONS, HELP, Command, ConversationState, parse_command
 from coven_codex.adapters.kit.files import caption_of, upload_of
+from coven_codex.adapters.kit.history import (
+    SENDER_ID_FIELD,
+    ChatIndex,
+    format_history,
+    format_list,
+    parse_count,
+    sender_id,
+    settled,
+)
 from coven_codex.adapters.kit.ledger import DeliveryLedger, content_digest, delivery_key
 from coven_codex.adapters.kit.mapping import ConversationMap
 from coven_codex.adapters.kit.platform import (
@@ -51,6 +60,7 @@ from coven_codex.adapters.kit.platform import (
     FindsByContent,
     Incoming,
     IncomingMessage,
+    NamesPlaces,
     Outgoing,
     Platform,
     PlatformError,
@@ -68,7 +78,7 @@ from coven_codex.adapters.kit.render import (
     format_block,
     render_entry,
 )
-from coven_codex.adapters.kit.resume import ORIGIN_FIELD, SENDER_ID_FIELD, resume_command
+from coven_codex.adapters.kit.resume import ORIGIN_FIELD, resume_command
 from coven_codex.adapters.kit.split import split_message
 from coven_codex.adapters.kit.streaming import Stream, Streams
 from coven_codex.adapters.kit.threads import FollowedThreads
@@ -225,6 +235,8 @@ class AdapterRunner:
         self.name = name
         self.options = options
         self.states: dict[str, ConversationState] = {}
+        self.index = ChatIndex()
+        """Each sender's conversations and each conversation's last exchanges (``/list``, ``/history``)."""
         self._streams = Streams()
         self._cards = Cards()
         self._asked: dict[tuple[str, str], _Asked] = {}
@@ -333,7 +345,7 @@ class AdapterRunner:
             return
         attachments = list(event.attachments) if isinstance(event, IncomingMessage) else []
         thought = ThoughtEntry(conversation=conversation, sender=event.user.label, text=text, attachments=attachments)
-        thought = thought.model_copy(update={SENDER_ID_FIELD: event.user.id})  # (who took part: chat /resume)
+        thought = thought.model_copy(update={SENDER_ID_FIELD: sender_id(self.platform.name, event.user.id)})
         key = (
             delivery_key(f"{self.platform.name}\x00{event.message_id}", "in")
             if isinstance(event, IncomingMessage) and event.message_id
@@ -442,12 +454,23 @@ class AdapterRunner:
                     conversation,
                     sender=user.label,
                     origin=self.name,
-                    user_id=user.id,
+                    user_id=sender_id(self.platform.name, user.id),
                     admin=self.access.is_admin(user),
                 )
                 if answer.reset is not None:
                     await self.append(answer.reset)
                 await self.reply(address, answer.reply)
+            case "list":
+                note = await settled(self.index)
+                listed = self.index.listed(sender_id(self.platform.name, user.id))
+                await self.reply(address, note + format_list(listed, self.place))
+            case "history":
+                count = parse_count(command.argument)
+                if isinstance(count, str):
+                    await self.reply(address, count)
+                    return
+                note = await settled(self.index)
+                await self.reply(address, note + format_history(self.index.history(conversation, count), count))
             case "help":
                 await self.reply(address, HELP)
             case _:
@@ -456,6 +479,15 @@ class AdapterRunner:
                     f"unknown command {self.options.command_prefix}{clip(command.name, 40)};"
                     f" {self.options.command_prefix}help lists the commands",
                 )
+
+    def place(self, conversation: str) -> str:
+        """Where ``conversation`` lives, for people: the platform's place when it is this adapter's, else its name."""
+        address = self.mapping.address(conversation)
+        if address is None or address.channel == conversation:
+            return conversation  # not this adapter's, or named by its conversation (the console)
+        if isinstance(self.platform, NamesPlaces):
+            return self.platform.place(address)
+        return f"channel {address.channel}" + (f", thread {address.thread}" if address.thread else "")
 
     async def _details(self, key_entry: str, conversation: str, address: Address) -> None:
         """The full output of a turn's tools (the card's **Details**; without an id, the latest turn's)."""
@@ -485,11 +517,17 @@ class AdapterRunner:
             if self.options.resume:
                 # Saved at once: an adapter killed before its first entry resumes here, not at a later end.
                 await self.journal.save_cursor(name, start)
+        self.index.begin_rebuild()  # rebuilt while the tail goes on; what the tail reads waits for it
+        if self._group is not None:
+            self._lane_tasks.append(self._group.create_task(self.index.rebuild(self.journal, start, self._mine)))
+        else:
+            await self.index.rebuild(self.journal, start, self._mine)
         self._saved = self._read_end = start
         self.ready.set()
         async for item in self.journal.tail(start):
             if isinstance(item, JournalRecord):
                 address = self.mapping.address(item.entry.conversation)
+                self.index.add(item.entry, mapped=address is not None)
                 if address is not None:
                     if (
                         self.follows is not None
@@ -508,6 +546,9 @@ class AdapterRunner:
                 log.debug("adapter %s: skipped bad journal line at %s", self.name, item.start)
             self._read_end = item.end
             self._progress.set()
+
+    def _mine(self, conversation: str) -> bool:
+        return self.mapping.address(conversation) is not None
 
     def _enqueue(self, conversation: str, item: _Entry | _Notice) -> None:
         """Queue ``item`` in ``conversation``'s lane, starting the lane's task when it has none."""

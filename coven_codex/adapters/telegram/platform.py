@@ -128,6 +128,8 @@ COMMANDS = (
     ("deny", "Deny it"),
     ("details", "The last turn's tool output"),
     ("resume", "List your earlier threads, or continue one here"),
+    ("list", "Your conversations, the most recently active first"),
+    ("history", "The last exchanges here (/history N)"),
     ("help", "The commands"),
 )
 """The kit's commands as registered with ``setMyCommands`` (shown in Telegram's command menu; a name

@@ -31,6 +31,14 @@ from starlette.types import ASGIApp
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from coven_codex.adapters.kit.commands import DECISIONS, HELP, Command, parse_command
+from coven_codex.adapters.kit.history import (
+    SENDER_ID_FIELD,
+    format_history,
+    format_list,
+    parse_count,
+    sender_id,
+    settled,
+)
 from coven_codex.adapters.kit.resume import resume_command
 from coven_codex.adapters.web.auth import NEEDS_TOKEN, Access, Guard, Sessions
 from coven_codex.adapters.web.hub import Hub
@@ -69,6 +77,10 @@ from coven_codex.metrics.server import MetricsServer
 
 log = logging.getLogger(__name__)
 
+WEB = "web"
+"""The web page's platform name in a thought's ``sender_id`` (``web:<sender>``)."""
+NOTICE_LIMIT = 16_000
+"""Characters of a notice at most: a command's answer (``/history 20``: 40 lines of at most ~330) fits."""
 STATIC = Path(__file__).resolve().parent / "static"
 STATIC_FILES = {"app.js": "text/javascript; charset=utf-8", "style.css": "text/css; charset=utf-8"}
 BATCH = 200
@@ -149,7 +161,7 @@ class LiveConnection:
                 await self._notice(problem)
 
     async def _notice(self, text: str) -> None:
-        await self._send(Notice(text=clip(text, 500)).model_dump_json())
+        await self._send(Notice(text=clip(text, NOTICE_LIMIT)).model_dump_json())
 
     async def _push(self) -> None:
         names_sent = -1
@@ -328,7 +340,7 @@ class JournalWriter:
                     sender=self.sender,
                     text=request.text,
                     attachments=[a.attachment() for a in attachments if a is not None],
-                )
+                ).model_copy(update={SENDER_ID_FIELD: sender_id(WEB, self.sender)})
                 problem = await self._append(thought)
                 if problem is None:
                     await self.unsent.sent(request.attachments)
@@ -383,6 +395,15 @@ class JournalWriter:
                     if problem is not None:
                         return problem
                 return answer.reply
+            case "list":
+                note = await settled(self.hub.index, self.hub.caught_up)
+                return note + format_list(self.hub.index.listed(sender_id(WEB, self.sender)), str)
+            case "history":
+                count = parse_count(command.argument)
+                if isinstance(count, str):
+                    return count
+                note = await settled(self.hub.index, self.hub.caught_up)
+                return note + format_history(self.hub.index.history(conversation, count), count)
             case "help":
                 return HELP
         return f"unknown command /{command.name[:40]}; /help lists the commands"

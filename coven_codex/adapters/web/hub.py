@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from coven_codex.adapters.kit.commands import ConversationState
+from coven_codex.adapters.kit.history import ChatIndex
 from coven_codex.adapters.kit.runner import TURN_ENDS
 from coven_codex.adapters.kit.streaming import Streams
 from coven_codex.adapters.web.render import WireEntry, wire_entry
@@ -109,6 +110,8 @@ class Hub:
         self._changed = asyncio.Event()
         self.position: Position = START
         """The end of the last item read (the page's journal lag is what lies after it)."""
+        self.index = ChatIndex()
+        """The page's conversations and their last exchanges (``/list``, ``/history``)."""
 
     async def run(self) -> None:
         """Read the journal from its start, forever (cancel to stop)."""
@@ -124,6 +127,7 @@ class Hub:
             if isinstance(item, BadLine):
                 self.bad_lines += 1
                 continue
+            self.index.add(item.entry, mapped=True)
             if isinstance(item.entry, ThoughtEntry):
                 self.attached.update(
                     name for a in item.entry.attachments for name in (a.name, a.url.rsplit("/", 1)[-1]) if name
