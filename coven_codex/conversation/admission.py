@@ -14,11 +14,12 @@ import dataclasses
 import logging
 from collections.abc import Callable, Collection
 
-from coven_codex.agent.services import PendingThought, SessionServices
+from coven_codex.agent.services import SessionServices
 from coven_codex.agent.state import SessionState
 from coven_codex.agent.thread_options import REFUSED_HINT, OptionsRefused, reset_workspace, thought_options
 from coven_codex.attachments.checks import AttachmentRefused, check_images, uploads_dir
 from coven_codex.codex.errors import shorten
+from coven_codex.codex.thought import Thought
 from coven_codex.conversation.messages import Duplicate, Message, ResetRequest
 from coven_codex.conversation.outbox import Outbox
 from coven_codex.entries import ErrorEntry, ResetEntry, ThoughtEntry
@@ -73,9 +74,7 @@ class Admission:
         self._pending[entry.id] = position
         if entry.cwd is not None or entry.model is not None or entry.resume_thread is not None or entry.timeout:
             self._requested[entry.id] = entry
-        self._post(
-            PendingThought(entry.id, entry.text, position, tuple(entry.attachments), output_schema=entry.output_schema)
-        )
+        self._post(Thought.admitted(entry, position))
         if self._svc.instruments is not None:
             self._svc.instruments.thought_received(entry.id)
         return True
@@ -104,10 +103,10 @@ class Admission:
             self._svc.finish_thought(position)
         self._pending.clear()
 
-    async def take_thought(self, thought: PendingThought) -> PendingThought | None:
+    async def take_thought(self, thought: Thought) -> Thought | None:
         """``thought`` with its thread options and images checked, or ``None``: refused (and settled)."""
         settings, caps = self._svc.settings, self._svc.make_driver.plan
-        requested = self._requested.pop(thought.entry_id, None)
+        requested = self._requested.pop(thought.id, None)
         if requested is not None:
             try:
                 options = await asyncio.to_thread(
@@ -144,7 +143,7 @@ class Admission:
             thought = dataclasses.replace(thought, images=images)
         return thought
 
-    async def _refuse(self, thought: PendingThought, why: str, hint: str) -> None:
+    async def _refuse(self, thought: Thought, why: str, hint: str) -> None:
         """``thought`` is not handed to Codex: one ``REFUSED`` error (its id from the position), and it is settled."""
         log.warning("conversation %r: thought at journal position %s refused: %s", self._name, thought.position, why)
         await self._outbox.emit(
@@ -153,10 +152,10 @@ class Admission:
                 code=REFUSED_CODE,
                 text=shorten(f"The thought at journal position {thought.position} was not handed to Codex: {why}."),
                 hint=hint,
-                in_reply_to=thought.entry_id,
+                in_reply_to=thought.id,
             )
         )
-        self.settle(thought.entry_id, thought.position)
+        self.settle(thought.id, thought.position)
 
     async def take_reset(self, reset: ResetRequest) -> bool:
         """A reset naming a ``cwd`` outside the workspace roots is refused (one error; nothing changes)."""

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from coven_codex.agent.services import PendingThought
 from coven_codex.codex.drivers import CodexDriver, DriverError, DriverEvent
+from coven_codex.codex.thought import Thought
 from coven_codex.entries import ApprovalEntry, CancelEntry
 from coven_codex.journal import Position
 
@@ -88,4 +88,4 @@ class Stop:
 
 LinkMessage = DriverMessage | Evict | SlotGranted | CodexOpened | CodexFailed | Stop
 """Messages about the link to Codex."""
-Message = PendingThought | ResetRequest | CancelEntry | ApprovalEntry | Recorded | Duplicate | DropQueued | LinkMessage
+Message = Thought | ResetRequest | CancelEntry | ApprovalEntry | Recorded | Duplicate | DropQueued | LinkMessage

@@ -12,8 +12,8 @@ import asyncio
 import contextlib
 from collections import deque
 
-from coven_codex.agent.services import PendingThought
 from coven_codex.codex.drivers import DriverError
+from coven_codex.codex.thought import Thought
 from coven_codex.conversation.admission import Admission
 from coven_codex.conversation.closing import Closing
 from coven_codex.conversation.ledger import TurnLedger
@@ -33,7 +33,7 @@ class Stopping:
         closing: Closing,
         phases: PhaseMachine,
         admission: Admission,
-        queue: deque[PendingThought | ResetRequest],
+        queue: deque[Thought | ResetRequest],
     ) -> None:
         self._link = link
         self._ledger = ledger

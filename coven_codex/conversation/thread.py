@@ -15,9 +15,10 @@ from collections import deque
 from coven_codex.agent.egress_runner import EgressRunner
 from coven_codex.agent.replay import ReplayWindow
 from coven_codex.agent.saver import StateSaver
-from coven_codex.agent.services import PendingThought, SessionServices
+from coven_codex.agent.services import SessionServices
 from coven_codex.agent.state import SessionState
 from coven_codex.agent.thread_options import OptionsRefused, reset_workspace
+from coven_codex.codex.thought import Thought
 from coven_codex.conversation.admission import Admission
 from coven_codex.conversation.closing import Closing
 from coven_codex.conversation.messages import ResetRequest
@@ -49,7 +50,7 @@ class ThreadKeeper:
         window: ReplayWindow,
         outbox: Outbox,
         admission: Admission,
-        queue: deque[PendingThought | ResetRequest],
+        queue: deque[Thought | ResetRequest],
         closing: Closing,
         phases: PhaseMachine,
         name: str,
@@ -66,7 +67,7 @@ class ThreadKeeper:
         self._phases = phases
         self._name = name
 
-    async def take_options(self, thought: PendingThought) -> None:
+    async def take_options(self, thought: Thought) -> None:
         """``thought`` starts a new thread: its options become the thread's (saved before Codex starts)."""
         options = thought.options
         if options is None:
@@ -108,7 +109,7 @@ class ThreadKeeper:
         state.fork_from = None
         in_flight = state.in_flight
         if in_flight is not None:  # the thought being handed over is the new thread's first message
-            state.expect_reply(in_flight.thought_id, in_flight.text, 0)
+            state.expect_reply(in_flight.model_copy(update={"ordinal": 0}))
         await self._saver.save_now()
 
     async def reset(self, reset: ResetRequest) -> None:
