@@ -38,7 +38,9 @@ from coven_codex.codex.drivers import (
     create_driver,
 )
 from coven_codex.codex.home import prepare_codex_home
+from coven_codex.codex.thought import Thought
 from coven_codex.codex.version import detect_version
+from coven_codex.journal import START
 from coven_codex.testing.codex_config import DEFAULT_ENV_KEY, codex_config
 from coven_codex.testing.model_server import ScriptedModelServer
 from coven_codex.testing.responders import echo_responder
@@ -102,7 +104,7 @@ async def measure(version: str, choice: DriverChoice, turns: int, scratch: Path)
                 answered.clear()
                 finished.clear()
                 start = time.perf_counter()
-                await driver.submit(f"thought {index}", f"t{index}")
+                await driver.submit(Thought(f"t{index}", f"thought {index}", START))
                 accepted = time.perf_counter()
                 await asyncio.wait_for(answered.wait(), 60)
                 await asyncio.wait_for(finished.wait(), 60)

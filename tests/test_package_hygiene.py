@@ -135,15 +135,17 @@ def test_the_session_consumes_every_driver_event_as_the_driver_emits_it() -> Non
     assert sorted(others) == [], "a module of the core declares its own version of a driver event"
 
 
-def test_pending_thought_names_one_thing() -> None:
-    """The session's pending thought and the driver's turn input are different things with different names."""
+def test_a_thought_has_one_shape_from_admission_to_the_driver() -> None:
+    """One ``Thought`` value goes from the conversation's admission to the driver's edge: it is declared
+    once, and neither the conversation core nor the drivers declare another shape of it (the session's
+    ``PendingThought`` and the driver's ``TurnInput`` were two)."""
     defined = [
-        str(path.relative_to(ROOT))
+        (str(path.relative_to(ROOT)), node.name)
         for path in sources()
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
-        if isinstance(node, ast.ClassDef) and node.name == "PendingThought"
+        if isinstance(node, ast.ClassDef) and node.name in {"Thought", "PendingThought", "TurnInput"}
     ]
-    assert defined == ["coven_codex/agent/services.py"]
+    assert defined == [("coven_codex/codex/thought.py", "Thought")]
 
 
 def test_every_subcommand_is_implemented() -> None:

@@ -2,7 +2,7 @@
 
 Its face, what the packages above it (the daemon, the cluster, jobs) use:
 
-- :mod:`~coven_codex.agent.services` (``SessionServices``, what the sessions share; ``ThreadOptions``),
+- :mod:`~coven_codex.agent.services` (``SessionServices``, what the sessions share),
   (the sessions themselves, ``SessionManager``, are :mod:`coven_codex.conversation`'s) and
   :mod:`~coven_codex.agent.ingress` (the one journal reader);
 - :mod:`~coven_codex.agent.state` (the state log), :mod:`~coven_codex.agent.scope` (where it lives),

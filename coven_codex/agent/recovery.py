@@ -6,9 +6,10 @@ Codex's rollout is the record of what it received, so it decides:
   records it as ``client_id`` on the ``UserMessage`` item of an ``event_msg``/``item_completed``
   line (0.160, 0.169), or on the ``event_msg``/``user_message`` line (0.140, 0.147); the thought
   was received iff that line exists, or iff the model history ends with the
-  thought's text and no such item followed it (a process killed between the two records, below);
+  thought's text (its digest, as the record keeps it) and no such item followed it (a process
+  killed between the two records, below);
 - exec (no client id; 0.47 records only the text): the thread had received
-  ``user_messages_before`` of our thoughts before this one; it was received iff the rollout holds
+  ``ordinal`` of our thoughts before this one; it was received iff the rollout holds
   more user messages than that. Codex writes each user message twice: first into the model
   history (``response_item``, ``role: user``), a moment later as an event (``event_msg``
   ``user_message`` on 0.47, ``item_completed`` on 0.169). A process killed in between has put
@@ -16,7 +17,8 @@ Codex's rollout is the record of what it received, so it decides:
   event; so the larger of the two counts decides (messages Codex injects itself, such as the
   environment context, are not counted: :mod:`coven_codex.rollout.injected`);
 - exec's first thought of a conversation: the thread id was not known yet, so we look for an
-  unclaimed rollout in ``$CODEX_HOME/sessions`` whose first user message is the thought's text.
+  unclaimed rollout in ``$CODEX_HOME/sessions`` whose first user message is the thought's text
+  (by its digest).
 
 Only call this once no Codex process of the previous run is alive (see
 :mod:`coven_codex.agent.processes`), so the rollout no longer changes.
@@ -31,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from coven_codex.agent.state import InFlight
+from coven_codex.agent.state import ThoughtRecord, text_digest
 from coven_codex.entries import StatusEntry
 from coven_codex.rollout import TURN_END_STATES, TURN_STARTED, RolloutTranslator
 from coven_codex.rollout.injected import is_injected
@@ -145,7 +147,7 @@ def recorded_client_id(line: bytes) -> str | None:
     return None
 
 
-def codex_received(rollout: Path, in_flight: InFlight, *, by_client_id: bool) -> bool:
+def codex_received(rollout: Path, in_flight: ThoughtRecord, *, by_client_id: bool) -> bool:
     """Whether the rollout shows that Codex received ``in_flight``."""
     messages = user_messages(rollout)
     if by_client_id and any(cid is not None for cid in messages.client_ids):
@@ -154,8 +156,8 @@ def codex_received(rollout: Path, in_flight: InFlight, *, by_client_id: bool) ->
         # Torn: the process died after putting the thought into the model history and before the
         # item that carries its client id. Only the newest message can be torn so.
         torn = len(messages.history) > len(messages.texts)
-        return torn and messages.history[-1] == in_flight.text
-    return messages.count > in_flight.user_messages_before
+        return torn and text_digest(messages.history[-1]) == in_flight.digest
+    return messages.count > in_flight.ordinal
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,8 +189,8 @@ def last_turn(rollout: Path, conversation: str, thread_id: str) -> LastTurn | No
     return last
 
 
-def find_unclaimed_rollout(codex_home: Path, text: str, claimed: set[str]) -> tuple[str, Path] | None:
-    """A rollout no session owns whose first user message is ``text`` (newest first)."""
+def find_unclaimed_rollout(codex_home: Path, digest: str, claimed: set[str]) -> tuple[str, Path] | None:
+    """A rollout no session owns whose first user message has ``digest`` (:func:`text_digest`; newest first)."""
     sessions = codex_home / "sessions"
     if not sessions.is_dir():
         return None
@@ -197,6 +199,7 @@ def find_unclaimed_rollout(codex_home: Path, text: str, claimed: set[str]) -> tu
         thread = thread_id_from_path(path)
         if thread is None or thread in claimed:
             continue
-        if user_messages(path).first == text:
+        first = user_messages(path).first
+        if first is not None and text_digest(first) == digest:
             return thread, path
     return None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from coven_codex.agent.egress import AppendHook
 from coven_codex.agent.job_names import JOB_PREFIX
@@ -14,44 +14,10 @@ from coven_codex.agent.slots import SlotPool
 from coven_codex.agent.state import StateStore
 from coven_codex.agent.writer import DaemonWriter
 from coven_codex.codex.capabilities import DriverPlan
-from coven_codex.codex.drivers import CodexDriver, EventSink, ImageInput
-from coven_codex.entries import Attachment
+from coven_codex.codex.drivers import CodexDriver, EventSink, ThreadOptions
 from coven_codex.journal import Journal, Position
 from coven_codex.metrics.instruments import Instruments
 from coven_codex.settings import Settings
-
-
-@dataclass(frozen=True, slots=True)
-class PendingThought:
-    """A thought routed to a session and not yet settled (delivered, or given up): its id, text and
-    journal position, its attachments as written and, once checked, the images they are.
-
-    The driver side's :class:`coven_codex.codex.drivers.base.TurnInput` is what reaches Codex of it.
-    """
-
-    entry_id: str
-    text: str
-    position: Position
-    attachments: tuple[Attachment, ...] = ()
-    images: tuple[ImageInput, ...] = ()
-    options: ThreadOptions | None = None
-    """The options of the thread the thought starts, if it starts one (checked when the session takes it)."""
-    output_schema: dict[str, Any] | None = None
-    """The JSON Schema its turn's final answer must match (the thought's ``output_schema``)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ThreadOptions:
-    """How a conversation's Codex thread is opened: its working directory (already checked against
-    ``workspace_roots``; ``None``: the daemon's workspace), model, turn timeout, the thread it forks
-    and the thread it takes over (continues)."""
-
-    workspace: str | None = None
-    model: str | None = None
-    turn_timeout: float | None = None
-    fork_from: str | None = None
-    take_over: str | None = None
-    """The Codex thread the conversation continues (``resume_thread``) instead of opening a new one."""
 
 
 class DriverFactory(Protocol):

@@ -33,6 +33,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
+from coven_codex.codex.thought import Thought
 from coven_codex.journal import START, Durability, Position
 from coven_codex.journal.atomic import atomic_write, fsync_directory, write_all
 from coven_codex.journal.group_commit import GroupCommit
@@ -40,19 +41,20 @@ from coven_codex.journal.protocol import StoredPosition
 from coven_codex.support.statelock import StateError
 
 __all__ = [
-    "InFlight",
     "OpenTurn",
     "SessionState",
     "StateStorageError",
     "StateStore",
+    "ThoughtRecord",
     "atomic_write",
     "state_file_name",
 ]
 
 log = logging.getLogger(__name__)
 
-STATE_VERSION = 2
-"""1: ``egress_journal_position`` (the journal's end when the egress offset was saved); 2: the replay window."""
+STATE_VERSION = 3
+"""1: ``egress_journal_position`` (the journal's end when the egress offset was saved); 2: the replay window;
+3: one :class:`ThoughtRecord` for ``in_flight`` and ``reply_targets`` (2 kept the in-flight thought's text)."""
 OWN_IDS_KEPT = 32
 """How many ids of entries the session wrote itself a state keeps (a turn writes at most two: error and end)."""
 STATE_SUFFIX = ".state"
@@ -62,17 +64,6 @@ COMPACT_BYTES = 256 * 1024
 MAX_OPEN_LOGS = 32
 """State logs kept open for appending at most; the least recently written others are reopened when saved."""
 _SLUG_RE = re.compile(r"[^A-Za-z0-9_.-]+")
-
-
-class InFlight(BaseModel):
-    """A thought being handed to Codex; recorded before the hand-over starts."""
-
-    thought_id: str
-    position: StoredPosition
-    text: str
-    thread_id: str | None = None
-    user_messages_before: int = 0
-    """How many of our thoughts the thread had received before this one (exec resolution)."""
 
 
 class OpenTurn(BaseModel):
@@ -88,17 +79,25 @@ REPLY_TARGETS_KEPT = 8
 """How many of a thread's newest user messages keep their thought id (a turn takes one, or a few when steered)."""
 
 
-class ReplyTarget(BaseModel):
-    """The thought that became one of the thread's user messages (for ``in_reply_to``)."""
+def text_digest(text: str) -> str:
+    """What a :class:`ThoughtRecord` keeps of a thought's text: the first 16 hex digits of its SHA-256."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+class ThoughtRecord(BaseModel):
+    """The state's record of a :class:`~coven_codex.codex.thought.Thought` handed to Codex as the
+    thread's user message ``ordinal`` (made once, by :meth:`SessionState.hand_over`): written ahead
+    as ``in_flight`` before the hand-over starts, and kept among the ``reply_targets`` (for
+    ``in_reply_to``) after it."""
 
     thought_id: str
+    ordinal: int = 0
+    """Which of the thread's user messages it is: how many of our thoughts the thread had received
+    before it (resolving an in-flight thought on exec counts them)."""
     digest: str
-    """The first 16 hex digits of the SHA-256 of the thought's text (checks which message it is)."""
-
-
-def text_digest(text: str) -> str:
-    """What :class:`ReplyTarget` keeps of a text."""
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    """:func:`text_digest` of its text (checks which user message it is; the text itself is not kept)."""
+    position: StoredPosition | None = None
+    """Its journal position (``None`` only in reply targets a version 2 state kept, which had none)."""
 
 
 class SessionState(BaseModel):
@@ -114,11 +113,12 @@ class SessionState(BaseModel):
     (:mod:`~coven_codex.agent.replay`)."""
     own_ids: list[str] = Field(default_factory=list)
     """Ids of the newest :data:`OWN_IDS_KEPT` entries the session wrote itself, oldest first."""
-    in_flight: InFlight | None = None
+    in_flight: ThoughtRecord | None = None
+    """The thought being handed to Codex (written before the hand-over starts), until it is settled."""
     delivered: dict[str, StoredPosition] = Field(default_factory=dict)
     user_messages: int = 0
     """Thoughts this thread has received from us (used to resolve in-flight thoughts on exec)."""
-    reply_targets: dict[int, ReplyTarget] = Field(default_factory=dict)
+    reply_targets: dict[int, ThoughtRecord] = Field(default_factory=dict)
     """Ordinal of a user message in the thread → the thought it is (the newest few; written with
     ``in_flight``): egress puts it on the entries of that message's turn as ``in_reply_to``."""
     reply_to: str | None = None
@@ -137,16 +137,34 @@ class SessionState(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _from_version_1(cls, data: Any) -> Any:
+    def _from_older_versions(cls, data: Any) -> Any:
         """A state saved by version 1 replays from its ``egress_journal_position`` (from the
-        journal's start when it had a thread and none): that is what a restart read then."""
-        if isinstance(data, dict) and data.get("version", STATE_VERSION) < 2:
-            data = dict(data)
+        journal's start when it had a thread and none): that is what a restart read then. Version 2
+        kept the in-flight thought's text and the message it would be as ``user_messages_before``,
+        and each reply target's thought id and digest under its ordinal: one record each now."""
+        if not isinstance(data, dict) or data.get("version", STATE_VERSION) >= STATE_VERSION:
+            return data
+        data = dict(data)
+        if data.get("version", STATE_VERSION) < 2:
             position = data.pop("egress_journal_position", None)
             if position is None and data.get("thread_id") is not None:
                 position = START
             data["replay_from"] = position
-            data["version"] = STATE_VERSION
+        in_flight = data.get("in_flight")
+        if isinstance(in_flight, dict) and "text" in in_flight:
+            data["in_flight"] = {
+                "thought_id": in_flight.get("thought_id"),
+                "ordinal": in_flight.get("user_messages_before", 0),
+                "digest": text_digest(str(in_flight["text"])),
+                "position": in_flight.get("position"),
+            }
+        targets = data.get("reply_targets")
+        if isinstance(targets, dict):
+            data["reply_targets"] = {
+                key: {"ordinal": key, **target} if isinstance(target, dict) else target
+                for key, target in targets.items()
+            }
+        data["version"] = STATE_VERSION
         return data
 
     def wrote(self, entry_id: str) -> None:
@@ -154,12 +172,24 @@ class SessionState(BaseModel):
         self.own_ids.append(entry_id)
         del self.own_ids[:-OWN_IDS_KEPT]
 
-    def expect_reply(self, thought_id: str, text: str, ordinal: int) -> None:
-        """``thought_id`` is being handed to Codex as the thread's user message ``ordinal``."""
-        self.reply_targets[ordinal] = ReplyTarget(thought_id=thought_id, digest=text_digest(text))
+    def hand_over(self, thought: Thought) -> None:
+        """``thought`` is being handed to Codex as the thread's next user message: its record is in
+        flight, the reply target of that message, and the newest thought handed over (``reply_to``)."""
+        record = ThoughtRecord(
+            thought_id=thought.id,
+            ordinal=self.user_messages,
+            digest=text_digest(thought.text),
+            position=thought.position,
+        )
+        self.in_flight = record
+        self.expect_reply(record)
+
+    def expect_reply(self, record: ThoughtRecord) -> None:
+        """The thread's user message ``record.ordinal`` will be ``record``'s thought (the newest handed over)."""
+        self.reply_targets[record.ordinal] = record
         for old in sorted(self.reply_targets)[:-REPLY_TARGETS_KEPT]:
             del self.reply_targets[old]
-        self.reply_to = thought_id
+        self.reply_to = record.thought_id
 
     def thought_of(self, ordinal: int, client_id: str | None, text: str) -> str | None:
         """The thought that is the thread's user message ``ordinal`` (a

@@ -17,7 +17,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from coven_codex.agent.services import ThreadOptions
+from coven_codex.codex.drivers import ThreadOptions
 from coven_codex.entries import ResetEntry, ThoughtEntry
 from coven_codex.support.limits import MAX_MODEL_CHARS, cut
 

@@ -14,7 +14,7 @@ import dataclasses
 import logging
 from collections.abc import Callable, Collection
 
-from coven_codex.agent.services import PendingThought, SessionServices
+from coven_codex.agent.services import SessionServices
 from coven_codex.agent.state import SessionState
 from coven_codex.agent.thread_options import (
     REFUSED_HINT,
@@ -26,6 +26,7 @@ from coven_codex.agent.thread_options import (
 )
 from coven_codex.attachments.checks import AttachmentRefused, check_images, uploads_dir
 from coven_codex.codex.errors import shorten
+from coven_codex.codex.thought import Thought
 from coven_codex.conversation.messages import Duplicate, Message, ResetRequest
 from coven_codex.conversation.outbox import Outbox
 from coven_codex.entries import ErrorEntry, ResetEntry, ThoughtEntry
@@ -85,9 +86,7 @@ class Admission:
         self._pending[entry.id] = position
         if requests_options(entry):
             self._requested[entry.id] = entry
-        self._post(
-            PendingThought(entry.id, entry.text, position, tuple(entry.attachments), output_schema=entry.output_schema)
-        )
+        self._post(Thought.admitted(entry, position))
         if self._svc.instruments is not None:
             self._svc.instruments.thought_received(entry.id)
         return True
@@ -116,10 +115,10 @@ class Admission:
             self._svc.finish_thought(position)
         self._pending.clear()
 
-    async def take_thought(self, thought: PendingThought) -> PendingThought | None:
+    async def take_thought(self, thought: Thought) -> Thought | None:
         """``thought`` with its thread options and images checked, or ``None``: refused (and settled)."""
         settings, caps = self._svc.settings, self._svc.make_driver.plan
-        requested = self._requested.pop(thought.entry_id, None)
+        requested = self._requested.pop(thought.id, None)
         if requested is not None:
             try:
                 options = await asyncio.to_thread(
@@ -173,11 +172,11 @@ class Admission:
             "it was never started here, or it never ran a turn"
         )
 
-    async def refuse(self, thought: PendingThought, why: str, hint: str) -> None:
+    async def refuse(self, thought: Thought, why: str, hint: str) -> None:
         """``thought`` (taken off the queue) is not handed to Codex: one ``REFUSED`` error; it is settled."""
         await self._refuse(thought, why, hint)
 
-    async def _refuse(self, thought: PendingThought, why: str, hint: str) -> None:
+    async def _refuse(self, thought: Thought, why: str, hint: str) -> None:
         """``thought`` is not handed to Codex: one ``REFUSED`` error (its id from the position), and it is settled."""
         log.warning("conversation %r: thought at journal position %s refused: %s", self._name, thought.position, why)
         await self._outbox.emit(
@@ -186,10 +185,10 @@ class Admission:
                 code=REFUSED_CODE,
                 text=shorten(f"The thought at journal position {thought.position} was not handed to Codex: {why}."),
                 hint=hint,
-                in_reply_to=thought.entry_id,
+                in_reply_to=thought.id,
             )
         )
-        self.settle(thought.entry_id, thought.position)
+        self.settle(thought.id, thought.position)
 
     async def take_reset(self, reset: ResetRequest) -> bool:
         """A reset naming a ``cwd`` outside the workspace roots, or a thread to take over that Codex does

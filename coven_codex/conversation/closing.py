@@ -63,7 +63,7 @@ class Closing:
         turn = self.turn_finished()
         codex.approvals.clear()  # (the driver drops a turn's unanswered requests with it)
         thought = self._handover.unconfirmed
-        if thought is not None and not self._link.holds(thought.entry_id):
+        if thought is not None and not self._link.holds(thought.id):
             self.after(await self._handover.confirm())
         await self._ledger.over(event, turn)
 

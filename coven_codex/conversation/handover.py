@@ -24,10 +24,11 @@ from pathlib import Path
 
 from coven_codex.agent.recovery import codex_received, recorded_client_id
 from coven_codex.agent.saver import StateSaver
-from coven_codex.agent.services import PendingThought, SessionServices
-from coven_codex.agent.state import InFlight, SessionState
+from coven_codex.agent.services import SessionServices
+from coven_codex.agent.state import SessionState, ThoughtRecord
 from coven_codex.codex.drivers import CodexDriver, DriverError, Submission, killed_from_outside
 from coven_codex.codex.errors import classify
+from coven_codex.codex.thought import Thought
 from coven_codex.conversation.admission import Admission
 from coven_codex.conversation.messages import Queued
 from coven_codex.conversation.outbox import Outbox
@@ -93,28 +94,20 @@ class HandOver:
         self._outbox = outbox
         self._queue = queue
         self._name = cut(state.conversation)
-        self.unconfirmed: PendingThought | None = None
+        self.unconfirmed: Thought | None = None
         """The thought handed over and not yet recorded by Codex (one at a time)."""
         self._attempts: dict[str, int] = {}
         """Failed hand-overs per queued thought id."""
 
-    async def submit(self, driver: CodexDriver, thought: PendingThought) -> HandOverResult | DriverError:
+    async def submit(self, driver: CodexDriver, thought: Thought) -> HandOverResult | DriverError:
         """Write ``thought`` ahead as in flight, then hand it to ``driver``: pending (and how the driver
         took it), or the driver's error (the caller closes the driver, then asks :meth:`failed`)."""
-        state = self._state
-        state.in_flight = InFlight(
-            thought_id=thought.entry_id,
-            position=thought.position,
-            text=thought.text,
-            thread_id=state.thread_id,
-            user_messages_before=state.user_messages,
-        )
-        state.expect_reply(thought.entry_id, thought.text, state.user_messages)
+        self._state.hand_over(thought)
         await self._saver.save_now()
         # Set before sending: egress may see the thought recorded before the call returns.
         self.unconfirmed = thought
         try:
-            how = await driver.submit(thought.text, thought.entry_id, thought.images, thought.output_schema)
+            how = await driver.submit(thought)
         except DriverError as exc:
             self.unconfirmed = None
             return exc
@@ -125,14 +118,14 @@ class HandOver:
     def recorded_in(self, line: Line) -> str | None:
         """The client id of the unconfirmed thought when rollout ``line`` records it (called by egress)."""
         thought = self.unconfirmed
-        if thought is None or b'"client_id"' not in line.data or thought.entry_id.encode() not in line.data:
+        if thought is None or b'"client_id"' not in line.data or thought.id.encode() not in line.data:
             return None
         return recorded_client_id(line.data)
 
     async def recorded(self, client_id: str) -> HandOverResult | None:
         """Egress saw Codex record the user message ``client_id``: the pending thought is delivered."""
         thought = self.unconfirmed
-        if thought is None or thought.entry_id != client_id:
+        if thought is None or thought.id != client_id:
             return None
         self.unconfirmed = None
         return await self._delivered(thought)
@@ -154,7 +147,7 @@ class HandOver:
         await self._saver.save_now()
         return await self._count_failure(thought, "Codex ended before it took the thought", counts=counts)
 
-    async def failed(self, thought: PendingThought, exc: DriverError) -> HandOverResult:
+    async def failed(self, thought: Thought, exc: DriverError) -> HandOverResult:
         """The driver refused ``thought`` or died handing it over (and is closed now): count the failure
         unless the final rollout shows Codex had the thought after all."""
         in_flight, rollout = self._state.in_flight, self._state.rollout_path
@@ -167,18 +160,18 @@ class HandOver:
         # Codex killed from outside (the shared app-server lost to SIGKILL, ...): not the thought's fault.
         return await self._count_failure(thought, str(exc), counts=not killed_from_outside(exc.returncode))
 
-    async def _received(self, rollout: Path, in_flight: InFlight) -> bool:
+    async def _received(self, rollout: Path, in_flight: ThoughtRecord) -> bool:
         by_client_id = self._svc.make_driver.plan.records_client_id
         return await asyncio.to_thread(codex_received, rollout, in_flight, by_client_id=by_client_id)
 
-    async def _count_failure(self, thought: PendingThought, reason: str, *, counts: bool) -> HandOverResult:
+    async def _count_failure(self, thought: Thought, reason: str, *, counts: bool) -> HandOverResult:
         """One more failed hand-over of ``thought``: back off, and give up after :data:`DELIVERY_ATTEMPTS`.
 
         ``counts=False`` (Codex was killed from outside, e.g. ``kill -9`` of the shared app-server):
         the thought is sent again after the backoff without coming closer to being dropped.
         """
-        attempts = self._attempts.get(thought.entry_id, 0) + (1 if counts else 0)
-        shown = cut(thought.entry_id)
+        attempts = self._attempts.get(thought.id, 0) + (1 if counts else 0)
+        shown = cut(thought.id)
         if attempts >= DELIVERY_ATTEMPTS:
             log.warning(
                 "conversation %r: thought %s failed %d hand-overs (%s); dropping it",
@@ -196,7 +189,7 @@ class HandOver:
             )
             self._svc.finish_thought(thought.position)
             return GAVE_UP
-        self._attempts[thought.entry_id] = attempts
+        self._attempts[thought.id] = attempts
         delay = backoff(self._svc.settings.restart_backoff, max(attempts, 1))
         log.warning(
             "conversation %r: hand-over %d of thought %s failed (%s); it will be sent again in %.1fs",
@@ -213,40 +206,38 @@ class HandOver:
         ``in_driver``) are dropped, each answered with a ``thought_cancelled`` status and recorded as
         settled (never sent after a restart). ``True`` if some were dropped and no thought is left queued."""
         dropped = [
-            t
-            for t in self._queue
-            if isinstance(t, PendingThought) and t is not self.unconfirmed and not in_driver(t.entry_id)
+            t for t in self._queue if isinstance(t, Thought) and t is not self.unconfirmed and not in_driver(t.id)
         ]
         if not dropped:
             return False
         for thought in dropped:
             self.forget(thought)
-            self._state.delivered[thought.entry_id] = thought.position
+            self._state.delivered[thought.id] = thought.position
         await self._saver.save_now()
         for thought in dropped:
-            log.info("conversation %r: queued thought %s cancelled", self._name, cut(thought.entry_id))
+            log.info("conversation %r: queued thought %s cancelled", self._name, cut(thought.id))
             await self._outbox.emit(
                 StatusEntry(
                     id=f"cancelled@{thought.position}",
                     state=THOUGHT_CANCELLED,
                     text="cancelled before it reached Codex",
-                    in_reply_to=thought.entry_id,
+                    in_reply_to=thought.id,
                 )
             )
             self._svc.finish_thought(thought.position)
-        return not any(isinstance(t, PendingThought) for t in self._queue)
+        return not any(isinstance(t, Thought) for t in self._queue)
 
-    def forget(self, thought: PendingThought) -> None:
+    def forget(self, thought: Thought) -> None:
         """``thought`` leaves the queue (delivered, dropped, given up)."""
         self._queue.remove(thought)
-        self._admission.forget(thought.entry_id)
-        self._attempts.pop(thought.entry_id, None)
+        self._admission.forget(thought.id)
+        self._attempts.pop(thought.id, None)
 
-    async def _delivered(self, thought: PendingThought) -> HandOverResult:
+    async def _delivered(self, thought: Thought) -> HandOverResult:
         self.forget(thought)
         state = self._state
         state.in_flight = None
-        state.delivered[thought.entry_id] = thought.position
+        state.delivered[thought.id] = thought.position
         if len(state.delivered) > PRUNE_DELIVERED_AT:
             # Thoughts before the saved ingress cursor are never read again: forget their ids.
             state.forget_delivered_before(self._svc.saved_cursor())

@@ -15,9 +15,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from coven_codex.agent.services import SessionServices, ThreadOptions
+from coven_codex.agent.services import SessionServices
 from coven_codex.agent.state import SessionState
-from coven_codex.codex.drivers import CodexDriver, DriverError, DriverEvent, ThreadStarted, TurnStarted
+from coven_codex.codex.drivers import CodexDriver, DriverError, DriverEvent, ThreadOptions, ThreadStarted, TurnStarted
 from coven_codex.conversation.messages import CodexFailed, CodexOpened, DriverMessage, Evict, Message, SlotGranted
 from coven_codex.support.backoff import backoff
 

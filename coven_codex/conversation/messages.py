@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from coven_codex.agent.services import PendingThought
 from coven_codex.codex.drivers import CodexDriver, DriverError, DriverEvent
+from coven_codex.codex.thought import Thought
 from coven_codex.entries import ApprovalEntry, CancelEntry
 from coven_codex.journal import Position
 
@@ -104,6 +104,6 @@ class Stop:
 
 LinkMessage = DriverMessage | Evict | SlotGranted | CodexOpened | CodexFailed | Stop
 """Messages about the link to Codex."""
-Queued = PendingThought | ResetRequest | Release
+Queued = Thought | ResetRequest | Release
 """What waits in a conversation's queue, in order: thoughts, resets, and a release of its thread (put first)."""
 Message = Queued | CancelEntry | ApprovalEntry | Recorded | Duplicate | DropQueued | LinkMessage

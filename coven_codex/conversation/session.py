@@ -40,7 +40,7 @@ from typing import assert_never
 from coven_codex.agent.egress_runner import EgressRunner
 from coven_codex.agent.replay import ReplayWindow
 from coven_codex.agent.saver import StateSaver
-from coven_codex.agent.services import PendingThought, SessionServices
+from coven_codex.agent.services import SessionServices
 from coven_codex.agent.state import SessionState
 from coven_codex.codex.drivers import (
     AgentMessageCompleted,
@@ -57,6 +57,7 @@ from coven_codex.codex.drivers import (
     TurnStarted,
 )
 from coven_codex.codex.errors import ErrorCode
+from coven_codex.codex.thought import Thought
 from coven_codex.conversation.admission import Admission
 from coven_codex.conversation.approvals import Approvals
 from coven_codex.conversation.closing import Closing
@@ -261,7 +262,7 @@ class Session:
 
     # -- messages ------------------------------------------------------------------------------
     async def _handle(self, message: Message) -> None:
-        if isinstance(message, PendingThought):  # (its options and attachments checked first)
+        if isinstance(message, Thought):  # (its options and attachments checked first)
             taken = await self._admission.take_thought(message)
             if taken is not None:
                 self._queue.append(taken)
@@ -319,7 +320,7 @@ class Session:
             await self._thread_ready(event.thread_id)
         elif isinstance(event, TurnStarted):
             thought = self._handover.unconfirmed
-            self._ledger.started(event.turn_id, thought.entry_id if thought is not None else None)
+            self._ledger.started(event.turn_id, thought.id if thought is not None else None)
         elif isinstance(event, TurnFinished):
             await self._closing.turn_over(codex, event)
             if self._phases.is_in(Phase.STOPPING):
@@ -364,7 +365,7 @@ class Session:
             waiting = [t for t in self._queue if t is not self._handover.unconfirmed]
             if (
                 waiting
-                and isinstance(waiting[0], PendingThought)
+                and isinstance(waiting[0], Thought)
                 and self._ledger.can_steer(
                     self._link.driver,
                     mid_turn=self._settings.mid_turn,
@@ -414,7 +415,7 @@ class Session:
                 break
             await self._driver_event(codex, event)
 
-    async def _deliver(self, thought: PendingThought, *, steer: bool = False) -> None:
+    async def _deliver(self, thought: Thought, *, steer: bool = False) -> None:
         """Hand ``thought`` to the open driver (written ahead as in flight): a new turn, or with
         ``steer`` into the running one."""
         codex = self._link.codex
@@ -422,7 +423,7 @@ class Session:
         driver = codex.driver
         result = await self._handover.submit(driver, thought)
         if isinstance(result, DriverError):
-            shown = cut(thought.entry_id)
+            shown = cut(thought.id)
             log.warning("conversation %r: handing thought %s to Codex failed: %s", self._name, shown, result)
             await self._closing.end(reason="delivery failed", expected=False)
             self._closing.after(await self._handover.failed(thought, result))
@@ -432,7 +433,7 @@ class Session:
         # UserMessage with client_id = thought id) or, when the turn is over, the rollout says so.
         if not steer and not driver.persistent:
             self._svc.processes.record(self.conversation, driver.pids)
-        self._ledger.handed_over(thought.entry_id, result.how, steer=steer)
+        self._ledger.handed_over(thought.id, result.how, steer=steer)
 
     # -- egress ------------------------------------------------------------------------------------
     def _on_rollout_line(self, line: Line) -> None:

@@ -22,10 +22,11 @@ from coven_codex.agent.egress_runner import EgressRunner
 from coven_codex.agent.recovery import user_messages
 from coven_codex.agent.replay import ReplayWindow
 from coven_codex.agent.saver import StateSaver
-from coven_codex.agent.services import PendingThought, SessionServices
+from coven_codex.agent.services import SessionServices
 from coven_codex.agent.state import SessionState
 from coven_codex.agent.thread_options import OptionsRefused, check_cwd, reset_workspace
 from coven_codex.codex.errors import shorten
+from coven_codex.codex.thought import Thought
 from coven_codex.conversation.admission import TAKE_OVER_HINT, Admission
 from coven_codex.conversation.closing import Closing
 from coven_codex.conversation.messages import Queued, Release, ResetRequest
@@ -79,7 +80,7 @@ class ThreadKeeper:
         self._phases = phases
         self._name = name
 
-    async def take_options(self, thought: PendingThought) -> bool:
+    async def take_options(self, thought: Thought) -> bool:
         """``thought`` starts a new thread: its options become the thread's (saved before Codex starts);
         with ``resume_thread`` the conversation takes that thread over. ``False``: it could not, and
         the thought is refused (off the queue, one error)."""
@@ -103,7 +104,7 @@ class ThreadKeeper:
         await self._saver.save_now()
         return True
 
-    async def queue_end(self, end: ResetRequest | Release, unconfirmed: PendingThought | None) -> bool:
+    async def queue_end(self, end: ResetRequest | Release, unconfirmed: Thought | None) -> bool:
         """Queue a reset (checked first: ``False`` if refused) after what is queued, or a release (another
         conversation takes the thread over) first (after a thought the driver is starting: what runs
         ends first); :meth:`end` acts on it when it is the head. The caller interrupts a running turn."""
@@ -216,7 +217,7 @@ class ThreadKeeper:
         state.fork_from = None
         in_flight = state.in_flight
         if in_flight is not None:  # the thought being handed over is the new thread's first message
-            state.expect_reply(in_flight.thought_id, in_flight.text, 0)
+            state.expect_reply(in_flight.model_copy(update={"ordinal": 0}))
         await self._saver.save_now()
 
     async def reset(self, reset: ResetRequest) -> None:

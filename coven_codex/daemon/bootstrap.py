@@ -35,13 +35,19 @@ from typing import TYPE_CHECKING, Final
 from coven_codex import __version__
 from coven_codex.agent.egress import AppendHook
 from coven_codex.agent.scope import Scope, ScopeError, open_scope
-from coven_codex.agent.services import ThreadOptions
 from coven_codex.agent.storage import StorageFailed
 from coven_codex.attachments import file_spells, uploads_dir
 from coven_codex.codex.appserver import AppServerPool, raise_fd_limit
 from coven_codex.codex.capabilities import CapabilityError, DriverPlan, detect_capabilities, plan_driver
 from coven_codex.codex.discovery import DiscoveryError, FoundExecutable, find_codex
-from coven_codex.codex.drivers import CodexDriver, DriverSettings, EventSink, create_driver, unrelayed_approvals
+from coven_codex.codex.drivers import (
+    CodexDriver,
+    DriverSettings,
+    EventSink,
+    ThreadOptions,
+    create_driver,
+    unrelayed_approvals,
+)
 from coven_codex.codex.home import CodexHome, CodexHomeError, DriverKind, prepare_codex_home
 from coven_codex.codex.launch import CodexLaunch, relative_path_entries, resolve_launch
 from coven_codex.codex.version import CodexVersion, VersionError, detect_version

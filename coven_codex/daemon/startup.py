@@ -94,7 +94,7 @@ class Recovery:
         rollout: Path | None = Path(state.rollout_path) if state.rollout_path else None
         if state.thread_id is None:
             claimed = {s.thread_id for s in states.values() if s.thread_id}
-            found = await asyncio.to_thread(find_unclaimed_rollout, self._codex_home, in_flight.text, claimed)
+            found = await asyncio.to_thread(find_unclaimed_rollout, self._codex_home, in_flight.digest, claimed)
             if found is not None:
                 state.thread_id, rollout = found
                 state.rollout_path = str(rollout)
@@ -118,8 +118,9 @@ class Recovery:
                 cut(state.conversation),
                 cut(in_flight.thought_id),
             )
+            assert in_flight.position is not None  # (an in-flight record has one: only old reply targets lack it)
             state.delivered[in_flight.thought_id] = in_flight.position
-            state.user_messages = max(state.user_messages, in_flight.user_messages_before + 1)
+            state.user_messages = max(state.user_messages, in_flight.ordinal + 1)
         else:
             log.info(
                 "conversation %r: thought %s had not reached Codex; it will be sent",

@@ -23,7 +23,7 @@ from pathlib import Path
 import psutil
 import pytest
 from agent_harness import AgentHarness, make_responder, replies
-from codex_driver_helpers import Recorder, make_setup
+from codex_driver_helpers import Recorder, make_setup, thought
 
 from coven_codex.codex.drivers import DriverFailed, TurnFinished, TurnStarted
 from coven_codex.codex.errors import ErrorCode
@@ -108,7 +108,7 @@ async def test_stopped_app_server_is_killed_kill_grace_after_the_stream_idle_tim
     driver = setup.driver(recorder, turn_timeout=60.0, stream_idle_timeout=idle, kill_grace=grace)
     try:
         await driver.start(None)
-        await driver.submit("stall please", "a")
+        await driver.submit(thought("stall please", "a"))
         await recorder.wait_for(TurnStarted)
         await asyncio.wait_for(stalling_server.requests.wait_for(1), 30)
         stop_codex(setup.home.path)
@@ -135,7 +135,7 @@ async def test_cancelling_a_turn_of_a_stopped_codex_returns_at_once_and_kills_it
     driver = setup.driver(recorder, turn_timeout=300.0, stream_idle_timeout=200.0, kill_grace=grace)
     try:
         await driver.start(None)
-        await driver.submit("stall please", "a")
+        await driver.submit(thought("stall please", "a"))
         await asyncio.wait_for(stalling_server.requests.wait_for(1), 30)
         if driver_kind == "app-server":
             await recorder.wait_for(TurnStarted)
@@ -220,7 +220,7 @@ async def test_exec_turn_of_a_stopped_codex_ends_kill_grace_after_the_stream_idl
     driver = setup.driver(recorder, turn_timeout=60.0, stream_idle_timeout=idle, kill_grace=grace)
     try:
         await driver.start(None)
-        await driver.submit("stall please", "a")
+        await driver.submit(thought("stall please", "a"))
         await asyncio.wait_for(stalling_server.requests.wait_for(1), 30)
         stop_codex(setup.home.path)
         stopped_at = time.monotonic()

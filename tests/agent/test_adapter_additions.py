@@ -22,8 +22,8 @@ from coven_codex.agent.state import SessionState
 from coven_codex.attachments import AttachmentRefused, check_images
 from coven_codex.codex.drivers import ImageInput
 from coven_codex.codex.drivers.app_server import input_items
-from coven_codex.codex.drivers.base import TurnInput
 from coven_codex.codex.drivers.exec import exec_usage, image_args
+from coven_codex.codex.thought import Thought
 from coven_codex.conversation.session import Session
 from coven_codex.entries import (
     Attachment,
@@ -35,6 +35,7 @@ from coven_codex.entries import (
     ThoughtEntry,
     TokenUsage,
 )
+from coven_codex.journal import START
 from coven_codex.rollout import RolloutTranslator
 from coven_codex.tailing import LineSplitter
 
@@ -93,8 +94,9 @@ def test_rollout_entries_carry_the_thought_by_client_id() -> None:
 
 def test_rollout_entries_carry_the_thought_by_ordinal_and_text_without_client_ids() -> None:
     state = SessionState(conversation="c")
-    state.expect_reply("first-id", "first question", 0)
-    state.expect_reply("second-id", "second question", 1)
+    state.hand_over(Thought("first-id", "first question", START))  # the thread's user message 0
+    state.user_messages = 1  # (delivered)
+    state.hand_over(Thought("second-id", "second question", START))
     entries = translate(FIXTURES / "0.47.0" / "multi_turn.jsonl", state)
     responses = [e for e in entries if e.kind == "response"]
     assert [getattr(e, "in_reply_to", None) for e in responses] == ["first-id", "second-id", "second-id"]
@@ -102,7 +104,7 @@ def test_rollout_entries_carry_the_thought_by_ordinal_and_text_without_client_id
     assert [e.in_reply_to for e in starts] == ["first-id", "second-id"]
     # A message whose text is not the expected thought's is not given a wrong id.
     other = SessionState(conversation="c")
-    other.expect_reply("x", "something else", 0)
+    other.hand_over(Thought("x", "something else", START))
     assert all(
         getattr(e, "in_reply_to", None) is None for e in translate(FIXTURES / "0.47.0" / "multi_turn.jsonl", other)
     )
@@ -295,8 +297,8 @@ def test_https_images_are_accepted_where_the_driver_takes_urls(tmp_path: Path) -
 
 
 def test_the_drivers_pass_images_on() -> None:
-    thought = TurnInput(
-        "see", "id-1", (ImageInput(path=Path("/j.attachments/a.png")), ImageInput(url="https://x/b.png"))
+    thought = Thought(
+        "id-1", "see", START, images=(ImageInput(path=Path("/j.attachments/a.png")), ImageInput(url="https://x/b.png"))
     )
     assert input_items(thought) == [
         {"type": "localImage", "path": "/j.attachments/a.png"},

@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 import pytest
 
 from coven_codex.agent.processes import ProcessRegistry
-from coven_codex.agent.services import SessionServices, ThreadOptions
+from coven_codex.agent.services import SessionServices
 from coven_codex.agent.slots import SlotPool
 from coven_codex.agent.state import SessionState, StateStore
 from coven_codex.agent.writer import DaemonWriter
@@ -36,13 +36,14 @@ from coven_codex.codex.drivers import (
     EventSink,
     ImageInput,
     Submission,
+    ThreadOptions,
     ThreadStarted,
     TurnFinished,
     TurnStarted,
 )
-from coven_codex.codex.drivers.base import TurnInput
 from coven_codex.codex.drivers.events import TurnStatus
 from coven_codex.codex.errors import ClassifiedError, classify, process_error
+from coven_codex.codex.thought import Thought
 from coven_codex.codex.version import CodexVersion
 from coven_codex.conversation.handover import DELIVERY_ATTEMPTS
 from coven_codex.conversation.manager import SessionManager
@@ -154,30 +155,23 @@ class FakeDriver(CodexDriver):
         }
         return _line({"type": "item_completed", "thread_id": self._thread_id, "turn_id": self._turn, "item": item})
 
-    async def submit(
-        self,
-        text: str,
-        client_id: str,
-        images: tuple[ImageInput, ...] = (),
-        output_schema: dict[str, object] | None = None,
-    ) -> Submission:
+    async def submit(self, thought: Thought) -> Submission:
         """A thought during a turn joins it (steered); else it starts a turn."""
         self._check_alive()
-        thought = TurnInput(text, client_id, images)
         async with self._lock:
             if self._turn is not None:
-                self._codex.sends.append((client_id, text))
-                self._write(self._recorded(client_id, text))
+                self._codex.sends.append((thought.id, thought.text))
+                self._write(self._recorded(thought.id, thought.text))
                 return "steered"
             await self._start_turn(thought)
             return "started"
 
-    async def _start_turn(self, thought: TurnInput) -> None:
+    async def _start_turn(self, thought: Thought) -> None:
         """``refuse``: the request fails; ``die``: Codex crashes before recording it (``flaky``: is
         killed, the first time only; ``sigkill``: is killed, the first DELIVERY_ATTEMPTS times); ``hang``: the turn
         runs until the driver is closed; ``fail-late``: the driver reports a 401 before the rollout has it;
         ``fail``: the rollout has it first; anything else: an echo."""
-        thought_id, text = thought.client_id, thought.text
+        thought_id, text = thought.id, thought.text
         self._codex.sends.append((thought_id, text))
         if thought.images:
             self._codex.images.append((thought_id, thought.images))

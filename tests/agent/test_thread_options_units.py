@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from test_session_units import Rig, errors, make_rig, replies, stop
 
-from coven_codex.agent.services import ThreadOptions
 from coven_codex.agent.slots import SlotPool
 from coven_codex.agent.state import SessionState
+from coven_codex.codex.drivers import ThreadOptions
 from coven_codex.conversation.manager import SessionManager
 from coven_codex.conversation.session import Session
 from coven_codex.entries import BaseEntry, CancelEntry, ResetEntry, StatusEntry, ThoughtEntry

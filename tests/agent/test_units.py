@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import threading
 from pathlib import Path
 
@@ -14,7 +15,14 @@ import pytest
 from coven_codex.agent.cursor import LowWaterCursor
 from coven_codex.agent.recovery import codex_received, find_unclaimed_rollout, recorded_client_id, user_messages
 from coven_codex.agent.slots import SlotPool
-from coven_codex.agent.state import MAX_OPEN_LOGS, InFlight, SessionState, StateStore, state_file_name
+from coven_codex.agent.state import (
+    MAX_OPEN_LOGS,
+    SessionState,
+    StateStore,
+    ThoughtRecord,
+    state_file_name,
+    text_digest,
+)
 from coven_codex.journal import Position
 from coven_codex.support.statelock import StateError, StateLock
 
@@ -27,7 +35,7 @@ def test_state_round_trip_and_atomic_replace(tmp_path: Path) -> None:
     store.prepare()
     state = SessionState(conversation="chan/#1", thread_id="t", egress_offset=42)
     state.delivered["a"] = Position(0, 10)
-    state.in_flight = InFlight(thought_id="b", position=20, text="hi", user_messages_before=1)
+    state.in_flight = ThoughtRecord(thought_id="b", ordinal=1, digest=text_digest("hi"), position=20)
     store.save(state)
     again = StateStore(tmp_path).load_all()
     assert again["chan/#1"] == state
@@ -156,11 +164,11 @@ def test_codex_received_by_count_and_by_client_id(tmp_path: Path) -> None:
     rollout = FIXTURES / "0.47.0" / "multi_turn.jsonl"
     assert codex_received(
         rollout,
-        InFlight(thought_id="x", position=0, text="second question", user_messages_before=1),
+        ThoughtRecord(thought_id="x", ordinal=1, digest=text_digest("second question"), position=0),
         by_client_id=False,
     )
     assert not codex_received(
-        rollout, InFlight(thought_id="x", position=0, text="third", user_messages_before=2), by_client_id=False
+        rollout, ThoughtRecord(thought_id="x", ordinal=2, digest=text_digest("third"), position=0), by_client_id=False
     )
     line = {
         "timestamp": "t",
@@ -172,9 +180,11 @@ def test_codex_received_by_count_and_by_client_id(tmp_path: Path) -> None:
     }
     path = tmp_path / "rollout.jsonl"
     path.write_text(json.dumps(line) + "\n")
-    assert codex_received(path, InFlight(thought_id="th-1", position=0, text="hi"), by_client_id=True)
+    assert codex_received(
+        path, ThoughtRecord(thought_id="th-1", ordinal=0, digest=text_digest("hi"), position=0), by_client_id=True
+    )
     assert not codex_received(
-        path, InFlight(thought_id="th-2", position=0, text="hi", user_messages_before=0), by_client_id=True
+        path, ThoughtRecord(thought_id="th-2", ordinal=0, digest=text_digest("hi"), position=0), by_client_id=True
     )
 
 
@@ -188,10 +198,14 @@ def test_a_thought_only_in_the_model_history_was_received() -> None:
     assert messages.history == ["red thought 5", "red thought 18"]  # environment context left out
     assert messages.count == 2
     assert codex_received(
-        torn, InFlight(thought_id="x", position=0, text="red thought 18", user_messages_before=1), by_client_id=False
+        torn,
+        ThoughtRecord(thought_id="x", ordinal=1, digest=text_digest("red thought 18"), position=0),
+        by_client_id=False,
     )
     assert not codex_received(
-        torn, InFlight(thought_id="y", position=0, text="red thought 19", user_messages_before=2), by_client_id=False
+        torn,
+        ThoughtRecord(thought_id="y", ordinal=2, digest=text_digest("red thought 19"), position=0),
+        by_client_id=False,
     )
 
 
@@ -199,14 +213,14 @@ def test_a_torn_app_server_record_counts_when_the_history_ends_with_the_thought(
     lines = (FIXTURES / "0.169.0" / "app_server_two_turns.jsonl").read_text().splitlines(keepends=True)
     torn = tmp_path / "rollout.jsonl"
     torn.write_text("".join(lines[:17]))  # the second thought is in the history, its item_completed is not
-    second = InFlight(thought_id="thought-2", position=0, text="second via app-server", user_messages_before=1)
+    second = ThoughtRecord(thought_id="thought-2", ordinal=1, digest=text_digest("second via app-server"), position=0)
     assert codex_received(torn, second, by_client_id=True)
-    other = InFlight(thought_id="thought-3", position=0, text="something else", user_messages_before=1)
+    other = ThoughtRecord(thought_id="thought-3", ordinal=1, digest=text_digest("something else"), position=0)
     assert not codex_received(torn, other, by_client_id=True)
     whole = FIXTURES / "0.169.0" / "app_server_two_turns.jsonl"
     assert codex_received(whole, second, by_client_id=True)
     # Not torn: the same text sent again later is not taken for the recorded one.
-    again = InFlight(thought_id="thought-3", position=0, text="second via app-server", user_messages_before=2)
+    again = ThoughtRecord(thought_id="thought-3", ordinal=2, digest=text_digest("second via app-server"), position=0)
     assert not codex_received(whole, again, by_client_id=True)
 
 
@@ -223,9 +237,9 @@ def test_find_unclaimed_rollout(tmp_path: Path) -> None:
     thread = "01a20260-11ee-7302-a67e-71167b52e354"
     target = day / f"rollout-2026-01-02T00-00-00-{thread}.jsonl"
     target.write_bytes((FIXTURES / "0.47.0" / "multi_turn.jsonl").read_bytes())
-    assert find_unclaimed_rollout(tmp_path, "first question", set()) == (thread, target)
-    assert find_unclaimed_rollout(tmp_path, "first question", {thread}) is None
-    assert find_unclaimed_rollout(tmp_path, "second question", set()) is None
+    assert find_unclaimed_rollout(tmp_path, text_digest("first question"), set()) == (thread, target)
+    assert find_unclaimed_rollout(tmp_path, text_digest("first question"), {thread}) is None
+    assert find_unclaimed_rollout(tmp_path, text_digest("second question"), set()) is None
 
 
 def test_state_lock_excludes_a_second_daemon(tmp_path: Path) -> None:
@@ -271,7 +285,7 @@ async def test_an_awaited_state_save_is_on_disk_before_it_returns(
     state = SessionState(conversation="c")
     saver = StateSaver(state, store)
     for offset in range(3):
-        state.in_flight = InFlight(thought_id=f"t{offset}", position=offset, text="hi")
+        state.in_flight = ThoughtRecord(thought_id=f"t{offset}", ordinal=0, digest=text_digest("hi"), position=offset)
         await saver.save_now()
         log = store.path_for("c")
         inode, size = log.stat().st_ino, log.stat().st_size
@@ -296,10 +310,12 @@ def test_client_ids_on_the_user_message_event_of_0_140_and_0_147(tmp_path: Path)
     path = tmp_path / "rollout.jsonl"
     path.write_text(json.dumps(history) + "\n" + line + "\n")
     assert user_messages(path).client_ids == ["46d2c722f2d44fa388b25332db8d976b"]
-    received = InFlight(thought_id="46d2c722f2d44fa388b25332db8d976b", position=0, text="hello one")
+    received = ThoughtRecord(
+        thought_id="46d2c722f2d44fa388b25332db8d976b", ordinal=0, digest=text_digest("hello one"), position=0
+    )
     assert codex_received(path, received, by_client_id=True)
     # Another thought with the same text, handed over after it, was not received.
-    later = InFlight(thought_id="other", position=0, text="hello one", user_messages_before=1)
+    later = ThoughtRecord(thought_id="other", ordinal=1, digest=text_digest("hello one"), position=0)
     assert not codex_received(path, later, by_client_id=True)
 
 
@@ -332,3 +348,28 @@ async def test_new_conversations_batched_saves_fsync_their_folder_once_in_the_gr
         assert len(synced) == 21  # the folder and each log
     finally:
         store.close()
+
+
+STATE_V2 = Path(__file__).resolve().parent.parent / "fixtures" / "state_v2"
+"""A conversation state saved by the code before a handed-over thought had one record (``ded002f``):
+its in-flight thought kept its text and ``user_messages_before``, its reply targets an id and a digest."""
+
+
+def test_a_state_saved_before_the_thought_records_were_one_loads_and_resolves(tmp_path: Path) -> None:
+    shutil.copytree(STATE_V2, tmp_path / "sessions")
+    store = StateStore(tmp_path, durability="always")
+    state = store.load_all()["red"]
+    texts = ["first question", "second question", "third question"]
+    assert state.in_flight is not None and (state.in_flight.thought_id, state.in_flight.ordinal) == ("thought-3", 2)
+    assert state.in_flight.digest == text_digest(texts[2]) and str(state.in_flight.position) == "340"
+    assert {ordinal: (r.thought_id, r.ordinal, r.digest) for ordinal, r in state.reply_targets.items()} == {
+        n: (f"thought-{n + 1}", n, text_digest(text)) for n, text in enumerate(texts)
+    }
+    assert [state.thought_of(n, None, text) for n, text in enumerate(texts)] == ["thought-1", "thought-2", "thought-3"]
+    # The record resolves the in-flight thought as the text did: two user messages, it was the third.
+    rollout = FIXTURES / "0.47.0" / "multi_turn.jsonl"
+    assert not codex_received(rollout, state.in_flight, by_client_id=False)
+    assert codex_received(rollout, state.reply_targets[1], by_client_id=False)
+    store.save(state)
+    again = StateStore(tmp_path).load_all()["red"]
+    assert again == state and again.version == 3

@@ -15,11 +15,18 @@ from coven_codex.codex.appserver import AppServerPool
 from coven_codex.codex.capabilities import CodexCapabilities, DriverPlan, detect_capabilities, plan_driver
 from coven_codex.codex.drivers import CodexDriver, DriverChoice, DriverEvent, DriverSettings, create_driver
 from coven_codex.codex.home import CodexHome, prepare_codex_home
+from coven_codex.codex.thought import Thought
 from coven_codex.codex.version import CodexVersion, parse_version
+from coven_codex.journal import START
 from coven_codex.testing import ScriptedModelServer, codex_config
 from coven_codex.testing.codex_config import DEFAULT_ENV_KEY
 
 E = TypeVar("E")
+
+
+def thought(text: str, thought_id: str) -> Thought:
+    """A thought as a conversation hands it to a driver (the journal position is the driver's no concern)."""
+    return Thought(thought_id, text, START)
 
 
 _CAPABILITIES: dict[Path, CodexCapabilities] = {}

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from codex_driver_helpers import Recorder, make_setup, texts
+from codex_driver_helpers import Recorder, make_setup, texts, thought
 
 from coven_codex.codex.drivers import (
     AgentMessageCompleted,
@@ -48,9 +48,9 @@ async def test_multi_turn_with_deltas_and_client_ids(tmp_path: Path, codex_bin_1
             await driver.start(None)
             (thread,) = recorder.of(ThreadStarted)  # delivered before start() returned
             assert not thread.resumed and driver.thread_id == thread.thread_id
-            assert await driver.submit("one", "thought-1") == "started"
+            assert await driver.submit(thought("one", "thought-1")) == "started"
             await recorder.wait_for(TurnFinished)
-            assert await driver.submit("two", "thought-2") == "started"
+            assert await driver.submit(thought("two", "thought-2")) == "started"
             finished = await recorder.wait_for(TurnFinished, count=2)
         finally:
             await driver.aclose()
@@ -74,10 +74,10 @@ async def test_thought_mid_turn_is_queued(tmp_path: Path, codex_bin_169: Path, r
         driver = setup.driver(recorder)
         try:
             await driver.start(None)
-            assert await driver.submit("first", "a") == "started"
+            assert await driver.submit(thought("first", "a")) == "started"
             await recorder.wait_for(TurnStarted)
-            assert await driver.submit("second", "b") == "queued"
-            assert await driver.submit("third", "c") == "queued"
+            assert await driver.submit(thought("second", "b")) == "queued"
+            assert await driver.submit(thought("third", "c")) == "queued"
             assert driver.queued == ("b", "c")
             finished = await recorder.wait_for(TurnFinished, count=3)
         finally:
@@ -93,9 +93,9 @@ async def test_thought_mid_turn_steers(tmp_path: Path, codex_bin_169: Path, reco
         driver = setup.driver(recorder, mid_turn="steer")
         try:
             await driver.start(None)
-            await driver.submit("write a poem", "a")
+            await driver.submit(thought("write a poem", "a"))
             await recorder.wait_for(TurnStarted)
-            assert await driver.submit("make it short", "b") == "steered"
+            assert await driver.submit(thought("make it short", "b")) == "steered"
             (finished,) = await recorder.wait_for(TurnFinished)
         finally:
             await driver.aclose()
@@ -115,9 +115,9 @@ async def test_cancel_interrupts_the_running_turn(tmp_path: Path, codex_bin_169:
         try:
             await driver.start(None)
             assert await driver.cancel() is False  # nothing running yet
-            await driver.submit("long job", "a")
+            await driver.submit(thought("long job", "a"))
             await recorder.wait_for(TurnStarted)
-            await driver.submit("queued behind", "b")
+            await driver.submit(thought("queued behind", "b"))
             assert await driver.cancel() is True
             finished = await recorder.wait_for(TurnFinished, count=2, timeout=30)
         finally:
@@ -134,7 +134,7 @@ async def test_approval_round_trip(tmp_path: Path, codex_bin_169: Path, recorder
         driver = setup.driver(recorder)
         try:
             await driver.start(None)
-            await driver.submit("make the file", "a")
+            await driver.submit(thought("make the file", "a"))
             (asked,) = await recorder.wait_for(ApprovalRequested)
             assert asked.action == "run a command: /bin/bash -lc 'touch approved-file'"
             assert asked.call_id
@@ -159,7 +159,7 @@ async def test_unanswered_approval_is_declined_after_the_timeout(
         driver = setup.driver(recorder, approval_timeout=1.0)
         try:
             await driver.start(None)
-            await driver.submit("make the file", "a")
+            await driver.submit(thought("make the file", "a"))
             (finished,) = await recorder.wait_for(TurnFinished)
         finally:
             await driver.aclose()
@@ -176,7 +176,7 @@ async def test_approval_policy_approve_answers_without_asking(
         driver = setup.driver(recorder, approval_policy="approve")
         try:
             await driver.start(None)
-            await driver.submit("make the file", "a")
+            await driver.submit(thought("make the file", "a"))
             await recorder.wait_for(TurnFinished)
         finally:
             await driver.aclose()
@@ -191,7 +191,7 @@ async def test_model_401_is_a_classified_auth_error(tmp_path: Path, codex_bin_16
         driver = setup.driver(recorder)
         try:
             await driver.start(None)
-            await driver.submit("hello", "a")
+            await driver.submit(thought("hello", "a"))
             (finished,) = await recorder.wait_for(TurnFinished)
         finally:
             await driver.aclose()
@@ -207,7 +207,7 @@ async def test_turn_timeout_is_a_classified_error(tmp_path: Path, codex_bin_169:
         driver = setup.driver(recorder, turn_timeout=2.0)
         try:
             await driver.start(None)
-            await driver.submit("slow", "a")
+            await driver.submit(thought("slow", "a"))
             (finished,) = await recorder.wait_for(TurnFinished, timeout=30)
         finally:
             await driver.aclose()
@@ -235,11 +235,11 @@ async def test_kill_9_mid_turn_then_resume(
         try:
             await driver.start(None)
             thread_id = driver.thread_id
-            await driver.submit("first", "a")
+            await driver.submit(thought("first", "a"))
             await recorder.wait_for(TurnFinished)
-            await driver.submit("second", "b")
+            await driver.submit(thought("second", "b"))
             await recorder.wait_for(TurnStarted, count=2)
-            await driver.submit("third", "c")  # queued, never delivered
+            await driver.submit(thought("third", "c"))  # queued, never delivered
             await server.requests.wait_for(2)  # the model is "thinking" about the second thought
             leader, children = codex_tree(driver.pids[0])
             tree = [leader, *children]
@@ -247,7 +247,7 @@ async def test_kill_9_mid_turn_then_resume(
             os.kill(target.pid, signal.SIGKILL)
             (failed,) = await recorder.wait_for(DriverFailed, timeout=30)
             with pytest.raises(DriverError, match="driver failed"):
-                await driver.submit("fourth", "d")
+                await driver.submit(thought("fourth", "d"))
         finally:
             await driver.aclose()
         assert failed.error.code in (ErrorCode.PROCESS_EXITED, ErrorCode.KILL_TIMEOUT)
@@ -264,7 +264,7 @@ async def test_kill_9_mid_turn_then_resume(
             await resumed.start(thread_id)
             (thread,) = again.of(ThreadStarted)
             assert thread.resumed and thread.thread_id == thread_id
-            await resumed.submit("third", "c")
+            await resumed.submit(thought("third", "c"))
             (finished,) = await again.wait_for(TurnFinished)
         finally:
             await resumed.aclose()
@@ -335,7 +335,7 @@ async def test_mcp_tool_approval_round_trip(tmp_path: Path, codex_bin_169: Path,
         driver = setup.driver(recorder)
         try:
             await driver.start(None)
-            await driver.submit("use the tool", "a")
+            await driver.submit(thought("use the tool", "a"))
             (asked,) = await recorder.wait_for(ApprovalRequested)
             assert asked.action.startswith("use a tool: ") and "echo" in asked.action
             await driver.answer_approval(asked.request_id, True)
@@ -356,12 +356,12 @@ async def test_approved_for_the_session_the_same_command_runs_again_without_aski
         driver = setup.driver(recorder)
         try:
             await driver.start(None)
-            await driver.submit("make the file", "a")
+            await driver.submit(thought("make the file", "a"))
             (asked,) = await recorder.wait_for(ApprovalRequested)
             await driver.answer_approval(asked.request_id, True, for_session=True)
             await recorder.wait_for(TurnFinished)
             (setup.workspace / "session-file").unlink()
-            await driver.submit("make it again", "b")
+            await driver.submit(thought("make it again", "b"))
             finished = await recorder.wait_for(TurnFinished, count=2, timeout=60)
         finally:
             await driver.aclose()
@@ -376,7 +376,7 @@ async def test_silent_model_is_a_stream_idle_error(tmp_path: Path, codex_bin_169
         driver = setup.driver(recorder, stream_idle_timeout=2.0)
         try:
             await driver.start(None)
-            await driver.submit("slow", "a")
+            await driver.submit(thought("slow", "a"))
             (finished,) = await recorder.wait_for(TurnFinished, timeout=30)
             assert not driver.busy
         finally:

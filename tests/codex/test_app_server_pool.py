@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from codex_driver_helpers import CodexSetup, Recorder, make_setup, texts
+from codex_driver_helpers import CodexSetup, Recorder, make_setup, texts, thought
 from test_idle_wakeups import inotify_watches, native_codex
 
 from coven_codex.codex.appserver import AppServerPool
@@ -92,7 +92,7 @@ async def test_many_threads_share_one_process_and_each_gets_only_its_own_events(
             (pid,) = pool.pids
             assert all(driver.pids == [pid] for driver in drivers)
             assert len({driver.thread_id for driver in drivers}) == 4
-            await asyncio.gather(*(d.submit(f"hello from {i}", f"t{i}") for i, d in enumerate(drivers)))
+            await asyncio.gather(*(d.submit(thought(f"hello from {i}", f"t{i}")) for i, d in enumerate(drivers)))
             for recorder in recorders:
                 await recorder.wait_for(TurnFinished)
             for i, recorder in enumerate(recorders):
@@ -101,7 +101,7 @@ async def test_many_threads_share_one_process_and_each_gets_only_its_own_events(
             # One thread closed: the process goes on serving the others.
             await drivers[0].aclose()
             assert pool.pids == [pid] and drivers[0].pids == []
-            await drivers[1].submit("again", "t1b")
+            await drivers[1].submit(thought("again", "t1b"))
             await recorders[1].wait_for(TurnFinished, count=2)
             assert texts(recorders[1].of(AgentMessageCompleted))[-1] == "echo: again"
             assert len(recorders[2].of(TurnFinished)) == 1  # nothing of thread 1 reached thread 2
@@ -118,9 +118,9 @@ async def test_an_approval_reaches_only_the_thread_that_asked(tmp_path: Path, co
         pool = setup.pool()
         drivers, recorders = await open_drivers(setup, pool, 2)
         try:
-            await drivers[1].submit("run it", "r")
+            await drivers[1].submit(thought("run it", "r"))
             (asked,) = await recorders[1].wait_for(ApprovalRequested)
-            await drivers[0].submit("meanwhile", "m")
+            await drivers[0].submit(thought("meanwhile", "m"))
             await recorders[0].wait_for(TurnFinished)
             await drivers[1].answer_approval(asked.request_id, True)
             (finished,) = await recorders[1].wait_for(TurnFinished)
@@ -141,10 +141,10 @@ async def test_killing_the_shared_process_is_one_event_for_every_thread_and_all_
         try:
             threads = [driver.thread_id for driver in drivers]
             for i, driver in enumerate(drivers):
-                await driver.submit(f"first {i}", f"f{i}")
+                await driver.submit(thought(f"first {i}", f"f{i}"))
                 await recorders[i].wait_for(TurnFinished)
-            await drivers[0].submit("slow a", "sa")
-            await drivers[1].submit("slow b", "sb")
+            await drivers[0].submit(thought("slow a", "sa"))
+            await drivers[1].submit(thought("slow b", "sb"))
             await recorders[0].wait_for(TurnStarted, count=2)
             await recorders[1].wait_for(TurnStarted, count=2)
             await server.requests.wait_for(5)  # both slow turns are in the model
@@ -163,7 +163,7 @@ async def test_killing_the_shared_process_is_one_event_for_every_thread_and_all_
             # A thought handed over now is refused with the kill's exit status, so the session
             # knows Codex was killed from outside and the thought is not to blame.
             with pytest.raises(DriverError) as refused:
-                await drivers[2].submit("too late", "late")
+                await drivers[2].submit(thought("too late", "late"))
             assert refused.value.returncode == -signal.SIGKILL
 
             again = [Recorder() for _ in threads]
@@ -175,7 +175,7 @@ async def test_killing_the_shared_process_is_one_event_for_every_thread_and_all_
             for i, (driver, recorder) in enumerate(zip(resumed, again, strict=True)):
                 (started,) = recorder.of(ThreadStarted)
                 assert started.resumed and started.thread_id == threads[i]
-                await driver.submit(f"after {i}", f"a{i}")
+                await driver.submit(thought(f"after {i}", f"a{i}"))
                 await recorder.wait_for(TurnFinished)
                 assert texts(recorder.of(AgentMessageCompleted)) == [f"echo: after {i}"]
         finally:
@@ -282,7 +282,7 @@ async def test_a_full_process_takes_no_new_thread_and_ends_when_its_threads_are_
             (old,) = {pid for driver in first for pid in driver.pids}
             (new,) = {pid for driver in second for pid in driver.pids}
             assert old != new and sorted(pool.pids) == sorted([old, new])
-            await asyncio.gather(*(d.submit(f"hi {i}", f"t{i}") for i, d in enumerate(first + second)))
+            await asyncio.gather(*(d.submit(thought(f"hi {i}", f"t{i}")) for i, d in enumerate(first + second)))
             for recorder in first_recorders + second_recorders:
                 await recorder.wait_for(TurnFinished)
             for driver in first:
@@ -325,7 +325,9 @@ async def test_threads_past_one_processs_open_file_limit_are_all_served(tmp_path
                     drivers, recorders = await open_drivers(setup, pool, 30)
                     try:
                         seen.update(pool.pids)
-                        await asyncio.gather(*(d.submit(f"hi {batch}.{i}", f"t{i}") for i, d in enumerate(drivers)))
+                        await asyncio.gather(
+                            *(d.submit(thought(f"hi {batch}.{i}", f"t{i}")) for i, d in enumerate(drivers))
+                        )
                         for i, recorder in enumerate(recorders):
                             (finished,) = await recorder.wait_for(TurnFinished)
                             assert finished.status == "completed", finished
@@ -367,7 +369,7 @@ async def test_a_thread_is_resumed_on_the_process_that_still_has_it_loaded(tmp_p
             for driver in elsewhere[1:]:  # the other process keeps one thread: it becomes the least used
                 await driver.aclose()
             thread = conversation.thread_id
-            await conversation.submit("first", "c1")
+            await conversation.submit(thought("first", "c1"))
             await first.wait_for(TurnFinished)
             await conversation.aclose()
             users = {pid: sum(pid in d.pids for d in others) for pid in pool.pids}
@@ -378,7 +380,7 @@ async def test_a_thread_is_resumed_on_the_process_that_still_has_it_loaded(tmp_p
             (started,) = again.of(ThreadStarted)
             assert (started.thread_id, started.resumed, started.note) == (thread, True, None)
             assert back.pids == [home]
-            await back.submit("second", "c2")
+            await back.submit(thought("second", "c2"))
             await again.wait_for(TurnFinished)
             assert texts(again.of(AgentMessageCompleted)) == ["echo: second"]
             others.append(back)
@@ -417,7 +419,7 @@ async def test_a_thread_whose_rollout_was_replaced_is_resumed_from_it_once_its_p
             thread = conversation.thread_id
             assert thread is not None
             (pid,) = pool.pids
-            await conversation.submit("first", "c1")
+            await conversation.submit(thought("first", "c1"))
             await first.wait_for(TurnFinished)
             await conversation.aclose()  # let go: 0.147 keeps it loaded; 0.169 unloads it
             (rollout,) = [r for r in here.rollouts() if thread in r.name]
@@ -428,7 +430,7 @@ async def test_a_thread_whose_rollout_was_replaced_is_resumed_from_it_once_its_p
             elsewhere = Recorder()
             continued = there.driver(elsewhere, pool=other_pool)
             await continued.start(thread)
-            await continued.submit("elsewhere", "c2")
+            await continued.submit(thought("elsewhere", "c2"))
             await elsewhere.wait_for(TurnFinished)
             await close_all([continued], other_pool)
             # This daemon takes it back: the other's rollout over its own (a new file), then the unload.
@@ -448,7 +450,7 @@ async def test_a_thread_whose_rollout_was_replaced_is_resumed_from_it_once_its_p
             assert not await pool.unload(thread)  # (no process has it loaded any more)
             back, again = await resume(here, pool, thread, drivers)
             assert (back.pids == [pid]) == unloads_by_itself
-            await back.submit("third", "c3")
+            await back.submit(thought("third", "c3"))
             await again.wait_for(TurnFinished)
             (last,) = [r for r in server.requests.responses_requests() if r.user_texts()[-1:] == ["third"]]
             assert last.user_texts() == ["first", "elsewhere", "third"]
@@ -487,7 +489,7 @@ async def test_threads_let_go_and_resumed_at_once_keep_their_history(
                     if turn != TURNS[0]:
                         await driver.aclose()
                         driver, recorder = await resume(setup, pool, thread, drivers)
-                    await driver.submit(f"{turn} {i}", f"{turn}{i}")
+                    await driver.submit(thought(f"{turn} {i}", f"{turn}{i}"))
                     await recorder.wait_for(TurnFinished)
 
             await asyncio.gather(*(conversation(i) for i in range(len(recorders))))
@@ -566,7 +568,7 @@ async def test_a_prestarted_process_serves_the_first_thread(tmp_path: Path, code
         drivers, recorders = await open_drivers(setup, pool, 1)
         try:
             assert drivers[0].pids == [warm] and pool.pids == [warm]
-            await drivers[0].submit("hello", "t1")
+            await drivers[0].submit(thought("hello", "t1"))
             await recorders[0].wait_for(TurnFinished)
             assert texts(recorders[0].of(AgentMessageCompleted)) == ["echo: hello"]
         finally:
@@ -586,7 +588,7 @@ async def test_a_prestarted_process_no_thread_takes_ends_after_keep_idle(tmp_pat
         drivers, recorders = await open_drivers(setup, pool, 1)
         try:
             assert drivers[0].pids and drivers[0].pids != [warm]
-            await drivers[0].submit("later", "t1")
+            await drivers[0].submit(thought("later", "t1"))
             await recorders[0].wait_for(TurnFinished)
         finally:
             await close_all(drivers, pool)
@@ -624,7 +626,7 @@ async def test_a_failed_prestart_is_logged_once_and_the_first_thread_starts_code
             assert not pool.pids
             drivers, recorders = await open_drivers(setup, pool, 1)
             try:
-                await drivers[0].submit("after the failure", "t1")
+                await drivers[0].submit(thought("after the failure", "t1"))
                 await recorders[0].wait_for(TurnFinished)
                 assert texts(recorders[0].of(AgentMessageCompleted)) == ["echo: after the failure"]
             finally:
@@ -661,7 +663,7 @@ async def test_the_last_thread_let_go_leaves_its_process_warm_and_unwatched_for_
             (pid,) = pool.pids
             native = native_codex(pid)
             thread = drivers[0].thread_id
-            await drivers[0].submit("before the release", "t1")
+            await drivers[0].submit(thought("before the release", "t1"))
             await recorders[0].wait_for(TurnFinished)
             assert inotify_watches(native)  # a loaded thread: its skill roots are watched
             await drivers[0].aclose()  # the conversation lets its thread go
@@ -671,7 +673,7 @@ async def test_the_last_thread_let_go_leaves_its_process_warm_and_unwatched_for_
 
             back, again = await resume(setup, pool, thread, drivers)
             assert back.pids == [pid] and pool.pids == [pid] and pool.warm_pids == []
-            await back.submit("after the release", "t2")
+            await back.submit(thought("after the release", "t2"))
             await again.wait_for(TurnFinished)
             assert texts(again.of(AgentMessageCompleted)) == ["echo: after the release"]
             last = server.requests.responses_requests()[-1]
@@ -689,7 +691,7 @@ async def test_a_warm_process_ends_after_keep_idle_with_no_thread(tmp_path: Path
         pool = setup.pool(keep_idle=1.0)
         drivers, recorders = await open_drivers(setup, pool, 1)
         try:
-            await drivers[0].submit("hello", "t1")
+            await drivers[0].submit(thought("hello", "t1"))
             await recorders[0].wait_for(TurnFinished)
             await drivers[0].aclose()
             await until(lambda: not pool.pids and not codex_processes(setup.home.path), "the warm app-server to end")

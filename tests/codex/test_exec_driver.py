@@ -8,7 +8,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from codex_driver_helpers import Recorder, make_setup, texts
+from codex_driver_helpers import Recorder, make_setup, texts, thought
 
 from coven_codex.codex.drivers import (
     AgentMessageCompleted,
@@ -36,12 +36,12 @@ async def test_multi_turn_persists_the_thread_before_the_turn_ends(
         try:
             await driver.start(None)
             assert recorder.events == []  # exec learns the thread id from the first turn
-            assert await driver.submit("one", "t1") == "started"
+            assert await driver.submit(thought("one", "t1")) == "started"
             (thread,) = await recorder.wait_for(ThreadStarted)
             assert recorder.of(TurnFinished) == []  # known (and delivered) while the turn runs
             assert not thread.resumed
             await recorder.wait_for(TurnFinished)
-            assert await driver.submit("two", "t2") == "started"
+            assert await driver.submit(thought("two", "t2")) == "started"
             finished = await recorder.wait_for(TurnFinished, count=2)
         finally:
             await driver.aclose()
@@ -59,10 +59,10 @@ async def test_thoughts_mid_turn_are_queued_in_order(tmp_path: Path, codex_bin_0
         driver = setup.driver(recorder, mid_turn="steer")  # steering is impossible: queued
         try:
             await driver.start(None)
-            await driver.submit("first", "a")
+            await driver.submit(thought("first", "a"))
             await recorder.wait_for(TurnStarted)
-            assert await driver.submit("second", "b") == "queued"
-            assert await driver.submit("third", "c") == "queued"
+            assert await driver.submit(thought("second", "b")) == "queued"
+            assert await driver.submit(thought("third", "c")) == "queued"
             assert driver.queued == ("b", "c")
             finished = await recorder.wait_for(TurnFinished, count=3)
         finally:
@@ -81,9 +81,9 @@ async def test_cancel_ends_the_turn_and_the_queue_goes_on(
         try:
             await driver.start(None)
             assert await driver.cancel() is False
-            await driver.submit("long", "a")
+            await driver.submit(thought("long", "a"))
             await server.requests.wait_for(1)
-            await driver.submit("next", "b")
+            await driver.submit(thought("next", "b"))
             assert await driver.cancel() is True
             finished = await recorder.wait_for(TurnFinished, count=2, timeout=30)
         finally:
@@ -100,7 +100,7 @@ async def test_model_401_is_a_classified_auth_error(
         driver = setup.driver(recorder)
         try:
             await driver.start(None)
-            await driver.submit("hello", "a")
+            await driver.submit(thought("hello", "a"))
             (finished,) = await recorder.wait_for(TurnFinished)
         finally:
             await driver.aclose()
@@ -115,7 +115,7 @@ async def test_turn_timeout_ends_the_process(tmp_path: Path, codex_bin_047: Path
         driver = setup.driver(recorder, turn_timeout=2.0, kill_grace=1.0)
         try:
             await driver.start(None)
-            await driver.submit("slow", "a")
+            await driver.submit(thought("slow", "a"))
             (finished,) = await recorder.wait_for(TurnFinished, timeout=30)
         finally:
             await driver.aclose()
@@ -135,10 +135,10 @@ async def test_kill_9_mid_turn_then_resume(
         driver = setup.driver(recorder)
         try:
             await driver.start(None)
-            await driver.submit("first", "a")
+            await driver.submit(thought("first", "a"))
             await recorder.wait_for(TurnFinished)
             thread_id = driver.thread_id
-            await driver.submit("second", "b")
+            await driver.submit(thought("second", "b"))
             await server.requests.wait_for(2)
             leader = psutil.Process(driver.pids[0])
             tree = [leader, *leader.children(recursive=True)]
@@ -148,7 +148,7 @@ async def test_kill_9_mid_turn_then_resume(
             for process in tree:
                 assert not process.is_running() or process.status() == psutil.STATUS_ZOMBIE
             # the driver goes on: the next thought resumes the same thread in a new process
-            await driver.submit("third", "c")
+            await driver.submit(thought("third", "c"))
             finished = await recorder.wait_for(TurnFinished, count=3, timeout=30)
         finally:
             await driver.aclose()
@@ -167,7 +167,7 @@ async def test_restart_resumes_the_persisted_thread(tmp_path: Path, codex_bin_04
         first = setup.driver(recorder)
         try:
             await first.start(None)
-            await first.submit("hello", "a")
+            await first.submit(thought("hello", "a"))
             (thread,) = await recorder.wait_for(ThreadStarted)
             await recorder.wait_for(TurnFinished)
         finally:
@@ -176,7 +176,7 @@ async def test_restart_resumes_the_persisted_thread(tmp_path: Path, codex_bin_04
         second = setup.driver(again)
         try:
             await second.start(thread.thread_id)
-            await second.submit("again", "b")
+            await second.submit(thought("again", "b"))
             (finished,) = await again.wait_for(TurnFinished)
         finally:
             await second.aclose()
@@ -193,7 +193,7 @@ async def test_resuming_an_unknown_thread_is_noticed(tmp_path: Path, codex_bin_0
         unknown = "01a20262-0000-7000-8000-000000000000"
         try:
             await driver.start(unknown)
-            await driver.submit("hi", "a")
+            await driver.submit(thought("hi", "a"))
             await recorder.wait_for(TurnFinished)
         finally:
             await driver.aclose()
@@ -215,7 +215,7 @@ async def test_no_approvals_and_closed_driver(tmp_path: Path, codex_bin_047: Pat
         await driver.aclose()
         await driver.aclose()
         with pytest.raises(DriverError, match="not running"):
-            await driver.submit("late", "z")
+            await driver.submit(thought("late", "z"))
 
 
 async def test_silent_model_is_a_stream_idle_error(tmp_path: Path, codex_bin_047: Path, recorder: Recorder) -> None:
@@ -224,8 +224,8 @@ async def test_silent_model_is_a_stream_idle_error(tmp_path: Path, codex_bin_047
         driver = setup.driver(recorder, stream_idle_timeout=2.0, kill_grace=1.0)
         try:
             await driver.start(None)
-            await driver.submit("slow", "a")
-            await driver.submit("then this", "b")
+            await driver.submit(thought("slow", "a"))
+            await driver.submit(thought("then this", "b"))
             finished = await recorder.wait_for(TurnFinished, count=2, timeout=30)
         finally:
             await driver.aclose()
@@ -245,15 +245,15 @@ async def test_a_bug_in_a_driver_task_fails_the_driver_instead_of_vanishing(
         driver = setup.driver(recorder)
         try:
             await driver.start(None)
-            await driver.submit("first", "a")
-            assert await driver.submit("second", "b") == "queued"
+            await driver.submit(thought("first", "a"))
+            assert await driver.submit(thought("second", "b")) == "queued"
             (failed,) = await recorder.wait_for(DriverFailed, timeout=30)
             assert "internal error in the exec driver" in failed.error.message
             assert "bug in event handling" in failed.error.message
             assert failed.in_flight == ("a",) and failed.undelivered == ("b",)
             assert driver.failed is failed.error
             with pytest.raises(DriverError, match="driver failed"):
-                await driver.submit("third", "c")
+                await driver.submit(thought("third", "c"))
         finally:
             await driver.aclose()
         assert not [p for p in psutil.process_iter() if p.pid in driver.pids]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import tomlkit
-from codex_driver_helpers import Recorder, driver_plan
+from codex_driver_helpers import Recorder, driver_plan, thought
 
 from coven_codex.codex.drivers import DriverSettings, TurnFinished, create_driver
 from coven_codex.codex.home import prepare_codex_home
@@ -57,7 +57,7 @@ async def test_prepared_home_runs_tools_and_instructions(tmp_path: Path, codex_b
         )
         try:
             await driver.start(None)
-            await driver.submit("use the tool", "t1")
+            await driver.submit(thought("use the tool", "t1"))
             (finished,) = await recorder.wait_for(TurnFinished)
         finally:
             await driver.aclose()

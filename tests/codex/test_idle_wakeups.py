@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from codex_driver_helpers import Recorder, make_setup
+from codex_driver_helpers import Recorder, make_setup, thought
 
 from coven_codex.codex.drivers import TurnFinished
 from coven_codex.testing import ScriptedModelServer
@@ -101,7 +101,7 @@ async def test_threads_let_go_are_unloaded_and_codex_sleeps_through_other_proces
         try:
             for i, (driver, recorder) in enumerate(zip(drivers, recorders, strict=True)):
                 await driver.start(None)
-                await driver.submit(f"hello {i}", f"t{i}")
+                await driver.submit(thought(f"hello {i}", f"t{i}"))
                 await recorder.wait_for(TurnFinished)
             (leader,) = pool.pids
             pid = native_codex(leader)

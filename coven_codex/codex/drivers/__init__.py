@@ -15,7 +15,7 @@ from coven_codex.codex.appserver.pool import AppServerPool
 from coven_codex.codex.capabilities import DriverPlan
 from coven_codex.codex.driver_settings import DriverSettings
 from coven_codex.codex.drivers.app_server import AppServerDriver, unrelayed_approvals
-from coven_codex.codex.drivers.base import DRIVER_TRANSITIONS, CodexDriver, DriverPhase, ImageInput
+from coven_codex.codex.drivers.base import DRIVER_TRANSITIONS, CodexDriver, DriverPhase
 from coven_codex.codex.drivers.events import (
     AgentMessageCompleted,
     ApprovalRequested,
@@ -33,6 +33,7 @@ from coven_codex.codex.drivers.events import (
 )
 from coven_codex.codex.drivers.exec import ExecDriver
 from coven_codex.codex.errors import DriverError, killed_from_outside
+from coven_codex.codex.thought import ImageInput, Thought, ThreadOptions
 from coven_codex.codex.version import CodexVersion
 
 DriverChoice = Literal["auto", "app-server", "exec"]
@@ -79,6 +80,8 @@ __all__ = [
     "ExecDriver",
     "ImageInput",
     "Submission",
+    "Thought",
+    "ThreadOptions",
     "ThreadStarted",
     "TurnExpired",
     "TurnFinished",

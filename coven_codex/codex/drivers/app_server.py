@@ -42,7 +42,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import ClassVar, TypeVar
 
 from pydantic import BaseModel, JsonValue, ValidationError
 
@@ -59,7 +59,7 @@ from coven_codex.codex.appserver.pool import AppServerPool
 from coven_codex.codex.capabilities import DriverPlan
 from coven_codex.codex.driver_settings import DriverSettings
 from coven_codex.codex.drivers.approvals import APPROVAL_ACTIONS, ApprovalDesk
-from coven_codex.codex.drivers.base import CodexDriver, ImageInput, TurnInput
+from coven_codex.codex.drivers.base import CodexDriver
 from coven_codex.codex.drivers.clock import TurnClock
 from coven_codex.codex.drivers.events import (
     AgentMessageCompleted,
@@ -74,6 +74,7 @@ from coven_codex.codex.drivers.events import (
     TurnStatus,
 )
 from coven_codex.codex.errors import HINTS, ClassifiedError, DriverError, ErrorCode, classify, shorten
+from coven_codex.codex.thought import Thought
 from coven_codex.codex.version import CodexVersion
 from coven_codex.jsonrpc import RpcError
 from coven_codex.support.lifecycle import Lifecycle, transitions
@@ -230,17 +231,10 @@ class AppServerDriver(CodexDriver):
         await self._events.deliver(ThreadStarted(thread_id, resumed=resumed, note=note))
 
     # -- thoughts ----------------------------------------------------------------------------------
-    async def submit(
-        self,
-        text: str,
-        client_id: str,
-        images: tuple[ImageInput, ...] = (),
-        output_schema: dict[str, Any] | None = None,
-    ) -> Submission:
-        """Start a turn with the thought, steer it into the running turn (``mid_turn="steer"``) or queue it."""
+    async def submit(self, thought: Thought) -> Submission:
+        """Start a turn with ``thought``, steer it into the running turn (``mid_turn="steer"``) or queue it."""
         async with self._lock:
             self._check_alive()
-            thought = TurnInput(text, client_id, images, output_schema)
             turn = self._turn
             if turn is None and not self._queue:
                 await self._start_turn(thought)
@@ -252,19 +246,11 @@ class AppServerDriver(CodexDriver):
                 and turn.turn_id is not None
             ):
                 try:
-                    await self._request(
-                        "turn/steer",
-                        {
-                            "threadId": self._require_thread(),
-                            "expectedTurnId": turn.turn_id,
-                            "input": input_items(thought),
-                            "clientUserMessageId": client_id,
-                        },
-                    )
+                    await self._request("turn/steer", {**self._turn_params(thought), "expectedTurnId": turn.turn_id})
                 except RpcError as exc:
                     log.info("could not steer turn %s (%s); queueing the thought", turn.turn_id, exc)
                 else:
-                    turn.client_ids.append(client_id)
+                    turn.client_ids.append(thought.id)
                     turn.clock.touch()
                     return "steered"
             self._queue.append(thought)
@@ -272,16 +258,21 @@ class AppServerDriver(CodexDriver):
                 self._spawn(self._pump())
             return "queued"
 
-    async def _start_turn(self, thought: TurnInput) -> None:
-        turn = _Turn([thought.client_id], TurnClock(self.settings.turn_timeout, self.settings.stream_idle_timeout))
+    def _turn_params(self, thought: Thought) -> dict[str, JsonValue]:
+        """The params ``turn/start`` and ``turn/steer`` share: the thread, the thought's input items
+        (its images, then its text) and its id as ``clientUserMessageId``."""
+        return {
+            "threadId": self._require_thread(),
+            "input": input_items(thought),
+            "clientUserMessageId": thought.id,
+        }
+
+    async def _start_turn(self, thought: Thought) -> None:
+        turn = _Turn([thought.id], TurnClock(self.settings.turn_timeout, self.settings.stream_idle_timeout))
         self._turn = turn
         turn.watchdog = self._spawn(self._watch_turn(turn))
         try:
-            params: dict[str, JsonValue] = {
-                "threadId": self._require_thread(),
-                "input": input_items(thought),
-                "clientUserMessageId": thought.client_id,
-            }
+            params = self._turn_params(thought)
             if thought.output_schema is not None:
                 params["outputSchema"] = thought.output_schema
             result = await self._request("turn/start", params)
@@ -533,7 +524,7 @@ def _parsed(model: type[_M], data: object) -> _M | None:
         return None
 
 
-def input_items(thought: TurnInput) -> list[JsonValue]:
+def input_items(thought: Thought) -> list[JsonValue]:
     """The ``input`` of ``turn/start``/``turn/steer``: the thought's images (``localImage`` with a
     ``path``, or ``image`` with a ``url``), then its text."""
     items: list[JsonValue] = []

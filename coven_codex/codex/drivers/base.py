@@ -23,13 +23,16 @@ Calls:
   a :class:`ThreadStarted` for an app-server thread has been *delivered* to the sink (the agent
   persists the id there). For exec the thread id is known only when the first turn's process
   prints it; :class:`ThreadStarted` is emitted then, before that turn ends.
-- ``await submit(text, client_id, images) -> Submission``: hand over a thought (with its
-  :class:`ImageInput` images: app-server ``localImage``/``image`` input items, exec ``--image``); returns once Codex
+- ``await submit(thought) -> Submission``: hand over a :class:`~coven_codex.codex.thought.Thought`, the
+  conversation's own value, kept as it is in the driver's queue and turned into Codex's input only
+  here, at the driver's edge (its :class:`~coven_codex.codex.thought.ImageInput` images: app-server
+  ``localImage``/``image`` input items, exec ``--image``); returns once Codex
   accepted it (app-server: ``turn/start``/``turn/steer`` answered) or its bytes are written to
   the process's stdin (exec), or once it is queued behind the running turn. Queued thoughts
   start in order as turns end. With ``mid_turn="steer"`` (app-server only) a thought arriving
-  during a running turn is added to it with ``turn/steer``. ``client_id`` is the journal entry id;
-  the app-server passes it as ``clientUserMessageId`` so the rollout records it.
+  during a running turn is added to it with ``turn/steer``. The thought's id is the journal entry id;
+  the app-server passes it as ``clientUserMessageId`` so the rollout records it (the events name
+  thoughts by it: their client ids).
 - ``await cancel() -> bool``: interrupt the running turn (``turn/interrupt``; exec: SIGINT) and
   return at once; a turn still running ``kill_grace`` seconds later has its process tree killed
   (app-server: the driver fails with ``KILL_TIMEOUT``). Queued thoughts stay queued and run
@@ -70,7 +73,6 @@ import enum
 import logging
 from collections import deque
 from collections.abc import Coroutine, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -78,33 +80,11 @@ from coven_codex.codex.driver_settings import DriverSettings
 from coven_codex.codex.drivers.events import EventDispatcher, EventSink, Submission
 from coven_codex.codex.errors import ClassifiedError, DriverError, classify, collect_stderr
 from coven_codex.codex.tasks import Job, TaskRunner
+from coven_codex.codex.thought import Thought
 from coven_codex.codex.version import CodexVersion
 from coven_codex.support.lifecycle import Lifecycle, transitions
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class ImageInput:
-    """An image a thought carries: a local file (``path``) or, where the driver takes one, an ``https`` ``url``."""
-
-    path: Path | None = None
-    url: str | None = None
-
-
-@dataclass(slots=True)
-class TurnInput:
-    """One thought as the driver hands it to Codex: its text, client (journal entry) id and images.
-
-    The driver queues it while another turn runs and starts a turn with it; it is not the session's
-    :class:`coven_codex.agent.services.PendingThought`, which also carries the journal position.
-    """
-
-    text: str
-    client_id: str
-    images: tuple[ImageInput, ...] = ()
-    output_schema: dict[str, Any] | None = None
-    """The JSON Schema the turn's final answer must match (app-server's ``outputSchema``)."""
 
 
 class DriverPhase(enum.Enum):
@@ -164,7 +144,7 @@ class CodexDriver(abc.ABC):
         self.env = dict(env)
         self.settings = settings
         self._events = EventDispatcher(sink)
-        self._queue: deque[TurnInput] = deque()
+        self._queue: deque[Thought] = deque()
         self._thread_id: str | None = None
         self._tasks = TaskRunner(f"codex-{self.kind}-driver", self._on_task_failure)
         self._lock = asyncio.Lock()
@@ -184,7 +164,7 @@ class CodexDriver(abc.ABC):
     @property
     def queued(self) -> tuple[str, ...]:
         """Client ids of thoughts waiting for the running turn to end."""
-        return tuple(thought.client_id for thought in self._queue)
+        return tuple(thought.id for thought in self._queue)
 
     @property
     @abc.abstractmethod
@@ -202,15 +182,9 @@ class CodexDriver(abc.ABC):
         ...
 
     @abc.abstractmethod
-    async def submit(
-        self,
-        text: str,
-        client_id: str,
-        images: tuple[ImageInput, ...] = (),
-        output_schema: dict[str, Any] | None = None,
-    ) -> Submission:
-        """Hand over a thought, its images and the schema its answer must match (where the driver can
-        constrain it: app-server); returns once Codex has it or it is queued (module docstring)."""
+    async def submit(self, thought: Thought) -> Submission:
+        """Hand over ``thought`` (its text, images and the schema its answer must match, where the driver
+        can constrain it: app-server); returns once Codex has it or it is queued (module docstring)."""
         ...
 
     @abc.abstractmethod
@@ -245,7 +219,7 @@ class CodexDriver(abc.ABC):
 
     # -- for the implementations ---------------------------------------------------------------
     @abc.abstractmethod
-    async def _start_turn(self, thought: TurnInput) -> None:
+    async def _start_turn(self, thought: Thought) -> None:
         """Hand ``thought`` to Codex as a new turn (called with :attr:`_lock` held)."""
 
     @abc.abstractmethod

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from coven_codex.codex.driver_settings import DriverSettings
-from coven_codex.codex.drivers.base import CodexDriver, DriverPhase, ImageInput, TurnInput
+from coven_codex.codex.drivers.base import CodexDriver, DriverPhase
 from coven_codex.codex.drivers.clock import TurnClock
 from coven_codex.codex.drivers.events import (
     AgentMessageCompleted,
@@ -51,6 +51,7 @@ from coven_codex.codex.drivers.events import (
 )
 from coven_codex.codex.errors import STDERR_LINES, ClassifiedError, DriverError, classify, process_error, shorten
 from coven_codex.codex.process import STREAM_LIMIT, ChildProcess, signal_group, spawn, terminate_tree
+from coven_codex.codex.thought import Thought
 from coven_codex.codex.version import CodexVersion
 from coven_codex.entries import TokenUsage
 
@@ -59,7 +60,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class _ExecTurn:
-    thought: TurnInput
+    thought: Thought
     child: ChildProcess
     clock: TurnClock
     completed: bool = False
@@ -115,26 +116,20 @@ class ExecDriver(CodexDriver):
         self._thread_id = resume_thread_id  # no turn can start before start() returns
 
     # -- thoughts ----------------------------------------------------------------------------------
-    async def submit(
-        self,
-        text: str,
-        client_id: str,
-        images: tuple[ImageInput, ...] = (),
-        output_schema: dict[str, Any] | None = None,
-    ) -> Submission:
-        """Start a turn (a ``codex exec`` process) with the thought, or queue it behind the running turn."""
+    async def submit(self, thought: Thought) -> Submission:
+        """Start a turn (a ``codex exec`` process) with ``thought``, or queue it behind the running turn.
+        (``codex exec`` takes no schema for the answer: the thought's ``output_schema`` is not passed on.)"""
         async with self._lock:
             self._check_alive()
-            if any(image.path is None for image in images):
+            if any(image.path is None for image in thought.images):
                 raise DriverError("codex exec takes images as files only, not by URL")
-            thought = TurnInput(text, client_id, images)
             if self._turn is None and not self._queue:
                 await self._start_turn(thought)
                 return "started"
             self._queue.append(thought)
             return "queued"
 
-    def _argv(self, thought: TurnInput) -> list[str]:
+    def _argv(self, thought: Thought) -> list[str]:
         # `--image` takes several values: a flag must follow its last one, or it would swallow `resume`
         argv = [*self.command, "exec", "--json", *image_args(thought), "--skip-git-repo-check"]
         if self.settings.model is not None:
@@ -143,7 +138,7 @@ class ExecDriver(CodexDriver):
             argv += ["resume", self._thread_id]
         return [*argv, "-"]
 
-    async def _start_turn(self, thought: TurnInput) -> None:
+    async def _start_turn(self, thought: Thought) -> None:
         if not self._tasks.running:
             raise DriverError("the exec driver is not started")
         try:
@@ -186,7 +181,7 @@ class ExecDriver(CodexDriver):
         status, error = self._outcome(turn)
         if self._turn is turn:
             self._turn = None
-        self._events.emit(TurnFinished(None, status, (turn.thought.client_id,), error, turn.usage))
+        self._events.emit(TurnFinished(None, status, (turn.thought.id,), error, turn.usage))
         if self._queue and not self._lifecycle.is_in(DriverPhase.CLOSED):
             await self._pump()
 
@@ -231,7 +226,7 @@ class ExecDriver(CodexDriver):
             if isinstance(thread_id, str) and thread_id:
                 self._on_thread(thread_id)
         elif kind == "turn.started":
-            self._events.emit(TurnStarted(None, (turn.thought.client_id,)))
+            self._events.emit(TurnStarted(None, (turn.thought.id,)))
         elif kind == "item.completed":
             item = event.get("item")
             if isinstance(item, dict) and item.get("type") == "agent_message":
@@ -306,7 +301,7 @@ class ExecDriver(CodexDriver):
             return
         log.error("the exec driver failed: %s", error.message)
         turn = self._turn
-        in_flight = (turn.thought.client_id,) if turn is not None else ()
+        in_flight = (turn.thought.id,) if turn is not None else ()
         undelivered = self.queued
         self._queue.clear()
         self._events.emit(DriverFailed(error, returncode, undelivered, in_flight))
@@ -325,7 +320,7 @@ def exec_usage(usage: Any) -> TokenUsage | None:
     return TokenUsage(**counts)
 
 
-def image_args(thought: TurnInput) -> list[str]:
+def image_args(thought: Thought) -> list[str]:
     """``--image FILE`` for each of the thought's images. Given before ``resume`` (0.47's ``exec
     resume`` has no ``--image`` of its own, and takes the ``exec`` one) and followed by another
     flag (``--image`` takes several values and would take ``resume <thread> -`` as files)."""
