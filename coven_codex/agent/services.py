@@ -49,6 +49,8 @@ class ThreadOptions:
     model: str | None = None
     turn_timeout: float | None = None
     fork_from: str | None = None
+    mode: str | None = None
+    """The conversation's mode (``/mode``; a name of ``MODES``): Codex's approval policy and sandbox."""
 
 
 class DriverFactory(Protocol):

@@ -14,6 +14,7 @@ import dataclasses
 import logging
 from collections.abc import Callable, Collection
 
+from coven_codex.agent.chat_settings import SETTINGS_STATE, SettingRefused, check_change, describe
 from coven_codex.agent.services import PendingThought, SessionServices
 from coven_codex.agent.state import SessionState
 from coven_codex.agent.thread_options import REFUSED_HINT, OptionsRefused, reset_workspace, thought_options
@@ -21,7 +22,7 @@ from coven_codex.attachments.checks import AttachmentRefused, check_images, uplo
 from coven_codex.codex.errors import shorten
 from coven_codex.conversation.messages import Duplicate, Message, ResetRequest
 from coven_codex.conversation.outbox import Outbox
-from coven_codex.entries import ErrorEntry, ResetEntry, ThoughtEntry
+from coven_codex.entries import ConversationSettings, ErrorEntry, ResetEntry, SettingsEntry, StatusEntry, ThoughtEntry
 from coven_codex.journal import Position
 from coven_codex.journal.opening import local_base
 from coven_codex.settings import state_root
@@ -80,13 +81,16 @@ class Admission:
             self._svc.instruments.thought_received(entry.id)
         return True
 
-    def offer_reset(self, entry: ResetEntry, position: Position) -> bool:
-        """Pend a ``reset`` unless it was acted on before; ``True`` if it is now pending."""
+    def offer_reset(self, entry: ResetEntry | SettingsEntry, position: Position) -> bool:
+        """Pend a ``reset`` (or a ``settings`` entry) unless it was acted on before; ``True`` if it is now pending."""
         assert entry.id is not None
         if self._known(entry.id, position):
             return False
         self._pending[entry.id] = position
-        self._post(ResetRequest(entry.id, position, entry.cwd))
+        if isinstance(entry, SettingsEntry):
+            self._post(ResetRequest(entry.id, position, settings=entry.change))
+        else:
+            self._post(ResetRequest(entry.id, position, entry.cwd))
         return True
 
     def settle(self, entry_id: str, position: Position) -> None:
@@ -159,7 +163,10 @@ class Admission:
         self.settle(thought.entry_id, thought.position)
 
     async def take_reset(self, reset: ResetRequest) -> bool:
-        """A reset naming a ``cwd`` outside the workspace roots is refused (one error; nothing changes)."""
+        """A reset naming a ``cwd`` outside the workspace roots is refused (one error; nothing changes); so is a
+        ``settings`` entry asking for what the operator does not allow. A question about the settings is answered."""
+        if reset.settings is not None:
+            return await self._take_settings(reset, reset.settings)
         if reset.cwd is None:
             return True
         try:
@@ -177,6 +184,38 @@ class Admission:
             self.settle(reset.entry_id, reset.position)
             return False
         return True
+
+    async def _take_settings(self, request: ResetRequest, change: ConversationSettings) -> bool:
+        """``True``: ``change`` is allowed (it waits its turn in the queue); else answered (a question) or refused."""
+        settings = self._svc.settings
+        if change == ConversationSettings():
+            await self._outbox.emit(
+                StatusEntry(
+                    id=f"settings@{request.position}",
+                    state=SETTINGS_STATE,
+                    settings=self._state.chat,
+                    text=describe(self._state.chat, settings),
+                )
+            )
+        else:
+            try:
+                await asyncio.to_thread(check_change, change, settings)
+            except SettingRefused as exc:
+                log.info(
+                    "conversation %r: settings at journal position %s refused: %s",
+                    self._name,
+                    request.position,
+                    exc.message,
+                )
+                await self._outbox.emit(
+                    ErrorEntry(
+                        id=f"refused@{request.position}", code=REFUSED_CODE, text=f"{exc.message}.", hint=exc.hint
+                    )
+                )
+            else:
+                return True
+        self.settle(request.entry_id, request.position)
+        return False
 
     async def report_duplicate(self, message: Duplicate) -> None:
         """A thought reused an earlier thought's id: one ``REFUSED`` error (it is dropped)."""

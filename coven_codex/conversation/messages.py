@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from coven_codex.agent.services import PendingThought
 from coven_codex.codex.drivers import CodexDriver, DriverError, DriverEvent
-from coven_codex.entries import ApprovalEntry, CancelEntry
+from coven_codex.entries import ApprovalEntry, CancelEntry, ConversationSettings
 from coven_codex.journal import Position
 
 
@@ -52,6 +52,8 @@ class ResetRequest:
     position: Position
     cwd: str | None = None
     """The next thread's working directory as the reset names it (checked when the reset arrives)."""
+    settings: ConversationSettings | None = None
+    """A ``settings`` entry rather than a reset: the values it changes (all ``None``: a question)."""
 
 
 @dataclass(frozen=True, slots=True)

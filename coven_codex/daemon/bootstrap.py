@@ -27,6 +27,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import tomllib
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,10 +38,12 @@ from coven_codex.agent.egress import AppendHook
 from coven_codex.agent.scope import Scope, ScopeError, open_scope
 from coven_codex.agent.services import ThreadOptions
 from coven_codex.agent.storage import StorageFailed
+from coven_codex.agent.thread_options import OptionsRefused, check_cwd
 from coven_codex.attachments import file_spells, uploads_dir
 from coven_codex.codex.appserver import AppServerPool, raise_fd_limit
 from coven_codex.codex.capabilities import CapabilityError, DriverPlan, detect_capabilities, plan_driver
 from coven_codex.codex.discovery import DiscoveryError, FoundExecutable, find_codex
+from coven_codex.codex.driver_settings import MODES, SANDBOX_WIDTH
 from coven_codex.codex.drivers import CodexDriver, DriverSettings, EventSink, create_driver, unrelayed_approvals
 from coven_codex.codex.home import CodexHome, CodexHomeError, DriverKind, prepare_codex_home
 from coven_codex.codex.launch import CodexLaunch, relative_path_entries, resolve_launch
@@ -169,7 +172,7 @@ class DriverMaker:
             settings = dataclasses.replace(
                 settings, turn_timeout=timeout, stream_idle_timeout=min(settings.stream_idle_timeout, timeout)
             )
-        settings = dataclasses.replace(settings, model=options.model, fork_from=options.fork_from)
+        settings = dataclasses.replace(settings, model=options.model, fork_from=options.fork_from, mode=options.mode)
         cwd = Path(options.workspace) if options.workspace is not None else self.cwd
         return create_driver(
             self.executable,
@@ -400,6 +403,14 @@ def _checked_start(settings: Settings) -> tuple[JournalName, Path]:
     workspace = settings.workspace.expanduser().resolve()
     if not workspace.is_dir():
         raise BootstrapError(f"the workspace {workspace} is not a directory; create it or fix --workspace")
+    for name, path in settings.projects.items():
+        try:
+            check_cwd(str(path), settings.cwd_roots)
+        except OptionsRefused as exc:
+            raise BootstrapError(
+                f"project {name!r} in [projects]: {exc}; "
+                "name a directory inside the workspace or a workspace_roots entry"
+            ) from None
     return settings.journal, workspace
 
 
@@ -549,6 +560,21 @@ async def _collect_traces(
     log.info("collecting Codex's OpenTelemetry export at %s into %s", receiver.base_url, traces_dir)
 
 
+def _check_modes(settings: Settings, config: Path) -> None:
+    """No mode a chat may choose (``modes``) is wider than the sandbox the daemon's Codex config sets."""
+    try:
+        sandbox = tomllib.loads(config.read_text("utf-8")).get("sandbox_mode", "workspace-write")
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise BootstrapError(f"cannot read the Codex config {config}: {exc}") from None
+    ceiling = SANDBOX_WIDTH.get(str(sandbox), 0)
+    wider = [mode for mode in settings.modes if SANDBOX_WIDTH[MODES[mode].sandbox] > ceiling]
+    if wider:
+        raise BootstrapError(
+            f"modes {', '.join(wider)} would widen the sandbox beyond the Codex config's sandbox_mode = {sandbox!r}; "
+            "drop them from modes in coven.toml, or widen sandbox_mode in the Codex base config"
+        )
+
+
 async def _prepare_home(
     settings: Settings,
     workspace: Path,
@@ -572,6 +598,7 @@ async def _prepare_home(
         )
     except CodexHomeError as exc:
         raise BootstrapError(str(exc)) from None
+    await asyncio.to_thread(_check_modes, settings, home.path / "config.toml")
     if not home.has_credentials:
         log.warning(
             "no Codex credentials found (no auth.json, no API key variable, no model provider "

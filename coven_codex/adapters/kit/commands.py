@@ -6,6 +6,8 @@
 - ``approve [ID]`` / ``deny [ID]``: answer an approval request (the oldest open one by default);
 - ``approve-session [ID]``: approve it for the rest of the session (Codex does not ask again for the same);
 - ``details [ID]``: the full output of a turn's tools (a progress card's **Details** button);
+- ``project [NAME]``, ``model [NAME]``, ``mode [NAME]``: choose the conversation's project directory, model or
+  mode from what the daemon's operator allows (appends a ``settings`` entry; alone: what they are and may be);
 - ``help``.
 """
 
@@ -14,9 +16,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from coven_codex.entries import TokenUsage
+from coven_codex.entries import ConversationSettings, SettingsEntry, StatusEntry, TokenUsage
 
-COMMANDS = ("cancel", "new", "status", "approve", "approve-session", "deny", "details", "help")
+COMMANDS = (
+    "cancel",
+    "new",
+    "status",
+    "approve",
+    "approve-session",
+    "deny",
+    "details",
+    "help",
+    "project",
+    "model",
+    "mode",
+)
+SETTINGS_COMMANDS = ("project", "model", "mode")
+"""The commands that choose a conversation's settings (one ``settings`` entry each, the daemon checks it)."""
 DECISIONS: dict[str, Literal["approve", "approve_for_session", "deny"]] = {
     "approve": "approve",
     "approve-session": "approve_for_session",
@@ -32,6 +48,9 @@ HELP = """commands:
   /approve-session [ID]  approve it for the rest of the session (not asked again)
   /deny [ID]     deny it
   /details       the full output of the last turn's tools
+  /project [NAME]  work in one of the operator's projects (a new Codex thread); alone: list them
+  /model [NAME]  use one of the operator's models from the next message; alone: list them
+  /mode [NAME]   read-only, ask or auto (approvals and sandbox), as the operator allows; alone: list them
   /help          this list
 anything else is sent to Codex"""
 
@@ -72,14 +91,48 @@ class ConversationState:
     usage: TokenUsage | None = None
     """The ``usage`` of the last turn end that carried one."""
     pending_approvals: list[str] = field(default_factory=list)
+    settings: ConversationSettings | None = None
+    """The conversation's settings as the daemon's last ``settings`` status gave them (``None``: none seen)."""
 
     def describe(self) -> str:
         """The ``status`` reply."""
         usage = format_usage(self.usage) if self.usage is not None else "not reported"
         return (
             f"{'running' if self.running else 'idle'}; queued messages: {self.queued}; "
-            f"thread: {self.thread_id or 'none yet'}; last turn's token usage: {usage}"
+            f"thread: {self.thread_id or 'none yet'}; {describe_settings(self.settings)}; "
+            f"last turn's token usage: {usage}"
         )
+
+    def track_settings(self, entry: StatusEntry) -> None:
+        """Keep the settings a daemon's ``settings`` status carries."""
+        if entry.state == SETTINGS_STATE and entry.settings is not None:
+            self.settings = entry.settings
+
+
+SETTINGS_STATE = "settings"
+"""The daemon's answer to a ``settings`` entry (a ``status`` carrying the conversation's settings)."""
+
+
+def describe_settings(settings: ConversationSettings | None) -> str:
+    """The settings part of ``status``: project, model, mode (the daemon's defaults where none was chosen)."""
+    if settings is None:
+        return "settings: not seen here yet (the daemon says them next)"
+    return (
+        f"project: {settings.project or 'none (the workspace)'}; model: {settings.model or 'default'}; "
+        f"mode: {settings.mode or 'default'}"
+    )
+
+
+def settings_entry(command: Command, conversation: str, sender: str) -> SettingsEntry:
+    """The ``settings`` entry a settings command appends (no argument: a question the daemon answers)."""
+    value = command.argument.strip() or None
+    return SettingsEntry(
+        conversation=conversation,
+        sender=sender,
+        project=value if command.name == "project" else None,
+        model=value if command.name == "model" else None,
+        mode=value if command.name == "mode" else None,
+    )
 
 
 def format_usage(usage: TokenUsage) -> str:

@@ -1,0 +1,87 @@
+"""End to end: settings chosen from the chat (``settings`` entries: ``/project``, ``/model``, ``/mode``) with the
+real Codex CLI and the scripted model server; a restart of the daemon keeps them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from agent_harness import AgentHarness, replies
+
+from coven_codex.entries import BaseEntry, ErrorEntry, SettingsEntry, StatusEntry
+from coven_codex.testing.model_server import ScriptedModelServer
+
+pytestmark = [pytest.mark.codex, pytest.mark.timeout(240)]
+
+
+def _settings_answers(entries: list[BaseEntry]) -> list[StatusEntry]:
+    return [e for e in entries if isinstance(e, StatusEntry) and e.state == "settings"]
+
+
+def _config(h: AgentHarness, project: Path) -> Path:
+    config = h.tmp / "coven.toml"
+    config.write_text(
+        f'models = ["scripted-a", "scripted-b"]\nmodes = ["read-only", "ask"]\n\n[projects]\napi = "{project}"\n'
+    )
+    return config
+
+
+def _rollout_cwds(codex_home: Path) -> set[str]:
+    """The working directories the rollouts' ``session_meta`` and turn contexts record."""
+    cwds: set[str] = set()
+    for rollout in (codex_home / "sessions").rglob("rollout-*.jsonl"):
+        for line in rollout.read_text().splitlines():
+            item = json.loads(line)
+            if item.get("type") in {"session_meta", "turn_context"}:
+                cwds.add(item["payload"]["cwd"])
+    return cwds
+
+
+async def test_project_and_model_from_the_chat_reach_codex_and_survive_a_restart(
+    codex_bin_169: Path, model_server: ScriptedModelServer, harness_factory: object
+) -> None:
+    assert callable(harness_factory)
+    h: AgentHarness = harness_factory(codex_bin_169, model_server)
+    project = h.workspace / "api"
+    project.mkdir()
+    config = _config(h, project)
+    daemon = await h.start("--config", str(config))
+    await h.think("c", "first")
+    await h.wait_for(lambda es: "echo: first" in replies(es, "c"), what="the first reply")
+
+    await h.append(SettingsEntry(conversation="c", sender="alice", project="api"))
+    await h.append(SettingsEntry(conversation="c", sender="alice", model="scripted-b"))
+    await h.append(SettingsEntry(conversation="c", sender="alice", model="gpt-unlisted"))
+    await h.think("c", "in the project")
+    entries = await h.wait_for(lambda es: "echo: in the project" in replies(es, "c"), what="the project's reply")
+    answers = _settings_answers(entries)
+    assert "the next message starts a new Codex thread in api" in answers[0].text
+    assert answers[-1].settings is not None and answers[-1].settings.project == "api"
+    assert answers[-1].settings.model == "scripted-b"
+    refused = [e for e in entries if isinstance(e, ErrorEntry) and e.code == "REFUSED"]
+    assert len(refused) == 1 and "gpt-unlisted" in refused[0].text and "scripted-a, scripted-b" in refused[0].hint
+    last = model_server.requests.responses_requests()[-1]
+    assert last.json["model"] == "scripted-b"
+    assert str(project) in _rollout_cwds(h.codex_home)
+    assert await h.stop(daemon) == 0
+
+    # A restart keeps both: the next thread still works in the project, with the model.
+    before = len(model_server.requests.responses_requests())
+    daemon = await h.start("--config", str(config))
+    await h.append(SettingsEntry(conversation="c", sender="alice"))  # a question: what are they?
+    await h.think("c", "after the restart")
+    entries = await h.wait_for(lambda es: "echo: after the restart" in replies(es, "c"), what="the reply after")
+    answer = _settings_answers(entries)[-1]
+    assert answer.settings is not None and (answer.settings.project, answer.settings.model) == ("api", "scripted-b")
+    assert "models: scripted-a, scripted-b" in answer.text
+    after = model_server.requests.responses_requests()[before:]
+    assert after and all(r.json["model"] == "scripted-b" for r in after)
+    assert await h.stop(daemon) == 0
+    cwd_of_last = [
+        json.loads(line)["payload"]["cwd"]
+        for rollout in (h.codex_home / "sessions").rglob("rollout-*.jsonl")
+        for line in rollout.read_text().splitlines()
+        if json.loads(line).get("type") == "turn_context"
+    ]
+    assert cwd_of_last and set(cwd_of_last[-1:]) == {str(project)}
