@@ -6,7 +6,8 @@ kit's :class:`~coven_codex.adapters.kit.platform.IncomingMessage` and a button's
 ``INTERACTION_CREATE`` into a :class:`~coven_codex.adapters.kit.platform.ButtonPress` (the
 interaction is acknowledged at once, so Discord does not show "interaction failed").
 
-Slash commands (:data:`SLASH_COMMANDS`: ``/codex``, ``/cancel``, ``/new``, ``/status``) are
+Slash commands (:data:`SLASH_COMMANDS`: ``/codex``, ``/cancel``, ``/new``, ``/status``, ``/project``,
+``/model``, ``/mode``) are
 application commands on discord.py's :class:`~discord.app_commands.CommandTree`, registered
 (``PUT /applications/{id}/commands``) at every start. A slash command is deferred at once
 ("Codex is thinking…") and becomes an :class:`IncomingMessage` (``/codex``'s prompt, or the text
@@ -142,11 +143,32 @@ async def _status_command(interaction: discord.Interaction) -> None:
     await _gateway_of(interaction).slash(interaction, "/status")
 
 
+@app_commands.command(name="project", description="Work in one of the operator's projects; without a name: list them")
+@app_commands.describe(name="the project's name")
+async def _project_command(interaction: discord.Interaction, name: str | None = None) -> None:
+    await _gateway_of(interaction).slash(interaction, f"/project {name or ''}".strip())
+
+
+@app_commands.command(name="model", description="Use one of the operator's models; without a name: list them")
+@app_commands.describe(name="the model's name")
+async def _model_command(interaction: discord.Interaction, name: str | None = None) -> None:
+    await _gateway_of(interaction).slash(interaction, f"/model {name or ''}".strip())
+
+
+@app_commands.command(name="mode", description="read-only, ask or auto, as the operator allows; without one: list them")
+@app_commands.describe(name="the mode: read-only, ask or auto")
+async def _mode_command(interaction: discord.Interaction, name: str | None = None) -> None:
+    await _gateway_of(interaction).slash(interaction, f"/mode {name or ''}".strip())
+
+
 SLASH_COMMANDS: tuple[app_commands.Command[Any, Any, None], ...] = (
     _codex_command,
     _cancel_command,
     _new_command,
     _status_command,
+    _project_command,
+    _model_command,
+    _mode_command,
 )
 """The application commands the bot registers."""
 

@@ -85,6 +85,13 @@ FEATURES: dict[str, tuple[str, ...]] = {
         "slash commands `/codex`, `/cancel`, `/new`, `/status`; Cancel button; `@bot /cancel`",
         "commands (`/cancel`, `/new`, `/status`, in Telegram's menu via `setMyCommands`); Cancel button",
     ),
+    "project / model / mode": (
+        "`/project`, `/model`, `/mode`",
+        "the same commands in the composer",
+        "`/codex project NAME`, `@Codex /model NAME`",
+        "slash commands `/project`, `/model`, `/mode`; `@bot /mode NAME`",
+        "commands `/project`, `/model`, `/mode` (in the menu)",
+    ),
     "tool output on demand": (
         "`/details`",
         "every result on the page",

@@ -128,6 +128,9 @@ COMMANDS = (
     ("deny", "Deny it"),
     ("details", "The last turn's tool output"),
     ("help", "The commands"),
+    ("project", "Work in one of the operator's projects; alone: list them"),
+    ("model", "Use one of the operator's models; alone: list them"),
+    ("mode", "read-only, ask or auto, as allowed; alone: list them"),
 )
 """The kit's commands as registered with ``setMyCommands`` (shown in Telegram's command menu; a name
 allows no ``-``: ``approve_session`` is the kit's ``approve-session``)."""
