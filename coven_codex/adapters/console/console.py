@@ -45,6 +45,9 @@ def console_help(quit_note: str) -> str:
   /status              running or idle, queued messages, thread, token usage
   /approve [ID]        approve the oldest (or the given) pending request
   /deny [ID]           deny it
+  /project [NAME]      work in one of the operator's projects (a new Codex thread); alone: list them
+  /model [NAME]        use one of the operator's models from the next message; alone: list them
+  /mode [NAME]         read-only, ask or auto, as the operator allows; alone: list them
   /attach FILE [TEXT]  send TEXT with a file (an image) attached
   /conversation NAME   switch conversation
   /quit                {quit_note}

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from coven_codex.adapters.kit.render import clip
 from coven_codex.entries import ConversationSettings, SettingsEntry, StatusEntry, TokenUsage
 
 COMMANDS = (
@@ -121,6 +122,14 @@ def describe_settings(settings: ConversationSettings | None) -> str:
         f"project: {settings.project or 'none (the workspace)'}; model: {settings.model or 'default'}; "
         f"mode: {settings.mode or 'default'}"
     )
+
+
+def settings_sent(command: Command) -> str:
+    """What the chat is told at once of a settings command (the daemon's answer follows)."""
+    value = command.argument.strip()
+    if not value:
+        return f"asking the daemon for the {command.name} and the ones allowed; its answer follows"
+    return f"{command.name} {clip(value, 80)} sent; the daemon's answer follows"
 
 
 def settings_entry(command: Command, conversation: str, sender: str) -> SettingsEntry:

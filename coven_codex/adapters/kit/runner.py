@@ -47,6 +47,7 @@ from coven_codex.adapters.kit.commands import (
     ConversationState,
     parse_command,
     settings_entry,
+    settings_sent,
 )
 from coven_codex.adapters.kit.files import caption_of, upload_of
 from coven_codex.adapters.kit.ledger import DeliveryLedger, content_digest, delivery_key
@@ -423,6 +424,8 @@ class AdapterRunner:
                 if state.settings is None:  # (not seen since this adapter started: the daemon says them)
                     await self.append(SettingsEntry(conversation=conversation, sender=user.label))
             case "project" | "model" | "mode":
+                # Said before appending: the daemon's answer must come after it.
+                await self.reply(address, settings_sent(command))
                 await self.append(settings_entry(command, conversation, user.label))
             case "approve" | "approve-session" | "deny":
                 request_id = command.argument or (state.pending_approvals[0] if state.pending_approvals else "")
