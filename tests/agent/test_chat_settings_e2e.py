@@ -85,3 +85,64 @@ async def test_project_and_model_from_the_chat_reach_codex_and_survive_a_restart
         if json.loads(line).get("type") == "turn_context"
     ]
     assert cwd_of_last and set(cwd_of_last[-1:]) == {str(project)}
+
+
+def _turn_contexts(codex_home: Path) -> list[dict[str, object]]:
+    contexts: list[dict[str, object]] = []
+    for rollout in sorted((codex_home / "sessions").rglob("rollout-*.jsonl")):
+        for line in rollout.read_text().splitlines():
+            item = json.loads(line)
+            if item.get("type") == "turn_context":
+                contexts.append(item["payload"])
+    return contexts
+
+
+async def test_mode_from_the_chat_keeps_the_thread_and_sets_codex_s_sandbox_and_approvals(
+    codex_bin_169: Path, model_server: ScriptedModelServer, harness_factory: object
+) -> None:
+    assert callable(harness_factory)
+    h: AgentHarness = harness_factory(codex_bin_169, model_server)
+    config = _config(h, h.workspace)
+    daemon = await h.start("--config", str(config))
+    await h.think("m", "writable")
+    await h.wait_for(lambda es: "echo: writable" in replies(es, "m"), what="the first reply")
+    await h.append(SettingsEntry(conversation="m", sender="ann", mode="read-only"))
+    await h.append(SettingsEntry(conversation="m", sender="ann", mode="auto"))  # not in modes
+    await h.think("m", "read only now")
+    entries = await h.wait_for(lambda es: "echo: read only now" in replies(es, "m"), what="the second reply")
+    assert await h.stop(daemon) == 0
+    refused = [e for e in entries if isinstance(e, ErrorEntry) and e.code == "REFUSED"]
+    assert len(refused) == 1 and "mode 'auto'" in refused[0].text and "modes: read-only, ask" in refused[0].hint
+    answer = _settings_answers(entries)[-1]
+    assert answer.settings is not None and answer.settings.mode == "read-only"
+    assert "continues in thread" in answer.text
+    contexts = _turn_contexts(h.codex_home)
+    sandboxes = [c["sandbox_policy"]["type"] for c in contexts]  # type: ignore[index]
+    assert sandboxes == ["workspace-write", "read-only"]
+    # The same thread: one rollout, whose second turn's model input holds the first turn too.
+    assert len(list((h.codex_home / "sessions").rglob("rollout-*.jsonl"))) == 1
+    last = model_server.requests.responses_requests()[-1]
+    assert "writable" in last.user_texts() and "read only now" in last.user_texts()
+
+
+@pytest.mark.parametrize(
+    ("toml", "said"),
+    [
+        ('[projects]\noutside = "{outside}"\n', "project 'outside' in [projects]: cwd"),
+        ('modes = ["read-only", "ask"]\n', "modes ask would widen the sandbox beyond the Codex config's sandbox_mode"),
+    ],
+    ids=["project-outside-the-roots", "mode-wider-than-the-sandbox"],
+)
+async def test_a_configuration_the_chat_could_widen_is_refused_at_start(
+    codex_bin_169: Path, model_server: ScriptedModelServer, harness_factory: object, toml: str, said: str
+) -> None:
+    assert callable(harness_factory)
+    h: AgentHarness = harness_factory(codex_bin_169, model_server)
+    outside = h.tmp / "outside"
+    outside.mkdir()
+    h.write_base_config(sandbox_mode="read-only")
+    config = h.tmp / "coven.toml"
+    config.write_text(toml.format(outside=outside))
+    daemon = await h.start("--config", str(config))
+    assert await daemon.process.wait() == 1
+    assert said in daemon.log(), daemon.log()[-2000:]

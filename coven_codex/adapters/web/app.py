@@ -30,7 +30,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.types import ASGIApp
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from coven_codex.adapters.kit.commands import DECISIONS, HELP, Command, parse_command, settings_entry
+from coven_codex.adapters.kit.commands import DECISIONS, HELP, Command, parse_command, settings_entry, settings_sent
 from coven_codex.adapters.web.auth import NEEDS_TOKEN, Access, Guard, Sessions
 from coven_codex.adapters.web.hub import Hub
 from coven_codex.adapters.web.protocol import (
@@ -360,7 +360,7 @@ class JournalWriter:
                         return problem
                 return state.describe()
             case "project" | "model" | "mode":
-                return await self._append(settings_entry(command, conversation, self.sender))
+                return await self._append(settings_entry(command, conversation, self.sender)) or settings_sent(command)
             case "approve" | "approve-session" | "deny":
                 request_id = command.argument or (state.pending_approvals[0] if state.pending_approvals else "")
                 if not request_id:
