@@ -146,3 +146,24 @@ async def test_a_configuration_the_chat_could_widen_is_refused_at_start(
     daemon = await h.start("--config", str(config))
     assert await daemon.process.wait() == 1
     assert said in daemon.log(), daemon.log()[-2000:]
+
+
+async def test_mode_and_model_from_the_chat_reach_codex_exec(
+    codex_bin_047: Path, model_server: ScriptedModelServer, harness_factory: object
+) -> None:
+    """The exec driver (Codex 0.47) takes them as ``--model`` and ``-c`` overrides on the resumed thread."""
+    assert callable(harness_factory)
+    h: AgentHarness = harness_factory(codex_bin_047, model_server)
+    daemon = await h.start("--config", str(_config(h, h.workspace)))
+    await h.think("x", "before")
+    await h.wait_for(lambda es: "echo: before" in replies(es, "x"), what="the first reply")
+    await h.append(SettingsEntry(conversation="x", sender="ann", mode="read-only"))
+    await h.append(SettingsEntry(conversation="x", sender="ann", model="scripted-a"))
+    await h.think("x", "after")
+    await h.wait_for(lambda es: "echo: after" in replies(es, "x"), what="the second reply")
+    assert await h.stop(daemon) == 0
+    last = model_server.requests.responses_requests()[-1]
+    assert last.json["model"] == "scripted-a"
+    assert "before" in last.user_texts()  # the same thread
+    sandboxes = [c["sandbox_policy"] for c in _turn_contexts(h.codex_home)]
+    assert sandboxes[-1] == {"mode": "read-only"} or sandboxes[-1] == {"type": "read-only"}, sandboxes

@@ -204,7 +204,7 @@ class AppServerDriver(CodexDriver):
                     resume: dict[str, JsonValue] = {
                         "threadId": resume_thread_id,
                         "cwd": str(self.workspace),
-                        **self._chosen(),
+                        **chosen_options(self.settings),
                     }
                     result = await self._live_conn().resume(resume)
                 except RpcError as exc:
@@ -212,7 +212,7 @@ class AppServerDriver(CodexDriver):
                     log.warning("%s", note)
             resumed = result is not None
             if result is None:
-                options: dict[str, JsonValue] = {"cwd": str(self.workspace), **self._chosen()}
+                options: dict[str, JsonValue] = {"cwd": str(self.workspace), **chosen_options(self.settings)}
                 if self.settings.fork_from is not None:
                     result = await self._request("thread/fork", {"threadId": self.settings.fork_from, **options})
                 else:
@@ -228,17 +228,6 @@ class AppServerDriver(CodexDriver):
         self._conn.attach(thread_id, self)
         self._attachment.move(Attachment.ATTACHED)
         await self._events.deliver(ThreadStarted(thread_id, resumed=resumed, note=note))
-
-    def _chosen(self) -> dict[str, JsonValue]:
-        """The thread's model and mode (``approvalPolicy``, ``sandbox``) where the conversation chose them."""
-        chosen: dict[str, JsonValue] = {}
-        if self.settings.model is not None:
-            chosen["model"] = self.settings.model
-        mode = MODES.get(self.settings.mode) if self.settings.mode is not None else None
-        if mode is not None:
-            chosen["approvalPolicy"] = mode.approval_policy
-            chosen["sandbox"] = mode.sandbox
-        return chosen
 
     # -- thoughts ----------------------------------------------------------------------------------
     async def submit(
@@ -533,6 +522,18 @@ class AppServerDriver(CodexDriver):
 
 
 _M = TypeVar("_M", bound=BaseModel)
+
+
+def chosen_options(settings: DriverSettings) -> dict[str, JsonValue]:
+    """The thread's model and mode (``approvalPolicy``, ``sandbox``) where the conversation chose them."""
+    chosen: dict[str, JsonValue] = {}
+    if settings.model is not None:
+        chosen["model"] = settings.model
+    mode = MODES.get(settings.mode) if settings.mode is not None else None
+    if mode is not None:
+        chosen["approvalPolicy"] = mode.approval_policy
+        chosen["sandbox"] = mode.sandbox
+    return chosen
 
 
 def _parsed(model: type[_M], data: object) -> _M | None:
