@@ -59,6 +59,19 @@ def check_change(change: ConversationSettings, settings: Settings) -> None:
         )
 
 
+def project_problems(settings: Settings) -> list[str]:
+    """What is wrong with the operator's ``[projects]`` (each must be a directory inside the workspace or a
+    ``workspace_roots`` entry), one line each; empty when nothing is. Reads the file system."""
+    problems: list[str] = []
+    for name, path in settings.projects.items():
+        try:
+            check_cwd(str(path), settings.cwd_roots)
+        except OptionsRefused as exc:
+            fix = "name a directory inside the workspace or a workspace_roots entry"
+            problems.append(f"project {name!r} in [projects]: {exc}; {fix}")
+    return problems
+
+
 def merged(current: ConversationSettings, change: ConversationSettings) -> ConversationSettings:
     """``current`` with the values ``change`` gives."""
     return ConversationSettings(

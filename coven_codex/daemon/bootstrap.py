@@ -34,11 +34,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from coven_codex import __version__
+from coven_codex.agent.chat_settings import project_problems
 from coven_codex.agent.egress import AppendHook
 from coven_codex.agent.scope import Scope, ScopeError, open_scope
 from coven_codex.agent.services import ThreadOptions
 from coven_codex.agent.storage import StorageFailed
-from coven_codex.agent.thread_options import OptionsRefused, check_cwd
 from coven_codex.attachments import file_spells, uploads_dir
 from coven_codex.codex.appserver import AppServerPool, raise_fd_limit
 from coven_codex.codex.capabilities import CapabilityError, DriverPlan, detect_capabilities, plan_driver
@@ -403,14 +403,9 @@ def _checked_start(settings: Settings) -> tuple[JournalName, Path]:
     workspace = settings.workspace.expanduser().resolve()
     if not workspace.is_dir():
         raise BootstrapError(f"the workspace {workspace} is not a directory; create it or fix --workspace")
-    for name, path in settings.projects.items():
-        try:
-            check_cwd(str(path), settings.cwd_roots)
-        except OptionsRefused as exc:
-            raise BootstrapError(
-                f"project {name!r} in [projects]: {exc}; "
-                "name a directory inside the workspace or a workspace_roots entry"
-            ) from None
+    problems = project_problems(settings)
+    if problems:
+        raise BootstrapError("; ".join(problems))
     return settings.journal, workspace
 
 
