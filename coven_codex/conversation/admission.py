@@ -193,6 +193,7 @@ class Admission:
                 StatusEntry(
                     id=f"settings@{request.position}",
                     state=SETTINGS_STATE,
+                    thread_id=self._state.thread_id,
                     settings=self._state.chat,
                     text=describe(self._state.chat, settings),
                 )

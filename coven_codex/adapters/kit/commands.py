@@ -105,9 +105,11 @@ class ConversationState:
         )
 
     def track_settings(self, entry: StatusEntry) -> None:
-        """Keep the settings a daemon's ``settings`` status carries."""
+        """Keep the settings a daemon's ``settings`` status carries, and its thread (``None``: a new project's
+        thread starts with the next message)."""
         if entry.state == SETTINGS_STATE and entry.settings is not None:
             self.settings = entry.settings
+            self.thread_id = entry.thread_id
 
 
 SETTINGS_STATE = "settings"

@@ -43,6 +43,7 @@ from coven_codex.adapters.kit.card import Card, CardPhase, Cards, card_end_key, 
 from coven_codex.adapters.kit.commands import (
     DECISIONS,
     HELP,
+    SETTINGS_STATE,
     Command,
     ConversationState,
     parse_command,
@@ -651,7 +652,7 @@ class AdapterRunner:
                 state.queued += 1
             case StatusEntry():
                 state.track_settings(entry)
-                if entry.state != SESSION_RESET:
+                if entry.state not in (SESSION_RESET, SETTINGS_STATE):
                     state.thread_id = entry.thread_id or state.thread_id
                 if entry.state == "turn_started":
                     state.running, state.queued = True, max(0, state.queued - 1)

@@ -48,12 +48,13 @@ async def _answer_settings(journal: FileJournal, answers: int) -> list[SettingsE
 async def test_settings_commands_append_typed_entries_and_status_shows_the_daemon_s_answer(tmp_path: Path) -> None:
     journal = FileJournal(tmp_path / "j.jsonl")
     out, keys = io.StringIO(), Keyboard()
+    await journal.append(StatusEntry(state="turn_started", thread_id="th-1", conversation="c"))
     daemon = asyncio.create_task(_answer_settings(journal, 5))
     task = asyncio.create_task(ConsoleChat(journal, "c", "ann", out).run(keys.lines()))
     await _wait_for(out, "[conversation c")
     await keys.queue.put("/status\n")  # nothing seen yet: the console asks the daemon
     await _wait_for(out, "[settings: now")
-    assert "settings: not seen here yet" in out.getvalue()
+    assert "thread: th-1; settings: not seen here yet" in out.getvalue()
     await keys.queue.put("/project api\n")
     await _wait_for(out, "project api sent; the daemon's answer follows")
     await keys.queue.put("/model gpt-5.1-codex\n")
@@ -63,6 +64,7 @@ async def test_settings_commands_append_typed_entries_and_status_shows_the_daemo
     await _wait_for(out, "[settings: now", 5)
     await keys.queue.put("/status\n")
     await _wait_for(out, "project: api; model: gpt-5.1-codex; mode: read-only")
+    assert "thread: none yet; project: api" in out.getvalue()  # (the daemon's settings status names no thread)
     await keys.queue.put(None)
     await asyncio.wait_for(task, 10)
     asked = await asyncio.wait_for(daemon, 10)
