@@ -59,6 +59,9 @@ async def test_start_logs_in_and_registers_the_kits_commands(platform: TelegramP
         "deny",
         "details",
         "help",
+        "project",
+        "model",
+        "mode",
     ]
 
 
