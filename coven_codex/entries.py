@@ -197,11 +197,23 @@ class ToolResultEntry(DaemonEntry):
 
 StatusState = str
 """Known states: session_started, session_resumed, session_waiting, session_ended,
-turn_started, turn_completed, turn_aborted, session_reset, thread_lost, thread_moved. Others may appear."""
+turn_started, turn_completed, turn_aborted, session_reset, thread_lost, thread_moved, settings. Others may appear."""
+
+
+class ConversationSettings(BaseModel):
+    """A conversation's settings chosen from the chat (``/project``, ``/model``, ``/mode``; ``None``: the
+    daemon's own): a ``project`` of the operator's ``[projects]``, a ``model`` of its ``models``, a ``mode``
+    of its ``modes`` (docs/configuration.md, *Settings from the chat*)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    project: str | None = None
+    model: str | None = None
+    mode: str | None = None
 
 
 class StatusEntry(DaemonEntry):
-    """Session and turn lifecycle."""
+    """Session and turn lifecycle; a ``settings`` status carries the conversation's settings."""
 
     kind: Literal["status"] = "status"
     sender: str = CODEX_SENDER
@@ -210,6 +222,8 @@ class StatusEntry(DaemonEntry):
     turn_id: str | None = None
     usage: TokenUsage | None = None
     """On a turn's end: the tokens the turn used, where Codex reports them."""
+    settings: ConversationSettings | None = None
+    """On a ``settings`` status (the answer to a ``settings`` entry): the conversation's settings now."""
 
 
 class ErrorEntry(DaemonEntry):
@@ -251,6 +265,22 @@ class ResetEntry(BaseEntry):
         if data.get("resume_thread") is None:
             data.pop("resume_thread", None)
         return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+
+class SettingsEntry(BaseEntry):
+    """Chat changes the conversation's settings (the fields given; ``sender`` is who) or, giving none,
+    asks what they are and what is allowed. The daemon answers with a ``settings`` status, or a
+    ``REFUSED`` error saying what is allowed (docs/journal-protocol.md, *Settings*)."""
+
+    kind: Literal["settings"] = "settings"
+    project: str | None = None
+    model: str | None = None
+    mode: str | None = None
+
+    @property
+    def change(self) -> ConversationSettings:
+        """The requested values (``None``: unchanged)."""
+        return ConversationSettings(project=self.project, model=self.model, mode=self.mode)
 
 
 class ApprovalRequestEntry(DaemonEntry):
@@ -322,6 +352,7 @@ KNOWN_KINDS: frozenset[str] = frozenset(
         "approval",
         "activity",
         "file",
+        "settings",
     }
 )
 
@@ -348,6 +379,7 @@ Entry = Annotated[
     | Annotated[ApprovalEntry, Tag("approval")]
     | Annotated[ActivityEntry, Tag("activity")]
     | Annotated[FileEntry, Tag("file")]
+    | Annotated[SettingsEntry, Tag("settings")]
     | Annotated[GenericEntry, Tag("generic")],
     Discriminator(_kind_tag),
 ]

@@ -26,6 +26,7 @@ from coven_codex.adapters.kit.config import (
     parse_section,
     resolve_paths,
 )
+from coven_codex.codex.driver_settings import ModeName
 from coven_codex.journal.opening import JournalName, JournalNameSetting, is_redis_name, journal_name
 from coven_codex.metrics.options import MetricsSettings
 from coven_codex.webhooks.config import WebhooksSettings
@@ -108,6 +109,19 @@ class Settings(MetricsSettings):
         description=(
             "Directories, besides the workspace, inside which a conversation may name its working directory (`cwd`)."
         ),
+    )
+    projects: dict[str, Path] = Field(
+        default_factory=dict,
+        description="Named directories a chat may choose with /project NAME ([projects] table: name = path); "
+        "each inside the workspace or a workspace_roots entry.",
+    )
+    models: list[str] = Field(
+        default_factory=list, description="Models a chat may choose with /model NAME (none: the chat cannot)."
+    )
+    modes: list[ModeName] = Field(
+        default_factory=list,
+        description="Modes a chat may choose with /mode NAME: read-only, ask, auto (none: the chat cannot); "
+        "none wider than the Codex config's sandbox_mode.",
     )
     app_servers: int = Field(
         default=1, ge=1, le=16, description="Shared `codex app-server` processes (app-server driver)."
@@ -258,6 +272,12 @@ def read_settings_file(path: Path) -> dict[str, Any]:
             str(base / root) if isinstance(root, str) and not Path(root).expanduser().is_absolute() else root
             for root in roots
         ]
+    projects = data.get("projects")
+    if isinstance(projects, dict):
+        data["projects"] = {
+            name: str(base / path) if isinstance(path, str) and not Path(path).expanduser().is_absolute() else path
+            for name, path in projects.items()
+        }
     resolve_paths(data.get("adapters"), base)
     resolve_webhook_paths(data.get("webhooks"), base)
     return data
@@ -290,6 +310,7 @@ def load_settings(config_file: Path | None = None, overrides: dict[str, Any] | N
         if isinstance(value, Path):
             setattr(settings, name, value.expanduser())
     settings.workspace_roots = [root.expanduser() for root in settings.workspace_roots]
+    settings.projects = {name: path.expanduser() for name, path in settings.projects.items()}
     return settings
 
 

@@ -48,6 +48,7 @@ from coven_codex.entries import (
     CancelEntry,
     ErrorEntry,
     ResetEntry,
+    SettingsEntry,
     ThoughtEntry,
 )
 from coven_codex.journal import (
@@ -69,7 +70,7 @@ CURSOR_NAME = "agent-ingress"
 FAIR_ITEMS: Final = 256
 """Items of the backlog routed between two yields to the event loop."""
 
-STARTUP_INTEREST: Final = Interest(frozenset({"thought", "reset", "cancel", CODEX_SENDER}))
+STARTUP_INTEREST: Final = Interest(frozenset({"thought", "reset", "settings", "cancel", CODEX_SENDER}))
 """The lines start-up decodes of the journal written before it started: the kinds ingress acts on
 when they were written before this run (an ``approval`` then answers a request that did not
 survive the restart, and is passed over), and the daemon's own entries (``sender`` ``codex``:
@@ -94,8 +95,9 @@ class Router(Protocol):
         """Take a thought; ``True`` if it is now pending (will call :meth:`Ingress.finish`)."""
         ...
 
-    def route_reset(self, entry: ResetEntry, position: Position) -> bool:
-        """Take a ``reset``; ``True`` if it is now pending (will call :meth:`Ingress.finish`)."""
+    def route_reset(self, entry: ResetEntry | SettingsEntry, position: Position) -> bool:
+        """Take a ``reset`` (or a ``settings`` entry, which takes a reset's place in the queue); ``True`` if it
+        is now pending (will call :meth:`Ingress.finish`)."""
         ...
 
     def route_cancel(self, entry: CancelEntry, *, live: bool) -> None:
@@ -237,7 +239,7 @@ class Ingress:
             return False
         if isinstance(entry, ThoughtEntry):
             return self._router.route_thought(entry, record.start)
-        if isinstance(entry, ResetEntry):
+        if isinstance(entry, ResetEntry | SettingsEntry):
             return self._router.route_reset(entry, record.start)
         if isinstance(entry, CancelEntry):
             self._router.route_cancel(entry, live=live)

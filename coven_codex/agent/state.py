@@ -34,6 +34,7 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from coven_codex.codex.thought import Thought
+from coven_codex.entries import ConversationSettings
 from coven_codex.journal import START, Durability, Position
 from coven_codex.journal.atomic import atomic_write, fsync_directory, write_all
 from coven_codex.journal.group_commit import GroupCommit
@@ -134,6 +135,9 @@ class SessionState(BaseModel):
     """Seconds each turn of the thread may run (``None``: ``turn_timeout``)."""
     fork_from: str | None = None
     """The thread the next new thread is forked from (``resume_thread``), until that thread exists."""
+    chat: ConversationSettings = Field(default_factory=ConversationSettings)
+    """The settings chosen from the chat (``/project``, ``/model``, ``/mode``): kept over resets, applied to
+    every thread (:mod:`~coven_codex.conversation.settings`)."""
 
     @model_validator(mode="before")
     @classmethod

@@ -79,6 +79,24 @@ _FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
         },
     ),
     (
+        "--allow-model",
+        {
+            "action": "append",
+            "dest": "models",
+            "metavar": "NAME",
+            "help": "a model a chat may choose with /model (repeatable; none: the chat cannot choose)",
+        },
+    ),
+    (
+        "--allow-mode",
+        {
+            "action": "append",
+            "dest": "modes",
+            "choices": ("read-only", "ask", "auto"),
+            "help": "a mode a chat may choose with /mode (repeatable; none: the chat cannot choose)",
+        },
+    ),
+    (
         "--app-servers",
         {"type": int, "dest": "app_servers", "help": "shared `codex app-server` processes (app-server driver)"},
     ),
@@ -225,7 +243,7 @@ _FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
         {"type": Path, "dest": "agents_template", "help": "template for AGENTS.md with $VARNAME substitution"},
     ),
 )
-TABLE_SETTINGS = frozenset({"codex", "agents_vars", "adapters", "webhooks"})
+TABLE_SETTINGS = frozenset({"codex", "agents_vars", "adapters", "webhooks", "projects"})
 """Settings that are TOML tables: ``coven.toml`` only, no flag."""
 
 

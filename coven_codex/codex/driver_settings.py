@@ -11,6 +11,25 @@ from typing import Literal
 
 MidTurn = Literal["queue", "steer"]
 ApprovalPolicy = Literal["ask", "approve", "deny"]
+ModeName = Literal["read-only", "ask", "auto"]
+
+
+@dataclass(frozen=True, slots=True)
+class Mode:
+    """A chat's mode (``/mode``): Codex's approval policy and sandbox for the thread."""
+
+    approval_policy: Literal["on-request", "never"]
+    sandbox: Literal["read-only", "workspace-write"]
+
+
+MODES: dict[str, Mode] = {
+    "read-only": Mode("on-request", "read-only"),
+    "ask": Mode("on-request", "workspace-write"),
+    "auto": Mode("never", "workspace-write"),
+}
+"""The modes a chat may choose (within the operator's ``modes``): Codex's ``approvalPolicy`` and ``sandbox``."""
+SANDBOX_WIDTH = {"read-only": 0, "workspace-write": 1, "danger-full-access": 2}
+"""Codex's sandbox modes, narrowest first: a mode may not be wider than the daemon's own ``sandbox_mode``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,3 +47,5 @@ class DriverSettings:
     """The model of the thread (``None``: Codex's configured one)."""
     fork_from: str | None = None
     """Open a new thread as a fork of this one (its history included) instead of an empty one (app-server only)."""
+    mode: str | None = None
+    """The conversation's mode (a name of :data:`MODES`; ``None``: Codex's configured approval policy and sandbox)."""

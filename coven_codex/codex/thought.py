@@ -39,6 +39,8 @@ class ThreadOptions:
     fork_from: str | None = None
     take_over: str | None = None
     """The Codex thread the conversation continues (``resume_thread``) instead of opening a new one."""
+    mode: str | None = None
+    """The conversation's mode (``/mode``; a name of ``MODES``): Codex's approval policy and sandbox."""
 
 
 @dataclass(frozen=True, slots=True)

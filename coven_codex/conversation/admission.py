@@ -14,6 +14,7 @@ import dataclasses
 import logging
 from collections.abc import Callable, Collection
 
+from coven_codex.agent.chat_settings import SETTINGS_STATE, SettingRefused, check_change, describe
 from coven_codex.agent.services import SessionServices
 from coven_codex.agent.state import SessionState
 from coven_codex.agent.thread_options import (
@@ -29,7 +30,7 @@ from coven_codex.codex.errors import shorten
 from coven_codex.codex.thought import Thought
 from coven_codex.conversation.messages import Duplicate, Message, ResetRequest
 from coven_codex.conversation.outbox import Outbox
-from coven_codex.entries import ErrorEntry, ResetEntry, ThoughtEntry
+from coven_codex.entries import ConversationSettings, ErrorEntry, ResetEntry, SettingsEntry, StatusEntry, ThoughtEntry
 from coven_codex.journal import Position
 from coven_codex.journal.opening import local_base
 from coven_codex.rollout.locator import find_rollout
@@ -91,13 +92,16 @@ class Admission:
             self._svc.instruments.thought_received(entry.id)
         return True
 
-    def offer_reset(self, entry: ResetEntry, position: Position) -> bool:
-        """Pend a ``reset`` unless it was acted on before; ``True`` if it is now pending."""
+    def offer_reset(self, entry: ResetEntry | SettingsEntry, position: Position) -> bool:
+        """Pend a ``reset`` (or a ``settings`` entry) unless it was acted on before; ``True`` if it is now pending."""
         assert entry.id is not None
         if self._known(entry.id, position):
             return False
         self._pending[entry.id] = position
-        self._post(ResetRequest(entry.id, position, entry.cwd, entry.resume_thread))
+        if isinstance(entry, SettingsEntry):
+            self._post(ResetRequest(entry.id, position, settings=entry.change))
+        else:
+            self._post(ResetRequest(entry.id, position, entry.cwd, entry.resume_thread))
         return True
 
     def settle(self, entry_id: str, position: Position) -> None:
@@ -192,7 +196,10 @@ class Admission:
 
     async def take_reset(self, reset: ResetRequest) -> bool:
         """A reset naming a ``cwd`` outside the workspace roots, or a thread to take over that Codex does
-        not know, is refused (one error; nothing changes)."""
+        not know, is refused (one error; nothing changes); so is a ``settings`` entry asking for what the
+        operator does not allow. A question about the settings is answered."""
+        if reset.settings is not None:
+            return await self._take_settings(reset, reset.settings)
         try:
             if reset.cwd is not None:
                 await asyncio.to_thread(reset_workspace, ResetEntry(cwd=reset.cwd), self._svc.settings.cwd_roots)
@@ -215,6 +222,39 @@ class Admission:
             self.settle(reset.entry_id, reset.position)
             return False
         return True
+
+    async def _take_settings(self, request: ResetRequest, change: ConversationSettings) -> bool:
+        """``True``: ``change`` is allowed (it waits its turn in the queue); else answered (a question) or refused."""
+        settings = self._svc.settings
+        if change == ConversationSettings():
+            await self._outbox.emit(
+                StatusEntry(
+                    id=f"settings@{request.position}",
+                    state=SETTINGS_STATE,
+                    thread_id=self._state.thread_id,
+                    settings=self._state.chat,
+                    text=describe(self._state.chat, settings),
+                )
+            )
+        else:
+            try:
+                await asyncio.to_thread(check_change, change, settings)
+            except SettingRefused as exc:
+                log.info(
+                    "conversation %r: settings at journal position %s refused: %s",
+                    self._name,
+                    request.position,
+                    exc.message,
+                )
+                await self._outbox.emit(
+                    ErrorEntry(
+                        id=f"refused@{request.position}", code=REFUSED_CODE, text=f"{exc.message}.", hint=exc.hint
+                    )
+                )
+            else:
+                return True
+        self.settle(request.entry_id, request.position)
+        return False
 
     async def report_duplicate(self, message: Duplicate) -> None:
         """A thought reused an earlier thought's id: one ``REFUSED`` error (it is dropped)."""

@@ -175,6 +175,7 @@ class CodexLink:
             model=state.model,
             turn_timeout=state.turn_timeout,
             fork_from=state.fork_from if state.thread_id is None else None,
+            mode=state.chat.mode,
         )
 
     async def close(self) -> OpenCodex | None:

@@ -25,7 +25,7 @@ from coven_codex.agent.storage import storage_failure
 from coven_codex.codex.process import KILL_WAIT, PIPE_WAIT, end_all_trees
 from coven_codex.conversation.messages import Release
 from coven_codex.conversation.session import Session
-from coven_codex.entries import ApprovalEntry, CancelEntry, ResetEntry, ThoughtEntry
+from coven_codex.entries import ApprovalEntry, CancelEntry, ResetEntry, SettingsEntry, ThoughtEntry
 from coven_codex.journal import Position
 from coven_codex.support.backoff import MAX_BACKOFF, backoff
 from coven_codex.support.limits import cut
@@ -175,7 +175,7 @@ class SessionManager:
         """Offer the thought to its conversation's session (made on first use); ``True`` if it is now pending."""
         return self._session(entry.conversation).offer_thought(entry, position)
 
-    def route_reset(self, entry: ResetEntry, position: Position) -> bool:
+    def route_reset(self, entry: ResetEntry | SettingsEntry, position: Position) -> bool:
         """Offer the ``reset`` to its conversation's session (made on first use); ``True`` if it is now pending."""
         return self._session(entry.conversation).offer_reset(entry, position)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from coven_codex.codex.drivers import CodexDriver, DriverError, DriverEvent
 from coven_codex.codex.thought import Thought
-from coven_codex.entries import ApprovalEntry, CancelEntry
+from coven_codex.entries import ApprovalEntry, CancelEntry, ConversationSettings
 from coven_codex.journal import Position
 
 
@@ -55,6 +55,8 @@ class ResetRequest:
     """The next thread's working directory as the reset names it (checked when the reset arrives)."""
     resume_thread: str | None = None
     """The Codex thread the conversation takes over once its own has ended (chat ``/resume``)."""
+    settings: ConversationSettings | None = None
+    """A ``settings`` entry rather than a reset: the values it changes (all ``None``: a question)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -90,6 +90,7 @@ from coven_codex.entries import (
     CancelEntry,
     DeltaEntry,
     ResetEntry,
+    SettingsEntry,
     ThoughtEntry,
 )
 from coven_codex.journal import Position
@@ -185,12 +186,13 @@ class Session:
         """
         return self._admission.offer_thought(entry, position)
 
-    def offer_reset(self, entry: ResetEntry, position: Position) -> bool:
+    def offer_reset(self, entry: ResetEntry | SettingsEntry, position: Position) -> bool:
         """Queue a ``reset`` unless it was acted on before; ``True`` if it is now pending.
 
         It takes its place among the thoughts: those before it still go to the current thread,
         then the thread ends (a running turn is interrupted as soon as the reset arrives) and the
-        next thought starts a new one.
+        next thought starts a new one. A ``settings`` entry takes the same place, interrupting nothing
+        (:mod:`coven_codex.conversation.thread`).
         """
         return self._admission.offer_reset(entry, position)
 
@@ -269,7 +271,9 @@ class Session:
         elif isinstance(message, ResetRequest | Release):
             if not await self._thread.queue_end(message, self._handover.unconfirmed):
                 return
-            if self._phases.is_in(Phase.IN_TURN):
+            if (not isinstance(message, ResetRequest) or message.settings is None) and self._phases.is_in(
+                Phase.IN_TURN
+            ):
                 await self._ledger.interrupt(self._link.driver)
         elif isinstance(message, CancelEntry):
             if message.queued:
@@ -394,9 +398,12 @@ class Session:
         if self._handover.unconfirmed is not None:
             return  # the driver is starting it as its next turn
         head = self._queue[0]
-        if isinstance(head, ResetRequest | Release):
+        while isinstance(head, ResetRequest | Release):  # (what waits behind one goes on: no message may come for it)
             await self._thread.end(head)
-        elif self._phases.is_in(Phase.READY):
+            if not self._queue or not self._phases.is_in(Phase.IDLE, Phase.READY):
+                return
+            head = self._queue[0]
+        if self._phases.is_in(Phase.READY):
             await self._deliver(head)
         else:
             if self.state.thread_id is None and not await self._thread.take_options(head):

@@ -17,6 +17,7 @@ import logging
 from collections import deque
 from pathlib import Path
 
+from coven_codex.agent.chat_settings import SETTINGS_STATE, merged, project_dir
 from coven_codex.agent.egress import complete_length
 from coven_codex.agent.egress_runner import EgressRunner
 from coven_codex.agent.recovery import user_messages
@@ -32,7 +33,7 @@ from coven_codex.conversation.closing import Closing
 from coven_codex.conversation.messages import Queued, Release, ResetRequest
 from coven_codex.conversation.outbox import Outbox
 from coven_codex.conversation.phases import Phase, PhaseMachine
-from coven_codex.entries import ErrorEntry, ResetEntry, StatusEntry
+from coven_codex.entries import ConversationSettings, ErrorEntry, ResetEntry, StatusEntry
 from coven_codex.journal import Position
 from coven_codex.rollout.locator import find_rollout, read_session_meta
 from coven_codex.support.limits import REFUSED_CODE
@@ -230,6 +231,10 @@ class ThreadKeeper:
         """
         state = self._state
         old = state.thread_id
+        change = reset.settings
+        if change is not None and (change.project is None or change.project == state.chat.project):
+            await self._keep_thread(reset, change)
+            return
         log.info("conversation %r: reset; thread %s ends", self._name, old)
         await self._closing.end(reason="reset")
         self._phases.move(Phase.RESETTING)
@@ -246,6 +251,10 @@ class ThreadKeeper:
                     hint="Try again in a moment; this conversation keeps its own thread meanwhile.",
                 )
             )
+        elif change is not None:  # a new project: a new thread in its directory
+            state.chat = merged(state.chat, change)
+            then = f"the next message starts a new Codex thread in {change.project}"
+            await self._outbox.emit(self._settings_status(reset, then, thread_id=None))
         else:
             await self._outbox.emit(
                 StatusEntry(
@@ -260,17 +269,54 @@ class ThreadKeeper:
         if wanted is None or problem is None:  # (a failed take-over leaves the conversation's thread as it was)
             if wanted is None or reset.cwd is not None:  # (a thread taken over keeps its own directory)
                 state.workspace = await self._workspace(reset)
-            state.model = state.turn_timeout = state.fork_from = None
+            state.model = state.chat.model
+            state.turn_timeout = state.fork_from = None
         state.reply_to = None
+        await self._done(reset)
+        self._phases.move(Phase.IDLE)
+
+    async def _keep_thread(self, reset: ResetRequest, change: ConversationSettings) -> None:
+        """A ``settings`` entry changing the model or the mode (or nothing): the open driver is closed, and the
+        next thought resumes the same thread with them (Codex takes both on ``thread/resume``)."""
+        state = self._state
+        await self._closing.end(reason="settings changed")
+        state.chat = merged(state.chat, change)
+        if change.model is not None:
+            state.model = change.model
+        where = f"thread {state.thread_id}" if state.thread_id is not None else "a new Codex thread"
+        then = f"the next message continues in {where} with them"
+        await self._outbox.emit(self._settings_status(reset, then, thread_id=state.thread_id))
+        self._queue.remove(reset)
+        self._admission.forget(reset.entry_id)
+        await self._done(reset)
+
+    def _settings_status(self, reset: ResetRequest, then: str, *, thread_id: str | None) -> StatusEntry:
+        """The answer to a ``settings`` entry: the settings now, and what happens next."""
+        chat = self._state.chat
+        shown = "; ".join(
+            f"{name}: {value}"
+            for name, value in (("project", chat.project), ("model", chat.model), ("mode", chat.mode))
+            if value is not None
+        )
+        return StatusEntry(
+            id=f"settings@{reset.position}",
+            state=SETTINGS_STATE,
+            thread_id=thread_id,
+            settings=chat,
+            text=f"{shown or 'the daemon defaults'}; {then}",
+        )
+
+    async def _done(self, reset: ResetRequest) -> None:
+        """The reset (or settings entry) is acted on: recorded as delivered in the same save, its position finished."""
+        state = self._state
         state.delivered[reset.entry_id] = reset.position
         await self._saver.save_now()
         self._svc.finish_thought(reset.position)
-        self._phases.move(Phase.IDLE)
 
     async def _workspace(self, reset: ResetRequest) -> str | None:
-        """The next thread's directory, as the reset names it (``None``: the daemon's)."""
+        """The next thread's directory, as the reset names it (else the chat's project's; ``None``: the daemon's)."""
         if reset.cwd is None:
-            return None
+            return await asyncio.to_thread(project_dir, self._state.chat, self._svc.settings)
         try:
             return await asyncio.to_thread(reset_workspace, ResetEntry(cwd=reset.cwd), self._svc.settings.cwd_roots)
         except OptionsRefused as exc:  # (checked on arrival; it changed since)

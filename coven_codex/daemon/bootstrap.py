@@ -27,12 +27,14 @@ import contextlib
 import dataclasses
 import logging
 import os
+import tomllib
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from coven_codex import __version__
+from coven_codex.agent.chat_settings import project_problems
 from coven_codex.agent.egress import AppendHook
 from coven_codex.agent.scope import Scope, ScopeError, open_scope
 from coven_codex.agent.storage import StorageFailed
@@ -40,6 +42,7 @@ from coven_codex.attachments import file_spells, uploads_dir
 from coven_codex.codex.appserver import AppServerPool, raise_fd_limit
 from coven_codex.codex.capabilities import CapabilityError, DriverPlan, detect_capabilities, plan_driver
 from coven_codex.codex.discovery import DiscoveryError, FoundExecutable, find_codex
+from coven_codex.codex.driver_settings import MODES, SANDBOX_WIDTH
 from coven_codex.codex.drivers import (
     CodexDriver,
     DriverSettings,
@@ -175,7 +178,7 @@ class DriverMaker:
             settings = dataclasses.replace(
                 settings, turn_timeout=timeout, stream_idle_timeout=min(settings.stream_idle_timeout, timeout)
             )
-        settings = dataclasses.replace(settings, model=options.model, fork_from=options.fork_from)
+        settings = dataclasses.replace(settings, model=options.model, fork_from=options.fork_from, mode=options.mode)
         cwd = Path(options.workspace) if options.workspace is not None else self.cwd
         return create_driver(
             self.executable,
@@ -406,6 +409,9 @@ def _checked_start(settings: Settings) -> tuple[JournalName, Path]:
     workspace = settings.workspace.expanduser().resolve()
     if not workspace.is_dir():
         raise BootstrapError(f"the workspace {workspace} is not a directory; create it or fix --workspace")
+    problems = project_problems(settings)
+    if problems:
+        raise BootstrapError("; ".join(problems))
     return settings.journal, workspace
 
 
@@ -555,6 +561,21 @@ async def _collect_traces(
     log.info("collecting Codex's OpenTelemetry export at %s into %s", receiver.base_url, traces_dir)
 
 
+def _check_modes(settings: Settings, config: Path) -> None:
+    """No mode a chat may choose (``modes``) is wider than the sandbox the daemon's Codex config sets."""
+    try:
+        sandbox = tomllib.loads(config.read_text("utf-8")).get("sandbox_mode", "workspace-write")
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise BootstrapError(f"cannot read the Codex config {config}: {exc}") from None
+    ceiling = SANDBOX_WIDTH.get(str(sandbox), 0)
+    wider = [mode for mode in settings.modes if SANDBOX_WIDTH[MODES[mode].sandbox] > ceiling]
+    if wider:
+        raise BootstrapError(
+            f"modes {', '.join(wider)} would widen the sandbox beyond the Codex config's sandbox_mode = {sandbox!r}; "
+            "drop them from modes in coven.toml, or widen sandbox_mode in the Codex base config"
+        )
+
+
 async def _prepare_home(
     settings: Settings,
     workspace: Path,
@@ -578,6 +599,7 @@ async def _prepare_home(
         )
     except CodexHomeError as exc:
         raise BootstrapError(str(exc)) from None
+    await asyncio.to_thread(_check_modes, settings, home.path / "config.toml")
     if not home.has_credentials:
         log.warning(
             "no Codex credentials found (no auth.json, no API key variable, no model provider "

@@ -42,6 +42,7 @@ from coven_codex.entries import (
     DeltaEntry,
     ResetEntry,
     ResponseEntry,
+    SettingsEntry,
     ThoughtEntry,
 )
 from coven_codex.jobs.records import (
@@ -264,7 +265,7 @@ class _Routing:
             self._runner._take(entry)
         return self._inner.route_thought(entry, position)
 
-    def route_reset(self, entry: ResetEntry, position: Position) -> bool:
+    def route_reset(self, entry: ResetEntry | SettingsEntry, position: Position) -> bool:
         return self._inner.route_reset(entry, position)
 
     def route_cancel(self, entry: CancelEntry, *, live: bool) -> None:

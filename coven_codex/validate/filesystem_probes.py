@@ -12,7 +12,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from coven_codex.validate.framework import ProbeContext, ProbeResult
+from coven_codex.agent.chat_settings import project_problems
+from coven_codex.validate.framework import ProbeContext, ProbeResult, Status
 
 
 def nearest_existing(path: Path) -> Path:
@@ -62,6 +63,17 @@ async def probe_workspace(context: ProbeContext) -> ProbeResult:
             f"workspace {workspace} does not exist", f"Create it (mkdir -p {workspace}) or pass --workspace."
         )
     return await check_writable_dir(workspace, "workspace", "--workspace")
+
+
+async def probe_projects(context: ProbeContext) -> ProbeResult:
+    """Every ``[projects]`` entry is a directory inside the workspace or a ``workspace_roots`` entry."""
+    settings = context.settings
+    if not settings.projects:
+        return ProbeResult(Status.SKIP, "no [projects] configured")
+    problems = await asyncio.to_thread(project_problems, settings)
+    if problems:
+        return ProbeResult.fail("; ".join(problems), "Fix [projects] in coven.toml (or add a workspace_roots entry).")
+    return ProbeResult.ok(f"{len(settings.projects)} project(s): {', '.join(sorted(settings.projects))}")
 
 
 async def probe_codex_home(context: ProbeContext) -> ProbeResult:

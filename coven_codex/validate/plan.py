@@ -15,6 +15,7 @@ from coven_codex.validate.framework import Outcome, Probe, ProbeContext, run_pla
 PLAN: tuple[Probe, ...] = (
     Probe("timeouts", "timeout settings within bounds", fs.probe_timeouts, timeout=1, required=False),
     Probe("workspace", "workspace exists and is writable", fs.probe_workspace, timeout=5),
+    Probe("projects", "every [projects] directory lies inside the workspace roots", fs.probe_projects, timeout=5),
     Probe("codex_found", "Codex executable found, not inside the workspace", codex.probe_codex_found, timeout=8),
     Probe("codex_version", "`codex --version` answers", codex.probe_codex_version, timeout=8, needs=("codex_found",)),
     Probe(

@@ -58,14 +58,8 @@ async def test_the_six_commands_are_registered_and_codex_sends_the_prompt(
     process = await start_adapter(journal, port, allow_users=[ALLOWED])
     try:
         await until(fake.identified.is_set, 30)
-        assert sorted(command["name"] for command in fake.commands) == [
-            "cancel",
-            "codex",
-            "history",
-            "list",
-            "new",
-            "status",
-        ]
+        registered = sorted(command["name"] for command in fake.commands)
+        assert registered == ["cancel", "codex", "history", "list", "mode", "model", "new", "project", "status"]
         codex = next(command for command in fake.commands if command["name"] == "codex")
         options = [(o["name"], o["type"], o["required"]) for o in codex["options"]]
         assert options == [("prompt", 3, True), ("image", 11, False)]

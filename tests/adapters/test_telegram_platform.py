@@ -55,6 +55,7 @@ async def test_start_logs_in_and_registers_the_kits_commands(platform: TelegramP
     # every command of the kit, in its order, as Telegram allows a name (no "-")
     assert [c["command"] for c in fake.commands] == [name.replace("-", "_") for name in COMMANDS]
     assert "list" in COMMANDS and "history" in COMMANDS
+    assert {"project", "model", "mode"} <= set(COMMANDS)
 
 
 async def test_a_reply_is_html_in_its_topic_with_its_buttons(platform: TelegramPlatform, fake: FakeTelegram) -> None:

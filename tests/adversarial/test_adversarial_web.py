@@ -42,6 +42,7 @@ from coven_codex.entries import (
     CancelEntry,
     ResetEntry,
     ResponseEntry,
+    SettingsEntry,
     StatusEntry,
     ThoughtEntry,
 )
@@ -338,8 +339,11 @@ async def test_slash_commands_in_the_composer_are_the_kits_commands(web_server: 
             return notices[0] if len(notices) == 2 else None
 
         assert await say("/status") == (
-            "running; queued messages: 0; thread: none yet; last turn's token usage: not reported"
+            "running; queued messages: 0; thread: none yet; settings: not seen here yet (the daemon says them next);"
+            " last turn's token usage: not reported"
         )
+        assert await say("/model gpt-5.1-codex") == "model gpt-5.1-codex sent; the daemon's answer follows"
+        assert (await say("/project") or "").startswith("asking the daemon for the project")
         assert "/cancel" in (await say("/help") or "")
         assert await say("/approve") is None
         assert await say("/deny req-2") is None
@@ -348,7 +352,21 @@ async def test_slash_commands_in_the_composer_are_the_kits_commands(web_server: 
     written = await entries(web_server.journal)
     answers = [e for e in written if isinstance(e, ApprovalEntry)]
     assert [(a.request_id, a.decision) for a in answers] == [("req-1", "approve"), ("req-2", "deny")]
-    assert [e.kind for e in written[3:]] == ["approval", "approval", "cancel", "reset"]
+    assert [e.kind for e in written[3:]] == [
+        "settings",
+        "settings",
+        "settings",
+        "approval",
+        "approval",
+        "cancel",
+        "reset",
+    ]
+    asked = [e for e in written if isinstance(e, SettingsEntry)]
+    assert [(e.sender, e.project, e.model) for e in asked] == [
+        ("tester", None, None),
+        ("tester", None, "gpt-5.1-codex"),
+        ("tester", None, None),
+    ]
     assert not [e for e in written if isinstance(e, ThoughtEntry)]  # commands are not thoughts
 
 

@@ -242,7 +242,7 @@ async def test_the_thread_budget_covers_a_loaded_thread_with_its_mcp_server(
             # The first thread opens what the process keeps whatever its threads (databases, logs).
             first, first_recorders = await open_drivers(setup, pool, 1)
             drivers += first
-            await first[0].submit("hi", "t0")
+            await first[0].submit(thought("hi", "t0"))
             await first_recorders[0].wait_for(TurnFinished)
             (pid,) = pool.pids
             native = native_codex(pid)

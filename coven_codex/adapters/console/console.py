@@ -47,6 +47,9 @@ def console_help(quit_note: str) -> str:
   /deny [ID]           deny it
   /list                the conversations you wrote in, the latest first
   /history [N]         the last N exchanges here (default 5, at most 20)
+  /project [NAME]      work in one of the operator's projects (a new Codex thread); alone: list them
+  /model [NAME]        use one of the operator's models from the next message; alone: list them
+  /mode [NAME]         read-only, ask or auto, as the operator allows; alone: list them
   /attach FILE [TEXT]  send TEXT with a file (an image) attached
   /conversation NAME   switch conversation
   /quit                {quit_note}

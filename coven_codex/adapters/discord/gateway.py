@@ -7,7 +7,8 @@ kit's :class:`~coven_codex.adapters.kit.platform.IncomingMessage` and a button's
 interaction is acknowledged at once, so Discord does not show "interaction failed").
 
 Slash commands (:data:`SLASH_COMMANDS`: ``/codex``, ``/cancel``, ``/new``, ``/status``, ``/list``,
-``/history``) are application commands on discord.py's :class:`~discord.app_commands.CommandTree`, registered
+``/history``, ``/project``, ``/model``, ``/mode``) are application commands on discord.py's
+:class:`~discord.app_commands.CommandTree`, registered
 (``PUT /applications/{id}/commands``) at every start. A slash command is deferred at once
 ("Codex is thinking…") and becomes an :class:`IncomingMessage` (``/codex``'s prompt, or the text
 ``/cancel`` …) that the kit's runner handles like a typed one, access control included; what the
@@ -156,6 +157,24 @@ async def _history_command(
     await _gateway_of(interaction).slash(interaction, "/history" if count is None else f"/history {count}")
 
 
+@app_commands.command(name="project", description="Work in one of the operator's projects; without a name: list them")
+@app_commands.describe(name="the project's name")
+async def _project_command(interaction: discord.Interaction, name: str | None = None) -> None:
+    await _gateway_of(interaction).slash(interaction, f"/project {name or ''}".strip())
+
+
+@app_commands.command(name="model", description="Use one of the operator's models; without a name: list them")
+@app_commands.describe(name="the model's name")
+async def _model_command(interaction: discord.Interaction, name: str | None = None) -> None:
+    await _gateway_of(interaction).slash(interaction, f"/model {name or ''}".strip())
+
+
+@app_commands.command(name="mode", description="read-only, ask or auto, as the operator allows; without one: list them")
+@app_commands.describe(name="the mode: read-only, ask or auto")
+async def _mode_command(interaction: discord.Interaction, name: str | None = None) -> None:
+    await _gateway_of(interaction).slash(interaction, f"/mode {name or ''}".strip())
+
+
 SLASH_COMMANDS: tuple[app_commands.Command[Any, Any, None], ...] = (
     _codex_command,
     _cancel_command,
@@ -163,6 +182,9 @@ SLASH_COMMANDS: tuple[app_commands.Command[Any, Any, None], ...] = (
     _status_command,
     _list_command,
     _history_command,
+    _project_command,
+    _model_command,
+    _mode_command,
 )
 """The application commands the bot registers."""
 

@@ -10,6 +10,8 @@
   (:mod:`coven_codex.adapters.kit.resume`);
 - ``list``: the conversations the sender wrote in, the most recently active first;
 - ``history [N]``: the last N exchanges (thought → reply) of this conversation;
+- ``project [NAME]``, ``model [NAME]``, ``mode [NAME]``: choose the conversation's project directory, model or
+  mode from what the daemon's operator allows (appends a ``settings`` entry; alone: what they are and may be);
 - ``help``.
 """
 
@@ -18,7 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from coven_codex.entries import TokenUsage
+from coven_codex.adapters.kit.render import clip
+from coven_codex.entries import ConversationSettings, SettingsEntry, StatusEntry, TokenUsage
 
 COMMANDS = (
     "cancel",
@@ -31,8 +34,13 @@ COMMANDS = (
     "resume",
     "list",
     "history",
+    "project",
+    "model",
+    "mode",
     "help",
 )
+SETTINGS_COMMANDS = ("project", "model", "mode")
+"""The commands that choose a conversation's settings (one ``settings`` entry each, the daemon checks it)."""
 DECISIONS: dict[str, Literal["approve", "approve_for_session", "deny"]] = {
     "approve": "approve",
     "approve-session": "approve_for_session",
@@ -51,6 +59,9 @@ HELP = """commands:
   /resume [THREAD_OR_CONVERSATION]  list the earlier threads you can continue, or continue one here
   /list          the conversations you wrote in, the latest first
   /history [N]   the last N exchanges here (default 5, at most 20)
+  /project [NAME]  work in one of the operator's projects (a new Codex thread); alone: list them
+  /model [NAME]  use one of the operator's models from the next message; alone: list them
+  /mode [NAME]   read-only, ask or auto (approvals and sandbox), as the operator allows; alone: list them
   /help          this list
 anything else is sent to Codex"""
 
@@ -91,14 +102,58 @@ class ConversationState:
     usage: TokenUsage | None = None
     """The ``usage`` of the last turn end that carried one."""
     pending_approvals: list[str] = field(default_factory=list)
+    settings: ConversationSettings | None = None
+    """The conversation's settings as the daemon's last ``settings`` status gave them (``None``: none seen)."""
 
     def describe(self) -> str:
         """The ``status`` reply."""
         usage = format_usage(self.usage) if self.usage is not None else "not reported"
         return (
             f"{'running' if self.running else 'idle'}; queued messages: {self.queued}; "
-            f"thread: {self.thread_id or 'none yet'}; last turn's token usage: {usage}"
+            f"thread: {self.thread_id or 'none yet'}; {describe_settings(self.settings)}; "
+            f"last turn's token usage: {usage}"
         )
+
+    def track_settings(self, entry: StatusEntry) -> None:
+        """Keep the settings a daemon's ``settings`` status carries, and its thread (``None``: a new project's
+        thread starts with the next message)."""
+        if entry.state == SETTINGS_STATE and entry.settings is not None:
+            self.settings = entry.settings
+            self.thread_id = entry.thread_id
+
+
+SETTINGS_STATE = "settings"
+"""The daemon's answer to a ``settings`` entry (a ``status`` carrying the conversation's settings)."""
+
+
+def describe_settings(settings: ConversationSettings | None) -> str:
+    """The settings part of ``status``: project, model, mode (the daemon's defaults where none was chosen)."""
+    if settings is None:
+        return "settings: not seen here yet (the daemon says them next)"
+    return (
+        f"project: {settings.project or 'none (the workspace)'}; model: {settings.model or 'default'}; "
+        f"mode: {settings.mode or 'default'}"
+    )
+
+
+def settings_sent(command: Command) -> str:
+    """What the chat is told at once of a settings command (the daemon's answer follows)."""
+    value = command.argument.strip()
+    if not value:
+        return f"asking the daemon for the {command.name} and the ones allowed; its answer follows"
+    return f"{command.name} {clip(value, 80)} sent; the daemon's answer follows"
+
+
+def settings_entry(command: Command, conversation: str, sender: str) -> SettingsEntry:
+    """The ``settings`` entry a settings command appends (no argument: a question the daemon answers)."""
+    value = command.argument.strip() or None
+    return SettingsEntry(
+        conversation=conversation,
+        sender=sender,
+        project=value if command.name == "project" else None,
+        model=value if command.name == "model" else None,
+        mode=value if command.name == "mode" else None,
+    )
 
 
 def format_usage(usage: TokenUsage) -> str:

@@ -93,6 +93,13 @@ FEATURES: dict[str, tuple[str, ...]] = {
         "`@bot /resume [THREAD]` (threads of conversations you took part in)",
         "`/resume [THREAD]`, in the command menu (threads of chats you took part in)",
     ),
+    "project / model / mode": (
+        "`/project`, `/model`, `/mode`",
+        "the same commands in the composer",
+        "`/codex project NAME`, `@Codex /model NAME`",
+        "slash commands `/project`, `/model`, `/mode`; `@bot /mode NAME`",
+        "commands `/project`, `/model`, `/mode` (in the menu)",
+    ),
     "tool output on demand": (
         "`/details`",
         "every result on the page",

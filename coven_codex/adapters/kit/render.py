@@ -31,6 +31,7 @@ from coven_codex.entries import (
     ReasoningEntry,
     ResetEntry,
     ResponseEntry,
+    SettingsEntry,
     StatusEntry,
     ThoughtEntry,
     ToolCallEntry,
@@ -316,6 +317,9 @@ def render_entry(entry: BaseEntry, options: RenderOptions = RenderOptions()) -> 
             return Block("status", f"[{entry.sender} asked to cancel the turn]")
         case ResetEntry():
             return Block("status", f"[{entry.sender} started a new session]")
+        case SettingsEntry():
+            asked = "; ".join(f"{name} {value}" for name, value in entry.change.model_dump().items() if value)
+            return Block("status", f"[{entry.sender} asked for {asked or 'the settings'}]")
         case ActivityEntry():
             return render_activity(entry)
         case FileEntry():

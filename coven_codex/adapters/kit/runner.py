@@ -40,7 +40,16 @@ from typing import Literal, ParamSpec, TypeVar
 
 from coven_codex.adapters.kit.access import AccessPolicy
 from coven_codex.adapters.kit.card import Card, CardPhase, Cards, card_end_key, card_key, is_step
-from coven_codex.adapters.kit.commands import DECISIONS, HELP, Command, ConversationState, parse_command
+from coven_codex.adapters.kit.commands import (
+    DECISIONS,
+    HELP,
+    SETTINGS_STATE,
+    Command,
+    ConversationState,
+    parse_command,
+    settings_entry,
+    settings_sent,
+)
 from coven_codex.adapters.kit.files import caption_of, upload_of
 from coven_codex.adapters.kit.history import (
     SENDER_ID_FIELD,
@@ -92,6 +101,7 @@ from coven_codex.entries import (
     FileEntry,
     ResetEntry,
     ResponseEntry,
+    SettingsEntry,
     StatusEntry,
     ThoughtEntry,
 )
@@ -431,6 +441,12 @@ class AdapterRunner:
                 await self.reply(address, "new session: your next message starts a fresh Codex session")
             case "status":
                 await self.reply(address, state.describe())
+                if state.settings is None:  # (not seen since this adapter started: the daemon says them)
+                    await self.append(SettingsEntry(conversation=conversation, sender=user.label))
+            case "project" | "model" | "mode":
+                # Said before appending: the daemon's answer must come after it.
+                await self.reply(address, settings_sent(command))
+                await self.append(settings_entry(command, conversation, user.label))
             case "approve" | "approve-session" | "deny":
                 request_id = command.argument or (state.pending_approvals[0] if state.pending_approvals else "")
                 if not request_id:
@@ -702,7 +718,8 @@ class AdapterRunner:
             case ThoughtEntry():
                 state.queued += 1
             case StatusEntry():
-                if entry.state not in (SESSION_RESET, THREAD_MOVED):
+                state.track_settings(entry)
+                if entry.state not in (SESSION_RESET, THREAD_MOVED, SETTINGS_STATE):
                     state.thread_id = entry.thread_id or state.thread_id
                 if entry.state == "turn_started":
                     state.running, state.queued = True, max(0, state.queued - 1)

@@ -130,6 +130,9 @@ COMMANDS = (
     ("resume", "List your earlier threads, or continue one here"),
     ("list", "Your conversations, the most recently active first"),
     ("history", "The last exchanges here (/history N)"),
+    ("project", "Work in one of the operator's projects; alone: list them"),
+    ("model", "Use one of the operator's models; alone: list them"),
+    ("mode", "read-only, ask or auto, as allowed; alone: list them"),
     ("help", "The commands"),
 )
 """The kit's commands as registered with ``setMyCommands`` (shown in Telegram's command menu; a name

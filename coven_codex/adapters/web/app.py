@@ -30,7 +30,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.types import ASGIApp
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from coven_codex.adapters.kit.commands import DECISIONS, HELP, Command, parse_command
+from coven_codex.adapters.kit.commands import DECISIONS, HELP, Command, parse_command, settings_entry, settings_sent
 from coven_codex.adapters.kit.history import (
     SENDER_ID_FIELD,
     format_history,
@@ -70,7 +70,7 @@ from coven_codex.attachments import (
     UnsentUploads,
     UploadError,
 )
-from coven_codex.entries import ApprovalEntry, BaseEntry, CancelEntry, ResetEntry, ThoughtEntry
+from coven_codex.entries import ApprovalEntry, BaseEntry, CancelEntry, ResetEntry, SettingsEntry, ThoughtEntry
 from coven_codex.journal import Journal, JournalError
 from coven_codex.metrics.checks import report_lag
 from coven_codex.metrics.server import MetricsServer
@@ -367,7 +367,13 @@ class JournalWriter:
             case "new":
                 return await self._append(ResetEntry(conversation=conversation, sender=self.sender))
             case "status":
+                if state.settings is None:  # (not seen since this page's server started: the daemon says them)
+                    problem = await self._append(SettingsEntry(conversation=conversation, sender=self.sender))
+                    if problem is not None:
+                        return problem
                 return state.describe()
+            case "project" | "model" | "mode":
+                return await self._append(settings_entry(command, conversation, self.sender)) or settings_sent(command)
             case "approve" | "approve-session" | "deny":
                 request_id = command.argument or (state.pending_approvals[0] if state.pending_approvals else "")
                 if not request_id:

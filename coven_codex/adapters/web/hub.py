@@ -26,7 +26,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from coven_codex.adapters.kit.commands import ConversationState
+from coven_codex.adapters.kit.commands import SETTINGS_STATE, ConversationState
 from coven_codex.adapters.kit.history import ChatIndex
 from coven_codex.adapters.kit.runner import TURN_ENDS
 from coven_codex.adapters.kit.streaming import Streams
@@ -71,6 +71,8 @@ class ConversationLog:
         state = self.state
         if wire.kind == "thought":
             state.queued += 1
+        elif wire.kind == "status" and wire.state == SETTINGS_STATE and wire.settings is not None:
+            state.settings = wire.settings
         elif wire.kind == "status" and wire.state == "turn_started":
             state.running, state.queued = True, max(0, state.queued - 1)
         elif wire.kind == "status" and wire.state and (wire.state.startswith("turn_") or wire.state == "session_ended"):

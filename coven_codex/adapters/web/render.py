@@ -20,6 +20,7 @@ from coven_codex.entries import (
     ApprovalEntry,
     ApprovalRequestEntry,
     BaseEntry,
+    ConversationSettings,
     DeltaEntry,
     ErrorEntry,
     FileEntry,
@@ -92,6 +93,8 @@ class WireEntry(BaseModel):
     """URLs (on this server) of the images a thought carries."""
     file: WireFile | None = None
     """A file Codex sent (a ``file`` entry): where this server serves it, its name and size."""
+    settings: ConversationSettings | None = None
+    """A ``settings`` status: the conversation's settings (``/status`` shows them)."""
 
 
 def wire_entry(entry: BaseEntry, start: int, end: int, uploads: Path | None = None) -> WireEntry:
@@ -138,7 +141,7 @@ def wire_entry(entry: BaseEntry, start: int, end: int, uploads: Path | None = No
         case ToolResultEntry():
             wire.tool, wire.call_id, wire.is_error = entry.tool, entry.call_id, entry.is_error
         case StatusEntry():
-            wire.state = entry.state
+            wire.state, wire.settings = entry.state, entry.settings
         case ErrorEntry():
             wire.code, wire.hint = entry.code, clip(entry.hint, 1000)
         case ApprovalRequestEntry():

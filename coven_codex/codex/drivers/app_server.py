@@ -57,7 +57,7 @@ from coven_codex.codex.appserver.messages import (
 )
 from coven_codex.codex.appserver.pool import AppServerPool
 from coven_codex.codex.capabilities import DriverPlan
-from coven_codex.codex.driver_settings import DriverSettings
+from coven_codex.codex.driver_settings import MODES, DriverSettings
 from coven_codex.codex.drivers.approvals import APPROVAL_ACTIONS, ApprovalDesk
 from coven_codex.codex.drivers.base import CodexDriver
 from coven_codex.codex.drivers.clock import TurnClock
@@ -202,18 +202,18 @@ class AppServerDriver(CodexDriver):
             note = None
             if resume_thread_id is not None:
                 try:
-                    resume: dict[str, JsonValue] = {"threadId": resume_thread_id, "cwd": str(self.workspace)}
-                    if self.settings.model is not None:
-                        resume["model"] = self.settings.model
+                    resume: dict[str, JsonValue] = {
+                        "threadId": resume_thread_id,
+                        "cwd": str(self.workspace),
+                        **chosen_options(self.settings),
+                    }
                     result = await self._live_conn().resume(resume)
                 except RpcError as exc:
                     note = f"could not resume thread {resume_thread_id} ({exc}); started a new thread"
                     log.warning("%s", note)
             resumed = result is not None
             if result is None:
-                options: dict[str, JsonValue] = {"cwd": str(self.workspace)}
-                if self.settings.model is not None:
-                    options["model"] = self.settings.model
+                options: dict[str, JsonValue] = {"cwd": str(self.workspace), **chosen_options(self.settings)}
                 if self.settings.fork_from is not None:
                     result = await self._request("thread/fork", {"threadId": self.settings.fork_from, **options})
                 else:
@@ -513,6 +513,18 @@ class AppServerDriver(CodexDriver):
 
 
 _M = TypeVar("_M", bound=BaseModel)
+
+
+def chosen_options(settings: DriverSettings) -> dict[str, JsonValue]:
+    """The thread's model and mode (``approvalPolicy``, ``sandbox``) where the conversation chose them."""
+    chosen: dict[str, JsonValue] = {}
+    if settings.model is not None:
+        chosen["model"] = settings.model
+    mode = MODES.get(settings.mode) if settings.mode is not None else None
+    if mode is not None:
+        chosen["approvalPolicy"] = mode.approval_policy
+        chosen["sandbox"] = mode.sandbox
+    return chosen
 
 
 def _parsed(model: type[_M], data: object) -> _M | None:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from coven_codex.codex.driver_settings import DriverSettings
+from coven_codex.codex.driver_settings import MODES, DriverSettings
 from coven_codex.codex.drivers.base import CodexDriver, DriverPhase
 from coven_codex.codex.drivers.clock import TurnClock
 from coven_codex.codex.drivers.events import (
@@ -134,6 +134,9 @@ class ExecDriver(CodexDriver):
         argv = [*self.command, "exec", "--json", *image_args(thought), "--skip-git-repo-check"]
         if self.settings.model is not None:
             argv += ["--model", self.settings.model]
+        mode = MODES.get(self.settings.mode) if self.settings.mode is not None else None
+        if mode is not None:
+            argv += ["-c", f'approval_policy="{mode.approval_policy}"', "-c", f'sandbox_mode="{mode.sandbox}"']
         if self._thread_id is not None:
             argv += ["resume", self._thread_id]
         return [*argv, "-"]
