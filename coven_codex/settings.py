@@ -176,6 +176,14 @@ class Settings(MetricsSettings):
             " generates), in bytes."
         ),
     )
+    send_file: Literal["auto", "on", "off"] = Field(
+        default="auto",
+        description=(
+            "Serve the built-in spell send_file (files out to the chat): on, off, or auto (served beside"
+            " spells of your own, which Codex already runs an MCP server for). Codex starts the spells' MCP"
+            " server, a small process, for every thread it has loaded."
+        ),
+    )
     collect_traces: bool = Field(
         default=False,
         description="Capture Codex's OpenTelemetry export as JSONL under <state_dir>/traces/, one file per thread.",

@@ -201,6 +201,14 @@ _FLAGS: tuple[tuple[str, dict[str, Any]], ...] = (
         },
     ),
     (
+        "--send-file",
+        {
+            "choices": ("auto", "on", "off"),
+            "dest": "send_file",
+            "help": "serve the built-in spell send_file: on, off, or auto (beside spells of your own; the default)",
+        },
+    ),
+    (
         "--approval-timeout",
         {
             "type": float,

@@ -189,11 +189,9 @@ class Session:
     def offer_reset(self, entry: ResetEntry | SettingsEntry, position: Position) -> bool:
         """Queue a ``reset`` unless it was acted on before; ``True`` if it is now pending.
 
-        It takes its place among the thoughts: those before it still go to the current thread,
-        then the thread ends (a running turn is interrupted as soon as the reset arrives) and the
-        next thought starts a new one. A ``settings`` entry takes the same place, interrupting nothing
-        (:mod:`coven_codex.conversation.thread`).
-        """
+        It takes its place among the thoughts: those before go to the current thread, then the thread
+        ends (a running turn is interrupted at once) and the next thought starts a new one. A
+        ``settings`` entry takes the same place, interrupting nothing (:mod:`~coven_codex.conversation.thread`)."""
         return self._admission.offer_reset(entry, position)
 
     def offer_cancel(self, entry: CancelEntry) -> None:
@@ -269,11 +267,7 @@ class Session:
             if taken is not None:
                 self._queue.append(taken)
         elif isinstance(message, ResetRequest | Release):
-            if not await self._thread.queue_end(message, self._handover.unconfirmed):
-                return
-            if (not isinstance(message, ResetRequest) or message.settings is None) and self._phases.is_in(
-                Phase.IN_TURN
-            ):
+            if await self._thread.queue_end(message, self._handover.unconfirmed) and self._phases.is_in(Phase.IN_TURN):
                 await self._ledger.interrupt(self._link.driver)
         elif isinstance(message, CancelEntry):
             if message.queued:

@@ -108,13 +108,14 @@ class ThreadKeeper:
     async def queue_end(self, end: ResetRequest | Release, unconfirmed: Thought | None) -> bool:
         """Queue a reset (checked first: ``False`` if refused) after what is queued, or a release (another
         conversation takes the thread over) first (after a thought the driver is starting: what runs
-        ends first); :meth:`end` acts on it when it is the head. The caller interrupts a running turn."""
+        ends first); :meth:`end` acts on it when it is the head. ``True``: the caller interrupts a running
+        turn (``False``: the reset was refused, or it is a ``settings`` entry, which waits for the turn's end)."""
         if isinstance(end, ResetRequest):
             if not await self._admission.take_reset(end):
                 return False
             self._queue.append(end)
-        else:
-            self._queue.insert(1 if self._queue and self._queue[0] is unconfirmed else 0, end)
+            return end.settings is None
+        self._queue.insert(1 if self._queue and self._queue[0] is unconfirmed else 0, end)
         return True
 
     async def end(self, head: ResetRequest | Release) -> None:

@@ -71,6 +71,7 @@ from coven_codex.mcp import (
     TOOLBELT_FILENAME,
     SpellDefinitionError,
     SpellLoadError,
+    SpellRegistry,
     SpellServer,
     SpellServerError,
     codex_mcp_entry,
@@ -507,13 +508,24 @@ async def _serve_spells(  # noqa: PLR0917 (the start's pieces in the order run_d
     journal: Journal,
     journal_name: JournalName,
 ) -> None:
-    """Load the spells, add the built-in ``send_file`` (files out, :mod:`coven_codex.attachments.files_out`),
-    and serve them on a private socket; their entry goes into Codex's config (``owned``)."""
-    registry = file_spells(
-        journal,
-        folder=uploads_dir(local_base(journal_name, state_root())),
-        workspace=workspace,
-        max_bytes=settings.max_file_bytes,
+    """Load the spells, add the built-in ``send_file`` (files out, :mod:`coven_codex.attachments.files_out`)
+    as ``send_file`` says, and serve them on a private socket; their entry goes into Codex's config
+    (``owned``). Nothing is served when there is nothing to serve: Codex starts the spells' MCP server
+    (the shim, a process) for every thread it loads, so ``auto`` adds ``send_file`` only beside spells
+    of the user's own."""
+    files_out = settings.send_file == "on" or (settings.send_file == "auto" and bool(settings.spells))
+    if not files_out and not settings.spells:
+        log.info('no spells to serve (send_file is %s: send_file = "on" lets Codex send files)', settings.send_file)
+        return
+    registry = (
+        file_spells(
+            journal,
+            folder=uploads_dir(local_base(journal_name, state_root())),
+            workspace=workspace,
+            max_bytes=settings.max_file_bytes,
+        )
+        if files_out
+        else SpellRegistry()
     )
     try:
         # Never from the workspace: Codex writes there, and a module it wrote must not run here.
@@ -526,7 +538,7 @@ async def _serve_spells(  # noqa: PLR0917 (the start's pieces in the order run_d
         )
         await stack.enter_async_context(server)
     except SpellDefinitionError as exc:
-        raise BootstrapError(f"{exc} (send_file is built in: rename your spell)") from None
+        raise BootstrapError(f"{exc} (send_file is built in: rename your spell)" if files_out else str(exc)) from None
     except (SpellLoadError, SpellServerError) as exc:
         raise BootstrapError(str(exc)) from None
     toolbelt_path = await asyncio.to_thread(write_toolbelt, registry, settings.resolved_state_dir / TOOLBELT_FILENAME)

@@ -315,6 +315,32 @@ async def test_spells_reach_codex_through_the_daemon(codex_bin: Path, harness_fa
         assert await h.stop(daemon) == 0
 
 
+async def test_without_spells_of_its_own_the_daemon_serves_none_and_send_file_on_serves_it(
+    codex_bin_169: Path, harness_factory: Factory
+) -> None:
+    """Codex starts the spells' MCP server (a shim process) for every thread it loads: a daemon with no
+    spells of its own serves nothing by default (``send_file = "auto"``), so Codex is offered no
+    ``coven`` tool; ``--send-file on`` serves the built-in ``send_file`` alone. (Served always, it cost
+    a process per loaded thread: 256 of them, 3.4 GB, at N = 1,000 in bench_scale.)"""
+    async with ScriptedModelServer(responder=lambda r: Reply("ok")) as server:
+        h = harness_factory(codex_bin_169, server)
+        daemon = await h.start()
+        await h.think("c", "hello")
+        await h.wait_for(lambda es: "ok" in replies(es, "c"), what="the reply")
+        offered = {name for request in server.requests.responses_requests() for name in request.tool_names()}
+        assert not any("send_file" in name for name in offered), offered
+        assert not (h.state_dir / "toolbelt.json").exists()
+        assert await h.stop(daemon) == 0
+        daemon = await h.start("--send-file", "on")
+        await h.think("d", "hello again")
+        await h.wait_for(lambda es: "ok" in replies(es, "d"), what="the second reply")
+        offered = {name for request in server.requests.responses_requests() for name in request.tool_names()}
+        assert any("send_file" in name for name in offered), offered
+        toolbelt = json.loads((h.state_dir / "toolbelt.json").read_text())
+        assert [tool["name"] for tool in toolbelt["tools"]] == ["send_file"]
+        assert await h.stop(daemon) == 0
+
+
 async def test_second_daemon_on_the_same_state_is_refused(
     codex_bin_169: Path, model_server: ScriptedModelServer, harness_factory: Factory
 ) -> None:

@@ -40,7 +40,7 @@ async def test_a_send_file_call_reaches_slack_as_an_upload_with_the_file_s_bytes
         h = harness_factory(codex_bin_169, server)
         (h.workspace / "out").mkdir(parents=True, exist_ok=True)
         (h.workspace / "out" / "report.pdf").write_bytes(REPORT)
-        daemon = await h.start()
+        daemon = await h.start("--send-file", "on")  # (no spells of its own: "auto" would not serve it)
         slack = SlackAdapter(h.journal_path.parent)
         fake = slack.fake
         await slack.start()
