@@ -50,7 +50,7 @@ async def _run(fake: FakeDiscord, user: str, name: str, options: dict[str, str |
     return response.content
 
 
-async def test_the_six_commands_are_registered_and_codex_sends_the_prompt(
+async def test_the_slash_commands_are_registered_and_codex_sends_the_prompt(
     served: tuple[FakeDiscord, int], tmp_path: Path
 ) -> None:
     fake, port = served
