@@ -15,6 +15,7 @@ from pathlib import Path
 
 from coven_codex.adapters.kit.config import AdapterConfigError, AdapterSection
 from coven_codex.settings import Settings
+from coven_codex.support.secret import Secret
 from coven_codex.validate.framework import Probe, ProbeContext, ProbeFunction, ProbeResult
 
 
@@ -81,17 +82,25 @@ def _access(section: AdapterSection) -> ProbeFunction:
     return probe
 
 
+def _token_and_url(section: AdapterSection) -> tuple[Secret, str | None] | ProbeResult:
+    """The section's ``token`` and its ``api_url`` (if it has one), or the failure to read the token."""
+    try:
+        secrets = section.load_secrets(dict(os.environ))
+    except AdapterConfigError as exc:
+        return ProbeResult.fail(str(exc), "Set the token as the message says, then run validate again.")
+    api_url = getattr(section, "api_url", None)
+    return secrets["token"], api_url if isinstance(api_url, str) else None
+
+
 def _telegram_reachable(section: AdapterSection) -> ProbeFunction:
     async def probe(context: ProbeContext) -> ProbeResult:
         """Whether Telegram answers ``getMe`` with the token (a warning when it cannot be reached)."""
         from coven_codex.adapters.telegram.platform import reach  # noqa: PLC0415 ([telegram] extra)
 
-        try:
-            secrets = section.load_secrets(dict(os.environ))
-        except AdapterConfigError as exc:
-            return ProbeResult.fail(str(exc), "Set the token as the message says, then run validate again.")
-        api_url = getattr(section, "api_url", None)
-        found = await reach(secrets["token"], api_url if isinstance(api_url, str) else None)
+        token = _token_and_url(section)
+        if isinstance(token, ProbeResult):
+            return token
+        found = await reach(*token)
         if found.refused:
             return ProbeResult.fail(found.detail, "Copy the token again from @BotFather (/mybots > API Token).")
         if not found.reached:
@@ -109,12 +118,10 @@ def _slack_scopes(section: AdapterSection) -> ProbeFunction:
         """Whether the Slack bot token has every scope the adapter uses (``auth.test``'s ``x-oauth-scopes``)."""
         from coven_codex.adapters.slack.platform import check_scopes, describe_missing  # noqa: PLC0415 ([slack])
 
-        try:
-            secrets = section.load_secrets(dict(os.environ))
-        except AdapterConfigError as exc:
-            return ProbeResult.fail(str(exc), "Set the token as the message says, then run validate again.")
-        api_url = getattr(section, "api_url", None)
-        found = await check_scopes(secrets["token"], api_url if isinstance(api_url, str) else None)
+        token = _token_and_url(section)
+        if isinstance(token, ProbeResult):
+            return token
+        found = await check_scopes(*token)
         if found.refused:
             return ProbeResult.fail(found.detail, "Copy the bot token again (OAuth & Permissions).")
         if not found.reached:
