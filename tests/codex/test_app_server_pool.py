@@ -249,7 +249,7 @@ async def test_the_thread_budget_covers_a_loaded_thread_with_its_mcp_server(
             before = len(thread_fds(native))
             more, recorders = await open_drivers(setup, pool, LOADED)
             drivers += more
-            await asyncio.gather(*(driver.submit(f"hi {i}", f"t{i}") for i, driver in enumerate(more)))
+            await asyncio.gather(*(driver.submit(thought(f"hi {i}", f"t{i}")) for i, driver in enumerate(more)))
             for recorder in recorders:
                 (finished,) = await recorder.wait_for(TurnFinished)
                 assert finished.status == "completed", finished
