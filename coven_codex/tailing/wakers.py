@@ -230,7 +230,9 @@ class WatchfilesWaker:
         return not os.path.isdir(self._directory)
 
     async def aclose(self) -> None:
-        """Stop the watcher, wait for its thread's current wait to return, and close it."""
+        """Stop the watcher, wait for its thread's current wait to return, and close it.
+
+        watchfiles' own watcher thread (inotify's loop) ends, closing its descriptors, a moment later."""
         self._phase = WatchPhase.CLOSED
         if self._signal is not None:
             self._signal.set()

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 import resource
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -64,10 +65,36 @@ async def test_a_waker_closed_before_its_first_wait_holds_nothing(tmp_path: Path
     assert waker.phase is WatchPhase.CLOSED
 
 
+def inotify_descriptors() -> int:
+    """How many inotify descriptors this process holds (watchfiles' watchers and inotify wakers)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # (closed meanwhile)
+            count += os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:inotify"
+    return count
+
+
+def wait_for_no_watcher(within: float = 10.0) -> None:
+    """Return once this process holds no inotify descriptor: no watcher of an earlier test is left.
+
+    A closed watchfiles watcher's own thread (notify's inotify loop) closes its descriptors
+    (inotify's, epoll's, an eventfd) a moment after ``aclose()`` returns. Left by an earlier test of
+    the same process, it closed them while :func:`one_free_descriptor` held the limit: more than one
+    was free and the watcher started (the CI failure of
+    ``test_watchfiles_failing_to_start_raises_waker_failed``). A thread's end sends no event a test
+    can wait on, hence the bounded look every 10 ms."""
+    deadline = time.monotonic() + within
+    while held := inotify_descriptors():
+        assert time.monotonic() < deadline, f"{held} inotify descriptor(s) still open after {within:g}s"
+        time.sleep(0.01)
+
+
 @contextlib.contextmanager
 def one_free_descriptor() -> Iterator[Callable[[], None]]:
     """Lower this process's descriptor limit and fill it, leaving exactly one descriptor free: real
-    exhaustion, which makes watchfiles' watcher fail to start (it needs several)."""
+    exhaustion, which makes watchfiles' watcher fail to start (it needs several). Nothing else of
+    this process may close descriptors meanwhile: the watchers of earlier tests are waited for."""
+    wait_for_no_watcher()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     highest = max(int(name) for name in os.listdir("/proc/self/fd"))
     fillers: list[int] = []

@@ -122,6 +122,8 @@ class ConnectionPhase(enum.Enum):
     """Its process starts or serves threads."""
     RETIRED = "retired"
     """The pool hands it out no more; :meth:`AppServerConnection.aclose` ends it."""
+    KILLING = "killing"
+    """Being killed (:meth:`AppServerConnection.kill`): its threads hear of it once its tree is gone."""
     LOST = "lost"
     """Its process died or stopped answering (:attr:`AppServerConnection.lost` says why)."""
     CLOSED = "closed"
@@ -129,8 +131,12 @@ class ConnectionPhase(enum.Enum):
 
 
 CONNECTION_TRANSITIONS = transitions(
-    (ConnectionPhase.OPEN, (ConnectionPhase.RETIRED, ConnectionPhase.LOST, ConnectionPhase.CLOSED)),
+    (
+        ConnectionPhase.OPEN,
+        (ConnectionPhase.RETIRED, ConnectionPhase.KILLING, ConnectionPhase.LOST, ConnectionPhase.CLOSED),
+    ),
     (ConnectionPhase.RETIRED, (ConnectionPhase.CLOSED,)),
+    (ConnectionPhase.KILLING, (ConnectionPhase.LOST, ConnectionPhase.CLOSED)),
     (ConnectionPhase.LOST, (ConnectionPhase.CLOSED,)),
 )
 """Every move a connection may make; any other is a bug (:class:`~coven_codex.support.lifecycle.LifecycleError`)."""
@@ -261,11 +267,21 @@ class AppServerConnection:
         """Kill the process's tree at once (it stopped answering, or the pool ends it); every
         thread hears ``error``. ``blameless``: the kill is the daemon's own decision, not the
         fault of what a thread was doing: the threads hear SIGKILL's exit status, so a thought
-        being handed over is sent again without counting against it (``killed_from_outside``)."""
+        being handed over is sent again without counting against it (``killed_from_outside``).
+
+        The threads hear it once the tree is gone (:attr:`ConnectionPhase.KILLING` until then), so
+        that when a driver reports its failure nothing of this Codex runs any more."""
         child = self._child
-        if child is not None:
-            self._lose(error, -signal.SIGKILL if blameless else None)
+        if child is None:
+            return
+        if not self._lifecycle.is_in(ConnectionPhase.OPEN):  # retired, lost or closed: nobody to tell
             await terminate_tree(child, 0.0)
+            return
+        self._lifecycle.move(ConnectionPhase.KILLING)  # takes nothing more; its exit is not news
+        try:
+            await terminate_tree(child, 0.0)
+        finally:
+            self._lose(error, -signal.SIGKILL if blameless else None)
 
     def retire(self) -> None:
         """Take no more threads (:attr:`alive` is ``False`` from now on); :meth:`aclose` ends it."""
@@ -471,7 +487,7 @@ class AppServerConnection:
 
     def _lose(self, error: ClassifiedError, returncode: int | None) -> None:
         """The process is gone: one event for every thread on it."""
-        if not self._lifecycle.is_in(ConnectionPhase.OPEN):
+        if not self._lifecycle.is_in(ConnectionPhase.OPEN, ConnectionPhase.KILLING):
             return
         self._lifecycle.move(ConnectionPhase.LOST)
         self.lost = error
