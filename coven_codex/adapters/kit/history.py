@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-from coven_codex.entries import BaseEntry, ResponseEntry, ThoughtEntry
+from coven_codex.entries import BaseEntry, ResponseEntry, StatusEntry, ThoughtEntry
 from coven_codex.journal import START, Interest, Journal, JournalError, JournalRecord, Position
 
 log = logging.getLogger(__name__)
@@ -51,8 +51,11 @@ FIRST_WORDS = 60
 """Characters of the last message ``/list`` shows."""
 MAX_CONVERSATIONS = 10_000
 """Conversations kept at most; the least recently active are forgotten first."""
-INTEREST = Interest(frozenset({"thought", "response"}))
-"""The lines the index reads at start (every other line is passed over undecoded)."""
+INTEREST = Interest(frozenset({"thought", "response", "status"}))
+"""The lines the index reads at start (every other line is passed over undecoded): thoughts and
+replies, and the statuses that name a conversation's Codex thread (for :attr:`ChatIndex.also`)."""
+INDEXED = (ThoughtEntry, ResponseEntry, StatusEntry)
+"""The entries of :data:`INTEREST`: what the index takes in, at its rebuild and from the tail alike."""
 
 _SPACE = re.compile(r"\s+")
 
@@ -113,6 +116,8 @@ class ChatIndex:
     """:attr:`IndexPhase.READY` for an index fed from the journal's start (the web page's hub)."""
     done: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once the rebuild is over (at once when there is none)."""
+    also: Callable[[BaseEntry], None] | None = None
+    """Given every entry the index takes in, rebuild included (``/resume``'s thread index)."""
     _later: list[tuple[BaseEntry, bool]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -147,12 +152,14 @@ class ChatIndex:
         one the adapter shows. A conversation is kept when the adapter shows it or one of its senders wrote in it.
         """
         if self.phase is IndexPhase.REBUILDING:
-            if isinstance(entry, ThoughtEntry | ResponseEntry):
+            if isinstance(entry, INDEXED):
                 self._later.append((entry, mapped))
             return
         self._add(entry, mapped)
 
     def _add(self, entry: BaseEntry, mapped: bool) -> None:
+        if self.also is not None and isinstance(entry, INDEXED):
+            self.also(entry)
         if isinstance(entry, ThoughtEntry):
             self._thought(entry, mapped)
         elif isinstance(entry, ResponseEntry):

@@ -100,7 +100,8 @@ class ThreadIndex:
 
 
 async def read_index(journal: Journal) -> ThreadIndex:
-    """The :class:`ThreadIndex` of the whole journal (one read)."""
+    """The :class:`ThreadIndex` of a whole journal, in one read (the adapters keep theirs as they read:
+    :attr:`~coven_codex.adapters.kit.history.ChatIndex.also`)."""
     index = ThreadIndex()
     for item in await journal.read():
         if isinstance(item, JournalRecord):
@@ -116,11 +117,11 @@ class ResumeAnswer:
     reset: ResetEntry | None = None
 
 
-async def resume_command(
-    journal: Journal, argument: str, conversation: str, *, sender: str, origin: str, user_id: str, admin: bool
+def resume_command(
+    index: ThreadIndex, argument: str, conversation: str, *, sender: str, origin: str, user_id: str, admin: bool
 ) -> ResumeAnswer:
-    """``/resume`` (a list) or ``/resume THREAD_OR_CONVERSATION`` (a take-over) for ``conversation``."""
-    index = await read_index(journal)
+    """``/resume`` (a list) or ``/resume THREAD_OR_CONVERSATION`` (a take-over) for ``conversation``,
+    from ``index`` (what the journal showed so far)."""
     wanted = argument.strip()
     if not wanted:
         threads = index.resumable(origin=origin, user_id=user_id, admin=admin, here=conversation)

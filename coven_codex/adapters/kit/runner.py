@@ -87,7 +87,7 @@ from coven_codex.adapters.kit.render import (
     format_block,
     render_entry,
 )
-from coven_codex.adapters.kit.resume import ORIGIN_FIELD, resume_command
+from coven_codex.adapters.kit.resume import ORIGIN_FIELD, ThreadIndex, resume_command
 from coven_codex.adapters.kit.split import split_message
 from coven_codex.adapters.kit.streaming import Stream, Streams
 from coven_codex.adapters.kit.threads import FollowedThreads
@@ -245,7 +245,9 @@ class AdapterRunner:
         self.name = name
         self.options = options
         self.states: dict[str, ConversationState] = {}
-        self.index = ChatIndex()
+        self.threads = ThreadIndex()
+        """The Codex threads seen and who took part where (``/resume``), fed by :attr:`index`."""
+        self.index = ChatIndex(also=self.threads.add)
         """Each sender's conversations and each conversation's last exchanges (``/list``, ``/history``)."""
         self._streams = Streams()
         self._cards = Cards()
@@ -464,8 +466,9 @@ class AdapterRunner:
             case "details":
                 await self._details(command.argument, conversation, address)
             case "resume":
-                answer = await resume_command(
-                    self.journal,
+                note = await settled(self.index)
+                answer = resume_command(
+                    self.threads,
                     command.argument,
                     conversation,
                     sender=user.label,
@@ -475,7 +478,7 @@ class AdapterRunner:
                 )
                 if answer.reset is not None:
                     await self.append(answer.reset)
-                await self.reply(address, answer.reply)
+                await self.reply(address, note + answer.reply)
             case "list":
                 note = await settled(self.index)
                 listed = self.index.listed(sender_id(self.platform.name, user.id))

@@ -387,8 +387,9 @@ class JournalWriter:
                     )
                 )
             case "resume":  # (whoever has the page's token is its one user: every thread is theirs)
-                answer = await resume_command(
-                    self.journal,
+                note = await settled(self.hub.index, self.hub.caught_up)
+                answer = resume_command(
+                    self.hub.threads,
                     command.argument,
                     conversation,
                     sender=self.sender,
@@ -400,7 +401,7 @@ class JournalWriter:
                     problem = await self._append(answer.reset)
                     if problem is not None:
                         return problem
-                return answer.reply
+                return note + answer.reply
             case "list":
                 note = await settled(self.hub.index, self.hub.caught_up)
                 return note + format_list(self.hub.index.listed(sender_id(WEB, self.sender)), str)

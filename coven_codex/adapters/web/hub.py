@@ -28,6 +28,7 @@ from pathlib import Path
 
 from coven_codex.adapters.kit.commands import SETTINGS_STATE, ConversationState
 from coven_codex.adapters.kit.history import ChatIndex
+from coven_codex.adapters.kit.resume import ThreadIndex
 from coven_codex.adapters.kit.runner import TURN_ENDS
 from coven_codex.adapters.kit.streaming import Streams
 from coven_codex.adapters.web.render import WireEntry, wire_entry
@@ -112,7 +113,9 @@ class Hub:
         self._changed = asyncio.Event()
         self.position: Position = START
         """The end of the last item read (the page's journal lag is what lies after it)."""
-        self.index = ChatIndex()
+        self.threads = ThreadIndex()
+        """The Codex threads the journal shows (``/resume``), fed by :attr:`index`."""
+        self.index = ChatIndex(also=self.threads.add)
         """The page's conversations and their last exchanges (``/list``, ``/history``)."""
 
     async def run(self) -> None:
