@@ -21,7 +21,7 @@ import tomlkit
 from coven_codex.agent.scope import scope_directory
 from coven_codex.agent.state import SESSIONS_DIR
 from coven_codex.entries import BaseEntry, ThoughtEntry
-from coven_codex.journal import FileJournal, Journal, JournalRecord
+from coven_codex.journal import START, FileJournal, Journal, JournalItem, JournalRecord
 from coven_codex.journal.opening import open_journal
 from coven_codex.settings import Settings
 from coven_codex.testing.codex_config import DEFAULT_ENV_KEY, codex_config
@@ -71,6 +71,10 @@ class AgentHarness:
             else open_journal(self.journal_name)
         )
         self._runs = 0
+        self._seen: list[BaseEntry] = []
+        self._read_to = START
+        self._file_read: tuple[tuple[int, int], int, bytes] | None = None
+        """The file journal as last read: its identity, and its last line's offset and bytes."""
 
     def sessions_dir(self, state_dir: Path | None = None) -> Path:
         """Where the daemon keeps the file journal's conversation states: ``<state_dir>/journals/<the
@@ -83,6 +87,7 @@ class AgentHarness:
         await self.journal.aclose()
         self.journal_path = path
         self.journal = FileJournal(path, durability="never")
+        self._forget_read()
 
     def write_base_config(self, **extra: Any) -> None:
         config = codex_config(self.server.base_url, extra=extra or None)
@@ -160,7 +165,58 @@ class AgentHarness:
         return await self.journal.append(entry)
 
     async def entries(self) -> list[BaseEntry]:
-        return [item.entry for item in await self.journal.read() if isinstance(item, JournalRecord)]
+        """Every entry of the journal. A single file journal is read on from where the last look
+        ended (tests wait by looking often: reading a journal of thousands of entries whole at every
+        look took a core of its own); read whole again when the file is no longer what was read
+        (truncated, replaced, rotated, rolled over into segments). Other journals are read whole."""
+        if not self._file_unchanged():
+            self._forget_read()
+        identity = self._file_identity()
+        items = await self.journal.read(self._read_to)
+        self._seen.extend(item.entry for item in items if isinstance(item, JournalRecord))
+        if items:
+            self._read_to = items[-1].end
+            self._remember(identity, items[-1])
+        return list(self._seen)
+
+    def _forget_read(self) -> None:
+        self._seen, self._read_to, self._file_read = [], START, None
+
+    def _file_identity(self) -> tuple[int, int] | None:
+        if self.journal_name is not None:
+            return None
+        try:
+            stat = self.journal_path.stat()
+        except FileNotFoundError:
+            return None
+        return (stat.st_dev, stat.st_ino)
+
+    def _remember(self, identity: tuple[int, int] | None, last: JournalItem) -> None:
+        """Note what the next look checks: the file read (its identity before the read) and its last line."""
+        self._file_read = None
+        if identity is None or last.end.major != 0:
+            return
+        with contextlib.suppress(OSError), self.journal_path.open("rb") as file:
+            file.seek(last.start.minor)
+            self._file_read = (identity, last.start.minor, file.read(last.end.minor - last.start.minor))
+
+    def _file_unchanged(self) -> bool:
+        """The journal still holds what was read up to :attr:`_read_to`, unchanged: the same file
+        (not replaced or rotated), at least as long, ending the part read with the same last line
+        (not truncated and written again)."""
+        if self._read_to == START:
+            return True
+        if self._file_read is None:
+            return False  # not a single file (Redis, segments): read whole
+        identity, offset, line = self._file_read
+        if self._file_identity() != identity:
+            return False
+        try:
+            with self.journal_path.open("rb") as file:
+                file.seek(offset)
+                return file.read(len(line)) == line
+        except OSError:
+            return False
 
     async def wait_for(
         self,

@@ -10,6 +10,7 @@ which the next run reads from, then closes once egress has passed the rollout.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import time
@@ -23,7 +24,7 @@ from agent_harness import AgentHarness, make_responder, replies
 from coven_codex.agent.ingress import CURSOR_NAME
 from coven_codex.agent.state import state_file_name
 from coven_codex.entries import BaseEntry, GenericEntry, ResponseEntry, ThoughtEntry
-from coven_codex.journal import JournalRecord, Position
+from coven_codex.journal import FileJournal, JournalRecord, Position
 from coven_codex.testing.model_server import ScriptedModelServer
 from coven_codex.testing.steps import Reply, Stall
 
@@ -53,18 +54,23 @@ def assert_start_up_skipped_the_traffic(pid: int) -> None:
 
 
 async def reply_after(h: AgentHarness, position: Position, conversation: str, text: str) -> None:
-    """Wait (at most 60 s) for a reply ``text`` in ``conversation`` after ``position`` (the
-    traffic before it is not read again at every look)."""
-    deadline = time.monotonic() + 60
-    while not any(
-        isinstance(item, JournalRecord)
-        and item.entry.kind == "response"
-        and item.entry.text == text
-        and item.entry.conversation == conversation
-        for item in await h.journal.read(position)
-    ):
-        assert time.monotonic() < deadline, f"no reply {text!r} in {conversation!r}"
-        await asyncio.sleep(0.05)
+    """Wait (at most 60 s) for a reply ``text`` in ``conversation`` after ``position``, on the
+    journal's tail (the traffic before it is read once, not again at every look)."""
+
+    wanted = ("response", conversation, text)
+
+    async def replied() -> None:
+        assert isinstance(h.journal, FileJournal)
+        async with contextlib.aclosing(h.journal.tail(position)) as items:
+            async for item in items:
+                entry = item.entry if isinstance(item, JournalRecord) else None
+                if entry is not None and (entry.kind, entry.conversation, entry.text) == wanted:
+                    return
+
+    try:
+        await asyncio.wait_for(replied(), 60)
+    except TimeoutError:
+        raise AssertionError(f"no reply {text!r} in {conversation!r}") from None
 
 
 def bytes_read(pid: int) -> int:

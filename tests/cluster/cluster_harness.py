@@ -20,7 +20,7 @@ import psutil
 import tomlkit
 
 from coven_codex.entries import BaseEntry, ThoughtEntry
-from coven_codex.journal import JournalRecord
+from coven_codex.journal import START, JournalRecord
 from coven_codex.journal.redis import RedisJournal
 from coven_codex.testing.codex_config import DEFAULT_ENV_KEY, codex_config
 from coven_codex.testing.model_server import ScriptedModelServer
@@ -77,6 +77,8 @@ class ClusterHarness:
         self.lease = lease
         self.journal_name = redis.url(key=f"chat-{uuid.uuid4().hex[:12]}")
         self.journal = RedisJournal.from_url(self.journal_name)
+        self._seen: list[BaseEntry] = []
+        self._read_to = START
         self.base_config = tmp / "base.toml"
         self.base_config.write_text(tomlkit.dumps(codex_config(server.base_url)))
         self.nodes = [Node(i, tmp / f"daemon-{i}") for i in range(nodes)]
@@ -148,7 +150,13 @@ class ClusterHarness:
         return await self.journal.append(ThoughtEntry(conversation=conversation, text=text))
 
     async def entries(self) -> list[BaseEntry]:
-        return [item.entry for item in await self.journal.read() if isinstance(item, JournalRecord)]
+        """Every entry of the stream, read on from where the last look ended (a stream is only
+        appended to; the tests wait by looking often, and reading it whole each time took a core)."""
+        items = await self.journal.read(self._read_to)
+        self._seen.extend(item.entry for item in items if isinstance(item, JournalRecord))
+        if items:
+            self._read_to = items[-1].end
+        return list(self._seen)
 
     async def wait_for(
         self,

@@ -10,14 +10,17 @@ this server refuses with a clear error instead of running the call.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import shutil
 import subprocess
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import mcp_types
+import psutil
 import pytest
 from mcp import Client, ClientSession, stdio_client
 from mcp_helpers import shim_parameters
@@ -58,9 +61,32 @@ async def run_ts(sdk: Path, server: SpellServer, scenario: str, secret: str | No
     )
     stdout, stderr = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode == 0, stderr.decode()[-2000:]
+    await until_shims_ended(server)
     result: dict[str, Any] = json.loads(stdout.decode().strip().splitlines()[-1])
     assert "unexpected" not in result, result["unexpected"]
     return result
+
+
+def running_shims(server: SpellServer) -> list[str]:
+    """The shims of ``server`` still running (not yet exited; a zombie has)."""
+    found = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error):
+            command = " ".join(process.cmdline())
+            if str(server.socket_path) in command and process.status() != psutil.STATUS_ZOMBIE:
+                found.append(f"{process.pid} {command[:120]}")
+    return found
+
+
+async def until_shims_ended(server: SpellServer, within: float = 10.0) -> None:
+    """Wait until the shims the client started are gone. A client that exits right after closing
+    (the TypeScript SDK's client after a failed ``connect()`` does not wait for the shim it started)
+    leaves its shim to read end-of-file and exit a moment later (what left one running at a test's
+    end in CI). A process's end sends no event to a non-parent, hence the bounded look every 10 ms."""
+    deadline = time.monotonic() + within
+    while left := running_shims(server):
+        assert time.monotonic() < deadline, f"the shim did not exit {within:g}s after its client: {left}"
+        await asyncio.sleep(0.01)
 
 
 async def wait_lingered(tag: str) -> None:
