@@ -26,23 +26,16 @@ import hashlib
 import os
 import re
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NamedTuple
 
 from pydantic import BaseModel, Field
 
 from coven_codex.attachments.store import sniff, write_stored
-from coven_codex.entries import (
-    Attachment,
-    BaseEntry,
-    FileEntry,
-    ResetEntry,
-    StatusEntry,
-    ThoughtEntry,
-)
-from coven_codex.journal import Journal, JournalRecord
+from coven_codex.entries import Attachment, FileEntry
+from coven_codex.journal import START, Interest, Journal, JournalRecord, SegmentRemoved
 from coven_codex.mcp.context import SpellContext
 from coven_codex.mcp.invoke import SpellError
 from coven_codex.mcp.registry import SpellRegistry
@@ -199,39 +192,40 @@ def _too_big(shown: str, size: int, max_bytes: int) -> str:
     )
 
 
-@dataclass(slots=True)
-class _Conversation:
-    name: str
+class ThreadHome(NamedTuple):
+    """Where a Codex thread of this daemon lives: the conversation holding it and its working directory."""
+
+    conversation: str
     cwd: Path
-    known_ids: set[str]
 
 
-def _find_conversation(entries: Sequence[BaseEntry], thread_id: str, workspace: Path) -> _Conversation | None:
-    """The conversation whose Codex thread is ``thread_id``, with its ``cwd``, from the journal's entries."""
-    cwds: dict[str, Path] = {}
-    opened: set[str] = set()
-    conversation: str | None = None
-    ids: set[str] = set()
-    for entry in entries:
-        if entry.id is not None:
-            ids.add(entry.id)
-        name = entry.conversation
-        if isinstance(entry, ResetEntry):
-            opened.discard(name)
-            cwds[name] = Path(entry.cwd) if entry.cwd else workspace
-        elif isinstance(entry, ThoughtEntry):
-            if name not in opened:
-                opened.add(name)
-                if entry.cwd:
-                    cwds[name] = Path(entry.cwd)
-                elif name not in cwds:
-                    cwds[name] = workspace
-        elif isinstance(entry, StatusEntry) and entry.thread_id == thread_id:
-            conversation = name
-    if conversation is None:
-        return None
-    cwd = cwds.get(conversation, workspace)
-    return _Conversation(conversation, cwd if cwd.is_absolute() else workspace / cwd, ids)
+ThreadHomes = Callable[[str], ThreadHome | None]
+"""The :class:`ThreadHome` of a Codex thread id, ``None`` when no conversation of this daemon holds
+it (the daemon asks its conversations: their state names their thread and its directory, which a
+``/project``, a take-over or a ``cwd`` set)."""
+
+FILE_INTEREST = Interest(frozenset({"file"}))
+
+
+class _SentFiles:
+    """The ids of the ``file`` entries the journal holds: read whole at the first call, then on from
+    where the last call ended (only ``file`` lines are decoded)."""
+
+    def __init__(self, journal: Journal) -> None:
+        self._journal = journal
+        self._read_to = START
+        self.ids: set[str] = set()
+
+    async def catch_up(self) -> None:
+        end = await self._journal.end_position()
+        try:
+            items = await self._journal.read(self._read_to, end, interest=FILE_INTEREST)
+        except SegmentRemoved:  # (retention removed what was read: what is left is read again)
+            items = await self._journal.read(START, end, interest=FILE_INTEREST)
+        for item in items:
+            if isinstance(item, JournalRecord) and isinstance(item.entry, FileEntry) and item.entry.id:
+                self.ids.add(item.entry.id)
+        self._read_to = max(self._read_to, end)
 
 
 class SentFile(BaseModel):
@@ -244,11 +238,13 @@ class SentFile(BaseModel):
     entry_id: str
 
 
-def file_spells(journal: Journal, *, folder: Path, workspace: Path, max_bytes: int) -> SpellRegistry:
+def file_spells(journal: Journal, *, homes: ThreadHomes, folder: Path, max_bytes: int) -> SpellRegistry:
     """The built-in spell ``send_file``, writing to ``journal`` and copying into ``folder`` (the
-    journal's attachments folder, :func:`~coven_codex.attachments.store.uploads_dir`)."""
+    journal's attachments folder, :func:`~coven_codex.attachments.store.uploads_dir`); ``homes``
+    says which conversation holds the calling thread, and where it works."""
     registry = SpellRegistry(default_timeout=SEND_FILE_TIMEOUT)
     lock = asyncio.Lock()
+    sent_files = _SentFiles(journal)
 
     async def send_file(
         path: Annotated[
@@ -263,31 +259,32 @@ def file_spells(journal: Journal, *, folder: Path, workspace: Path, max_bytes: i
         thread_id = context.thread_id if context is not None else None
         if thread_id is None:
             raise SpellError("Codex did not say which thread calls send_file (Codex 0.169 or newer says it)")
+        home = homes(thread_id)
+        if home is None:
+            raise SpellError(f"no conversation of this daemon has the Codex thread {thread_id}")
+        try:
+            located = await asyncio.to_thread(locate, path, home.cwd)
+            sent = await asyncio.to_thread(read_checked, located, home.cwd, max_bytes=max_bytes)
+        except FileRefused as exc:
+            raise SpellError(str(exc)) from None
+        turn_id = context.turn_id if context is not None else None
+        call = "\x00".join((home.conversation, thread_id, turn_id or "", path, caption, sent.sha256))
+        entry_id = "file-" + hashlib.sha256(call.encode()).hexdigest()[:32]
         async with lock:  # one call at a time: the journal is looked at and appended to together
-            entries = [item.entry for item in await journal.read() if isinstance(item, JournalRecord)]
-            found = _find_conversation(entries, thread_id, workspace)
-            if found is None:
-                raise SpellError(f"no conversation of this daemon has the Codex thread {thread_id}")
-            try:
-                located = await asyncio.to_thread(locate, path, found.cwd)
-                sent = await asyncio.to_thread(read_checked, located, found.cwd, max_bytes=max_bytes)
-            except FileRefused as exc:
-                raise SpellError(str(exc)) from None
-            turn_id = context.turn_id if context is not None else None
-            call = "\x00".join((found.name, thread_id, turn_id or "", path, caption, sent.sha256))
-            entry_id = "file-" + hashlib.sha256(call.encode()).hexdigest()[:32]
-            if entry_id not in found.known_ids:
+            await sent_files.catch_up()
+            if entry_id not in sent_files.ids:
                 attachment = await asyncio.to_thread(store_outgoing, folder, sent)
                 await journal.append(
                     FileEntry(
                         id=entry_id,
-                        conversation=found.name,
+                        conversation=home.conversation,
                         text=caption,
                         attachment=attachment,
                         thread_id=thread_id,
                         turn_id=turn_id,
                     )
                 )
+                sent_files.ids.add(entry_id)
         return SentFile(
             name=sent.name, media_type=sent.media_type, size=len(sent.data), sha256=sent.sha256, entry_id=entry_id
         )

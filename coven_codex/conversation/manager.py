@@ -148,6 +148,13 @@ class SessionManager:
         """The conversations whose state names ``thread_id`` (one at most, but for a hand-over under way)."""
         return [name for name, session in self.sessions.items() if session.state.thread_id == thread_id]
 
+    def thread_home(self, thread_id: str) -> tuple[str, str | None] | None:
+        """The conversation holding ``thread_id`` and the thread's working directory as its state names
+        it (``None``: the daemon's workspace); ``None`` when no conversation holds it."""
+        for name in self.holders(thread_id):
+            return name, self.sessions[name].state.workspace
+        return None
+
     async def hand_thread(self, thread_id: str, conversation: str, cause: str) -> str | None:
         """Give ``thread_id`` to ``conversation`` (a :class:`~coven_codex.agent.services.ThreadHandOver`):
         every other conversation holding it lets it go first, in its own task, and has saved that when

@@ -56,6 +56,7 @@ from coven_codex.codex.launch import CodexLaunch, relative_path_entries, resolve
 from coven_codex.codex.version import CodexVersion, VersionError, detect_version
 from coven_codex.daemon.daemon import Daemon, Ready
 from coven_codex.daemon.layout import LayoutError, migrate_legacy_layout
+from coven_codex.daemon.thread_homes import DaemonThreadHomes
 from coven_codex.journal import START, FileJournal, Journal, JournalError, StorageError
 from coven_codex.journal.file import FILE_MODE
 from coven_codex.journal.opening import (
@@ -378,7 +379,9 @@ async def run_daemon(
         metrics = await _serve_metrics(stack, settings, journal, codex.found.path)
         instruments = metrics.instruments if metrics is not None else None
         owned: dict[tuple[str, ...], dict[str, object]] = {}
-        await _serve_spells(stack, settings, workspace, codex.version, instruments, owned, journal, journal_name)
+        homes = await _serve_spells(
+            stack, settings, workspace, codex.version, instruments, owned, journal, journal_name
+        )
         await _collect_traces(stack, settings, codex.version, owned)
         home = await _prepare_home(settings, workspace, codex.plan.driver, owned, env_in)
         maker = _driver_maker(codex, home, workspace, settings)
@@ -398,6 +401,7 @@ async def run_daemon(
             ownership=ownership,
             instruments=instruments,
         )
+        homes.daemon = daemon
         if metrics is not None:
             metrics.checks["daemon"] = daemon_serving(daemon)
         await _run(daemon, journal_hold, journal_name, stop, ready)
@@ -507,21 +511,22 @@ async def _serve_spells(  # noqa: PLR0917 (the start's pieces in the order run_d
     owned: dict[tuple[str, ...], dict[str, object]],
     journal: Journal,
     journal_name: JournalName,
-) -> None:
+) -> DaemonThreadHomes:
     """Load the spells, add the built-in ``send_file`` (files out, :mod:`coven_codex.attachments.files_out`)
     as ``send_file`` says, and serve them on a private socket; their entry goes into Codex's config
     (``owned``). Nothing is served when there is nothing to serve: Codex starts the spells' MCP server
     (the shim, a process) for every thread it loads, so ``auto`` adds ``send_file`` only beside spells
-    of the user's own."""
+    of the user's own. Returns what tells ``send_file`` where a thread lives (given the daemon later)."""
+    homes = DaemonThreadHomes(workspace)
     files_out = settings.send_file == "on" or (settings.send_file == "auto" and bool(settings.spells))
     if not files_out and not settings.spells:
         log.info('no spells to serve (send_file is %s: send_file = "on" lets Codex send files)', settings.send_file)
-        return
+        return homes
     registry = (
         file_spells(
             journal,
+            homes=homes,
             folder=uploads_dir(local_base(journal_name, state_root())),
-            workspace=workspace,
             max_bytes=settings.max_file_bytes,
         )
         if files_out
@@ -546,6 +551,7 @@ async def _serve_spells(  # noqa: PLR0917 (the start's pieces in the order run_d
     owned[("mcp_servers", "coven")] = codex_mcp_entry(
         server.socket_path, server.secret, str(version), tool_timeout=registry.longest_timeout
     )
+    return homes
 
 
 async def _collect_traces(

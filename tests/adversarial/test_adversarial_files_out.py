@@ -23,7 +23,7 @@ def cwd(tmp_path: Path) -> Path:
 async def test_a_symlink_out_of_the_working_directory_is_refused(cwd: Path) -> None:
     (cwd / "innocent.txt").symlink_to(cwd.parent.parent / "secret.txt")
     journal = await conversation_journal(cwd)
-    result = await send(journal, cwd.parent.parent / "store", cwd.parent, "innocent.txt")
+    result = await send(journal, cwd.parent.parent / "store", cwd, "innocent.txt")
     assert result.isError and "outside the working directory" in result.text()
     assert await file_entries(journal) == []
 
@@ -31,8 +31,8 @@ async def test_a_symlink_out_of_the_working_directory_is_refused(cwd: Path) -> N
 async def test_a_path_with_dot_dot_is_refused_even_when_it_lands_inside(cwd: Path) -> None:
     (cwd / "a.txt").write_text("a")
     journal = await conversation_journal(cwd)
-    out = await send(journal, cwd.parent.parent / "store", cwd.parent, "../../secret.txt")
-    inside = await send(journal, cwd.parent.parent / "store", cwd.parent, "x/../a.txt")
+    out = await send(journal, cwd.parent.parent / "store", cwd, "../../secret.txt")
+    inside = await send(journal, cwd.parent.parent / "store", cwd, "x/../a.txt")
     assert out.isError and "'..'" in out.text()
     assert inside.isError and "'..'" in inside.text()
     assert await file_entries(journal) == []
@@ -41,9 +41,9 @@ async def test_a_path_with_dot_dot_is_refused_even_when_it_lands_inside(cwd: Pat
 async def test_an_absolute_path_elsewhere_and_a_device_are_refused(cwd: Path) -> None:
     journal = await conversation_journal(cwd)
     store = cwd.parent.parent / "store"
-    elsewhere = await send(journal, store, cwd.parent, str(cwd.parent.parent / "secret.txt"))
+    elsewhere = await send(journal, store, cwd, str(cwd.parent.parent / "secret.txt"))
     (cwd / "zero").symlink_to("/dev/zero")
-    device = await send(journal, store, cwd.parent, "zero")
+    device = await send(journal, store, cwd, "zero")
     assert elsewhere.isError and "outside the working directory" in elsewhere.text()
     assert device.isError and "outside the working directory" in device.text()
     assert await file_entries(journal) == []
@@ -52,7 +52,7 @@ async def test_an_absolute_path_elsewhere_and_a_device_are_refused(cwd: Path) ->
 async def test_a_fifo_is_refused_without_blocking(cwd: Path) -> None:
     os.mkfifo(cwd / "pipe")
     journal = await conversation_journal(cwd)
-    result = await send(journal, cwd.parent.parent / "store", cwd.parent, "pipe")
+    result = await send(journal, cwd.parent.parent / "store", cwd, "pipe")
     assert result.isError and "not a regular file" in result.text()
 
 
@@ -60,7 +60,7 @@ async def test_a_huge_sparse_file_is_refused_by_its_size_before_it_is_read(cwd: 
     with open(cwd / "huge.txt", "wb") as handle:
         handle.truncate(50 * 1024**3)  # 50 GiB, sparse: reading it would take minutes
     journal = await conversation_journal(cwd)
-    result = await send(journal, cwd.parent.parent / "store", cwd.parent, "huge.txt", max_bytes=10 * 1024 * 1024)
+    result = await send(journal, cwd.parent.parent / "store", cwd, "huge.txt", max_bytes=10 * 1024 * 1024)
     assert result.isError and str(50 * 1024**3) in result.text()
     assert not (cwd.parent.parent / "store").exists()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from coven_codex.attachments import file_spells
+from coven_codex.attachments import ThreadHome, file_spells
 from coven_codex.entries import FileEntry, StatusEntry, ThoughtEntry
 from coven_codex.journal import JournalRecord, MemoryJournal
 from coven_codex.mcp.context import SpellContext
@@ -26,15 +26,20 @@ async def conversation_journal(cwd: Path, conversation: str = "c") -> MemoryJour
 async def send(
     journal: MemoryJournal,
     folder: Path,
-    workspace: Path,
+    cwd: Path,
     path: str,
     caption: str = "",
     *,
     max_bytes: int = 1024 * 1024,
     thread: str | None = THREAD,
 ) -> CallToolResult:
-    """Call the built-in ``send_file`` as the MCP server does, from Codex thread ``thread``."""
-    spell = file_spells(journal, folder=folder, workspace=workspace, max_bytes=max_bytes).get("send_file")
+    """Call the built-in ``send_file`` as the MCP server does, from Codex thread ``thread``, on a
+    daemon where conversation ``c`` holds :data:`THREAD` and works in ``cwd``."""
+
+    def homes(thread_id: str) -> ThreadHome | None:
+        return ThreadHome("c", cwd) if thread_id == THREAD else None
+
+    spell = file_spells(journal, homes=homes, folder=folder, max_bytes=max_bytes).get("send_file")
     assert spell is not None
     meta = {"threadId": thread, "x-codex-turn-metadata": {"turn_id": "turn-1"}} if thread else {}
     return await call_spell(spell, {"path": path, "caption": caption}, SpellContext(spell_name="send_file", meta=meta))

@@ -24,10 +24,10 @@ def places(tmp_path: Path) -> tuple[Path, Path, Path]:
 async def test_send_file_copies_the_file_into_the_attachments_folder_and_writes_one_file_entry(
     places: tuple[Path, Path, Path],
 ) -> None:
-    workspace, cwd, folder = places
+    _workspace, cwd, folder = places
     (cwd / "plot.png").write_bytes(PNG)
     journal = await conversation_journal(cwd)
-    result = await send(journal, folder, workspace, "plot.png", "the plot")
+    result = await send(journal, folder, cwd, "plot.png", "the plot")
     assert not result.isError, result.text()
     [entry] = await file_entries(journal)
     digest = hashlib.sha256(PNG).hexdigest()
@@ -42,21 +42,21 @@ async def test_send_file_copies_the_file_into_the_attachments_folder_and_writes_
 
 
 async def test_the_same_send_file_call_twice_writes_one_entry(places: tuple[Path, Path, Path]) -> None:
-    workspace, cwd, folder = places
+    _workspace, cwd, folder = places
     (cwd / "notes.txt").write_text("hello\n")
     journal = await conversation_journal(cwd)
-    first = await send(journal, folder, workspace, "notes.txt", "notes")
-    second = await send(journal, folder, workspace, "notes.txt", "notes")
+    first = await send(journal, folder, cwd, "notes.txt", "notes")
+    second = await send(journal, folder, cwd, "notes.txt", "notes")
     assert not first.isError and not second.isError
     assert first.structuredContent == second.structuredContent
     assert len(await file_entries(journal)) == 1
 
 
 async def test_send_file_refuses_a_file_larger_than_max_file_bytes(places: tuple[Path, Path, Path]) -> None:
-    workspace, cwd, folder = places
+    _workspace, cwd, folder = places
     (cwd / "big.txt").write_text("x" * 2000)
     journal = await conversation_journal(cwd)
-    result = await send(journal, folder, workspace, "big.txt", max_bytes=1000)
+    result = await send(journal, folder, cwd, "big.txt", max_bytes=1000)
     assert result.isError and "2000 bytes" in result.text() and "max_file_bytes" in result.text()
     assert await file_entries(journal) == []
 
@@ -64,30 +64,30 @@ async def test_send_file_refuses_a_file_larger_than_max_file_bytes(places: tuple
 async def test_send_file_refuses_a_kind_not_allowed_by_its_content_whatever_its_name(
     places: tuple[Path, Path, Path],
 ) -> None:
-    workspace, cwd, folder = places
+    _workspace, cwd, folder = places
     (cwd / "looks.png").write_bytes(b"\x7fELF\x02\x01\x01\x00" + bytes(range(256)))
     journal = await conversation_journal(cwd)
-    result = await send(journal, folder, workspace, "looks.png")
+    result = await send(journal, folder, cwd, "looks.png")
     assert result.isError and "not a kind that can be sent" in result.text()
     assert await file_entries(journal) == []
 
 
 async def test_send_file_refuses_a_directory_and_a_missing_file(places: tuple[Path, Path, Path]) -> None:
-    workspace, cwd, folder = places
+    _workspace, cwd, folder = places
     (cwd / "folder").mkdir()
     journal = await conversation_journal(cwd)
-    directory = await send(journal, folder, workspace, "folder")
-    missing = await send(journal, folder, workspace, "nope.txt")
+    directory = await send(journal, folder, cwd, "folder")
+    missing = await send(journal, folder, cwd, "nope.txt")
     assert directory.isError and "is a directory" in directory.text()
     assert missing.isError and "there is no file" in missing.text()
 
 
 async def test_send_file_from_an_unknown_thread_says_so(places: tuple[Path, Path, Path]) -> None:
-    workspace, cwd, folder = places
+    _workspace, cwd, folder = places
     (cwd / "a.txt").write_text("a")
     journal = await conversation_journal(cwd)
-    unknown = await send(journal, folder, workspace, "a.txt", thread="other")
-    unsaid = await send(journal, folder, workspace, "a.txt", thread=None)
+    unknown = await send(journal, folder, cwd, "a.txt", thread="other")
+    unsaid = await send(journal, folder, cwd, "a.txt", thread=None)
     assert unknown.isError and "no conversation" in unknown.text()
     assert unsaid.isError and "did not say which thread" in unsaid.text()
 
@@ -118,3 +118,19 @@ def test_locate_takes_a_path_inside_the_root_and_an_absolute_one_inside_it(tmp_p
         locate("/etc/hostname", tmp_path)
     file = locate("sub/f.txt", tmp_path)
     assert read_checked(file, tmp_path, max_bytes=10).data == b"f"
+
+
+async def test_send_file_reads_from_where_the_daemon_s_conversation_works_not_what_the_journal_suggests(
+    places: tuple[Path, Path, Path],
+) -> None:
+    """A conversation moved by ``/project`` (or a take-over) works in a directory no thought names:
+    the daemon's conversation says where (the code before read the thoughts' ``cwd`` from the journal
+    and sent the workspace's file of that name)."""
+    workspace, project, folder = places
+    (workspace / "report.txt").write_text("the workspace's\n")
+    (project / "report.txt").write_text("the project's\n")
+    journal = await conversation_journal(workspace)  # its thoughts name the workspace
+    result = await send(journal, folder, project, "report.txt")  # the daemon: it works in the project
+    assert not result.isError, result.text()
+    [entry] = await file_entries(journal)
+    assert Path(entry.attachment.url.removeprefix("file://")).read_text() == "the project's\n"
