@@ -27,7 +27,8 @@ from coven_codex.settings import Settings
 from coven_codex.testing.codex_config import DEFAULT_ENV_KEY, codex_config
 from coven_codex.testing.model_server import ScriptedModelServer
 from coven_codex.testing.request_log import HARNESS_PREFIXES, RecordedRequest
-from coven_codex.testing.responders import Responder, echo_responder
+from coven_codex.testing.responders import Responder, echo_responder, pending_tool_output
+from coven_codex.testing.steps import CallTool, Reply, TurnScript
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -276,5 +277,21 @@ def make_responder(rules: dict[str, Callable[[RecordedRequest], Any]]) -> Respon
             if last.startswith(prefix):
                 return rule(request)
         return echo_responder(request)
+
+    return respond
+
+
+def send_file_when_asked(path: str, caption: str) -> Responder:
+    """The model: a prompt starting with ``send`` calls the built-in ``send_file(path, caption)``, then
+    replies ``sent: <the spell's answer>``; any other prompt gets ``nothing to send``."""
+
+    def respond(request: RecordedRequest) -> TurnScript:
+        output = pending_tool_output(request)
+        if output is not None:
+            return Reply(f"sent: {output.output}")
+        prompts = user_prompts(request)
+        if prompts and prompts[-1].startswith("send"):
+            return CallTool("coven.send_file", {"path": path, "caption": caption})
+        return Reply("nothing to send")
 
     return respond

@@ -7,13 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
-from agent_harness import AgentHarness, replies, user_prompts
+from agent_harness import AgentHarness, replies, send_file_when_asked
 
 from coven_codex.entries import BaseEntry, ErrorEntry, FileEntry, SettingsEntry, StatusEntry
 from coven_codex.testing.model_server import ScriptedModelServer
-from coven_codex.testing.request_log import RecordedRequest
-from coven_codex.testing.responders import pending_tool_output
-from coven_codex.testing.steps import CallTool, Reply, TurnScript
 
 pytestmark = [pytest.mark.codex, pytest.mark.timeout(240)]
 
@@ -89,23 +86,12 @@ async def test_project_and_model_from_the_chat_reach_codex_and_survive_a_restart
     assert cwds == {str(project)}
 
 
-def _send_when_asked(request: RecordedRequest) -> TurnScript:
-    """The model: ``send …`` calls the built-in ``send_file`` with a path relative to its directory."""
-    output = pending_tool_output(request)
-    if output is not None:
-        return Reply(f"sent: {output.output}")
-    prompts = user_prompts(request)
-    if prompts and prompts[-1].startswith("send"):
-        return CallTool("coven.send_file", {"path": "report.txt", "caption": "the report"})
-    return Reply("nothing to send")
-
-
 async def test_send_file_after_project_sends_the_project_s_file(codex_bin_169: Path, harness_factory: object) -> None:
     """After ``/project`` Codex works in the project's directory, and ``send_file`` takes a relative path
     from there (the code before looked for the conversation's directory in its thoughts, which name
     none, and sent the workspace's file of that name)."""
     assert callable(harness_factory)
-    async with ScriptedModelServer(responder=_send_when_asked) as server:
+    async with ScriptedModelServer(responder=send_file_when_asked("report.txt", "the report")) as server:
         h: AgentHarness = harness_factory(codex_bin_169, server)
         project = h.workspace / "api"
         project.mkdir()

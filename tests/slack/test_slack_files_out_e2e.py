@@ -8,35 +8,22 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from agent_harness import AgentHarness, user_prompts
+from agent_harness import AgentHarness, send_file_when_asked
 from slack_fake import text_of
 from slack_under_test import SlackAdapter
 
 from coven_codex.entries import FileEntry
 from coven_codex.testing.model_server import ScriptedModelServer
-from coven_codex.testing.request_log import RecordedRequest
-from coven_codex.testing.responders import pending_tool_output
-from coven_codex.testing.steps import CallTool, Reply, TurnScript
 
 pytestmark = [pytest.mark.codex, pytest.mark.timeout(300)]
 
 REPORT = b"%PDF-1.7\n" + bytes(range(256)) * 16 + b"\n%%EOF\n"
 
 
-def respond(request: RecordedRequest) -> TurnScript:
-    output = pending_tool_output(request)
-    if output is not None:
-        return Reply(f"sent: {output.output}")
-    prompts = user_prompts(request)
-    if prompts and prompts[-1].startswith("send"):
-        return CallTool("coven.send_file", {"path": "out/report.pdf", "caption": "the weekly report"})
-    return Reply("nothing to send")
-
-
 async def test_a_send_file_call_reaches_slack_as_an_upload_with_the_file_s_bytes(
     codex_bin_169: Path, harness_factory: Callable[[Path, ScriptedModelServer], AgentHarness]
 ) -> None:
-    async with ScriptedModelServer(responder=respond) as server:
+    async with ScriptedModelServer(responder=send_file_when_asked("out/report.pdf", "the weekly report")) as server:
         h = harness_factory(codex_bin_169, server)
         (h.workspace / "out").mkdir(parents=True, exist_ok=True)
         (h.workspace / "out" / "report.pdf").write_bytes(REPORT)
