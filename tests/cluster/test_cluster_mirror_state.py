@@ -84,13 +84,15 @@ async def test_a_claim_at_a_thought_leaves_the_floor_there_for_the_next_owner(
 
 
 class HeldAnswers:
-    """A TCP relay in front of Redis that passes every command on at once and, while ``hold`` is
-    set, keeps Redis's answers back: Redis did the write, the daemon learns it later (as when Redis
-    is stopped with ``SIGSTOP`` between a command and its answer, or the network holds up)."""
+    """A TCP relay in front of Redis that passes every command on at once and, once a command
+    holding ``hold_after`` has passed (or while ``hold`` is set), keeps Redis's answers back: Redis
+    did the write, the daemon learns it later (as when Redis is stopped with ``SIGSTOP`` between a
+    command and its answer, or the network holds up)."""
 
     def __init__(self, port: int) -> None:
         self.port = port
         self.hold = False
+        self.hold_after: bytes | None = None
         self.released = asyncio.Event()
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -125,6 +127,8 @@ class HeldAnswers:
                 await self.released.wait()
             sink.write(data)
             await sink.drain()
+            if not held and self.hold_after is not None and self.hold_after in data:
+                self.hold = True  # (the command is on its way: its answer, and every later one, waits)
 
 
 async def test_a_write_ahead_answered_after_the_lease_ran_out_hands_nothing_over(
@@ -148,11 +152,21 @@ async def test_a_write_ahead_answered_after_the_lease_ran_out_hands_nothing_over
         ownership = Ownership(a, journal, tmp_path / "codex-home")
         ownership.host = cast(SessionHost, ReaderAt())
         state = SessionState(conversation="red")
-        relay.hold = True
+        # A first save, answered: Redis learns the fenced scripts (a script Redis does not know yet
+        # is sent again after its "unknown script" answer, which a held answer would stop: run
+        # alone, before any other test had Redis load them, the write never happened).
+        await ownership.save_state("red", state.model_dump_json().encode("utf-8"), [])
+        await redis_client.delete(cluster_keys.state("red"))
+        # Answers are held from the fenced write on, not before: a renewal the save may start with
+        # (its lease confirmed more than half a lease time ago, on a loaded machine) is answered.
+        relay.hold_after = cluster_keys.state("red").encode()
         saving = asyncio.create_task(ownership.save_state("red", state.model_dump_json().encode("utf-8"), []))
-        await asyncio.sleep(1.5)  # the lease (1 s) runs out in Redis; the write was done in time
-        writer = await redis_client.hget(cluster_keys.state("red"), "writer")
-        assert writer == b"a", "Redis did not do the fenced write while the lease held"
+        async with asyncio.timeout(30):  # Redis did the write (fenced: under the lease)
+            while await redis_client.hget(cluster_keys.state("red"), "writer") != b"a":
+                assert not saving.done(), saving
+                await asyncio.sleep(0.05)
+        assert relay.hold, "the write's answer was not held"
+        await asyncio.sleep(1.5)  # the lease (1 s, confirmed before the write) runs out in Redis
         relay.hold = False
         relay.released.set()
         with pytest.raises(LeaseLost):
