@@ -18,6 +18,9 @@ fi
 # one at a time with the machine to themselves; then every other test on COVEN_TEST_WORKERS workers
 # (pytest-xdist; most of a test's time is waiting on Codex, so more workers than cores pay).
 workers="${COVEN_TEST_WORKERS:-4}"
+# pytest caches the test modules it rewrites only when bytecode may be written: without this, each of
+# the five pytest processes below would rewrite every test module again (~7 s of CPU each).
+unset PYTHONDONTWRITEBYTECODE
 status=0
 echo "== pytest (serial: one at a time)"
 .venv/bin/python -m pytest -m "serial and not matrix" || status=$?
