@@ -66,6 +66,12 @@ class ClusterKeys:
         a claimant that lost the lease meanwhile never takes one meant for the newer holder."""
         return f"{self._base}report:{conversation}:{token}"
 
+    def reported(self, conversation: str, daemon_id: str) -> str:
+        """The newest report ``daemon_id`` made of ``conversation`` (see ``Mirror.report``), kept for any
+        later claimant: a report made to a holder that lost the lease before it finished adopting is
+        still there for the next one (the list above is only the wake-up of the holder of its time)."""
+        return f"{self._base}reported:{conversation}:{daemon_id}"
+
     def rollout_data(self, conversation: str) -> str:
         """The mirrored rollout's bytes, appended as Codex writes them."""
         return f"{self._base}rollout-data:{conversation}"

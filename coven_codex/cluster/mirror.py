@@ -65,6 +65,15 @@ UNCLAIMED_REPORT_TTL = 120
 claims a conversation nobody holds within a lease time and a sweep round)."""
 
 
+def _parse_report(raw: object, daemon_id: str) -> MirroredRollout | None:
+    """A report as :meth:`Mirror.report` writes it (sender, path, data) when ``daemon_id`` made it."""
+    sender, _, rest = (raw if isinstance(raw, bytes) else str(raw).encode()).partition(b"\n")
+    if sender.decode(errors="replace") != daemon_id:
+        return None
+    path, _, data = rest.partition(b"\n")
+    return MirroredRollout("", path.decode(errors="replace"), data)
+
+
 def _text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
@@ -166,10 +175,24 @@ class Mirror:
 
         async def run() -> Any:
             return await self._report(
-                keys=[self._keys.lease(conversation)], args=[prefix, report, REPORT_TTL, UNCLAIMED_REPORT_TTL]
+                keys=[self._keys.lease(conversation), self._keys.reported(conversation, self.daemon_id)],
+                args=[prefix, report, REPORT_TTL, UNCLAIMED_REPORT_TTL],
             )
 
         await self._reachability.call(run)
+
+    async def kept_report(self, conversation: str, daemon_id: str) -> MirroredRollout | None:
+        """The newest report ``daemon_id`` made of ``conversation`` (within :data:`REPORT_TTL`), whoever
+        held the lease then; None when it made none. Not consumed: the caller uses it only when it
+        extends its copy (a report made before the copy grew past it says nothing new)."""
+
+        async def run() -> Any:
+            return await self._redis.get(self._keys.reported(conversation, daemon_id))
+
+        raw = await self._reachability.call(run)
+        if raw is None:
+            return None
+        return _parse_report(raw, daemon_id)
 
     async def await_report(self, conversation: str, token: int, daemon_id: str, wait: float) -> MirroredRollout | None:
         """Wait (blocking in Redis, at most ``wait`` seconds) for ``daemon_id``'s report to the holder of
@@ -185,11 +208,9 @@ class Mirror:
             found = await self._reachability.call(run)
             if not found:
                 continue
-            raw = found[1]
-            sender, _, rest = (raw if isinstance(raw, bytes) else str(raw).encode()).partition(b"\n")
-            path, _, data = rest.partition(b"\n")
-            if sender.decode(errors="replace") == daemon_id:
-                return MirroredRollout("", path.decode(errors="replace"), data)
+            report = _parse_report(found[1], daemon_id)
+            if report is not None:
+                return report
         return None
 
     def forget(self, conversation: str) -> None:

@@ -310,8 +310,14 @@ class Ownership:
 
     async def _await_report(self, conversation: str, previous: str, state: SessionState) -> None:
         """A thought was in flight and our copy does not show Codex got it: the previous owner's own
-        rollout may (it died or stalled before egress copied the line). If it reports within a lease
-        time and its rollout extends the copy, that longer record is the one we continue from."""
+        rollout may (it died or stalled before egress copied the line). If it reported already (to an
+        earlier claimant, which lost the lease before it finished adopting) or reports within a lease
+        time, and its rollout extends the copy, that longer record is the one we continue from."""
+        if state.thread_id is None:
+            return
+        kept = await self.node.mirror.kept_report(conversation, previous)
+        if kept is not None and await self._continue_from(conversation, previous, state, kept):
+            return
         wait = min(self.node.lease_time + REPORT_GRACE, REPORT_WAIT_MAX)
         log.info(
             "conversation %r: a thought was in flight; waiting up to %.0fs for daemon %s's own record of it",
@@ -320,14 +326,23 @@ class Ownership:
             cut(previous),
         )
         report = await self.node.mirror.await_report(conversation, self.node.token(conversation), previous, wait)
-        if report is None or state.thread_id is None:
+        if report is None:
             log.info("conversation %r: no record came; resolving against the copy", cut(conversation))
             return
+        await self._continue_from(conversation, previous, state, report)
+
+    async def _continue_from(
+        self, conversation: str, previous: str, state: SessionState, report: MirroredRollout
+    ) -> bool:
+        """Continue from ``previous``'s reported rollout when it extends our copy (same thread); whether it did."""
+        assert state.thread_id is not None
         copy = await asyncio.to_thread(_read_or_empty, state.rollout_path)
-        if len(report.data) > len(copy) and report.data.startswith(copy) and state.thread_id in report.path:
-            longer = MirroredRollout(state.thread_id, report.path, report.data)
-            state.rollout_path = str(await self._rehydrate(longer))
-            log.info("conversation %r: continuing from daemon %s's longer record", cut(conversation), cut(previous))
+        if not (len(report.data) > len(copy) and report.data.startswith(copy) and state.thread_id in report.path):
+            return False
+        longer = MirroredRollout(state.thread_id, report.path, report.data)
+        state.rollout_path = str(await self._rehydrate(longer))
+        log.info("conversation %r: continuing from daemon %s's longer record", cut(conversation), cut(previous))
+        return True
 
     async def report_lost(self, conversation: str, local: SessionState) -> None:
         """We lost ``conversation``: report our own rollout to the new owner. Also when our own state

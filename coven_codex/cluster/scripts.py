@@ -133,7 +133,9 @@ return length
 replaces the copy of the old one."""
 
 REPORT: Final = """
--- KEYS: lease; ARGV: report list name without its token, report, ttl s, ttl s while nobody holds it
+-- KEYS: lease, the reporter's kept report; ARGV: report list name without its token, report, ttl s,
+-- ttl s while nobody holds it
+redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3])
 local token = redis.call('GET', KEYS[1])
 local key = ARGV[1] .. 'next'
 local ttl = ARGV[4]
@@ -153,7 +155,9 @@ only that holder reads it (a claimant that lost the lease meanwhile waits on its
 Nobody holding the lease (it ran out, e.g. while Redis was frozen, and nobody claimed it yet), it
 goes to the ``next`` list, which the next :data:`CLAIM` makes its own. (The list's name is made
 here from the token just read, so the report cannot go to a holder that lost the lease in between:
-a single Redis, not Redis Cluster.)"""
+a single Redis, not Redis Cluster.) The report is also kept, unconsumed, under the reporter's name
+(``reported:<conversation>:<daemon>``), for a later claimant: the holder it went to may lose the lease
+before it finishes adopting, and the reporter reports once."""
 
 HEARTBEAT: Final = (
     NOW_MS

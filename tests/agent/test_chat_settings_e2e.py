@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from agent_harness import AgentHarness, replies, send_file_when_asked
@@ -109,8 +110,8 @@ async def test_send_file_after_project_sends_the_project_s_file(codex_bin_169: P
     assert Path(sent.attachment.url.removeprefix("file://")).read_text() == "the project's report\n"
 
 
-def _turn_contexts(codex_home: Path) -> list[dict[str, object]]:
-    contexts: list[dict[str, object]] = []
+def _turn_contexts(codex_home: Path) -> list[dict[str, Any]]:
+    contexts: list[dict[str, Any]] = []
     for rollout in sorted((codex_home / "sessions").rglob("rollout-*.jsonl")):
         for line in rollout.read_text().splitlines():
             item = json.loads(line)
@@ -139,7 +140,7 @@ async def test_mode_from_the_chat_keeps_the_thread_and_sets_codex_s_sandbox_and_
     assert answer.settings is not None and answer.settings.mode == "read-only"
     assert "continues in thread" in answer.text
     contexts = _turn_contexts(h.codex_home)
-    sandboxes = [c["sandbox_policy"]["type"] for c in contexts]  # type: ignore[index]
+    sandboxes = [c["sandbox_policy"]["type"] for c in contexts]
     assert sandboxes == ["workspace-write", "read-only"]
     # The same thread: one rollout, whose second turn's model input holds the first turn too.
     assert len(list((h.codex_home / "sessions").rglob("rollout-*.jsonl"))) == 1

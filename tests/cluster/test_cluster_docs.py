@@ -18,6 +18,6 @@ def test_the_key_table_lists_every_key_the_cluster_uses() -> None:
     base = "coven:NS:"
     made = {keys.daemons, keys.expiry, keys.handover}
     made |= {make("C") for make in (keys.lease, keys.holder, keys.counter, keys.state, keys.floor, keys.rollout)}
-    made |= {keys.rollout_data("C"), keys.report("C", 1)}
+    made |= {keys.rollout_data("C"), keys.report("C", 1), keys.reported("C", "vm-1")}
     names = {key.removeprefix(base).split(":")[0] for key in made}
     assert names <= documented, names - documented

@@ -242,6 +242,31 @@ async def test_a_previous_owners_report_reaches_only_the_holder_of_the_lease_whe
     assert await c.mirror.await_report("red", c.token("red"), "a", 1.0) is None  # nothing more came
 
 
+async def test_a_report_made_to_a_holder_that_then_lost_the_lease_is_kept_for_the_next_claimant(
+    redis_client: Redis, cluster_keys: ClusterKeys
+) -> None:
+    """Found in a loaded CI run of test_failover_chaos (a thought reached the model twice): a, killed
+    with a thought in flight, restarts and reports its rollout once, to b, the holder then; b stalls
+    past its lease before it finishes adopting, and c claims the conversation. The report was b's
+    list's alone, so c waited for a record that never came and sent the thought to Codex again. The
+    report is also kept under a's name, unconsumed, for whoever claims next."""
+    a, b, c = (node(redis_client, cluster_keys, name, lease=1.0) for name in ("a", "b", "c"))
+    assert await c.mirror.kept_report("red", "a") is None  # a never reported
+    assert (await b.claim("red")).ok
+    await a.mirror.report("red", "sessions/r.jsonl", b"line 1\nline 2\n")
+    taken = await b.mirror.await_report("red", b.token("red"), "a", 2.0)
+    assert taken is not None and taken.data == b"line 1\nline 2\n"  # b took it from its list ...
+    await asyncio.sleep(1.3)  # ... and stalls past its lease
+    assert (await c.claim("red")).ok
+    assert await c.mirror.await_report("red", c.token("red"), "a", 1.0) is None  # nothing for c's token
+    kept = await c.mirror.kept_report("red", "a")  # but a's report is kept for c
+    assert kept is not None and kept.data == b"line 1\nline 2\n" and kept.path == "sessions/r.jsonl"
+    assert await c.mirror.kept_report("red", "b") is None  # (another daemon's name: not a's report)
+    await a.mirror.report("red", "sessions/r.jsonl", b"line 1\nline 2\nline 3\n")  # a newer one replaces it
+    newer = await c.mirror.kept_report("red", "a")
+    assert newer is not None and newer.data.endswith(b"line 3\n")
+
+
 async def test_a_daemon_whose_renewals_start_late_says_so_once(
     redis_client: Redis, cluster_keys: ClusterKeys, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import resource
 import time
@@ -93,8 +94,14 @@ def wait_for_no_watcher(within: float = 10.0) -> None:
 def one_free_descriptor() -> Iterator[Callable[[], None]]:
     """Lower this process's descriptor limit and fill it, leaving exactly one descriptor free: real
     exhaustion, which makes watchfiles' watcher fail to start (it needs several). Nothing else of
-    this process may close descriptors meanwhile: the watchers of earlier tests are waited for."""
+    this process may close descriptors meanwhile: the watchers of earlier tests are waited for, and
+    the garbage of earlier tests is collected first and not collected meanwhile (a worker that ran
+    many tests holds cycles with sockets and files in them, closed when a collection finds them:
+    one that ran while the limit was held freed descriptors and the watcher started, the failure of
+    a loaded CI run after the watcher wait above was in)."""
     wait_for_no_watcher()
+    gc.collect()
+    gc.disable()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     highest = max(int(name) for name in os.listdir("/proc/self/fd"))
     fillers: list[int] = []
@@ -109,6 +116,7 @@ def one_free_descriptor() -> Iterator[Callable[[], None]]:
         for fd in fillers:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        gc.enable()
 
 
 async def test_watchfiles_failing_to_start_raises_waker_failed(tmp_path: Path) -> None:

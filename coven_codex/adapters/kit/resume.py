@@ -15,7 +15,6 @@ from datetime import datetime
 
 from coven_codex.adapters.kit.history import SENDER_ID_FIELD
 from coven_codex.entries import BaseEntry, ResetEntry, ThoughtEntry
-from coven_codex.journal import Journal, JournalRecord
 from coven_codex.support.limits import cut
 
 ORIGIN_FIELD = "origin"
@@ -97,16 +96,6 @@ class ThreadIndex:
             if len(matches) == 1:
                 return matches[0]
         return None
-
-
-async def read_index(journal: Journal) -> ThreadIndex:
-    """The :class:`ThreadIndex` of a whole journal, in one read (the adapters keep theirs as they read:
-    :attr:`~coven_codex.adapters.kit.history.ChatIndex.also`)."""
-    index = ThreadIndex()
-    for item in await journal.read():
-        if isinstance(item, JournalRecord):
-            index.add(item.entry)
-    return index
 
 
 @dataclass(frozen=True, slots=True)
